@@ -1,0 +1,388 @@
+"""The only module that touches safetensors files and the Hugging Face Hub.
+
+Reading parses the safetensors header itself (8-byte little-endian length, JSON
+header, raw little-endian data) so that every structural problem - a shard name
+that leaves the folder, a missing or truncated shard, a tensor the index promises
+but the shard lacks - is found up front and reported with the file it concerns.
+Tensors are read through a short-lived memory map of exactly their byte range and
+copied out, so nothing of a checkpoint stays mapped (or counted in RSS) after the
+matrix that needed it is done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import re
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional
+
+import numpy as np
+import torch
+
+from .errors import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    MissingDependencyError,
+    UnsafeCheckpointError,
+)
+
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+# Files fetched from the Hub: weights as safetensors only, plus configs and tokenizers.
+HUB_PATTERNS = ["*.safetensors", "*.json", "tokenizer*", "*.model", "*.tiktoken", "*.txt"]
+_HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_MAX_HEADER = 100 * 2**20
+
+DTYPES: dict[str, tuple[torch.dtype, int, bool]] = {
+    # safetensors code: (torch dtype, item size in bytes, is floating point)
+    "F64": (torch.float64, 8, True),
+    "F32": (torch.float32, 4, True),
+    "F16": (torch.float16, 2, True),
+    "BF16": (torch.bfloat16, 2, True),
+    "F8_E4M3": (torch.float8_e4m3fn, 1, True),
+    "F8_E5M2": (torch.float8_e5m2, 1, True),
+    "I64": (torch.int64, 8, False),
+    "I32": (torch.int32, 4, False),
+    "I16": (torch.int16, 2, False),
+    "I8": (torch.int8, 1, False),
+    "U8": (torch.uint8, 1, False),
+    "BOOL": (torch.bool, 1, False),
+}
+_CODE_OF = {v[0]: k for k, v in DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lives: shard file and absolute byte range."""
+
+    name: str
+    shard: Path
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+    @property
+    def is_floating(self) -> bool:
+        return self.dtype in DTYPES and DTYPES[self.dtype][2]
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+# ---------------------------------------------------------------------------
+# locating a checkpoint
+
+
+def resolve_source(source: str, revision: Optional[str] = None) -> Path:
+    """Local folder for a path or a Hub repo id (downloading safetensors + json/tokenizer files)."""
+    path = Path(source).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise CheckpointNotFoundError(
+                f"{source} is a file; pass the checkpoint *folder* (the one holding config.json and *.safetensors)"
+            )
+        return path
+    looks_like_path = source.startswith(("/", ".", "~")) or source.count("/") != 1
+    if looks_like_path or not _HUB_ID_RE.match(source):
+        raise CheckpointNotFoundError(f"checkpoint folder {source} does not exist")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - a core dependency
+        raise MissingDependencyError("huggingface_hub is needed for Hub ids: pip install huggingface_hub") from None
+    try:
+        local = snapshot_download(repo_id=source, revision=revision, allow_patterns=HUB_PATTERNS)
+    except Exception as e:  # network, auth, missing repo: all end the same way for the user
+        raise CheckpointNotFoundError(
+            f"'{source}' is not a local folder and could not be fetched from the Hugging Face Hub "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). Check the id, your network "
+            "and HF_TOKEN, or download it yourself and pass the folder."
+        ) from None
+    return Path(local)
+
+
+def _safe_shard_path(folder: Path, shard_name: str, index_file: Path) -> Path:
+    """Resolve a shard name from an (untrusted) index, refusing anything outside the folder."""
+    p = Path(shard_name)
+    if not shard_name or p.is_absolute() or ".." in p.parts or "\\" in shard_name:
+        raise UnsafeCheckpointError(
+            f"{index_file} names shard '{shard_name}', which points outside the checkpoint folder; "
+            "refusing to read it. Shard names must be plain file names inside the folder."
+        )
+    full = (folder / p).resolve()
+    if not full.is_relative_to(folder.resolve()):
+        raise UnsafeCheckpointError(
+            f"{index_file} names shard '{shard_name}', which resolves outside {folder} (symlink?); refusing to read it."
+        )
+    return folder / p
+
+
+def read_header(shard: Path) -> tuple[dict[str, Any], int, bytes]:
+    """(header dict, absolute offset of the data section, raw header bytes); validates sizes."""
+    try:
+        size = shard.stat().st_size
+        with open(shard, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"shard {shard} is truncated or empty ({size} bytes); re-download it")
+            (n,) = struct.unpack("<Q", head)
+            if n > _MAX_HEADER or 8 + n > size:
+                raise CheckpointError(
+                    f"shard {shard} is truncated or not a safetensors file (header length {n}, file {size} bytes); "
+                    "re-download it"
+                )
+            raw = f.read(n)
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(f"shard {shard} is missing; re-download the checkpoint") from None
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"shard {shard} has a corrupt safetensors header; re-download it") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"shard {shard} has a corrupt safetensors header; re-download it")
+    data_start = 8 + n
+    last = data_start
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            b, e = (int(x) for x in meta["data_offsets"])
+            dtype, shape = meta["dtype"], tuple(int(s) for s in meta["shape"])
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"shard {shard}: header entry for '{name}' is malformed") from None
+        if dtype in DTYPES:
+            expect = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype][1]
+            if e - b != expect or b < 0:
+                raise CheckpointError(
+                    f"shard {shard}: tensor '{name}' spans {e - b} bytes but {dtype}{list(shape)} needs {expect}"
+                )
+        last = max(last, data_start + e)
+    if last > size:
+        raise CheckpointError(
+            f"shard {shard} is truncated: its header says the data ends at byte {last} but the file has "
+            f"{size} bytes. Re-download it."
+        )
+    return header, data_start, raw
+
+
+class Checkpoint:
+    """A Hugging Face-style folder of safetensors shards, opened lazily.
+
+    Only headers are read on open; tensor data is read on demand with :meth:`read`.
+    """
+
+    def __init__(self, folder: Path, tensors: dict[str, TensorInfo], shards: list[Path], config: Optional[dict]):
+        self.folder = folder
+        self.tensors = tensors
+        self.shards = shards
+        self.config = config
+
+    @property
+    def model_type(self) -> Optional[str]:
+        return (self.config or {}).get("model_type")
+
+    @classmethod
+    def open(cls, folder: Path) -> "Checkpoint":
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise CheckpointNotFoundError(f"checkpoint folder {folder} does not exist")
+        config = None
+        cfg_path = folder / "config.json"
+        if cfg_path.is_file():
+            try:
+                config = json.loads(cfg_path.read_text())
+            except json.JSONDecodeError as e:
+                raise CheckpointError(f"{cfg_path} is not valid JSON: {e}") from None
+        index = folder / INDEX_NAME
+        if index.is_file():
+            shard_of = cls._read_index(folder, index)
+            shards = sorted(set(shard_of.values()))
+        else:
+            shards = sorted(folder.glob("*.safetensors"))
+            if not shards:
+                pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+                if pickles:
+                    raise UnsafeCheckpointError(
+                        f"{folder} holds only pickle checkpoints ({', '.join(pickles[:5])}). Loading them would "
+                        "run arbitrary code from the file (unpickling), so grrr_stream reads safetensors only. "
+                        "Convert once, in an environment you trust, e.g. "
+                        "`python -c \"from transformers import AutoModelForCausalLM as M; "
+                        "M.from_pretrained('IN').save_pretrained('OUT', safe_serialization=True)\"`, "
+                        "or use a safetensors revision of the model."
+                    )
+                raise CheckpointNotFoundError(f"{folder} holds no *.safetensors files (and no {INDEX_NAME})")
+            shard_of = None
+        tensors: dict[str, TensorInfo] = {}
+        for shard in shards:
+            header, data_start, _ = read_header(shard)
+            for name, meta in header.items():
+                if name == "__metadata__":
+                    continue
+                if shard_of is not None and shard_of.get(name) != shard:
+                    continue  # the index decides which shard owns a name
+                if name in tensors:
+                    raise CheckpointError(
+                        f"tensor '{name}' appears in both {tensors[name].shard.name} and {shard.name}; "
+                        f"add a {INDEX_NAME} or remove the duplicate shard"
+                    )
+                b, e = meta["data_offsets"]
+                tensors[name] = TensorInfo(name, shard, meta["dtype"], tuple(meta["shape"]), data_start + b, data_start + e)
+        if shard_of is not None:
+            missing = sorted(n for n in shard_of if n not in tensors)
+            if missing:
+                raise CheckpointError(
+                    f"{index} maps {len(missing)} tensor(s) to shards that do not contain them, e.g. "
+                    f"'{missing[0]}' → {shard_of[missing[0]].name}; the index and shards disagree, re-download"
+                )
+        return cls(folder, tensors, shards, config)
+
+    @staticmethod
+    def _read_index(folder: Path, index: Path) -> dict[str, Path]:
+        try:
+            data = json.loads(index.read_text())
+            weight_map = data["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise TypeError
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise CheckpointError(f"{index} is not a valid safetensors index (needs a 'weight_map' object)") from None
+        resolved: dict[str, Path] = {}
+        cache: dict[str, Path] = {}
+        for name, shard_name in weight_map.items():
+            if not isinstance(shard_name, str):
+                raise CheckpointError(f"{index}: shard of '{name}' is not a file name")
+            if shard_name not in cache:
+                p = _safe_shard_path(folder, shard_name, index)
+                if not p.is_file():
+                    raise CheckpointNotFoundError(f"shard {p} (listed in {index.name}) is missing; re-download it")
+                cache[shard_name] = p
+            resolved[name] = cache[shard_name]
+        return resolved
+
+    def read(self, name: str) -> torch.Tensor:
+        """A fresh (owned, contiguous) CPU tensor in the checkpoint's dtype."""
+        info = self.tensors[name]
+        if info.dtype not in DTYPES:
+            raise CheckpointError(f"tensor '{name}' in {info.shard} has unsupported dtype {info.dtype}")
+        tdtype, _, _ = DTYPES[info.dtype]
+        out = torch.empty(info.nbytes, dtype=torch.uint8)
+        if info.nbytes:
+            try:
+                with open(info.shard, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                    out.numpy()[:] = np.frombuffer(mm, dtype=np.uint8, count=info.nbytes, offset=info.start)
+            except (OSError, ValueError) as e:
+                raise CheckpointError(f"could not read tensor '{name}' from {info.shard}: {e}") from None
+        return out.view(tdtype).reshape(info.shape)
+
+    def fingerprint(self) -> str:
+        """Cheap identity of the checkpoint's weights.
+
+        Hashes every shard's name, size and header, plus 16 blocks of 64 KiB spread
+        over its data. Two different training runs of one architecture have identical
+        headers but differ in (nearly) every block, so a swapped checkpoint is caught
+        without reading tens of GB; per-tensor full-content digests are recorded as
+        each matrix is processed.
+        """
+        h = hashlib.blake2b(digest_size=16)
+        for shard in self.shards:
+            _, data_start, raw = read_header(shard)
+            size = shard.stat().st_size
+            h.update(shard.name.encode() + b"\0" + str(size).encode() + b"\0" + raw)
+            span = size - data_start
+            if span <= 0:
+                continue
+            with open(shard, "rb") as f:
+                for i in range(16):
+                    f.seek(data_start + (span * i) // 16)
+                    h.update(f.read(65536))
+        return h.hexdigest()
+
+
+def tensor_digest(t: torch.Tensor) -> str:
+    """Full-content digest of a contiguous CPU tensor (dtype and shape included)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+    if t.numel():
+        h.update(t.contiguous().view(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# writing
+
+
+def write_checkpoint(
+    folder: Path,
+    tensors: Iterable[tuple[str, torch.Tensor]],
+    *,
+    config: Optional[dict] = None,
+    max_shard_bytes: int = 2 * 2**30,
+    extra_files: Optional[dict[str, bytes]] = None,
+    overwrite: bool = False,
+) -> Path:
+    """Stream ``(name, tensor)`` pairs into a sharded HF folder, atomically.
+
+    At most one shard's tensors are held in memory. The folder is assembled under a
+    hidden temporary name and renamed into place at the end, so a crash never leaves
+    a half-written folder under the final name.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    if folder.exists() and not overwrite:
+        raise CheckpointError(f"{folder} already exists; remove it or pass overwrite")
+    tmp = folder.parent / f".{folder.name}.partial-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    shard_files: list[tuple[Path, list[str]]] = []
+    current: dict[str, torch.Tensor] = {}
+    current_bytes = 0
+    total = 0
+
+    def flush() -> None:
+        nonlocal current, current_bytes
+        if not current:
+            return
+        path = tmp / f"shard-{len(shard_files):05d}.tmp"
+        save_file(current, str(path), metadata={"format": "pt"})
+        shard_files.append((path, list(current)))
+        current, current_bytes = {}, 0
+
+    for name, t in tensors:
+        nbytes = t.numel() * t.element_size()
+        if current and current_bytes + nbytes > max_shard_bytes:
+            flush()
+        current[name] = t.detach().to("cpu").contiguous()
+        current_bytes += nbytes
+        total += nbytes
+    flush()
+    n = len(shard_files)
+    weight_map: dict[str, str] = {}
+    for i, (path, names) in enumerate(shard_files):
+        final = SINGLE_NAME if n == 1 else f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        path.rename(tmp / final)
+        weight_map.update({nm: final for nm in names})
+    if n > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+        (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2))
+    if config is not None:
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    for fname, blob in (extra_files or {}).items():
+        (tmp / fname).write_bytes(blob)
+    if folder.exists():
+        shutil.rmtree(folder)
+    os.replace(tmp, folder)
+    return folder
+
+
+def iter_tensors(ckpt: Checkpoint, names: Iterable[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    for name in names:
+        yield name, ckpt.read(name)

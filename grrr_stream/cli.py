@@ -1,0 +1,171 @@
+"""Command line: thin wrappers over library functions.
+
+Errors a user can cause (bad paths, mismatched checkpoints, bad config) print one
+paragraph and exit with status 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from .errors import GrrrError
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+
+
+def _decompose_parser(sub) -> None:
+    p = sub.add_parser("decompose", help="decompose one transition (base → post) into a Zarr store",
+                       description="Stream two checkpoints matrix by matrix, write the GRRR decomposition of every "
+                                   "update into a Zarr store, log it to MLflow. Rerun the same command to resume.")
+    p.add_argument("--base", help="base (W0) checkpoint: local folder or Hub repo id")
+    p.add_argument("--post", help="post-trained (W1) checkpoint: local folder or Hub repo id")
+    p.add_argument("--store", type=Path, help="Zarr store directory for this transition")
+    p.add_argument("--config", type=Path, help="YAML file with any of the options (command-line flags win)")
+    p.add_argument("--device", help="auto (default: GPU if torch sees one), cpu, cuda or cuda:N")
+    p.add_argument("--compute-dtype", choices=["float32", "float64"], help="arithmetic dtype (default float32)")
+    p.add_argument("--store-dtype", choices=["float32", "float64", "float16", "bfloat16"],
+                   help="dtype of stored P and null arrays (default float32)")
+    p.add_argument("--frame-cache", type=Path, help="base-frame cache shared across transitions (default STORE/frames)")
+    p.add_argument("--core-threshold", type=float, dest="core_rel_threshold",
+                   help="keep only singular values > T·σ1 in the pretrained core (default: full rank)")
+    p.add_argument("--modules", help="comma-separated module names (default q,k,v,o,gate,up,down _proj)")
+    p.add_argument("--module-pattern", help="regex with named groups 'layer' and 'module' for custom layouts")
+    p.add_argument("--method", help="label of the post-training method, e.g. SFT, DPO, GRPO")
+    p.add_argument("--chain", help="label of the model chain this transition belongs to")
+    p.add_argument("--overwrite", action="store_true", default=None,
+                   help="discard results in STORE that came from other inputs or settings")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    p.add_argument("--experiment", help="MLflow experiment name (default grrr_stream)")
+    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    p.add_argument("--no-progress", action="store_true", help="no progress line")
+    _add_common(p)
+
+
+def _demo_parser(sub) -> None:
+    p = sub.add_parser("demo", help="generate a synthetic chain and decompose it (no network needed)",
+                       description="Built-in default job: writes a small synthetic base → SFT → RL chain in real HF "
+                                   "layout, decomposes base→SFT and base→RL (the second reuses cached base frames), "
+                                   "logs both to MLflow and prints the summary tables.")
+    p.add_argument("--out", type=Path, default=Path("grrr_demo"), help="working folder (default ./grrr_demo)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    _add_common(p)
+
+
+def config_from_args(args: argparse.Namespace):
+    from .config import load_config, load_yaml, build_config
+
+    values: dict[str, Any] = load_yaml(args.config) if args.config else {}
+    flat = {
+        "base": args.base, "post": args.post, "store": args.store, "device": args.device,
+        "compute_dtype": args.compute_dtype, "store_dtype": args.store_dtype, "frame_cache": args.frame_cache,
+        "core_rel_threshold": args.core_rel_threshold, "module_pattern": args.module_pattern,
+        "method": args.method, "chain": args.chain, "overwrite": args.overwrite,
+        "modules": [m.strip() for m in args.modules.split(",") if m.strip()] if args.modules else None,
+        "progress": False if args.no_progress else None,
+    }
+    values.update({k: v for k, v in flat.items() if v is not None})
+    tracking = dict(values.get("tracking") or {})
+    if args.tracking_uri:
+        tracking["uri"] = args.tracking_uri
+    if args.experiment:
+        tracking["experiment"] = args.experiment
+    if args.no_track:
+        tracking["enabled"] = False
+    if tracking:
+        values["tracking"] = tracking
+    missing = [k for k in ("base", "post", "store") if k not in values]
+    if missing:
+        from .errors import ConfigError
+
+        raise ConfigError("missing " + ", ".join(f"--{k}" for k in missing) + " (or set them in --config)")
+    return build_config(values, source=str(args.config) if args.config else "command line")
+
+
+def print_summary(result, out=None) -> None:
+    out = out or sys.stdout
+    cols = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos", "alpha")
+    out.write(f"\n{result.store}: {len(result.rows)} matrices ({result.computed} computed now, "
+              f"{result.frames_reused} base frames reused)\n")
+    out.write(f"{'scope':<10} {'n':>4} " + " ".join(f"{c + ' mean±std':>22}" for c in cols) + "\n")
+    for r in result.summary_rows:
+        cells = " ".join(f"{r[c + '_mean']:>11.4g} ± {r[c + '_std']:<8.2g}" for c in cols)
+        out.write(f"{r['scope']:<10} {r['n']:>4} {cells}\n")
+
+
+def cmd_decompose(args: argparse.Namespace) -> int:
+    from .decompose import run_transition
+
+    cfg = config_from_args(args)
+    result = run_transition(cfg)
+    print_summary(result)
+    if result.run_id:
+        print(f"MLflow run {result.run_id}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .config import TrackingConfig, build_config
+    from .decompose import run_transition
+    from .synthetic import DEMO, Update, write_model
+    from .tracking import resolve_uri
+
+    out: Path = args.out
+    sft_u = Update(r_delta=2e-2, plant=(0.25, 0.45, 0.30))
+    rl_u = Update(r_delta=5e-3, plant=(0.10, 0.70, 0.20))
+    models = {"base": (), "sft": (sft_u,), "rl": (sft_u, rl_u)}
+    for name, updates in models.items():
+        if not (out / "models" / name / "config.json").is_file():
+            print(f"writing synthetic model {out / 'models' / name}")
+            write_model(out / "models" / name, DEMO, family="qwen2", dtype="float32", seed=0, updates=updates,
+                        max_shard_bytes=16 * 2**20, overwrite=True)
+    tracking = {"enabled": not args.no_track, "uri": args.tracking_uri, "experiment": "grrr_stream_demo"}
+    for post, method in (("sft", "SFT"), ("rl", "SFT+RL")):
+        cfg = build_config({
+            "base": str(out / "models" / "base"), "post": str(out / "models" / post),
+            "store": out / "stores" / f"base-to-{post}", "frame_cache": out / "frames",
+            "method": method, "chain": "demo", "tracking": tracking,
+        }, source="demo")
+        result = run_transition(cfg)
+        print_summary(result)
+    if not args.no_track:
+        uri = resolve_uri(args.tracking_uri)
+        print(f"\nLogged to MLflow at {uri}. Browse the runs with:\n  mlflow ui --backend-store-uri {uri}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grrr-stream", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _decompose_parser(sub)
+    _demo_parser(sub)
+    return parser
+
+
+COMMANDS = {"decompose": cmd_decompose, "demo": cmd_demo}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except GrrrError as e:
+        if args.debug:
+            raise
+        print(f"grrr-stream: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("grrr-stream: interrupted; rerun the same command to resume where it stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Validated configuration for a decomposition run.
+
+Imports neither torch, zarr nor mlflow, so that validating a config is instant.
+Settings split into two kinds: those that change results (they enter
+:func:`result_settings` and the store's settings hash) and those that do not
+(device, progress display, tracking). Changing the first kind makes a resumed run
+refuse to mix old and new results; changing the second reuses them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError
+
+DEFAULT_MODULES: tuple[str, ...] = (
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+)
+
+FloatDtype = Literal["float32", "float64"]
+StoreDtype = Literal["float16", "bfloat16", "float32", "float64"]
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrackingConfig(_Strict):
+    """Where and whether results are logged to MLflow."""
+
+    enabled: bool = True
+    # None: $MLFLOW_TRACKING_URI if set, else sqlite:///mlflow.db in the working directory.
+    uri: Optional[str] = None
+    experiment: str = "grrr_stream"
+
+
+class DecomposeConfig(_Strict):
+    """One transition: base checkpoint (W0) → post-trained checkpoint (W1)."""
+
+    base: str = Field(description="local folder or Hub repo id of the reference model (W0)")
+    post: str = Field(description="local folder or Hub repo id of the post-trained model (W1)")
+    store: Path = Field(description="Zarr store directory for this transition")
+    base_revision: Optional[str] = None
+    post_revision: Optional[str] = None
+    # Base-frame cache shared between transitions of the same base; default <store>/frames.
+    frame_cache: Optional[Path] = None
+
+    device: str = "auto"
+    compute_dtype: FloatDtype = "float32"
+    store_dtype: StoreDtype = "float32"
+    # Shrink the pretrained core to singular values > threshold * sigma_1 (None: r = min(m, n)).
+    core_rel_threshold: Optional[float] = None
+    rank_thresholds: tuple[float, ...] = (1e-7, 1e-3)
+    modules: tuple[str, ...] = DEFAULT_MODULES
+    # Regex with named groups 'layer' and 'module' matched against tensor names;
+    # overrides the family's built-in pattern.
+    module_pattern: Optional[str] = None
+
+    method: Optional[str] = Field(None, description="label of the post-training method (SFT, DPO, GRPO, ...)")
+    chain: Optional[str] = Field(None, description="label of the chain this transition belongs to")
+
+    overwrite: bool = False
+    progress: bool = True
+    tracking: TrackingConfig = TrackingConfig()
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not _DEVICE_RE.match(v):
+            raise ValueError("must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        return v
+
+    @field_validator("core_rel_threshold")
+    @classmethod
+    def _threshold(cls, v: Optional[float]) -> Optional[float]:
+        if v is not None and not (0.0 < v < 1.0):
+            raise ValueError("must lie strictly between 0 and 1 (a fraction of sigma_1)")
+        return v
+
+    @field_validator("rank_thresholds")
+    @classmethod
+    def _rank_thresholds(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v:
+            raise ValueError("needs at least one threshold")
+        bad = [t for t in v if not (0.0 < t < 1.0)]
+        if bad:
+            raise ValueError(f"thresholds must lie strictly between 0 and 1, got {bad}")
+        return tuple(sorted(set(v)))
+
+    @field_validator("modules")
+    @classmethod
+    def _modules(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("needs at least one module name")
+        if len(set(v)) != len(v):
+            raise ValueError("module names must be unique")
+        return v
+
+    @field_validator("module_pattern")
+    @classmethod
+    def _pattern(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        try:
+            rx = re.compile(v)
+        except re.error as e:
+            raise ValueError(f"not a valid regular expression: {e}") from None
+        missing = {"layer", "module"} - set(rx.groupindex)
+        if missing:
+            raise ValueError(f"needs named groups (?P<layer>...) and (?P<module>...); missing {sorted(missing)}")
+        return v
+
+    def frame_cache_path(self) -> Path:
+        return self.frame_cache if self.frame_cache is not None else self.store / "frames"
+
+
+def result_settings(cfg: DecomposeConfig) -> dict[str, Any]:
+    """Settings that change stored numbers (inputs are fingerprinted separately)."""
+    return {
+        "compute_dtype": cfg.compute_dtype,
+        "store_dtype": cfg.store_dtype,
+        "core_rel_threshold": cfg.core_rel_threshold,
+        "rank_thresholds": list(cfg.rank_thresholds),
+        "modules": list(cfg.modules),
+        "module_pattern": cfg.module_pattern,
+    }
+
+
+def stable_hash(obj: Any, length: int = 16) -> str:
+    """Hex digest of a JSON-serialisable object, independent of key order."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def settings_hash(cfg: DecomposeConfig) -> str:
+    return stable_hash(result_settings(cfg))
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}), {err.error_count()} problem(s):"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (check its spelling; see README for the options)"
+        lines.append(f"  - {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def build_config(values: dict[str, Any], source: str = "arguments") -> DecomposeConfig:
+    """Validate a dict into a config, reporting every problem at once as a ConfigError."""
+    try:
+        return DecomposeConfig.model_validate(values)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source)) from None
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of options at the top level")
+    return data
+
+
+def load_config(path: Optional[Path] = None, **overrides: Any) -> DecomposeConfig:
+    """Config from an optional YAML file, with non-None keyword overrides on top."""
+    values: dict[str, Any] = load_yaml(path) if path is not None else {}
+    for key, val in overrides.items():
+        if val is not None:
+            values[key] = val
+    return build_config(values, source=str(path) if path else "arguments")

@@ -1,0 +1,356 @@
+"""Run one transition: validate, plan, stream matrix pairs through the frame kernel
+into the store, summarise, track.
+
+Data flow per matrix (three stages overlap, each bounded to one item)::
+
+    reader thread:  mmap-read W0, W1 (checkpoint dtype) → digests, finiteness,
+                    cached base frame if any
+    main thread:    upcast on the compute device → svdvals(W1), ΔW, SVD(W0) unless
+                    cached, ‖ΔW‖₂, P and null residual, metrics
+    writer thread:  new frame → frame cache; P, null, σ → store; completion record
+
+So at most three matrices' worth of data are alive at once, whatever the model size.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+import numpy as np
+import torch
+
+from . import __version__
+from .arch import MatrixName, pattern_for, select_matrices
+from .checkpoint import Checkpoint, resolve_source, tensor_digest
+from .config import DecomposeConfig, result_settings, settings_hash, stable_hash
+from .errors import ConfigError, NonFiniteWeightError, TensorMismatchError
+from .frame import Frame, MatrixResult, decompose_matrix
+from .progress import Progress
+from .store import FrameCache, StoreLock, TransitionStore, to_store_array
+
+_COMPUTE_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+# Columns of the per-matrix table that are aggregated (mean ± std) per transition.
+SUMMARY_EXCLUDE = {"rows", "cols", "layer", "e_diag", "e_off", "e_null", "w0_fro"}
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device '{device}' requested but torch sees no CUDA GPU; use --device cpu or auto")
+    return torch.device(device)
+
+
+# ---------------------------------------------------------------------------
+# planning
+
+
+@dataclass(frozen=True)
+class Plan:
+    base: Checkpoint
+    post: Checkpoint
+    matrices: list[MatrixName]
+
+
+def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) -> Plan:
+    """Pair and validate every decomposed tensor before any heavy work; all problems at once."""
+    if base.model_type and post.model_type and base.model_type != post.model_type:
+        raise TensorMismatchError(
+            f"base is a '{base.model_type}' model ({base.folder}) but post is '{post.model_type}' ({post.folder}); "
+            "a transition needs two checkpoints of the same architecture"
+        )
+    pattern = pattern_for(base.model_type or post.model_type, cfg.module_pattern)
+    in_base = select_matrices(base.tensors, pattern, cfg.modules)
+    in_post = {m.name for m in select_matrices(post.tensors, pattern, cfg.modules)}
+    if not in_base and not in_post:
+        raise TensorMismatchError(
+            f"no tensor of {base.folder} matches the decomposition pattern for modules {list(cfg.modules)}; "
+            f"pattern: {pattern}. Pass module_pattern (a regex with groups 'layer' and 'module') for this layout."
+        )
+    problems: list[str] = []
+    for name in sorted(in_post - {m.name for m in in_base}):
+        problems.append(f"{name}: in post ({post.folder}) but not in base ({base.folder})")
+    for m in in_base:
+        b = base.tensors[m.name]
+        p = post.tensors.get(m.name)
+        if p is None:
+            problems.append(f"{m.name}: in base ({base.folder}) but not in post ({post.folder})")
+            continue
+        if b.shape != p.shape:
+            problems.append(f"{m.name}: shape {list(b.shape)} in base but {list(p.shape)} in post")
+        if len(b.shape) != 2:
+            problems.append(f"{m.name}: expected a 2-D matrix, got shape {list(b.shape)}")
+        for side, info in (("base", b), ("post", p)):
+            if not info.is_floating:
+                problems.append(f"{m.name}: dtype {info.dtype} in {side} is not floating point")
+    if problems:
+        shown = problems[:25]
+        more = f"\n  ... and {len(problems) - 25} more" if len(problems) > 25 else ""
+        raise TensorMismatchError(
+            f"the two checkpoints do not pair up ({len(problems)} problem(s)):\n  " + "\n  ".join(shown) + more
+        )
+    return Plan(base=base, post=post, matrices=in_base)
+
+
+# ---------------------------------------------------------------------------
+# the streaming loop
+
+
+@dataclass
+class _Loaded:
+    matrix: MatrixName
+    w0: torch.Tensor
+    w1: torch.Tensor
+    digest0: str
+    digest1: str
+    frame_key: str
+    frame: Optional[Frame]
+    problems: list[str]
+
+
+def _nonfinite(t: torch.Tensor, name: str, where: str) -> Optional[str]:
+    finite = torch.isfinite(t)
+    if bool(finite.all()):
+        return None
+    n_nan = int(torch.isnan(t).sum())
+    n_inf = int(t.numel() - finite.sum() - n_nan)
+    return f"{name} in {where}: {n_nan} NaN and {n_inf} Inf value(s)"
+
+
+@dataclass
+class TransitionResult:
+    store: Path
+    rows: list[dict]
+    summary_rows: list[dict]
+    computed: int  # matrices computed in this call (0 when everything was already done)
+    frames_reused: int
+    run_id: Optional[str] = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _identity(cfg: DecomposeConfig, base: Checkpoint, post: Checkpoint) -> dict:
+    return {
+        "base_fingerprint": base.fingerprint(),
+        "post_fingerprint": post.fingerprint(),
+        "settings_hash": settings_hash(cfg),
+    }
+
+
+def versions() -> dict[str, str]:
+    import zarr
+
+    return {
+        "grrr_stream": __version__,
+        "torch": torch.__version__,
+        "zarr": zarr.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> TransitionResult:
+    """Decompose every selected matrix of ``cfg.base`` → ``cfg.post`` into ``cfg.store``.
+
+    Resumable: matrices already complete in the store are skipped. Raises a
+    :class:`~grrr_stream.errors.GrrrError` subclass for bad inputs before any SVD.
+    """
+    t_start = time.monotonic()
+    stream = stream or sys.stderr
+    base_dir = resolve_source(cfg.base, cfg.base_revision)
+    post_dir = resolve_source(cfg.post, cfg.post_revision)
+    base, post = Checkpoint.open(base_dir), Checkpoint.open(post_dir)
+    plan = plan_transition(base, post, cfg)
+    device = resolve_device(cfg.device)
+    dtype = _COMPUTE_DTYPES[cfg.compute_dtype]
+    identity = _identity(cfg, base, post)
+    manifest = {
+        "identity": identity,
+        "base": cfg.base,
+        "post": cfg.post,
+        "base_folder": str(base_dir),
+        "post_folder": str(post_dir),
+        "model_type": base.model_type,
+        "method": cfg.method,
+        "chain": cfg.chain,
+        "settings": result_settings(cfg),
+        "matrices": [m.name for m in plan.matrices],
+        "versions": versions(),
+    }
+    frames = FrameCache(cfg.frame_cache_path())
+    with StoreLock(cfg.store):
+        store = TransitionStore.open(cfg.store, manifest, overwrite=cfg.overwrite)
+        done = store.completed()
+        pending = [m for m in plan.matrices if m.name not in done]
+        progress = Progress(len(plan.matrices), done=len(plan.matrices) - len(pending),
+                            enabled=cfg.progress, stream=stream)
+        if done:
+            progress.message(f"resuming {cfg.store}: {len(done)} of {len(plan.matrices)} matrices already done")
+        computed, reused, failures = _stream(cfg, plan, pending, store, frames, device, dtype, progress)
+        if failures:
+            raise NonFiniteWeightError(
+                f"{len(failures)} matrix pair(s) hold non-finite weights and were not decomposed "
+                f"(the other {len(plan.matrices) - len(failures)} are done and kept):\n  " + "\n  ".join(failures)
+            )
+        rows, summary_rows, summary = finalize(store, plan.matrices, f"{cfg.base} → {cfg.post}")
+    result = TransitionResult(cfg.store, rows, summary_rows, computed, reused)
+    result.timings["total_s"] = time.monotonic() - t_start
+    if cfg.tracking.enabled:
+        result.run_id = _track(cfg, store, manifest, rows, summary)
+    return result
+
+
+def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, frames: FrameCache,
+            device: torch.device, dtype: torch.dtype, progress: Progress) -> tuple[int, int, list[str]]:
+    def load(m: MatrixName) -> _Loaded:
+        w0, w1 = plan.base.read(m.name), plan.post.read(m.name)
+        problems = [p for p in (_nonfinite(w0, m.name, "base"), _nonfinite(w1, m.name, "post")) if p]
+        d0 = tensor_digest(w0)
+        key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold)
+        frame = None if problems else frames.get(key, dtype)
+        return _Loaded(m, w0, w1, d0, tensor_digest(w1), key, frame, problems)
+
+    def write(item: _Loaded, res: MatrixResult, frame_is_new: bool) -> None:
+        if frame_is_new:
+            frames.put(item.frame_key, res.frame, {"shape": list(item.w0.shape), "dtype": cfg.compute_dtype,
+                                                   "core_rel_threshold": cfg.core_rel_threshold,
+                                                   "base_digest": item.digest0})
+        arrays: dict[str, np.ndarray] = {}
+        array_attrs: dict[str, dict] = {}
+        for key, t in (("P", res.projection.P), ("null", None if res.projection.null_is_structural_zero
+                                                    else res.projection.null)):
+            if t is None:
+                continue
+            arrays[key], array_attrs[key] = to_store_array(t, cfg.store_dtype)
+        arrays["sigma0"] = res.frame.S.detach().double().cpu().numpy()
+        arrays["sigma1"] = res.sigma1.detach().double().cpu().numpy()
+        m = item.matrix
+        attrs = {
+            "name": m.name, "layer": m.layer, "module": m.module,
+            "shape": list(item.w0.shape), "rank": res.frame.rank,
+            "base_digest": item.digest0, "post_digest": item.digest1, "frame_key": item.frame_key,
+            "null_stored": "null" in arrays,
+            "metrics": res.metrics.as_row(),
+        }
+        store.write_matrix(m.name, arrays, attrs, array_attrs)
+
+    computed = reused = 0
+    failures: list[str] = []
+    if not pending:
+        return computed, reused, failures
+    with ThreadPoolExecutor(1, thread_name_prefix="grrr-read") as reader, \
+            ThreadPoolExecutor(1, thread_name_prefix="grrr-write") as writer:
+        next_load: Optional[Future] = reader.submit(load, pending[0])
+        in_flight: Optional[Future] = None
+        for i, m in enumerate(pending):
+            item = next_load.result()
+            next_load = reader.submit(load, pending[i + 1]) if i + 1 < len(pending) else None
+            if item.problems:
+                failures.extend(item.problems)
+                progress.advance(f"{m.name} SKIPPED (non-finite)")
+                continue
+            W0 = item.w0.to(device=device, dtype=dtype)
+            W1 = item.w1.to(device=device, dtype=dtype, copy=True)
+            frame = item.frame
+            if frame is not None:
+                frame = Frame(U=frame.U.to(device), S=frame.S.to(device), V=frame.V.to(device))
+                reused += 1
+            res = decompose_matrix(W0, W1, frame=frame, core_rel_threshold=cfg.core_rel_threshold,
+                                   rank_thresholds=cfg.rank_thresholds)
+            del W0, W1
+            if in_flight is not None:
+                in_flight.result()  # at most one write queued; surfaces writer errors
+            in_flight = writer.submit(write, item, res, item.frame is None)
+            del res, item, frame
+            computed += 1
+            progress.advance(m.name)
+        if in_flight is not None:
+            in_flight.result()
+    return computed, reused, failures
+
+
+# ---------------------------------------------------------------------------
+# tables and tracking
+
+
+def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
+    """Mean ± std (sample std, 0 for a single matrix) of every metric, overall and per module."""
+    metrics = [k for k, v in rows[0].items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in SUMMARY_EXCLUDE]
+    scopes: dict[str, list[dict]] = {"all": rows}
+    for r in rows:
+        scopes.setdefault(r["module"], []).append(r)
+    out_rows = []
+    for scope, rs in scopes.items():
+        row: dict[str, Any] = {"scope": scope, "n": len(rs)}
+        for k in metrics:
+            vals = np.array([float(r[k]) for r in rs])
+            row[f"{k}_mean"] = float(vals.mean())
+            row[f"{k}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+        out_rows.append(row)
+    return out_rows, {"metrics": metrics, "scopes": {r["scope"]: r for r in out_rows}}
+
+
+def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = "") -> tuple[list[dict], list[dict], dict]:
+    """Build the per-matrix table and summary from the completion records; write tables and figures."""
+    from . import plots
+
+    done = store.completed()
+    rows = []
+    for m in matrices:
+        attrs = done[m.name]
+        rows.append({"name": m.name, "layer": m.layer, "module": m.module, **attrs["metrics"]})
+    summary_rows, summary = summarize(rows)
+    store.write_tables(rows, summary_rows, summary)
+    fig_dir = store.path / "figures"
+    fig_dir.mkdir(exist_ok=True)
+    plots.energy_fractions_by_layer(rows, fig_dir / "energy_fractions.png", title)
+    top = sorted(rows, key=lambda r: r["r_delta"], reverse=True)[:4]
+    spectra = [(r["name"], *store.read_sigmas(r["name"])) for r in top]
+    plots.normalized_spectra(spectra, fig_dir / "spectra_most_changed.png", title)
+    store.mark_complete()
+    return rows, summary_rows, summary
+
+
+def _track(cfg: DecomposeConfig, store: TransitionStore, manifest: dict, rows: list[dict], summary: dict) -> str:
+    from . import tracking
+
+    key = "transition-" + stable_hash(manifest["identity"], 24)
+    name = f"{Path(cfg.base).name} → {Path(cfg.post).name}"
+    run = tracking.open_run(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment, key=key, run_name=name,
+                            tags={"grrr.kind": "transition", "grrr.chain": cfg.chain or "",
+                                  "grrr.method": cfg.method or ""})
+    if run.complete:
+        return run.run_id
+    params = {
+        "base": cfg.base, "post": cfg.post, "method": cfg.method, "chain": cfg.chain,
+        "device": str(resolve_device(cfg.device)), "compute_dtype": cfg.compute_dtype,
+        "store_dtype": cfg.store_dtype, "core_rel_threshold": cfg.core_rel_threshold,
+        "rank_thresholds": list(cfg.rank_thresholds), "modules": ",".join(cfg.modules),
+        "module_pattern": cfg.module_pattern, "store": str(cfg.store.resolve()),
+        "model_type": manifest["model_type"], "n_matrices": len(rows),
+        **manifest["identity"],
+        **{f"version.{k}": v for k, v in manifest["versions"].items()},
+    }
+    run.log_params(params)
+    per_matrix = ("f_diag", "f_off", "f_null", "r_delta", "delta_fro", "sv_cos", "delta_max",
+                  "sr_w0", "sr_delta", "sr_w1", "dsr_pct", "alpha")
+    metrics: list[tuple[str, float, int]] = []
+    for r in rows:
+        metrics += [(f"{k}/{r['module']}", r[k], r["layer"]) for k in per_matrix if math.isfinite(r[k])]
+    for scope, srow in summary["scopes"].items():
+        suffix = "" if scope == "all" else f"/{scope}"
+        for k in summary["metrics"]:
+            metrics.append((f"mean/{k}{suffix}", srow[f"{k}_mean"], 0))
+            metrics.append((f"std/{k}{suffix}", srow[f"{k}_std"], 0))
+    run.log_metrics(metrics)
+    run.log_artifacts([store.path / "metrics.csv", store.path / "summary.csv", store.path / "summary.json"])
+    run.log_artifacts(sorted((store.path / "figures").glob("*.png")), "figures")
+    run.finish()
+    return run.run_id

@@ -1,0 +1,47 @@
+"""Exception hierarchy.
+
+Every error a user can cause subclasses :class:`GrrrError` *and* the built-in that
+fits (ValueError, FileNotFoundError, ...), so callers can catch either. Messages name
+the tensor or file involved and say what to do about it; the CLI prints them without
+a traceback.
+"""
+
+
+class GrrrError(Exception):
+    """Base class for errors caused by inputs, configuration or environment."""
+
+
+class ConfigError(GrrrError, ValueError):
+    """A configuration value or file is invalid."""
+
+
+class CheckpointNotFoundError(GrrrError, FileNotFoundError):
+    """A checkpoint folder, shard or Hub repository could not be found."""
+
+
+class CheckpointError(GrrrError, ValueError):
+    """A checkpoint is malformed, truncated or unsafe to read."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint would need code execution (pickle) or points outside its folder."""
+
+
+class TensorMismatchError(CheckpointError):
+    """The two checkpoints of a transition do not pair up tensor by tensor."""
+
+
+class NonFiniteWeightError(GrrrError, ValueError):
+    """A weight tensor holds NaN or Inf values."""
+
+
+class StoreError(GrrrError, RuntimeError):
+    """The Zarr store is unusable as asked."""
+
+
+class StoreMismatchError(StoreError):
+    """The store holds results of different inputs or settings than requested."""
+
+
+class MissingDependencyError(GrrrError, ImportError):
+    """An optional dependency is not installed."""

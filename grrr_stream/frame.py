@@ -1,0 +1,308 @@
+"""Pure GRRR math on tensors: SVD frames, projection, the three-way split, metrics.
+
+No I/O. Shapes: W0, W1, ΔW are m×n; the frame holds U0 (m×r), V0 (n×r) and the
+full spectrum σ(W0) (min(m, n)); P = U0ᵀ ΔW V0 is r×r.
+
+Everything here runs in the dtype of its inputs (float32 or float64, on CPU or
+GPU); the caller upcasts checkpoint tensors before calling. Scalar metrics are
+returned as Python floats computed in float64 from the spectra and norms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Singular frame of a reference matrix: W0 ≈ U diag(S[:r]) Vᵀ."""
+
+    U: torch.Tensor  # m×r, orthonormal columns
+    S: torch.Tensor  # min(m, n) singular values of W0, descending (full spectrum, not truncated)
+    V: torch.Tensor  # n×r, orthonormal columns
+
+    @property
+    def rank(self) -> int:
+        return self.U.shape[1]
+
+
+def canonical_signs(U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flip (u_i, v_i) pairs so the largest-magnitude entry of each u_i is positive.
+
+    SVD fixes singular vectors only up to a joint sign; fixing it makes stored
+    frames (and the signs of off-diagonal P entries) reproducible across LAPACK
+    builds and devices. Diagonal entries of P are sign-invariant anyway.
+    """
+    idx = U.abs().argmax(dim=0)
+    signs = torch.sign(U.gather(0, idx.unsqueeze(0))).squeeze(0)
+    signs[signs == 0] = 1
+    return U * signs, V * signs
+
+
+def compute_frame(W0: torch.Tensor, core_rel_threshold: Optional[float] = None) -> Frame:
+    """Thin SVD of W0 with canonical signs; optionally keep only σ_i > threshold·σ_1 in the core."""
+    U, S, Vh = torch.linalg.svd(W0, full_matrices=False)
+    V = Vh.mT
+    del Vh
+    U, V = canonical_signs(U, V)
+    if core_rel_threshold is not None and S.numel():
+        r = int((S > core_rel_threshold * S[0]).sum().item())
+        U, V = U[:, :r].contiguous(), V[:, :r].contiguous()
+    return Frame(U=U.contiguous(), S=S, V=V.contiguous())
+
+
+def spectral_norm(X: torch.Tensor, *, tol: Optional[float] = None, max_steps: int = 300,
+                  exact_below: int = 512, seed: int = 0) -> float:
+    """‖X‖₂ by Golub–Kahan–Lanczos bidiagonalisation with full reorthogonalisation.
+
+    A full ``svdvals`` of a large ΔW would cost as much as the frame SVD itself;
+    Lanczos needs a few dozen mat-vecs (convergence depends on √gap rather than the
+    gap as in power iteration, which matters for noise-like updates whose top
+    singular values are close). Small matrices (min side ≤ ``exact_below``) use
+    ``svdvals`` directly. ``tol`` is the relative change between checks at which
+    the estimate is accepted (default 1e-7 in float32, 1e-12 in float64).
+    """
+    m, n = X.shape
+    k_max = min(m, n)
+    if k_max == 0:
+        return 0.0
+    if k_max <= exact_below:
+        return float(torch.linalg.svdvals(X)[0].item()) if X.any() else 0.0
+    if tol is None:
+        tol = 1e-12 if X.dtype == torch.float64 else 1e-7
+    steps = min(max_steps, k_max)
+    gen = torch.Generator(device=X.device).manual_seed(seed)
+    v = torch.randn(n, generator=gen, device=X.device, dtype=X.dtype)
+    v /= torch.linalg.vector_norm(v)
+    Us = torch.zeros(m, steps, device=X.device, dtype=X.dtype)
+    Vs = torch.zeros(n, steps + 1, device=X.device, dtype=X.dtype)
+    Vs[:, 0] = v
+    alphas: list[float] = []
+    betas: list[float] = []
+    u_prev = None
+    beta = 0.0
+    last = -1.0
+    for j in range(steps):
+        u = X @ Vs[:, j]
+        if u_prev is not None:
+            u -= beta * u_prev
+        if j:  # full reorthogonalisation: cheap next to the mat-vecs, and keeps σ_max honest
+            u -= Us[:, :j] @ (Us[:, :j].T @ u)
+        alpha = float(torch.linalg.vector_norm(u).item())
+        if alpha == 0.0:
+            break
+        u /= alpha
+        Us[:, j] = u
+        alphas.append(alpha)
+        w = X.T @ u - alpha * Vs[:, j]
+        w -= Vs[:, : j + 1] @ (Vs[:, : j + 1].T @ w)
+        beta = float(torch.linalg.vector_norm(w).item())
+        if j % 4 == 3 or beta == 0.0 or j == steps - 1:
+            B = np.diag(alphas) + np.diag(betas, 1)
+            est = float(np.linalg.svd(B, compute_uv=False)[0])
+            if beta == 0.0 or abs(est - last) <= tol * est:
+                return est
+            last = est
+        if beta == 0.0:
+            break
+        betas.append(beta)
+        Vs[:, j + 1] = w / beta
+        u_prev = u
+    B = np.diag(alphas) + np.diag(betas[: len(alphas) - 1], 1)
+    return float(np.linalg.svd(B, compute_uv=False)[0]) if alphas else 0.0
+
+
+@dataclass(frozen=True)
+class Projection:
+    """ΔW in the frame: P (r×r) and the explicit null residual (m×n)."""
+
+    P: torch.Tensor
+    null: torch.Tensor
+    # True when U0 and V0 span the whole domain and range (square W0, untruncated
+    # core): the null part is then zero by construction and ``null`` is rounding noise.
+    null_is_structural_zero: bool
+
+
+def project(delta: torch.Tensor, frame: Frame, *, in_place: bool = False) -> Projection:
+    """P = U0ᵀ ΔW V0 and ΔW_null = ΔW − U0 P V0ᵀ, the latter computed explicitly.
+
+    With ``in_place`` the null residual overwrites ``delta`` (saves one m×n buffer).
+    When one side of the frame is a complete basis the residual simplifies
+    (e.g. V0 square ⇒ U0 P V0ᵀ = U0 U0ᵀ ΔW), which saves a matmul without
+    changing the result beyond rounding.
+    """
+    U, V = frame.U, frame.V
+    m, n = delta.shape
+    r = U.shape[1]
+    out = delta if in_place else delta.clone()
+    if m >= n:
+        A = U.T @ delta  # r×n
+        P = A @ V
+        if r == n:  # V complete: U P Vᵀ = U A
+            out.addmm_(U, A, alpha=-1)
+        else:
+            out.addmm_(U, P @ V.T, alpha=-1)
+    else:
+        B = delta @ V  # m×r
+        P = U.T @ B
+        if r == m:  # U complete: U P Vᵀ = B Vᵀ
+            out.addmm_(B, V.T, alpha=-1)
+        else:
+            out.addmm_(U @ P, V.T, alpha=-1)
+    return Projection(P=P, null=out, null_is_structural_zero=(r == m == n))
+
+
+def split_energies(P: torch.Tensor, null: torch.Tensor) -> tuple[float, float, float]:
+    """(‖diag P‖², ‖P − diag P‖², ‖ΔW_null‖²), each summed directly (no differences of squares)."""
+    d = torch.diagonal(P)
+    e_diag = float(torch.dot(d, d).item())
+    sq = P.square()
+    sq.diagonal().zero_()
+    e_off = float(sq.sum(dtype=torch.float64).item())
+    e_null = float(torch.linalg.vector_norm(null).item()) ** 2
+    return e_diag, e_off, e_null
+
+
+@dataclass(frozen=True)
+class MatrixMetrics:
+    """Descriptive metrics of one matrix update (all float64 Python scalars)."""
+
+    rows: int
+    cols: int
+    rank: int  # size of the pretrained core r
+    w0_fro: float
+    delta_fro: float
+    r_delta: float
+    e_diag: float
+    e_off: float
+    e_null: float
+    f_diag: float
+    f_off: float
+    f_null: float
+    sv_cos: float
+    delta_max: float
+    sr_w0: float
+    sr_delta: float
+    sr_w1: float
+    dsr_pct: float
+    alpha: float
+    rank_w0: dict  # threshold (as str) → numerical rank
+    rank_w1: dict
+
+    def as_row(self) -> dict:
+        row = {k: v for k, v in self.__dict__.items() if not isinstance(v, dict)}
+        for t, v in self.rank_w0.items():
+            row[f"nrank_w0_{t}"] = v
+        for t, v in self.rank_w1.items():
+            row[f"nrank_w1_{t}"] = v
+        return row
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else 0.0
+
+
+def numerical_rank(s: np.ndarray, rel: float) -> int:
+    return int((s > rel * s[0]).sum()) if s.size and s[0] > 0 else 0
+
+
+def matrix_metrics(
+    s0: Sequence[float] | np.ndarray,
+    s1: Sequence[float] | np.ndarray,
+    *,
+    delta_fro: float,
+    delta_spec: float,
+    energies: tuple[float, float, float],
+    rows: int,
+    cols: int,
+    rank: int,
+    rank_thresholds: Sequence[float],
+) -> MatrixMetrics:
+    """Metrics from the spectra of W0 and W1, ‖ΔW‖_F, ‖ΔW‖₂ and the split energies.
+
+    Conventions for a zero update (ΔW = 0): fractions, SR(ΔW) and α are 0, never NaN.
+    """
+    s0 = np.asarray(s0, dtype=np.float64)
+    s1 = np.asarray(s1, dtype=np.float64)
+    w0_fro = math.sqrt(float(np.dot(s0, s0)))
+    w1_fro2 = float(np.dot(s1, s1))
+    e_diag, e_off, e_null = energies
+    d2 = delta_fro**2
+    sr_w0 = _ratio(w0_fro**2, s0[0] ** 2) if s0.size else 0.0
+    sr_w1 = _ratio(w1_fro2, s1[0] ** 2) if s1.size else 0.0
+    sr_delta = _ratio(d2, delta_spec**2)
+    n0, n1 = math.sqrt(float(np.dot(s0, s0))), math.sqrt(w1_fro2)
+    return MatrixMetrics(
+        rows=rows,
+        cols=cols,
+        rank=rank,
+        w0_fro=w0_fro,
+        delta_fro=delta_fro,
+        r_delta=_ratio(delta_fro, w0_fro),
+        e_diag=e_diag,
+        e_off=e_off,
+        e_null=e_null,
+        f_diag=_ratio(e_diag, d2),
+        f_off=_ratio(e_off, d2),
+        f_null=_ratio(e_null, d2),
+        sv_cos=_ratio(float(np.dot(s0, s1)), n0 * n1),
+        delta_max=_ratio(float(np.max(np.abs(s1 - s0))) if s0.size else 0.0, s0[0] if s0.size else 0.0),
+        sr_w0=sr_w0,
+        sr_delta=sr_delta,
+        sr_w1=sr_w1,
+        dsr_pct=100.0 * _ratio(sr_w1 - sr_w0, sr_w0),
+        alpha=_ratio(sr_w1 - sr_w0, sr_delta) if sr_delta > 0 else 0.0,
+        rank_w0={f"{t:g}": numerical_rank(s0, t) for t in rank_thresholds},
+        rank_w1={f"{t:g}": numerical_rank(s1, t) for t in rank_thresholds},
+    )
+
+
+@dataclass(frozen=True)
+class MatrixResult:
+    frame: Frame
+    projection: Projection
+    sigma1: torch.Tensor
+    metrics: MatrixMetrics
+
+
+def decompose_matrix(
+    W0: torch.Tensor,
+    W1: torch.Tensor,
+    *,
+    frame: Optional[Frame] = None,
+    core_rel_threshold: Optional[float] = None,
+    rank_thresholds: Sequence[float] = (1e-7, 1e-3),
+) -> MatrixResult:
+    """Full GRRR treatment of one matrix pair, given already upcast (float32/64) tensors.
+
+    Consumes ``W1`` (it becomes ΔW, then the null residual) to keep at most a few
+    m×n buffers alive. Pass a cached ``frame`` to skip the SVD of W0.
+    """
+    if W0.dtype != W1.dtype or W0.dtype not in (torch.float32, torch.float64):
+        raise TypeError("decompose_matrix expects two float32 or two float64 tensors")
+    sigma1 = torch.linalg.svdvals(W1)
+    delta = W1.sub_(W0)
+    if frame is None:
+        frame = compute_frame(W0, core_rel_threshold)
+    delta_fro = float(torch.linalg.vector_norm(delta).item())
+    delta_spec = spectral_norm(delta) if delta_fro > 0 else 0.0
+    proj = project(delta, frame, in_place=True)
+    energies = split_energies(proj.P, proj.null)
+    m, n = delta.shape
+    metrics = matrix_metrics(
+        frame.S.double().cpu().numpy(),
+        sigma1.double().cpu().numpy(),
+        delta_fro=delta_fro,
+        delta_spec=delta_spec,
+        energies=energies,
+        rows=m,
+        cols=n,
+        rank=frame.rank,
+        rank_thresholds=rank_thresholds,
+    )
+    return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics)

@@ -1,0 +1,62 @@
+"""A dependency-free progress line: items done / total, current item, rate and ETA."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Optional, TextIO
+
+
+def _fmt_seconds(s: float) -> str:
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+class Progress:
+    """Prints ``[done/total] pct | item | s/it | ETA`` to stderr.
+
+    On a terminal the line is rewritten in place; elsewhere (logs, CI) one line is
+    printed per update. ETA uses only items processed in this run, so resumed runs
+    do not count skipped work as instant.
+    """
+
+    def __init__(self, total: int, *, done: int = 0, label: str = "", enabled: bool = True,
+                 stream: Optional[TextIO] = None):
+        self.total = total
+        self.done = done
+        self.label = label
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self._start = time.monotonic()
+        self._processed = 0
+        self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def message(self, text: str) -> None:
+        if self.enabled:
+            self._emit(text, final=True)
+
+    def advance(self, item: str, n: int = 1) -> None:
+        self.done += n
+        self._processed += n
+        if not self.enabled:
+            return
+        elapsed = time.monotonic() - self._start
+        rate = elapsed / self._processed if self._processed else 0.0
+        remaining = max(self.total - self.done, 0)
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        eta = _fmt_seconds(rate * remaining) if self._processed else "?"
+        width = len(str(self.total))
+        text = (f"{self.label}[{self.done:>{width}}/{self.total}] {pct:5.1f}% | {item} | "
+                f"{rate:.2f} s/it | ETA {eta}")
+        self._emit(text, final=self.done >= self.total)
+
+    def _emit(self, text: str, final: bool) -> None:
+        if self._tty:
+            self.stream.write("\r\033[K" + text + ("\n" if final else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()

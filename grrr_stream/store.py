@@ -1,0 +1,340 @@
+"""The only module that touches Zarr: store layout, atomic per-matrix writes,
+completion records and the base-frame cache.
+
+Layout of a transition store (Zarr v3, readable with plain zarr/dask/xarray)::
+
+    <store>/zarr.json                 root group; attrs["grrr_stream"] = manifest
+    <store>/matrices/<tensor name>/   one group per decomposed matrix
+        P       r×r     update in the pretrained frame, U0ᵀ ΔW V0
+        null    m×n     explicit null residual ΔW − U0 P V0ᵀ (absent when W0 is
+                        square with an untruncated core: zero by construction)
+        sigma0  min(m,n) singular values of W0
+        sigma1  min(m,n) singular values of W1
+        attrs   name, layer, module, shape, rank, digests, metrics, complete
+    <store>/metrics/                  one float64 column array per metric (attrs: names, columns)
+    <store>/metrics.csv, summary.csv, summary.json
+    <store>/frames/                   base-frame cache unless frame_cache points elsewhere
+        <frame key>/U (m×r), S, V (n×r), attrs complete
+
+A matrix is done only when its arrays have been fsync'ed and then its group's
+attributes were rewritten with ``complete: true`` (zarr replaces zarr.json
+atomically; we fsync it). Anything without that flag is rewritten on resume.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Iterable, Optional
+from urllib.parse import quote
+
+import numpy as np
+import torch
+
+from .errors import StoreError, StoreMismatchError
+from .frame import Frame
+
+FORMAT_VERSION = 1
+MANIFEST_KEY = "grrr_stream"
+CHUNK = 1024  # 1024×1024 float32 chunks (4 MiB): good for dask, small enough to stream
+
+_TORCH_DTYPES = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+
+
+def _zarr():
+    import zarr  # heavy import kept inside the owner module
+
+    return zarr
+
+
+def _compressor():
+    from zarr.codecs import BloscCodec
+
+    # zstd level 1 with byte shuffle: ~8 % smaller than raw on noise-like float32
+    # updates at close to memcpy speed (measured in tools/bench_decompose.py).
+    return BloscCodec(cname="zstd", clevel=1, shuffle="shuffle")
+
+
+def node_key(name: str) -> str:
+    """Zarr node name for a tensor name (names with '/' or odd characters are %-escaped)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_.\-]+", name) and not name.startswith("__") else quote(name, safe="")
+
+
+def _fsync_path(p: Path) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root`` (zarr itself never fsyncs)."""
+    for d, _, files in os.walk(root):
+        for f in files:
+            _fsync_path(Path(d) / f)
+        _fsync_path(Path(d))
+
+
+def _to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
+    t = t.detach().to("cpu")
+    if dtype == "bfloat16":
+        # numpy has no bfloat16: store the bit pattern as uint16, tagged in attrs.
+        return t.to(torch.bfloat16).contiguous().view(torch.uint16).numpy()
+    return t.to(_TORCH_DTYPES[dtype]).contiguous().numpy()
+
+
+def _write_array(group, name: str, data: np.ndarray, attrs: Optional[dict] = None):
+    chunks = tuple(min(CHUNK, s) if s else 1 for s in data.shape)
+    arr = group.create_array(
+        name, shape=data.shape, chunks=chunks, dtype=data.dtype, compressors=_compressor(),
+        overwrite=True, attributes=attrs or {}, fill_value=0,
+    )
+    arr[...] = data
+    return arr
+
+
+class StoreLock:
+    """Exclusive advisory lock on a store directory for the lifetime of a run."""
+
+    def __init__(self, path: Path):
+        self.path = path / ".lock"
+        self._fd: Optional[int] = None
+
+    def __enter__(self) -> "StoreLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = None
+            raise StoreError(
+                f"store {self.path.parent} is in use by another grrr-stream process; wait for it to finish "
+                "or use another --store"
+            ) from None
+        os.ftruncate(self._fd, 0)
+        os.write(self._fd, str(os.getpid()).encode())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+class TransitionStore:
+    """Results of one transition (base → post) in a Zarr v3 directory store."""
+
+    def __init__(self, path: Path, root):
+        self.path = Path(path)
+        self.root = root
+
+    # -- opening -----------------------------------------------------------
+
+    @staticmethod
+    def read_manifest(path: Path) -> Optional[dict]:
+        meta = Path(path) / "zarr.json"
+        if not meta.is_file():
+            return None
+        try:
+            return json.loads(meta.read_text()).get("attributes", {}).get(MANIFEST_KEY)
+        except json.JSONDecodeError:
+            return None
+
+    @classmethod
+    def open(cls, path: Path, manifest: dict, *, overwrite: bool = False) -> "TransitionStore":
+        """Open for writing, creating it or checking it belongs to the same inputs and settings.
+
+        ``manifest`` must hold ``identity`` (dict compared exactly) plus anything descriptive.
+        """
+        zarr = _zarr()
+        path = Path(path)
+        existing = cls.read_manifest(path)
+        if existing is None and path.exists() and any(p.name not in (".lock", "frames") for p in path.iterdir()):
+            raise StoreError(
+                f"{path} exists and is not a grrr_stream store; refusing to write into it. Choose an empty or new --store."
+            )
+        if existing is not None and existing.get("identity") != manifest["identity"]:
+            if not overwrite:
+                old, new = existing.get("identity", {}), manifest["identity"]
+                diffs = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+                raise StoreMismatchError(
+                    f"store {path} holds results for different inputs or settings (differs in: {', '.join(diffs)}). "
+                    "Mixing them would corrupt the results. Use another --store, or pass --overwrite to discard "
+                    "the old results (cached base frames are kept; they are keyed by content)."
+                )
+            cls._clear(path)
+        if existing is None or existing.get("identity") != manifest["identity"]:
+            root = zarr.open_group(str(path), mode="a", zarr_format=3)
+            root.attrs[MANIFEST_KEY] = {**manifest, "format": FORMAT_VERSION, "complete": False}
+            root.require_group("matrices")
+        else:
+            root = zarr.open_group(str(path), mode="a", zarr_format=3)
+            merged = dict(existing)
+            merged.update({k: v for k, v in manifest.items() if k != "identity"})
+            root.attrs[MANIFEST_KEY] = merged
+        return cls(path, root)
+
+    @staticmethod
+    def _clear(path: Path) -> None:
+        for p in path.iterdir():
+            if p.name in ("frames", ".lock"):
+                continue
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+    # -- per-matrix results ---------------------------------------------------
+
+    def _matrix_dir(self, name: str) -> Path:
+        return self.path / "matrices" / node_key(name)
+
+    def completed(self) -> dict[str, dict]:
+        """tensor name → attrs of every matrix whose completion record is durable."""
+        done: dict[str, dict] = {}
+        base = self.path / "matrices"
+        if not base.is_dir():
+            return done
+        for d in base.iterdir():
+            meta = d / "zarr.json"
+            if not meta.is_file():
+                continue
+            try:
+                attrs = json.loads(meta.read_text()).get("attributes", {})
+            except json.JSONDecodeError:
+                continue  # torn write from a killed run: redone
+            if attrs.get("complete"):
+                done[attrs["name"]] = attrs
+        return done
+
+    def write_matrix(self, name: str, arrays: dict[str, np.ndarray], attrs: dict, array_attrs: dict[str, dict]) -> None:
+        """Write one matrix's arrays durably, then mark it complete (the commit point)."""
+        zarr = _zarr()
+        d = self._matrix_dir(name)
+        if d.exists():
+            shutil.rmtree(d)  # leftovers of an interrupted write
+        group = zarr.open_group(str(self.path), mode="a", zarr_format=3)["matrices"].create_group(
+            node_key(name), attributes={**attrs, "complete": False}
+        )
+        for key, data in arrays.items():
+            _write_array(group, key, data, array_attrs.get(key))
+        fsync_tree(d)
+        group.attrs["complete"] = True
+        _fsync_path(d / "zarr.json")
+        _fsync_path(d)
+
+    # -- tables -----------------------------------------------------------------
+
+    def write_tables(self, rows: list[dict], summary_rows: list[dict], summary: dict) -> None:
+        """metrics.csv, summary.csv, summary.json and the metrics/ column arrays."""
+        zarr = _zarr()
+        _atomic_write(self.path / "metrics.csv", _csv(rows))
+        _atomic_write(self.path / "summary.csv", _csv(summary_rows))
+        _atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
+        root = zarr.open_group(str(self.path), mode="a", zarr_format=3)
+        numeric = [k for k in rows[0] if isinstance(rows[0][k], (int, float)) and not isinstance(rows[0][k], bool)]
+        grp = root.create_group("metrics", overwrite=True, attributes={
+            "names": [r["name"] for r in rows], "columns": numeric,
+        })
+        for col in numeric:
+            _write_array(grp, col, np.array([float(r[col]) for r in rows], dtype=np.float64))
+        fsync_tree(self.path / "metrics")
+
+    def mark_complete(self, extra: Optional[dict] = None) -> None:
+        manifest = dict(self.root.attrs[MANIFEST_KEY])
+        manifest["complete"] = True
+        manifest.update(extra or {})
+        self.root.attrs[MANIFEST_KEY] = manifest
+        _fsync_path(self.path / "zarr.json")
+
+    def read_sigmas(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        g = _zarr().open_group(str(self.path), mode="r")["matrices"][node_key(name)]
+        return np.asarray(g["sigma0"][:]), np.asarray(g["sigma1"][:])
+
+
+class FrameCache:
+    """Cached SVD frames of base matrices, keyed by content digest and frame options."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._root = None
+
+    def _group(self):
+        if self._root is None:
+            self._root = _zarr().open_group(str(self.path), mode="a", zarr_format=3)
+        return self._root
+
+    @staticmethod
+    def key(base_digest: str, compute_dtype: str, core_rel_threshold: Optional[float]) -> str:
+        thr = "full" if core_rel_threshold is None else f"t{core_rel_threshold:g}"
+        return f"{base_digest}-{compute_dtype}-{thr}"
+
+    def get(self, key: str, dtype: torch.dtype) -> Optional[Frame]:
+        meta = self.path / key / "zarr.json"
+        if not meta.is_file():
+            return None
+        try:
+            if not json.loads(meta.read_text()).get("attributes", {}).get("complete"):
+                return None
+        except json.JSONDecodeError:
+            return None
+        g = self._group()[key]
+        return Frame(
+            U=torch.from_numpy(np.asarray(g["U"][...])).to(dtype),
+            S=torch.from_numpy(np.asarray(g["S"][...])).to(dtype),
+            V=torch.from_numpy(np.asarray(g["V"][...])).to(dtype),
+        )
+
+    def put(self, key: str, frame: Frame, attrs: dict) -> None:
+        d = self.path / key
+        if d.exists():
+            shutil.rmtree(d)
+        g = self._group().create_group(key, attributes={**attrs, "complete": False})
+        for nm in ("U", "S", "V"):
+            t = getattr(frame, nm).detach().to("cpu")
+            _write_array(g, nm, t.contiguous().numpy())
+        fsync_tree(d)
+        g.attrs["complete"] = True
+        _fsync_path(d / "zarr.json")
+
+
+def _csv(rows: Iterable[dict]) -> str:
+    rows = list(rows)
+    if not rows:
+        return ""
+    buf = io.StringIO()
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_path(path.parent)
+
+
+def to_store_array(t: torch.Tensor, dtype: str) -> tuple[np.ndarray, dict]:
+    """numpy array for storage in ``dtype`` plus the attrs that describe its encoding."""
+    arr = _to_numpy(t, dtype)
+    return arr, ({"grrr_dtype": "bfloat16", "encoding": "bfloat16 bit pattern as uint16"} if dtype == "bfloat16" else {})
