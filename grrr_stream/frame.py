@@ -291,6 +291,10 @@ def decompose_matrix(
         frame = compute_frame(W0, core_rel_threshold)
     delta_fro = float(torch.linalg.vector_norm(delta).item())
     delta_spec = spectral_norm(delta) if delta_fro > 0 else 0.0
+    if delta_fro == 0.0:
+        # W1 == W0 bit for bit: use the identical spectrum rather than one from another
+        # LAPACK routine, so a model compared with itself gives exact zeros.
+        sigma1 = frame.S.clone()
     proj = project(delta, frame, in_place=True)
     energies = split_energies(proj.P, proj.null)
     m, n = delta.shape

@@ -214,7 +214,9 @@ class TransitionStore:
                 attrs = json.loads(meta.read_text()).get("attributes", {})
             except json.JSONDecodeError:
                 continue  # torn write from a killed run: redone
-            if attrs.get("complete"):
+            arrays = ["P", "sigma0", "sigma1"] + (["null"] if attrs.get("null_stored") else [])
+            # a record without its arrays (files removed by hand) is not done either
+            if attrs.get("complete") and all((d / a / "zarr.json").is_file() for a in arrays):
                 done[attrs["name"]] = attrs
         return done
 
