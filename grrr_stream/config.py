@@ -69,6 +69,9 @@ class DecomposeConfig(_Strict):
     chain: Optional[str] = Field(None, description="label of the chain this transition belongs to")
 
     overwrite: bool = False
+    # On resume, re-read and digest the tensors of completed matrices to prove the inputs
+    # are unchanged (the checkpoint fingerprint only samples the files). Costs one read.
+    verify_resume: bool = True
     progress: bool = True
     tracking: TrackingConfig = TrackingConfig()
 

@@ -30,7 +30,7 @@ from . import __version__
 from .arch import MatrixName, pattern_for, select_matrices
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
 from .config import DecomposeConfig, result_settings, settings_hash, stable_hash
-from .errors import ConfigError, NonFiniteWeightError, TensorMismatchError
+from .errors import ConfigError, NonFiniteWeightError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix
 from .progress import Progress
 from .store import FrameCache, StoreLock, TransitionStore, to_store_array
@@ -38,6 +38,24 @@ from .store import FrameCache, StoreLock, TransitionStore, to_store_array
 _COMPUTE_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # Columns of the per-matrix table that are aggregated (mean ± std) per transition.
 SUMMARY_EXCLUDE = {"rows", "cols", "layer", "e_diag", "e_off", "e_null", "w0_fro"}
+
+
+def bound_heap_growth() -> None:
+    """Make glibc return freed matrix buffers to the OS.
+
+    glibc raises its mmap threshold (up to 32 MiB) each time a large block is freed,
+    after which matrix-sized buffers come from the heap, fragment it, and peak RSS
+    creeps up with every matrix processed (measured: +10 % from 1 to 4 layers of
+    11 MiB matrices). A fixed 1 MiB threshold keeps every tensor buffer in its own
+    mapping, so memory stays flat in the number of layers. No-op off glibc.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD; also disables the dynamic adjustment
+    except (OSError, AttributeError):
+        pass
 
 
 def resolve_device(device: str) -> torch.device:
@@ -163,6 +181,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
     """
     t_start = time.monotonic()
     stream = stream or sys.stderr
+    bound_heap_growth()
     base_dir = resolve_source(cfg.base, cfg.base_revision)
     post_dir = resolve_source(cfg.post, cfg.post_revision)
     base, post = Checkpoint.open(base_dir), Checkpoint.open(post_dir)
@@ -184,9 +203,22 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
         "versions": versions(),
     }
     frames = FrameCache(cfg.frame_cache_path())
+    TransitionStore.check_writable(cfg.store)  # before the lock file is created in it
     with StoreLock(cfg.store):
         store = TransitionStore.open(cfg.store, manifest, overwrite=cfg.overwrite)
         done = store.completed()
+        if done and cfg.verify_resume:
+            changed = _changed_since_recorded(plan, done)
+            if changed and not cfg.overwrite:
+                raise StoreMismatchError(
+                    f"{len(changed)} tensor(s) differ from those the stored results were computed from, e.g. "
+                    + ", ".join(changed[:5]) + f". The checkpoint was modified in place since {cfg.store} was "
+                    "written. Use another --store, or pass --overwrite to recompute everything."
+                )
+            if changed:
+                TransitionStore.clear(cfg.store)
+                store = TransitionStore.open(cfg.store, manifest)
+                done = {}
         pending = [m for m in plan.matrices if m.name not in done]
         progress = Progress(len(plan.matrices), done=len(plan.matrices) - len(pending),
                             enabled=cfg.progress, stream=stream)
@@ -204,6 +236,19 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
     if cfg.tracking.enabled:
         result.run_id = _track(cfg, store, manifest, rows, summary)
     return result
+
+
+def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
+    """Names (with side) of completed matrices whose current tensor digest differs from the record."""
+    changed = []
+    for m in plan.matrices:
+        attrs = done.get(m.name)
+        if attrs is None:
+            continue
+        for side, ckpt, key in (("base", plan.base, "base_digest"), ("post", plan.post, "post_digest")):
+            if tensor_digest(ckpt.read(m.name)) != attrs.get(key):
+                changed.append(f"{m.name} ({side})")
+    return changed
 
 
 def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, frames: FrameCache,

@@ -31,6 +31,11 @@ class Frame:
         return self.U.shape[1]
 
 
+def svdvals(X: torch.Tensor) -> torch.Tensor:
+    """Singular values, computed on the tall orientation (faster in LAPACK, same values)."""
+    return torch.linalg.svdvals(X.mT if X.shape[0] < X.shape[1] else X)
+
+
 def canonical_signs(U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Flip (u_i, v_i) pairs so the largest-magnitude entry of each u_i is positive.
 
@@ -46,9 +51,16 @@ def canonical_signs(U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, tor
 
 def compute_frame(W0: torch.Tensor, core_rel_threshold: Optional[float] = None) -> Frame:
     """Thin SVD of W0 with canonical signs; optionally keep only σ_i > threshold·σ_1 in the core."""
-    U, S, Vh = torch.linalg.svd(W0, full_matrices=False)
-    V = Vh.mT
-    del Vh
+    if W0.shape[0] < W0.shape[1]:
+        # LAPACK is 2-3x faster on tall than on wide inputs (measured on CPU); the
+        # SVD of W0ᵀ gives the same frame with U and V swapped.
+        V, S, Uh = torch.linalg.svd(W0.mT, full_matrices=False)
+        U = Uh.mT
+        del Uh
+    else:
+        U, S, Vh = torch.linalg.svd(W0, full_matrices=False)
+        V = Vh.mT
+        del Vh
     U, V = canonical_signs(U, V)
     if core_rel_threshold is not None and S.numel():
         r = int((S > core_rel_threshold * S[0]).sum().item())
@@ -285,7 +297,7 @@ def decompose_matrix(
     """
     if W0.dtype != W1.dtype or W0.dtype not in (torch.float32, torch.float64):
         raise TypeError("decompose_matrix expects two float32 or two float64 tensors")
-    sigma1 = torch.linalg.svdvals(W1)
+    sigma1 = svdvals(W1)
     delta = W1.sub_(W0)
     if frame is None:
         frame = compute_frame(W0, core_rel_threshold)

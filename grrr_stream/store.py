@@ -113,6 +113,8 @@ class StoreLock:
         self._fd: Optional[int] = None
 
     def __enter__(self) -> "StoreLock":
+        if self.path.parent.exists() and not self.path.parent.is_dir():
+            raise StoreError(f"--store {self.path.parent} is a file; give a directory path")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -155,6 +157,18 @@ class TransitionStore:
             return None
 
     @classmethod
+    def check_writable(cls, path: Path) -> None:
+        """Refuse a path that is a file or a non-empty directory that is not a grrr_stream store."""
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise StoreError(f"--store {path} is a file; give a directory path")
+        if (cls.read_manifest(path) is None and path.exists()
+                and any(p.name not in (".lock", "frames") for p in path.iterdir())):
+            raise StoreError(
+                f"{path} exists and is not a grrr_stream store; refusing to write into it. Choose an empty or new --store."
+            )
+
+    @classmethod
     def open(cls, path: Path, manifest: dict, *, overwrite: bool = False) -> "TransitionStore":
         """Open for writing, creating it or checking it belongs to the same inputs and settings.
 
@@ -162,11 +176,8 @@ class TransitionStore:
         """
         zarr = _zarr()
         path = Path(path)
+        cls.check_writable(path)
         existing = cls.read_manifest(path)
-        if existing is None and path.exists() and any(p.name not in (".lock", "frames") for p in path.iterdir()):
-            raise StoreError(
-                f"{path} exists and is not a grrr_stream store; refusing to write into it. Choose an empty or new --store."
-            )
         if existing is not None and existing.get("identity") != manifest["identity"]:
             if not overwrite:
                 old, new = existing.get("identity", {}), manifest["identity"]
@@ -176,7 +187,7 @@ class TransitionStore:
                     "Mixing them would corrupt the results. Use another --store, or pass --overwrite to discard "
                     "the old results (cached base frames are kept; they are keyed by content)."
                 )
-            cls._clear(path)
+            cls.clear(path)
         if existing is None or existing.get("identity") != manifest["identity"]:
             root = zarr.open_group(str(path), mode="a", zarr_format=3)
             root.attrs[MANIFEST_KEY] = {**manifest, "format": FORMAT_VERSION, "complete": False}
@@ -189,7 +200,8 @@ class TransitionStore:
         return cls(path, root)
 
     @staticmethod
-    def _clear(path: Path) -> None:
+    def clear(path: Path) -> None:
+        """Delete all results in a store except the lock and the (content-keyed) frame cache."""
         for p in path.iterdir():
             if p.name in ("frames", ".lock"):
                 continue

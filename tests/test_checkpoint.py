@@ -143,17 +143,18 @@ def test_index_naming_shard_outside_folder_is_refused(base_copy, tmp_path, kind)
     assert "outside the checkpoint folder" in msg and "refusing" in msg
 
 
-def test_index_shard_symlinked_outside_folder_is_refused(base_copy, tmp_path):
-    shard = shard_of(base_copy, "model.layers.1.mlp.gate_proj.weight")
+def test_index_shard_symlinked_outside_folder_is_followed(base_copy, tmp_path):
+    """Symlinks are made by whoever owns the filesystem (the Hub cache is all symlinks),
+    so only the names in the untrusted index are checked, not where links lead."""
+    name = "model.layers.1.mlp.gate_proj.weight"
+    before = Checkpoint.open(base_copy).read(name)
+    shard = shard_of(base_copy, name)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     target = elsewhere / shard.name
     shutil.move(shard, target)
     os.symlink(target, shard)
-    with pytest.raises(UnsafeCheckpointError) as ei:
-        Checkpoint.open(base_copy)
-    msg = str(ei.value)
-    assert shard.name in msg and "outside" in msg and "refusing" in msg
+    assert torch.equal(Checkpoint.open(base_copy).read(name), before)
 
 
 def test_hub_cache_layout_with_symlinked_shards_opens(pair, tmp_path):
