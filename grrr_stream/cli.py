@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .errors import GrrrError
+from .errors import ConfigError, GrrrError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -60,6 +60,77 @@ def _demo_parser(sub) -> None:
     _add_common(p)
 
 
+def _stats_parser(sub) -> None:
+    p = sub.add_parser("stats", help="summaries with bootstrap CIs over decomposed transitions",
+                       description="Mean, std, median and bootstrap 95 %% CIs of every metric, overall, per module "
+                                   "and per layer, one row per transition (CSV files in --out).")
+    p.add_argument("stores", nargs="+", type=Path, help="finished transition stores")
+    p.add_argument("--out", type=Path, required=True, help="folder for the CSV tables")
+    _add_stats_common(p)
+
+
+def _compare_parser(sub) -> None:
+    p = sub.add_parser("compare", help="off-diagonal cosine geometry of transitions sharing a base frame",
+                       description="Median over matrices of cos(P_a^off, P_b^off) with a bootstrap CI and a matched "
+                                   "isotropic-null test; update norms. Figures and CSV/JSON in --out.")
+    p.add_argument("--sequential", nargs=2, action="append", default=[], metavar=("SFT_STORE", "CUM_STORE"),
+                   help="base→SFT and base→RL stores: compares ΔW_SFT with ΔW_incr = W_RL − W_SFT (repeatable)")
+    p.add_argument("--independent", nargs=2, action="append", default=[], metavar=("A_STORE", "B_STORE"),
+                   help="two children of the same base (repeatable)")
+    p.add_argument("--out", type=Path, required=True, help="folder for tables and figures")
+    p.add_argument("--null-draws", type=int, default=10_000, help="Monte Carlo draws of the null (default 10000)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict (default 0.05)")
+    _add_stats_common(p)
+
+
+def _add_stats_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scheduler", help="Dask scheduler: threads (default), processes, or ADDRESS of a cluster")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    p.add_argument("--experiment", default="grrr_stream", help="MLflow experiment (default grrr_stream)")
+    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    _add_common(p)
+
+
+def _tracking_from_args(args) -> dict:
+    return {"enabled": not args.no_track, "uri": args.tracking_uri, "experiment": args.experiment}
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .analyze import make_scheduler, run_stats
+
+    if args.resamples < 100:
+        raise ConfigError("--resamples must be at least 100")
+    res = run_stats(args.stores, args.out, resamples=args.resamples, seed=args.seed,
+                    scheduler=make_scheduler(args.scheduler), tracking=_tracking_from_args(args))
+    overall = [r for r in res.long_rows if r["scope"] == "all" and r["metric"] in ("f_diag", "f_off", "f_null")]
+    for r in overall:
+        print(f"{r['transition']:<40} {r['metric']:<7} mean {r['mean']:.4f} "
+              f"[{r['mean_ci_lo']:.4f}, {r['mean_ci_hi']:.4f}]  median {r['median']:.4f}")
+    print("wrote " + ", ".join(str(f) for f in res.files))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .analyze import make_scheduler, run_comparisons
+
+    pairs = [("sequential", Path(a), Path(b)) for a, b in args.sequential]
+    pairs += [("independent", Path(a), Path(b)) for a, b in args.independent]
+    if not pairs:
+        raise ConfigError("give at least one --sequential SFT_STORE CUM_STORE or --independent A_STORE B_STORE")
+    if not 0 < args.alpha < 1 or args.null_draws < 100 or args.resamples < 100:
+        raise ConfigError("need 0 < --alpha < 1, --null-draws >= 100 and --resamples >= 100")
+    res = run_comparisons(pairs, args.out, resamples=args.resamples, null_draws=args.null_draws, seed=args.seed,
+                          alpha=args.alpha, scheduler=make_scheduler(args.scheduler),
+                          tracking=_tracking_from_args(args))
+    for s in res.summaries:
+        print(f"{s['label']}: median cos_off {s['median_cos_off']:+.4f} [{s['ci_lo']:+.4f}, {s['ci_hi']:+.4f}], "
+              f"null ±2σ [{s['null_lo']:+.4f}, {s['null_hi']:+.4f}], p = {s['p_value']:.3g} → {s['verdict']}")
+    print("wrote " + ", ".join(str(f) for f in res.files))
+    return 0
+
+
 def config_from_args(args: argparse.Namespace):
     from .config import load_config, load_yaml, build_config
 
@@ -84,8 +155,6 @@ def config_from_args(args: argparse.Namespace):
         values["tracking"] = tracking
     missing = [k for k in ("base", "post", "store") if k not in values]
     if missing:
-        from .errors import ConfigError
-
         raise ConfigError("missing " + ", ".join(f"--{k}" for k in missing) + " (or set them in --config)")
     return build_config(values, source=str(args.config) if args.config else "command line")
 
@@ -146,11 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grrr-stream", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _decompose_parser(sub)
+    _stats_parser(sub)
+    _compare_parser(sub)
     _demo_parser(sub)
     return parser
 
 
-COMMANDS = {"decompose": cmd_decompose, "demo": cmd_demo}
+COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "demo": cmd_demo}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -363,10 +363,15 @@ def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = ""
     return rows, summary_rows, summary
 
 
+def transition_key(identity: dict) -> str:
+    """Deterministic MLflow key of a transition: its inputs' fingerprints and settings hash."""
+    return "transition-" + stable_hash(identity, 24)
+
+
 def _track(cfg: DecomposeConfig, store: TransitionStore, manifest: dict, rows: list[dict], summary: dict) -> str:
     from . import tracking
 
-    key = "transition-" + stable_hash(manifest["identity"], 24)
+    key = transition_key(manifest["identity"])
     name = f"{Path(cfg.base).name} → {Path(cfg.post).name}"
     run = tracking.open_run(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment, key=key, run_name=name,
                             tags={"grrr.kind": "transition", "grrr.chain": cfg.chain or "",

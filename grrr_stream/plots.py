@@ -61,3 +61,57 @@ def normalized_spectra(spectra: Sequence[tuple[str, np.ndarray, np.ndarray]], pa
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+def cosine_medians(items: Sequence[dict], path: Path, title: str = "") -> Path:
+    """Median off-diagonal cosine per pair with its bootstrap CI and the null's 2σ envelope
+    (the paper's Figures 4B / 5B). ``items``: Comparison.summary() dicts plus 'label'."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(items) + 2), 3.8))
+    xs = np.arange(len(items))
+    for x, it in zip(xs, items):
+        ax.fill_between([x - 0.3, x + 0.3], it["null_lo"], it["null_hi"], color="0.85",
+                        label="isotropic null ±2σ" if x == 0 else None)
+        color = {"aligned": "tab:green", "anti-aligned": "tab:red"}.get(it["verdict"], "tab:gray")
+        ax.errorbar([x], [it["median_cos_off"]], yerr=[[it["median_cos_off"] - it["ci_lo"]],
+                                                      [it["ci_hi"] - it["median_cos_off"]]],
+                    fmt="o", color=color, capsize=4, label=None)
+        ax.annotate(f"p={it['p_value']:.2g}", (x, it["ci_hi"]), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize=8)
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([it["label"] for it in items], rotation=15, ha="right", fontsize=8)
+    ax.set_ylabel("median cos(P_a^off, P_b^off)\nover matrices (95 % CI)")
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3, axis="y")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def norm_bars(items: Sequence[dict], path: Path, title: str = "") -> Path:
+    """Frobenius norms of the updates (Figure 4A: ΔW_SFT, ΔW_incr, ΔW_cum with ‖ΔW_cum‖ = 1;
+    Figure 5A: the two independent updates normalised to the larger, with their ratio)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, max(len(items), 1), figsize=(3.2 * max(len(items), 1), 3.6), squeeze=False)
+    for ax, it in zip(axes[0], items):
+        if it["kind"] == "sequential":
+            names, vals = ["ΔW_SFT", "ΔW_incr", "ΔW_cum"], [it["norm_sft"], it["norm_incr"], it["norm_cum"]]
+            ax.set_ylabel("‖ΔW‖_F / ‖ΔW_cum‖_F")
+        else:
+            top = max(it["norm_a"], it["norm_b"]) or 1.0
+            names, vals = ["ΔW_a", "ΔW_b"], [it["norm_a"] / top, it["norm_b"] / top]
+            ax.set_ylabel("‖ΔW‖_F / larger")
+            ax.set_title(f"ratio {it['norm_ratio']:.3f}", fontsize=9)
+        ax.bar(names, vals, color=["tab:blue", "tab:orange", "tab:gray"][: len(vals)])
+        ax.set_xlabel(it["label"], fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -253,9 +253,9 @@ class TransitionStore:
     def write_tables(self, rows: list[dict], summary_rows: list[dict], summary: dict) -> None:
         """metrics.csv, summary.csv, summary.json and the metrics/ column arrays."""
         zarr = _zarr()
-        _atomic_write(self.path / "metrics.csv", _csv(rows))
-        _atomic_write(self.path / "summary.csv", _csv(summary_rows))
-        _atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
+        atomic_write_text(self.path / "metrics.csv", to_csv(rows))
+        atomic_write_text(self.path / "summary.csv", to_csv(summary_rows))
+        atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
         root = zarr.open_group(str(self.path), mode="a", zarr_format=3)
         numeric = [k for k in rows[0] if isinstance(rows[0][k], (int, float)) and not isinstance(rows[0][k], bool)]
         grp = root.create_group("metrics", overwrite=True, attributes={
@@ -323,7 +323,7 @@ class FrameCache:
         _fsync_path(d / "zarr.json")
 
 
-def _csv(rows: Iterable[dict]) -> str:
+def to_csv(rows: Iterable[dict]) -> str:
     rows = list(rows)
     if not rows:
         return ""
@@ -338,7 +338,7 @@ def _csv(rows: Iterable[dict]) -> str:
     return buf.getvalue()
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w") as f:
         f.write(text)
@@ -352,3 +352,38 @@ def to_store_array(t: torch.Tensor, dtype: str) -> tuple[np.ndarray, dict]:
     """numpy array for storage in ``dtype`` plus the attrs that describe its encoding."""
     arr = _to_numpy(t, dtype)
     return arr, ({"grrr_dtype": "bfloat16", "encoding": "bfloat16 bit pattern as uint16"} if dtype == "bfloat16" else {})
+
+
+class StoredTransition:
+    """Read-only view of a finished transition store (for statistics and variants)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        manifest = TransitionStore.read_manifest(self.path)
+        if manifest is None:
+            raise StoreError(f"{self.path} is not a grrr_stream store (no manifest in zarr.json)")
+        if not manifest.get("complete"):
+            raise StoreError(
+                f"store {self.path} is incomplete; rerun its `grrr-stream decompose` command to finish it first"
+            )
+        self.manifest = manifest
+        done = TransitionStore(self.path, None).completed()
+        self.matrices: dict[str, dict] = {name: done[name] for name in manifest["matrices"]}
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.manifest['base']).name}→{Path(self.manifest['post']).name}"
+
+    def rows(self) -> list[dict]:
+        """Per-matrix metrics in plan order (as in metrics.csv)."""
+        return [{"name": n, "layer": a["layer"], "module": a["module"], **a["metrics"]}
+                for n, a in self.matrices.items()]
+
+    def dask_array(self, name: str, key: str):
+        """Lazy dask view of one stored array (``P``, ``null``, ``sigma0``, ``sigma1``)."""
+        import dask.array as da
+
+        return da.from_zarr(str(self.path), component=f"matrices/{node_key(name)}/{key}")
+
+    def has_array(self, name: str, key: str) -> bool:
+        return (self.path / "matrices" / node_key(name) / key / "zarr.json").is_file()

@@ -60,6 +60,8 @@ class Update:
     plant: Optional[tuple[float, float, float]] = None
     # relative drift of the tensors that are not decomposed (norms, embeddings)
     rest_drift: float = 1e-3
+    # distinguishes updates at the same position in a chain (independent siblings)
+    seed: int = 0
 
 
 def projection_shapes(s: ModelShape) -> dict[str, tuple[int, int]]:
@@ -182,7 +184,7 @@ def write_model(folder: Path, shape: ModelShape, *, family: str = "qwen2", dtype
         for name, shp in tensor_layout(shape, family):
             w = base_tensor(name, shp, seed).to(tdtype)
             for step, upd in enumerate(updates):
-                g = _gen(seed, f"{name}#update{step}")
+                g = _gen(seed, f"{name}#update{step}" + (f"/{upd.seed}" if upd.seed else ""))
                 if len(shp) == 2 and _is_projection(name):
                     delta, shares = planted_delta(w, upd, g)
                     planted[name] = list(shares)

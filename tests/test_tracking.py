@@ -54,14 +54,13 @@ def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(plant
 
 def test_run_left_unfinished_is_resumed_not_duplicated(planted_f64, tmp_path, uri):
     from grrr_stream import tracking
-    from grrr_stream.config import stable_hash
-    from grrr_stream.decompose import _identity
+    from grrr_stream.decompose import _identity, transition_key
     from grrr_stream.checkpoint import Checkpoint
 
     base, post = planted_f64
     cfg = no_track_config(base=str(base), post=str(post), store=tmp_path / "s", tracking={"uri": uri})
     # a crash after the run was created but before it was finished
-    key = "transition-" + stable_hash(_identity(cfg, Checkpoint.open(base), Checkpoint.open(post)), 24)
+    key = transition_key(_identity(cfg, Checkpoint.open(base), Checkpoint.open(post)))
     crashed = tracking.open_run(uri=uri, experiment="grrr_stream", key=key, run_name="crashed")
     crashed.log_params({"base": str(base)})
     res = run_transition(cfg)

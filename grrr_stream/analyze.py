@@ -1,0 +1,131 @@
+"""Run the statistics over stores, write tables and figures, log them to MLflow.
+
+Library functions behind ``grrr-stream stats`` and ``grrr-stream compare``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from .config import stable_hash
+from .decompose import transition_key
+from .errors import ConfigError
+from .store import StoredTransition, atomic_write_text, to_csv
+
+
+def make_scheduler(address: Optional[str]) -> Any:
+    """None/'threads'/'processes'/'synchronous' → a local Dask scheduler; anything else is the
+    address of a running dask.distributed scheduler (e.g. tcp://10.0.0.5:8786)."""
+    if address in (None, "", "threads", "processes", "synchronous", "sync"):
+        return address or "threads"
+    try:
+        from distributed import Client
+    except ImportError:  # pragma: no cover - a core dependency
+        raise ConfigError("--scheduler ADDRESS needs dask.distributed: pip install distributed") from None
+    try:
+        return Client(address, timeout="10s")
+    except (OSError, TimeoutError) as e:
+        raise ConfigError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+
+
+@dataclass
+class StatsResult:
+    out: Path
+    long_rows: list[dict]
+    files: list[Path]
+
+
+def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, seed: int = 0,
+              scheduler: Any = None, tracking: Optional[dict] = None) -> StatsResult:
+    """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``."""
+    from . import stats
+
+    transitions = [StoredTransition(Path(s)) for s in stores]
+    long_rows = stats.summary_tables(transitions, resamples=resamples, seed=seed, scheduler=scheduler)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, rows in (("summary_long.csv", long_rows),
+                       ("table_overall.csv", stats.wide_table(long_rows, "all")),
+                       ("table_by_module.csv", stats.wide_table(long_rows, "module")),
+                       ("table_by_layer.csv", stats.wide_table(long_rows, "layer"))):
+        atomic_write_text(out / name, to_csv(rows))
+        files.append(out / name)
+    if tracking and tracking.get("enabled", True):
+        from . import tracking as trk
+
+        for t in transitions:
+            run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
+                               key=transition_key(t.manifest["identity"]), run_name=t.label)
+            mine = [r for r in long_rows if r["store"] == str(t.path)]
+            tdir = out / f"per_transition_{stable_hash(str(t.path), 8)}"
+            tdir.mkdir(exist_ok=True)
+            atomic_write_text(tdir / f"stats_summary_resamples{resamples}_seed{seed}.csv", to_csv(mine))
+            run.log_artifacts(sorted(tdir.iterdir()), "stats")
+    return StatsResult(out, long_rows, files)
+
+
+@dataclass
+class CompareResult:
+    out: Path
+    comparisons: list
+    summaries: list[dict]
+    files: list[Path]
+    run_ids: list[str]
+
+
+def run_comparisons(pairs: Sequence[tuple[str, Path, Path]], out: Path, *, resamples: int = 10_000,
+                    null_draws: int = 10_000, seed: int = 0, alpha: float = 0.05, scheduler: Any = None,
+                    tracking: Optional[dict] = None) -> CompareResult:
+    """Off-diagonal cosine geometry for each (kind, a, b); CSV/JSON + Figures 4/5 in ``out``."""
+    from . import plots, stats
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    comparisons, summaries, files = [], [], []
+    for kind, a_path, b_path in pairs:
+        a, b = StoredTransition(Path(a_path)), StoredTransition(Path(b_path))
+        comp = stats.compare(a, b, kind, resamples=resamples, null_draws=null_draws, seed=seed, alpha=alpha,
+                             scheduler=scheduler)
+        label = f"{a.label} vs {b.label}" if kind == "independent" else f"{a.label} then incr. to {b.label}"
+        summary = {"label": label, **comp.summary()}
+        stem = f"{kind}_{stable_hash([str(a.path), str(b.path)], 8)}"
+        atomic_write_text(out / f"{stem}_per_matrix.csv", to_csv(comp.rows))
+        atomic_write_text(out / f"{stem}.json", json.dumps(summary, indent=2))
+        files += [out / f"{stem}_per_matrix.csv", out / f"{stem}.json"]
+        comparisons.append((comp, a, b, stem))
+        summaries.append(summary)
+    atomic_write_text(out / "comparisons.csv", to_csv(summaries))
+    files.append(out / "comparisons.csv")
+    figs = [plots.cosine_medians(summaries, out / "offdiag_cosine_medians.png"),
+            plots.norm_bars(summaries, out / "update_norms.png")]
+    files += figs
+    run_ids = []
+    if tracking and tracking.get("enabled", True):
+        from . import tracking as trk
+
+        for (comp, a, b, stem), summary in zip(comparisons, summaries):
+            settings = {"kind": comp.kind, "a": a.manifest["identity"], "b": b.manifest["identity"],
+                        "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
+                        "seed": seed, "alpha": alpha}
+            run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
+                               key="comparison-" + stable_hash(settings, 24), run_name=summary["label"],
+                               tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind})
+            run_ids.append(run.run_id)
+            if run.complete:
+                continue
+            run.log_params({"kind": comp.kind, "a": a.label, "b": b.label, "a_store": str(a.path),
+                            "b_store": str(b.path), "frame": a.manifest["identity"]["base_fingerprint"],
+                            "frame_settings": json.dumps(a.manifest["settings"], sort_keys=True),
+                            "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
+                            "seed": seed, "alpha": alpha})
+            run.log_metrics([(k, v, 0) for k, v in summary.items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool)]
+                            + [(f"cos_off/{r['module']}", r["cos_off"], r["layer"]) for r in comp.rows])
+            run.set_tags({"grrr.verdict": comp.null.verdict})
+            run.log_artifacts([out / f"{stem}_per_matrix.csv", out / f"{stem}.json", *figs])
+            run.finish()
+    return CompareResult(out, [c[0] for c in comparisons], summaries, files, run_ids)
