@@ -333,58 +333,107 @@ def tensor_digest(t: torch.Tensor) -> str:
 # writing
 
 
+@dataclass(frozen=True)
+class TensorSpec:
+    """What will be written for one tensor: name, shape and torch dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * torch.empty((), dtype=self.dtype).element_size()
+
+
+def plan_shards(layout: list[TensorSpec], max_shard_bytes: int) -> list[list[TensorSpec]]:
+    """Greedy split of the layout into shards of at most ``max_shard_bytes`` (one tensor may exceed it)."""
+    shards: list[list[TensorSpec]] = [[]]
+    size = 0
+    for spec in layout:
+        if shards[-1] and size + spec.nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(spec)
+        size += spec.nbytes
+    return [s for s in shards if s]
+
+
+def _safetensors_header(specs: list[TensorSpec]) -> bytes:
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for spec in specs:
+        header[spec.name] = {"dtype": _CODE_OF[spec.dtype], "shape": list(spec.shape),
+                             "data_offsets": [offset, offset + spec.nbytes]}
+        offset += spec.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    return raw + b" " * (-len(raw) % 8)  # the format pads the header to 8-byte alignment
+
+
 def write_checkpoint(
     folder: Path,
     tensors: Iterable[tuple[str, torch.Tensor]],
     *,
+    layout: Optional[list[TensorSpec]] = None,
     config: Optional[dict] = None,
     max_shard_bytes: int = 2 * 2**30,
     extra_files: Optional[dict[str, bytes]] = None,
     overwrite: bool = False,
 ) -> Path:
-    """Stream ``(name, tensor)`` pairs into a sharded HF folder, atomically.
+    """Stream ``(name, tensor)`` pairs, in ``layout`` order, into a sharded HF folder.
 
-    At most one shard's tensors are held in memory. The folder is assembled under a
-    hidden temporary name and renamed into place at the end, so a crash never leaves
-    a half-written folder under the final name.
+    Because every tensor's shape and dtype are known up front, each shard's header is
+    written first and each tensor's bytes go to disk as soon as it arrives: at most one
+    tensor is held in memory, whatever the shard size. The folder is assembled under a
+    hidden temporary name, fsync'ed and renamed into place, so a crash never leaves a
+    half-written folder under the final name. Free disk space is checked first.
+    Without ``layout`` the tensors are collected first (fine for small checkpoints).
     """
-    from safetensors.torch import save_file
-
     folder = Path(folder)
+    if layout is None:
+        tensors = list(tensors)
+        layout = [TensorSpec(name, tuple(t.shape), t.dtype) for name, t in tensors]
     if folder.exists() and not overwrite:
         raise CheckpointError(f"{folder} already exists; remove it or pass overwrite")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    total = sum(spec.nbytes for spec in layout)
+    free = shutil.disk_usage(folder.parent).free
+    if total + 64 * 2**20 > free:
+        raise CheckpointError(
+            f"not enough disk space for {folder}: needs {total / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free"
+        )
     tmp = folder.parent / f".{folder.name}.partial-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    shard_files: list[tuple[Path, list[str]]] = []
-    current: dict[str, torch.Tensor] = {}
-    current_bytes = 0
-    total = 0
-
-    def flush() -> None:
-        nonlocal current, current_bytes
-        if not current:
-            return
-        path = tmp / f"shard-{len(shard_files):05d}.tmp"
-        save_file(current, str(path), metadata={"format": "pt"})
-        shard_files.append((path, list(current)))
-        current, current_bytes = {}, 0
-
-    for name, t in tensors:
-        nbytes = t.numel() * t.element_size()
-        if current and current_bytes + nbytes > max_shard_bytes:
-            flush()
-        current[name] = t.detach().to("cpu").contiguous()
-        current_bytes += nbytes
-        total += nbytes
-    flush()
-    n = len(shard_files)
+    tmp.mkdir()
+    shards = plan_shards(layout, max_shard_bytes)
+    n = len(shards)
+    names = [SINGLE_NAME] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    it = iter(tensors)
     weight_map: dict[str, str] = {}
-    for i, (path, names) in enumerate(shard_files):
-        final = SINGLE_NAME if n == 1 else f"model-{i + 1:05d}-of-{n:05d}.safetensors"
-        path.rename(tmp / final)
-        weight_map.update({nm: final for nm in names})
+    for fname, specs in zip(names, shards):
+        header = _safetensors_header(specs)
+        with open(tmp / fname, "wb") as f:
+            f.write(struct.pack("<Q", len(header)))
+            f.write(header)
+            for spec in specs:
+                try:
+                    name, t = next(it)
+                except StopIteration:
+                    raise CheckpointError(f"tensor stream ended before '{spec.name}' ({folder})") from None
+                if name != spec.name or tuple(t.shape) != spec.shape or t.dtype != spec.dtype:
+                    raise CheckpointError(
+                        f"tensor stream out of step with the layout: got '{name}' {tuple(t.shape)} {t.dtype}, "
+                        f"expected '{spec.name}' {spec.shape} {spec.dtype}"
+                    )
+                t = t.detach().to("cpu").contiguous()
+                if t.numel():
+                    f.write(t.view(-1).view(torch.uint8).numpy().data)
+                weight_map[name] = fname
+            f.flush()
+            os.fsync(f.fileno())
+    if next(it, None) is not None:
+        raise CheckpointError(f"tensor stream has more tensors than the layout of {folder}")
     if n > 1:
         index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
         (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2))
@@ -397,3 +446,17 @@ def write_checkpoint(
     os.replace(tmp, folder)
     return folder
 
+
+# Files of a model folder that travel with its weights (tokenizer, chat template, generation config).
+COMPANION_PATTERNS = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
+                      "generation_config.json", "chat_template*", "*.model", "*.tiktoken", "preprocessor_config.json")
+
+
+def companion_files(folder: Path) -> dict[str, bytes]:
+    """Non-weight files to copy into a derived checkpoint (config.json is handled separately)."""
+    out: dict[str, bytes] = {}
+    for pattern in COMPANION_PATTERNS:
+        for p in Path(folder).glob(pattern):
+            if p.is_file():
+                out[p.name] = p.read_bytes()
+    return out

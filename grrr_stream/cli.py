@@ -83,6 +83,43 @@ def _compare_parser(sub) -> None:
     _add_stats_common(p)
 
 
+def _variants_parser(sub) -> None:
+    p = sub.add_parser("variants", help="build ablated variant models of a decomposed transition",
+                       description="Write W0 + chosen GRRR components of every decomposed matrix as Hugging Face "
+                                   "folders OUT/<variant>/, with a dtype fidelity report OUT/<variant>.fidelity.csv.")
+    p.add_argument("--store", type=Path, required=True, help="finished transition store")
+    p.add_argument("--variant", action="append", default=[],
+                   help="base, full, diag, off, null, offnull, randrm-SEED, or NAME=diag:W,off:W,null:W "
+                        "(repeatable; default: base full diag off null offnull randrm-0 randrm-1 randrm-2)")
+    p.add_argument("--out", type=Path, required=True, help="folder receiving one sub-folder per variant")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
+                   help="dtype of the written weights (default float32: keeps RL-sized updates)")
+    p.add_argument("--rest-from", default="post", choices=["post", "base"],
+                   help="source of tensors that are not decomposed (embeddings, norms, lm_head)")
+    p.add_argument("--device", default="auto", help="device for the rank-r products (auto, cpu, cuda[:N])")
+    p.add_argument("--shard-gb", type=float, default=2.0, help="maximum shard size in GiB (default 2)")
+    p.add_argument("--overwrite", action="store_true", help="rebuild variants that exist with other settings")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    p.add_argument("--experiment", default="grrr_stream", help="MLflow experiment (default grrr_stream)")
+    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    _add_common(p)
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    from .runtime import resolve_device
+    from .variants import DEFAULT_VARIANTS
+    from .workflows import run_variants
+
+    res = run_variants(args.store, args.out, args.variant or list(DEFAULT_VARIANTS), dtype=args.dtype,
+                       rest_from=args.rest_from, device=str(resolve_device(args.device)), overwrite=args.overwrite,
+                       max_shard_bytes=int(args.shard_gb * 2**30), tracking=_tracking_from_args(args))
+    print(f"{'variant':<14} {'dtype':<9} {'fidelity err':>12} {'worst':>10} {'energy kept':>12}  folder")
+    for s, folder in zip(res.summaries, res.folders):
+        print(f"{s['variant']:<14} {s['dtype']:<9} {s['fidelity']:>12.3e} {s['fidelity_max']:>10.3e} "
+              f"{100 * s['energy_survived']:>11.2f}%  {folder}")
+    return 0
+
+
 def _add_stats_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--seed", type=int, default=0)
@@ -98,7 +135,7 @@ def _tracking_from_args(args) -> dict:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from .analyze import make_scheduler, run_stats
+    from .workflows import make_scheduler, run_stats
 
     if args.resamples < 100:
         raise ConfigError("--resamples must be at least 100")
@@ -113,7 +150,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .analyze import make_scheduler, run_comparisons
+    from .workflows import make_scheduler, run_comparisons
 
     pairs = [("sequential", Path(a), Path(b)) for a, b in args.sequential]
     pairs += [("independent", Path(a), Path(b)) for a, b in args.independent]
@@ -217,11 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     _decompose_parser(sub)
     _stats_parser(sub)
     _compare_parser(sub)
+    _variants_parser(sub)
     _demo_parser(sub)
     return parser
 
 
-COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "demo": cmd_demo}
+COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "variants": cmd_variants,
+            "demo": cmd_demo}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -30,40 +30,15 @@ from . import __version__
 from .arch import MatrixName, pattern_for, select_matrices
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
 from .config import DecomposeConfig, result_settings, settings_hash, stable_hash
-from .errors import ConfigError, NonFiniteWeightError, StoreMismatchError, TensorMismatchError
+from .errors import NonFiniteWeightError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix
 from .progress import Progress
+from .runtime import bound_heap_growth, resolve_device
 from .store import FrameCache, StoreLock, TransitionStore, to_store_array
 
 _COMPUTE_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # Columns of the per-matrix table that are aggregated (mean ± std) per transition.
 SUMMARY_EXCLUDE = {"rows", "cols", "layer", "e_diag", "e_off", "e_null", "w0_fro"}
-
-
-def bound_heap_growth() -> None:
-    """Make glibc return freed matrix buffers to the OS.
-
-    glibc raises its mmap threshold (up to 32 MiB) each time a large block is freed,
-    after which matrix-sized buffers come from the heap, fragment it, and peak RSS
-    creeps up with every matrix processed (measured: +10 % from 1 to 4 layers of
-    11 MiB matrices). A fixed 1 MiB threshold keeps every tensor buffer in its own
-    mapping, so memory stays flat in the number of layers. No-op off glibc.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD; also disables the dynamic adjustment
-    except (OSError, AttributeError):
-        pass
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device '{device}' requested but torch sees no CUDA GPU; use --device cpu or auto")
-    return torch.device(device)
 
 
 # ---------------------------------------------------------------------------
@@ -200,6 +175,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
         "chain": cfg.chain,
         "settings": result_settings(cfg),
         "matrices": [m.name for m in plan.matrices],
+        "frame_cache": str(cfg.frame_cache_path().resolve()),
         "versions": versions(),
     }
     frames = FrameCache(cfg.frame_cache_path())

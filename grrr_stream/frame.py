@@ -274,6 +274,20 @@ def matrix_metrics(
     )
 
 
+def random_core_coefficients(r: int, norm: float, generator: torch.Generator, *,
+                             dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Q: standard Gaussian r×r scaled to Frobenius norm ``norm``.
+
+    R = U0 Q V0ᵀ is then a random component of exactly that norm lying entirely inside
+    span(U0) ⊗ span(V0) (‖U0 Q V0ᵀ‖_F = ‖Q‖_F for orthonormal U0, V0): the control
+    for removing the diagonal part, with ``norm`` = ‖diag P‖.
+    """
+    Q = torch.randn(r, r, generator=generator, dtype=torch.float64)
+    q = float(torch.linalg.matrix_norm(Q))
+    Q *= (norm / q) if q > 0 else 0.0
+    return Q.to(device=device, dtype=dtype)
+
+
 @dataclass(frozen=True)
 class MatrixResult:
     frame: Frame

@@ -387,3 +387,15 @@ class StoredTransition:
 
     def has_array(self, name: str, key: str) -> bool:
         return (self.path / "matrices" / node_key(name) / key / "zarr.json").is_file()
+
+    def read_tensor(self, name: str, key: str) -> torch.Tensor:
+        """One stored array as a CPU tensor in its stored dtype (bfloat16 bit patterns decoded)."""
+        arr = _zarr().open_array(str(self.path / "matrices" / node_key(name) / key), mode="r")
+        data = np.asarray(arr[...])
+        if arr.attrs.get("grrr_dtype") == "bfloat16":
+            return torch.from_numpy(data.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(data)
+
+    def frame_cache(self) -> Optional["FrameCache"]:
+        path = self.manifest.get("frame_cache")
+        return FrameCache(Path(path)) if path else None

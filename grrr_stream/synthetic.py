@@ -22,7 +22,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from .checkpoint import write_checkpoint
+from .checkpoint import TensorSpec, write_checkpoint
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -194,8 +194,9 @@ def write_model(folder: Path, shape: ModelShape, *, family: str = "qwen2", dtype
             yield name, w
 
     extra = {"generation_config.json": json.dumps({"bos_token_id": 0, "eos_token_id": 1}).encode()}
-    write_checkpoint(folder, tensors(), config=hf_config(shape, family, dtype), max_shard_bytes=max_shard_bytes,
-                     extra_files=extra, overwrite=overwrite)
+    layout = [TensorSpec(name, tuple(shp), tdtype) for name, shp in tensor_layout(shape, family)]
+    write_checkpoint(folder, tensors(), layout=layout, config=hf_config(shape, family, dtype),
+                     max_shard_bytes=max_shard_bytes, extra_files=extra, overwrite=overwrite)
     meta = {"shape": asdict(shape), "family": family, "dtype": dtype, "seed": seed,
             "updates": [asdict(u) for u in updates], "planted_shares": planted}
     (Path(folder) / "synthetic.json").write_text(json.dumps(meta, indent=1))

@@ -480,13 +480,14 @@ def test_read_is_bit_identical_to_safetensors(tmp_path, dtype):
 
 
 def test_fingerprint_stable_and_sensitive_to_one_value(base_copy):
+    name = "model.layers.1.self_attn.v_proj.weight"
+    shard = shard_of(base_copy, name)
+    tensors = load_file(shard)
+    save_file(tensors, str(shard), metadata={"format": "pt"})  # the header layout save_file writes
     fp1 = Checkpoint.open(base_copy).fingerprint()
     fp2 = Checkpoint.open(base_copy).fingerprint()
     assert fp1 == fp2
-    name = "model.layers.1.self_attn.v_proj.weight"
-    shard = shard_of(base_copy, name)
     header_before = read_header(shard)[2]
-    tensors = load_file(shard)
     tensors[name][3, 5] += 0.25
     save_file(tensors, str(shard), metadata={"format": "pt"})
     assert read_header(shard)[2] == header_before  # same layout, one value differs

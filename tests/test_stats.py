@@ -12,7 +12,7 @@ import torch
 
 from conftest import no_track_config
 from grrr_stream import stats
-from grrr_stream.analyze import run_comparisons, run_stats
+from grrr_stream.workflows import run_comparisons, run_stats
 from grrr_stream.checkpoint import Checkpoint
 from grrr_stream.decompose import run_transition
 from grrr_stream.errors import StoreMismatchError

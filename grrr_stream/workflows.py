@@ -1,11 +1,13 @@
-"""Run the statistics over stores, write tables and figures, log them to MLflow.
+"""Workflows over finished stores: statistics, comparisons, variant builds.
 
-Library functions behind ``grrr-stream stats`` and ``grrr-stream compare``.
+The library functions behind ``grrr-stream stats``, ``compare`` and ``variants``: they
+run the computation modules, write tables and figures, and log to MLflow.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -29,6 +31,18 @@ def make_scheduler(address: Optional[str]) -> Any:
         return Client(address, timeout="10s")
     except (OSError, TimeoutError) as e:
         raise ConfigError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+
+
+def transition_run(t: StoredTransition, tracking: dict):
+    """The MLflow run of a stored transition (created, unfinished, if the decomposition was not tracked;
+    a later tracked `decompose` of the same transition completes it)."""
+    from . import tracking as trk
+
+    m = t.manifest
+    return trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
+                        key=transition_key(m["identity"]), run_name=f"{m['base']} → {m['post']}",
+                        tags={"grrr.kind": "transition", "grrr.chain": m.get("chain") or "",
+                              "grrr.method": m.get("method") or ""})
 
 
 @dataclass
@@ -55,11 +69,8 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
         atomic_write_text(out / name, to_csv(rows))
         files.append(out / name)
     if tracking and tracking.get("enabled", True):
-        from . import tracking as trk
-
         for t in transitions:
-            run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
-                               key=transition_key(t.manifest["identity"]), run_name=t.label)
+            run = transition_run(t, tracking)
             mine = [r for r in long_rows if r["store"] == str(t.path)]
             tdir = out / f"per_transition_{stable_hash(str(t.path), 8)}"
             tdir.mkdir(exist_ok=True)
@@ -129,3 +140,65 @@ def run_comparisons(pairs: Sequence[tuple[str, Path, Path]], out: Path, *, resam
             run.log_artifacts([out / f"{stem}_per_matrix.csv", out / f"{stem}.json", *figs])
             run.finish()
     return CompareResult(out, [c[0] for c in comparisons], summaries, files, run_ids)
+
+
+@dataclass
+class VariantsResult:
+    out: Path
+    summaries: list[dict]
+    folders: list[Path]
+    run_ids: list[str]
+
+
+def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str = "float32",
+                 rest_from: str = "post", device: str = "cpu", overwrite: bool = False,
+                 max_shard_bytes: int = 2 * 2**30, tracking: Optional[dict] = None, stream=None) -> VariantsResult:
+    """Build each variant of the transition in ``store`` as ``out/<variant>/`` (HF folder) plus
+    ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant."""
+    from .variants import VariantBuilder, parse_variant, write_variant
+
+    specs = [parse_variant(v) for v in variants]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"variant names must be unique, got {names}")
+    out = Path(out)
+    summaries, folders, run_ids = [], [], []
+    for spec in specs:
+        builder = VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device)
+        folder = out / spec.name
+        summary = write_variant(builder, folder, max_shard_bytes=max_shard_bytes, overwrite=overwrite, stream=stream)
+        summaries.append(summary)
+        folders.append(folder)
+        if tracking and tracking.get("enabled", True):
+            run_ids.append(_track_variant(builder, folder, summary, tracking))
+    return VariantsResult(out, summaries, folders, run_ids)
+
+
+def _track_variant(builder, folder: Path, summary: dict, tracking: dict) -> str:
+    import csv
+
+    from . import tracking as trk
+
+    t = builder.transition
+    parent = transition_run(t, tracking)
+    meta = builder.metadata()
+    run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
+                       key="variant-" + stable_hash(meta, 24), run_name=f"{t.label} [{builder.spec.name}]",
+                       tags={"grrr.kind": "variant", "grrr.variant": builder.spec.name},
+                       parent_run_id=parent.run_id)
+    if run.complete:
+        return run.run_id
+    comps = builder.spec.components()
+    run.log_params({"variant": builder.spec.name, "components": json.dumps(comps, sort_keys=True),
+                    "seed": comps.get("random_removal_seed"), "dtype": builder.dtype, "rest_from": builder.rest_from,
+                    "store": str(t.path), "folder": str(folder.resolve())})
+    with open(folder.with_name(folder.name + ".fidelity.csv")) as f:  # also there when the build was skipped
+        rows = list(csv.DictReader(f))
+    metrics = [(k, v, 0) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+               and math.isfinite(v)]
+    metrics += [(f"fidelity/{r['module']}", float(r["fidelity"]), int(r["layer"])) for r in rows
+                if math.isfinite(float(r["fidelity"]))]
+    run.log_metrics(metrics)
+    run.log_artifacts([folder.with_name(folder.name + ".fidelity.csv")])
+    run.finish()
+    return run.run_id

@@ -1,0 +1,201 @@
+"""Variant algebra, random-removal controls, dtype fidelity, HF-loadable folders, memory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import no_track_config
+from grrr_stream.checkpoint import Checkpoint
+from grrr_stream.decompose import run_transition
+from grrr_stream.store import StoredTransition
+from grrr_stream.synthetic import ModelShape, Update, make_transition
+from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
+from grrr_stream.workflows import run_variants
+
+
+def build(store, name, **kw):
+    b = VariantBuilder(store, parse_variant(name), **kw)
+    return dict(b.tensors()), b
+
+
+@pytest.fixture(scope="module")
+def f64_store(planted_f64, tmp_path_factory):
+    base, post = planted_f64
+    store = tmp_path_factory.mktemp("vstore") / "s"
+    run_transition(no_track_config(base=str(base), post=str(post), store=store, compute_dtype="float64",
+                                   store_dtype="float64"))
+    return store
+
+
+def test_component_algebra_float64(f64_store):
+    t = StoredTransition(f64_store)
+    v = {n: build(f64_store, n, dtype="float64")[0] for n in ("base", "full", "diag", "off", "null", "offnull")}
+    for name in t.matrices:
+        base, full = v["base"][name], v["full"][name]
+        d = {k: v[k][name] - base for k in ("diag", "off", "null", "offnull")}
+        total = full - base
+        scale = float(torch.linalg.matrix_norm(total))
+        assert float(torch.linalg.matrix_norm(d["diag"] + d["off"] + d["null"] - total)) < 1e-6 * scale
+        assert float(torch.linalg.matrix_norm(d["offnull"] - (total - d["diag"]))) < 1e-6 * scale
+        e = {k: float(torch.linalg.matrix_norm(d[k])) ** 2 / scale**2 for k in ("diag", "off", "null")}
+        m = t.matrices[name]["metrics"]
+        assert (e["diag"], e["off"], e["null"]) == pytest.approx((m["f_diag"], m["f_off"], m["f_null"]), abs=1e-9)
+    # tensors that are not decomposed come from the post model by default, from the base on request
+    post = Checkpoint.open(t.manifest["post_folder"])
+    basec = Checkpoint.open(t.manifest["base_folder"])
+    assert torch.equal(v["diag"]["model.norm.weight"], post.read("model.norm.weight").double())
+    rest_base = build(f64_store, "diag", dtype="float64", rest_from="base")[0]
+    assert torch.equal(rest_base["model.norm.weight"], basec.read("model.norm.weight").double())
+    assert not torch.equal(rest_base["model.norm.weight"], v["diag"]["model.norm.weight"])
+
+
+def test_random_removal_controls(f64_store):
+    t = StoredTransition(f64_store)
+    full = build(f64_store, "full", dtype="float64")[0]
+    removed = {s: build(f64_store, f"randrm-{s}", dtype="float64") for s in (0, 1, 2)}
+    cache = t.frame_cache()
+    for name, attrs in t.matrices.items():
+        frame = cache.get(attrs["frame_key"], torch.float64)
+        want = float(torch.linalg.vector_norm(torch.diagonal(t.read_tensor(name, "P"))))
+        Rs = []
+        for s, (tensors, builder) in removed.items():
+            R = full[name] - tensors[name]
+            assert float(torch.linalg.matrix_norm(R)) == pytest.approx(want, rel=1e-9)
+            # entirely inside span(U0) ⊗ span(V0)
+            inside = frame.U @ (frame.U.T @ R @ frame.V) @ frame.V.T
+            assert float(torch.linalg.matrix_norm(R - inside)) < 1e-10 * want
+            Rs.append(R)
+            row = next(r for r in builder.report.rows if r.name == name)
+            assert row.removed_norm == pytest.approx(want)
+        for a in range(3):
+            for b in range(a + 1, 3):
+                cos = float((Rs[a] * Rs[b]).sum()) / want**2
+                assert abs(cos) < 0.5  # different random directions (typically |cos| ~ 1/r)
+
+
+def test_base_and_full_are_bit_exact(bf16_pair, tmp_path):
+    base, post = bf16_pair
+    store = tmp_path / "s"
+    run_transition(no_track_config(base=str(base), post=str(post), store=store))
+    for dtype in ("bfloat16", "float32"):
+        for name, src in (("base", base), ("full", post)):
+            tensors, b = build(store, name, dtype=dtype)
+            ck = Checkpoint.open(src)
+            for tname in StoredTransition(store).matrices:
+                want = ck.read(tname).to(getattr(torch, dtype))
+                assert torch.equal(tensors[tname], want), (dtype, name, tname)
+            assert b.report.summary()["fidelity"] == 0.0
+
+
+def test_fidelity_bf16_loses_rl_sized_update_and_warns(planted_f32_small, tmp_path, capsys):
+    base, post = planted_f32_small  # r_Δ = 3e-4
+    store = tmp_path / "s"
+    run_transition(no_track_config(base=str(base), post=str(post), store=store))
+    with pytest.warns(UserWarning, match="loses"):
+        lossy = write_variant(VariantBuilder(store, parse_variant("off"), dtype="bfloat16"), tmp_path / "v" / "off")
+    assert "WARNING: variant 'off' in bfloat16" in capsys.readouterr().err
+    print(f"bf16 'off' variant at r_delta=3e-4: fidelity error {lossy['fidelity']:.3f}, "
+          f"energy kept {lossy['energy_survived']:.3f}")
+    assert lossy["fidelity"] > 0.01
+    for name in ("off", "diag", "offnull", "null", "randrm-0"):
+        b = VariantBuilder(store, parse_variant(name), dtype="float32")
+        for _ in b.tensors():
+            pass
+        s = b.report.summary()
+        assert s["fidelity_max"] < 1e-3, (name, s)
+        assert s["energy_survived"] == pytest.approx(1.0, abs=2e-3)
+
+
+def test_written_folder_loads_in_transformers_with_same_logits(tmp_path):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shape = ModelShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=128)
+    base, post = make_transition(tmp_path / "m", shape, family="qwen2", dtype="bfloat16",
+                                 update=Update(r_delta=5e-2), max_shard_bytes=40_000)
+    store = tmp_path / "s"
+    run_transition(no_track_config(base=str(base), post=str(post), store=store))
+    res = run_variants(store, tmp_path / "variants", ["offnull"], max_shard_bytes=60_000)
+    folder = res.folders[0]
+    assert (folder / "model.safetensors.index.json").is_file()  # sharded like a real checkpoint
+    assert (folder / "generation_config.json").is_file() and (folder / "grrr_variant.json").is_file()
+    assert (tmp_path / "variants" / "offnull.fidelity.csv").is_file()
+    ids = torch.tensor([[1, 5, 9, 33, 7, 100, 2]])
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=torch.float32).eval()
+    stream = dict(VariantBuilder(store, parse_variant("offnull")).tensors())
+    missing, unexpected = fresh.load_state_dict(stream, strict=False)
+    assert not unexpected and all("rotary" in m for m in missing)
+    with torch.no_grad():
+        a, b = loaded(ids).logits, fresh(ids).logits
+    assert torch.equal(a, b)
+    # a variant differs from the full model
+    full = AutoModelForCausalLM.from_pretrained(post, dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert not torch.allclose(full(ids).logits, a)
+
+
+def test_rerun_skips_finished_variant_and_tracks_nested_runs(f64_store, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    kw = dict(tracking={"uri": uri}, max_shard_bytes=60_000)
+    first = run_variants(f64_store, tmp_path / "v", ["diag", "half=diag:0.5,off:1,null:1"], **kw)
+    mtime = (first.folders[0] / "grrr_variant.json").stat().st_mtime_ns
+    again = run_variants(f64_store, tmp_path / "v", ["diag", "half=diag:0.5,off:1,null:1"], **kw)
+    assert (first.folders[0] / "grrr_variant.json").stat().st_mtime_ns == mtime
+    assert again.summaries == first.summaries and again.run_ids == first.run_ids
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("grrr_stream")
+    runs = client.search_runs([exp.experiment_id])
+    kinds = sorted(r.data.tags.get("grrr.kind", "?") for r in runs)
+    assert kinds == ["transition", "variant", "variant"]
+    parent = next(r for r in runs if r.data.tags.get("grrr.kind") == "transition")
+    for r in runs:
+        if r.data.tags.get("grrr.kind") == "variant":
+            assert r.data.tags["mlflow.parentRunId"] == parent.info.run_id
+            assert r.data.params["dtype"] == "float32" and "fidelity" in r.data.metrics
+    half = json.loads((tmp_path / "v" / "half" / "grrr_variant.json").read_text())
+    assert half["settings"]["components"] == {"diag": 0.5, "off": 1.0, "null": 1.0}
+
+
+def test_variant_cli_and_bad_names(f64_store, tmp_path, capsys):
+    from grrr_stream.cli import main
+
+    rc = main(["variants", "--store", str(f64_store), "--variant", "nope", "--out", str(tmp_path), "--no-track"])
+    assert rc == 2 and "unknown variant 'nope'" in capsys.readouterr().err
+    rc = main(["variants", "--store", str(f64_store), "--variant", "x=diag:1,rot:2", "--out", str(tmp_path),
+               "--no-track"])
+    assert rc == 2 and "unknown component 'rot'" in capsys.readouterr().err
+    rc = main(["variants", "--store", str(f64_store), "--variant", "null", "--out", str(tmp_path / "o"),
+               "--no-track", "--shard-gb", "0.0001"])
+    assert rc == 0 and "null" in capsys.readouterr().out
+
+
+RSS = textwrap.dedent("""
+    import json, resource, sys
+    from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
+    write_variant(VariantBuilder(sys.argv[1], parse_variant("offnull")), sys.argv[2], max_shard_bytes=8 << 20)
+    print(json.dumps({"maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+""")
+
+
+def test_variant_build_peak_rss_flat_in_layers(tmp_path):
+    rss = {}
+    for layers in (1, 4):
+        shape = ModelShape(hidden=768, intermediate=2048, layers=layers, heads=6, kv_heads=2, vocab=256)
+        base, post = make_transition(tmp_path / f"m{layers}", shape, family="llama", dtype="bfloat16",
+                                     update=Update(r_delta=1e-2), max_shard_bytes=32 << 20)
+        store = tmp_path / f"s{layers}"
+        run_transition(no_track_config(base=str(base), post=str(post), store=store))
+        out = subprocess.run([sys.executable, "-c", RSS, str(store), str(tmp_path / f"v{layers}")],
+                             check=True, capture_output=True, text=True)
+        rss[layers] = json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mib"]
+    print(f"variant build peak RSS: 1 layer {rss[1]:.0f} MiB, 4 layers {rss[4]:.0f} MiB")
+    assert abs(rss[4] / rss[1] - 1) < 0.10, rss
