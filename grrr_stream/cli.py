@@ -120,6 +120,73 @@ def cmd_variants(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate_parser(sub) -> None:
+    p = sub.add_parser("evaluate", help="evaluate variants of a transition on math benchmarks with vLLM",
+                       description="Greedy vLLM evaluation of variants (streamed into one running engine by default) "
+                                   "on benchmarks laid out as BENCH_DIR/<name>/test.jsonl; tables of accuracy, "
+                                   "retention and diagonal-vs-random removal in --out. Rerun to resume.")
+    p.add_argument("--store", type=Path, required=True, help="finished transition store")
+    p.add_argument("--variant", action="append", default=[],
+                   help="variants as for `variants` (default: base full diag off null offnull randrm-0..2)")
+    p.add_argument("--benchmark", action="append", default=[],
+                   help="benchmark names (default: math500 aime24 amc23 minerva_math olympiadbench)")
+    p.add_argument("--bench-dir", type=Path, required=True, help="folder holding <name>/test.jsonl files")
+    p.add_argument("--out", type=Path, required=True, help="results folder (generations, scores, tables)")
+    p.add_argument("--limit", type=int, help="first N problems of each benchmark (quick subsets)")
+    p.add_argument("--materialize", choices=["engine", "folder"], default="engine",
+                   help="engine: swap weights in one running engine (default); folder: write each variant")
+    p.add_argument("--keep-variants", action="store_true", help="with --materialize folder: keep the folders")
+    p.add_argument("--rest-from", default="post", choices=["post", "base"])
+    p.add_argument("--template", default="chat",
+                   help="'chat' (the model's chat template) or a format string with {problem} and {instruction}")
+    p.add_argument("--instruction", help="instruction appended to each problem (default: reason step by step, "
+                                         "put the final answer within \\boxed{})")
+    p.add_argument("--max-new-tokens", type=int, help="default 3000")
+    p.add_argument("--engine-dtype", help="float32 (default), bfloat16, float16, auto")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--tensor-parallel-size", type=int)
+    p.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--enforce-eager", action="store_true", default=None)
+    p.add_argument("--cpu-kv-cache-gib", type=float, help="KV cache size on the CPU backend (default 1)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    p.add_argument("--experiment", default="grrr_stream", help="MLflow experiment (default grrr_stream)")
+    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    _add_common(p)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .config import build_engine_settings
+    from .evaluate import FIVE
+    from .variants import DEFAULT_VARIANTS
+    from .workflows import run_evaluation
+
+    settings = build_engine_settings({
+        "dtype": args.engine_dtype, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+        "tensor_parallel_size": args.tensor_parallel_size, "gpu_memory_utilization": args.gpu_memory_utilization,
+        "max_model_len": args.max_model_len, "enforce_eager": args.enforce_eager,
+        "cpu_kv_cache_gib": args.cpu_kv_cache_gib})
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("--limit must be at least 1")
+    res = run_evaluation(args.store, args.out, args.variant or list(DEFAULT_VARIANTS), args.benchmark or list(FIVE),
+                         args.bench_dir, settings=settings, materialize=args.materialize,
+                         keep_variants=args.keep_variants, limit=args.limit, template=args.template,
+                         instruction=args.instruction, rest_from=args.rest_from, tracking=_tracking_from_args(args))
+    benches = [k for k in res.accuracy_rows[0] if k not in ("variant", "average")] if res.accuracy_rows else []
+    print(f"\n{'variant':<12} " + " ".join(f"{b:>13}" for b in benches) + f" {'average':>9}")
+    for r in res.accuracy_rows:
+        cells = " ".join(f"{r[b]:>13.1f}" for b in benches)
+        print(f"{r['variant']:<12} {cells} {r['average']:>9.2f}")
+    if "gain" in res.info:
+        print(f"gain full − base: {res.info['gain']:+.2f} points "
+              f"({'informative' if res.info['informative'] else 'NOT informative: < 1 point'})")
+    for r in res.table56:
+        if r["retention_pct"] is not None:
+            print(f"  retention {r['variant']:<8} {r['retention_pct']:6.1f} %")
+    print("wrote " + ", ".join(str(f) for f in res.files))
+    return 0
+
+
 def _add_stats_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--seed", type=int, default=0)
@@ -255,12 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
     _stats_parser(sub)
     _compare_parser(sub)
     _variants_parser(sub)
+    _evaluate_parser(sub)
     _demo_parser(sub)
     return parser
 
 
 COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "variants": cmd_variants,
-            "demo": cmd_demo}
+            "evaluate": cmd_evaluate, "demo": cmd_demo}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -187,3 +187,31 @@ def load_config(path: Optional[Path] = None, **overrides: Any) -> DecomposeConfi
         if val is not None:
             values[key] = val
     return build_config(values, source=str(path) if path else "arguments")
+
+
+class EngineSettings(_Strict):
+    """vLLM engine and decoding options; every field is recorded with each evaluation result."""
+
+    # float32 by default: a bf16 engine rounds W0 + ΔW_component and can erase RL-sized updates.
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    max_new_tokens: int = Field(3000, ge=1)
+    seed: int = 0
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    max_model_len: Optional[int] = Field(None, ge=16)
+    enforce_eager: bool = False
+    # CPU backend only: KV cache size in GiB (vLLM's default sizing fails on small machines)
+    cpu_kv_cache_gib: float = Field(1.0, gt=0.0)
+
+    def result_fields(self) -> dict:
+        """Settings that can change generations (everything but memory knobs)."""
+        return {"dtype": self.dtype, "max_new_tokens": self.max_new_tokens, "seed": self.seed,
+                "tensor_parallel_size": self.tensor_parallel_size, "max_model_len": self.max_model_len,
+                "enforce_eager": self.enforce_eager}
+
+
+def build_engine_settings(values: dict[str, Any]) -> EngineSettings:
+    try:
+        return EngineSettings.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, "engine settings")) from None

@@ -88,6 +88,10 @@ class TrackedRun:
         for k, v in tags.items():
             self.client.set_tag(self.run_id, k, str(v))
 
+    def logged_metrics(self) -> dict[str, float]:
+        """Latest value of every metric already logged to this run."""
+        return dict(self.client.get_run(self.run_id).data.metrics)
+
     def finish(self) -> None:
         self.client.set_tag(self.run_id, COMPLETE_TAG, "true")
         self.client.set_terminated(self.run_id, "FINISHED")

@@ -202,3 +202,154 @@ def _track_variant(builder, folder: Path, summary: dict, tracking: dict) -> str:
     run.log_artifacts([folder.with_name(folder.name + ".fidelity.csv")])
     run.finish()
     return run.run_id
+
+
+@dataclass
+class EvaluationResult:
+    out: Path
+    results: list  # BenchmarkResult
+    accuracy_rows: list[dict]
+    table56: list[dict]
+    table8: list[dict]
+    info: dict
+    fidelity: dict[str, dict]
+    files: list[Path]
+    run_ids: list[str]
+
+
+def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: Sequence[str], bench_dir: Path, *,
+                   settings=None, materialize: str = "engine", keep_variants: bool = False,
+                   limit: Optional[int] = None, template: str = "chat", instruction: Optional[str] = None,
+                   rest_from: str = "post", tracking: Optional[dict] = None, log=print) -> EvaluationResult:
+    """Evaluate variants of a stored transition on benchmarks with vLLM; resumable at prompt level.
+
+    ``materialize='engine'`` streams each variant into one running engine; ``'folder'`` writes
+    each variant under ``out/_variants`` and starts a fresh engine on it (deleted afterwards
+    unless ``keep_variants``).
+    """
+    import shutil
+
+    from . import evaluate as ev
+    from .config import EngineSettings
+    from .variants import VariantBuilder, parse_variant, write_variant
+
+    settings = settings or EngineSettings()
+    instruction = instruction if instruction is not None else ev.DEFAULT_INSTRUCTION
+    if materialize not in ("engine", "folder"):
+        raise ConfigError("materialize must be 'engine' or 'folder'")
+    specs = [parse_variant(v) for v in variants]
+    t = StoredTransition(Path(store))
+    benches = [ev.load_benchmark(b, bench_dir, limit=limit) for b in benchmarks]
+    vdtype = settings.dtype if settings.dtype != "auto" else "float32"
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    engine = None
+    results, fidelity = [], {}
+    try:
+        for spec in specs:
+            builder = VariantBuilder(t.path, spec, dtype=vdtype, rest_from=rest_from)
+            meta = builder.metadata()
+            keys = {b.name: ev.evaluation_key(b, meta, settings, template, instruction) for b in benches}
+            have = {b.name: ev.scored(out, spec.name, b.name, keys[b.name]) for b in benches}
+            if all(have.values()):
+                log(f"{spec.name}: all {len(benches)} benchmark(s) already scored")
+                results += list(have.values())
+                continue
+            folder = None
+            if materialize == "engine":
+                if engine is None:
+                    engine = ev.Engine(Path(t.manifest["post_folder"]), settings)
+                engine.load_weights(builder.tensors(), scratch=out / "_swap", layout=builder.layout(),
+                                    config=builder.config())
+                fidelity[spec.name] = builder.report.summary()
+                active = engine
+            else:
+                folder = out / "_variants" / spec.name
+                fidelity[spec.name] = write_variant(builder, folder, overwrite=True)
+                active = ev.Engine(folder, settings)
+            try:
+                for b in benches:
+                    if have[b.name]:
+                        results.append(have[b.name])
+                        continue
+                    r = ev.score_benchmark(active, b, spec.name, out, keys[b.name], template=template,
+                                           instruction=instruction)
+                    log(f"{spec.name} / {b.name}: {r.accuracy:.1f} % of {r.n}")
+                    results.append(r)
+            finally:
+                if materialize == "folder":
+                    active.close()
+                    if not keep_variants and folder is not None:
+                        shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        if engine is not None:
+            engine.close()
+    acc = ev.accuracy_table(results, [b.name for b in benches])
+    t56, t8, info = ev.retention_tables(acc)
+    files = []
+    for name, rows in (("accuracy.csv", acc), ("table_retention.csv", t56), ("table_removal.csv", t8)):
+        atomic_write_text(out / name, to_csv(rows))
+        files.append(out / name)
+    atomic_write_text(out / "evaluation.json", json.dumps(
+        {"store": str(t.path), "engine": settings.model_dump(), "versions": ev.engine_versions(),
+         "benchmarks": {b.name: {"sha256": b.sha256, "n": len(b.problems), "path": str(b.path)} for b in benches},
+         "info": info, "fidelity": fidelity}, indent=2, default=str))
+    files.append(out / "evaluation.json")
+    run_ids = []
+    if tracking and tracking.get("enabled", True):
+        run_ids = _track_evaluation(t, specs, benches, results, acc, info, fidelity, settings, vdtype, rest_from,
+                                    template, instruction, out, files, tracking)
+    return EvaluationResult(out, results, acc, t56, t8, info, fidelity, files, run_ids)
+
+
+def _track_evaluation(t, specs, benches, results, acc, info, fidelity, settings, vdtype, rest_from, template,
+                      instruction, out, files, tracking) -> list[str]:
+    from . import evaluate as ev
+
+    parent = transition_run(t, tracking)
+    parent.log_artifacts(files, "evaluation")
+    versions = ev.engine_versions()
+    avg = {r["variant"]: r["average"] for r in acc}
+    run_ids = []
+    for spec in specs:
+        settings_key = {"transition": t.manifest["identity"], "variant": spec.components(), "name": spec.name,
+                        "dtype": vdtype, "rest_from": rest_from, "engine": settings.result_fields(),
+                        "template": template, "instruction": instruction}
+        run = trk_open(tracking, key="evaluation-" + stable_hash(settings_key, 24),
+                       name=f"{t.label} [{spec.name}] eval", parent=parent.run_id,
+                       tags={"grrr.kind": "evaluation", "grrr.variant": spec.name})
+        comps = spec.components()
+        params = {"variant": spec.name, "components": json.dumps(comps, sort_keys=True),
+                  "seed": comps.get("random_removal_seed"), "dtype": vdtype, "rest_from": rest_from,
+                  "template": template, **{f"engine.{k}": v for k, v in settings.model_dump().items()},
+                  **{f"version.{k}": v for k, v in versions.items()}}
+        params.update({f"sha256.{b.name}": b.sha256 for b in benches})
+        params.update({f"n.{b.name}": len(b.problems) for b in benches})
+        run.log_params(params)
+        have = run.logged_metrics()
+        mine = [r for r in results if r.variant == spec.name]
+        metrics = [(f"acc/{r.benchmark}", r.accuracy, 0) for r in mine]
+        metrics += [(f"wait_mean/{r.benchmark}", r.wait_mean, 0) for r in mine]
+        if avg.get(spec.name) is not None:
+            metrics.append(("average", avg[spec.name], 0))
+            if info.get("full"):
+                metrics.append(("retention", 100.0 * avg[spec.name] / info["full"], 0))
+        waits = [r.wait_mean for r in mine]
+        if waits:
+            metrics.append(("wait_mean", sum(waits) / len(waits), 0))
+        if spec.name in fidelity:
+            metrics += [(f"fidelity.{k}", v, 0) for k, v in fidelity[spec.name].items()
+                        if isinstance(v, float) and math.isfinite(v)]
+        # a metric already logged with this value is not logged again (reruns add no history)
+        run.log_metrics([m for m in metrics if have.get(m[0]) != m[1]])
+        run.log_artifacts(sorted((out / spec.name).glob("*.jsonl")), "generations")
+        run.finish()
+        run_ids.append(run.run_id)
+    return run_ids
+
+
+def trk_open(tracking: dict, *, key: str, name: str, parent: Optional[str], tags: dict):
+    from . import tracking as trk
+
+    return trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"), key=key,
+                        run_name=name, tags=tags, parent_run_id=parent)

