@@ -17,6 +17,14 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
+def _add_tracking(p: argparse.ArgumentParser, *, experiment: bool = True,
+                  experiment_default: Optional[str] = "grrr_stream") -> None:
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    if experiment:
+        p.add_argument("--experiment", default=experiment_default, help="MLflow experiment (default grrr_stream)")
+    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
 
@@ -42,9 +50,7 @@ def _decompose_parser(sub) -> None:
     p.add_argument("--chain", help="label of the model chain this transition belongs to")
     p.add_argument("--overwrite", action="store_true", default=None,
                    help="discard results in STORE that came from other inputs or settings")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    p.add_argument("--experiment", help="MLflow experiment name (default grrr_stream)")
-    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    _add_tracking(p, experiment_default=None)
     p.add_argument("--no-progress", action="store_true", help="no progress line")
     _add_common(p)
 
@@ -55,8 +61,7 @@ def _demo_parser(sub) -> None:
                                    "layout, decomposes base→SFT and base→RL (the second reuses cached base frames), "
                                    "logs both to MLflow and prints the summary tables.")
     p.add_argument("--out", type=Path, default=Path("grrr_demo"), help="working folder (default ./grrr_demo)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    _add_tracking(p, experiment=False)
     _add_common(p)
 
 
@@ -99,9 +104,7 @@ def _variants_parser(sub) -> None:
     p.add_argument("--device", default="auto", help="device for the rank-r products (auto, cpu, cuda[:N])")
     p.add_argument("--shard-gb", type=float, default=2.0, help="maximum shard size in GiB (default 2)")
     p.add_argument("--overwrite", action="store_true", help="rebuild variants that exist with other settings")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    p.add_argument("--experiment", default="grrr_stream", help="MLflow experiment (default grrr_stream)")
-    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    _add_tracking(p)
     _add_common(p)
 
 
@@ -149,9 +152,7 @@ def _evaluate_parser(sub) -> None:
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--enforce-eager", action="store_true", default=None)
     p.add_argument("--cpu-kv-cache-gib", type=float, help="KV cache size on the CPU backend (default 1)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    p.add_argument("--experiment", default="grrr_stream", help="MLflow experiment (default grrr_stream)")
-    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    _add_tracking(p)
     _add_common(p)
 
 
@@ -191,9 +192,7 @@ def _add_stats_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scheduler", help="Dask scheduler: threads (default), processes, or ADDRESS of a cluster")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    p.add_argument("--experiment", default="grrr_stream", help="MLflow experiment (default grrr_stream)")
-    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    _add_tracking(p)
     _add_common(p)
 
 

@@ -17,6 +17,13 @@ def _plt():
     return plt
 
 
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return Path(path)
+
+
 def energy_fractions_by_layer(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     """Three panels (f_diag, f_off, f_null) against layer, one line per module."""
     plt = _plt()
@@ -35,10 +42,7 @@ def energy_fractions_by_layer(rows: Sequence[dict], path: Path, title: str = "")
     axes[-1].legend(fontsize=8, loc="best")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def normalized_spectra(spectra: Sequence[tuple[str, np.ndarray, np.ndarray]], path: Path, title: str = "") -> Path:
@@ -57,10 +61,7 @@ def normalized_spectra(spectra: Sequence[tuple[str, np.ndarray, np.ndarray]], pa
         ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def cosine_medians(items: Sequence[dict], path: Path, title: str = "") -> Path:
@@ -86,10 +87,7 @@ def cosine_medians(items: Sequence[dict], path: Path, title: str = "") -> Path:
     ax.grid(alpha=0.3, axis="y")
     if title:
         ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def norm_bars(items: Sequence[dict], path: Path, title: str = "") -> Path:
@@ -111,7 +109,4 @@ def norm_bars(items: Sequence[dict], path: Path, title: str = "") -> Path:
         ax.grid(alpha=0.3, axis="y")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)

@@ -12,7 +12,7 @@ import torch
 import zarr
 from safetensors.torch import load_file
 
-from conftest import no_track_config
+from conftest import no_track_config, store_snapshot
 from grrr_stream.decompose import run_transition
 from grrr_stream.store import TransitionStore
 
@@ -150,22 +150,12 @@ def test_self_transition_is_all_zeros(planted_f64, tmp_path):
         assert row["alpha"] == 0.0 and row["delta_max"] == 0.0
 
 
-def _store_arrays(store: Path) -> dict[str, np.ndarray]:
-    root = zarr.open_group(str(store), mode="r")
-    out = {}
-    for name, g in root["matrices"].groups():
-        for key, arr in g.arrays():
-            out[f"{name}/{key}"] = arr[...]
-        out[f"{name}/attrs"] = json.dumps(dict(g.attrs), sort_keys=True)
-    return out
-
-
 def test_resume_recomputes_only_unfinished(planted_f64, tmp_path):
     base, post = planted_f64
     store = tmp_path / "s"
     cfg = no_track_config(base=str(base), post=str(post), store=store)
     first = run_transition(cfg)
-    reference = _store_arrays(store)
+    reference = store_snapshot(store)
     # Simulate a crash: two matrices lose their completion flag, one is half-deleted.
     names = [r["name"] for r in first.rows]
     for name in names[3:5]:
@@ -178,7 +168,7 @@ def test_resume_recomputes_only_unfinished(planted_f64, tmp_path):
     again = run_transition(cfg)
     assert again.computed == 0 + 3  # exactly the unfinished ones
     assert again.frames_reused == 3  # their base frames came from the cache
-    after = _store_arrays(store)
+    after = store_snapshot(store)
     assert after.keys() == reference.keys()
     for k in reference:
         assert np.array_equal(reference[k], after[k]), k
@@ -195,7 +185,7 @@ def test_second_transition_from_same_base_reuses_frames(planted_f64, bf16_pair, 
     # a cached frame gives bit-identical results to a fresh SVD
     c = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "c", frame_cache=frames))
     assert c.frames_reused == 14
-    fresh, cached = _store_arrays(tmp_path / "a"), _store_arrays(tmp_path / "c")
+    fresh, cached = store_snapshot(tmp_path / "a"), store_snapshot(tmp_path / "c")
     assert fresh.keys() == cached.keys()
     assert all(np.array_equal(fresh[k], cached[k]) for k in fresh)
     # a different frame option does not hit the cache

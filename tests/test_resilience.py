@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zarr
 
+from conftest import store_snapshot
 from grrr_stream.synthetic import ModelShape, Update, make_transition
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,17 +34,6 @@ def _completed(store: Path) -> int:
         except (json.JSONDecodeError, KeyError):
             pass
     return n
-
-
-def _snapshot(store: Path) -> dict:
-    root = zarr.open_group(str(store), mode="r")
-    out = {}
-    for name, g in root["matrices"].groups():
-        for key, arr in g.arrays():
-            out[f"{name}/{key}"] = arr[...]
-        out[f"{name}/attrs"] = json.dumps(dict(g.attrs), sort_keys=True)
-    out["metrics.csv"] = (store / "metrics.csv").read_text()
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +66,7 @@ def test_kill_9_then_resume_equals_uninterrupted_run(kill_pair, tmp_path):
     out = subprocess.run(_decompose_cmd(base, post, killed), check=True, capture_output=True, text=True,
                          cwd=tmp_path)
     assert f"({total - done_before} computed now" in out.stdout
-    a, b = _snapshot(clean), _snapshot(killed)
+    a, b = store_snapshot(clean), store_snapshot(killed)
     assert a.keys() == b.keys()
     for k in a:
         assert np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k], k
