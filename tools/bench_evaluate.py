@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Benchmark of evaluation (issue: vLLM evaluation).
+
+On the tiny trained chain (built or reused under --work), in one process:
+  - engine swap per variant (stream the variant into the running engine) vs engine
+    restart per variant (write the folder, start a fresh engine), as a ratio;
+  - generated tokens per second of greedy decoding on the chain's benchmark.
+
+    python tools/bench_evaluate.py [--work bench_out/eval] [--variants 3] [--prompts 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", type=Path, default=Path("bench_out/eval"))
+    ap.add_argument("--variants", type=int, default=3, help="variants to swap in / restart for")
+    ap.add_argument("--prompts", type=int, default=200)
+    args = ap.parse_args()
+
+    from grrr_stream.config import EngineSettings, build_config
+    from grrr_stream.decompose import run_transition
+    from grrr_stream.evaluate import Engine, load_benchmark
+    from grrr_stream.tinychain import build_chain
+    from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
+
+    models = build_chain(args.work / "chain", quick=False, progress=False)
+    store = args.work / "store"
+    run_transition(build_config({"base": str(models["base"]), "post": str(models["sft"]), "store": store,
+                                 "progress": False, "tracking": {"enabled": False}}))
+    settings = EngineSettings(max_new_tokens=64, enforce_eager=True, max_model_len=512)
+    bench = load_benchmark("arith", models["benchmark"], limit=args.prompts)
+    names = ["diag", "off", "offnull", "null", "base"][: args.variants]
+
+    t = time.perf_counter()
+    engine = Engine(models["sft"], settings)
+    start_s = time.perf_counter() - t
+    prompts = engine.prompts(bench.problems)
+    t = time.perf_counter()
+    outs = engine.generate(prompts)
+    gen_s = time.perf_counter() - t
+    tokens = sum(n for _, n in outs)
+    t = time.perf_counter()
+    for v in names:
+        engine.load_weights(VariantBuilder(store, parse_variant(v)).tensors())
+    swap_s = (time.perf_counter() - t) / len(names)
+    engine.close()
+
+    t = time.perf_counter()
+    for v in names:
+        folder = args.work / "restart" / v
+        write_variant(VariantBuilder(store, parse_variant(v)), folder, overwrite=True)
+        Engine(folder, settings).close()
+        shutil.rmtree(folder)
+    restart_s = (time.perf_counter() - t) / len(names)
+    print(json.dumps({"engine_first_start_s": round(start_s, 2), "swap_per_variant_s": round(swap_s, 3),
+                      "restart_per_variant_s": round(restart_s, 2),
+                      "ratio_restart_to_swap": round(restart_s / swap_s, 1),
+                      "prompts": len(prompts), "generated_tokens": tokens,
+                      "generated_tokens_per_s": round(tokens / gen_s, 1)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
