@@ -121,16 +121,20 @@ def load_benchmark(name: str, root: Path, *, limit: Optional[int] = None) -> Ben
     return Benchmark(name, path, hashlib.sha256(raw).hexdigest(), problems)
 
 
-def fetch_benchmark_from_hub(name: str, cache: Path, repo: str = HUB_REPO) -> Path:
-    """Download ``<name>/test.jsonl`` of the Qwen-math-eval layout into ``cache``; returns the root."""
+def fetch_benchmark_from_hub(name: str, root: Path, repo: str = HUB_REPO) -> Path:
+    """Download ``<name>/test.jsonl`` (Qwen math-eval layout) from a Hub repository into
+    ``root/<name>/test.jsonl``; returns ``root``."""
+    import shutil
+
     from huggingface_hub import hf_hub_download
 
     try:
-        hf_hub_download(repo, f"examples/simplelr_math_eval/data/{name}/test.jsonl", local_dir=str(cache / "_hub"))
+        local = hf_hub_download(repo, f"examples/simplelr_math_eval/data/{name}/test.jsonl")
     except Exception as e:  # network, auth, missing file
         raise CheckpointNotFoundError(f"could not fetch benchmark {name} from the Hub ({repo}): {e}") from None
-    src = cache / "_hub" / "examples" / "simplelr_math_eval" / "data"
-    return src
+    (Path(root) / name).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(local, Path(root) / name / "test.jsonl")
+    return Path(root)
 
 
 # ---------------------------------------------------------------------------

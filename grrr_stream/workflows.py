@@ -239,10 +239,17 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
         raise ConfigError("materialize must be 'engine' or 'folder'")
     specs = [parse_variant(v) for v in variants]
     t = StoredTransition(Path(store))
-    benches = [ev.load_benchmark(b, bench_dir, limit=limit) for b in benchmarks]
-    vdtype = settings.dtype if settings.dtype != "auto" else "float32"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if str(bench_dir).startswith("hub:") or str(bench_dir) == "hub":
+        # 'hub' or 'hub:OWNER/REPO': fetch <name>/test.jsonl files once into the results folder
+        repo = str(bench_dir)[4:] or ev.HUB_REPO
+        bench_dir = out / "_benchmarks"
+        for b in benchmarks:
+            if not (bench_dir / b / "test.jsonl").is_file():
+                ev.fetch_benchmark_from_hub(b, bench_dir, repo)
+    benches = [ev.load_benchmark(b, bench_dir, limit=limit) for b in benchmarks]
+    vdtype = settings.dtype if settings.dtype != "auto" else "float32"
     engine = None
     results, fidelity = [], {}
     try:

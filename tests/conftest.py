@@ -62,3 +62,26 @@ def bf16_pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("bf16")
     return make_transition(root, TINY, family="qwen3", dtype="bfloat16", update=Update(r_delta=5e-2),
                            max_shard_bytes=40_000)
+
+
+@pytest.fixture(scope="session")
+def tiny_chain(tmp_path_factory):
+    """The quick tiny trained chain (base, sft, rl, sibling + its benchmark), built once (~85 s)."""
+    import time
+
+    import torch
+
+    from grrr_stream.tinychain import build_chain
+
+    # One thread, as build_chain uses: on a shared 2-core machine two OpenMP threads
+    # that find only one free core spin-wait and run ~30x slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("tinychain")
+    t0 = time.time()
+    try:
+        paths = build_chain(out, seed=0, quick=True, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    print(f"\nquick chain built in {time.time() - t0:.1f} s")
+    return out, paths

@@ -15,7 +15,6 @@ from conftest import no_track_config  # noqa: E402
 from grrr_stream.config import EngineSettings  # noqa: E402
 from grrr_stream.decompose import run_transition  # noqa: E402
 from grrr_stream.evaluate import Engine, load_benchmark  # noqa: E402
-from grrr_stream.tinychain import build_chain  # noqa: E402
 from grrr_stream.variants import VariantBuilder, parse_variant, write_variant  # noqa: E402
 from grrr_stream.workflows import run_evaluation  # noqa: E402
 
@@ -23,9 +22,9 @@ SETTINGS = EngineSettings(max_new_tokens=48, enforce_eager=True, max_model_len=5
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tinychain")
-    models = build_chain(root / "chain", seed=0, quick=True, progress=False)
+def chain(tiny_chain, tmp_path_factory):
+    _, models = tiny_chain
+    root = tmp_path_factory.mktemp("tinychain_eval")
     store = root / "store"
     run_transition(no_track_config(base=str(models["base"]), post=str(models["sft"]), store=store,
                                    frame_cache=root / "frames"))
