@@ -106,6 +106,14 @@ class _Loaded:
     frame_key: str
     frame: Optional[Frame]
     problems: list[str]
+    shape: tuple[int, int] = (0, 0)
+
+    def take(self, attr: str, **to_kwargs) -> torch.Tensor:
+        """Hand over w0/w1 upcast and drop this item's reference, so the checkpoint-dtype copy
+        is freed as soon as the compute-dtype copy exists (one m×n buffer less at peak)."""
+        t = getattr(self, attr)
+        setattr(self, attr, None)
+        return t.to(**to_kwargs)
 
 
 def _nonfinite(t: torch.Tensor, name: str, where: str) -> Optional[str]:
@@ -235,11 +243,11 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
         d0 = tensor_digest(w0)
         key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold)
         frame = None if problems else frames.get(key, dtype)
-        return _Loaded(m, w0, w1, d0, tensor_digest(w1), key, frame, problems)
+        return _Loaded(m, w0, w1, d0, tensor_digest(w1), key, frame, problems, tuple(w0.shape))
 
     def write(item: _Loaded, res: MatrixResult, frame_is_new: bool) -> None:
         if frame_is_new:
-            frames.put(item.frame_key, res.frame, {"shape": list(item.w0.shape), "dtype": cfg.compute_dtype,
+            frames.put(item.frame_key, res.frame, {"shape": list(item.shape), "dtype": cfg.compute_dtype,
                                                    "core_rel_threshold": cfg.core_rel_threshold,
                                                    "base_digest": item.digest0})
         arrays: dict[str, np.ndarray] = {}
@@ -254,7 +262,7 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
         m = item.matrix
         attrs = {
             "name": m.name, "layer": m.layer, "module": m.module,
-            "shape": list(item.w0.shape), "rank": res.frame.rank,
+            "shape": list(item.shape), "rank": res.frame.rank,
             "base_digest": item.digest0, "post_digest": item.digest1, "frame_key": item.frame_key,
             "null_stored": "null" in arrays,
             "metrics": res.metrics.as_row(),
@@ -276,15 +284,15 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
                 failures.extend(item.problems)
                 progress.advance(f"{m.name} SKIPPED (non-finite)")
                 continue
-            W0 = item.w0.to(device=device, dtype=dtype)
-            W1 = item.w1.to(device=device, dtype=dtype, copy=True)
             frame = item.frame
             if frame is not None:
                 frame = Frame(U=frame.U.to(device), S=frame.S.to(device), V=frame.V.to(device))
                 reused += 1
-            res = decompose_matrix(W0, W1, frame=frame, core_rel_threshold=cfg.core_rel_threshold,
+            # no local names for the inputs: decompose_matrix frees W0 once the frame exists
+            res = decompose_matrix(item.take("w0", device=device, dtype=dtype),
+                                   item.take("w1", device=device, dtype=dtype, copy=True),
+                                   frame=frame, core_rel_threshold=cfg.core_rel_threshold,
                                    rank_thresholds=cfg.rank_thresholds)
-            del W0, W1
             if in_flight is not None:
                 in_flight.result()  # at most one write queued; surfaces writer errors
             in_flight = writer.submit(write, item, res, item.frame is None)

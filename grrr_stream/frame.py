@@ -306,15 +306,18 @@ def decompose_matrix(
 ) -> MatrixResult:
     """Full GRRR treatment of one matrix pair, given already upcast (float32/64) tensors.
 
-    Consumes ``W1`` (it becomes ΔW, then the null residual) to keep at most a few
-    m×n buffers alive. Pass a cached ``frame`` to skip the SVD of W0.
+    Consumes ``W1`` (it becomes ΔW, then the null residual) and drops ``W0`` as soon as
+    the frame exists, to keep at most a few m×n buffers alive. Pass a cached ``frame``
+    to skip the SVD of W0.
     """
     if W0.dtype != W1.dtype or W0.dtype not in (torch.float32, torch.float64):
         raise TypeError("decompose_matrix expects two float32 or two float64 tensors")
     sigma1 = svdvals(W1)
     delta = W1.sub_(W0)
+    del W1
     if frame is None:
         frame = compute_frame(W0, core_rel_threshold)
+    del W0  # freed here when the caller passed it without keeping a reference
     delta_fro = float(torch.linalg.vector_norm(delta).item())
     delta_spec = spectral_norm(delta) if delta_fro > 0 else 0.0
     if delta_fro == 0.0:

@@ -12,7 +12,7 @@ import torch
 
 from conftest import no_track_config
 from grrr_stream import stats
-from grrr_stream.workflows import run_comparisons, run_stats
+from grrr_stream.workflows import make_scheduler, run_comparisons, run_stats
 from grrr_stream.checkpoint import Checkpoint
 from grrr_stream.decompose import run_transition
 from grrr_stream.errors import StoreMismatchError
@@ -129,9 +129,13 @@ def test_distributed_local_cluster_gives_identical_results(chain):
     _, _, stores = chain
     a, b = StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float32", "rl")])
     local = stats.compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        remote = stats.compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4, scheduler=client)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        client = make_scheduler(cluster.scheduler_address)  # as `--scheduler ADDRESS` does
+        try:
+            assert isinstance(client, Client)
+            remote = stats.compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4, scheduler=client)
+        finally:
+            client.close()
     assert local.summary() == remote.summary()
     assert [r["cos_off"] for r in local.rows] == [r["cos_off"] for r in remote.rows]
 

@@ -199,3 +199,26 @@ def test_variant_build_peak_rss_flat_in_layers(tmp_path):
         rss[layers] = json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mib"]
     print(f"variant build peak RSS: 1 layer {rss[1]:.0f} MiB, 4 layers {rss[4]:.0f} MiB")
     assert abs(rss[4] / rss[1] - 1) < 0.10, rss
+
+
+def test_rest_from_base_refused_when_post_added_tokens(planted_f64, tmp_path):
+    from grrr_stream.checkpoint import write_checkpoint
+    from grrr_stream.errors import TensorMismatchError
+
+    base, post = planted_f64
+    ck = Checkpoint.open(post)
+
+    def tensors():  # the post model grew two token rows (added tokens)
+        for name in ck.tensors:
+            t = ck.read(name)
+            if name in ("model.embed_tokens.weight", "lm_head.weight"):
+                t = torch.cat([t, t[:2]])
+            yield name, t
+
+    grown = write_checkpoint(tmp_path / "grown", tensors(), config=ck.config)
+    store = tmp_path / "s"
+    run_transition(no_track_config(base=str(base), post=str(grown), store=store))
+    with pytest.raises(TensorMismatchError, match="embed_tokens"):
+        VariantBuilder(store, parse_variant("diag"), rest_from="base")
+    tensors_post = dict(VariantBuilder(store, parse_variant("diag")).tensors())  # rest_from post works
+    assert tensors_post["model.embed_tokens.weight"].shape[0] == ck.tensors["model.embed_tokens.weight"].shape[0] + 2
