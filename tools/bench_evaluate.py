@@ -6,7 +6,7 @@ On the tiny trained chain (built or reused under --work), in one process:
     restart per variant (write the folder, start a fresh engine), as a ratio;
   - generated tokens per second of greedy decoding on the chain's benchmark.
 
-    python tools/bench_evaluate.py [--work bench_out/eval] [--variants 3] [--prompts 200]
+    python tools/bench_evaluate.py [--work bench_out/eval] [--variants 3] [--prompts 200] [--quick]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("bench_out/eval"))
     ap.add_argument("--variants", type=int, default=3, help="variants to swap in / restart for")
     ap.add_argument("--prompts", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="the quick chain (120 problems, ~85 s to build)")
     args = ap.parse_args()
 
     from grrr_stream.config import EngineSettings, build_config
@@ -31,7 +32,7 @@ def main() -> None:
     from grrr_stream.tinychain import build_chain
     from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
 
-    models = build_chain(args.work / "chain", quick=False, progress=False)
+    models = build_chain(args.work / "chain", quick=args.quick, progress=False)
     store = args.work / "store"
     run_transition(build_config({"base": str(models["base"]), "post": str(models["sft"]), "store": store,
                                  "progress": False, "tracking": {"enabled": False}}))
