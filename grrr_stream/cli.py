@@ -235,7 +235,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def config_from_args(args: argparse.Namespace):
-    from .config import load_config, load_yaml, build_config
+    from .config import build_config, load_yaml
 
     values: dict[str, Any] = load_yaml(args.config) if args.config else {}
     flat = {
@@ -285,7 +285,7 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .config import TrackingConfig, build_config
+    from .config import build_config
     from .decompose import run_transition
     from .synthetic import DEMO, Update, write_model
     from .tracking import resolve_uri

@@ -31,7 +31,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 from urllib.parse import quote
 
 import numpy as np

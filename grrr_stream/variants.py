@@ -264,34 +264,31 @@ class VariantBuilder:
             del U, V, p
         if s.null != s.off and attrs.get("null_stored"):
             intended.add_(self.transition.read_tensor(name, "null").to(device=dev, dtype=cd), alpha=s.null - s.off)
-        out = torch.empty(W0.shape, dtype=out_dtype)
-        self._cast_rows(W0, intended, out, w0)
-        self._account(name, layer, module, w0, out, intended, removed)
+        del W0
+        out = torch.empty(w0.shape, dtype=out_dtype)
+        self._account(name, layer, module, w0, out, intended, removed, fill=True)
         return out
 
-    @staticmethod
-    def _cast_rows(W0: torch.Tensor, intended: torch.Tensor, out: torch.Tensor, w0: torch.Tensor) -> None:
-        """out = cast(W0 + intended), formed in float64 a block of rows at a time (bounded memory)."""
-        step = max(1, (1 << 22) // max(1, W0.shape[1]))
-        for i in range(0, W0.shape[0], step):
-            exact = w0[i:i + step].double() + intended[i:i + step].double().cpu()
-            out[i:i + step] = exact.to(out.dtype)
-
     def _account(self, name: str, layer: int, module: str, w0: torch.Tensor, out: torch.Tensor,
-                 intended: Optional[torch.Tensor], removed: float, source: Optional[torch.Tensor] = None) -> None:
+                 intended: Optional[torch.Tensor], removed: float, source: Optional[torch.Tensor] = None,
+                 fill: bool = False) -> None:
         """Fidelity of the cast variant against the intended update, in float64, by row blocks.
 
         ``intended`` is the update relative to W0; for base/full pass ``source`` (W0 or W1)
-        instead, the intended update then being source − W0 exactly.
+        instead, the intended update then being source − W0 exactly. With ``fill`` the same
+        pass also writes out = cast(W0 + intended), formed in float64 (bounded memory).
         """
         i2 = e2 = dot = 0.0
         step = max(1, (1 << 22) // max(1, w0.shape[1]))
         for i in range(0, w0.shape[0], step):
-            realised = out[i:i + step].double() - w0[i:i + step].double()
+            base = w0[i:i + step].double()
             if intended is None:
-                want = source[i:i + step].double() - w0[i:i + step].double()
+                want = source[i:i + step].double() - base
             else:
                 want = intended[i:i + step].double().cpu()
+            if fill:
+                out[i:i + step] = (base + want).to(out.dtype)
+            realised = out[i:i + step].double() - base
             err = realised - want
             i2 += float((want * want).sum())
             e2 += float((err * err).sum())

@@ -9,7 +9,6 @@ Tiny synthetic checkpoints only; CLI calls run in-process except two subprocess 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
 import subprocess

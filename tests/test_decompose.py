@@ -14,7 +14,6 @@ from safetensors.torch import load_file
 
 from conftest import no_track_config, store_snapshot
 from grrr_stream.decompose import run_transition
-from grrr_stream.store import TransitionStore
 
 REQUIRED_COLUMNS = {"name", "layer", "module", "f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max",
                     "sr_w0", "sr_delta", "sr_w1", "alpha"}

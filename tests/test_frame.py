@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grrr_stream.frame import (
-    Frame, canonical_signs, compute_frame, decompose_matrix, matrix_metrics, project, spectral_norm,
+    canonical_signs, compute_frame, decompose_matrix, matrix_metrics, project, spectral_norm,
     split_energies,
 )
 
