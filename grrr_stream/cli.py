@@ -314,6 +314,165 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="plan and run a whole study from a sweep config (resumable)",
+                       description="Expand a sweep config (chains of models with their lineage) into units of work "
+                                   "— decompositions, statistics, comparisons, variant builds, evaluations — and run "
+                                   "every unit not yet done. Rerun the same command to resume after an interruption; "
+                                   "failed units are retried, finished ones are never recomputed.")
+    p.add_argument("config", type=Path, help="sweep YAML (see configs/demo.yaml, configs/paper.yaml)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (and what is already done), run nothing")
+    p.add_argument("--scheduler", help="where units run: threads (this process, default), local:N (a Dask "
+                                       "LocalCluster of N worker processes) or the ADDRESS of a Dask scheduler")
+    p.add_argument("--workdir", type=Path, help="override the config's workdir")
+    p.add_argument("--device", help="override decomposition/variant device (auto, cpu, cuda, cuda:N)")
+    p.add_argument("--math-subset", type=int, metavar="N",
+                   help="also evaluate on the first N problems of each of the five math benchmarks")
+    p.add_argument("--bench-dir", help="with --math-subset: folder with <name>/test.jsonl (default: "
+                                       "$GRRR_BENCHMARKS, else 'hub' = download)")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines")
+    _add_tracking(p, experiment_default=None)
+    _add_common(p)
+
+
+def _status_parser(sub) -> None:
+    p = sub.add_parser("status", help="what a sweep has done, what is pending and what failed",
+                       description="Plan the sweep and print the state of every unit: done, pending, running, "
+                                   "interrupted (will resume), failed (with its error) or blocked (needs a failed "
+                                   "unit). Exit status 1 when a unit failed.")
+    p.add_argument("config", type=Path)
+    p.add_argument("--workdir", type=Path, help="override the config's workdir")
+    p.add_argument("--math-subset", type=int, metavar="N", help="as given to `sweep`")
+    p.add_argument("--bench-dir", help="as given to `sweep`")
+    p.add_argument("--all", action="store_true", help="list done units too (default: totals and the rest)")
+    _add_common(p)
+
+
+def _load_sweep(args: argparse.Namespace):
+    import os
+
+    from .config import SweepEvaluation, load_sweep_config
+    from .evaluate import FIVE
+
+    cfg = load_sweep_config(args.config, workdir=args.workdir)
+    if getattr(args, "math_subset", None) is not None:
+        if args.math_subset < 1:
+            raise ConfigError("--math-subset must be at least 1")
+        bench_dir = args.bench_dir or os.environ.get("GRRR_BENCHMARKS") or "hub"
+        extra = SweepEvaluation.model_validate({
+            **cfg.evaluation.model_dump(), "suite": "math", "benchmarks": list(FIVE), "bench_dir": bench_dir,
+            "limit": args.math_subset})
+        cfg = cfg.model_copy(update={"extra_evaluations": [*cfg.extra_evaluations, extra]})
+    return cfg
+
+
+def _print_units(rows: list[dict], show_done: bool, out=None) -> None:
+    out = out or sys.stdout
+    width = max((len(r["unit"]) for r in rows), default=10)
+    for r in rows:
+        if r["state"] == "done" and not show_done:
+            continue
+        out.write(f"  {r['state']:<11} {r['unit']:<{width}}  {r['detail']}\n")
+
+
+def _totals(rows: list[dict]) -> str:
+    from collections import Counter
+
+    c = Counter(r["state"] for r in rows)
+    return ", ".join(f"{n} {s}" for s, n in sorted(c.items(), key=lambda kv: kv[0]))
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import plan_sweep, run_sweep, sweep_status
+    from .tracking import resolve_uri
+
+    cfg = _load_sweep(args)
+    plan = plan_sweep(cfg)
+    if args.dry_run:
+        rows = {r["unit"]: r for r in sweep_status(plan)}
+        print(f"sweep {cfg.name}: {len(plan.units)} units in {plan.workdir} ({_totals(list(rows.values()))})")
+        for u in plan.units:
+            deps = f"  (after {', '.join(u.deps)})" if u.deps else ""
+            print(f"  {rows[u.id]['state']:<11} {u.id}: {u.label}{deps}")
+            print(f"  {'':<11}   → {u.out}")
+        return 0
+    tracking = cfg.tracking.model_dump()
+    if args.tracking_uri:
+        tracking["uri"] = args.tracking_uri
+    if args.experiment:
+        tracking["experiment"] = args.experiment
+    if args.no_track:
+        tracking["enabled"] = False
+    res = run_sweep(plan, scheduler=args.scheduler or cfg.scheduler, tracking=tracking,
+                    progress=cfg.progress and not args.no_progress, device=args.device)
+    print_sweep_summary(res)
+    if tracking["enabled"]:
+        uri = resolve_uri(tracking["uri"])
+        print(f"\nLogged to MLflow ({uri}, experiment {tracking['experiment']}). Open the UI with:\n"
+              f"  mlflow ui --backend-store-uri {uri}" if not uri.startswith("http") else
+              f"\nLogged to MLflow at {uri} (experiment {tracking['experiment']}); open that address in a browser.")
+    return 0 if res.ok else 1
+
+
+def print_sweep_summary(res, out=None) -> None:
+    import csv
+
+    out = out or sys.stdout
+    rep = res.plan.workdir / "report"
+
+    def rows(name):
+        p = rep / name
+        if not p.is_file():
+            return []
+        with open(p, newline="") as f:
+            return list(csv.DictReader(f))
+
+    out.write(f"\nsweep {res.plan.config.name}: {_totals([{'state': s} for s in res.states.values()])}; "
+              f"{len(res.ran)} unit(s) run now; report in {rep}\n")
+    trs = rows("transitions.csv")
+    if trs:
+        out.write(f"\n{'transition':<28} {'kind':<12} {'method':<12} {'f_diag':>8} {'f_off':>8} {'f_null':>8} "
+                  f"{'r_delta':>9}\n")
+        for r in trs:
+            out.write(f"{r['transition']:<28} {r['kind']:<12} {r['method']:<12} {float(r['f_diag_mean']):>8.4f} "
+                      f"{float(r['f_off_mean']):>8.4f} {float(r['f_null_mean']):>8.4f} {float(r['r_delta_mean']):>9.2e}\n")
+    cmps = rows("comparisons.csv")
+    if cmps:
+        out.write("\nmedian off-diagonal cosine (95 % CI) vs the isotropic null:\n")
+        for r in cmps:
+            out.write(f"  {r['label']:<44} {float(r['median_cos_off']):+.4f} [{float(r['ci_lo']):+.4f}, "
+                      f"{float(r['ci_hi']):+.4f}]  p = {float(r['p_value']):.3g} → {r['verdict']}\n")
+    acc = rows("accuracy.csv")
+    if acc:
+        benches = [k for k in acc[0] if k not in ("transition", "variant", "average")]
+        out.write(f"\naccuracy (%)\n{'transition':<28} {'variant':<12} " + " ".join(f"{b:>12}" for b in benches)
+                  + f" {'average':>8}\n")
+        for r in acc:
+            out.write(f"{r['transition']:<28} {r['variant']:<12} " + " ".join(f"{float(r[b]):>12.1f}" for b in benches)
+                      + f" {float(r['average']):>8.2f}\n")
+    bad = [(u, res.records.get(u) or {}) for u, s in res.states.items() if s in ("failed", "blocked")]
+    if bad:
+        out.write("\nnot done:\n")
+        for u, rec in bad:
+            out.write(f"  {res.states[u]:<8} {u}: {rec.get('error', 'needs a failed unit')}\n")
+        out.write("Fix the cause and rerun the same command; `grrr-stream status CONFIG` lists every unit.\n")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .sweep import Records, plan_sweep, sweep_status
+
+    plan = plan_sweep(_load_sweep(args))
+    rows = sweep_status(plan)
+    print(f"sweep {plan.config.name} in {plan.workdir}: {len(rows)} units ({_totals(rows)})")
+    _print_units(rows, args.all)
+    failed = [r for r in rows if r["state"] == "failed"]
+    for r in failed:
+        rec = Records(plan.workdir).read(r["unit"]) or {}
+        print(f"\n{r['unit']} failed on {rec.get('host')} (pid {rec.get('pid')}):\n  {rec.get('error')}")
+        print(f"  full traceback in {Records(plan.workdir).path(r['unit'])}")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grrr-stream", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -323,11 +482,14 @@ def build_parser() -> argparse.ArgumentParser:
     _variants_parser(sub)
     _evaluate_parser(sub)
     _demo_parser(sub)
+    _sweep_parser(sub)
+    _status_parser(sub)
     return parser
 
 
 COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "variants": cmd_variants,
-            "evaluate": cmd_evaluate, "demo": cmd_demo}
+            "evaluate": cmd_evaluate, "demo": cmd_demo,
+            "sweep": cmd_sweep, "status": cmd_status}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,0 +1,826 @@
+"""Sweeps: chains of models → a plan of units of work → executed, resumably, here or on a Dask cluster.
+
+Plan, then execute. :func:`plan_sweep` expands a :class:`~grrr_stream.config.SweepConfig`
+into units (generate the tiny chain, decompose a transition, summary statistics, one
+comparison, one variant build, one transition's evaluation), each with a *key*: a hash of
+everything that determines its result, including the keys of the units it reads from.
+Outputs live under folders named by that key, so a changed setting produces new results
+beside the old ones instead of mixing with them, and a setting that cannot change
+results (device, progress display, tracking) leaves keys, and therefore results, alone.
+
+A unit is done when its record under ``WORKDIR/.sweep/units/`` says so with the same key
+and its output exists. The units themselves resume at a finer grain (matrix, variant,
+prompt), so a kill at any moment loses at most the matrix / chunk of prompts in flight.
+A failing unit is recorded with its error; units that need its output are *blocked*, the
+rest go on. One sweep process per workdir (an advisory lock).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, TextIO
+
+from .config import SweepConfig, TinyChainSpec, build_config, build_engine_settings, result_settings, stable_hash
+from .errors import ConfigError, GrrrError, StoreError
+
+SWEEP_FORMAT = 1
+WORKER_KINDS = ("generate", "decompose", "variant", "evaluate")  # the heavy, GPU-bound kinds
+KIND_ORDER = ("generate", "decompose", "stats", "compare", "variant", "evaluate")
+
+
+# ---------------------------------------------------------------------------
+# the plan
+
+
+@dataclass(frozen=True)
+class Transition:
+    id: str
+    chain: str
+    parent: str       # model id (W0)
+    child: str        # model id (W1)
+    kind: str         # 'cumulative' (from the chain's base) or 'incremental' (from an intermediate model)
+    method: Optional[str]
+    domain: Optional[str]
+
+
+@dataclass(frozen=True)
+class Unit:
+    id: str              # e.g. 'decompose/base-to-sft'
+    kind: str            # one of KIND_ORDER
+    label: str           # one line for humans
+    key: str             # hash of everything its result depends on
+    out: str             # its result folder
+    deps: tuple[str, ...] = ()
+    params: dict = field(default_factory=dict)  # JSON-able: what run_unit needs
+
+    @property
+    def on_worker(self) -> bool:
+        return self.kind in WORKER_KINDS
+
+
+@dataclass
+class Plan:
+    config: SweepConfig
+    workdir: Path
+    units: list[Unit]                     # dependencies before dependents
+    transitions: dict[str, Transition]
+    models: dict[str, dict]               # model id → {'source', 'revision', 'chain', ...}
+
+    def unit(self, uid: str) -> Unit:
+        return self._index[uid]
+
+    def __post_init__(self) -> None:
+        self._index = {u.id: u for u in self.units}
+
+    @property
+    def key(self) -> str:
+        return stable_hash({"name": self.config.name, "units": sorted(u.key for u in self.units)}, 24)
+
+
+def _select(selector: Any, transitions: dict[str, Transition], what: str, problems: list[str]) -> list[str]:
+    if selector in (None, "none", False):
+        return []
+    if selector == "all":
+        return list(transitions)
+    if selector in ("cumulative", "incremental"):
+        return [t for t, tr in transitions.items() if tr.kind == selector]
+    if isinstance(selector, list):
+        unknown = [s for s in selector if s not in transitions]
+        if unknown:
+            problems.append(f"{what}: unknown transition(s) {unknown}; planned: {sorted(transitions)}")
+        return [s for s in selector if s in transitions]
+    problems.append(f"{what}: expected cumulative, incremental, all, none or a list of transition ids, "
+                    f"got {selector!r}")
+    return []
+
+
+def plan_sweep(cfg: SweepConfig) -> Plan:
+    """Every unit of the sweep, dependencies first; all config problems reported at once."""
+    from . import tinychain
+    from .variants import parse_variant
+
+    workdir = Path(cfg.workdir).absolute()
+    problems: list[str] = []
+    units: list[Unit] = []
+
+    # -- models and the generated tiny chain --------------------------------
+    models: dict[str, dict] = {}
+    for chain in cfg.chains:
+        for i, m in enumerate([chain.base, *chain.models]):
+            if m.id in models:
+                problems.append(f"model id '{m.id}' is used twice (chains {models[m.id]['chain']} and {chain.name})")
+                continue
+            parent = None if i == 0 else (m.parent or chain.base.id)
+            models[m.id] = {"source": m.source, "revision": m.revision, "chain": chain.name, "parent": parent,
+                            "base": chain.base.id, "method": m.method, "domain": m.domain,
+                            "confirmed": m.confirmed}
+    generated = {mid: m["source"].split(":", 1)[1] for mid, m in models.items()
+                 if m["source"].startswith("tinychain:")}
+    gen_unit: Optional[Unit] = None
+    uses_tiny_bench = cfg.evaluation.enabled and cfg.evaluation.bench_dir == "tinychain"
+    if generated or uses_tiny_bench:
+        bad = sorted(f"{mid} ({name})" for mid, name in generated.items() if name not in tinychain.MODELS)
+        if bad:
+            problems.append(f"tinychain sources name models {tinychain.MODELS}; got {bad}")
+        tc = cfg.tinychain or TinyChainSpec()
+        gen_key = stable_hash({"tinychain": tinychain.CHAIN_VERSION, "seed": tc.seed, "quick": tc.quick}, 24)
+        out = workdir / "tinychain" / f"seed{tc.seed}{'-quick' if tc.quick else ''}"
+        gen_unit = Unit("generate/tinychain", "generate", f"train the tiny chain (seed {tc.seed}"
+                        f"{', quick' if tc.quick else ''})", gen_key, str(out),
+                        params={"seed": tc.seed, "quick": tc.quick})
+        units.append(gen_unit)
+
+    def source(mid: str) -> tuple[str, dict]:
+        """Path/Hub id handed to the decomposition, and what identifies it in keys."""
+        m = models[mid]
+        if mid in generated:
+            path = str(Path(gen_unit.out) / generated[mid])
+            return path, {"generated": gen_unit.key, "model": generated[mid]}
+        src = m["source"]
+        local = Path(src).expanduser()
+        if local.exists() or src.startswith((".", "/", "~")):
+            src = str(local.absolute())  # a local folder: keyed by its absolute path
+        return src, {"source": src, "revision": m["revision"]}
+
+    # -- lineage → transitions ----------------------------------------------
+    def ancestors(mid: str) -> list[str]:
+        seen, cur = [], models[mid]["parent"]
+        while cur is not None:
+            if cur not in models or models[cur]["chain"] != models[mid]["chain"]:
+                problems.append(f"model '{mid}': parent '{cur}' is not a model of chain {models[mid]['chain']}")
+                return seen
+            if cur in seen or cur == mid:
+                problems.append(f"model '{mid}': its lineage has a cycle ({' → '.join([mid, *seen, cur])})")
+                return seen
+            seen.append(cur)
+            cur = models[cur]["parent"]
+        return seen
+
+    lineage = {mid: ancestors(mid) for mid in models}
+    transitions: dict[str, Transition] = {}
+    d = cfg.decomposition
+    for mid, m in models.items():
+        if m["parent"] is None:
+            continue
+        base = m["base"]
+        pairs = []
+        if m["parent"] == base:
+            pairs.append((base, "cumulative"))
+        else:
+            if d.incremental:
+                pairs.append((m["parent"], "incremental"))
+            if d.cumulative:
+                pairs.append((base, "cumulative"))
+        for parent, kind in pairs:
+            tid = f"{parent}-to-{mid}"
+            transitions[tid] = Transition(tid, m["chain"], parent, mid, kind, m["method"], m["domain"])
+
+    # -- decompositions: one unit per transition; frames shared per W0 ---------
+    frame_cache = workdir / "frames"
+    dec_key: dict[str, str] = {}
+    for tid, tr in transitions.items():
+        base_src, base_id = source(tr.parent)
+        post_src, post_id = source(tr.child)
+        values = {"base": base_src, "post": post_src, "base_revision": models[tr.parent]["revision"],
+                  "post_revision": models[tr.child]["revision"], "frame_cache": str(frame_cache),
+                  "device": d.device, "compute_dtype": d.compute_dtype, "store_dtype": d.store_dtype,
+                  "core_rel_threshold": d.core_rel_threshold, "rank_thresholds": list(d.rank_thresholds),
+                  "modules": list(d.modules), "module_pattern": d.module_pattern,
+                  "method": tr.method, "chain": tr.chain, "verify_resume": d.verify_resume}
+        try:
+            settings = result_settings(build_config({**values, "store": "."}, source=f"sweep transition {tid}"))
+        except ConfigError as e:
+            problems.append(str(e))
+            continue
+        key = stable_hash({"base": base_id, "post": post_id, "settings": settings}, 24)
+        dec_key[tid] = key
+        deps = tuple(u for u in ("generate/tinychain",) if gen_unit and (tr.parent in generated or tr.child in generated))
+        units.append(Unit(f"decompose/{tid}", "decompose", f"decompose {tr.parent} → {tr.child} ({tr.kind})", key,
+                          str(workdir / "stores" / f"{tid}-{key[:8]}"), deps, {**values, "transition": tid}))
+
+    # -- statistics and comparisons --------------------------------------------
+    s = cfg.statistics
+    if s.enabled and dec_key:
+        stat_settings = {"resamples": s.resamples, "seed": s.seed}
+        key = stable_hash({"stores": sorted(dec_key.values()), **stat_settings}, 24)
+        units.append(Unit("stats/summary", "stats", f"bootstrap summaries of {len(dec_key)} transition(s)", key,
+                          str(workdir / "stats" / key[:8]), tuple(f"decompose/{t}" for t in dec_key),
+                          {"transitions": list(dec_key), **stat_settings}))
+        pairs: list[tuple[str, str, str]] = []
+        from_base = {tr.child: tid for tid, tr in transitions.items() if tr.kind == "cumulative"}
+        if s.sequential:
+            for mid, m in models.items():
+                p = m["parent"]
+                if p is not None and p != m["base"] and p in from_base and mid in from_base:
+                    pairs.append(("sequential", from_base[p], from_base[mid]))
+        if s.independent:
+            kids = sorted(from_base)
+            for i, a in enumerate(kids):
+                for b in kids[i + 1:]:
+                    if models[a]["chain"] == models[b]["chain"] and a not in lineage[b] and b not in lineage[a]:
+                        pairs.append(("independent", from_base[a], from_base[b]))
+        cmp_settings = {"resamples": s.resamples, "null_draws": s.null_draws, "seed": s.seed, "alpha": s.alpha}
+        for kind, a, b in pairs:
+            if a not in dec_key or b not in dec_key:
+                continue
+            key = stable_hash({"kind": kind, "a": dec_key[a], "b": dec_key[b], **cmp_settings}, 24)
+            cid = f"{kind}/{a}--{b}"
+            verb = "then" if kind == "sequential" else "vs"
+            units.append(Unit(f"compare/{cid}", "compare", f"compare {a} {verb} {b} ({kind})", key,
+                              str(workdir / "comparisons" / f"{kind}-{a}--{b}-{key[:8]}"),
+                              (f"decompose/{a}", f"decompose/{b}"), {"kind": kind, "a": a, "b": b, **cmp_settings}))
+
+    # -- variants -------------------------------------------------------------------
+    v = cfg.variants
+    specs = {}
+    for name in v.names + [n for e in (cfg.evaluation, *cfg.extra_evaluations) for n in (e.variants or [])]:
+        try:
+            specs[name] = parse_variant(name)
+        except ConfigError as e:
+            problems.append(f"variant '{name}': {e}")
+    if v.enabled and v.write_folders:
+        for tid in _select(v.transitions, transitions, "variants.transitions", problems):
+            if tid not in dec_key:
+                continue
+            for name in v.names:
+                if name not in specs:
+                    continue
+                spec = specs[name]
+                settings = {"components": spec.components(), "dtype": v.dtype, "rest_from": v.rest_from}
+                key = stable_hash({"store": dec_key[tid], **settings}, 24)
+                units.append(Unit(f"variant/{tid}/{spec.name}", "variant", f"build {spec.name} of {tid}", key,
+                                  str(workdir / "variants" / tid / f"{spec.name}-{key[:8]}"),
+                                  (f"decompose/{tid}",),
+                                  {"transition": tid, "variant": name, "dtype": v.dtype, "rest_from": v.rest_from,
+                                   "shard_gb": v.shard_gb, "device": d.device}))
+
+    # -- evaluation: one unit per (transition, suite of benchmarks); one engine each ----------
+    evaluations = [e for e in (cfg.evaluation, *cfg.extra_evaluations) if e.enabled]
+    suites = [e.suite for e in cfg.extra_evaluations]
+    if None in suites or len(set(suites)) != len(suites):
+        problems.append(f"extra_evaluations need distinct 'suite' names, got {suites}")
+    for e in evaluations:
+        names = e.variants if e.variants is not None else v.names
+        bench_dir = e.bench_dir
+        bench_id: Any = bench_dir
+        if bench_dir == "tinychain":
+            bench_dir, bench_id = str(Path(gen_unit.out) / "benchmarks"), {"generated": gen_unit.key}
+        elif not bench_dir.startswith("hub"):
+            bench_dir = str(Path(bench_dir).expanduser().absolute())
+            bench_id = {"dir": bench_dir, "sha256": {b: _file_digest(Path(bench_dir) / b / "test.jsonl")
+                                                    for b in e.benchmarks}}
+        settings = {"variants": {n: specs[n].components() for n in names if n in specs},
+                    "benchmarks": list(e.benchmarks), "bench": bench_id, "limit": e.limit,
+                    "template": e.template, "instruction": e.instruction, "rest_from": v.rest_from,
+                    "engine": e.engine.result_fields()}
+        where = "evaluation" if e.suite is None else f"extra_evaluations[{e.suite}]"
+        for tid in _select(e.transitions, transitions, f"{where}.transitions", problems):
+            if tid not in dec_key:
+                continue
+            key = stable_hash({"store": dec_key[tid], **settings}, 24)
+            deps = (f"decompose/{tid}",) + (("generate/tinychain",) if e.bench_dir == "tinychain" else ())
+            suffix = "" if e.suite is None else f"/{e.suite}"
+            units.append(Unit(f"evaluate/{tid}{suffix}", "evaluate",
+                              f"evaluate {len(names)} variant(s) of {tid} on {', '.join(e.benchmarks)}"
+                              + (f" (first {e.limit} each)" if e.limit else ""), key,
+                              str(workdir / "evaluations" / f"{tid}{suffix.replace('/', '-')}-{key[:8]}"), deps,
+                              {"transition": tid, "suite": e.suite, "variants": list(names),
+                               "benchmarks": list(e.benchmarks), "bench_dir": bench_dir, "limit": e.limit,
+                               "template": e.template, "instruction": e.instruction, "materialize": e.materialize,
+                               "rest_from": v.rest_from, "engine": e.engine.model_dump()}))
+    if problems:
+        raise ConfigError(f"sweep '{cfg.name}' cannot be planned ({len(problems)} problem(s)):\n  "
+                          + "\n  ".join(problems))
+    units.sort(key=lambda u: KIND_ORDER.index(u.kind))  # stable: dependencies always come first
+    return Plan(cfg, workdir, units, transitions, models)
+
+
+def _file_digest(path: Path) -> Optional[str]:
+    import hashlib
+
+    if not path.is_file():
+        return None  # a missing benchmark fails its evaluation unit, with the path in the error
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# records: what is done, failed, running
+
+
+class Records:
+    """One JSON file per unit under WORKDIR/.sweep/units, replaced atomically."""
+
+    def __init__(self, workdir: Path):
+        self.dir = Path(workdir) / ".sweep" / "units"
+
+    def path(self, uid: str) -> Path:
+        return self.dir / (uid.replace("/", "__") + ".json")
+
+    def read(self, uid: str) -> Optional[dict]:
+        try:
+            return json.loads(self.path(uid).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def write(self, uid: str, record: dict) -> None:
+        from .store import atomic_write_text
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path(uid), json.dumps(record, indent=2, default=str))
+
+
+def unit_state(unit: Unit, records: Records) -> tuple[str, Optional[dict]]:
+    """'done', 'failed', 'interrupted' (started, never finished) or 'pending'."""
+    rec = records.read(unit.id)
+    if rec is None or rec.get("key") != unit.key:
+        return "pending", None
+    status = rec.get("status")
+    if status == "done":
+        return ("done", rec) if Path(unit.out).exists() else ("pending", None)
+    if status == "failed":
+        return "failed", rec
+    if status == "running":
+        return "interrupted", rec
+    return "pending", None
+
+
+# ---------------------------------------------------------------------------
+# running one unit (here or on a Dask worker)
+
+
+def run_unit(unit: dict, ctx: dict) -> dict:
+    """Execute one unit and record the outcome; never raises for a failure of the unit itself.
+
+    ``unit`` is :class:`Unit` as a dict (it travels to Dask workers), ``ctx`` holds the
+    settings that do not change results: tracking, progress, device, torch threads.
+    """
+    u = Unit(**{**unit, "deps": tuple(unit["deps"])})
+    records = Records(Path(ctx["workdir"]))
+    started = time.time()
+    where = {"host": socket.gethostname(), "pid": os.getpid()}
+    records.write(u.id, {"id": u.id, "key": u.key, "status": "running", "started": started, **where})
+    if ctx.get("threads"):
+        import torch
+
+        torch.set_num_threads(int(ctx["threads"]))
+    try:
+        result = _RUNNERS[u.kind](u, ctx)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - recorded, reported, and the sweep goes on
+        expected = isinstance(e, GrrrError)
+        rec = {"id": u.id, "key": u.key, "status": "failed", "started": started, "seconds": time.time() - started,
+               "error": f"{type(e).__name__}: {e}", "expected": expected,
+               "traceback": traceback.format_exc()[-6000:], **where}
+        records.write(u.id, rec)
+        return rec
+    rec = {"id": u.id, "key": u.key, "status": "done", "started": started, "seconds": time.time() - started,
+           "result": result or {}, **where}
+    records.write(u.id, rec)
+    return rec
+
+
+def _store_of(ctx: dict, tid: str) -> str:
+    return ctx["stores"][tid]
+
+
+def _run_generate(u: Unit, ctx: dict) -> dict:
+    from .tinychain import build_chain
+
+    build_chain(Path(u.out), seed=u.params["seed"], quick=u.params["quick"], progress=ctx["progress"])
+    meta = json.loads((Path(u.out) / "chain.json").read_text())
+    return {"accuracy": meta.get("accuracy"), "seconds": meta.get("seconds", {}).get("total")}
+
+
+def _run_decompose(u: Unit, ctx: dict) -> dict:
+    from .decompose import run_transition
+
+    values = {k: v for k, v in u.params.items() if k != "transition"}
+    values.update(store=u.out, progress=ctx["progress"], tracking=ctx["tracking"])
+    if ctx.get("device"):
+        values["device"] = ctx["device"]
+    res = run_transition(build_config(values, source=u.id))
+    overall = next(r for r in res.summary_rows if r["scope"] == "all")
+    return {"matrices": len(res.rows), "computed": res.computed, "frames_reused": res.frames_reused,
+            **{k: overall[f"{k}_mean"] for k in ("f_diag", "f_off", "f_null", "r_delta")}}
+
+
+def _scheduler(ctx: dict):
+    return ctx.get("_client") or "threads"
+
+
+def _run_stats(u: Unit, ctx: dict) -> dict:
+    from .workflows import run_stats
+
+    stores = [Path(_store_of(ctx, t)) for t in u.params["transitions"]]
+    res = run_stats(stores, Path(u.out), resamples=u.params["resamples"], seed=u.params["seed"],
+                    scheduler=_scheduler(ctx), tracking=ctx["tracking"])
+    return {"files": [str(f) for f in res.files]}
+
+
+def _run_compare(u: Unit, ctx: dict) -> dict:
+    from .workflows import run_comparisons
+
+    p = u.params
+    res = run_comparisons([(p["kind"], Path(_store_of(ctx, p["a"])), Path(_store_of(ctx, p["b"])))], Path(u.out),
+                          resamples=p["resamples"], null_draws=p["null_draws"], seed=p["seed"], alpha=p["alpha"],
+                          scheduler=_scheduler(ctx), tracking=ctx["tracking"])
+    s = res.summaries[0]
+    return {k: s[k] for k in ("median_cos_off", "ci_lo", "ci_hi", "p_value", "verdict")}
+
+
+def _run_variant(u: Unit, ctx: dict) -> dict:
+    from .runtime import resolve_device
+    from .variants import VariantBuilder, parse_variant, write_variant
+    from .workflows import _track_variant
+
+    p = u.params
+    builder = VariantBuilder(Path(_store_of(ctx, p["transition"])), parse_variant(p["variant"]), dtype=p["dtype"],
+                             rest_from=p["rest_from"], device=str(resolve_device(ctx.get("device") or p["device"])))
+    # a half-written folder of a killed build is replaced (its completion marker is written last)
+    summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p["shard_gb"] * 2**30), overwrite=True)
+    if ctx["tracking"].get("enabled", True):
+        _track_variant(builder, Path(u.out), summary, ctx["tracking"])
+    return {k: summary[k] for k in ("fidelity", "fidelity_max", "energy_survived")}
+
+
+def _run_evaluate(u: Unit, ctx: dict) -> dict:
+    from .workflows import run_evaluation
+
+    # vLLM logs every weight swap at INFO; in a sweep only warnings matter (override by setting it)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    p = u.params
+    log = (lambda msg: print(f"  [{u.id}] {msg}", file=sys.stderr, flush=True)) if ctx["progress"] else (lambda m: None)
+    res = run_evaluation(Path(_store_of(ctx, p["transition"])), Path(u.out), p["variants"], p["benchmarks"],
+                         Path(p["bench_dir"]) if not p["bench_dir"].startswith("hub") else p["bench_dir"],
+                         settings=build_engine_settings(p["engine"]), materialize=p["materialize"],
+                         limit=p["limit"], template=p["template"], instruction=p["instruction"],
+                         rest_from=p["rest_from"], tracking=ctx["tracking"], log=log)
+    return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
+
+
+_RUNNERS: dict[str, Callable[[Unit, dict], dict]] = {
+    "generate": _run_generate, "decompose": _run_decompose, "stats": _run_stats, "compare": _run_compare,
+    "variant": _run_variant, "evaluate": _run_evaluate,
+}
+
+
+# ---------------------------------------------------------------------------
+# executing the plan
+
+
+class SweepLock:
+    """One sweep process per workdir (flock; released by the kernel if the process dies)."""
+
+    def __init__(self, workdir: Path):
+        self.path = Path(workdir) / ".sweep" / "lock"
+        self._fd: Optional[int] = None
+
+    def __enter__(self) -> "SweepLock":
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreError(f"another grrr-stream sweep is running on {self.path.parent.parent} ({holder}); "
+                             "wait for it to finish (`grrr-stream status CONFIG` shows its progress) or stop it "
+                             "before starting this one") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import fcntl
+
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    @classmethod
+    def held(cls, workdir: Path) -> bool:
+        try:
+            with cls(workdir):
+                return False
+        except StoreError:
+            return True
+
+
+@dataclass
+class SweepResult:
+    plan: Plan
+    states: dict[str, str]               # unit id → done | failed | blocked | pending
+    records: dict[str, Optional[dict]]
+    ran: list[str]                       # units executed in this call
+    report_files: list[Path]
+    run_id: Optional[str] = None
+
+    @property
+    def failed(self) -> list[str]:
+        return [u for u, s in self.states.items() if s == "failed"]
+
+    @property
+    def ok(self) -> bool:
+        return all(s == "done" for s in self.states.values())
+
+
+class _Display:
+    """Units done / total, the unit that just ended, and an ETA from this run's unit timings."""
+
+    def __init__(self, total: int, done: int, enabled: bool, stream: TextIO):
+        self.total, self.done, self.enabled, self.stream = total, done, enabled, stream
+        self.t0 = time.monotonic()
+        self.by_kind: dict[str, list[float]] = {}
+
+    def say(self, text: str) -> None:
+        if self.enabled:
+            print(f"[sweep] {text}", file=self.stream, flush=True)
+
+    def start(self, unit: Unit) -> None:
+        self.say(f"[{self.done + 1}/{self.total}] start {unit.id}: {unit.label}")
+
+    def end(self, unit: Unit, rec: dict, pending: Iterable[Unit]) -> None:
+        self.done += 1
+        secs = float(rec.get("seconds") or 0.0)
+        self.by_kind.setdefault(unit.kind, []).append(secs)
+        status = "done" if rec["status"] == "done" else "FAILED"
+        tail = f" — {rec['error']}" if rec["status"] != "done" else ""
+        self.say(f"[{self.done}/{self.total}] {status} {unit.id} in {secs:.1f} s{tail} | {self._eta(pending)}")
+
+    def _eta(self, pending: Iterable[Unit]) -> str:
+        all_times = [t for ts in self.by_kind.values() for t in ts]
+        if not all_times:
+            return "ETA ?"
+        mean_all = sum(all_times) / len(all_times)
+        rest = sum((sum(ts) / len(ts)) if (ts := self.by_kind.get(u.kind)) else mean_all for u in pending)
+        from .progress import _fmt_seconds
+
+        return f"elapsed {_fmt_seconds(time.monotonic() - self.t0)}, ETA ~{_fmt_seconds(rest)}"
+
+
+def _make_client(address: Optional[str]):
+    """(client or None, cluster to close or None, torch threads per worker or None)."""
+    if address in (None, "", "threads", "local"):
+        return None, None, None
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:  # pragma: no cover - a core dependency
+        raise ConfigError("a Dask cluster needs dask.distributed: pip install distributed") from None
+    if address.startswith("local:"):
+        try:
+            n = int(address.split(":", 1)[1])
+        except ValueError:
+            raise ConfigError(f"scheduler {address!r}: use local:N with N worker processes") from None
+        if n < 1:
+            raise ConfigError("scheduler local:N needs N >= 1")
+        # one unit per worker at a time; torch gets the worker's share of the cores
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+        return Client(cluster), cluster, max(1, (os.cpu_count() or 1) // n)
+    try:
+        client = Client(address, timeout="10s")
+    except (OSError, TimeoutError) as e:
+        raise ConfigError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+    return client, None, None
+
+
+def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional[dict] = None,
+              progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None) -> SweepResult:
+    """Execute every unit that is not done; record failures and go on with what does not depend on them."""
+    stream = stream or sys.stderr
+    tracking = dict(tracking or {"enabled": False})
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    records = Records(plan.workdir)
+    with SweepLock(plan.workdir):
+        states = {u.id: unit_state(u, records)[0] for u in plan.units}
+        todo = [u for u in plan.units if states[u.id] != "done"]
+        display = _Display(len(plan.units), len(plan.units) - len(todo), progress, stream)
+        display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
+                    f"{len(todo)} to run")
+        client, cluster, threads = _make_client(scheduler)
+        ctx = {"workdir": str(plan.workdir), "tracking": tracking, "progress": progress, "device": device,
+               "threads": threads, "stores": {u.params["transition"]: u.out for u in plan.units
+                                              if u.kind == "decompose"}}
+        ran: list[str] = []
+        try:
+            _execute(plan, todo, states, ctx, client, display, ran)
+        finally:
+            if client is not None:
+                client.close()
+            if cluster is not None:
+                cluster.close()
+        recs = {u.id: records.read(u.id) for u in plan.units}
+        files = write_report(plan, states, recs)
+        result = SweepResult(plan, states, recs, ran, files)
+        if tracking.get("enabled", True):
+            result.run_id = _track_sweep(plan, result, tracking)
+    return result
+
+
+def _execute(plan: Plan, todo: list[Unit], states: dict[str, str], ctx: dict, client, display: _Display,
+             ran: list[str]) -> None:
+    waiting = list(todo)
+    futures: dict[Any, Unit] = {}
+    ac = None
+    if client is not None:
+        from distributed import as_completed
+
+        ac = as_completed()
+
+    def finish(u: Unit, rec: dict) -> None:
+        states[u.id] = rec["status"]
+        ran.append(u.id)
+        display.end(u, rec, waiting + list(futures.values()))
+
+    while waiting or futures:
+        progressed = False
+        for u in list(waiting):
+            bad = [d for d in u.deps if states.get(d) in ("failed", "blocked")]
+            if bad:
+                waiting.remove(u)
+                states[u.id] = "blocked"
+                display.say(f"blocked {u.id}: needs {', '.join(bad)}")
+                progressed = True
+                continue
+            if not all(states.get(d) == "done" for d in u.deps):
+                continue
+            waiting.remove(u)
+            progressed = True
+            display.start(u)
+            if client is not None and u.on_worker:
+                fut = client.submit(run_unit, asdict(u), {k: v for k, v in ctx.items() if k != "_client"},
+                                    pure=False, key=f"grrr-{u.id}-{time.time_ns()}")
+                futures[fut] = u
+                ac.add(fut)
+                states[u.id] = "running"
+            else:
+                finish(u, run_unit(asdict(u), {**ctx, "_client": client} if client is not None else ctx))
+                break  # re-scan: what just finished may unblock or block others
+        if progressed:
+            continue
+        if futures:
+            fut = next(ac)
+            u = futures.pop(fut)
+            try:
+                rec = fut.result()
+            except Exception as e:  # noqa: BLE001 - a worker died or could not run it
+                rec = {"id": u.id, "key": u.key, "status": "failed", "error": f"{type(e).__name__}: {e}",
+                       "seconds": 0.0}
+                Records(plan.workdir).write(u.id, rec)
+            finish(u, rec)
+        elif not progressed:
+            for u in waiting:  # unreachable: a dependency is neither done nor planned to run
+                states[u.id] = "blocked"
+            break
+
+
+# ---------------------------------------------------------------------------
+# status and report
+
+
+def sweep_status(plan: Plan) -> list[dict]:
+    """One row per unit: id, kind, state (done / pending / failed / blocked / interrupted / running), detail."""
+    records = Records(plan.workdir)
+    running = SweepLock.held(plan.workdir)
+    states: dict[str, str] = {}
+    rows = []
+    for u in plan.units:
+        state, rec = unit_state(u, records)
+        if state == "interrupted" and running:
+            state = "running"
+        if state in ("pending", "interrupted") and any(states.get(d) in ("failed", "blocked") for d in u.deps):
+            state = "blocked"
+        states[u.id] = state
+        detail = ""
+        if state == "failed":
+            detail = rec.get("error", "")
+        elif state == "done":
+            detail = f"{rec.get('seconds', 0):.1f} s"
+        elif state == "blocked":
+            detail = "needs " + ", ".join(d for d in u.deps if states.get(d) in ("failed", "blocked"))
+        elif state in ("pending", "interrupted", "running"):
+            detail = _partial_progress(u)
+        rows.append({"unit": u.id, "kind": u.kind, "state": state, "detail": detail, "out": u.out})
+    return rows
+
+
+def _partial_progress(u: Unit) -> str:
+    """What a unit already holds from an earlier, unfinished run (it resumes from there)."""
+    out = Path(u.out)
+    if u.kind == "decompose" and (out / "matrices").is_dir():
+        from .store import TransitionStore
+
+        manifest = TransitionStore.read_manifest(out) or {}
+        total = len(manifest.get("matrices", []))
+        done = len(TransitionStore(out, None).completed())
+        return f"{done}/{total} matrices stored" if total else ""
+    if u.kind == "evaluate" and out.is_dir():
+        scored = sorted(p.parent.name + "/" + p.stem for p in out.glob("*/*.json"))
+        return f"{len(scored)} of {len(u.params['variants']) * len(u.params['benchmarks'])} variant×benchmark scored"
+    return ""
+
+
+def _read_csv(path: Path) -> list[dict]:
+    import csv
+
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> list[Path]:
+    """Sweep-level tables and figures in WORKDIR/report from the units that are done."""
+    from . import plots
+    from .store import atomic_write_text, to_csv
+
+    rep = plan.workdir / "report"
+    rep.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    done = [u for u in plan.units if states.get(u.id) == "done"]
+
+    def put(name: str, rows: list[dict]) -> None:
+        if rows:
+            atomic_write_text(rep / name, to_csv(rows))
+            files.append(rep / name)
+
+    status_rows = [{"unit": u.id, "kind": u.kind, "state": states.get(u.id, "pending"),
+                    "seconds": round(float((records.get(u.id) or {}).get("seconds") or 0.0), 2),
+                    "error": (records.get(u.id) or {}).get("error", "") if states.get(u.id) == "failed" else "",
+                    "out": u.out} for u in plan.units]
+    put("units.csv", status_rows)
+
+    trows = []
+    for u in done:
+        if u.kind != "decompose":
+            continue
+        tr = plan.transitions[u.params["transition"]]
+        summary = json.loads((Path(u.out) / "summary.json").read_text())["scopes"]["all"]
+        trows.append({"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
+                      "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
+                      **{f"{k}_mean": summary[f"{k}_mean"] for k in ("f_diag", "f_off", "f_null", "r_delta")},
+                      "store": u.out})
+    put("transitions.csv", trows)
+
+    summaries = []
+    for u in done:
+        if u.kind == "compare":
+            for r in _read_csv(Path(u.out) / "comparisons.csv"):
+                summaries.append({"comparison": u.id.split("/", 1)[1], **r})
+    put("comparisons.csv", summaries)
+    if summaries:
+        numeric = [{k: _num(v) for k, v in s.items()} for s in summaries]
+        files.append(plots.cosine_medians(numeric, rep / "offdiag_cosine_medians.png"))
+        files.append(plots.norm_bars(numeric, rep / "update_norms.png"))
+
+    stats = [u for u in done if u.kind == "stats"]
+    if stats:
+        put("stats_overall.csv", _read_csv(Path(stats[0].out) / "table_overall.csv"))
+
+    acc, retention = [], []
+    for u in done:
+        if u.kind == "evaluate":
+            tid = u.params["transition"] + (f" [{u.params['suite']}]" if u.params.get("suite") else "")
+            acc += [{"transition": tid, **r} for r in _read_csv(Path(u.out) / "accuracy.csv")]
+            retention += [{"transition": tid, **r} for r in _read_csv(Path(u.out) / "table_retention.csv")]
+    put("accuracy.csv", acc)
+    put("retention.csv", retention)
+    return files
+
+
+def _num(v: str) -> Any:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return v
+
+
+def _track_sweep(plan: Plan, result: SweepResult, tracking: dict) -> str:
+    """One MLflow run per sweep (keyed by its plan), with the unit counts and the report."""
+    from . import tracking as trk
+
+    counts = {s: sum(1 for v in result.states.values() if v == s) for s in ("done", "failed", "blocked", "pending")}
+    run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
+                       key="sweep-" + plan.key, run_name=f"sweep {plan.config.name}",
+                       tags={"grrr.kind": "sweep", "grrr.sweep": plan.config.name})
+    if run.complete:
+        return run.run_id
+    run.log_params({"name": plan.config.name, "workdir": str(plan.workdir), "units": len(plan.units),
+                    "transitions": ",".join(plan.transitions),
+                    "config": json.dumps(plan.config.model_dump(mode="json"), sort_keys=True)})
+    run.log_metrics([(f"units_{k}", v, 0) for k, v in counts.items()])
+    run.log_artifacts(result.report_files, "report")
+    if result.ok:
+        run.finish()
+    return run.run_id
