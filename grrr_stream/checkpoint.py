@@ -402,10 +402,36 @@ def write_checkpoint(
         raise CheckpointError(
             f"not enough disk space for {folder}: needs {total / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free"
         )
+    _remove_stale_partials(folder)
     tmp = folder.parent / f".{folder.name}.partial-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    try:
+        _write_into(tmp, folder, tensors, layout, total, max_shard_bytes, config, extra_files)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if folder.exists():
+        shutil.rmtree(folder)
+    os.replace(tmp, folder)
+    return folder
+
+
+def _remove_stale_partials(folder: Path) -> None:
+    """Delete temporary folders left by killed writers of ``folder`` (their pid is gone)."""
+    for p in folder.parent.glob(f".{folder.name}.partial-*"):
+        try:
+            os.kill(int(p.name.rsplit("-", 1)[1]), 0)
+            continue  # its writer is alive (pids are per host: on a shared filesystem this keeps it)
+        except (ValueError, ProcessLookupError):
+            shutil.rmtree(p, ignore_errors=True)
+        except PermissionError:
+            continue
+
+
+def _write_into(tmp: Path, folder: Path, tensors, layout, total: int, max_shard_bytes: int,
+                config: Optional[dict], extra_files: Optional[dict]) -> None:
     shards = plan_shards(layout, max_shard_bytes)
     n = len(shards)
     names = [SINGLE_NAME] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
@@ -441,10 +467,6 @@ def write_checkpoint(
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
     for fname, blob in (extra_files or {}).items():
         (tmp / fname).write_bytes(blob)
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(tmp, folder)
-    return folder
 
 
 # Files of a model folder that travel with its weights (tokenizer, chat template, generation config).

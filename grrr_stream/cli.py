@@ -55,16 +55,6 @@ def _decompose_parser(sub) -> None:
     _add_common(p)
 
 
-def _demo_parser(sub) -> None:
-    p = sub.add_parser("demo", help="generate a synthetic chain and decompose it (no network needed)",
-                       description="Built-in default job: writes a small synthetic base → SFT → RL chain in real HF "
-                                   "layout, decomposes base→SFT and base→RL (the second reuses cached base frames), "
-                                   "logs both to MLflow and prints the summary tables.")
-    p.add_argument("--out", type=Path, default=Path("grrr_demo"), help="working folder (default ./grrr_demo)")
-    _add_tracking(p, experiment=False)
-    _add_common(p)
-
-
 def _stats_parser(sub) -> None:
     p = sub.add_parser("stats", help="summaries with bootstrap CIs over decomposed transitions",
                        description="Mean, std, median and bootstrap 95 %% CIs of every metric, overall, per module "
@@ -284,43 +274,24 @@ def cmd_decompose(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .config import build_config
-    from .decompose import run_transition
-    from .synthetic import DEMO, Update, write_model
-    from .tracking import resolve_uri
-
-    out: Path = args.out
-    sft_u = Update(r_delta=2e-2, plant=(0.25, 0.45, 0.30))
-    rl_u = Update(r_delta=5e-3, plant=(0.10, 0.70, 0.20))
-    models = {"base": (), "sft": (sft_u,), "rl": (sft_u, rl_u)}
-    for name, updates in models.items():
-        if not (out / "models" / name / "config.json").is_file():
-            print(f"writing synthetic model {out / 'models' / name}")
-            write_model(out / "models" / name, DEMO, family="qwen2", dtype="float32", seed=0, updates=updates,
-                        max_shard_bytes=16 * 2**20, overwrite=True)
-    tracking = {"enabled": not args.no_track, "uri": args.tracking_uri, "experiment": "grrr_stream_demo"}
-    for post, method in (("sft", "SFT"), ("rl", "SFT+RL")):
-        cfg = build_config({
-            "base": str(out / "models" / "base"), "post": str(out / "models" / post),
-            "store": out / "stores" / f"base-to-{post}", "frame_cache": out / "frames",
-            "method": method, "chain": "demo", "tracking": tracking,
-        }, source="demo")
-        result = run_transition(cfg)
-        print_summary(result)
-    if not args.no_track:
-        uri = resolve_uri(args.tracking_uri)
-        print(f"\nLogged to MLflow at {uri}. Browse the runs with:\n  mlflow ui --backend-store-uri {uri}")
-    return 0
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 
 
-def _sweep_parser(sub) -> None:
-    p = sub.add_parser("sweep", help="plan and run a whole study from a sweep config (resumable)",
-                       description="Expand a sweep config (chains of models with their lineage) into units of work "
-                                   "— decompositions, statistics, comparisons, variant builds, evaluations — and run "
-                                   "every unit not yet done. Rerun the same command to resume after an interruption; "
-                                   "failed units are retried, finished ones are never recomputed.")
-    p.add_argument("config", type=Path, help="sweep YAML (see configs/demo.yaml, configs/paper.yaml)")
+def _sweep_parser(sub, *, demo: bool = False) -> None:
+    if demo:
+        p = sub.add_parser("demo", help="the built-in demo: `sweep configs/demo.yaml` (tiny trained chain, "
+                                        "no network)",
+                           description="Shorthand for `grrr-stream sweep configs/demo.yaml`: trains a tiny chain "
+                                       "(base → SFT → RL, plus a sibling), decomposes, compares, builds variants, "
+                                       "evaluates them with vLLM and logs to MLflow. Rerun to resume.")
+        p.set_defaults(config=DEMO_CONFIG)
+    else:
+        p = sub.add_parser("sweep", help="plan and run a whole study from a sweep config (resumable)",
+                           description="Expand a sweep config (chains of models with their lineage) into units of "
+                                       "work — decompositions, statistics, comparisons, variant builds, evaluations "
+                                       "— and run every unit not yet done. Rerun the same command to resume after "
+                                       "an interruption; failed units are retried, finished ones never recomputed.")
+        p.add_argument("config", type=Path, help="sweep YAML (see configs/demo.yaml, configs/paper.yaml)")
     p.add_argument("--dry-run", action="store_true", help="print the plan (and what is already done), run nothing")
     p.add_argument("--scheduler", help="where units run: threads (this process, default), local:N (a Dask "
                                        "LocalCluster of N worker processes) or the ADDRESS of a Dask scheduler")
@@ -354,6 +325,9 @@ def _load_sweep(args: argparse.Namespace):
     from .config import SweepEvaluation, load_sweep_config
     from .evaluate import FIVE
 
+    if args.config == DEMO_CONFIG and not DEMO_CONFIG.is_file():
+        raise ConfigError(f"the demo config {DEMO_CONFIG} is not there (an install without the repository?); "
+                          "run `grrr-stream sweep PATH/TO/configs/demo.yaml` from a checkout")
     cfg = load_sweep_config(args.config, workdir=args.workdir)
     if getattr(args, "math_subset", None) is not None:
         if args.math_subset < 1:
@@ -481,14 +455,14 @@ def build_parser() -> argparse.ArgumentParser:
     _compare_parser(sub)
     _variants_parser(sub)
     _evaluate_parser(sub)
-    _demo_parser(sub)
     _sweep_parser(sub)
+    _sweep_parser(sub, demo=True)
     _status_parser(sub)
     return parser
 
 
 COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "variants": cmd_variants,
-            "evaluate": cmd_evaluate, "demo": cmd_demo,
+            "evaluate": cmd_evaluate, "demo": cmd_sweep,
             "sweep": cmd_sweep, "status": cmd_status}
 
 
@@ -501,6 +475,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         print(f"grrr-stream: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("grrr-stream: interrupted; rerun the same command to resume where it stopped", file=sys.stderr)
         return EXIT_INTERRUPTED

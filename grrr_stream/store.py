@@ -334,7 +334,10 @@ def to_csv(rows: Iterable[dict]) -> str:
     w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()})
+        # repr keeps every bit of a float; numpy scalars (np.float64 is a float) are
+        # converted first, or their repr would read 'np.float64(...)'
+        w.writerow({k: (repr(float(v)) if isinstance(v, (float, np.floating)) else
+                        int(v) if isinstance(v, np.integer) else v) for k, v in r.items()})
     return buf.getvalue()
 
 

@@ -163,11 +163,17 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
             cur = models[cur]["parent"]
         return seen
 
-    lineage = {mid: ancestors(mid) for mid in models}
+    n_problems = len(problems)
+    lineage, broken = {}, set()
+    for mid in models:
+        lineage[mid] = ancestors(mid)
+        if len(problems) > n_problems:
+            broken.add(mid)
+            n_problems = len(problems)
     transitions: dict[str, Transition] = {}
     d = cfg.decomposition
     for mid, m in models.items():
-        if m["parent"] is None:
+        if m["parent"] is None or mid in broken:
             continue
         base = m["base"]
         pairs = []

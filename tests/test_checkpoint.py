@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from grrr_stream.checkpoint import (
     INDEX_NAME,
     Checkpoint,
+    TensorSpec,
     read_header,
     resolve_source,
     write_checkpoint,
@@ -494,3 +495,30 @@ def test_fingerprint_stable_and_sensitive_to_one_value(base_copy):
     fp3 = Checkpoint.open(base_copy).fingerprint()
     assert fp3 != fp1
     assert Checkpoint.open(base_copy).read(name)[3, 5] == tensors[name][3, 5]
+
+
+def test_write_checkpoint_removes_leftovers_of_killed_writers_only(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid no longer runs
+    stale = tmp_path / f".out.partial-{dead.pid}"
+    live = tmp_path / f".out.partial-{os.getppid()}"  # a running process: its write may be in progress
+    for d in (stale, live):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"half")
+    write_checkpoint(tmp_path / "out", [("w", torch.ones(2, 2))])
+    assert not stale.exists() and live.exists()
+    assert torch.equal(load_file(tmp_path / "out" / "model.safetensors")["w"], torch.ones(2, 2))
+
+
+def test_failed_write_leaves_no_temporary_folder(tmp_path):
+    def tensors():
+        yield "a", torch.ones(2)
+        raise RuntimeError("source died")
+
+    with pytest.raises(RuntimeError):
+        write_checkpoint(tmp_path / "out", tensors(), layout=[TensorSpec("a", (2,), torch.float32),
+                                                             TensorSpec("b", (2,), torch.float32)])
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,189 @@
+"""The team tracking server end to end: tracking/serve.sh on a free loopback port, runs logged to it
+over HTTP by the CLI (tests/mlflow_ui.py: populate), read back through the REST API with plain HTTP,
+and the MLflow UI's run-comparison page rendered by headless Chromium (screenshot kept as
+$GRRR_TEST_ARTIFACTS/mlflow_compare_runs.png, else tests/artifacts/mlflow_compare_runs.png)."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mlflow_ui import (DEMO_EXPERIMENT, Chromium, Rest, Run, artifacts_dir, compare_runs_url, find_chromium,
+                       populate, scroll_to_metric, serve)
+
+NO_CHROMIUM = ("Debian chromium not found at /usr/bin/chromium or on PATH; "
+               ".ci/run installs it with apt-get install chromium")
+KINDS = {"transition": 2, "comparison": 1, "variant": 2, "sweep": 1}
+SCREENSHOT = "mlflow_compare_runs.png"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with serve(tmp_path_factory.mktemp("mlflow_server")) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def populated(server, tmp_path_factory):
+    work = tmp_path_factory.mktemp("populate")
+    populate(server.uri, work)
+    return work
+
+
+def _by_kind(runs: list[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for r in runs:
+        out.setdefault(r.tags.get("grrr.kind", "?"), []).append(r)
+    return out
+
+
+def _same_path(a: str, b: str) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def test_serve_script_prints_the_uri_and_runs_light(server):
+    assert server.log.read_text().splitlines()[0] == f"export MLFLOW_TRACKING_URI={server.uri}"
+    group = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = (proc / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) == server.proc.pid:  # field 5: process group
+                group.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+    assert any("mlflow" in c and "server" in c for c in group), group
+    assert any("--workers 1" in c for c in group), group
+    assert not any("huey" in c for c in group), group  # MLflow's job runner is off
+
+
+def test_runs_are_served_over_rest_with_params_metrics_artifacts(server, populated):
+    rest = Rest(server.uri)
+    exp = rest.experiment(DEMO_EXPERIMENT)
+    exp_id = exp["experiment_id"]
+    assert exp["artifact_location"].startswith("mlflow-artifacts:")  # artifacts go through the server
+    runs = rest.runs([exp_id])
+    kinds = _by_kind(runs)
+    assert {k: len(v) for k, v in kinds.items()} == KINDS
+    assert all(r.status == "FINISHED" and r.tags.get("grrr.complete") == "true" for r in runs)
+    keys = Counter(r.tags["grrr.key"] for r in runs)
+    assert max(keys.values()) == 1, keys
+
+    # transitions: params, aggregate metrics, per-layer histories, artifacts stored by the server
+    transitions = {r.name: r for r in kinds["transition"]}
+    assert set(transitions) == {"base → sft", "base → rl"}
+    for name, run in transitions.items():
+        p, m = run.params, run.metrics
+        assert f"{Path(p['base']).name} → {Path(p['post']).name}" == name
+        assert {"method", "chain", "store", "compute_dtype", "n_matrices", "version.torch"} <= set(p)
+        assert m["mean/f_diag"] + m["mean/f_off"] + m["mean/f_null"] == pytest.approx(1, abs=1e-4)
+        assert {"mean/f_null/gate_proj", "std/f_off/down_proj"} <= set(m)
+        arts = rest.artifacts(run.id)
+        assert {"metrics.csv", "summary.csv", "summary.json", "figures"} <= set(arts)
+        assert arts["figures"]["is_dir"]
+        assert any(f.endswith(".png") for f in rest.artifacts(run.id, "figures"))
+        served = rest.artifact(run.id, "metrics.csv")
+        assert served == (Path(p["store"]) / "metrics.csv").read_bytes()
+        assert (server.artifacts / exp_id / run.id / "artifacts" / "metrics.csv").read_bytes() == served
+        rows = list(csv.DictReader(io.StringIO(served.decode())))
+        assert len(rows) == int(p["n_matrices"])
+        by_layer = {int(r["layer"]): float(r["f_null"]) for r in rows if r["module"] == "gate_proj"}
+        hist = rest.history(run.id, "f_null/gate_proj")
+        assert len(by_layer) >= 2 and {h["step"]: h["value"] for h in hist} == pytest.approx(by_layer)
+
+    # the comparison of the two transitions
+    (cmp,) = kinds["comparison"]
+    p, m = cmp.params, cmp.metrics
+    assert p["kind"] == "sequential" and cmp.tags["grrr.comparison"] == "sequential"
+    assert {"a", "b", "statistic", "seed", "alpha"} <= set(p) and int(p["resamples"]) > 0 and int(p["null_draws"]) > 0
+    stores = {name: run.params["store"] for name, run in transitions.items()}
+    assert _same_path(p["a_store"], stores["base → sft"]) and _same_path(p["b_store"], stores["base → rl"])
+    assert m["ci_lo"] <= m["median_cos_off"] <= m["ci_hi"] and 0 <= m["p_value"] <= 1
+    assert cmp.tags["grrr.verdict"] in {"aligned", "anti-aligned", "indistinguishable"}
+    assert len(rest.history(cmp.id, "cos_off/q_proj")) >= 2
+    arts = rest.artifacts(cmp.id)
+    (per_matrix,) = [f for f in arts if f.endswith("_per_matrix.csv")]
+    assert per_matrix.replace("_per_matrix.csv", ".json") in arts
+    summary = json.loads(rest.artifact(cmp.id, per_matrix.replace("_per_matrix.csv", ".json")))
+    assert summary["median_cos_off"] == pytest.approx(m["median_cos_off"])
+    rows = list(csv.DictReader(io.StringIO(rest.artifact(cmp.id, per_matrix).decode())))
+    assert len(rows) == int(m["n_matrices"])
+
+    # variants, nested under the transition they were built from
+    variants = {r.params["variant"]: r for r in kinds["variant"]}
+    assert set(variants) == {"full", "diag"}
+    for name, run in variants.items():
+        p, m = run.params, run.metrics
+        assert p["dtype"] == "float32" and isinstance(json.loads(p["components"]), dict)
+        parent = run.tags["mlflow.parentRunId"]
+        assert _same_path(p["store"], next(t.params["store"] for t in transitions.values() if t.id == parent))
+        assert math.isfinite(m["fidelity"]) and m["fidelity"] >= 0 and "fidelity_max" in m
+        assert len(rest.history(run.id, "fidelity/q_proj")) >= 2
+        fidelity_csv = Path(p["folder"]).name + ".fidelity.csv"  # the sweep names folders <variant>-<key>
+        assert fidelity_csv.startswith(name) and fidelity_csv in rest.artifacts(run.id)
+        assert rest.artifact(run.id, fidelity_csv) == (Path(p["folder"]).parent / fidelity_csv).read_bytes()
+
+    # idempotent over HTTP: the same job again finds its runs by grrr.key and logs nothing new
+    some = transitions["base → rl"]
+    n_hist = len(rest.history(some.id, "f_null/gate_proj"))
+    populate(server.uri, populated)
+    again = rest.runs([exp_id])
+    assert Counter(r.tags["grrr.key"] for r in again) == keys
+    assert {r.tags["grrr.key"]: r.id for r in again} == {r.tags["grrr.key"]: r.id for r in runs}
+    assert len(rest.history(some.id, "f_null/gate_proj")) == n_hist
+
+
+@pytest.mark.skipif(find_chromium() is None, reason=NO_CHROMIUM)  # before the server is started for it
+def test_compare_page_shows_runs_and_metrics_in_headless_chromium(server, populated, tmp_path):
+    exe = find_chromium()
+    rest = Rest(server.uri)
+    exp_id = rest.experiment(DEMO_EXPERIMENT)["experiment_id"]
+    kinds = _by_kind(rest.runs([exp_id]))
+    shown = sorted(kinds["transition"], key=lambda r: r.name) + kinds["comparison"]
+    url = compare_runs_url(server.uri, [r.id for r in shown], [exp_id])
+    names = [r.name for r in shown]
+    shot = artifacts_dir() / SCREENSHOT
+    shot.unlink(missing_ok=True)
+    text, rows = "", {}
+    with Chromium(exe, tmp_path / "chromium", width=1600, height=2600) as browser:
+        try:
+            rendered = f"""(() => {{
+                const t = document.body ? document.body.innerText : '';
+                return !!document.querySelector('a[title="Plot chart"]')
+                    && {json.dumps(names)}.every((n) => t.includes(n));
+            }})()"""
+            browser.navigate(url)
+            browser.wait_for(rendered, timeout=90)
+            # The MLflow Assistant side panel opens itself on a first visit and narrows the tables, which
+            # keep their width when it closes: close it (remembered in localStorage) and load the page again.
+            if browser.evaluate("""(() => {
+                    const b = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
+                    if (b) b.click();
+                    return !!b; })()"""):
+                browser.navigate("about:blank")
+                browser.navigate(url)
+                browser.wait_for(rendered, timeout=90)
+            text = browser.text()
+            # last one stays on top of the Metrics table for the screenshot
+            for metric in ("median_cos_off", "mean/f_diag"):
+                rows[metric] = scroll_to_metric(browser, metric)
+        finally:
+            with contextlib.suppress(Exception):
+                browser.screenshot(shot)
+            text = text or browser.text()
+    assert shot.is_file() and shot.stat().st_size > 20_000, f"no screenshot at {shot}"
+    assert f"Comparing {len(shown)} Runs from 1 Experiment" in text, text[:3000]
+    for run in shown:
+        assert run.id in text and run.name in text, (run.name, text[:3000])
+    for metric, row in rows.items():
+        cells = row.split(" | ")
+        assert cells[0] == metric and len(cells) == 1 + len(shown), (metric, row)
+        for run, cell in zip(shown, cells[1:]):
+            if metric in run.metrics:
+                assert float(cell) == pytest.approx(run.metrics[metric], rel=1e-2, abs=1e-3), (metric, run.name, row)
+            else:
+                assert cell in ("NaN", "", "-"), (metric, run.name, row)
