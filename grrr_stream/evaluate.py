@@ -145,7 +145,7 @@ def fetch_benchmark_from_hub(name: str, root: Path, repo: str = HUB_REPO) -> Pat
 class Grade:
     extracted: Optional[str]
     correct: bool
-    status: str  # ok | no_answer | parse_failed | timeout | error
+    status: str  # ok | no_answer | parse_failed | timeout | error | prompt_too_long
 
 
 _SCI = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*[eE]\s*([+-]?\d+)(?![\w.])")
@@ -272,10 +272,23 @@ class Engine:
                 out.append(template.format(problem=p.question, instruction=instruction))
         return out
 
-    def generate(self, prompts: Sequence[str]) -> list[tuple[str, int]]:
-        """(text, number of generated tokens) per prompt, greedy."""
-        outs = self.llm.generate(list(prompts), self._sampling, use_tqdm=False)
-        return [(o.outputs[0].text, len(o.outputs[0].token_ids)) for o in outs]
+    @property
+    def max_model_len(self) -> Optional[int]:
+        config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
+        return getattr(config, "max_model_len", None) or self.settings.max_model_len
+
+    def generate(self, prompts: Sequence[str]) -> list[tuple[Optional[str], int]]:
+        """(text, number of generated tokens) per prompt, greedy. A prompt that does not fit the
+        model's context gets (None, 0) instead of failing the whole batch (vLLM refuses it)."""
+        limit = self.max_model_len
+        fits = [limit is None or len(self.tokenizer.encode(p, add_special_tokens=False)) < limit for p in prompts]
+        outs = iter(self.llm.generate([p for p, ok in zip(prompts, fits) if ok], self._sampling, use_tqdm=False)
+                    if any(fits) else [])
+        res: list[tuple[Optional[str], int]] = []
+        for ok in fits:
+            o = next(outs) if ok else None
+            res.append((o.outputs[0].text, len(o.outputs[0].token_ids)) if o is not None else (None, 0))
+        return res
 
     def close(self) -> None:
         import gc
@@ -302,6 +315,7 @@ class BenchmarkResult:
     key: str
     scored_now: bool = False
     extra: dict = field(default_factory=dict)
+    too_long: int = 0  # prompts longer than the model's context: not generated, counted wrong
 
 
 def _append_jsonl(path: Path, records: list[dict]) -> None:
@@ -372,10 +386,10 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
         outs = engine.generate(engine.prompts(part, template, instruction))
         records = []
         for p, (text, ntok) in zip(part, outs):
-            g = grade(text, p.gold)
+            g = grade(text, p.gold) if text is not None else Grade(None, False, "prompt_too_long")
             records.append({"key": key, "idx": p.idx, "question": p.question, "gold": p.gold,
-                            "generation": text, "tokens": ntok, "extracted": g.extracted,
-                            "correct": g.correct, "status": g.status, "wait": count_wait(text)})
+                            "generation": text or "", "tokens": ntok, "extracted": g.extracted,
+                            "correct": g.correct, "status": g.status, "wait": count_wait(text or "")})
         _append_jsonl(gens, records)
         done.update({r["idx"]: r for r in records})
     recs = [done[p.idx] for p in bench.problems]
@@ -387,6 +401,7 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
         no_answer=sum(r["status"] == "no_answer" for r in recs),
         parse_failed=sum(r["status"] in ("parse_failed", "error") for r in recs),
         timeouts=sum(r["status"] == "timeout" for r in recs),
+        too_long=sum(r["status"] == "prompt_too_long" for r in recs),
         sha256=bench.sha256, key=key, scored_now=bool(todo))
     atomic_write_text(result_path(out, variant, bench.name),
                       json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2))

@@ -59,6 +59,9 @@ class Unit:
     out: str             # its result folder
     deps: tuple[str, ...] = ()
     params: dict = field(default_factory=dict)  # JSON-able: what run_unit needs
+    # order only: start after these have ended, whatever their outcome (the first
+    # decomposition from a base computes the frames the others then read from the cache)
+    after: tuple[str, ...] = ()
 
     @property
     def on_worker(self) -> bool:
@@ -191,6 +194,7 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
     # -- decompositions: one unit per transition; frames shared per W0 ---------
     frame_cache = workdir / "frames"
     dec_key: dict[str, str] = {}
+    frame_producer: dict[str, str] = {}  # W0 model id → the decomposition that computes its frames
     for tid, tr in transitions.items():
         base_src, base_id = source(tr.parent)
         post_src, post_id = source(tr.child)
@@ -208,8 +212,10 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
         key = stable_hash({"base": base_id, "post": post_id, "settings": settings}, 24)
         dec_key[tid] = key
         deps = tuple(u for u in ("generate/tinychain",) if gen_unit and (tr.parent in generated or tr.child in generated))
+        first = frame_producer.setdefault(tr.parent, f"decompose/{tid}")
+        after = (first,) if first != f"decompose/{tid}" else ()
         units.append(Unit(f"decompose/{tid}", "decompose", f"decompose {tr.parent} → {tr.child} ({tr.kind})", key,
-                          str(workdir / "stores" / f"{tid}-{key[:8]}"), deps, {**values, "transition": tid}))
+                          str(workdir / "stores" / f"{tid}-{key[:8]}"), deps, {**values, "transition": tid}, after))
 
     # -- statistics and comparisons --------------------------------------------
     s = cfg.statistics
@@ -367,7 +373,7 @@ def run_unit(unit: dict, ctx: dict) -> dict:
     ``unit`` is :class:`Unit` as a dict (it travels to Dask workers), ``ctx`` holds the
     settings that do not change results: tracking, progress, device, torch threads.
     """
-    u = Unit(**{**unit, "deps": tuple(unit["deps"])})
+    u = Unit(**{**unit, "deps": tuple(unit["deps"]), "after": tuple(unit["after"])})
     records = Records(Path(ctx["workdir"]))
     started = time.time()
     where = {"host": socket.gethostname(), "pid": os.getpid()}
@@ -611,9 +617,15 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
     with SweepLock(plan.workdir):
         states = {u.id: unit_state(u, records)[0] for u in plan.units}
         todo = [u for u in plan.units if states[u.id] != "done"]
+        for u in todo:  # failed or interrupted before: run again (dependents wait for the new outcome)
+            states[u.id] = "pending"
         display = _Display(len(plan.units), len(plan.units) - len(todo), progress, stream)
         display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
                     f"{len(todo)} to run")
+        if tracking.get("enabled", True):
+            from .tracking import prepare
+
+            prepare(tracking.get("uri"), tracking.get("experiment", "grrr_stream"))
         client, cluster, threads = _make_client(scheduler)
         ctx = {"workdir": str(plan.workdir), "tracking": tracking, "progress": progress, "device": device,
                "threads": threads, "stores": {u.params["transition"]: u.out for u in plan.units
@@ -660,6 +672,8 @@ def _execute(plan: Plan, todo: list[Unit], states: dict[str, str], ctx: dict, cl
                 progressed = True
                 continue
             if not all(states.get(d) == "done" for d in u.deps):
+                continue
+            if any(states.get(a) in ("pending", "interrupted", "running") for a in u.after):
                 continue
             waiting.remove(u)
             progressed = True

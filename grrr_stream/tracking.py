@@ -97,6 +97,15 @@ class TrackedRun:
         self.client.set_terminated(self.run_id, "FINISHED")
 
 
+def prepare(uri: Optional[str], experiment: str) -> str:
+    """Create the tracking store and the experiment now, in this process. Several worker
+    processes opening a fresh SQLite store at once would all run its schema migrations
+    and collide ('duplicate column name'); after this they only read and append."""
+    _, MlflowClient = _mlflow()
+    uri = resolve_uri(uri)
+    return _experiment_id(MlflowClient(tracking_uri=uri), experiment, uri)
+
+
 def open_run(*, uri: Optional[str], experiment: str, key: str, run_name: str,
              tags: Optional[dict[str, str]] = None, parent_run_id: Optional[str] = None) -> TrackedRun:
     """Find the run tagged with ``key`` or create it."""

@@ -118,3 +118,20 @@ def test_folder_materialization_is_deleted_unless_kept(chain, tmp_path):
     assert not (tmp_path / "a" / "_variants" / "offnull").exists() and res.results[0].n == 10
     run_evaluation(store, tmp_path / "b", ["offnull"], ["arith"], models["benchmark"], keep_variants=True, **kw)
     assert (tmp_path / "b" / "_variants" / "offnull" / "config.json").is_file()
+
+
+def test_prompt_longer_than_the_context_is_counted_wrong_not_fatal(chain, tmp_path):
+    _, models, store = chain
+    bench = tmp_path / "bench" / "mixed"
+    bench.mkdir(parents=True)
+    bench.joinpath("test.jsonl").write_text(
+        json.dumps({"problem": "What is 12+30?", "answer": "42"}) + "\n"
+        + json.dumps({"problem": "Add these numbers. " + "1+" * 200 + "1", "answer": "201"}) + "\n")
+    settings = EngineSettings(max_new_tokens=16, enforce_eager=True, max_model_len=128, cpu_kv_cache_gib=0.25)
+    res = run_evaluation(store, tmp_path / "eval", ["full"], ["mixed"], tmp_path / "bench", settings=settings,
+                         tracking=None)
+    (r,) = res.results
+    assert r.n == 2 and r.too_long == 1
+    recs = [json.loads(x) for x in (tmp_path / "eval" / "full" / "mixed.jsonl").read_text().splitlines()]
+    assert [x["status"] == "prompt_too_long" for x in recs] == [False, True]
+    assert recs[0]["tokens"] > 0 and recs[1]["tokens"] == 0 and not recs[1]["correct"]

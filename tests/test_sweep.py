@@ -118,6 +118,11 @@ def test_plan_derives_transitions_comparisons_and_units_from_lineage(models, tmp
     assert [i for i in ids if i.startswith("variant/")] == [f"variant/base-to-rl/{n}" for n in
                                                             ("base", "full", "diag", "randrm-0")]
     assert set(plan.unit("stats/summary").deps) == {f"decompose/{t}" for t in kinds}
+    # the first decomposition from each W0 computes its frames; the others from that W0 start after it
+    after = {u.id: u.after for u in plan.units if u.kind == "decompose"}
+    assert after == {"decompose/base-to-sft": (), "decompose/sft-to-rl": (),
+                     "decompose/base-to-rl": ("decompose/base-to-sft",),
+                     "decompose/base-to-sibling": ("decompose/base-to-sft",)}
     # dependencies always precede dependents
     pos = {u.id: i for i, u in enumerate(plan.units)}
     assert all(pos[d] < pos[u.id] for u in plan.units for d in u.deps)
@@ -302,8 +307,17 @@ def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
         a = run_sweep(plan_sweep(single), progress=False)
     finally:
         torch.set_num_threads(threads)
-    b = run_sweep(plan_sweep(multi), scheduler="local:2", progress=False)
-    assert a.ok and b.ok
+    # tracked: both workers write to one SQLite MLflow store at the same time
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    b = run_sweep(plan_sweep(multi), scheduler="local:2", progress=False,
+                  tracking={"enabled": True, "uri": uri, "experiment": "cluster"})
+    assert a.ok and b.ok, b.failed
     hosts = {Records(b.plan.workdir).read(u.id)["pid"] for u in b.plan.units if u.on_worker}
     assert os.getpid() not in hosts  # the heavy units ran in the worker processes
     assert_same(results_snapshot(tmp_path / "two"), results_snapshot(tmp_path / "one"))
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("cluster").experiment_id], max_results=1000)
+    assert sorted(r.data.tags["grrr.kind"] for r in runs).count("transition") == 4
+    assert all(r.data.tags.get("grrr.complete") == "true" for r in runs)
