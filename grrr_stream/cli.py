@@ -422,7 +422,9 @@ def print_sweep_summary(res, out=None) -> None:
         out.write(f"\naccuracy (%)\n{'transition':<28} {'variant':<12} " + " ".join(f"{b:>12}" for b in benches)
                   + f" {'average':>8}\n")
         for r in acc:
-            out.write(f"{r['transition']:<28} {r['variant']:<12} " + " ".join(f"{float(r[b]):>12.1f}" for b in benches)
+            # a suite covers some transitions only: its cells are empty for the others
+            out.write(f"{r['transition']:<28} {r['variant']:<12} "
+                      + " ".join(f"{float(r[b]):>12.1f}" if r[b] else f"{'':>12}" for b in benches)
                       + f" {float(r['average']):>8.2f}\n")
     bad = [(u, res.records.get(u) or {}) for u, s in res.states.items() if s in ("failed", "blocked")]
     if bad:

@@ -466,8 +466,9 @@ def _run_variant(u: Unit, ctx: dict) -> dict:
 def _run_evaluate(u: Unit, ctx: dict) -> dict:
     from .workflows import run_evaluation
 
-    # vLLM logs every weight swap at INFO; in a sweep only warnings matter (override by setting it)
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # vLLM logs every weight swap at INFO and dozens of harmless kernel-registration
+    # warnings per engine; a sweep shows its errors only (set VLLM_LOGGING_LEVEL to see more)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     p = u.params
     log = (lambda msg: print(f"  [{u.id}] {msg}", file=sys.stderr, flush=True)) if ctx["progress"] else (lambda m: None)
     res = run_evaluation(Path(_store_of(ctx, p["transition"])), Path(u.out), p["variants"], p["benchmarks"],
@@ -523,6 +524,8 @@ class SweepLock:
 
     @classmethod
     def held(cls, workdir: Path) -> bool:
+        if not (Path(workdir) / ".sweep" / "lock").exists():
+            return False  # never run here (and asking must not create the folder)
         try:
             with cls(workdir):
                 return False

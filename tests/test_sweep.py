@@ -291,7 +291,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(models, tmp_path):
     path = write_cfg(tmp_path / "sweep.yaml", config(models, tmp_path / "w"))
     out = cli("sweep", path, "--dry-run", cwd=tmp_path).stdout
     assert "decompose/sft-to-rl" in out and "after decompose/base-to-sft, decompose/base-to-rl" in out
-    assert not (tmp_path / "w" / "stores").exists()
+    assert not (tmp_path / "w").exists()
 
 
 def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
@@ -321,3 +321,14 @@ def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("cluster").experiment_id], max_results=1000)
     assert sorted(r.data.tags["grrr.kind"] for r in runs).count("transition") == 4
     assert all(r.data.tags.get("grrr.complete") == "true" for r in runs)
+
+
+def test_math_subset_flag_adds_a_suite_of_the_five_benchmarks(tmp_path):
+    out = cli("sweep", ROOT / "configs" / "demo.yaml", "--workdir", tmp_path / "w", "--dry-run",
+              "--math-subset", "3", "--bench-dir", tmp_path / "bench", cwd=tmp_path).stdout
+    for t in ("base-to-sft", "base-to-rl", "base-to-sibling"):
+        assert f"evaluate/{t}/math: evaluate 9 variant(s) of {t} on math500, aime24, amc23, minerva_math, " \
+               f"olympiadbench (first 3 each)" in out
+        assert f"evaluate/{t}: evaluate 9 variant(s) of {t} on arith" in out
+    bad = cli("sweep", ROOT / "configs" / "demo.yaml", "--dry-run", "--math-subset", "0", cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and "--math-subset must be at least 1" in bad.stderr
