@@ -443,9 +443,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     _print_units(rows, args.all)
     failed = [r for r in rows if r["state"] == "failed"]
     for r in failed:
-        rec = Records(plan.workdir).read(r["unit"]) or {}
+        rec = Records(plan.workdir).read(plan.unit(r["unit"])) or {}
         print(f"\n{r['unit']} failed on {rec.get('host')} (pid {rec.get('pid')}):\n  {rec.get('error')}")
-        print(f"  full traceback in {Records(plan.workdir).path(r['unit'])}")
+        print(f"  full traceback in {Records(plan.workdir).path(plan.unit(r['unit']))}")
     return 1 if failed else 0
 
 

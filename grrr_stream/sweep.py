@@ -127,7 +127,7 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
     generated = {mid: m["source"].split(":", 1)[1] for mid, m in models.items()
                  if m["source"].startswith("tinychain:")}
     gen_unit: Optional[Unit] = None
-    uses_tiny_bench = cfg.evaluation.enabled and cfg.evaluation.bench_dir == "tinychain"
+    uses_tiny_bench = any(e.enabled and e.bench_dir == "tinychain" for e in (cfg.evaluation, *cfg.extra_evaluations))
     if generated or uses_tiny_bench:
         bad = sorted(f"{mid} ({name})" for mid, name in generated.items() if name not in tinychain.MODELS)
         if bad:
@@ -327,30 +327,31 @@ def _file_digest(path: Path) -> Optional[str]:
 
 
 class Records:
-    """One JSON file per unit under WORKDIR/.sweep/units, replaced atomically."""
+    """One JSON file per (unit, key) under WORKDIR/.sweep/units, replaced atomically. Keyed
+    files keep the record of a setting you switch away from and back to."""
 
     def __init__(self, workdir: Path):
         self.dir = Path(workdir) / ".sweep" / "units"
 
-    def path(self, uid: str) -> Path:
-        return self.dir / (uid.replace("/", "__") + ".json")
+    def path(self, unit: Unit) -> Path:
+        return self.dir / f"{unit.id.replace('/', '__')}@{unit.key[:12]}.json"
 
-    def read(self, uid: str) -> Optional[dict]:
+    def read(self, unit: Unit) -> Optional[dict]:
         try:
-            return json.loads(self.path(uid).read_text())
+            return json.loads(self.path(unit).read_text())
         except (OSError, ValueError):
             return None
 
-    def write(self, uid: str, record: dict) -> None:
+    def write(self, unit: Unit, record: dict) -> None:
         from .store import atomic_write_text
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.path(uid), json.dumps(record, indent=2, default=str))
+        atomic_write_text(self.path(unit), json.dumps(record, indent=2, default=str))
 
 
 def unit_state(unit: Unit, records: Records) -> tuple[str, Optional[dict]]:
     """'done', 'failed', 'interrupted' (started, never finished) or 'pending'."""
-    rec = records.read(unit.id)
+    rec = records.read(unit)
     if rec is None or rec.get("key") != unit.key:
         return "pending", None
     status = rec.get("status")
@@ -377,7 +378,7 @@ def run_unit(unit: dict, ctx: dict) -> dict:
     records = Records(Path(ctx["workdir"]))
     started = time.time()
     where = {"host": socket.gethostname(), "pid": os.getpid()}
-    records.write(u.id, {"id": u.id, "key": u.key, "status": "running", "started": started, **where})
+    records.write(u, {"id": u.id, "key": u.key, "status": "running", "started": started, **where})
     if ctx.get("threads"):
         import torch
 
@@ -391,11 +392,11 @@ def run_unit(unit: dict, ctx: dict) -> dict:
         rec = {"id": u.id, "key": u.key, "status": "failed", "started": started, "seconds": time.time() - started,
                "error": f"{type(e).__name__}: {e}", "expected": expected,
                "traceback": traceback.format_exc()[-6000:], **where}
-        records.write(u.id, rec)
+        records.write(u, rec)
         return rec
     rec = {"id": u.id, "key": u.key, "status": "done", "started": started, "seconds": time.time() - started,
            "result": result or {}, **where}
-    records.write(u.id, rec)
+    records.write(u, rec)
     return rec
 
 
@@ -641,7 +642,7 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
                 client.close()
             if cluster is not None:
                 cluster.close()
-        recs = {u.id: records.read(u.id) for u in plan.units}
+        recs = {u.id: records.read(u) for u in plan.units}
         files = write_report(plan, states, recs)
         result = SweepResult(plan, states, recs, ran, files)
         if tracking.get("enabled", True):
@@ -700,7 +701,7 @@ def _execute(plan: Plan, todo: list[Unit], states: dict[str, str], ctx: dict, cl
             except Exception as e:  # noqa: BLE001 - a worker died or could not run it
                 rec = {"id": u.id, "key": u.key, "status": "failed", "error": f"{type(e).__name__}: {e}",
                        "seconds": 0.0}
-                Records(plan.workdir).write(u.id, rec)
+                Records(plan.workdir).write(u, rec)
             finish(u, rec)
         elif not progressed:
             for u in waiting:  # unreachable: a dependency is neither done nor planned to run

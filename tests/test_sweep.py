@@ -178,12 +178,12 @@ def test_sweep_runs_then_rerun_computes_nothing_and_logs_no_duplicates(models, t
     tracking = {"enabled": True, "uri": uri, "experiment": "sweep_test"}
     first = run_sweep(plan_sweep(cfg), tracking=tracking, progress=False)
     assert first.ok and len(first.ran) == len(first.plan.units)
-    records = {u.id: Records(first.plan.workdir).read(u.id) for u in first.plan.units}
+    records = {u.id: Records(first.plan.workdir).read(u) for u in first.plan.units}
     snap = results_snapshot(tmp_path / "w")
 
     again = run_sweep(plan_sweep(cfg), tracking=tracking, progress=False)
     assert again.ok and again.ran == []
-    assert {u.id: Records(again.plan.workdir).read(u.id) for u in again.plan.units} == records
+    assert {u.id: Records(again.plan.workdir).read(u) for u in again.plan.units} == records
     assert_same(results_snapshot(tmp_path / "w"), snap)
 
     client = MlflowClient(uri)
@@ -270,10 +270,10 @@ def test_failing_unit_is_recorded_and_the_rest_goes_on(models, tmp_path):
     assert states["stats/summary"] == "blocked"  # it summarises every transition
 
     records = Records(plan.workdir)
-    before = {u: records.read(u) for u, s in states.items() if s == "done"}
+    before = {u: records.read(plan.unit(u)) for u, s in states.items() if s == "done"}
     shutil.copytree(models / "rl", missing)  # the checkpoint arrives: rerun finishes only what was missing
     cli("sweep", path, "--no-track", cwd=tmp_path)
-    assert {u: records.read(u) for u in before} == before
+    assert {u: records.read(plan.unit(u)) for u in before} == before
     assert all(r["state"] == "done" for r in sweep_status(plan))
 
 
@@ -312,7 +312,7 @@ def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
     b = run_sweep(plan_sweep(multi), scheduler="local:2", progress=False,
                   tracking={"enabled": True, "uri": uri, "experiment": "cluster"})
     assert a.ok and b.ok, b.failed
-    hosts = {Records(b.plan.workdir).read(u.id)["pid"] for u in b.plan.units if u.on_worker}
+    hosts = {Records(b.plan.workdir).read(u)["pid"] for u in b.plan.units if u.on_worker}
     assert os.getpid() not in hosts  # the heavy units ran in the worker processes
     assert_same(results_snapshot(tmp_path / "two"), results_snapshot(tmp_path / "one"))
     from mlflow.tracking import MlflowClient
@@ -332,3 +332,19 @@ def test_math_subset_flag_adds_a_suite_of_the_five_benchmarks(tmp_path):
         assert f"evaluate/{t}: evaluate 9 variant(s) of {t} on arith" in out
     bad = cli("sweep", ROOT / "configs" / "demo.yaml", "--dry-run", "--math-subset", "0", cwd=tmp_path, check=False)
     assert bad.returncode == 2 and "--math-subset must be at least 1" in bad.stderr
+
+
+def test_changed_setting_makes_new_results_beside_old_and_switching_back_reuses_them(models, tmp_path):
+    def run(resamples, **kw):
+        cfg = config(models, tmp_path / "w", statistics={"resamples": resamples, "null_draws": 200},
+                     variants={"enabled": False}, **kw)
+        return run_sweep(plan_sweep(SweepConfig.model_validate(cfg)), progress=False)
+
+    first = run(200)
+    assert first.ok
+    second = run(300)  # a statistics setting: statistics and comparisons only, into new folders
+    assert sorted(second.ran) == sorted(u.id for u in second.plan.units if u.kind in ("stats", "compare"))
+    old = {u.id: u.out for u in first.plan.units}
+    assert all(Path(old[u]).is_dir() and old[u] != second.plan.unit(u).out for u in second.ran)
+    assert run(200).ran == []  # back to the first setting: its results are still there and done
+    assert run(200, progress=True, decomposition={"device": "cpu", "verify_resume": False}).ran == []
