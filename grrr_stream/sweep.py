@@ -149,8 +149,11 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
         src = m["source"]
         local = Path(src).expanduser()
         if local.exists() or src.startswith((".", "/", "~")):
-            src = str(local.absolute())  # a local folder: keyed by its absolute path
-        return src, {"source": src, "revision": m["revision"]}
+            src = str(local.absolute())
+            # a local folder is keyed by its path and its content's fingerprint: a checkpoint
+            # replaced in place gets new results instead of passing for the old ones
+            return src, {"source": src, "fingerprint": _fingerprint(local)}
+        return src, {"source": src, "revision": m["revision"]}  # a Hub id: its revision pins it
 
     # -- lineage → transitions ----------------------------------------------
     def ancestors(mid: str) -> list[str]:
@@ -312,6 +315,17 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
                           + "\n  ".join(problems))
     units.sort(key=lambda u: KIND_ORDER.index(u.kind))  # stable: dependencies always come first
     return Plan(cfg, workdir, units, transitions, models)
+
+
+def _fingerprint(folder: Path) -> Optional[str]:
+    """Sampled content fingerprint of a local checkpoint (reads ~1 MiB per shard), or None when it
+    cannot be read yet (its decomposition then fails with the real error)."""
+    from .checkpoint import Checkpoint
+
+    try:
+        return Checkpoint.open(folder).fingerprint()
+    except (GrrrError, OSError):
+        return None
 
 
 def _file_digest(path: Path) -> Optional[str]:

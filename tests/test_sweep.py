@@ -348,3 +348,20 @@ def test_changed_setting_makes_new_results_beside_old_and_switching_back_reuses_
     assert all(Path(old[u]).is_dir() and old[u] != second.plan.unit(u).out for u in second.ran)
     assert run(200).ran == []  # back to the first setting: its results are still there and done
     assert run(200, progress=True, decomposition={"device": "cpu", "verify_resume": False}).ran == []
+
+
+def test_checkpoint_replaced_in_place_gets_new_results(models, tmp_path):
+    local = tmp_path / "models"
+    shutil.copytree(models, local)
+    cfg = config(local, tmp_path / "w", variants={"enabled": False}, statistics={"enabled": False})
+    first = run_sweep(plan_sweep(SweepConfig.model_validate(cfg)), progress=False)
+    assert first.ok
+    shutil.rmtree(local / "rl")
+    shutil.copytree(models / "sibling", local / "rl")  # another model under the same path
+    plan = plan_sweep(SweepConfig.model_validate(cfg))
+    stale = {u.id for u in plan.units if u.id.endswith("-to-rl")}
+    rows = {r["unit"]: r["state"] for r in sweep_status(plan)}
+    assert {u for u, s in rows.items() if s != "done"} == stale == {"decompose/sft-to-rl", "decompose/base-to-rl"}
+    again = run_sweep(plan, progress=False)
+    assert again.ok and sorted(again.ran) == sorted(stale)
+    assert {plan.unit(u).out for u in stale}.isdisjoint(first.plan.unit(u).out for u in stale)
