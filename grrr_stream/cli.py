@@ -21,7 +21,9 @@ def _add_tracking(p: argparse.ArgumentParser, *, experiment: bool = True,
                   experiment_default: Optional[str] = "grrr_stream") -> None:
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     if experiment:
-        p.add_argument("--experiment", default=experiment_default, help="MLflow experiment (default grrr_stream)")
+        p.add_argument("--experiment", default=experiment_default,
+                       help=f"MLflow experiment (default {experiment_default})" if experiment_default else
+                       "MLflow experiment (default: the config's tracking.experiment)")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
 
 
