@@ -135,3 +135,30 @@ def test_prompt_longer_than_the_context_is_counted_wrong_not_fatal(chain, tmp_pa
     recs = [json.loads(x) for x in (tmp_path / "eval" / "full" / "mixed.jsonl").read_text().splitlines()]
     assert [x["status"] == "prompt_too_long" for x in recs] == [False, True]
     assert recs[0]["tokens"] > 0 and recs[1]["tokens"] == 0 and not recs[1]["correct"]
+
+
+def test_sweep_evaluates_on_a_dask_worker_and_a_rerun_starts_no_engine(tiny_chain, tmp_path):
+    """vLLM inside a LocalCluster worker process (in-process engine), then resume: nothing runs."""
+    import csv
+
+    from grrr_stream.config import SweepConfig
+    from grrr_stream.sweep import Records, plan_sweep, run_sweep
+
+    _, models = tiny_chain
+    cfg = SweepConfig.model_validate({
+        "name": "eval-on-worker", "workdir": str(tmp_path / "w"),
+        "chains": [{"name": "tiny", "base": {"id": "base", "source": str(models["base"])},
+                    "models": [{"id": "sft", "source": str(models["sft"]), "method": "SFT"}]}],
+        "decomposition": {"device": "cpu"}, "statistics": {"enabled": False}, "variants": {"enabled": False},
+        "evaluation": {"variants": ["base", "full"], "benchmarks": ["arith"], "bench_dir": str(models["benchmark"]),
+                       "limit": 12, "engine": SETTINGS.model_dump()},
+        "progress": False})
+    res = run_sweep(plan_sweep(cfg), scheduler="local:2", progress=False)
+    assert res.ok, {u: (res.records.get(u) or {}).get("traceback") for u in res.failed}
+    unit = res.plan.unit("evaluate/base-to-sft")
+    assert Records(res.plan.workdir).read(unit)["pid"] != os.getpid()
+    with open(tmp_path / "w" / "report" / "accuracy.csv") as f:
+        acc = {r["variant"]: float(r["average"]) for r in csv.DictReader(f)}
+    assert set(acc) == {"base", "full"} and acc["full"] > acc["base"]
+    again = run_sweep(plan_sweep(cfg), scheduler="local:2", progress=False)
+    assert again.ok and again.ran == []
