@@ -578,8 +578,9 @@ class _Display:
         if self.enabled:
             print(f"[sweep] {text}", file=self.stream, flush=True)
 
-    def start(self, unit: Unit) -> None:
-        self.say(f"[{self.done + 1}/{self.total}] start {unit.id}: {unit.label}")
+    def start(self, unit: Unit, running: int = 1) -> None:
+        also = f" ({running} units running)" if running > 1 else ""
+        self.say(f"[{self.done}/{self.total} done] start {unit.id}: {unit.label}{also}")
 
     def end(self, unit: Unit, rec: dict, pending: Iterable[Unit]) -> None:
         self.done += 1
@@ -695,7 +696,7 @@ def _execute(plan: Plan, todo: list[Unit], states: dict[str, str], ctx: dict, cl
                 continue
             waiting.remove(u)
             progressed = True
-            display.start(u)
+            display.start(u, running=len(futures) + 1)
             if client is not None and u.on_worker:
                 fut = client.submit(run_unit, asdict(u), {k: v for k, v in ctx.items() if k != "_client"},
                                     pure=False, key=f"grrr-{u.id}-{time.time_ns()}")
