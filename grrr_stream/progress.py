@@ -7,7 +7,8 @@ import time
 from typing import Optional, TextIO
 
 
-def _fmt_seconds(s: float) -> str:
+def fmt_seconds(s: float) -> str:
+    """42s, 3m05s, 1h02m."""
     s = int(round(s))
     if s < 60:
         return f"{s}s"
@@ -48,7 +49,7 @@ class Progress:
         rate = elapsed / self._processed if self._processed else 0.0
         remaining = max(self.total - self.done, 0)
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        eta = _fmt_seconds(rate * remaining) if self._processed else "?"
+        eta = fmt_seconds(rate * remaining) if self._processed else "?"
         width = len(str(self.total))
         text = (f"{self.label}[{self.done:>{width}}/{self.total}] {pct:5.1f}% | {item} | "
                 f"{rate:.2f} s/it | ETA {eta}")

@@ -596,15 +596,17 @@ class _Display:
             return "ETA ?"
         mean_all = sum(all_times) / len(all_times)
         rest = sum((sum(ts) / len(ts)) if (ts := self.by_kind.get(u.kind)) else mean_all for u in pending)
-        from .progress import _fmt_seconds
+        from .progress import fmt_seconds
 
-        return f"elapsed {_fmt_seconds(time.monotonic() - self.t0)}, ETA ~{_fmt_seconds(rest)}"
+        return f"elapsed {fmt_seconds(time.monotonic() - self.t0)}, ETA ~{fmt_seconds(rest)}"
 
 
 def _make_client(address: Optional[str]):
     """(client or None, cluster to close or None, torch threads per worker or None)."""
-    if address in (None, "", "threads", "local"):
+    if address in (None, "", "threads", "local", "synchronous", "sync"):
         return None, None, None
+    if address == "processes":
+        raise ConfigError("a sweep runs units in worker processes with --scheduler local:N (N processes)")
     try:
         from distributed import Client, LocalCluster
     except ImportError:  # pragma: no cover - a core dependency
