@@ -188,8 +188,17 @@ def _add_stats_common(p: argparse.ArgumentParser) -> None:
     _add_common(p)
 
 
-def _tracking_from_args(args) -> dict:
-    return {"enabled": not args.no_track, "uri": args.tracking_uri, "experiment": args.experiment}
+def _tracking_from_args(args, tracking: Optional[dict] = None) -> dict:
+    """``tracking`` (from a config; default: nothing set) with --tracking-uri, --experiment and
+    --no-track applied on top."""
+    tracking = dict(tracking or {})
+    if args.tracking_uri:
+        tracking["uri"] = args.tracking_uri
+    if args.experiment:
+        tracking["experiment"] = args.experiment
+    if args.no_track:
+        tracking["enabled"] = False
+    return tracking
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -239,13 +248,7 @@ def config_from_args(args: argparse.Namespace):
         "progress": False if args.no_progress else None,
     }
     values.update({k: v for k, v in flat.items() if v is not None})
-    tracking = dict(values.get("tracking") or {})
-    if args.tracking_uri:
-        tracking["uri"] = args.tracking_uri
-    if args.experiment:
-        tracking["experiment"] = args.experiment
-    if args.no_track:
-        tracking["enabled"] = False
+    tracking = _tracking_from_args(args, values.get("tracking"))
     if tracking:
         values["tracking"] = tracking
     missing = [k for k in ("base", "post", "store") if k not in values]
@@ -372,13 +375,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  {rows[u.id]['state']:<11} {u.id}: {u.label}{deps}")
             print(f"  {'':<11}   → {u.out}")
         return 0
-    tracking = cfg.tracking.model_dump()
-    if args.tracking_uri:
-        tracking["uri"] = args.tracking_uri
-    if args.experiment:
-        tracking["experiment"] = args.experiment
-    if args.no_track:
-        tracking["enabled"] = False
+    tracking = _tracking_from_args(args, cfg.tracking.model_dump())
     res = run_sweep(plan, scheduler=args.scheduler or cfg.scheduler, tracking=tracking,
                     progress=cfg.progress and not args.no_progress, device=args.device)
     print_sweep_summary(res)

@@ -43,16 +43,8 @@ class TrackingConfig(_Strict):
     experiment: str = "grrr_stream"
 
 
-class DecomposeConfig(_Strict):
-    """One transition: base checkpoint (W0) → post-trained checkpoint (W1)."""
-
-    base: str = Field(description="local folder or Hub repo id of the reference model (W0)")
-    post: str = Field(description="local folder or Hub repo id of the post-trained model (W1)")
-    store: Path = Field(description="Zarr store directory for this transition")
-    base_revision: Optional[str] = None
-    post_revision: Optional[str] = None
-    # Base-frame cache shared between transitions of the same base; default <store>/frames.
-    frame_cache: Optional[Path] = None
+class DecompositionSettings(_Strict):
+    """How matrices are decomposed: one transition's, or every transition's of a sweep."""
 
     device: str = "auto"
     compute_dtype: FloatDtype = "float32"
@@ -64,16 +56,9 @@ class DecomposeConfig(_Strict):
     # Regex with named groups 'layer' and 'module' matched against tensor names;
     # overrides the family's built-in pattern.
     module_pattern: Optional[str] = None
-
-    method: Optional[str] = Field(None, description="label of the post-training method (SFT, DPO, GRPO, ...)")
-    chain: Optional[str] = Field(None, description="label of the chain this transition belongs to")
-
-    overwrite: bool = False
     # On resume, re-read and digest the tensors of completed matrices to prove the inputs
     # are unchanged (the checkpoint fingerprint only samples the files). Costs one read.
     verify_resume: bool = True
-    progress: bool = True
-    tracking: TrackingConfig = TrackingConfig()
 
     @field_validator("device")
     @classmethod
@@ -122,11 +107,30 @@ class DecomposeConfig(_Strict):
             raise ValueError(f"needs named groups (?P<layer>...) and (?P<module>...); missing {sorted(missing)}")
         return v
 
+
+class DecomposeConfig(DecompositionSettings):
+    """One transition: base checkpoint (W0) → post-trained checkpoint (W1)."""
+
+    base: str = Field(description="local folder or Hub repo id of the reference model (W0)")
+    post: str = Field(description="local folder or Hub repo id of the post-trained model (W1)")
+    store: Path = Field(description="Zarr store directory for this transition")
+    base_revision: Optional[str] = None
+    post_revision: Optional[str] = None
+    # Base-frame cache shared between transitions of the same base; default <store>/frames.
+    frame_cache: Optional[Path] = None
+
+    method: Optional[str] = Field(None, description="label of the post-training method (SFT, DPO, GRPO, ...)")
+    chain: Optional[str] = Field(None, description="label of the chain this transition belongs to")
+
+    overwrite: bool = False
+    progress: bool = True
+    tracking: TrackingConfig = TrackingConfig()
+
     def frame_cache_path(self) -> Path:
         return self.frame_cache if self.frame_cache is not None else self.store / "frames"
 
 
-def result_settings(cfg: DecomposeConfig) -> dict[str, Any]:
+def result_settings(cfg: DecompositionSettings) -> dict[str, Any]:
     """Settings that change stored numbers (inputs are fingerprinted separately)."""
     return {
         "compute_dtype": cfg.compute_dtype,
@@ -253,17 +257,9 @@ class ChainSpec(_Strict):
     models: list[ModelSpec] = Field(default_factory=list)
 
 
-class SweepDecomposition(_Strict):
+class SweepDecomposition(DecompositionSettings):
     incremental: bool = True   # parent → child for every child
     cumulative: bool = True    # base → child where the parent is not the base
-    device: str = "auto"
-    compute_dtype: FloatDtype = "float32"
-    store_dtype: StoreDtype = "float32"
-    core_rel_threshold: Optional[float] = None
-    rank_thresholds: tuple[float, ...] = (1e-7, 1e-3)
-    modules: tuple[str, ...] = DEFAULT_MODULES
-    module_pattern: Optional[str] = None
-    verify_resume: bool = True
 
 
 class SweepStatistics(_Strict):

@@ -24,7 +24,6 @@ atomically; we fsync it). Anything without that flag is rewritten on resume.
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import json
 import os
@@ -39,6 +38,7 @@ import torch
 
 from .errors import StoreError, StoreMismatchError
 from .frame import Frame
+from .locks import FileLock
 
 FORMAT_VERSION = 1
 MANIFEST_KEY = "grrr_stream"
@@ -105,36 +105,20 @@ def _write_array(group, name: str, data: np.ndarray, attrs: Optional[dict] = Non
     return arr
 
 
-class StoreLock:
+class StoreLock(FileLock):
     """Exclusive advisory lock on a store directory for the lifetime of a run."""
 
     def __init__(self, path: Path):
-        self.path = path / ".lock"
-        self._fd: Optional[int] = None
+        super().__init__(Path(path) / ".lock")
 
     def __enter__(self) -> "StoreLock":
         if self.path.parent.exists() and not self.path.parent.is_dir():
             raise StoreError(f"--store {self.path.parent} is a file; give a directory path")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._fd)
-            self._fd = None
-            raise StoreError(
-                f"store {self.path.parent} is in use by another grrr-stream process; wait for it to finish "
-                "or use another --store"
-            ) from None
-        os.ftruncate(self._fd, 0)
-        os.write(self._fd, str(os.getpid()).encode())
-        return self
+        return super().__enter__()
 
-    def __exit__(self, *exc) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+    def busy(self, holder: str) -> Exception:
+        return StoreError(f"store {self.path.parent} is in use by another grrr-stream process ({holder}); wait for "
+                          "it to finish or use another --store")
 
 
 class TransitionStore:

@@ -17,6 +17,7 @@ rest go on. One sweep process per workdir (an advisory lock).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -29,6 +30,7 @@ from typing import Any, Callable, Iterable, Optional, TextIO
 
 from .config import SweepConfig, TinyChainSpec, build_config, build_engine_settings, result_settings, stable_hash
 from .errors import ConfigError, GrrrError, StoreError
+from .locks import FileLock
 
 SWEEP_FORMAT = 1
 WORKER_KINDS = ("generate", "decompose", "variant", "evaluate")  # the heavy, GPU-bound kinds
@@ -140,6 +142,7 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
                         params={"seed": tc.seed, "quick": tc.quick})
         units.append(gen_unit)
 
+    @functools.lru_cache(maxsize=None)  # a base appears in several transitions: fingerprint it once
     def source(mid: str) -> tuple[str, dict]:
         """Path/Hub id handed to the decomposition, and what identifies it in keys."""
         m = models[mid]
@@ -201,17 +204,12 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
     for tid, tr in transitions.items():
         base_src, base_id = source(tr.parent)
         post_src, post_id = source(tr.child)
-        values = {"base": base_src, "post": post_src, "base_revision": models[tr.parent]["revision"],
+        # validated with the config already; the same fields as a one-transition config
+        values = {**d.model_dump(mode="json", exclude={"incremental", "cumulative"}),
+                  "base": base_src, "post": post_src, "base_revision": models[tr.parent]["revision"],
                   "post_revision": models[tr.child]["revision"], "frame_cache": str(frame_cache),
-                  "device": d.device, "compute_dtype": d.compute_dtype, "store_dtype": d.store_dtype,
-                  "core_rel_threshold": d.core_rel_threshold, "rank_thresholds": list(d.rank_thresholds),
-                  "modules": list(d.modules), "module_pattern": d.module_pattern,
-                  "method": tr.method, "chain": tr.chain, "verify_resume": d.verify_resume}
-        try:
-            settings = result_settings(build_config({**values, "store": "."}, source=f"sweep transition {tid}"))
-        except ConfigError as e:
-            problems.append(str(e))
-            continue
+                  "method": tr.method, "chain": tr.chain}
+        settings = result_settings(d)
         key = stable_hash({"base": base_id, "post": post_id, "settings": settings}, 24)
         dec_key[tid] = key
         deps = tuple(u for u in ("generate/tinychain",) if gen_unit and (tr.parent in generated or tr.child in generated))
@@ -504,48 +502,16 @@ _RUNNERS: dict[str, Callable[[Unit, dict], dict]] = {
 # executing the plan
 
 
-class SweepLock:
-    """One sweep process per workdir (flock; released by the kernel if the process dies)."""
+class SweepLock(FileLock):
+    """One sweep process per workdir."""
 
     def __init__(self, workdir: Path):
-        self.path = Path(workdir) / ".sweep" / "lock"
-        self._fd: Optional[int] = None
+        super().__init__(Path(workdir) / ".sweep" / "lock")
 
-    def __enter__(self) -> "SweepLock":
-        import fcntl
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StoreError(f"another grrr-stream sweep is running on {self.path.parent.parent} ({holder}); "
-                             "wait for it to finish (`grrr-stream status CONFIG` shows its progress) or stop it "
-                             "before starting this one") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc) -> None:
-        import fcntl
-
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-    @classmethod
-    def held(cls, workdir: Path) -> bool:
-        if not (Path(workdir) / ".sweep" / "lock").exists():
-            return False  # never run here (and asking must not create the folder)
-        try:
-            with cls(workdir):
-                return False
-        except StoreError:
-            return True
+    def busy(self, holder: str) -> Exception:
+        return StoreError(f"another grrr-stream sweep is running on {self.path.parent.parent} ({holder}); "
+                          "wait for it to finish (`grrr-stream status CONFIG` shows its progress) or stop it "
+                          "before starting this one")
 
 
 @dataclass
@@ -607,11 +573,9 @@ def _make_client(address: Optional[str]):
         return None, None, None
     if address == "processes":
         raise ConfigError("a sweep runs units in worker processes with --scheduler local:N (N processes)")
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:  # pragma: no cover - a core dependency
-        raise ConfigError("a Dask cluster needs dask.distributed: pip install distributed") from None
     if address.startswith("local:"):
+        from distributed import Client, LocalCluster
+
         try:
             n = int(address.split(":", 1)[1])
         except ValueError:
@@ -621,11 +585,9 @@ def _make_client(address: Optional[str]):
         # one unit per worker at a time; torch gets the worker's share of the cores
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
         return Client(cluster), cluster, max(1, (os.cpu_count() or 1) // n)
-    try:
-        client = Client(address, timeout="10s")
-    except (OSError, TimeoutError) as e:
-        raise ConfigError(f"cannot reach the Dask scheduler at {address}: {e}") from None
-    return client, None, None
+    from .workflows import make_scheduler
+
+    return make_scheduler(address), None, None
 
 
 def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional[dict] = None,
@@ -733,7 +695,7 @@ def _execute(plan: Plan, todo: list[Unit], states: dict[str, str], ctx: dict, cl
 def sweep_status(plan: Plan) -> list[dict]:
     """One row per unit: id, kind, state (done / pending / failed / blocked / interrupted / running), detail."""
     records = Records(plan.workdir)
-    running = SweepLock.held(plan.workdir)
+    running = SweepLock(plan.workdir).held()
     states: dict[str, str] = {}
     rows = []
     for u in plan.units:
