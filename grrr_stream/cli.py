@@ -72,8 +72,13 @@ def _compare_parser(sub) -> None:
                                    "isotropic-null test; update norms. Figures and CSV/JSON in --out.")
     p.add_argument("--sequential", nargs=2, action="append", default=[], metavar=("SFT_STORE", "CUM_STORE"),
                    help="base→SFT and base→RL stores: compares ΔW_SFT with ΔW_incr = W_RL − W_SFT (repeatable)")
-    p.add_argument("--independent", nargs=2, action="append", default=[], metavar=("A_STORE", "B_STORE"),
-                   help="two children of the same base (repeatable)")
+    p.add_argument("--independent", nargs="+", action="append", default=[],
+                   metavar="A_STORE B_STORE [ANCESTOR_STORE]",
+                   help="base→A and base→B of two models neither of which descends from the other, compared as "
+                        "their updates from their nearest common ancestor C: give the store of base→C as a third "
+                        "store when C is not the base (repeatable)")
+    p.add_argument("--cumulative", nargs=2, action="append", default=[], metavar=("A_STORE", "B_STORE"),
+                   help="base→A and base→B compared as the cumulative updates, whatever they share (repeatable)")
     p.add_argument("--out", type=Path, required=True, help="folder for tables and figures")
     p.add_argument("--null-draws", type=int, default=10_000, help="Monte Carlo draws of the null (default 10000)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict (default 0.05)")
@@ -91,8 +96,10 @@ def _variants_parser(sub) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder receiving one sub-folder per variant")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
                    help="dtype of the written weights (default float32: keeps RL-sized updates)")
-    p.add_argument("--rest-from", default="post", choices=["post", "base"],
-                   help="source of tensors that are not decomposed (embeddings, norms, lm_head)")
+    p.add_argument("--rest-from", default="base", choices=["base", "post", "auto"],
+                   help="where composed variants take the tensors that are not decomposed (embeddings, norms, "
+                        "lm_head, biases): base (default), post, or auto (base if it can, else post, recorded); "
+                        "base and full are always the two checkpoints bit for bit")
     p.add_argument("--device", default="auto", help="device for the rank-r products (auto, cpu, cuda[:N])")
     p.add_argument("--shard-gb", type=float, default=2.0, help="maximum shard size in GiB (default 2)")
     p.add_argument("--overwrite", action="store_true", help="rebuild variants that exist with other settings")
@@ -131,7 +138,10 @@ def _evaluate_parser(sub) -> None:
     p.add_argument("--materialize", choices=["engine", "folder"], default="engine",
                    help="engine: swap weights in one running engine (default); folder: write each variant")
     p.add_argument("--keep-variants", action="store_true", help="with --materialize folder: keep the folders")
-    p.add_argument("--rest-from", default="post", choices=["post", "base"])
+    p.add_argument("--rest-from", default="base", choices=["base", "post", "auto"],
+                   help="as for `variants` (default base)")
+    p.add_argument("--resamples", type=int, default=10_000,
+                   help="paired bootstrap resamples for the differences between variants (default 10000)")
     p.add_argument("--template", default="chat",
                    help="'chat' (the model's chat template) or a format string with {problem} and {instruction}")
     p.add_argument("--instruction", help="instruction appended to each problem (default: reason step by step, "
@@ -164,20 +174,45 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     res = run_evaluation(args.store, args.out, args.variant or list(DEFAULT_VARIANTS), args.benchmark or list(FIVE),
                          args.bench_dir, settings=settings, materialize=args.materialize,
                          keep_variants=args.keep_variants, limit=args.limit, template=args.template,
-                         instruction=args.instruction, rest_from=args.rest_from, tracking=_tracking_from_args(args))
-    benches = [k for k in res.accuracy_rows[0] if k not in ("variant", "average")] if res.accuracy_rows else []
-    print(f"\n{'variant':<12} " + " ".join(f"{b:>13}" for b in benches) + f" {'average':>9}")
+                         instruction=args.instruction, rest_from=args.rest_from, tracking=_tracking_from_args(args),
+                         resamples=args.resamples)
+    print_evaluation(res)
+    return 0
+
+
+def print_evaluation(res, out=None) -> None:
+    """Accuracy per variant and benchmark, the differences with their paired intervals, the gain."""
+    out = out or sys.stdout
+    from .evaluate import accuracy_columns
+
+    benches = accuracy_columns(res.accuracy_rows)
+    diffs = {r["variant"]: r for r in res.differences}
+    out.write(f"\n{'variant':<12} " + " ".join(f"{b:>13}" for b in benches)
+              + f" {'average':>9} {'− full [95 % CI]':>24} {'cut off':>8}\n")
     for r in res.accuracy_rows:
         cells = " ".join(f"{r[b]:>13.1f}" for b in benches)
-        print(f"{r['variant']:<12} {cells} {r['average']:>9.2f}")
-    if "gain" in res.info:
-        print(f"gain full − base: {res.info['gain']:+.2f} points "
-              f"({'informative' if res.info['informative'] else 'NOT informative: < 1 point'})")
+        d = diffs.get(r["variant"], {})
+        ci = (f"{d['minus_full']:+7.2f} [{d['minus_full_ci_lo']:+6.2f}, {d['minus_full_ci_hi']:+6.2f}]"
+              if "minus_full" in d else "")
+        avg = f"{r['average']:>9.2f}" if r["average"] is not None else f"{'':>9}"
+        out.write(f"{r['variant']:<12} {cells} {avg} {ci:>24} {r['truncated']:>8}\n")
+    info = res.info
+    if "gain" in info:
+        out.write(f"gain full − base: {info['gain']:+.2f} points [95 % CI {info['gain_ci_lo']:+.2f}, "
+                  f"{info['gain_ci_hi']:+.2f}] ({'informative' if info['informative'] else 'NOT informative: < 1 point'}"
+                  + ("; by less than its interval" if info.get("informative_within_ci") else "") + ")\n")
+    if "full_minus_proj" in info:
+        out.write(f"full − proj (what the tensors that are not decomposed carry): {info['full_minus_proj']:+.2f} "
+                  f"points [{info['full_minus_proj_ci_lo']:+.2f}, {info['full_minus_proj_ci_hi']:+.2f}]"
+                  + (f"; {info['note']}" if info.get("note") else "") + "\n")
+    if info.get("rest_fallback"):
+        out.write(f"rest_from fell back to post: {info['rest_fallback']}\n")
     for r in res.table56:
         if r["retention_pct"] is not None:
-            print(f"  retention {r['variant']:<8} {r['retention_pct']:6.1f} %")
-    print("wrote " + ", ".join(str(f) for f in res.files))
-    return 0
+            proj = f", vs proj {r['retention_proj_pct']:6.1f} %" if r.get("retention_proj_pct") is not None else ""
+            out.write(f"  retention {r['variant']:<8} vs full {r['retention_pct']:6.1f} %{proj}\n")
+    out.write(f"prompt format: the post model's ({res.prompt.get('from')}), digest {res.prompt.get('digest')}\n")
+    out.write("wrote " + ", ".join(str(f) for f in res.files) + "\n")
 
 
 def _add_stats_common(p: argparse.ArgumentParser) -> None:
@@ -219,10 +254,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from .workflows import make_scheduler, run_comparisons
 
-    pairs = [("sequential", Path(a), Path(b)) for a, b in args.sequential]
-    pairs += [("independent", Path(a), Path(b)) for a, b in args.independent]
+    pairs: list[tuple] = [("sequential", Path(a), Path(b)) for a, b in args.sequential]
+    for stores in args.independent:
+        if len(stores) not in (2, 3):
+            raise ConfigError(f"--independent takes A_STORE B_STORE [ANCESTOR_STORE], got {len(stores)} path(s)")
+        pairs.append(("independent", *map(Path, stores)))
+    pairs += [("cumulative", Path(a), Path(b)) for a, b in args.cumulative]
     if not pairs:
-        raise ConfigError("give at least one --sequential SFT_STORE CUM_STORE or --independent A_STORE B_STORE")
+        raise ConfigError("give at least one --sequential SFT_STORE CUM_STORE, --independent A_STORE B_STORE "
+                          "[ANCESTOR_STORE] or --cumulative A_STORE B_STORE")
     if not 0 < args.alpha < 1 or args.null_draws < 100 or args.resamples < 100:
         raise ConfigError("need 0 < --alpha < 1, --null-draws >= 100 and --resamples >= 100")
     res = run_comparisons(pairs, args.out, resamples=args.resamples, null_draws=args.null_draws, seed=args.seed,
@@ -417,14 +457,41 @@ def print_sweep_summary(res, out=None) -> None:
                       f"{float(r['ci_hi']):+.4f}]  p = {float(r['p_value']):.3g} → {r['verdict']}\n")
     acc = rows("accuracy.csv")
     if acc:
-        benches = [k for k in acc[0] if k not in ("transition", "variant", "average")]
-        out.write(f"\naccuracy (%)\n{'transition':<28} {'variant':<12} " + " ".join(f"{b:>12}" for b in benches)
-                  + f" {'average':>8}\n")
+        from .evaluate import accuracy_columns
+
+        benches = accuracy_columns(acc)
+        diffs = {(d["transition"] + (f" [{suite}]" if suite else ""), d["variant"]): d
+                 for suite, s in res.claims.items() for d in s["differences"]}
+        out.write(f"\naccuracy (%); − full: paired bootstrap 95 % CI over problems\n{'transition':<28} {'kind':<12} "
+                  f"{'variant':<12} " + " ".join(f"{b:>12}" for b in benches)
+                  + f" {'average':>8} {'− full [95 % CI]':>24} {'cut off':>8}\n")
         for r in acc:
             # a suite covers some transitions only: its cells are empty for the others
-            out.write(f"{r['transition']:<28} {r['variant']:<12} "
+            d = diffs.get((r["transition"], r["variant"]), {})
+            ci = (f"{d['minus_full']:+7.2f} [{d['minus_full_ci_lo']:+6.2f}, {d['minus_full_ci_hi']:+6.2f}]"
+                  if "minus_full" in d else "")
+            out.write(f"{r['transition']:<28} {r['kind']:<12} {r['variant']:<12} "
                       + " ".join(f"{float(r[b]):>12.1f}" if r[b] else f"{'':>12}" for b in benches)
-                      + f" {float(r['average']):>8.2f}\n")
+                      + (f" {float(r['average']):>8.2f}" if r["average"] else f" {'':>8}")
+                      + f" {ci:>24} {r['truncated']:>8}\n")
+    for suite, s in res.claims.items():
+        name = f" ({suite})" if suite else ""
+        out.write(f"\ninformative transitions{name} (full − base ≥ {res.plan.config.claims.informative_points:g} "
+                  f"point): {s['counts']['informative']} of {s['counts']['transitions']}, "
+                  f"{s['counts']['informative_within_ci']} of them by less than their 95 % CI\n")
+        for r in s["informative"]:
+            if "gain" in r:
+                proj = (f"; full − proj {r['full_minus_proj']:+.2f} [{r['full_minus_proj_ci_lo']:+.2f}, "
+                        f"{r['full_minus_proj_ci_hi']:+.2f}]" if "full_minus_proj" in r else "")
+                out.write(f"  {r['transition']:<26} {r['kind']:<12} gain {r['gain']:+6.2f} [{r['gain_ci_lo']:+6.2f}, "
+                          f"{r['gain_ci_hi']:+6.2f}]{proj}\n")
+        if s["claims"]:
+            from .claims import sentence
+
+            out.write(f"claims{name}:\n")
+            for r in s["claims"]:
+                if r["reference"] == "full":
+                    out.write(f"  {sentence(r, s['counts']['informative'])}\n")
     bad = [(u, res.records.get(u) or {}) for u, s in res.states.items() if s in ("failed", "blocked")]
     if bad:
         out.write("\nnot done:\n")

@@ -283,10 +283,14 @@ def _yaml_variant_names(v: Any) -> Any:
 class SweepVariants(_Strict):
     enabled: bool = True
     transitions: TransitionSelector = "cumulative"
-    names: list[str] = Field(default_factory=lambda: ["base", "full", "diag", "off", "null", "offnull",
+    names: list[str] = Field(default_factory=lambda: ["base", "full", "proj", "diag", "off", "null", "offnull",
                                                       "randrm-0", "randrm-1", "randrm-2"])
     dtype: Literal["float32", "float64", "bfloat16", "float16"] = "float32"
-    rest_from: Literal["post", "base"] = "post"
+    # where composed variants take the tensors that are not decomposed (embeddings, norms,
+    # lm_head, biases): the base (the paper's "added to the pretrained checkpoint"), the post
+    # model, or auto (base when it can supply them, else post, recorded). base and full are
+    # always the two checkpoints themselves.
+    rest_from: Literal["base", "post", "auto"] = "base"
     # Write each variant as a Hugging Face folder (a 7B float32 variant is ~28 GB: off by
     # default in large sweeps; evaluation streams variants into the engine either way).
     write_folders: bool = True
@@ -315,6 +319,18 @@ class SweepEvaluation(_Strict):
     _names = field_validator("variants", mode="before")(_yaml_variant_names)
 
 
+class SweepClaims(_Strict):
+    """The paper's headline sentences over the evaluated transitions, with bootstrap intervals
+    (sweep report only: changing these recomputes the report, never a unit)."""
+
+    within_points: float = Field(4.3, ge=0.0)        # "stays within k points of full"
+    informative_points: float = Field(1.0, ge=0.0)   # informative: full − base ≥ this
+    retention_floor_pct: float = Field(95.0, ge=0.0)  # "retention ≥ 95 % in n of m"
+    resamples: int = Field(10_000, ge=100)
+    seed: int = 0
+    level: float = Field(0.95, gt=0.0, lt=1.0)
+
+
 class TinyChainSpec(_Strict):
     seed: int = 0
     quick: bool = False
@@ -332,6 +348,7 @@ class SweepConfig(_Strict):
     variants: SweepVariants = SweepVariants()
     evaluation: SweepEvaluation = SweepEvaluation()
     extra_evaluations: list[SweepEvaluation] = Field(default_factory=list)
+    claims: SweepClaims = SweepClaims()
     tracking: TrackingConfig = TrackingConfig()
     # Dask: None/'threads' (this process), 'local:N' (a LocalCluster of N worker processes),
     # or the address of a running scheduler (tcp://host:8786)

@@ -221,10 +221,25 @@ def engine_versions() -> dict[str, str]:
     return out
 
 
-class Engine:
-    """A vLLM offline engine, greedy decoding, weights replaceable in place."""
+@dataclass(frozen=True)
+class Generation:
+    """One answer: its text (None when the prompt did not fit the context), generated tokens and
+    vLLM's finish reason ('stop', 'length' = cut off at max_new_tokens, '' when not generated)."""
 
-    def __init__(self, model: Path, settings: EngineSettings):
+    text: Optional[str]
+    tokens: int
+    finish_reason: str
+
+
+class Engine:
+    """A vLLM offline engine, greedy decoding, weights replaceable in place.
+
+    ``prompt_format``: the folder whose tokenizer (chat template) and generation config
+    (stop tokens) the engine uses, when it is not ``model`` itself: every variant of a
+    transition is prompted and stopped as the post model is.
+    """
+
+    def __init__(self, model: Path, settings: EngineSettings, *, prompt_format: Optional[Path] = None):
         vllm = _import_vllm()
         import torch
 
@@ -234,6 +249,8 @@ class Engine:
         kwargs: dict[str, Any] = dict(model=str(model), dtype=settings.dtype, seed=settings.seed,
                                       enforce_eager=settings.enforce_eager,
                                       tensor_parallel_size=settings.tensor_parallel_size)
+        if prompt_format is not None and Path(prompt_format) != Path(model):
+            kwargs.update(tokenizer=str(prompt_format), generation_config=str(prompt_format))
         if settings.max_model_len:
             kwargs["max_model_len"] = settings.max_model_len
         if self.on_cpu:
@@ -277,17 +294,21 @@ class Engine:
         config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
         return getattr(config, "max_model_len", None) or self.settings.max_model_len
 
-    def generate(self, prompts: Sequence[str]) -> list[tuple[Optional[str], int]]:
-        """(text, number of generated tokens) per prompt, greedy. A prompt that does not fit the
-        model's context gets (None, 0) instead of failing the whole batch (vLLM refuses it)."""
+    def chat_template(self) -> Optional[str]:
+        return getattr(self.tokenizer, "chat_template", None)
+
+    def generate(self, prompts: Sequence[str]) -> list[Generation]:
+        """One greedy :class:`Generation` per prompt. A prompt that does not fit the model's
+        context gets Generation(None, 0, '') instead of failing the whole batch (vLLM refuses it)."""
         limit = self.max_model_len
         fits = [limit is None or len(self.tokenizer.encode(p, add_special_tokens=False)) < limit for p in prompts]
         outs = iter(self.llm.generate([p for p, ok in zip(prompts, fits) if ok], self._sampling, use_tqdm=False)
                     if any(fits) else [])
-        res: list[tuple[Optional[str], int]] = []
+        res: list[Generation] = []
         for ok in fits:
-            o = next(outs) if ok else None
-            res.append((o.outputs[0].text, len(o.outputs[0].token_ids)) if o is not None else (None, 0))
+            o = next(outs).outputs[0] if ok else None
+            res.append(Generation(o.text, len(o.token_ids), str(o.finish_reason or "")) if o is not None
+                       else Generation(None, 0, ""))
         return res
 
     def close(self) -> None:
@@ -316,6 +337,9 @@ class BenchmarkResult:
     scored_now: bool = False
     extra: dict = field(default_factory=dict)
     too_long: int = 0  # prompts longer than the model's context: not generated, counted wrong
+    truncated: int = 0  # answers cut off at max_new_tokens (finish reason 'length'): lower-bound accuracy
+    wait_total: int = 0  # "Wait" tokens over all answers (pooled means divide by n)
+    correct_bits: str = ""  # '1'/'0' per problem, in benchmark order: paired statistics across variants
 
 
 def _append_jsonl(path: Path, records: list[dict]) -> None:
@@ -359,10 +383,38 @@ def scored(out: Path, variant: str, benchmark: str, key: str) -> Optional[Benchm
 
 
 def evaluation_key(bench: Benchmark, variant_meta: dict, settings: EngineSettings, template: str,
-                   instruction: str) -> str:
+                   instruction: str, prompt_digest: str = "") -> str:
     return stable_hash({"benchmark": bench.name, "sha256": bench.sha256, "n": len(bench.problems),
                         "variant": variant_meta, "engine": settings.result_fields(), "template": template,
-                        "instruction": instruction}, 24)
+                        "instruction": instruction, "prompt_format": prompt_digest}, 24)
+
+
+# The files that fix how a prompt is written and when an answer stops.
+PROMPT_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json",
+                "chat_template.jinja", "chat_template.json", "generation_config.json")
+
+
+def prompt_format(folder: Path, template: str, instruction: str) -> dict:
+    """The prompt format of a transition's evaluation: the post model's tokenizer, chat template and
+    generation config (their sha256), the template and the instruction. Recorded with every result."""
+    folder = Path(folder)
+    files = {}
+    for name in PROMPT_FILES:
+        p = folder / name
+        if p.is_file():
+            files[name] = hashlib.sha256(p.read_bytes()).hexdigest()
+    chat = None
+    if (folder / "chat_template.jinja").is_file():
+        chat = (folder / "chat_template.jinja").read_text()
+    elif (folder / "tokenizer_config.json").is_file():
+        try:
+            chat = json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template")
+        except json.JSONDecodeError:
+            chat = None
+    fmt = {"from": str(folder), "template": template, "instruction": instruction, "files": files,
+           "chat_template_sha256": hashlib.sha256(str(chat).encode()).hexdigest() if chat else None}
+    fmt["digest"] = stable_hash({k: v for k, v in fmt.items() if k != "from"}, 16)
+    return fmt
 
 
 def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, key: str, *,
@@ -385,11 +437,13 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
         part = todo[i:i + chunk]
         outs = engine.generate(engine.prompts(part, template, instruction))
         records = []
-        for p, (text, ntok) in zip(part, outs):
+        for p, gen in zip(part, outs):
+            text = gen.text
             g = grade(text, p.gold) if text is not None else Grade(None, False, "prompt_too_long")
             records.append({"key": key, "idx": p.idx, "question": p.question, "gold": p.gold,
-                            "generation": text or "", "tokens": ntok, "extracted": g.extracted,
-                            "correct": g.correct, "status": g.status, "wait": count_wait(text or "")})
+                            "generation": text or "", "tokens": gen.tokens, "finish_reason": gen.finish_reason,
+                            "extracted": g.extracted, "correct": g.correct, "status": g.status,
+                            "wait": count_wait(text or "")})
         _append_jsonl(gens, records)
         done.update({r["idx"]: r for r in records})
     recs = [done[p.idx] for p in bench.problems]
@@ -402,6 +456,9 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
         parse_failed=sum(r["status"] in ("parse_failed", "error") for r in recs),
         timeouts=sum(r["status"] == "timeout" for r in recs),
         too_long=sum(r["status"] == "prompt_too_long" for r in recs),
+        truncated=sum(r.get("finish_reason") == "length" for r in recs),
+        wait_total=sum(r["wait"] for r in recs),
+        correct_bits="".join("1" if r["correct"] else "0" for r in recs),
         sha256=bench.sha256, key=key, scored_now=bool(todo))
     atomic_write_text(result_path(out, variant, bench.name),
                       json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2))
@@ -413,42 +470,69 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
 
 
 def accuracy_table(results: Sequence[BenchmarkResult], benchmarks: Sequence[str]) -> list[dict]:
-    """One row per variant: accuracy per benchmark and the unweighted average."""
-    by_variant: dict[str, dict[str, float]] = {}
+    """One row per variant: accuracy per benchmark, the unweighted average (the paper's score),
+    and over all its answers pooled: the count, "Wait" per answer, and how many were cut off
+    at the token limit (their accuracy and Wait count are lower bounds)."""
+    by_variant: dict[str, list[BenchmarkResult]] = {}
     for r in results:
-        by_variant.setdefault(r.variant, {})[r.benchmark] = r.accuracy
+        by_variant.setdefault(r.variant, []).append(r)
     rows = []
-    for v, accs in by_variant.items():
+    for v, rs in by_variant.items():
+        accs = {r.benchmark: r.accuracy for r in rs}
         row: dict[str, Any] = {"variant": v, **{b: accs.get(b) for b in benchmarks}}
         vals = [accs[b] for b in benchmarks if b in accs]
         row["average"] = sum(vals) / len(vals) if len(vals) == len(benchmarks) else None
+        answers = sum(r.n for r in rs)
+        row["answers"] = answers
+        row["wait_per_answer"] = sum(r.wait_total for r in rs) / answers if answers else 0.0
+        row["truncated"] = sum(r.truncated for r in rs)
+        row["truncated_pct"] = 100.0 * row["truncated"] / answers if answers else 0.0
         rows.append(row)
     return rows
 
 
-def retention_tables(acc_rows: Sequence[dict]) -> tuple[list[dict], list[dict], dict]:
-    """Tables 5/6 (component retention) and 8 (diagonal vs random removal) from average accuracies."""
+def accuracy_columns(acc_rows: Sequence[dict]) -> list[str]:
+    """The benchmark columns of an accuracy table."""
+    fixed = {"variant", "average", "answers", "wait_per_answer", "truncated", "truncated_pct", "transition", "kind",
+             "from", "to"}
+    return [k for k in (acc_rows[0] if acc_rows else {}) if k not in fixed]
+
+
+TABLE56 = ("base", "full", "proj", "diag", "off", "null", "offnull")
+
+
+def retention_tables(acc_rows: Sequence[dict], *, rest_from: Optional[str] = None) -> tuple[list[dict], list[dict], dict]:
+    """Tables 5/6 (component retention, against full as the paper and against proj) and 8
+    (diagonal vs random removal; Δ = remove − reference, negative when removal hurts)."""
     avg = {r["variant"]: r["average"] for r in acc_rows if r["average"] is not None}
-    full, base = avg.get("full"), avg.get("base")
-    info: dict[str, Any] = {"full": full, "base": base}
+    full, base, proj = avg.get("full"), avg.get("base"), avg.get("proj")
+    info: dict[str, Any] = {"full": full, "base": base, "proj": proj, "rest_from": rest_from}
     if full is not None and base is not None:
         info["gain"] = full - base
         info["informative"] = info["gain"] >= 1.0
-    t56 = []
-    for v in ("base", "full", "diag", "off", "null", "offnull"):
-        if v in avg:
-            t56.append({"variant": v, "average": avg[v],
-                        "retention_pct": 100.0 * avg[v] / full if full else None})
+    if full is not None and proj is not None:
+        info["full_minus_proj"] = full - proj
+    if rest_from == "post":
+        info["note"] = "rest_from: post: proj equals full on every tensor"
+
+    def pct(v: float, ref: Optional[float]) -> Optional[float]:
+        return 100.0 * v / ref if ref else None
+
+    t56 = [{"variant": v, "average": avg[v], "retention_pct": pct(avg[v], full),
+            "retention_proj_pct": pct(avg[v], proj)}
+           for v in (*TABLE56, *(v for v in avg if v not in TABLE56 and not v.startswith("randrm-"))) if v in avg]
     rand = [a for v, a in avg.items() if v.startswith("randrm-")]
     t8 = []
     if full is not None and ("offnull" in avg or rand):
-        row: dict[str, Any] = {"full": full}
+        row: dict[str, Any] = {"full": full, "proj": proj}
         if "offnull" in avg:
             row["remove_diag"] = avg["offnull"]
-            row["delta_diag"] = full - avg["offnull"]
+            row["delta_diag"] = avg["offnull"] - full
+            row["delta_diag_proj"] = avg["offnull"] - proj if proj is not None else None
         if rand:
             row["remove_random"] = sum(rand) / len(rand)
             row["remove_random_seeds"] = len(rand)
-            row["delta_rand"] = full - row["remove_random"]
+            row["delta_rand"] = row["remove_random"] - full
+            row["delta_rand_proj"] = row["remove_random"] - proj if proj is not None else None
         t8.append(row)
     return t56, t8, info

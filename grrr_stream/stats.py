@@ -12,15 +12,22 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from .errors import StoreMismatchError
 from .store import StoredTransition
 
+# paper Tables 3/4/7; the numerical ranks (nrank_w0_T, nrank_w1_T per rank threshold T) join them
 SUMMARY_METRICS = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max",
-                   "sr_w0", "sr_delta", "sr_w1", "alpha")
+                   "sr_w0", "sr_delta", "sr_w1", "dsr_pct", "alpha")
+
+
+def summary_metrics(rows: Sequence[dict]) -> list[str]:
+    """SUMMARY_METRICS plus the numerical-rank columns these rows carry."""
+    return list(SUMMARY_METRICS) + [k for k in (rows[0] if rows else {}) if k.startswith("nrank_")]
 BLOCK = 1000  # resamples / null draws per Dask task
 
 
@@ -30,11 +37,11 @@ def _compute(tasks: Sequence[Any], scheduler: Any) -> list:
     return list(dask.compute(*tasks, scheduler=scheduler or "threads"))
 
 
-def _rng(seed: int, stream: str, block: int) -> np.random.Generator:
+def block_rng(seed: int, stream: str, block: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(stream.encode()), block]))
 
 
-def _blocks(total: int) -> list[int]:
+def blocks(total: int) -> list[int]:
     return [min(BLOCK, total - i) for i in range(0, total, BLOCK)]
 
 
@@ -43,7 +50,7 @@ def _blocks(total: int) -> list[int]:
 
 
 def _boot_block(values: np.ndarray, size: int, seed: int, stream: str, block: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = _rng(seed, stream, block)
+    rng = block_rng(seed, stream, block)
     idx = rng.integers(0, values.shape[0], size=(size, values.shape[0]))
     sample = values[idx]  # size × n × k
     return sample.mean(axis=1), np.median(sample, axis=1)
@@ -62,7 +69,7 @@ def bootstrap_ci(values: np.ndarray, *, resamples: int = 10_000, seed: int = 0, 
     v = np.asarray(values, dtype=np.float64)
     one_d = v.ndim == 1
     v2 = v[:, None] if one_d else v
-    tasks = [dask.delayed(_boot_block)(v2, size, seed, stream, b) for b, size in enumerate(_blocks(resamples))]
+    tasks = [dask.delayed(_boot_block)(v2, size, seed, stream, b) for b, size in enumerate(blocks(resamples))]
 
     def finish(parts: list) -> dict:
         means = np.concatenate([p[0] for p in parts])
@@ -79,7 +86,7 @@ def bootstrap_ci(values: np.ndarray, *, resamples: int = 10_000, seed: int = 0, 
 
 
 def summary_tables(transitions: Sequence[StoredTransition], *, resamples: int = 10_000, seed: int = 0,
-                   scheduler: Any = None, metrics: Sequence[str] = SUMMARY_METRICS) -> list[dict]:
+                   scheduler: Any = None, metrics: Optional[Sequence[str]] = None) -> list[dict]:
     """Long table: one row per (transition, scope, metric) with n, mean, std, median and
     bootstrap 95 % CIs of the mean and the median. Scopes: 'all', 'module:<m>', 'layer:<i>'."""
     import dask
@@ -87,20 +94,21 @@ def summary_tables(transitions: Sequence[StoredTransition], *, resamples: int = 
     jobs, keys = [], []
     for t in transitions:
         rows = t.rows()
+        cols = list(metrics) if metrics is not None else summary_metrics(rows)
         scopes: dict[str, list[dict]] = {"all": rows}
         for r in rows:
             scopes.setdefault(f"module:{r['module']}", []).append(r)
         for r in sorted(rows, key=lambda r: r["layer"]):
             scopes.setdefault(f"layer:{r['layer']}", []).append(r)
         for scope, rs in scopes.items():
-            values = np.array([[float(r[m]) for m in metrics] for r in rs])
+            values = np.array([[float(r[m]) for m in cols] for r in rs])
             stream = f"{t.manifest['identity']['post_fingerprint']}:{scope}"
             jobs.append(bootstrap_ci(values, resamples=resamples, seed=seed, stream=stream, delayed=True))
-            keys.append((t, scope, values))
+            keys.append((t, scope, values, cols))
     results = _compute([dask.delayed(list)(jobs)], scheduler)[0]
     out = []
-    for (t, scope, values), ci in zip(keys, results):
-        for j, m in enumerate(metrics):
+    for (t, scope, values, cols), ci in zip(keys, results):
+        for j, m in enumerate(cols):
             col = values[:, j]
             out.append({
                 "transition": t.label, "store": str(t.path), "scope": scope, "metric": m, "n": len(col),
@@ -131,7 +139,7 @@ def wide_table(long_rows: Sequence[dict], scope_prefix: str) -> list[dict]:
 
 
 def _null_block(half_dofs: np.ndarray, size: int, seed: int, stream: str, block: int) -> np.ndarray:
-    rng = _rng(seed, stream, block)
+    rng = block_rng(seed, stream, block)
     # (cos + 1)/2 ~ Beta((d−1)/2, (d−1)/2) for two independent isotropic vectors in R^d
     x = rng.beta(half_dofs, half_dofs, size=(size, half_dofs.shape[0]))
     return np.median(2.0 * x - 1.0, axis=1)
@@ -162,7 +170,7 @@ def median_cosine_null(observed: float, dofs: Sequence[int], *, draws: int = 10_
     half = (np.asarray(dofs, dtype=np.float64) - 1.0) / 2.0
     if np.any(half <= 0):
         raise ValueError("every matrix needs at least 2 off-diagonal entries for a cosine null")
-    tasks = [dask.delayed(_null_block)(half, size, seed, stream, b) for b, size in enumerate(_blocks(draws))]
+    tasks = [dask.delayed(_null_block)(half, size, seed, stream, b) for b, size in enumerate(blocks(draws))]
 
     def finish(parts: list) -> NullTest:
         null = np.concatenate(parts)
@@ -220,9 +228,21 @@ def check_shared_frame(a: StoredTransition, b: StoredTransition) -> None:
         )
 
 
+KINDS = ("sequential", "independent", "cumulative")
+REDUCED_PRECISION = ("bfloat16", "float16")
+
+
 @dataclass
 class Comparison:
-    kind: str  # 'sequential' (a = base→SFT, b = base→RL; compares ΔW_SFT with ΔW_incr) or 'independent'
+    """Off-diagonal geometry of two updates in one base frame.
+
+    kinds: ``sequential`` (a = base→SFT, b = base→RL; compares ΔW_SFT with ΔW_incr = W_RL − W_SFT),
+    ``independent`` (two models neither of which descends from the other, compared as their
+    updates from their nearest common ancestor C: P_a − P_C and P_b − P_C; P_C = 0 when C is
+    the base) or ``cumulative`` (the two cumulative updates from the base as they are).
+    """
+
+    kind: str
     a: str
     b: str
     rows: list[dict]  # per matrix: name, layer, module, d, cos_off, off_norm_a, off_norm_b
@@ -230,10 +250,13 @@ class Comparison:
     ci: tuple[float, float]
     null: NullTest
     norms: dict[str, float] = field(default_factory=dict)
+    ancestor: Optional[str] = None        # store of base→C for an independent pair whose C is not the base
+    ancestor_label: Optional[str] = None  # the model the two updates are taken from
 
     def summary(self) -> dict:
         return {
-            "kind": self.kind, "a": self.a, "b": self.b, "n_matrices": len(self.rows),
+            "kind": self.kind, "a": self.a, "b": self.b, "ancestor": self.ancestor_label or "",
+            "ancestor_store": self.ancestor or "", "n_matrices": len(self.rows),
             "median_cos_off": self.median, "ci_lo": self.ci[0], "ci_hi": self.ci[1],
             "p_value": self.null.p_value, "null_mean": self.null.null_mean, "null_std": self.null.null_std,
             "null_lo": self.null.envelope[0], "null_hi": self.null.envelope[1], "null_draws": self.null.draws,
@@ -241,29 +264,63 @@ class Comparison:
         }
 
 
-def compare(a: StoredTransition, b: StoredTransition, kind: str, *, resamples: int = 10_000,
-            null_draws: int = 10_000, seed: int = 0, alpha: float = 0.05, scheduler: Any = None) -> Comparison:
+def _refuse_reduced_precision_differences(stores: Sequence[StoredTransition], what: str) -> None:
+    low = [t for t in stores if t.store_dtype() in REDUCED_PRECISION]
+    if low:
+        raise StoreMismatchError(
+            f"{what} takes differences of stored P matrices, and {low[0].path} stores them in "
+            f"{low[0].store_dtype()}: an increment that is a small fraction of the cumulative update keeps few "
+            "or none of its bits there. Decompose these transitions with store_dtype float32 (or float64).")
+
+
+def _increment_norm_sq(t: StoredTransition, ref: StoredTransition, name: str):
+    """Dask scalar ‖ΔW_t − ΔW_ref‖² of one matrix from stored P and null arrays (float64)."""
+    dP = t.dask_array(name, "P").astype(np.float64) - ref.dask_array(name, "P").astype(np.float64)
+    sq = (dP ** 2).sum()
+    has_t, has_r = t.has_array(name, "null"), ref.has_array(name, "null")
+    if has_t or has_r:
+        Nt = t.dask_array(name, "null").astype(np.float64) if has_t else 0.0
+        Nr = ref.dask_array(name, "null").astype(np.float64) if has_r else 0.0
+        sq = sq + ((Nt - Nr) ** 2).sum()
+    return sq
+
+
+def compare(a: StoredTransition, b: StoredTransition, kind: str, *, ancestor: Optional[StoredTransition] = None,
+            ancestor_label: Optional[str] = None, resamples: int = 10_000, null_draws: int = 10_000, seed: int = 0,
+            alpha: float = 0.05, scheduler: Any = None) -> Comparison:
     """Off-diagonal cosine geometry of two transitions in the shared base frame.
 
     ``sequential``: ``a`` is base→SFT and ``b`` is base→RL (cumulative); the increment
     P_incr = P_cum − P_SFT (and null_incr likewise) is formed lazily from the stored
-    arrays, so no SVD is needed. ``independent``: two children of the same base.
+    arrays, so no SVD is needed. ``independent``: ``a`` and ``b`` are base→A and base→B;
+    with ``ancestor`` (base→C, C their nearest common ancestor) their updates from C,
+    P_A − P_C and P_B − P_C, are compared; without it C is the base. ``cumulative``: the
+    two updates from the base as they are (what a shared ancestor update dominates).
+    All stores must share the base frame.
     """
     import dask
 
-    if kind not in ("sequential", "independent"):
-        raise ValueError("kind must be 'sequential' or 'independent'")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}")
+    if ancestor is not None and kind != "independent":
+        raise ValueError("an ancestor applies to independent comparisons only")
     check_shared_frame(a, b)
+    if ancestor is not None:
+        check_shared_frame(a, ancestor)
+    if kind == "sequential":
+        _refuse_reduced_precision_differences([a, b], "a sequential comparison")
+    elif ancestor is not None:
+        _refuse_reduced_precision_differences([a, b, ancestor], "an independent comparison from a common ancestor")
     sums, norm_terms, meta = [], [], []
     for name, attrs in a.matrices.items():
         Pa, Pb = a.dask_array(name, "P"), b.dask_array(name, "P")
         if kind == "sequential":
-            Pb = Pb - Pa
-            sq = (Pb.astype(np.float64) ** 2).sum()
-            if a.has_array(name, "null") and b.has_array(name, "null"):
-                Nd = b.dask_array(name, "null").astype(np.float64) - a.dask_array(name, "null").astype(np.float64)
-                sq = sq + (Nd**2).sum()
-            norm_terms.append(sq)
+            Pb = Pb.astype(np.float64) - Pa.astype(np.float64)
+            norm_terms.append((_increment_norm_sq(b, a, name),))
+        elif ancestor is not None:
+            Pc = ancestor.dask_array(name, "P").astype(np.float64)
+            Pa, Pb = Pa.astype(np.float64) - Pc, Pb.astype(np.float64) - Pc
+            norm_terms.append((_increment_norm_sq(a, ancestor, name), _increment_norm_sq(b, ancestor, name)))
         sums.append(_offdiag_sums(Pa, Pb))
         r = Pa.shape[0]
         meta.append((name, attrs["layer"], attrs["module"], r * r - r))
@@ -274,7 +331,10 @@ def compare(a: StoredTransition, b: StoredTransition, kind: str, *, resamples: i
         rows.append({"name": name, "layer": layer, "module": module, "d": d, "cos_off": cos,
                      "off_norm_a": math.sqrt(max(aa, 0.0)), "off_norm_b": math.sqrt(max(bb, 0.0))})
     cos = np.array([r["cos_off"] for r in rows])
-    stream = f"{kind}:{a.manifest['identity']['post_fingerprint']}:{b.manifest['identity']['post_fingerprint']}"
+    ident = a.manifest["identity"]["post_fingerprint"], b.manifest["identity"]["post_fingerprint"]
+    stream = f"{kind}:{ident[0]}:{ident[1]}"
+    if ancestor is not None:
+        stream += f":from:{ancestor.manifest['identity']['post_fingerprint']}"
     median = float(np.median(cos))
     ci_job = bootstrap_ci(cos, resamples=resamples, seed=seed, stream=stream + ":boot", delayed=True)
     null_job = median_cosine_null(median, [r["d"] for r in rows], draws=null_draws, seed=seed,
@@ -283,10 +343,16 @@ def compare(a: StoredTransition, b: StoredTransition, kind: str, *, resamples: i
     na = math.sqrt(sum(r["delta_fro"] ** 2 for r in a.rows()))
     nb = math.sqrt(sum(r["delta_fro"] ** 2 for r in b.rows()))
     if kind == "sequential":
-        n_incr = math.sqrt(sum(computed_norms))
-        norms = {"norm_sft": na / nb, "norm_incr": n_incr / nb, "norm_cum": 1.0,
-                 "norm_cum_abs": nb}
+        n_incr = math.sqrt(sum(t[0] for t in computed_norms))
+        norms = {"norm_sft": na / nb, "norm_incr": n_incr / nb, "norm_cum": 1.0, "norm_cum_abs": nb}
     else:
+        if ancestor is not None:  # the two steps from the common ancestor
+            na = math.sqrt(sum(t[0] for t in computed_norms))
+            nb = math.sqrt(sum(t[1] for t in computed_norms))
         norms = {"norm_a": na, "norm_b": nb, "norm_ratio": min(na, nb) / max(na, nb) if max(na, nb) > 0 else 0.0}
+    if ancestor_label is None:
+        ancestor_label = Path(ancestor.manifest["post"]).name if ancestor is not None else \
+            (Path(a.manifest["base"]).name if kind == "independent" else None)
     return Comparison(kind=kind, a=str(a.path), b=str(b.path), rows=rows, median=median,
-                      ci=(float(ci["median"][0]), float(ci["median"][1])), null=null, norms=norms)
+                      ci=(float(ci["median"][0]), float(ci["median"][1])), null=null, norms=norms,
+                      ancestor=str(ancestor.path) if ancestor is not None else None, ancestor_label=ancestor_label)

@@ -335,6 +335,11 @@ def atomic_write_text(path: Path, text: str) -> None:
     _fsync_path(path.parent)
 
 
+def _bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) → the same values as float32: the high half of a float32."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
 def to_store_array(t: torch.Tensor, dtype: str) -> tuple[np.ndarray, dict]:
     """numpy array for storage in ``dtype`` plus the attrs that describe its encoding."""
     arr = _to_numpy(t, dtype)
@@ -367,10 +372,19 @@ class StoredTransition:
                 for n, a in self.matrices.items()]
 
     def dask_array(self, name: str, key: str):
-        """Lazy dask view of one stored array (``P``, ``null``, ``sigma0``, ``sigma1``)."""
+        """Lazy dask view of one stored array (``P``, ``null``, ``sigma0``, ``sigma1``) holding its
+        values: bfloat16 arrays, stored as uint16 bit patterns, are decoded to float32 (exactly)."""
         import dask.array as da
 
-        return da.from_zarr(str(self.path), component=f"matrices/{node_key(name)}/{key}")
+        arr = _zarr().open_array(str(self.path / "matrices" / node_key(name) / key), mode="r")
+        x = da.from_zarr(arr)
+        if arr.attrs.get("grrr_dtype") == "bfloat16":
+            x = x.map_blocks(_bfloat16_bits_to_float32, dtype=np.float32)
+        return x
+
+    def store_dtype(self) -> str:
+        """dtype of the stored P and null arrays (a decomposition setting)."""
+        return self.manifest["settings"]["store_dtype"]
 
     def has_array(self, name: str, key: str) -> bool:
         return (self.path / "matrices" / node_key(name) / key / "zarr.json").is_file()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import socket
 import sys
@@ -86,7 +87,8 @@ class Plan:
 
     @property
     def key(self) -> str:
-        return stable_hash({"name": self.config.name, "units": sorted(u.key for u in self.units)}, 24)
+        return stable_hash({"name": self.config.name, "units": sorted(u.key for u in self.units),
+                            "claims": self.config.claims.model_dump()}, 24)
 
 
 def _select(selector: Any, transitions: dict[str, Transition], what: str, problems: list[str]) -> list[str]:
@@ -158,6 +160,25 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
             return src, {"source": src, "fingerprint": _fingerprint(local)}
         return src, {"source": src, "revision": m["revision"]}  # a Hub id: its revision pins it
 
+    @functools.lru_cache(maxsize=None)
+    def rest_check(tid: str) -> list[str]:
+        """Why the W0 of a transition cannot supply the non-decomposed tensors of composed variants,
+        known at plan time for local checkpoints only (generated and Hub ones are checked by the
+        unit itself, before it builds anything)."""
+        from .checkpoint import Checkpoint
+        from .variants import rest_problems
+
+        tr = transitions[tid]
+        if tr.parent in generated or tr.child in generated:
+            return []
+        paths = [Path(source(m)[0]) for m in (tr.parent, tr.child)]
+        if not all(p.is_dir() for p in paths):
+            return []
+        try:
+            return rest_problems(*(Checkpoint.open(p) for p in paths))
+        except (GrrrError, OSError):
+            return []  # unreadable now: its decomposition fails with the real error
+
     # -- lineage → transitions ----------------------------------------------
     def ancestors(mid: str) -> list[str]:
         seen, cur = [], models[mid]["parent"]
@@ -226,29 +247,47 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
         units.append(Unit("stats/summary", "stats", f"bootstrap summaries of {len(dec_key)} transition(s)", key,
                           str(workdir / "stats" / key[:8]), tuple(f"decompose/{t}" for t in dec_key),
                           {"transitions": list(dec_key), **stat_settings}))
-        pairs: list[tuple[str, str, str]] = []
+        pairs: list[tuple[str, str, str, Optional[str]]] = []  # (kind, a, b, ancestor transition)
         from_base = {tr.child: tid for tid, tr in transitions.items() if tr.kind == "cumulative"}
+        reduced = d.store_dtype in ("bfloat16", "float16")
         if s.sequential:
             for mid, m in models.items():
                 p = m["parent"]
                 if p is not None and p != m["base"] and p in from_base and mid in from_base:
-                    pairs.append(("sequential", from_base[p], from_base[mid]))
+                    pairs.append(("sequential", from_base[p], from_base[mid], None))
         if s.independent:
+            # every pair of models neither of which descends from the other, at any depth, compared
+            # as their updates from their nearest common ancestor (the base, or a shared parent)
             kids = sorted(from_base)
             for i, a in enumerate(kids):
                 for b in kids[i + 1:]:
-                    if models[a]["chain"] == models[b]["chain"] and a not in lineage[b] and b not in lineage[a]:
-                        pairs.append(("independent", from_base[a], from_base[b]))
+                    if models[a]["chain"] != models[b]["chain"] or a in lineage[b] or b in lineage[a]:
+                        continue
+                    anc = nearest_common_ancestor(lineage[a], lineage[b])
+                    if anc == models[a]["base"]:
+                        pairs.append(("independent", from_base[a], from_base[b], None))
+                    elif anc in from_base:
+                        pairs.append(("independent", from_base[a], from_base[b], from_base[anc]))
+        if reduced and any(kind == "sequential" or c is not None for kind, _, _, c in pairs):
+            problems.append(f"decomposition.store_dtype: {d.store_dtype} cannot feed sequential comparisons or "
+                            "independent ones from a shared parent (they take differences of stored P, which keep "
+                            "few bits in 16-bit floats): use store_dtype float32, or set statistics.sequential / "
+                            "statistics.independent to false")
         cmp_settings = {"resamples": s.resamples, "null_draws": s.null_draws, "seed": s.seed, "alpha": s.alpha}
-        for kind, a, b in pairs:
+        for kind, a, b, c in pairs:
             if a not in dec_key or b not in dec_key:
                 continue
-            key = stable_hash({"kind": kind, "a": dec_key[a], "b": dec_key[b], **cmp_settings}, 24)
+            anc = {} if kind == "sequential" else {"ancestor": dec_key[c] if c is not None else "base"}
+            key = stable_hash({"kind": kind, "a": dec_key[a], "b": dec_key[b], **anc, **cmp_settings}, 24)
             cid = f"{kind}/{a}--{b}"
-            verb = "then" if kind == "sequential" else "vs"
-            units.append(Unit(f"compare/{cid}", "compare", f"compare {a} {verb} {b} ({kind})", key,
-                              str(workdir / "comparisons" / f"{kind}-{a}--{b}-{key[:8]}"),
-                              (f"decompose/{a}", f"decompose/{b}"), {"kind": kind, "a": a, "b": b, **cmp_settings}))
+            if kind == "sequential":
+                label = f"compare {a} then {b} (sequential)"
+            else:
+                label = f"compare {a} vs {b} (independent, from {transitions[c].child if c else transitions[a].parent})"
+            deps = (f"decompose/{a}", f"decompose/{b}") + ((f"decompose/{c}",) if c else ())
+            units.append(Unit(f"compare/{cid}", "compare", label, key,
+                              str(workdir / "comparisons" / f"{kind}-{a}--{b}-{key[:8]}"), deps,
+                              {"kind": kind, "a": a, "b": b, "ancestor": c, **cmp_settings}))
 
     # -- variants -------------------------------------------------------------------
     v = cfg.variants
@@ -258,9 +297,19 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
             specs[name] = parse_variant(name)
         except ConfigError as e:
             problems.append(f"variant '{name}': {e}")
+    from .variants import rest_refusal
+
+    def refuse_rest(tid: str, names: list[str], where: str) -> bool:
+        """A plan problem when rest_from: base meets a base that cannot supply the rest."""
+        composed = [n for n in names if n in specs and specs[n].composed]
+        bad = rest_check(tid) if composed and v.rest_from == "base" else []
+        if bad:
+            problems.append(rest_refusal(bad, f"{where}: {tid}: ").replace("Set rest_from", "Set variants.rest_from"))
+        return bool(bad)
+
     if v.enabled and v.write_folders:
         for tid in _select(v.transitions, transitions, "variants.transitions", problems):
-            if tid not in dec_key:
+            if tid not in dec_key or refuse_rest(tid, v.names, "variants"):
                 continue
             for name in v.names:
                 if name not in specs:
@@ -295,7 +344,7 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
                     "engine": e.engine.result_fields()}
         where = "evaluation" if e.suite is None else f"extra_evaluations[{e.suite}]"
         for tid in _select(e.transitions, transitions, f"{where}.transitions", problems):
-            if tid not in dec_key:
+            if tid not in dec_key or refuse_rest(tid, names, where):
                 continue
             key = stable_hash({"store": dec_key[tid], **settings}, 24)
             deps = (f"decompose/{tid}",) + (("generate/tinychain",) if e.bench_dir == "tinychain" else ())
@@ -313,6 +362,12 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
                           + "\n  ".join(problems))
     units.sort(key=lambda u: KIND_ORDER.index(u.kind))  # stable: dependencies always come first
     return Plan(cfg, workdir, units, transitions, models)
+
+
+def nearest_common_ancestor(ancestors_a: list[str], ancestors_b: list[str]) -> Optional[str]:
+    """The first of A's ancestors (nearest first) that is also B's."""
+    shared = set(ancestors_b)
+    return next((m for m in ancestors_a if m in shared), None)
 
 
 def _fingerprint(folder: Path) -> Optional[str]:
@@ -454,7 +509,9 @@ def _run_compare(u: Unit, ctx: dict) -> dict:
     from .workflows import run_comparisons
 
     p = u.params
-    res = run_comparisons([(p["kind"], Path(_store_of(ctx, p["a"])), Path(_store_of(ctx, p["b"])))], Path(u.out),
+    ancestor = Path(_store_of(ctx, p["ancestor"])) if p.get("ancestor") else None
+    res = run_comparisons([(p["kind"], Path(_store_of(ctx, p["a"])), Path(_store_of(ctx, p["b"])), ancestor)],
+                          Path(u.out),
                           resamples=p["resamples"], null_draws=p["null_draws"], seed=p["seed"], alpha=p["alpha"],
                           scheduler=_scheduler(ctx), tracking=ctx["tracking"])
     s = res.summaries[0]
@@ -464,7 +521,7 @@ def _run_compare(u: Unit, ctx: dict) -> dict:
 def _run_variant(u: Unit, ctx: dict) -> dict:
     from .runtime import resolve_device
     from .variants import VariantBuilder, parse_variant, write_variant
-    from .workflows import _track_variant
+    from .workflows import track_variant
 
     p = u.params
     builder = VariantBuilder(Path(_store_of(ctx, p["transition"])), parse_variant(p["variant"]), dtype=p["dtype"],
@@ -472,7 +529,7 @@ def _run_variant(u: Unit, ctx: dict) -> dict:
     # a half-written folder of a killed build is replaced (its completion marker is written last)
     summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p["shard_gb"] * 2**30), overwrite=True)
     if ctx["tracking"].get("enabled", True):
-        _track_variant(builder, Path(u.out), summary, ctx["tracking"])
+        track_variant(builder, Path(u.out), summary, ctx["tracking"])
     return {k: summary[k] for k in ("fidelity", "fidelity_max", "energy_survived")}
 
 
@@ -522,6 +579,7 @@ class SweepResult:
     ran: list[str]                       # units executed in this call
     report_files: list[Path]
     run_id: Optional[str] = None
+    claims: dict = field(default_factory=dict)  # evaluation suite → claims.summarise(...)
 
     @property
     def failed(self) -> list[str]:
@@ -622,8 +680,8 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
             if cluster is not None:
                 cluster.close()
         recs = {u.id: records.read(u) for u in plan.units}
-        files = write_report(plan, states, recs)
-        result = SweepResult(plan, states, recs, ran, files)
+        files, claims_summary = write_report(plan, states, recs)
+        result = SweepResult(plan, states, recs, ran, files, claims=claims_summary)
         if tracking.get("enabled", True):
             result.run_id = _track_sweep(plan, result, tracking)
     return result
@@ -743,8 +801,9 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> list[Path]:
-    """Sweep-level tables and figures in WORKDIR/report from the units that are done."""
+def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> tuple[list[Path], dict]:
+    """Sweep-level tables and figures in WORKDIR/report from the units that are done; returns the
+    files and the claims summary (:func:`grrr_stream.claims.summarise`, one per evaluation suite)."""
     from . import plots
     from .store import atomic_write_text, to_csv
 
@@ -770,10 +829,12 @@ def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional
             continue
         tr = plan.transitions[u.params["transition"]]
         summary = json.loads((Path(u.out) / "summary.json").read_text())["scopes"]["all"]
+        # paper Tables 3 and 4: energy shares, relative size, stable ranks and their change, α, numerical ranks
+        cols = ["f_diag", "f_off", "f_null", "r_delta", "sr_w0", "sr_w1", "dsr_pct", "alpha"]
+        cols += sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
         trows.append({"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
                       "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
-                      **{f"{k}_mean": summary[f"{k}_mean"] for k in ("f_diag", "f_off", "f_null", "r_delta")},
-                      "store": u.out})
+                      **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols}, "store": u.out})
     put("transitions.csv", trows)
 
     summaries = []
@@ -791,15 +852,76 @@ def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional
     if stats:
         put("stats_overall.csv", _read_csv(Path(stats[0].out) / "table_overall.csv"))
 
-    acc, retention = [], []
+    acc, retention, removal = [], [], []
+    scores_by_suite: dict[str, list] = {}
+    rest: dict[tuple[str, str], dict] = {}
     for u in done:
-        if u.kind == "evaluate":
-            tid = u.params["transition"] + (f" [{u.params['suite']}]" if u.params.get("suite") else "")
-            acc += [{"transition": tid, **r} for r in _read_csv(Path(u.out) / "accuracy.csv")]
-            retention += [{"transition": tid, **r} for r in _read_csv(Path(u.out) / "table_retention.csv")]
+        if u.kind != "evaluate":
+            continue
+        tr = plan.transitions[u.params["transition"]]
+        suite = u.params.get("suite") or ""
+        label = {"transition": tr.id + (f" [{suite}]" if suite else ""), "kind": tr.kind, "from": tr.parent,
+                 "to": tr.child}
+        acc += [{**label, **r} for r in _read_csv(Path(u.out) / "accuracy.csv")]
+        retention += [{**label, **r} for r in _read_csv(Path(u.out) / "table_retention.csv")]
+        removal += [{**label, **r} for r in _read_csv(Path(u.out) / "table_removal.csv")]
+        scores = _transition_scores(u, tr, plan.config.claims)
+        if scores is not None:
+            scores_by_suite.setdefault(suite, []).append(scores)
+            try:
+                info = json.loads((Path(u.out) / "evaluation.json").read_text()).get("info", {})
+            except (OSError, ValueError):
+                info = {}
+            # how composed variants were built: proj equals full under rest_from post, and a fallback is news
+            rest[(suite, tr.id)] = {"rest_from": info.get("rest_from") or "", "note": info.get("note", ""),
+                                    "rest_fallback": info.get("rest_fallback", "")}
     put("accuracy.csv", acc)
     put("retention.csv", retention)
-    return files
+    put("removal.csv", removal)
+    claims_summary = _write_claims(plan, scores_by_suite, rest, put)
+    return files, claims_summary
+
+
+def _transition_scores(u: Unit, tr: Transition, c):
+    """Paired bootstrap scores of an evaluation unit's variants from its per-problem results
+    (None for results written before per-problem correctness was recorded)."""
+    from . import claims
+    from .evaluate import result_path
+
+    correct: dict[str, dict[str, str]] = {}
+    for v in u.params["variants"]:
+        name = v.partition("=")[0].strip()
+        for b in u.params["benchmarks"]:
+            try:
+                bits = json.loads(result_path(Path(u.out), name, b).read_text()).get("correct_bits")
+            except (OSError, ValueError):
+                bits = None
+            if not bits:
+                return None
+            correct.setdefault(name, {})[b] = bits
+    return claims.transition_scores(correct, transition=tr.id, kind=tr.kind, resamples=c.resamples, seed=c.seed)
+
+
+def _write_claims(plan: Plan, scores_by_suite: dict[str, list], rest: dict, put) -> dict:
+    from . import claims
+
+    c = plan.config.claims
+    out: dict[str, dict] = {}
+    diffs, info, claim_rows = [], [], []
+    for suite, scores in scores_by_suite.items():
+        s = claims.summarise(scores, within_points=c.within_points, informative_points=c.informative_points,
+                             retention_floor_pct=c.retention_floor_pct, level=c.level)
+        out[suite] = s
+        tag = {"suite": suite or "main"}
+        diffs += [{**tag, **r} for r in s["differences"]]
+        for r in s["informative"]:
+            r.update(rest.get((suite, r["transition"]), {}))
+        info += [{**tag, **r} for r in s["informative"]]
+        claim_rows += [{**tag, "informative_transitions": s["counts"]["informative"], **r} for r in s["claims"]]
+    put("differences.csv", diffs)
+    put("informative.csv", info)
+    put("claims.csv", claim_rows)
+    return out
 
 
 def _num(v: str) -> Any:
@@ -822,7 +944,17 @@ def _track_sweep(plan: Plan, result: SweepResult, tracking: dict) -> str:
     run.log_params({"name": plan.config.name, "workdir": str(plan.workdir), "units": len(plan.units),
                     "transitions": ",".join(plan.transitions),
                     "config": json.dumps(plan.config.model_dump(mode="json"), sort_keys=True)})
-    run.log_metrics([(f"units_{k}", v, 0) for k, v in counts.items()])
+    metrics = [(f"units_{k}", v, 0) for k, v in counts.items()]
+    for suite, s in result.claims.items():
+        pre = "claims/" + (f"{suite}/" if suite else "")
+        metrics += [(f"{pre}{k}", v, 0) for k, v in s["counts"].items()]
+        for r in s["claims"]:
+            for k in ("within_k", "within_k_ci_lo", "within_k_ci_hi", "retention_median_pct",
+                      "retention_median_ci_lo", "retention_median_ci_hi", "retention_min_pct", "retention_max_pct",
+                      "at_floor", "at_floor_ci_lo", "at_floor_ci_hi"):
+                if isinstance(r.get(k), (int, float)) and math.isfinite(r[k]):
+                    metrics.append((f"{pre}{r['variant']}/vs_{r['reference']}/{k}", float(r[k]), 0))
+    run.log_metrics(metrics)
     run.log_artifacts(result.report_files, "report")
     if result.ok:
         run.finish()

@@ -1,13 +1,26 @@
 """Ablated variant models built from a decomposed transition, with a dtype fidelity report.
 
-A variant is W0 + w_diag·ΔW_diag + w_off·ΔW_off + w_null·ΔW_null for every decomposed
-matrix (optionally minus a random component R = U0 Q V0ᵀ, the control), and a copy of
-the post (or base) model for every other tensor. It is built one matrix at a time from
-the two checkpoints and the store (cached frame, P, null residual) and exposed as a
-stream of ``(name, tensor)`` pairs in checkpoint naming, or written as a folder.
+What each variant is (the paper adds components "to the pretrained checkpoint"):
 
-Only one rank-r product is needed per matrix: with ΔW exact from the checkpoints and
-ΔW_off = ΔW − ΔW_diag − ΔW_null,
+- ``base`` is the base checkpoint and ``full`` the post checkpoint, bit for bit, every
+  tensor, whatever else is configured;
+- every other variant is *composed*: W0 + w_diag·ΔW_diag + w_off·ΔW_off + w_null·ΔW_null
+  on the decomposed matrices (optionally minus a random component R = U0 Q V0ᵀ, the
+  control), and every other tensor (embeddings, norms, lm_head, biases) from the *rest
+  source*: the base by default. ``proj`` = base + the whole ΔW on the decomposed matrices
+  only, the 100 % reference of the components; full − proj is what the other tensors carry.
+  ``rest_from: post`` takes the other tensors from the post model instead (proj then
+  equals full); ``auto`` takes them from the base when it can supply them and falls back to
+  the post model, on record, when names or shapes differ (e.g. added tokens).
+
+Tokenizer, chat template and generation config come from the post model for every
+variant (one prompt format per transition); ``config.json`` from the checkpoint that
+supplies the variant's tensor layout (base for ``base`` and base-rest variants).
+
+A variant is built one matrix at a time from the two checkpoints and the store (cached
+frame, P, null residual) and exposed as a stream of ``(name, tensor)`` pairs in
+checkpoint naming, or written as a folder. Only one rank-r product is needed per
+matrix: with ΔW exact from the checkpoints and ΔW_off = ΔW − ΔW_diag − ΔW_null,
 
     intended = w_off·ΔW + (w_diag − w_off)·U0 diag(P) V0ᵀ + (w_null − w_off)·ΔW_null.
 
@@ -42,54 +55,74 @@ FIDELITY_WARN = 0.01  # warn when more than 1 % of an intended update is lost to
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """Component weights of a variant; ``random_removal_seed`` subtracts the random control."""
+    """Component weights of a variant; ``random_removal_seed`` subtracts the random control.
+
+    ``checkpoint`` ('base' or 'post') marks the two variants that *are* a checkpoint, bit
+    for bit; every other variant is composed on the decomposed matrices, with the rest
+    of its tensors from the rest source.
+    """
 
     name: str
     diag: float = 0.0
     off: float = 0.0
     null: float = 0.0
     random_removal_seed: Optional[int] = None
+    checkpoint: Optional[str] = None
 
     @property
     def is_base(self) -> bool:
-        return (self.diag, self.off, self.null) == (0.0, 0.0, 0.0) and self.random_removal_seed is None
+        return self.checkpoint == "base"
 
     @property
     def is_full(self) -> bool:
-        return (self.diag, self.off, self.null) == (1.0, 1.0, 1.0) and self.random_removal_seed is None
+        return self.checkpoint == "post"
+
+    @property
+    def composed(self) -> bool:
+        return self.checkpoint is None
 
     def components(self) -> dict:
-        d = {"diag": self.diag, "off": self.off, "null": self.null}
+        d: dict = {"diag": self.diag, "off": self.off, "null": self.null}
         if self.random_removal_seed is not None:
             d["random_removal_seed"] = self.random_removal_seed
+        if self.checkpoint is not None:
+            d["checkpoint"] = self.checkpoint
         return d
 
 
 BUILTIN = {
-    "base": VariantSpec("base"),
-    "full": VariantSpec("full", 1.0, 1.0, 1.0),
+    "base": VariantSpec("base", checkpoint="base"),
+    "full": VariantSpec("full", 1.0, 1.0, 1.0, checkpoint="post"),
+    "proj": VariantSpec("proj", 1.0, 1.0, 1.0),
     "diag": VariantSpec("diag", diag=1.0),
     "off": VariantSpec("off", off=1.0),
     "null": VariantSpec("null", null=1.0),
     "offnull": VariantSpec("offnull", off=1.0, null=1.0),
 }
-DEFAULT_VARIANTS = ("base", "full", "diag", "off", "null", "offnull", "randrm-0", "randrm-1", "randrm-2")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+DEFAULT_VARIANTS = ("base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0", "randrm-1", "randrm-2")
+REST_FROM = ("base", "post", "auto")
+# A variant name becomes a folder name and a table key: one path component, no leading dot.
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_RANDRM_RE = re.compile(r"randrm-(\d+)")
 
 
 def parse_variant(text: str) -> VariantSpec:
-    """'offnull', 'randrm-2' (full minus a random core component, seed 2), or
+    """'offnull', 'randrm-2' (proj minus a random core component, seed 2), or
     'NAME=diag:0.5,off:1,null:1' for arbitrary weights (missing components weigh 0)."""
     text = text.strip()
     if text in BUILTIN:
         return BUILTIN[text]
-    m = re.fullmatch(r"randrm-(\d+)", text)
+    m = _RANDRM_RE.fullmatch(text)
     if m:
         return VariantSpec(text, 1.0, 1.0, 1.0, random_removal_seed=int(m.group(1)))
     if "=" in text:
         name, _, body = text.partition("=")
+        name = name.strip()
         if not _NAME_RE.match(name):
-            raise ConfigError(f"variant name '{name}' may only use letters, digits, '_', '.', '-'")
+            raise ConfigError(f"variant name '{name}' must start with a letter or digit and use only letters, "
+                              "digits, '_', '.', '-' (at most 64 characters): it names a folder")
+        if name in BUILTIN or _RANDRM_RE.fullmatch(name):
+            raise ConfigError(f"variant name '{name}' is reserved for the built-in variant; choose another name")
         weights = {}
         for part in body.split(","):
             key, _, val = part.partition(":")
@@ -100,10 +133,68 @@ def parse_variant(text: str) -> VariantSpec:
                 weights[key] = float(val)
             except ValueError:
                 raise ConfigError(f"variant '{text}': weight of {key} is not a number") from None
+            if not math.isfinite(weights[key]):
+                raise ConfigError(f"variant '{text}': weight of {key} must be a finite number")
         return VariantSpec(name, **weights)
     raise ConfigError(
         f"unknown variant '{text}': use one of {', '.join(BUILTIN)}, randrm-SEED, or NAME=diag:W,off:W,null:W"
     )
+
+
+# config.json keys that record how a file was saved, not how the model computes
+CONFIG_BOOKKEEPING = frozenset({"torch_dtype", "dtype", "transformers_version", "_name_or_path", "use_cache"})
+
+
+def config_differences(a: Optional[dict], b: Optional[dict]) -> list[str]:
+    """Keys of two config.json dicts whose values differ, bookkeeping keys aside."""
+    a, b = a or {}, b or {}
+    return sorted(k for k in set(a) | set(b) if k not in CONFIG_BOOKKEEPING and a.get(k) != b.get(k))
+
+
+def rest_problems(base: Checkpoint, post: Checkpoint) -> list[str]:
+    """Why the base cannot supply the tensors of the post model's layout (empty: it can)."""
+    problems = []
+    for name, info in post.tensors.items():
+        b = base.tensors.get(name)
+        if b is None:
+            problems.append(f"{name}: only in post")
+        elif b.shape != info.shape:
+            problems.append(f"{name}: {list(b.shape)} in base, {list(info.shape)} in post")
+    problems += [f"{name}: only in base" for name in base.tensors if name not in post.tensors]
+    return problems
+
+
+def rest_refusal(problems: list[str], where: str = "") -> str:
+    return (f"{where}rest_from: base cannot be used: the base and post checkpoints differ in tensor names or "
+            "shapes (e.g. added tokens), so the base cannot supply the tensors that are not decomposed. Set "
+            "rest_from: post (every non-decomposed tensor from the post model; proj then equals full) or "
+            "rest_from: auto (base when possible, else post, recorded). Differences:\n  "
+            + "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""))
+
+
+def resolve_rest(requested: str, problems: list[str]) -> tuple[str, Optional[str]]:
+    """(rest source used, the reason of a fallback or None) for a requested rest_from."""
+    if requested not in REST_FROM:
+        raise ConfigError(f"rest_from must be one of {', '.join(REST_FROM)}, got {requested!r}")
+    if requested == "post" or not problems:
+        return ("post" if requested == "post" else "base"), None
+    if requested == "base":
+        raise TensorMismatchError(rest_refusal(problems))
+    return "post", f"auto: base cannot supply the rest ({len(problems)} difference(s), e.g. {problems[0]})"
+
+
+# Casts that keep every value: a base/full variant keeps its checkpoint's dtype where the
+# requested variant dtype would round it (a float32 checkpoint asked for in bfloat16).
+_EXACT_INTO = {
+    torch.bfloat16: (torch.bfloat16, torch.float32, torch.float64),
+    torch.float16: (torch.float16, torch.float32, torch.float64),
+    torch.float32: (torch.float32, torch.float64),
+    torch.float64: (torch.float64,),
+}
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
 
 
 @dataclass
@@ -142,77 +233,98 @@ class FidelityReport:
 
 
 class VariantBuilder:
-    """Builds one variant of one stored transition as a tensor stream."""
+    """Builds one variant of one stored transition as a tensor stream.
 
-    def __init__(self, store: Path, spec: VariantSpec, *, dtype: str = "float32", rest_from: str = "post",
+    Refusals happen here, before anything is built or written: a dtype or rest source
+    that does not exist, or ``rest_from='base'`` when the base cannot supply the rest.
+    """
+
+    def __init__(self, store: Path, spec: VariantSpec, *, dtype: str = "float32", rest_from: str = "base",
                  device: str = "cpu"):
         if dtype not in DTYPES:
             raise ConfigError(f"variant dtype must be one of {', '.join(DTYPES)}")
-        if rest_from not in ("post", "base"):
-            raise ConfigError("rest_from must be 'post' or 'base'")
+        if rest_from not in REST_FROM:
+            raise ConfigError(f"rest_from must be one of {', '.join(REST_FROM)}, got {rest_from!r}")
         bound_heap_growth()
         self.transition = StoredTransition(Path(store))
         self.spec = spec
         self.dtype = dtype
-        self.rest_from = rest_from
         self.device = torch.device(device)
         m = self.transition.manifest
         self.base = Checkpoint.open(Path(m["base_folder"]))
         self.post = Checkpoint.open(Path(m["post_folder"]))
         self.compute_dtype = DTYPES[m["settings"]["compute_dtype"]]
         self.report = FidelityReport(spec.name, dtype)
-        self._rest = self.post if rest_from == "post" else self.base
-        self._check_rest()
+        self.rest_requested = rest_from
+        if spec.composed:
+            self.rest_from, self.rest_fallback = resolve_rest(rest_from, rest_problems(self.base, self.post))
+            self.home = self.base if self.rest_from == "base" else self.post
+        else:  # a checkpoint itself: no rest to choose
+            self.rest_from, self.rest_fallback = None, None
+            self.home = self.base if spec.is_base else self.post
+        self._layout: Optional[list[TensorSpec]] = None
 
-    def _check_rest(self) -> None:
-        if self.rest_from == "post":
-            return
-        problems = []
-        for name, info in self.post.tensors.items():
-            b = self.base.tensors.get(name)
-            if b is None:
-                problems.append(f"{name}: only in post")
-            elif b.shape != info.shape:
-                problems.append(f"{name}: {list(b.shape)} in base, {list(info.shape)} in post")
-        if problems:
-            raise TensorMismatchError(
-                "rest_from: base cannot be used: the post model's tensors differ in name or shape from the base's "
-                "(e.g. added tokens), so the post tokenizer would not fit. Use rest_from: post. Differences:\n  "
-                + "\n  ".join(problems[:20])
-            )
+    @property
+    def home_side(self) -> str:
+        """'base' or 'post': the checkpoint that supplies this variant's layout, config and other tensors."""
+        return "base" if self.home is self.base else "post"
+
+    def _out_dtype(self, stored: torch.dtype) -> torch.dtype:
+        want = DTYPES[self.dtype]
+        if self.spec.composed or want in _EXACT_INTO.get(stored, ()):
+            return want
+        return stored  # base/full stay bit for bit: never round a checkpoint tensor
 
     def layout(self) -> list[TensorSpec]:
-        """Every tensor of the output, in the rest source's on-disk order."""
-        infos = sorted(self._rest.tensors.values(), key=lambda i: (str(i.shard), i.start))
-        from .checkpoint import DTYPES as CK
+        """Every tensor of the output, in the home checkpoint's on-disk order."""
+        if self._layout is None:
+            from .checkpoint import DTYPES as CK
 
-        out = []
-        for info in infos:
-            tdtype, _, floating = CK[info.dtype]
-            out.append(TensorSpec(info.name, info.shape, DTYPES[self.dtype] if floating else tdtype))
-        return out
+            infos = sorted(self.home.tensors.values(), key=lambda i: (str(i.shard), i.start))
+            out = []
+            for info in infos:
+                tdtype, _, floating = CK[info.dtype]
+                out.append(TensorSpec(info.name, info.shape, self._out_dtype(tdtype) if floating else tdtype))
+            self._layout = out
+        return self._layout
 
     def config(self) -> dict:
-        cfg = dict(self.post.config or {})
-        cfg["torch_dtype"] = self.dtype
+        """The home checkpoint's config.json, ``torch_dtype`` set to the widest floating dtype written."""
+        cfg = dict(self.home.config or {})
+        floats = {s.dtype for s in self.layout() if s.dtype.is_floating_point}
+        name = self.dtype if floats <= {DTYPES[self.dtype]} else \
+            _dtype_name(max(floats, key=lambda d: torch.finfo(d).bits))
+        cfg["torch_dtype"] = name
         if "dtype" in cfg:
-            cfg["dtype"] = self.dtype
+            cfg["dtype"] = name
         return cfg
+
+    def config_differences(self) -> list[str]:
+        """config.json keys (bookkeeping aside) in which the base and post models differ."""
+        return config_differences(self.base.config, self.post.config)
+
+    def runs_in_post_engine(self) -> bool:
+        """True when an engine started on the post model computes this variant exactly: same tensor
+        names and shapes as the post model, and an equivalent config."""
+        if self.home is self.post:
+            return True
+        return not rest_problems(self.base, self.post) and not self.config_differences()
 
     def metadata(self) -> dict:
         return {"variant": self.spec.name, "components": self.spec.components(), "dtype": self.dtype,
-                "rest_from": self.rest_from, "store": str(self.transition.path),
-                "transition": self.transition.manifest["identity"]}
+                "rest_from": self.rest_from, "rest_from_requested": self.rest_requested,
+                "rest_fallback": self.rest_fallback, "config_from": self.home_side,
+                "prompt_format_from": "post", "config_differences": self.config_differences(),
+                "store": str(self.transition.path), "transition": self.transition.manifest["identity"]}
 
     def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        out_dtype = DTYPES[self.dtype]
         for spec in self.layout():
             attrs = self.transition.matrices.get(spec.name)
             if attrs is None:
-                t = self._rest.read(spec.name)
-                yield spec.name, (t.to(out_dtype) if t.is_floating_point() else t)
+                t = self.home.read(spec.name)
+                yield spec.name, (t.to(spec.dtype) if t.is_floating_point() else t)
             else:
-                yield spec.name, self._matrix(spec.name, attrs, out_dtype)
+                yield spec.name, self._matrix(spec.name, attrs, spec.dtype)
 
     # -- one matrix ---------------------------------------------------------------------
 
@@ -234,8 +346,11 @@ class VariantBuilder:
                 )
         s = self.spec
         layer, module = attrs["layer"], attrs["module"]
-        if s.is_base or s.is_full:
-            src = w0 if s.is_base else w1
+        weights = (s.diag, s.off, s.null)
+        if s.random_removal_seed is None and weights in ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)):
+            # W0 or W1 itself (base, full, proj, a zero mix): copied, never recomputed, so that
+            # proj's decomposed matrices equal full's bit for bit
+            src = w0 if weights == (0.0, 0.0, 0.0) else w1
             out = src.to(out_dtype)
             self._account(name, layer, module, w0, out, None, 0.0, source=src)
             return out
@@ -274,9 +389,9 @@ class VariantBuilder:
                  fill: bool = False) -> None:
         """Fidelity of the cast variant against the intended update, in float64, by row blocks.
 
-        ``intended`` is the update relative to W0; for base/full pass ``source`` (W0 or W1)
-        instead, the intended update then being source − W0 exactly. With ``fill`` the same
-        pass also writes out = cast(W0 + intended), formed in float64 (bounded memory).
+        ``intended`` is the update relative to W0; for copied matrices pass ``source`` (W0 or
+        W1) instead, the intended update then being source − W0 exactly. With ``fill`` the
+        same pass also writes out = cast(W0 + intended), formed in float64 (bounded memory).
         """
         i2 = e2 = dot = 0.0
         step = max(1, (1 << 22) // max(1, w0.shape[1]))
@@ -330,6 +445,7 @@ def write_variant(builder: VariantBuilder, folder: Path, *, max_shard_bytes: int
         raise ConfigError(f"{folder} exists and is not a grrr_stream variant; choose another --out")
     if folder.exists() and not overwrite and not variant_folder_done(folder, meta):
         raise ConfigError(f"{folder} holds a variant built with other settings; pass --overwrite to rebuild it")
+    # one prompt format per transition: tokenizer, chat template and generation config of the post model
     extra = companion_files(builder.post.folder)
 
     def tensors():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -68,7 +68,7 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
                        ("table_by_layer.csv", stats.wide_table(long_rows, "layer"))):
         atomic_write_text(out / name, to_csv(rows))
         files.append(out / name)
-    if tracking and tracking.get("enabled", True):
+    if tracking_enabled(tracking):
         for t in transitions:
             run = transition_run(t, tracking)
             mine = [r for r in long_rows if r["store"] == str(t.path)]
@@ -88,26 +88,38 @@ class CompareResult:
     run_ids: list[str]
 
 
-def run_comparisons(pairs: Sequence[tuple[str, Path, Path]], out: Path, *, resamples: int = 10_000,
+def comparison_label(kind: str, a: StoredTransition, b: StoredTransition, ancestor_label: Optional[str]) -> str:
+    if kind == "sequential":
+        return f"{a.label} then incr. to {b.label}"
+    if kind == "cumulative":
+        return f"{a.label} vs {b.label} (cumulative)"
+    return f"{a.label} vs {b.label} (from {ancestor_label})"
+
+
+def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_000,
                     null_draws: int = 10_000, seed: int = 0, alpha: float = 0.05, scheduler: Any = None,
                     tracking: Optional[dict] = None) -> CompareResult:
-    """Off-diagonal cosine geometry for each (kind, a, b); CSV/JSON + Figures 4/5 in ``out``."""
+    """Off-diagonal cosine geometry for each (kind, a, b) or (kind, a, b, ancestor) of stores;
+    CSV/JSON + Figures 4/5 in ``out``. ``ancestor``: the store of base → C, C the nearest common
+    ancestor of an independent pair (None or absent: C is the base)."""
     from . import plots, stats
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     comparisons, summaries, files = [], [], []
-    for kind, a_path, b_path in pairs:
+    for pair in pairs:
+        kind, a_path, b_path = pair[:3]
+        c_path = pair[3] if len(pair) > 3 else None
         a, b = StoredTransition(Path(a_path)), StoredTransition(Path(b_path))
-        comp = stats.compare(a, b, kind, resamples=resamples, null_draws=null_draws, seed=seed, alpha=alpha,
-                             scheduler=scheduler)
-        label = f"{a.label} vs {b.label}" if kind == "independent" else f"{a.label} then incr. to {b.label}"
-        summary = {"label": label, **comp.summary()}
-        stem = f"{kind}_{stable_hash([str(a.path), str(b.path)], 8)}"
+        c = StoredTransition(Path(c_path)) if c_path is not None else None
+        comp = stats.compare(a, b, kind, ancestor=c, resamples=resamples, null_draws=null_draws, seed=seed,
+                             alpha=alpha, scheduler=scheduler)
+        summary = {"label": comparison_label(kind, a, b, comp.ancestor_label), **comp.summary()}
+        stem = f"{kind}_{stable_hash([str(a.path), str(b.path)] + ([str(c.path)] if c else []), 8)}"
         atomic_write_text(out / f"{stem}_per_matrix.csv", to_csv(comp.rows))
         atomic_write_text(out / f"{stem}.json", json.dumps(summary, indent=2))
         files += [out / f"{stem}_per_matrix.csv", out / f"{stem}.json"]
-        comparisons.append((comp, a, b, stem))
+        comparisons.append((comp, a, b, c, stem))
         summaries.append(summary)
     atomic_write_text(out / "comparisons.csv", to_csv(summaries))
     files.append(out / "comparisons.csv")
@@ -115,21 +127,22 @@ def run_comparisons(pairs: Sequence[tuple[str, Path, Path]], out: Path, *, resam
             plots.norm_bars(summaries, out / "update_norms.png")]
     files += figs
     run_ids = []
-    if tracking and tracking.get("enabled", True):
-        from . import tracking as trk
-
-        for (comp, a, b, stem), summary in zip(comparisons, summaries):
+    if tracking_enabled(tracking):
+        for (comp, a, b, c, stem), summary in zip(comparisons, summaries):
             settings = {"kind": comp.kind, "a": a.manifest["identity"], "b": b.manifest["identity"],
                         "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
                         "seed": seed, "alpha": alpha}
-            run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
-                               key="comparison-" + stable_hash(settings, 24), run_name=summary["label"],
-                               tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind})
+            if c is not None:
+                settings["ancestor"] = c.manifest["identity"]
+            run = trk_open(tracking, key="comparison-" + stable_hash(settings, 24), name=summary["label"],
+                           parent=None, tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind})
             run_ids.append(run.run_id)
             if run.complete:
                 continue
             run.log_params({"kind": comp.kind, "a": a.label, "b": b.label, "a_store": str(a.path),
-                            "b_store": str(b.path), "frame": a.manifest["identity"]["base_fingerprint"],
+                            "b_store": str(b.path), "ancestor": comp.ancestor_label or "",
+                            "ancestor_store": str(c.path) if c is not None else "",
+                            "frame": a.manifest["identity"]["base_fingerprint"],
                             "frame_settings": json.dumps(a.manifest["settings"], sort_keys=True),
                             "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
                             "seed": seed, "alpha": alpha})
@@ -142,6 +155,10 @@ def run_comparisons(pairs: Sequence[tuple[str, Path, Path]], out: Path, *, resam
     return CompareResult(out, [c[0] for c in comparisons], summaries, files, run_ids)
 
 
+def tracking_enabled(tracking: Optional[dict]) -> bool:
+    return bool(tracking) and tracking.get("enabled", True)
+
+
 @dataclass
 class VariantsResult:
     out: Path
@@ -151,7 +168,7 @@ class VariantsResult:
 
 
 def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str = "float32",
-                 rest_from: str = "post", device: str = "cpu", overwrite: bool = False,
+                 rest_from: str = "base", device: str = "cpu", overwrite: bool = False,
                  max_shard_bytes: int = 2 * 2**30, tracking: Optional[dict] = None, stream=None) -> VariantsResult:
     """Build each variant of the transition in ``store`` as ``out/<variant>/`` (HF folder) plus
     ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant."""
@@ -163,18 +180,29 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
         raise ConfigError(f"variant names must be unique, got {names}")
     out = Path(out)
     summaries, folders, run_ids = [], [], []
-    for spec in specs:
-        builder = VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device)
+    # every refusal (rest source, dtype) before the first folder is written
+    builders = [VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device) for spec in specs]
+    for spec, builder in zip(specs, builders):
         folder = out / spec.name
         summary = write_variant(builder, folder, max_shard_bytes=max_shard_bytes, overwrite=overwrite, stream=stream)
         summaries.append(summary)
         folders.append(folder)
-        if tracking and tracking.get("enabled", True):
-            run_ids.append(_track_variant(builder, folder, summary, tracking))
+        if tracking_enabled(tracking):
+            run_ids.append(track_variant(builder, folder, summary, tracking))
     return VariantsResult(out, summaries, folders, run_ids)
 
 
-def _track_variant(builder, folder: Path, summary: dict, tracking: dict) -> str:
+def variant_params(builder) -> dict:
+    """What a variant is built from, as MLflow params (the same for its build and its evaluation)."""
+    comps = builder.spec.components()
+    return {"variant": builder.spec.name, "components": json.dumps(comps, sort_keys=True),
+            "seed": comps.get("random_removal_seed"), "dtype": builder.dtype,
+            "rest_from": builder.rest_from or "-", "rest_from_requested": builder.rest_requested,
+            "rest_fallback": builder.rest_fallback or "", "config_from": builder.home_side,
+            "prompt_format_from": "post"}
+
+
+def track_variant(builder, folder: Path, summary: dict, tracking: dict) -> str:
     import csv
 
     from . import tracking as trk
@@ -188,10 +216,7 @@ def _track_variant(builder, folder: Path, summary: dict, tracking: dict) -> str:
                        parent_run_id=parent.run_id)
     if run.complete:
         return run.run_id
-    comps = builder.spec.components()
-    run.log_params({"variant": builder.spec.name, "components": json.dumps(comps, sort_keys=True),
-                    "seed": comps.get("random_removal_seed"), "dtype": builder.dtype, "rest_from": builder.rest_from,
-                    "store": str(t.path), "folder": str(folder.resolve())})
+    run.log_params({**variant_params(builder), "store": str(t.path), "folder": str(folder.resolve())})
     with open(folder.with_name(folder.name + ".fidelity.csv")) as f:  # also there when the build was skipped
         rows = list(csv.DictReader(f))
     metrics = [(k, v, 0) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -215,20 +240,30 @@ class EvaluationResult:
     fidelity: dict[str, dict]
     files: list[Path]
     run_ids: list[str]
+    differences: list[dict] = field(default_factory=list)  # paired bootstrap CIs against full, base, proj
+    prompt: dict = field(default_factory=dict)             # the prompt format every variant was asked in
 
 
 def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: Sequence[str], bench_dir: Path, *,
                    settings=None, materialize: str = "engine", keep_variants: bool = False,
                    limit: Optional[int] = None, template: str = "chat", instruction: Optional[str] = None,
-                   rest_from: str = "post", tracking: Optional[dict] = None, log=print) -> EvaluationResult:
+                   rest_from: str = "base", tracking: Optional[dict] = None, log=print, resamples: int = 10_000,
+                   bootstrap_seed: int = 0, engine_factory=None) -> EvaluationResult:
     """Evaluate variants of a stored transition on benchmarks with vLLM; resumable at prompt level.
 
-    ``materialize='engine'`` streams each variant into one running engine; ``'folder'`` writes
+    ``materialize='engine'`` streams each variant into a running engine; ``'folder'`` writes
     each variant under ``out/_variants`` and starts a fresh engine on it (deleted afterwards
-    unless ``keep_variants``).
+    unless ``keep_variants``). Every variant is prompted in the post model's format
+    (tokenizer, chat template, generation config). An engine runs on the post model; variants
+    whose config or tensor layout is the base's and differs from the post model's (see
+    :meth:`VariantBuilder.runs_in_post_engine`) get an engine of their own on the base model.
+    Differences between variants come with paired bootstrap intervals over problems
+    (``resamples``, ``bootstrap_seed``). ``engine_factory`` replaces :class:`evaluate.Engine`
+    (tests).
     """
     import shutil
 
+    from . import claims
     from . import evaluate as ev
     from .config import EngineSettings
     from .variants import VariantBuilder, parse_variant, write_variant
@@ -238,6 +273,9 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     if materialize not in ("engine", "folder"):
         raise ConfigError("materialize must be 'engine' or 'folder'")
     specs = [parse_variant(v) for v in variants]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"variant names must be unique, got {names}")
     t = StoredTransition(Path(store))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -250,39 +288,62 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
                 ev.fetch_benchmark_from_hub(b, bench_dir, repo)
     benches = [ev.load_benchmark(b, bench_dir, limit=limit) for b in benchmarks]
     vdtype = settings.dtype if settings.dtype != "auto" else "float32"
-    engine = None
-    results, fidelity = [], {}
+    post_folder = Path(t.manifest["post_folder"])
+    prompt = ev.prompt_format(post_folder, template, instruction)
+    make_engine = engine_factory or ev.Engine
+    # every refusal (a rest source the base cannot supply) before an engine starts
+    builders = {s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=rest_from) for s in specs}
+
+    def engine_home(name: str) -> Path:
+        b = builders[name]
+        return post_folder if b.runs_in_post_engine() else Path(b.home.folder)
+
+    # variants that need the same engine run one after the other: one engine alive at a time
+    homes = {n: engine_home(n) for n in names}
+    order = sorted(names, key=lambda n: [homes[m] for m in names].index(homes[n]))
+    engine, engine_at = None, None
+    results, fidelity = {}, {}
     try:
-        for spec in specs:
-            builder = VariantBuilder(t.path, spec, dtype=vdtype, rest_from=rest_from)
+        for name in order:
+            builder = builders[name]
             meta = builder.metadata()
-            keys = {b.name: ev.evaluation_key(b, meta, settings, template, instruction) for b in benches}
-            have = {b.name: ev.scored(out, spec.name, b.name, keys[b.name]) for b in benches}
+            keys = {b.name: ev.evaluation_key(b, meta, settings, template, instruction, prompt["digest"])
+                    for b in benches}
+            have = {b.name: ev.scored(out, name, b.name, keys[b.name]) for b in benches}
             if all(have.values()):
-                log(f"{spec.name}: all {len(benches)} benchmark(s) already scored")
-                results += list(have.values())
+                log(f"{name}: all {len(benches)} benchmark(s) already scored")
+                results[name] = list(have.values())
                 continue
             folder = None
             if materialize == "engine":
-                if engine is None:
-                    engine = ev.Engine(Path(t.manifest["post_folder"]), settings)
+                if engine is None or engine_at != homes[name]:
+                    if engine is not None:
+                        engine.close()
+                        engine = None
+                    if homes[name] != post_folder:
+                        log(f"{name}: its config or tensor layout is the base model's and differs from the post "
+                            f"model's ({', '.join(builder.config_differences()) or 'tensor names/shapes'}); "
+                            f"running it in an engine on {homes[name]}")
+                    engine, engine_at = make_engine(homes[name], settings, prompt_format=post_folder), homes[name]
                 engine.load_weights(builder.tensors(), scratch=out / "_swap", layout=builder.layout(),
                                     config=builder.config())
-                fidelity[spec.name] = builder.report.summary()
+                fidelity[name] = builder.report.summary()
                 active = engine
             else:
-                folder = out / "_variants" / spec.name
-                fidelity[spec.name] = write_variant(builder, folder, overwrite=True)
-                active = ev.Engine(folder, settings)
+                folder = out / "_variants" / name
+                fidelity[name] = write_variant(builder, folder, overwrite=True)
+                active = make_engine(folder, settings, prompt_format=post_folder)
             try:
+                results[name] = []
                 for b in benches:
                     if have[b.name]:
-                        results.append(have[b.name])
+                        results[name].append(have[b.name])
                         continue
-                    r = ev.score_benchmark(active, b, spec.name, out, keys[b.name], template=template,
+                    r = ev.score_benchmark(active, b, name, out, keys[b.name], template=template,
                                            instruction=instruction)
-                    log(f"{spec.name} / {b.name}: {r.accuracy:.1f} % of {r.n}")
-                    results.append(r)
+                    log(f"{name} / {b.name}: {r.accuracy:.1f} % of {r.n}"
+                        + (f" ({r.truncated} cut off at {settings.max_new_tokens} tokens)" if r.truncated else ""))
+                    results[name].append(r)
             finally:
                 if materialize == "folder":
                     active.close()
@@ -291,65 +352,90 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     finally:
         if engine is not None:
             engine.close()
-    acc = ev.accuracy_table(results, [b.name for b in benches])
-    t56, t8, info = ev.retention_tables(acc)
+    flat = [r for n in names for r in results[n]]
+    acc = ev.accuracy_table(flat, [b.name for b in benches])
+    used = {builders[n].rest_from for n in names if builders[n].spec.composed}
+    t56, t8, info = ev.retention_tables(acc, rest_from=used.pop() if len(used) == 1 else None)
+    fallbacks = sorted({builders[n].rest_fallback for n in names if builders[n].rest_fallback})
+    info["rest_from_requested"] = rest_from
+    if fallbacks:
+        info["rest_fallback"] = fallbacks[0]
+    scores = claims.transition_scores(claims.correctness_of(flat), transition=t.label, resamples=resamples,
+                                      seed=bootstrap_seed)
+    diffs = claims.difference_rows(scores)
+    informative = claims.informative_rows([scores])[0]
+    info.update({k: v for k, v in informative.items() if k not in ("transition", "kind")})
+    warn_truncated(acc, settings.max_new_tokens, log)
     files = []
-    for name, rows in (("accuracy.csv", acc), ("table_retention.csv", t56), ("table_removal.csv", t8)):
-        atomic_write_text(out / name, to_csv(rows))
-        files.append(out / name)
+    for fname, rows in (("accuracy.csv", acc), ("table_retention.csv", t56), ("table_removal.csv", t8),
+                        ("table_differences.csv", diffs)):
+        atomic_write_text(out / fname, to_csv(rows))
+        files.append(out / fname)
     atomic_write_text(out / "evaluation.json", json.dumps(
         {"store": str(t.path), "engine": settings.model_dump(), "versions": ev.engine_versions(),
+         "prompt_format": prompt, "bootstrap": {"resamples": resamples, "seed": bootstrap_seed},
          "benchmarks": {b.name: {"sha256": b.sha256, "n": len(b.problems), "path": str(b.path)} for b in benches},
+         "variants": {n: builders[n].metadata() for n in names},
          "info": info, "fidelity": fidelity}, indent=2, default=str))
     files.append(out / "evaluation.json")
-    run_ids = []
-    if tracking and tracking.get("enabled", True):
-        run_ids = _track_evaluation(t, specs, benches, results, acc, info, fidelity, settings, vdtype, rest_from,
-                                    template, instruction, out, files, tracking)
-    return EvaluationResult(out, results, acc, t56, t8, info, fidelity, files, run_ids)
+    res = EvaluationResult(out, flat, acc, t56, t8, info, fidelity, files, [], diffs, prompt)
+    if tracking_enabled(tracking):
+        res.run_ids = _track_evaluation(t, [builders[n] for n in names], benches, res, settings, template, tracking)
+    return res
 
 
-def _track_evaluation(t, specs, benches, results, acc, info, fidelity, settings, vdtype, rest_from, template,
-                      instruction, out, files, tracking) -> list[str]:
+TRUNCATION_WARN_PCT = 5.0  # above this share of capped answers an accuracy is a lower bound
+
+
+def warn_truncated(acc_rows: Sequence[dict], max_new_tokens: int, log=print) -> None:
+    for r in acc_rows:
+        if r["truncated_pct"] > TRUNCATION_WARN_PCT:
+            log(f"WARNING: {r['truncated']} of {r['answers']} answers of variant '{r['variant']}' "
+                f"({r['truncated_pct']:.1f} %) were cut off at max_new_tokens = {max_new_tokens}: its accuracy "
+                "and Wait count are lower bounds; raise max_new_tokens")
+
+
+def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, template, tracking) -> list[str]:
     from . import evaluate as ev
 
     parent = transition_run(t, tracking)
-    parent.log_artifacts(files, "evaluation")
+    parent.log_artifacts(res.files, "evaluation")
     versions = ev.engine_versions()
-    avg = {r["variant"]: r["average"] for r in acc}
+    acc = {r["variant"]: r for r in res.accuracy_rows}
+    diffs = {r["variant"]: r for r in res.differences}
     run_ids = []
-    for spec in specs:
-        settings_key = {"transition": t.manifest["identity"], "variant": spec.components(), "name": spec.name,
-                        "dtype": vdtype, "rest_from": rest_from, "engine": settings.result_fields(),
-                        "template": template, "instruction": instruction}
+    for builder in builders:
+        name = builder.spec.name
+        settings_key = {"transition": t.manifest["identity"], "variant": builder.metadata(),
+                        "engine": settings.result_fields(), "template": template, "prompt": res.prompt}
         run = trk_open(tracking, key="evaluation-" + stable_hash(settings_key, 24),
-                       name=f"{t.label} [{spec.name}] eval", parent=parent.run_id,
-                       tags={"grrr.kind": "evaluation", "grrr.variant": spec.name})
-        comps = spec.components()
-        params = {"variant": spec.name, "components": json.dumps(comps, sort_keys=True),
-                  "seed": comps.get("random_removal_seed"), "dtype": vdtype, "rest_from": rest_from,
-                  "template": template, **{f"engine.{k}": v for k, v in settings.model_dump().items()},
+                       name=f"{t.label} [{name}] eval", parent=parent.run_id,
+                       tags={"grrr.kind": "evaluation", "grrr.variant": name})
+        params = {**variant_params(builder), "template": template, "prompt_format": res.prompt["digest"],
+                  **{f"engine.{k}": v for k, v in settings.model_dump().items()},
                   **{f"version.{k}": v for k, v in versions.items()}}
         params.update({f"sha256.{b.name}": b.sha256 for b in benches})
         params.update({f"n.{b.name}": len(b.problems) for b in benches})
         run.log_params(params)
         have = run.logged_metrics()
-        mine = [r for r in results if r.variant == spec.name]
+        mine = [r for r in res.results if r.variant == name]
         metrics = [(f"acc/{r.benchmark}", r.accuracy, 0) for r in mine]
         metrics += [(f"wait_mean/{r.benchmark}", r.wait_mean, 0) for r in mine]
-        if avg.get(spec.name) is not None:
-            metrics.append(("average", avg[spec.name], 0))
-            if info.get("full"):
-                metrics.append(("retention", 100.0 * avg[spec.name] / info["full"], 0))
-        waits = [r.wait_mean for r in mine]
-        if waits:
-            metrics.append(("wait_mean", sum(waits) / len(waits), 0))
-        if spec.name in fidelity:
-            metrics += [(f"fidelity.{k}", v, 0) for k, v in fidelity[spec.name].items()
+        metrics += [(f"truncated/{r.benchmark}", float(r.truncated), 0) for r in mine]
+        row = acc.get(name, {})
+        if row.get("average") is not None:
+            metrics.append(("average", row["average"], 0))
+        if row:
+            metrics += [("wait_mean", row["wait_per_answer"], 0), ("truncated_pct", row["truncated_pct"], 0)]
+        d = diffs.get(name, {})
+        metrics += [(k if not k.startswith("retention_full") else "retention", v, 0) for k, v in d.items()
+                    if k.startswith(("minus_", "retention_")) and isinstance(v, float) and math.isfinite(v)]
+        if name in res.fidelity:
+            metrics += [(f"fidelity.{k}", v, 0) for k, v in res.fidelity[name].items()
                         if isinstance(v, float) and math.isfinite(v)]
         # a metric already logged with this value is not logged again (reruns add no history)
         run.log_metrics([m for m in metrics if have.get(m[0]) != m[1]])
-        run.log_artifacts(sorted((out / spec.name).glob("*.jsonl")), "generations")
+        run.log_artifacts(sorted((res.out / name).glob("*.jsonl")), "generations")
         run.finish()
         run_ids.append(run.run_id)
     return run_ids

@@ -32,7 +32,7 @@ def chain(tiny_chain, tmp_path_factory):
 
 
 def _texts(engine, prompts):
-    return [t for t, _ in engine.generate(prompts)]
+    return [g.text for g in engine.generate(prompts)]
 
 
 def test_engine_swap_equals_fresh_engine(chain, tmp_path):
@@ -63,20 +63,32 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
 
     _, models, store = chain
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    variants = ["base", "full", "diag", "off", "null", "offnull", "randrm-0"]
+    variants = ["base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0"]
     kw = dict(settings=SETTINGS, limit=60, tracking={"uri": uri})
     res = run_evaluation(store, tmp_path / "eval", variants, ["arith"], models["benchmark"], **kw)
     acc = {r["variant"]: r["average"] for r in res.accuracy_rows}
     print("accuracy by variant:", acc, "info:", res.info)
+    print("differences:", [(d["variant"], round(d["minus_full"], 2), round(d["minus_full_ci_lo"], 2),
+                            round(d["minus_full_ci_hi"], 2)) for d in res.differences])
     assert set(acc) == set(variants) and all(a is not None for a in acc.values())
     assert acc["full"] > acc["base"]  # post-training helps on the chain's own benchmark
-    assert [r["variant"] for r in res.table56] == ["base", "full", "diag", "off", "null", "offnull"]
-    assert {"remove_diag", "delta_diag", "remove_random", "delta_rand"} <= set(res.table8[0])
+    assert [r["variant"] for r in res.table56] == ["base", "full", "proj", "diag", "off", "null", "offnull"]
+    t8 = res.table8[0]
+    assert t8["delta_diag"] == pytest.approx(acc["offnull"] - acc["full"])  # Δ = remove − full
+    assert t8["delta_rand"] == pytest.approx(acc["randrm-0"] - acc["full"])
     assert res.info["gain"] == pytest.approx(acc["full"] - acc["base"])
+    assert res.info["full_minus_proj"] == pytest.approx(acc["full"] - acc["proj"])
     assert all(r.scored_now for r in res.results)
     gens = (tmp_path / "eval" / "full" / "arith.jsonl").read_text().splitlines()
-    rec = json.loads(gens[0])
-    assert len(gens) == 60 and {"generation", "extracted", "correct", "status", "wait"} <= set(rec)
+    recs = [json.loads(x) for x in gens]
+    assert len(gens) == 60 and {"generation", "extracted", "correct", "status", "wait", "finish_reason"} <= set(recs[0])
+    assert {r["finish_reason"] for r in recs} <= {"stop", "length"}
+    full_row = next(r for r in res.accuracy_rows if r["variant"] == "full")
+    assert full_row["truncated"] == sum(r["finish_reason"] == "length" for r in recs)
+    assert full_row["wait_per_answer"] == pytest.approx(sum(r["wait"] for r in recs) / 60)
+    diffs = {d["variant"]: d for d in res.differences}
+    assert diffs["full"]["minus_full_ci_lo"] == diffs["full"]["minus_full_ci_hi"] == 0.0
+    assert diffs["base"]["minus_full"] == pytest.approx(acc["base"] - acc["full"])
     # rerun: nothing is scored twice, and MLflow gets no duplicate runs
     stamp = {v: os.stat(tmp_path / "eval" / v / "arith.jsonl").st_mtime_ns for v in variants}
     again = run_evaluation(store, tmp_path / "eval", variants, ["arith"], models["benchmark"], **kw)

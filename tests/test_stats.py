@@ -96,7 +96,8 @@ def test_null_matches_exact_beta_for_one_matrix():
     res = stats.median_cosine_null(0.0, [d], draws=20_000, seed=1)
     lo, hi = stats.beta_null_quantiles(d, [0.02275, 0.97725])  # ±2σ of a normal
     assert res.envelope[0] == pytest.approx(lo, rel=0.05) and res.envelope[1] == pytest.approx(hi, rel=0.05)
-    assert res.null_std == pytest.approx(1 / math.sqrt(d + 1), rel=0.03)  # exact std of the Beta cosine
+    # the exact std of the cosine of two independent isotropic vectors in R^d: E[cos²] = 1/d
+    assert res.null_std == pytest.approx(1 / math.sqrt(d), rel=0.03)
 
 
 def test_bootstrap_ci_coverage_is_near_nominal():
@@ -259,3 +260,97 @@ def test_csv_writes_numpy_scalars_as_plain_numbers():
 
     text = to_csv([{"a": np.float64(0.1), "b": np.float32(0.5), "c": np.int64(3), "d": 0.25}])
     assert text == "a,b,c,d\n0.1,0.5,3,0.25\n"
+
+
+# -- independent pairs from their nearest common ancestor; reduced-precision stores ----------
+
+SHARED = Update(r_delta=5e-2, seed=0)  # a large update both models inherit (an SFT parent)
+STEP_A = Update(r_delta=5e-3, seed=11)  # then two independent small steps (two RL runs from it)
+STEP_B = Update(r_delta=5e-3, seed=12)
+
+
+@pytest.fixture(scope="module")
+def siblings(tmp_path_factory):
+    root = tmp_path_factory.mktemp("siblings")
+    models = {name: write_model(root / name, SHAPE, family="qwen2", dtype="float32", updates=ups)
+              for name, ups in (("base", ()), ("parent", (SHARED,)), ("a", (SHARED, STEP_A)),
+                                ("b", (SHARED, STEP_B)))}
+    stores = {}
+    for post in ("parent", "a", "b"):
+        stores[post] = root / f"s-{post}"
+        run_transition(no_track_config(base=str(models["base"]), post=str(models[post]), store=stores[post],
+                                       frame_cache=root / "frames"))
+    return root, models, stores
+
+
+def test_independent_pair_is_compared_from_its_nearest_common_ancestor(siblings):
+    """A large shared parent update and two independent steps from it: the steps are as orthogonal as the
+    null says, while the cumulative updates look aligned because they share the parent's update."""
+    root, models, stores = siblings
+    a, b, c = (StoredTransition(stores[k]) for k in ("a", "b", "parent"))
+    steps = stats.compare(a, b, "independent", ancestor=c, resamples=2000, null_draws=4000, seed=0)
+    cum = stats.compare(a, b, "cumulative", resamples=2000, null_draws=4000, seed=0)
+    print(f"median cos_off: steps from the parent {steps.median:+.4f} (null ±2σ {steps.null.envelope}), "
+          f"cumulative {cum.median:+.4f}")
+    assert steps.null.envelope[0] <= steps.median <= steps.null.envelope[1]
+    assert steps.null.verdict == "indistinguishable"
+    assert cum.median > 0.9 and cum.null.verdict == "aligned"
+    assert steps.summary()["ancestor"] == "parent" and steps.summary()["ancestor_store"] == str(stores["parent"])
+    # independent computation: project each model's step from the parent into the base frame, in float64
+    ck = {k: Checkpoint.open(models[k]) for k in ("parent", "a", "b")}
+    cache = FrameCache(root / "frames")
+    n2 = {"a": 0.0, "b": 0.0}
+    rows = {r["name"]: r for r in steps.rows}
+    for name, attrs in a.matrices.items():
+        frame = cache.get(attrs["frame_key"], torch.float64)
+        w = {k: ck[k].read(name).double() for k in ck}
+        pa = (frame.U.T @ (w["a"] - w["parent"]) @ frame.V).numpy()
+        pb = (frame.U.T @ (w["b"] - w["parent"]) @ frame.V).numpy()
+        assert rows[name]["cos_off"] == pytest.approx(_offdiag_cos(pa, pb), abs=2e-4)
+        n2["a"] += float(((w["a"] - w["parent"]) ** 2).sum())
+        n2["b"] += float(((w["b"] - w["parent"]) ** 2).sum())
+    assert steps.norms["norm_a"] == pytest.approx(math.sqrt(n2["a"]), rel=1e-4)
+    assert steps.norms["norm_b"] == pytest.approx(math.sqrt(n2["b"]), rel=1e-4)
+    with pytest.raises(ValueError, match="independent comparisons only"):
+        stats.compare(a, b, "sequential", ancestor=c)
+
+
+def test_compare_cli_takes_an_ancestor_store(siblings, tmp_path, capsys):
+    from grrr_stream.cli import main
+
+    _, _, stores = siblings
+    rc = main(["compare", "--independent", str(stores["a"]), str(stores["b"]), str(stores["parent"]),
+               "--cumulative", str(stores["a"]), str(stores["b"]), "--out", str(tmp_path / "c"), "--no-track",
+               "--resamples", "200", "--null-draws", "200"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "(from parent)" in out and "(cumulative)" in out, out
+    with open(tmp_path / "c" / "comparisons.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["kind"], r["ancestor"]) for r in rows] == [("independent", "parent"), ("cumulative", "")]
+    rc = main(["compare", "--independent", str(stores["a"]), "--out", str(tmp_path / "d"), "--no-track"])
+    assert rc == 2 and "A_STORE B_STORE [ANCESTOR_STORE]" in capsys.readouterr().err
+
+
+def test_bfloat16_stores_are_decoded_and_refused_for_differences(chain, tmp_path):
+    root, models, stores = chain
+    bf = {}
+    for post in ("sft", "sib", "rl"):
+        bf[post] = tmp_path / f"bf-{post}"
+        run_transition(no_track_config(base=str(models["base"]), post=str(models[post]), store=bf[post],
+                                       frame_cache=root / "frames", store_dtype="bfloat16"))
+    t = StoredTransition(bf["sft"])
+    name = next(iter(t.matrices))
+    decoded = t.dask_array(name, "P").compute()
+    assert decoded.dtype == np.float32
+    assert np.array_equal(decoded, t.read_tensor(name, "P").float().numpy())  # the same values as torch decodes
+    twin = StoredTransition(stores[("float32", "sft")]).dask_array(name, "P").compute()
+    assert np.abs(decoded - twin).max() <= 2 ** -8 * np.abs(twin).max()  # bf16 rounding of the float32 twin
+    low = stats.compare(t, StoredTransition(bf["sib"]), "independent", resamples=500, null_draws=500)
+    ref = stats.compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float32", "sib")]),
+                        "independent", resamples=500, null_draws=500)
+    print(f"independent median cos_off: bfloat16 stores {low.median:+.5f}, float32 twins {ref.median:+.5f}")
+    assert low.median == pytest.approx(ref.median, abs=5e-3)
+    for x, y in zip(low.rows, ref.rows):
+        assert x["cos_off"] == pytest.approx(y["cos_off"], abs=1e-2)
+    with pytest.raises(StoreMismatchError, match="store_dtype float32"):
+        stats.compare(t, StoredTransition(bf["rl"]), "sequential")

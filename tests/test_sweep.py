@@ -161,6 +161,56 @@ def test_plan_reports_every_problem_at_once(models, tmp_path):
         assert needle in msg, needle
 
 
+def test_independent_pairs_at_any_depth_use_their_nearest_common_ancestor(models, tmp_path):
+    cfg = config(models, tmp_path / "w")
+    cfg["chains"][0]["models"].append({"id": "rl2", "source": str(models / "rl"), "parent": "sft", "method": "PPO"})
+    plan = plan_sweep(SweepConfig.model_validate(cfg))
+    pairs = {u.id: u for u in plan.units if u.id.startswith("compare/independent/")}
+    assert set(pairs) == {f"compare/independent/{a}--{b}" for a, b in (
+        ("base-to-rl", "base-to-rl2"), ("base-to-rl", "base-to-sibling"), ("base-to-rl2", "base-to-sibling"),
+        ("base-to-sft", "base-to-sibling"))}
+    # two RL runs from the SFT model: their steps from SFT, not their cumulative updates (which share SFT's)
+    rl = pairs["compare/independent/base-to-rl--base-to-rl2"]
+    assert rl.params["ancestor"] == "base-to-sft" and "decompose/base-to-sft" in rl.deps
+    assert "from sft" in rl.label
+    sib = pairs["compare/independent/base-to-rl--base-to-sibling"]
+    assert sib.params["ancestor"] is None and "from base" in sib.label
+
+
+def test_plan_refuses_a_rest_source_the_base_cannot_supply(models, tmp_path):
+    import torch
+
+    from grrr_stream.checkpoint import Checkpoint, write_checkpoint
+
+    ck = Checkpoint.open(models / "sft")
+
+    def grown():  # the post model gained two tokens
+        for name in ck.tensors:
+            t = ck.read(name)
+            yield name, (torch.cat([t, t[:2]]) if name in ("model.embed_tokens.weight", "lm_head.weight") else t)
+
+    write_checkpoint(tmp_path / "grown", grown(), config=ck.config)
+    cfg = config(models, tmp_path / "w", variants={"names": ["base", "full", "diag"], "transitions": ["base-to-sft"]})
+    cfg["chains"][0]["models"][0]["source"] = str(tmp_path / "grown")
+    with pytest.raises(ConfigError) as err:
+        plan_sweep(SweepConfig.model_validate(cfg))
+    msg = str(err.value)
+    assert "variants: base-to-sft: rest_from: base cannot be used" in msg and "embed_tokens" in msg
+    assert "variants.rest_from: post" in msg and "rest_from: auto" in msg
+    cfg["variants"]["rest_from"] = "auto"  # base when it can, else post, on record: plans
+    plan_sweep(SweepConfig.model_validate(cfg))
+    cfg["variants"].update(rest_from="base", names=["base", "full"])  # the checkpoints themselves need no rest
+    plan_sweep(SweepConfig.model_validate(cfg))
+
+
+def test_plan_refuses_differences_of_16_bit_stores(models, tmp_path):
+    cfg = config(models, tmp_path / "w", decomposition={"store_dtype": "bfloat16"})
+    with pytest.raises(ConfigError, match="store_dtype: bfloat16 cannot feed sequential comparisons"):
+        plan_sweep(SweepConfig.model_validate(cfg))
+    cfg["statistics"]["sequential"] = False  # the independent pairs here are all from the base: no differences
+    plan_sweep(SweepConfig.model_validate(cfg))
+
+
 def test_yaml_bare_off_and_null_are_variant_names(tmp_path):
     text = "name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nvariants: {names: [off, null]}\n"
     cfg = SweepConfig.model_validate(yaml.safe_load(text))
@@ -322,10 +372,10 @@ def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
 def test_math_subset_flag_adds_a_suite_of_the_five_benchmarks(tmp_path):
     out = cli("sweep", ROOT / "configs" / "demo.yaml", "--workdir", tmp_path / "w", "--dry-run",
               "--math-subset", "3", "--bench-dir", tmp_path / "bench", cwd=tmp_path).stdout
-    for t in ("base-to-sft", "base-to-rl", "base-to-sibling"):
-        assert f"evaluate/{t}/math: evaluate 9 variant(s) of {t} on math500, aime24, amc23, minerva_math, " \
+    for t in ("base-to-sft", "base-to-rl", "base-to-sibling", "sft-to-rl"):
+        assert f"evaluate/{t}/math: evaluate 10 variant(s) of {t} on math500, aime24, amc23, minerva_math, " \
                f"olympiadbench (first 3 each)" in out
-        assert f"evaluate/{t}: evaluate 9 variant(s) of {t} on arith" in out
+        assert f"evaluate/{t}: evaluate 10 variant(s) of {t} on arith" in out
     bad = cli("sweep", ROOT / "configs" / "demo.yaml", "--dry-run", "--math-subset", "0", cwd=tmp_path, check=False)
     assert bad.returncode == 2 and "--math-subset must be at least 1" in bad.stderr
 

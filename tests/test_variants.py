@@ -46,13 +46,41 @@ def test_component_algebra_float64(f64_store):
         e = {k: float(torch.linalg.matrix_norm(d[k])) ** 2 / scale**2 for k in ("diag", "off", "null")}
         m = t.matrices[name]["metrics"]
         assert (e["diag"], e["off"], e["null"]) == pytest.approx((m["f_diag"], m["f_off"], m["f_null"]), abs=1e-9)
-    # tensors that are not decomposed come from the post model by default, from the base on request
-    post = Checkpoint.open(t.manifest["post_folder"])
-    basec = Checkpoint.open(t.manifest["base_folder"])
-    assert torch.equal(v["diag"]["model.norm.weight"], post.read("model.norm.weight").double())
-    rest_base = build(f64_store, "diag", dtype="float64", rest_from="base")[0]
-    assert torch.equal(rest_base["model.norm.weight"], basec.read("model.norm.weight").double())
-    assert not torch.equal(rest_base["model.norm.weight"], v["diag"]["model.norm.weight"])
+
+
+def test_variants_are_built_on_the_real_checkpoints(f64_store):
+    """base/full are the two checkpoints bit for bit; proj and the components are the base plus parts of ΔW
+    on the decomposed matrices, every other tensor from the base (rest_from post on request)."""
+    t = StoredTransition(f64_store)
+    ck = {"base": Checkpoint.open(t.manifest["base_folder"]), "post": Checkpoint.open(t.manifest["post_folder"])}
+    real = {side: {n: c.read(n) for n in c.tensors} for side, c in ck.items()}
+    decomposed = set(t.matrices)
+    rest = set(real["base"]) - decomposed
+    # the pair is a fair test: embeddings, norms, lm_head and biases changed in post-training too
+    changed_rest = {n for n in rest if not torch.equal(real["base"][n], real["post"][n])}
+    assert {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"} <= changed_rest
+    assert any(n.endswith(".bias") for n in changed_rest) and changed_rest == rest
+
+    def same(tensors, side):
+        return {n for n in tensors if torch.equal(tensors[n], real[side][n])}
+
+    v = {n: build(f64_store, n, dtype="float64")[0] for n in ("base", "full", "proj", "diag", "off", "null",
+                                                               "offnull", "randrm-0")}
+    assert set(v["base"]) == set(real["base"]) and same(v["base"], "base") == set(real["base"])
+    assert set(v["full"]) == set(real["post"]) and same(v["full"], "post") == set(real["post"])
+    # proj differs from full exactly on the tensors that are not decomposed (which changed)
+    assert {n for n in v["proj"] if not torch.equal(v["proj"][n], v["full"][n])} == rest
+    assert same(v["proj"], "base") >= rest and same(v["proj"], "post") == decomposed
+    for name in ("diag", "off", "null", "offnull", "randrm-0"):
+        assert same(v[name], "base") >= rest, name
+    # rest_from post: every other tensor from the post model, and proj is then full on every tensor
+    post_rest = {n: build(f64_store, n, dtype="float64", rest_from="post")[0] for n in ("proj", "diag")}
+    assert all(torch.equal(post_rest["proj"][n], v["full"][n]) for n in v["full"])
+    assert same(post_rest["diag"], "post") >= rest
+    b = VariantBuilder(f64_store, parse_variant("diag"), dtype="float64", rest_from="post")
+    meta = b.metadata()
+    assert (meta["rest_from"], meta["config_from"], meta["prompt_format_from"]) == ("post", "post", "post")
+    assert VariantBuilder(f64_store, parse_variant("base")).metadata()["rest_from"] is None
 
 
 def test_random_removal_controls(f64_store):
@@ -83,14 +111,18 @@ def test_base_and_full_are_bit_exact(bf16_pair, tmp_path):
     base, post = bf16_pair
     store = tmp_path / "s"
     run_transition(no_track_config(base=str(base), post=str(post), store=store))
-    for dtype in ("bfloat16", "float32"):
+    # float16 cannot hold every bfloat16 value: base and full then keep the checkpoint's own dtype
+    for dtype, kept in (("bfloat16", torch.bfloat16), ("float32", torch.float32), ("float16", torch.bfloat16)):
         for name, src in (("base", base), ("full", post)):
             tensors, b = build(store, name, dtype=dtype)
             ck = Checkpoint.open(src)
-            for tname in StoredTransition(store).matrices:
-                want = ck.read(tname).to(getattr(torch, dtype))
-                assert torch.equal(tensors[tname], want), (dtype, name, tname)
+            assert set(tensors) == set(ck.tensors)
+            for tname in ck.tensors:
+                want = ck.read(tname)
+                assert tensors[tname].dtype == kept and torch.equal(tensors[tname].to(want.dtype), want), \
+                    (dtype, name, tname)
             assert b.report.summary()["fidelity"] == 0.0
+            assert b.config()["torch_dtype"] == str(kept).removeprefix("torch.")
 
 
 def test_fidelity_bf16_loses_rl_sized_update_and_warns(planted_f32_small, tmp_path, capsys):
@@ -217,7 +249,32 @@ def test_rest_from_base_refused_when_post_added_tokens(planted_f64, tmp_path):
     grown = write_checkpoint(tmp_path / "grown", tensors(), config=ck.config)
     store = tmp_path / "s"
     run_transition(no_track_config(base=str(base), post=str(grown), store=store))
-    with pytest.raises(TensorMismatchError, match="embed_tokens"):
-        VariantBuilder(store, parse_variant("diag"), rest_from="base")
-    tensors_post = dict(VariantBuilder(store, parse_variant("diag")).tensors())  # rest_from post works
-    assert tensors_post["model.embed_tokens.weight"].shape[0] == ck.tensors["model.embed_tokens.weight"].shape[0] + 2
+    # the default refuses before building anything, names the tensors and the options that work
+    with pytest.raises(TensorMismatchError, match="embed_tokens") as e:
+        VariantBuilder(store, parse_variant("diag"))
+    assert "rest_from: post" in str(e.value) and "rest_from: auto" in str(e.value)
+    with pytest.raises(TensorMismatchError):
+        run_variants(store, tmp_path / "v", ["base", "diag"])
+    assert not (tmp_path / "v").exists()
+    # base and full are the checkpoints themselves: no rest to choose, never refused
+    assert VariantBuilder(store, parse_variant("base")).layout()[0].name
+    # auto falls back to the post model, on record
+    auto = VariantBuilder(store, parse_variant("diag"), rest_from="auto")
+    assert auto.rest_from == "post" and "embed_tokens" in auto.rest_fallback
+    assert auto.metadata()["rest_fallback"] == auto.rest_fallback
+    grown_rows = dict(auto.tensors())["model.embed_tokens.weight"].shape[0]
+    assert grown_rows == ck.tensors["model.embed_tokens.weight"].shape[0] + 2
+    tensors_post = dict(VariantBuilder(store, parse_variant("diag"), rest_from="post").tensors())
+    assert tensors_post["model.embed_tokens.weight"].shape[0] == grown_rows
+
+
+@pytest.mark.parametrize("text,match", [
+    ("..=diag:1", "must start with"), (".=diag:1", "must start with"), ("a/b=diag:1", "must start with"),
+    (".hidden=off:1", "must start with"), ("full=diag:1", "reserved"), ("randrm-3=diag:1", "reserved"),
+    ("x" * 65 + "=diag:1", "at most 64"), ("x=diag:nan", "finite"),
+])
+def test_variant_names_that_would_be_paths_or_collide_are_refused(text, match):
+    from grrr_stream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        parse_variant(text)

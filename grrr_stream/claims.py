@@ -1,0 +1,237 @@
+"""Accuracy claims with their uncertainty: paired bootstrap over problems, the informative
+set, and the paper's headline sentences computed for any set of evaluated transitions.
+
+A transition's *score* of a variant is the paper's: the unweighted mean over benchmarks of
+the per-benchmark accuracy, in percent. Every variant of a transition answers the same
+problems, so differences between variants are *paired*: one bootstrap replicate draws the
+problems of each benchmark with replacement (n_b draws from the n_b problems) and scores
+every variant on that same draw. A variant that gives the same answers as another has a
+zero-width interval at 0 against it.
+
+Claims over many transitions ("keeping off+null stays within 4.3 points of full in 24 of
+25 informative transitions") are statistics of the per-transition scores; their bootstrap
+interval resamples every transition's problems independently in each replicate. The
+informative set (full − base ≥ ``informative_points``) is fixed at the point estimates:
+it says which transitions a claim is about; how many of them are informative by less
+than their own interval is reported beside it.
+
+Random streams follow :mod:`grrr_stream.stats`: block ``k`` of a stream draws from
+``SeedSequence([seed, crc32(stream), k])``, so results do not depend on how they are run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from .stats import block_rng, blocks
+
+REFERENCES = ("full", "base", "proj")
+
+
+@dataclass
+class TransitionScores:
+    """Point scores and bootstrap replicates of every variant of one evaluated transition."""
+
+    transition: str
+    kind: str                      # 'cumulative' or 'incremental' (or '' when unknown)
+    variants: list[str]
+    benchmarks: list[str]
+    n_problems: dict[str, int]
+    point: np.ndarray              # (V,) scores in percent
+    reps: np.ndarray               # (R, V) the same scores on resampled problems
+
+    def has(self, variant: str) -> bool:
+        return variant in self.variants
+
+    def score(self, variant: str) -> float:
+        return float(self.point[self.variants.index(variant)])
+
+    def rep(self, variant: str) -> np.ndarray:
+        return self.reps[:, self.variants.index(variant)]
+
+
+def _bits(v: object) -> np.ndarray:
+    if isinstance(v, str):  # the '0110…' string kept in a benchmark's summary
+        return np.frombuffer(v.encode(), dtype=np.uint8) == ord("1")
+    return np.asarray(v, dtype=bool)
+
+
+def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition: str = "", kind: str = "",
+                      resamples: int = 10_000, seed: int = 0) -> TransitionScores:
+    """Scores and paired bootstrap replicates from per-problem correctness.
+
+    ``correct``: variant → benchmark → per-problem correctness in problem order (a bool
+    sequence or a '0'/'1' string). Only the benchmarks every variant answered count, and a
+    benchmark must have the same number of problems for every variant.
+    """
+    variants = list(correct)
+    if not variants:
+        raise ValueError("no variants to score")
+    benchmarks = sorted(set.intersection(*(set(correct[v]) for v in variants)))
+    if not benchmarks:
+        raise ValueError(f"the variants of {transition or 'this transition'} share no benchmark")
+    mats, n_problems = [], {}
+    for b in benchmarks:
+        cols = [_bits(correct[v][b]) for v in variants]
+        n = {len(c) for c in cols}
+        if len(n) != 1 or 0 in n:
+            raise ValueError(f"{transition}: benchmark {b} has different or zero problem counts across variants: "
+                             f"{dict(zip(variants, (len(c) for c in cols)))}")
+        n_problems[b] = n.pop()
+        mats.append(np.stack(cols, axis=1).astype(np.float64))  # n_b × V
+    point = 100.0 * np.mean([m.mean(axis=0) for m in mats], axis=0)
+    parts = []
+    for k, size in enumerate(blocks(resamples)):
+        rng = block_rng(seed, f"paired:{transition}", k)
+        acc = np.zeros((size, len(variants)))
+        for m in mats:  # benchmarks in sorted order: the same draws whatever the caller's order
+            n = m.shape[0]
+            counts = rng.multinomial(n, np.full(n, 1.0 / n), size=size)  # one resample of the problems per row
+            acc += counts @ m / n
+        parts.append(100.0 * acc / len(mats))
+    reps = np.concatenate(parts) if parts else np.zeros((0, len(variants)))
+    return TransitionScores(transition, kind, variants, benchmarks, n_problems, point, reps)
+
+
+def _interval(x: np.ndarray, level: float) -> tuple[float, float]:
+    if x.size == 0:
+        return math.nan, math.nan
+    lo, hi = np.percentile(x, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+    return float(lo), float(hi)
+
+
+def difference_rows(ts: TransitionScores, *, level: float = 0.95) -> list[dict]:
+    """Per variant: its score, and its difference to full, base and proj (points) with the paired
+    bootstrap interval; retention against full and against proj (percent)."""
+    rows = []
+    for v in ts.variants:
+        row: dict = {"transition": ts.transition, "kind": ts.kind, "variant": v, "score": ts.score(v)}
+        for ref in REFERENCES:
+            if not ts.has(ref):
+                continue
+            lo, hi = _interval(ts.rep(v) - ts.rep(ref), level)
+            row[f"minus_{ref}"] = ts.score(v) - ts.score(ref)
+            row[f"minus_{ref}_ci_lo"], row[f"minus_{ref}_ci_hi"] = lo, hi
+        for ref in ("full", "proj"):
+            if ts.has(ref):
+                row[f"retention_{ref}_pct"] = _ratio(ts.score(v), ts.score(ref))
+        rows.append(row)
+    return rows
+
+
+def _ratio(a, b):
+    """100·a/b, elementwise; NaN where b is 0."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(b != 0, 100.0 * a / np.where(b != 0, b, 1.0), np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
+def informative_rows(scores: Sequence[TransitionScores], *, informative_points: float = 1.0,
+                     level: float = 0.95) -> list[dict]:
+    """Per transition: the gain full − base with its interval, whether it is informative, whether
+    that call is within the interval's reach (informative, but the interval reaches below the
+    threshold), and full − proj: what the tensors that are not decomposed carry."""
+    rows = []
+    for ts in scores:
+        row: dict = {"transition": ts.transition, "kind": ts.kind}
+        if ts.has("full") and ts.has("base"):
+            gain = ts.score("full") - ts.score("base")
+            lo, hi = _interval(ts.rep("full") - ts.rep("base"), level)
+            row.update(gain=gain, gain_ci_lo=lo, gain_ci_hi=hi, informative=gain >= informative_points,
+                       informative_within_ci=bool(gain >= informative_points and lo < informative_points))
+        if ts.has("full") and ts.has("proj"):
+            d = ts.score("full") - ts.score("proj")
+            lo, hi = _interval(ts.rep("full") - ts.rep("proj"), level)
+            row.update(full_minus_proj=d, full_minus_proj_ci_lo=lo, full_minus_proj_ci_hi=hi)
+        row["problems"] = sum(ts.n_problems.values())
+        rows.append(row)
+    return rows
+
+
+def claims_rows(scores: Sequence[TransitionScores], *, within_points: float = 4.3, informative_points: float = 1.0,
+                retention_floor_pct: float = 95.0, level: float = 0.95) -> list[dict]:
+    """The paper's headline sentences, per variant, over the informative transitions.
+
+    For each variant (and each reference, full as the paper and proj): how many informative
+    transitions keep the variant within ``within_points`` of the reference (score ≥ ref − k),
+    the median and range of retention (100·variant/ref) and how many reach
+    ``retention_floor_pct``; each count and the median with its bootstrap interval.
+    """
+    informative = [ts for ts in scores if ts.has("full") and ts.has("base")
+                   and ts.score("full") - ts.score("base") >= informative_points]
+    if not informative:
+        return []
+    R = min(ts.reps.shape[0] for ts in informative)
+    variants: list[str] = []
+    for ts in informative:
+        variants += [v for v in ts.variants if v not in variants and v not in ("base", "full")]
+    rows = []
+    for v in variants:
+        for ref in ("full", "proj"):
+            have = [ts for ts in informative if ts.has(v) and ts.has(ref)]
+            if not have or v == ref:
+                continue
+            pt_v = np.array([ts.score(v) for ts in have])
+            pt_r = np.array([ts.score(ref) for ts in have])
+            rp_v = np.stack([ts.rep(v)[:R] for ts in have], axis=1)  # R × T
+            rp_r = np.stack([ts.rep(ref)[:R] for ts in have], axis=1)
+            ret, ret_rep = _ratio(pt_v, pt_r), _ratio(rp_v, rp_r)
+            within, within_rep = pt_v >= pt_r - within_points, rp_v >= rp_r - within_points
+            floor, floor_rep = ret >= retention_floor_pct, ret_rep >= retention_floor_pct
+            row = {"variant": v, "reference": ref, "transitions": len(have),
+                   "within_k": int(within.sum()), "k_points": within_points}
+            row["within_k_ci_lo"], row["within_k_ci_hi"] = _interval(within_rep.sum(axis=1), level)
+            row["retention_median_pct"] = float(np.nanmedian(ret)) if np.isfinite(ret).any() else math.nan
+            with np.errstate(all="ignore"):
+                med_rep = np.nanmedian(np.where(np.isfinite(ret_rep), ret_rep, np.nan), axis=1)
+            row["retention_median_ci_lo"], row["retention_median_ci_hi"] = _interval(med_rep[np.isfinite(med_rep)],
+                                                                                     level)
+            row["retention_min_pct"] = float(np.nanmin(ret)) if np.isfinite(ret).any() else math.nan
+            row["retention_max_pct"] = float(np.nanmax(ret)) if np.isfinite(ret).any() else math.nan
+            row["at_floor"] = int(np.sum(floor))
+            row["floor_pct"] = retention_floor_pct
+            row["at_floor_ci_lo"], row["at_floor_ci_hi"] = _interval(floor_rep.sum(axis=1), level)
+            rows.append(row)
+    return rows
+
+
+def sentence(row: dict, informative: int) -> str:
+    """One claims row as the paper would write it."""
+    ref = row["reference"]
+    return (f"{row['variant']}: within {row['k_points']:g} points of {ref} in {row['within_k']} of "
+            f"{row['transitions']} informative transitions [95 % CI {row['within_k_ci_lo']:.0f}–"
+            f"{row['within_k_ci_hi']:.0f}]; retention vs {ref} median {row['retention_median_pct']:.1f} % "
+            f"[{row['retention_median_ci_lo']:.1f}, {row['retention_median_ci_hi']:.1f}], range "
+            f"{row['retention_min_pct']:.1f}–{row['retention_max_pct']:.1f} %, ≥ {row['floor_pct']:g} % in "
+            f"{row['at_floor']} [{row['at_floor_ci_lo']:.0f}–{row['at_floor_ci_hi']:.0f}]")
+
+
+def summarise(scores: Sequence[TransitionScores], *, within_points: float = 4.3, informative_points: float = 1.0,
+              retention_floor_pct: float = 95.0, level: float = 0.95) -> dict:
+    """All three tables at once: differences, informative, claims."""
+    diffs = [r for ts in scores for r in difference_rows(ts, level=level)]
+    info = informative_rows(scores, informative_points=informative_points, level=level)
+    claims = claims_rows(scores, within_points=within_points, informative_points=informative_points,
+                         retention_floor_pct=retention_floor_pct, level=level)
+    n_inf = sum(1 for r in info if r.get("informative"))
+    return {"differences": diffs, "informative": info, "claims": claims,
+            "counts": {"transitions": len(scores), "informative": n_inf,
+                       "informative_within_ci": sum(1 for r in info if r.get("informative_within_ci"))}}
+
+
+def correctness_of(results: Sequence, variants: Optional[Sequence[str]] = None) -> dict[str, dict[str, str]]:
+    """variant → benchmark → correctness bits, from evaluation results (objects or dicts with
+    ``variant``, ``benchmark`` and ``correct_bits``)."""
+    out: dict[str, dict[str, str]] = {}
+    for r in results:
+        get = r.get if isinstance(r, dict) else (lambda k, _r=r: getattr(_r, k, None))
+        bits = get("correct_bits")
+        if bits is None or (variants is not None and get("variant") not in variants):
+            continue
+        out.setdefault(get("variant"), {})[get("benchmark")] = bits
+    return out
