@@ -18,7 +18,7 @@ from grrr_stream.evaluate import Engine, load_benchmark  # noqa: E402
 from grrr_stream.variants import VariantBuilder, parse_variant, write_variant  # noqa: E402
 from grrr_stream.workflows import run_evaluation  # noqa: E402
 
-SETTINGS = EngineSettings(max_new_tokens=48, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
+SETTINGS = EngineSettings(max_new_tokens=64, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
 
 
 @pytest.fixture(scope="module")

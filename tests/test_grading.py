@@ -94,7 +94,8 @@ def test_retention_tables():
     t56, t8, info = retention_tables(acc)
     assert info["gain"] == 20.0 and info["informative"] is True
     assert {r["variant"]: r["retention_pct"] for r in t56}["offnull"] == pytest.approx(90.0)
-    assert t8[0]["delta_diag"] == pytest.approx(3.0) and t8[0]["remove_random"] == pytest.approx(29.0)
-    assert t8[0]["delta_rand"] == pytest.approx(1.0) and t8[0]["remove_random_seeds"] == 3
+    # Table 8: Δ = remove − full, negative when removal hurts (the paper's sign)
+    assert t8[0]["delta_diag"] == pytest.approx(-3.0) and t8[0]["remove_random"] == pytest.approx(29.0)
+    assert t8[0]["delta_rand"] == pytest.approx(-1.0) and t8[0]["remove_random_seeds"] == 3
     _, _, flat = retention_tables([{"variant": "base", "average": 10.0}, {"variant": "full", "average": 10.5}])
     assert flat["informative"] is False
