@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import mmap
 import os
 import re
 import shutil
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,8 +133,8 @@ def read_header(shard: Path) -> tuple[dict[str, Any], int, bytes]:
     Entries map name → {dtype, shape (tuple), data_offsets (begin, end)}, type-checked;
     ``__metadata__`` is dropped. Raises CheckpointError naming the file on any problem.
     """
+    size = _regular_file_size(shard, "shard")
     try:
-        size = shard.stat().st_size
         with open(shard, "rb") as f:
             head = f.read(8)
             if len(head) < 8:
@@ -148,12 +150,11 @@ def read_header(shard: Path) -> tuple[dict[str, Any], int, bytes]:
         raise CheckpointNotFoundError(f"shard {shard} is missing; re-download the checkpoint") from None
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise CheckpointError(f"shard {shard} has a corrupt safetensors header; re-download it") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"shard {shard} has a corrupt safetensors header; re-download it")
     data_start = 8 + n
-    last = data_start
     entries: dict[str, Any] = {}
     for name, meta in header.items():
         if name == "__metadata__":
@@ -169,19 +170,54 @@ def read_header(shard: Path) -> tuple[dict[str, Any], int, bytes]:
         except (KeyError, TypeError):
             raise CheckpointError(f"shard {shard}: header entry for '{name}' is malformed; re-download it") from None
         if dtype in DTYPES:
-            expect = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype][1]
+            expect = math.prod(shape) * DTYPES[dtype][1]  # exact: a declared 10^30 dimension cannot wrap around
             if e - b != expect:
                 raise CheckpointError(
-                    f"shard {shard}: tensor '{name}' spans {e - b} bytes but {dtype}{list(shape)} needs {expect}"
+                    f"shard {shard}: tensor '{name}' spans {e - b} bytes but {dtype}{_shape_text(shape)} needs "
+                    f"{expect}; the header is corrupt, re-download it"
                 )
+        elif e < b:
+            raise CheckpointError(f"shard {shard}: tensor '{name}' has data_offsets [{b}, {e}] that end before "
+                                  "they begin; the header is corrupt, re-download it")
         entries[name] = {"dtype": dtype, "shape": shape, "data_offsets": (b, e)}
-        last = max(last, data_start + e)
-    if last > size:
+    # as the safetensors library: the tensors tile the data section from 0, in order, without overlap,
+    # so that no two tensors share bytes (one tensor read from another's data) and none leaves the file
+    end = 0
+    for name, meta in sorted(entries.items(), key=lambda kv: kv[1]["data_offsets"]):
+        b, e = meta["data_offsets"]
+        if b != end:
+            what = "overlaps the tensor before it" if b < end else "leaves a gap before it"
+            raise CheckpointError(f"shard {shard}: tensor '{name}' (data_offsets [{b}, {e}]) {what}; the header is "
+                                  "corrupt or crafted, re-download the checkpoint")
+        end = e
+    if data_start + end > size:
         raise CheckpointError(
-            f"shard {shard} is truncated: its header says the data ends at byte {last} but the file has "
+            f"shard {shard} is truncated: its header says the data ends at byte {data_start + end} but the file has "
             f"{size} bytes. Re-download it."
         )
     return entries, data_start, raw
+
+
+def _shape_text(shape: tuple) -> str:
+    text = str(list(shape))
+    return text if len(text) <= 80 else text[:77] + "...]"
+
+
+def _regular_file_size(path: Path, what: str) -> int:
+    """The size of a regular file; a FIFO, device, folder or symlink loop is refused at once (reading a
+    FIFO would wait forever)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(f"{what} {path} is missing; re-download the checkpoint") from None
+    except OSError as e:  # ELOOP (a symlink loop), EACCES, ...
+        raise CheckpointError(f"{what} {path} cannot be read: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
+            "a device or socket"
+        raise CheckpointError(f"{what} {path} is {kind}, not a regular file; give a checkpoint folder whose files "
+                              "are regular files")
+    return st.st_size
 
 
 class Checkpoint:
@@ -211,15 +247,19 @@ class Checkpoint:
             raise CheckpointNotFoundError(f"checkpoint folder {folder} does not exist")
         config = None
         cfg_path = folder / "config.json"
-        if cfg_path.is_file():
+        if os.path.lexists(cfg_path):  # present in any form: a loop or a FIFO is refused, never skipped
+            _regular_file_size(cfg_path, "config file")
             try:
-                config = json.loads(cfg_path.read_text())
-            except json.JSONDecodeError as e:
+                config = json.loads(cfg_path.read_bytes().decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise CheckpointError(f"{cfg_path} is not valid JSON: {e}") from None
+            except RecursionError:
+                raise CheckpointError(f"{cfg_path} is nested too deeply to be a model config") from None
             if not isinstance(config, dict):
                 raise CheckpointError(f"{cfg_path} must hold a JSON object (a Hugging Face model config)")
         index = folder / INDEX_NAME
-        if index.is_file():
+        if os.path.lexists(index):
+            _regular_file_size(index, "index file")
             shard_of = cls._read_index(folder, index)
             shards = sorted(set(shard_of.values()))
         else:
@@ -266,7 +306,7 @@ class Checkpoint:
             weight_map = data["weight_map"]
             if not isinstance(weight_map, dict):
                 raise TypeError
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, RecursionError):
             raise CheckpointError(f"{index} is not a valid safetensors index (needs a 'weight_map' object)") from None
         resolved: dict[str, Path] = {}
         cache: dict[str, Path] = {}
@@ -275,8 +315,9 @@ class Checkpoint:
                 raise CheckpointError(f"{index}: shard of '{name}' is not a file name")
             if shard_name not in cache:
                 p = _safe_shard_path(folder, shard_name, index)
-                if not p.is_file():
+                if not os.path.lexists(p):
                     raise CheckpointNotFoundError(f"shard {p} (listed in {index.name}) is missing; re-download it")
+                _regular_file_size(p, "shard")
                 cache[shard_name] = p
             resolved[name] = cache[shard_name]
         return resolved
@@ -379,6 +420,7 @@ def write_checkpoint(
     max_shard_bytes: int = 2 * 2**30,
     extra_files: Optional[dict[str, bytes]] = None,
     overwrite: bool = False,
+    within: Optional[Path] = None,
 ) -> Path:
     """Stream ``(name, tensor)`` pairs, in ``layout`` order, into a sharded HF folder.
 
@@ -388,8 +430,15 @@ def write_checkpoint(
     hidden temporary name, fsync'ed and renamed into place, so a crash never leaves a
     half-written folder under the final name. Free disk space is checked first.
     Without ``layout`` the tensors are collected first (fine for small checkpoints).
+    ``within``: the folder this call may delete in when it replaces ``folder`` (default: its
+    parent); ``folder`` must lie strictly inside it.
     """
+    from .files import inside, remove_tree
+
     folder = Path(folder)
+    within = Path(within) if within is not None else folder.parent
+    if not inside(folder, within) or folder.name in ("", ".", ".."):
+        raise CheckpointError(f"refusing to write {folder}: it is not a folder inside {within}")
     if layout is None:
         tensors = list(tensors)
         layout = [TensorSpec(name, tuple(t.shape), t.dtype) for name, t in tensors]
@@ -404,16 +453,14 @@ def write_checkpoint(
         )
     _remove_stale_partials(folder)
     tmp = folder.parent / f".{folder.name}.partial-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    remove_tree(tmp, within=folder.parent)
     tmp.mkdir()
     try:
         _write_into(tmp, folder, tensors, layout, total, max_shard_bytes, config, extra_files)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if folder.exists():
-        shutil.rmtree(folder)
+    remove_tree(folder, within=within)
     os.replace(tmp, folder)
     return folder
 
@@ -425,7 +472,7 @@ def _remove_stale_partials(folder: Path) -> None:
             os.kill(int(p.name.rsplit("-", 1)[1]), 0)
             continue  # its writer is alive (pids are per host: on a shared filesystem this keeps it)
         except (ValueError, ProcessLookupError):
-            shutil.rmtree(p, ignore_errors=True)
+            shutil.rmtree(p, ignore_errors=True)  # a hidden sibling named after folder: inside folder.parent
         except PermissionError:
             continue
 

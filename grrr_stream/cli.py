@@ -27,6 +27,18 @@ def _add_tracking(p: argparse.ArgumentParser, *, experiment: bool = True,
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
 
 
+def _positive_float(text: str) -> float:
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return v
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
 
@@ -101,7 +113,7 @@ def _variants_parser(sub) -> None:
                         "lm_head, biases): base (default), post, or auto (base if it can, else post, recorded); "
                         "base and full are always the two checkpoints bit for bit")
     p.add_argument("--device", default="auto", help="device for the rank-r products (auto, cpu, cuda[:N])")
-    p.add_argument("--shard-gb", type=float, default=2.0, help="maximum shard size in GiB (default 2)")
+    p.add_argument("--shard-gb", type=_positive_float, default=2.0, help="maximum shard size in GiB (default 2)")
     p.add_argument("--overwrite", action="store_true", help="rebuild variants that exist with other settings")
     _add_tracking(p)
     _add_common(p)
@@ -135,6 +147,8 @@ def _evaluate_parser(sub) -> None:
     p.add_argument("--bench-dir", type=Path, required=True, help="folder holding <name>/test.jsonl files")
     p.add_argument("--out", type=Path, required=True, help="results folder (generations, scores, tables)")
     p.add_argument("--limit", type=int, help="first N problems of each benchmark (quick subsets)")
+    p.add_argument("--lenient-benchmarks", action="store_true",
+                   help="skip (and count) malformed benchmark lines instead of refusing the file")
     p.add_argument("--materialize", choices=["engine", "folder"], default="engine",
                    help="engine: swap weights in one running engine (default); folder: write each variant")
     p.add_argument("--keep-variants", action="store_true", help="with --materialize folder: keep the folders")
@@ -175,7 +189,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                          args.bench_dir, settings=settings, materialize=args.materialize,
                          keep_variants=args.keep_variants, limit=args.limit, template=args.template,
                          instruction=args.instruction, rest_from=args.rest_from, tracking=_tracking_from_args(args),
-                         resamples=args.resamples)
+                         resamples=args.resamples, lenient=args.lenient_benchmarks)
     print_evaluation(res)
     return 0
 
@@ -541,11 +555,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except GrrrError as e:
         if args.debug:
             raise
-        print(f"grrr-stream: error: {e}", file=sys.stderr)
+        from .config import clip
+
+        print(f"grrr-stream: error: {clip(str(e), 8000)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    except OSError as e:  # an environment fault (disk full, read-only, permissions): one sentence
+        if args.debug:
+            raise
+        from .files import describe_os_error
+
+        print(f"grrr-stream: error: {describe_os_error(e)}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("grrr-stream: interrupted; rerun the same command to resume where it stopped", file=sys.stderr)
         return EXIT_INTERRUPTED

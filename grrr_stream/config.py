@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
+from .files import COMPONENT_RE
 
 DEFAULT_MODULES: tuple[str, ...] = (
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -154,12 +157,14 @@ def settings_hash(cfg: DecomposeConfig) -> str:
 
 def format_validation_error(err: ValidationError, source: str) -> str:
     lines = [f"invalid configuration ({source}), {err.error_count()} problem(s):"]
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+    for e in err.errors()[:30]:
+        loc = clip(".".join(str(p) for p in e["loc"]) or "(top level)", 120)
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key (check its spelling; see README for the options)"
-        lines.append(f"  - {loc}: {msg}")
+        lines.append(f"  - {loc}: {clip(msg, 300)}")
+    if err.error_count() > 30:
+        lines.append(f"  ... and {err.error_count() - 30} more")
     return "\n".join(lines)
 
 
@@ -171,17 +176,62 @@ def build_config(values: dict[str, Any], source: str = "arguments") -> Decompose
         raise ConfigError(format_validation_error(e, source)) from None
 
 
+MAX_CONFIG_BYTES = 1 << 20   # a sweep over hundreds of models is a few kB
+MAX_CONFIG_VALUES = 100_000  # counted with YAML aliases expanded: an "alias bomb" stops here
+MAX_CONFIG_DEPTH = 40
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping from a file; every way the file can be wrong is one ConfigError."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"config file {path} is not a regular file")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is {st.st_size} bytes; a config is at most {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text (bad byte at offset {e.start})") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+        raise ConfigError(f"config file {path} is not valid YAML: {clip(str(e), 500)}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply") from None
+    data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of options at the top level")
+    _check_extent(data, path)
     return data
+
+
+def _check_extent(data: Any, path: Path) -> None:
+    """Refuse documents that nest too deeply or expand (through aliases) past a sane size."""
+    count = 0
+    stack = [(data, 0)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_CONFIG_VALUES:
+            raise ConfigError(f"config file {path} expands to more than {MAX_CONFIG_VALUES} values (YAML aliases "
+                              "repeating large parts?); refusing it")
+        if depth > MAX_CONFIG_DEPTH:
+            raise ConfigError(f"config file {path} nests deeper than {MAX_CONFIG_DEPTH} levels")
+        if isinstance(node, dict):
+            stack += [(v, depth + 1) for v in node.values()] + [(k, depth + 1) for k in node]
+        elif isinstance(node, list):
+            stack += [(v, depth + 1) for v in node]
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
 
 
 def load_config(path: Optional[Path] = None, **overrides: Any) -> DecomposeConfig:
@@ -224,8 +274,20 @@ def build_engine_settings(values: dict[str, Any]) -> EngineSettings:
 # ---------------------------------------------------------------------------
 # sweeps: chains of models → transitions, comparisons, variants, evaluations
 
-_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
-TransitionSelector = Any  # "cumulative" | "incremental" | "all" | "none" | list of transition ids
+_ID_RE = COMPONENT_RE  # ids, suite and benchmark names become folder names
+# "cumulative" | "incremental" | "all" | "none" (or null / false) | a list of transition ids
+TransitionSelector = Optional[Union[Literal["cumulative", "incremental", "all", "none"], list[str]]]
+
+
+def _selector(v: Any) -> Any:
+    return "none" if v is False or v is None else v
+
+
+def _component(v: str) -> str:
+    if not _ID_RE.match(v):
+        raise ValueError("must start with a letter or digit and use only letters, digits, '_', '.', '-' "
+                         "(at most 64 characters): it names folders and runs")
+    return v
 
 
 class ModelSpec(_Strict):
@@ -244,9 +306,7 @@ class ModelSpec(_Strict):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if not _ID_RE.match(v):
-            raise ValueError("use letters, digits, '_', '.' and '-' only (it names folders and runs)")
-        return v
+        return _component(v)
 
 
 class ChainSpec(_Strict):
@@ -297,6 +357,7 @@ class SweepVariants(_Strict):
     shard_gb: float = Field(2.0, gt=0.0)
 
     _names = field_validator("names", mode="before")(_yaml_variant_names)
+    _transitions = field_validator("transitions", mode="before")(_selector)
 
 
 class SweepEvaluation(_Strict):
@@ -311,12 +372,26 @@ class SweepEvaluation(_Strict):
     # or 'hub[:OWNER/REPO]'
     bench_dir: str = "benchmarks"
     limit: Optional[int] = Field(None, ge=1)
+    lenient: bool = False  # skip (and count) malformed benchmark lines instead of failing the unit
     template: str = "chat"
     instruction: Optional[str] = None
     materialize: Literal["engine", "folder"] = "engine"
     engine: EngineSettings = EngineSettings()
 
     _names = field_validator("variants", mode="before")(_yaml_variant_names)
+    _transitions = field_validator("transitions", mode="before")(_selector)
+
+    @field_validator("suite")
+    @classmethod
+    def _suite(cls, v: Optional[str]) -> Optional[str]:
+        return v if v is None else _component(v)
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _benchmarks(cls, v: list[str]) -> list[str]:
+        for b in v:
+            _component(b)
+        return v
 
 
 class SweepClaims(_Strict):

@@ -30,7 +30,7 @@ from . import __version__
 from .arch import MatrixName, pattern_for, select_matrices
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
 from .config import DecomposeConfig, result_settings, settings_hash, stable_hash
-from .errors import NonFiniteWeightError, StoreMismatchError, TensorMismatchError
+from .errors import NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix
 from .progress import Progress
 from .runtime import bound_heap_growth, resolve_device
@@ -80,9 +80,13 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
             problems.append(f"{m.name}: shape {list(b.shape)} in base but {list(p.shape)} in post")
         if len(b.shape) != 2:
             problems.append(f"{m.name}: expected a 2-D matrix, got shape {list(b.shape)}")
+        elif 0 in b.shape:
+            problems.append(f"{m.name}: shape {list(b.shape)} has a zero-size dimension; there is nothing to "
+                            "decompose (a broken export?)")
         for side, info in (("base", b), ("post", p)):
             if not info.is_floating:
                 problems.append(f"{m.name}: dtype {info.dtype} in {side} is not floating point")
+    problems += _memory_problems(base, in_base, cfg.compute_dtype)
     if problems:
         shown = problems[:25]
         more = f"\n  ... and {len(problems) - 25} more" if len(problems) > 25 else ""
@@ -90,6 +94,23 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
             f"the two checkpoints do not pair up ({len(problems)} problem(s)):\n  " + "\n  ".join(shown) + more
         )
     return Plan(base=base, post=post, matrices=in_base)
+
+
+def _memory_problems(base: Checkpoint, matrices: list[MatrixName], compute_dtype: str) -> list[str]:
+    """The largest matrix must fit: its SVD holds about four m×n buffers of the compute dtype at
+    once (W0, ΔW, LAPACK's copy, U), refused before any allocation rather than failing mid-run."""
+    import psutil
+
+    shapes = [base.tensors[m.name].shape for m in matrices if len(base.tensors[m.name].shape) == 2]
+    if not shapes:
+        return []
+    m, n = max(shapes, key=lambda s: s[0] * s[1])
+    need = 4 * m * n * (8 if compute_dtype == "float64" else 4)
+    avail = psutil.virtual_memory().available + psutil.swap_memory().free
+    if need > avail:
+        return [f"the largest matrix ({m}×{n}) needs about {need / 2**30:.1f} GiB in {compute_dtype} for its SVD; "
+                f"{avail / 2**30:.1f} GiB of memory is available. Free memory, or use a machine with more"]
+    return []
 
 
 # ---------------------------------------------------------------------------
@@ -123,6 +144,19 @@ def _nonfinite(t: torch.Tensor, name: str, where: str) -> Optional[str]:
     n_nan = int(torch.isnan(t).sum())
     n_inf = int(t.numel() - finite.sum() - n_nan)
     return f"{name} in {where}: {n_nan} NaN and {n_inf} Inf value(s)"
+
+
+def _nonfinite_result(res: MatrixResult, name: str, compute_dtype: str) -> Optional[str]:
+    """Why a matrix's results cannot be stored (a NaN or Inf metric or array), or None."""
+    bad = sorted(k for k, v in res.metrics.as_row().items() if isinstance(v, float) and not math.isfinite(v))
+    arrays = {"P": res.projection.P, "sigma1": res.sigma1}
+    if not res.projection.null_is_structural_zero:
+        arrays["null"] = res.projection.null
+    bad += [k for k, t in arrays.items() if not bool(torch.isfinite(t).all())]
+    if not bad:
+        return None
+    return (f"{name}: non-finite result in {compute_dtype} ({', '.join(bad[:6])}): the update W1 − W0 overflows or "
+            "the weights are too large for the compute dtype; try compute_dtype float64")
 
 
 @dataclass
@@ -176,8 +210,9 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
         "identity": identity,
         "base": cfg.base,
         "post": cfg.post,
-        "base_folder": str(base_dir),
-        "post_folder": str(post_dir),
+        # absolute: variants and statistics read the checkpoints from wherever they are run
+        "base_folder": str(Path(base_dir).absolute()),
+        "post_folder": str(Path(post_dir).absolute()),
         "model_type": base.model_type,
         "method": cfg.method,
         "chain": cfg.chain,
@@ -186,12 +221,22 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
         "frame_cache": str(cfg.frame_cache_path().resolve()),
         "versions": versions(),
     }
-    frames = FrameCache(cfg.frame_cache_path())
     TransitionStore.check_writable(cfg.store)  # before the lock file is created in it
+    frames = FrameCache(cfg.frame_cache_path()).prepare()  # refuses a folder that is not a frame cache
     with StoreLock(cfg.store):
         store = TransitionStore.open(cfg.store, manifest, overwrite=cfg.overwrite)
         done = store.completed()
-        if done and cfg.verify_resume:
+        if done and store.adopted:
+            # an unfinished run over inputs that changed since (a NaN repaired): keep what still matches
+            changed = _changed_since_recorded(plan, done)
+            names = {c.rsplit(" (", 1)[0] for c in changed}
+            for name in names:
+                store.remove_matrix(name)
+            done = {k: v for k, v in done.items() if k not in names}
+            Progress(0, enabled=cfg.progress, stream=stream).message(
+                f"{cfg.store}: the inputs changed since the unfinished run; {len(done)} matrices whose tensors are "
+                f"unchanged are kept, {len(names)} changed ones are recomputed")
+        elif done and cfg.verify_resume:
             changed = _changed_since_recorded(plan, done)
             if changed and not cfg.overwrite:
                 raise StoreMismatchError(
@@ -204,6 +249,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
                 store = TransitionStore.open(cfg.store, manifest)
                 done = {}
         pending = [m for m in plan.matrices if m.name not in done]
+        _check_disk_space(cfg, plan, pending, frames)
         progress = Progress(len(plan.matrices), done=len(plan.matrices) - len(pending),
                             enabled=cfg.progress, stream=stream)
         if done:
@@ -211,8 +257,9 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
         computed, reused, failures = _stream(cfg, plan, pending, store, frames, device, dtype, progress)
         if failures:
             raise NonFiniteWeightError(
-                f"{len(failures)} matrix pair(s) hold non-finite weights and were not decomposed "
-                f"(the other {len(plan.matrices) - len(failures)} are done and kept):\n  " + "\n  ".join(failures)
+                f"{len(failures)} matrix pair(s) hold non-finite weights or give non-finite results and were not "
+                f"decomposed (the other {len(plan.matrices) - len(failures)} are done and kept; a rerun after the "
+                "fix computes only these):\n  " + "\n  ".join(failures)
             )
         rows, summary_rows, summary = finalize(store, plan.matrices, f"{cfg.base} → {cfg.post}")
     result = TransitionResult(cfg.store, rows, summary_rows, computed, reused)
@@ -220,6 +267,40 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
     if cfg.tracking.enabled:
         result.run_id = _track(cfg, store, manifest, rows, summary)
     return result
+
+
+_ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def _check_disk_space(cfg: DecomposeConfig, plan: Plan, pending: list[MatrixName], frames: FrameCache) -> None:
+    """Refuse to start when the results of the pending matrices cannot fit (an estimate, uncompressed:
+    P r×r and the null residual m×n in the store dtype, σ's, and the frames the cache lacks)."""
+    import shutil
+
+    store_b, frame_b = _ITEM[cfg.store_dtype], _ITEM[cfg.compute_dtype]
+    results = frames_need = 0
+    for m in pending:
+        rows, cols = plan.base.tensors[m.name].shape
+        r = min(rows, cols)
+        results += r * r * store_b + 16 * r
+        if rows != cols or cfg.core_rel_threshold is not None:
+            results += rows * cols * store_b
+        frames_need += (rows * r + cols * r + r) * frame_b
+    cached = sum(1 for p in frames.path.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if frames.path.is_dir() else 0
+    frames_need = int(frames_need * max(0.0, 1.0 - cached / max(1, len(plan.matrices))))
+    checks = [(cfg.store, results)]
+    if frames_need:
+        checks.append((frames.path, frames_need))
+    for folder, need in checks:
+        probe = Path(folder)
+        while not probe.exists():
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free
+        if need + (64 << 20) > free:
+            raise StoreError(f"not enough disk space for {folder}: the {len(pending)} matrices still to do need "
+                             f"about {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB are free. Free space or point "
+                             "it at another disk; a rerun resumes where it stopped")
 
 
 def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
@@ -242,7 +323,7 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
         problems = [p for p in (_nonfinite(w0, m.name, "base"), _nonfinite(w1, m.name, "post")) if p]
         d0 = tensor_digest(w0)
         key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold)
-        frame = None if problems else frames.get(key, dtype)
+        frame = None if problems else frames.get(key, dtype, shape=tuple(w0.shape))
         return _Loaded(m, w0, w1, d0, tensor_digest(w1), key, frame, problems, tuple(w0.shape))
 
     def write(item: _Loaded, res: MatrixResult, frame_is_new: bool) -> None:
@@ -293,6 +374,12 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
                                    item.take("w1", device=device, dtype=dtype, copy=True),
                                    frame=frame, core_rel_threshold=cfg.core_rel_threshold,
                                    rank_thresholds=cfg.rank_thresholds)
+            bad = _nonfinite_result(res, m.name, cfg.compute_dtype)
+            if bad:  # finite inputs can still overflow (|W1 − W0| beyond the compute dtype): never stored
+                failures.append(bad)
+                del res, item, frame
+                progress.advance(f"{m.name} SKIPPED (non-finite result)")
+                continue
             if in_flight is not None:
                 in_flight.result()  # at most one write queued; surfaces writer errors
             in_flight = writer.submit(write, item, res, item.frame is None)

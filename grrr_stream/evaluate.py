@@ -60,6 +60,7 @@ class Benchmark:
     path: Path
     sha256: str
     problems: list[Problem]
+    skipped: int = 0  # lines skipped by lenient loading
 
 
 def last_boxed(text: str) -> Optional[str]:
@@ -76,15 +77,21 @@ def last_boxed(text: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
-def _gold(name: str, rec: dict) -> str:
+def _gold(name: str, rec: dict) -> Optional[str]:
+    """The gold answer of a record as text, or None when the record has none (missing, null, empty)."""
     f = FIELDS.get(name)
     if f is None:  # a benchmark in the same layout: problem/question + answer
         ans = rec.get("answer", rec.get("final_answer"))
     elif "solution" in f:
-        ans = last_boxed(rec[f["solution"]])
+        sol = rec.get(f["solution"])
+        ans = last_boxed(sol) if isinstance(sol, str) else None
     else:
-        ans = rec[f["answer"]]
+        ans = rec.get(f["answer"])
+    if ans is None or isinstance(ans, (dict, bool)):
+        return None
     if isinstance(ans, list):  # OlympiadBench: a list of one string, several answers joined by ','
+        if not ans or any(a is None or isinstance(a, (dict, list)) for a in ans):
+            return None
         ans = ", ".join(str(a) for a in ans)
     if isinstance(ans, float) and ans.is_integer():  # AMC stores integers as 27.0
         ans = int(ans)
@@ -93,32 +100,55 @@ def _gold(name: str, rec: dict) -> str:
         ans = ans.replace("$", "").strip().rstrip(".").strip()
     elif ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
         ans = ans.strip("$").strip()
-    return ans
+    return ans or None
 
 
-def load_benchmark(name: str, root: Path, *, limit: Optional[int] = None) -> Benchmark:
+def load_benchmark(name: str, root: Path, *, limit: Optional[int] = None, lenient: bool = False) -> Benchmark:
     """``root/<name>/test.jsonl`` (the layout of the shared benchmark folder); the first
-    ``limit`` problems if given. Unknown names use fields problem|question and answer."""
-    path = Path(root) / name / "test.jsonl"
+    ``limit`` problems if given. Unknown names use fields problem|question and answer.
+
+    A line that is not valid UTF-8 or JSON, not an object, or lacks a question or a gold answer
+    (missing, null or empty) is refused with the file and line number; with ``lenient`` such
+    lines are skipped and counted instead (``Benchmark.skipped``)."""
+    from .files import check_component
+
+    path = Path(root) / check_component(name, "benchmark name") / "test.jsonl"
     if not path.is_file():
         raise CheckpointNotFoundError(f"benchmark file {path} does not exist (expected <bench-dir>/{name}/test.jsonl)")
     raw = path.read_bytes()
-    problems = []
-    for i, line in enumerate(raw.decode("utf-8").splitlines()):
+    problems, skipped = [], 0
+    for i, line in enumerate(raw.split(b"\n")):
         if not line.strip():
             continue
+        where = f"{path}:{i + 1}"
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{i + 1} is not valid JSON: {e}") from None
-        qkey = FIELDS.get(name, {}).get("question") or ("problem" if "problem" in rec else "question")
-        gold = _gold(name, rec)
-        if qkey not in rec or not gold:
-            raise ConfigError(f"{path}:{i + 1} lacks a question ('{qkey}') or a gold answer")
-        problems.append(Problem(len(problems), rec[qkey], gold))
-        if limit is not None and len(problems) >= limit:
-            break
-    return Benchmark(name, path, hashlib.sha256(raw).hexdigest(), problems)
+            rec = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad = f"{where} is not valid UTF-8"
+        except (json.JSONDecodeError, RecursionError):
+            bad = f"{where} is not valid JSON (a torn or partial line?)"
+        else:
+            if not isinstance(rec, dict):
+                bad = f"{where} is not a JSON object"
+            else:
+                qkey = FIELDS.get(name, {}).get("question") or ("problem" if "problem" in rec else "question")
+                question, gold = rec.get(qkey), _gold(name, rec)
+                if not isinstance(question, str) or not question.strip():
+                    bad = f"{where} lacks a question ('{qkey}')"
+                elif gold is None:
+                    bad = f"{where} lacks a gold answer (missing, null or empty)"
+                else:
+                    problems.append(Problem(len(problems), question, gold))
+                    if limit is not None and len(problems) >= limit:
+                        break
+                    continue
+        if not lenient:
+            raise ConfigError(bad + "; fix the file, or skip such lines with `grrr-stream evaluate "
+                              "--lenient-benchmarks` (`evaluation.lenient: true` in a sweep config)")
+        skipped += 1
+    if not problems:
+        raise ConfigError(f"benchmark file {path} holds no usable problem")
+    return Benchmark(name, path, hashlib.sha256(raw).hexdigest(), problems, skipped)
 
 
 def fetch_benchmark_from_hub(name: str, root: Path, repo: str = HUB_REPO) -> Path:

@@ -23,20 +23,20 @@ atomically; we fsync it). Anything without that flag is rewritten on resume.
 
 from __future__ import annotations
 
-import csv
-import io
+import errno
 import json
 import os
 import re
-import shutil
+import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 from urllib.parse import quote
 
 import numpy as np
 import torch
 
 from .errors import StoreError, StoreMismatchError
+from .files import atomic_write_text, fsync_path, fsync_tree, remove_tree, to_csv  # noqa: F401 (re-exported)
 from .frame import Frame
 from .locks import FileLock
 
@@ -67,24 +67,14 @@ def _compressor():
 
 
 def node_key(name: str) -> str:
-    """Zarr node name for a tensor name (names with '/' or odd characters are %-escaped)."""
-    return name if re.fullmatch(r"[A-Za-z0-9_.\-]+", name) and not name.startswith("__") else quote(name, safe="")
-
-
-def _fsync_path(p: Path) -> None:
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(root: Path) -> None:
-    """fsync every file and directory under ``root`` (zarr itself never fsyncs)."""
-    for d, _, files in os.walk(root):
-        for f in files:
-            _fsync_path(Path(d) / f)
-        _fsync_path(Path(d))
+    """Zarr node name for a tensor name: names with '/' or odd characters, and names starting with
+    '.' or '__' (never a folder of their own: '..' would be the parent), are %-escaped."""
+    if re.fullmatch(r"[A-Za-z0-9_.\-]+", name) and not name.startswith(("__", ".")):
+        return name
+    escaped = quote(name, safe="")
+    if escaped.startswith((".", "__")):  # '..' is the parent folder; zarr reserves names starting with '__'
+        escaped = quote(escaped[0], safe="").replace(".", "%2E").replace("_", "%5F") + escaped[1:]
+    return escaped
 
 
 def _to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
@@ -162,8 +152,13 @@ class TransitionStore:
         path = Path(path)
         cls.check_writable(path)
         existing = cls.read_manifest(path)
+        adopted = False
         if existing is not None and existing.get("identity") != manifest["identity"]:
-            if not overwrite:
+            # an unfinished store of the same settings whose inputs changed (e.g. a NaN repaired in the
+            # base): keep it; the caller drops the matrices whose recorded input digests no longer match
+            adopted = not overwrite and not existing.get("complete") and \
+                existing.get("identity", {}).get("settings_hash") == manifest["identity"].get("settings_hash")
+            if not overwrite and not adopted:
                 old, new = existing.get("identity", {}), manifest["identity"]
                 diffs = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
                 raise StoreMismatchError(
@@ -171,7 +166,8 @@ class TransitionStore:
                     "Mixing them would corrupt the results. Use another --store, or pass --overwrite to discard "
                     "the old results (cached base frames are kept; they are keyed by content)."
                 )
-            cls.clear(path)
+            if not adopted:
+                cls.clear(path)
         if existing is None or existing.get("identity") != manifest["identity"]:
             root = zarr.open_group(str(path), mode="a", zarr_format=3)
             root.attrs[MANIFEST_KEY] = {**manifest, "format": FORMAT_VERSION, "complete": False}
@@ -181,7 +177,15 @@ class TransitionStore:
             merged = dict(existing)
             merged.update({k: v for k, v in manifest.items() if k != "identity"})
             root.attrs[MANIFEST_KEY] = merged
-        return cls(path, root)
+        store = cls(path, root)
+        store.adopted = adopted
+        return store
+
+    adopted = False  # opened over an unfinished store whose inputs changed (see :meth:`open`)
+
+    def remove_matrix(self, name: str) -> None:
+        """Drop one matrix's results (its inputs changed): it is recomputed."""
+        remove_tree(self._matrix_dir(name), within=self.path / "matrices")
 
     @staticmethod
     def clear(path: Path) -> None:
@@ -189,7 +193,7 @@ class TransitionStore:
         for p in path.iterdir():
             if p.name in ("frames", ".lock"):
                 continue
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
+            remove_tree(p, within=path)
 
     # -- per-matrix results ---------------------------------------------------
 
@@ -221,7 +225,7 @@ class TransitionStore:
         zarr = _zarr()
         d = self._matrix_dir(name)
         if d.exists():
-            shutil.rmtree(d)  # leftovers of an interrupted write
+            remove_tree(d, within=self.path / "matrices")  # leftovers of an interrupted write
         group = zarr.open_group(str(self.path), mode="a", zarr_format=3)["matrices"].create_group(
             node_key(name), attributes={**attrs, "complete": False}
         )
@@ -229,8 +233,8 @@ class TransitionStore:
             _write_array(group, key, data, array_attrs.get(key))
         fsync_tree(d)
         group.attrs["complete"] = True
-        _fsync_path(d / "zarr.json")
-        _fsync_path(d)
+        fsync_path(d / "zarr.json")
+        fsync_path(d)
 
     # -- tables -----------------------------------------------------------------
 
@@ -254,7 +258,7 @@ class TransitionStore:
         manifest["complete"] = True
         manifest.update(extra or {})
         self.root.attrs[MANIFEST_KEY] = manifest
-        _fsync_path(self.path / "zarr.json")
+        fsync_path(self.path / "zarr.json")
 
     def read_sigmas(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         g = _zarr().open_group(str(self.path), mode="r")["matrices"][node_key(name)]
@@ -262,77 +266,126 @@ class TransitionStore:
 
 
 class FrameCache:
-    """Cached SVD frames of base matrices, keyed by content digest and frame options."""
+    """Cached SVD frames of base matrices, keyed by content digest and frame options.
+
+    Shared by every transition from one base, possibly by several processes at once. A
+    frame is written as a complete Zarr group under a hidden temporary name, fsync'ed, and
+    renamed into place: a reader sees a whole frame or none. Two writers of the same frame
+    compute the same content; the second rename finds the first in place and its copy is
+    dropped. A frame found incomplete, unreadable, of the wrong shape or non-finite is never
+    trusted: :meth:`get` returns None (the caller recomputes it) and :meth:`put` replaces it.
+    The cache's root ``zarr.json`` carries a marker, so a folder that is not a frame cache
+    is refused instead of written into.
+    """
+
+    MARKER = "grrr_stream_frame_cache"
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._root = None
-
-    def _group(self):
-        if self._root is None:
-            self._root = _zarr().open_group(str(self.path), mode="a", zarr_format=3)
-        return self._root
 
     @staticmethod
     def key(base_digest: str, compute_dtype: str, core_rel_threshold: Optional[float]) -> str:
         thr = "full" if core_rel_threshold is None else f"t{core_rel_threshold:g}"
         return f"{base_digest}-{compute_dtype}-{thr}"
 
-    def get(self, key: str, dtype: torch.dtype) -> Optional[Frame]:
-        meta = self.path / key / "zarr.json"
-        if not meta.is_file():
+    # -- the cache folder -----------------------------------------------------------
+
+    def prepare(self) -> "FrameCache":
+        """Create the cache (or adopt one written before the marker existed); refuse a folder
+        that is something else."""
+        p = self.path
+        if p.exists() and not p.is_dir():
+            raise StoreError(f"--frame-cache {p} is a file; give a folder (new, empty, or an existing frame cache)")
+        meta = p / "zarr.json"
+        attrs = None
+        if meta.is_file():
+            try:
+                doc = json.loads(meta.read_text())
+                attrs = doc.get("attributes", {}) if doc.get("node_type") == "group" else None
+            except (OSError, ValueError, AttributeError):
+                attrs = None
+        if attrs is not None and attrs.get(self.MARKER):
+            return self
+        others = [c.name for c in p.iterdir() if c.name != "zarr.json"] if p.is_dir() else []
+        legacy = attrs is not None and all(_FRAME_KEY_RE.match(n) or n.startswith(".") for n in others)
+        if others and not legacy:
+            raise StoreError(
+                f"--frame-cache {p} is not a grrr_stream frame cache (no marker in its zarr.json) and is not empty; "
+                "refusing to write into it. Point --frame-cache at a new or empty folder, or at an existing cache.")
+        p.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(meta, json.dumps({"zarr_format": 3, "node_type": "group",
+                                            "attributes": {**(attrs or {}), self.MARKER: FORMAT_VERSION}}))
+        return self
+
+    # -- frames ---------------------------------------------------------------------------
+
+    def get(self, key: str, dtype: torch.dtype, shape: Optional[tuple[int, int]] = None) -> Optional[Frame]:
+        """The cached frame, or None when absent or not to be trusted (recompute it then)."""
+        frame = _read_frame(self.path / key, shape)
+        if frame is None:
             return None
-        try:
-            if not json.loads(meta.read_text()).get("attributes", {}).get("complete"):
-                return None
-        except json.JSONDecodeError:
-            return None
-        g = self._group()[key]
-        return Frame(
-            U=torch.from_numpy(np.asarray(g["U"][...])).to(dtype),
-            S=torch.from_numpy(np.asarray(g["S"][...])).to(dtype),
-            V=torch.from_numpy(np.asarray(g["V"][...])).to(dtype),
-        )
+        return Frame(U=frame.U.to(dtype), S=frame.S.to(dtype), V=frame.V.to(dtype))
 
     def put(self, key: str, frame: Frame, attrs: dict) -> None:
-        d = self.path / key
-        if d.exists():
-            shutil.rmtree(d)
-        g = self._group().create_group(key, attributes={**attrs, "complete": False})
+        """Store a frame atomically; keep a valid frame already in place (another writer's)."""
+        final = self.path / key
+        shape = (frame.U.shape[0], frame.V.shape[0])
+        if _read_frame(final, shape, load=False) is not None:
+            return
+        tmp = self.path / f".{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
+        try:
+            g = _zarr().open_group(str(tmp), mode="w", zarr_format=3, attributes={**attrs, "complete": True})
+            for nm in ("U", "S", "V"):
+                _write_array(g, nm, getattr(frame, nm).detach().to("cpu").contiguous().numpy())
+            fsync_tree(tmp)
+            if final.exists() and _read_frame(final, shape, load=False) is None:
+                # an untrustworthy leftover (killed writer of an older version, damaged files): move it aside
+                trash = self.path / f".{key}.broken-{os.getpid()}-{time.monotonic_ns()}"
+                try:
+                    os.rename(final, trash)
+                except FileNotFoundError:
+                    pass  # another writer moved it first
+                else:
+                    remove_tree(trash, within=self.path)
+            try:
+                os.rename(tmp, final)
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                # another writer's identical frame is in place
+            else:
+                fsync_path(self.path)
+        finally:
+            if tmp.exists():
+                remove_tree(tmp, within=self.path)
+
+
+_FRAME_KEY_RE = re.compile(r"^[0-9a-f]{8,}-float(32|64)-(full|t[0-9.e+-]+)$")
+
+
+def _read_frame(d: Path, shape: Optional[tuple[int, int]], *, load: bool = True) -> Optional[Frame]:
+    """A complete, readable, consistently shaped and finite frame at ``d``, else None. With
+    ``load=False`` only the metadata is checked (cheap: whether a writer may skip its put)."""
+    try:
+        meta = json.loads((d / "zarr.json").read_text())
+        if not meta.get("attributes", {}).get("complete"):
+            return None
+        arrays = {}
         for nm in ("U", "S", "V"):
-            t = getattr(frame, nm).detach().to("cpu")
-            _write_array(g, nm, t.contiguous().numpy())
-        fsync_tree(d)
-        g.attrs["complete"] = True
-        _fsync_path(d / "zarr.json")
-
-
-def to_csv(rows: Iterable[dict]) -> str:
-    rows = list(rows)
-    if not rows:
-        return ""
-    buf = io.StringIO()
-    cols: list[str] = []
-    for r in rows:
-        cols += [k for k in r if k not in cols]
-    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        # repr keeps every bit of a float; numpy scalars (np.float64 is a float) are
-        # converted first, or their repr would read 'np.float64(...)'
-        w.writerow({k: (repr(float(v)) if isinstance(v, (float, np.floating)) else
-                        int(v) if isinstance(v, np.integer) else v) for k, v in r.items()})
-    return buf.getvalue()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_path(path.parent)
+            a = _zarr().open_array(str(d / nm), mode="r")
+            arrays[nm] = a
+        m, r = arrays["U"].shape
+        n, r2 = arrays["V"].shape
+        if arrays["S"].shape != (r,) or r2 != r or (shape is not None and (m, n) != tuple(shape)):
+            return None
+        if not load:
+            return Frame(U=torch.empty(0), S=torch.empty(0), V=torch.empty(0))
+        data = {nm: torch.from_numpy(np.asarray(a[...])) for nm, a in arrays.items()}
+        if not all(bool(torch.isfinite(t).all()) for t in data.values()):
+            return None
+        return Frame(U=data["U"], S=data["S"], V=data["V"])
+    except Exception:  # noqa: BLE001 - missing, torn or foreign files: not a frame to trust
+        return None
 
 
 def _bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
@@ -360,6 +413,12 @@ class StoredTransition:
             )
         self.manifest = manifest
         done = TransitionStore(self.path, None).completed()
+        missing = [name for name in manifest["matrices"] if name not in done]
+        if missing:
+            raise StoreError(
+                f"store {self.path} lacks the results of {len(missing)} matrix(es), e.g. {missing[0]} (folder "
+                f"matrices/{node_key(missing[0])} missing or incomplete); rerun its `grrr-stream decompose` "
+                "command: it recomputes only those")
         self.matrices: dict[str, dict] = {name: done[name] for name in manifest["matrices"]}
 
     @property

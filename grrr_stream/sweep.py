@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TextIO
 
-from .config import SweepConfig, TinyChainSpec, build_config, build_engine_settings, result_settings, stable_hash
+from .config import (SweepConfig, TinyChainSpec, build_config, build_engine_settings, clip, result_settings,
+                     stable_hash)
 from .errors import ConfigError, GrrrError, StoreError
 from .locks import FileLock
 
@@ -340,6 +341,7 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
                                                     for b in e.benchmarks}}
         settings = {"variants": {n: specs[n].components() for n in names if n in specs},
                     "benchmarks": list(e.benchmarks), "bench": bench_id, "limit": e.limit,
+                    **({"lenient": True} if e.lenient else {}),  # absent when off: keys stay as they were
                     "template": e.template, "instruction": e.instruction, "rest_from": v.rest_from,
                     "engine": e.engine.result_fields()}
         where = "evaluation" if e.suite is None else f"extra_evaluations[{e.suite}]"
@@ -355,11 +357,15 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
                               str(workdir / "evaluations" / f"{tid}{suffix.replace('/', '-')}-{key[:8]}"), deps,
                               {"transition": tid, "suite": e.suite, "variants": list(names),
                                "benchmarks": list(e.benchmarks), "bench_dir": bench_dir, "limit": e.limit,
+                               "lenient": e.lenient,
                                "template": e.template, "instruction": e.instruction, "materialize": e.materialize,
                                "rest_from": v.rest_from, "engine": e.engine.model_dump()}))
     if problems:
-        raise ConfigError(f"sweep '{cfg.name}' cannot be planned ({len(problems)} problem(s)):\n  "
-                          + "\n  ".join(problems))
+        problems = list(dict.fromkeys(problems))
+        shown = [clip(p, 2000) for p in problems[:40]] + ([f"... and {len(problems) - 40} more"]
+                                                           if len(problems) > 40 else [])
+        raise ConfigError(f"sweep '{clip(cfg.name, 80)}' cannot be planned ({len(problems)} problem(s)):\n  "
+                          + "\n  ".join(shown))
     units.sort(key=lambda u: KIND_ORDER.index(u.kind))  # stable: dependencies always come first
     return Plan(cfg, workdir, units, transitions, models)
 
@@ -416,14 +422,34 @@ class Records:
         atomic_write_text(self.path(unit), json.dumps(record, indent=2, default=str))
 
 
+# the file each kind of unit writes last: a unit is done only when its record says so *and* this is there
+_COMPLETION = {"generate": "chain.json", "stats": "table_overall.csv", "compare": "comparisons.csv",
+               "variant": "grrr_variant.json", "evaluate": "evaluation.json"}
+
+
+def output_complete(unit: Unit) -> bool:
+    """A cheap check that a unit's result folder still holds a finished result."""
+    out = Path(unit.out)
+    if unit.kind == "decompose":
+        from .store import TransitionStore
+
+        manifest = TransitionStore.read_manifest(out) or {}
+        matrices = out / "matrices"
+        return (bool(manifest.get("complete")) and (out / "metrics.csv").is_file() and matrices.is_dir()
+                and sum(1 for p in matrices.iterdir() if p.is_dir()) >= len(manifest.get("matrices", ())))
+    marker = _COMPLETION.get(unit.kind)
+    return marker is not None and (out / marker).is_file()
+
+
 def unit_state(unit: Unit, records: Records) -> tuple[str, Optional[dict]]:
-    """'done', 'failed', 'interrupted' (started, never finished) or 'pending'."""
+    """'done', 'failed', 'interrupted' (started, never finished), 'damaged' (recorded done, but its result
+    folder is gone or incomplete: redone) or 'pending'."""
     rec = records.read(unit)
     if rec is None or rec.get("key") != unit.key:
         return "pending", None
     status = rec.get("status")
     if status == "done":
-        return ("done", rec) if Path(unit.out).exists() else ("pending", None)
+        return ("done", rec) if output_complete(unit) else ("damaged", rec)
     if status == "failed":
         return "failed", rec
     if status == "running":
@@ -544,7 +570,8 @@ def _run_evaluate(u: Unit, ctx: dict) -> dict:
     res = run_evaluation(Path(_store_of(ctx, p["transition"])), Path(u.out), p["variants"], p["benchmarks"],
                          Path(p["bench_dir"]) if not p["bench_dir"].startswith("hub") else p["bench_dir"],
                          settings=build_engine_settings(p["engine"]), materialize=p["materialize"],
-                         limit=p["limit"], template=p["template"], instruction=p["instruction"],
+                         limit=p["limit"], lenient=p.get("lenient", False), template=p["template"],
+                         instruction=p["instruction"],
                          rest_from=p["rest_from"], tracking=ctx["tracking"], log=log)
     return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
 
@@ -653,7 +680,9 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
     """Execute every unit that is not done; record failures and go on with what does not depend on them."""
     stream = stream or sys.stderr
     tracking = dict(tracking or {"enabled": False})
-    plan.workdir.mkdir(parents=True, exist_ok=True)
+    from .files import ensure_folder
+
+    ensure_folder(plan.workdir, "workdir")
     records = Records(plan.workdir)
     with SweepLock(plan.workdir):
         states = {u.id: unit_state(u, records)[0] for u in plan.units}
@@ -760,7 +789,8 @@ def sweep_status(plan: Plan) -> list[dict]:
         state, rec = unit_state(u, records)
         if state == "interrupted" and running:
             state = "running"
-        if state in ("pending", "interrupted") and any(states.get(d) in ("failed", "blocked") for d in u.deps):
+        if state in ("pending", "interrupted", "damaged") and \
+                any(states.get(d) in ("failed", "blocked") for d in u.deps):
             state = "blocked"
         states[u.id] = state
         detail = ""
@@ -770,6 +800,8 @@ def sweep_status(plan: Plan) -> list[dict]:
             detail = f"{rec.get('seconds', 0):.1f} s"
         elif state == "blocked":
             detail = "needs " + ", ".join(d for d in u.deps if states.get(d) in ("failed", "blocked"))
+        elif state == "damaged":
+            detail = "recorded done, but its result folder is missing or incomplete; the next run redoes it"
         elif state in ("pending", "interrupted", "running"):
             detail = _partial_progress(u)
         rows.append({"unit": u.id, "kind": u.kind, "state": state, "detail": detail, "out": u.out})

@@ -45,6 +45,7 @@ import torch
 
 from .checkpoint import Checkpoint, TensorSpec, companion_files, tensor_digest, write_checkpoint
 from .errors import ConfigError, StoreMismatchError, TensorMismatchError
+from .files import check_component
 from .frame import Frame, compute_frame, random_core_coefficients
 from .runtime import bound_heap_growth
 from .store import StoredTransition, atomic_write_text, to_csv
@@ -101,8 +102,6 @@ BUILTIN = {
 }
 DEFAULT_VARIANTS = ("base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0", "randrm-1", "randrm-2")
 REST_FROM = ("base", "post", "auto")
-# A variant name becomes a folder name and a table key: one path component, no leading dot.
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _RANDRM_RE = re.compile(r"randrm-(\d+)")
 
 
@@ -117,10 +116,7 @@ def parse_variant(text: str) -> VariantSpec:
         return VariantSpec(text, 1.0, 1.0, 1.0, random_removal_seed=int(m.group(1)))
     if "=" in text:
         name, _, body = text.partition("=")
-        name = name.strip()
-        if not _NAME_RE.match(name):
-            raise ConfigError(f"variant name '{name}' must start with a letter or digit and use only letters, "
-                              "digits, '_', '.', '-' (at most 64 characters): it names a folder")
+        name = check_component(name.strip(), "variant name")
         if name in BUILTIN or _RANDRM_RE.fullmatch(name):
             raise ConfigError(f"variant name '{name}' is reserved for the built-in variant; choose another name")
         weights = {}
@@ -330,7 +326,7 @@ class VariantBuilder:
 
     def _frame(self, name: str, attrs: dict, w0: torch.Tensor) -> Frame:
         cache = self.transition.frame_cache()
-        frame = cache.get(attrs["frame_key"], self.compute_dtype) if cache else None
+        frame = cache.get(attrs["frame_key"], self.compute_dtype, shape=tuple(w0.shape)) if cache else None
         if frame is None:
             warnings.warn(f"base frame of {name} not in the frame cache; recomputing its SVD", stacklevel=3)
             frame = compute_frame(w0.to(self.compute_dtype), self.transition.manifest["settings"]["core_rel_threshold"])
@@ -431,11 +427,12 @@ def variant_folder_done(folder: Path, metadata: dict) -> bool:
 
 
 def write_variant(builder: VariantBuilder, folder: Path, *, max_shard_bytes: int = 2 * 2**30,
-                  overwrite: bool = False, stream=None) -> dict:
+                  overwrite: bool = False, stream=None, within: Optional[Path] = None) -> dict:
     """Write the variant as a Hugging Face folder plus ``<folder>.fidelity.csv`` beside it.
 
     Returns the fidelity summary. An existing finished folder with the same settings is
     kept (its stored summary returned); one with other settings needs ``overwrite``.
+    ``within``: the folder that replacing ``folder`` may delete in (default its parent).
     """
     folder = Path(folder)
     meta = builder.metadata()
@@ -455,7 +452,7 @@ def write_variant(builder: VariantBuilder, folder: Path, *, max_shard_bytes: int
                                                 indent=2).encode()
 
     write_checkpoint(folder, tensors(), layout=builder.layout(), config=builder.config(),
-                     max_shard_bytes=max_shard_bytes, extra_files=extra, overwrite=True)
+                     max_shard_bytes=max_shard_bytes, extra_files=extra, overwrite=True, within=within)
     atomic_write_text(folder.with_name(folder.name + ".fidelity.csv"), builder.report.csv())
     summary = builder.report.summary()
     warn_if_lossy(summary, stream)

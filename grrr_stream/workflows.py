@@ -15,7 +15,8 @@ from typing import Any, Optional, Sequence
 from .config import stable_hash
 from .decompose import transition_key
 from .errors import ConfigError
-from .store import StoredTransition, atomic_write_text, to_csv
+from .files import atomic_write_text, ensure_folder, remove_tree, to_csv
+from .store import StoredTransition
 
 
 def make_scheduler(address: Optional[str]) -> Any:
@@ -59,8 +60,7 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
 
     transitions = [StoredTransition(Path(s)) for s in stores]
     long_rows = stats.summary_tables(transitions, resamples=resamples, seed=seed, scheduler=scheduler)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = ensure_folder(Path(out), "--out")
     files = []
     for name, rows in (("summary_long.csv", long_rows),
                        ("table_overall.csv", stats.wide_table(long_rows, "all")),
@@ -104,8 +104,7 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
     ancestor of an independent pair (None or absent: C is the base)."""
     from . import plots, stats
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = ensure_folder(Path(out), "--out")
     comparisons, summaries, files = [], [], []
     for pair in pairs:
         kind, a_path, b_path = pair[:3]
@@ -178,13 +177,14 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError(f"variant names must be unique, got {names}")
-    out = Path(out)
     summaries, folders, run_ids = [], [], []
     # every refusal (rest source, dtype) before the first folder is written
     builders = [VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device) for spec in specs]
+    out = ensure_folder(Path(out), "--out")
     for spec, builder in zip(specs, builders):
         folder = out / spec.name
-        summary = write_variant(builder, folder, max_shard_bytes=max_shard_bytes, overwrite=overwrite, stream=stream)
+        summary = write_variant(builder, folder, max_shard_bytes=max_shard_bytes, overwrite=overwrite, stream=stream,
+                                within=out)
         summaries.append(summary)
         folders.append(folder)
         if tracking_enabled(tracking):
@@ -248,7 +248,7 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
                    settings=None, materialize: str = "engine", keep_variants: bool = False,
                    limit: Optional[int] = None, template: str = "chat", instruction: Optional[str] = None,
                    rest_from: str = "base", tracking: Optional[dict] = None, log=print, resamples: int = 10_000,
-                   bootstrap_seed: int = 0, engine_factory=None) -> EvaluationResult:
+                   bootstrap_seed: int = 0, engine_factory=None, lenient: bool = False) -> EvaluationResult:
     """Evaluate variants of a stored transition on benchmarks with vLLM; resumable at prompt level.
 
     ``materialize='engine'`` streams each variant into a running engine; ``'folder'`` writes
@@ -261,8 +261,6 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     (``resamples``, ``bootstrap_seed``). ``engine_factory`` replaces :class:`evaluate.Engine`
     (tests).
     """
-    import shutil
-
     from . import claims
     from . import evaluate as ev
     from .config import EngineSettings
@@ -277,8 +275,7 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     if len(set(names)) != len(names):
         raise ConfigError(f"variant names must be unique, got {names}")
     t = StoredTransition(Path(store))
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = ensure_folder(Path(out), "--out")
     if str(bench_dir).startswith("hub:") or str(bench_dir) == "hub":
         # 'hub' or 'hub:OWNER/REPO': fetch <name>/test.jsonl files once into the results folder
         repo = str(bench_dir)[4:] or ev.HUB_REPO
@@ -286,7 +283,10 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
         for b in benchmarks:
             if not (bench_dir / b / "test.jsonl").is_file():
                 ev.fetch_benchmark_from_hub(b, bench_dir, repo)
-    benches = [ev.load_benchmark(b, bench_dir, limit=limit) for b in benchmarks]
+    benches = [ev.load_benchmark(b, bench_dir, limit=limit, lenient=lenient) for b in benchmarks]
+    for b in benches:
+        if b.skipped:
+            log(f"WARNING: {b.path}: {b.skipped} malformed line(s) skipped (lenient loading)")
     vdtype = settings.dtype if settings.dtype != "auto" else "float32"
     post_folder = Path(t.manifest["post_folder"])
     prompt = ev.prompt_format(post_folder, template, instruction)
@@ -331,7 +331,7 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
                 active = engine
             else:
                 folder = out / "_variants" / name
-                fidelity[name] = write_variant(builder, folder, overwrite=True)
+                fidelity[name] = write_variant(builder, folder, overwrite=True, within=out / "_variants")
                 active = make_engine(folder, settings, prompt_format=post_folder)
             try:
                 results[name] = []
@@ -348,7 +348,7 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
                 if materialize == "folder":
                     active.close()
                     if not keep_variants and folder is not None:
-                        shutil.rmtree(folder, ignore_errors=True)
+                        remove_tree(folder, within=out / "_variants")
     finally:
         if engine is not None:
             engine.close()
@@ -374,7 +374,8 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     atomic_write_text(out / "evaluation.json", json.dumps(
         {"store": str(t.path), "engine": settings.model_dump(), "versions": ev.engine_versions(),
          "prompt_format": prompt, "bootstrap": {"resamples": resamples, "seed": bootstrap_seed},
-         "benchmarks": {b.name: {"sha256": b.sha256, "n": len(b.problems), "path": str(b.path)} for b in benches},
+         "benchmarks": {b.name: {"sha256": b.sha256, "n": len(b.problems), "skipped": b.skipped, "path": str(b.path)}
+                        for b in benches},
          "variants": {n: builders[n].metadata() for n in names},
          "info": info, "fidelity": fidelity}, indent=2, default=str))
     files.append(out / "evaluation.json")

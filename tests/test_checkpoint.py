@@ -522,3 +522,105 @@ def test_failed_write_leaves_no_temporary_folder(tmp_path):
         write_checkpoint(tmp_path / "out", tensors(), layout=[TensorSpec("a", (2,), torch.float32),
                                                              TensorSpec("b", (2,), torch.float32)])
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------
+# hostile headers and files that are not regular files (issue: hardening)
+
+
+def _two_in_one_shard(folder: Path) -> tuple[Path, str, str]:
+    """A shard holding two same-sized tensors (k_proj and v_proj of a layer, as the writer groups them)."""
+    for shard in sorted(folder.glob("*.safetensors")):
+        header, _, _ = read_header(shard)
+        names = [n for n in header if n.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight"))]
+        for k in names:
+            v = k.replace("k_proj", "v_proj")
+            if k.endswith("k_proj.weight") and v in header:
+                return shard, k, v
+    raise AssertionError("no shard holds a k/v pair")
+
+
+def test_overlapping_data_offsets_are_refused(base_copy):
+    shard, k, v = _two_in_one_shard(base_copy)
+
+    def edit(h):  # v_proj would be read from k_proj's bytes
+        h[v]["data_offsets"] = h[k]["data_offsets"]
+        return h
+
+    rewrite_header(shard, edit)
+    with pytest.raises(CheckpointError, match="overlaps the tensor before it|leaves a gap") as ei:
+        Checkpoint.open(base_copy)
+    assert str(shard) in str(ei.value)
+
+
+@pytest.mark.parametrize("shape", [[10 ** 30, 64], [2 ** 40, 2 ** 40], [0, 64]])
+def test_declared_shapes_that_overflow_or_are_empty_are_refused_before_any_work(base_copy, pair, tmp_path, shape):
+    name = "model.layers.0.mlp.up_proj.weight"
+    shard = shard_of(base_copy, name)
+
+    def edit(h):
+        h[name]["shape"] = shape
+        if 0 in shape:  # a consistent empty tensor: shifts the offsets of the tensors after it
+            b, e = h[name]["data_offsets"]
+            h[name]["data_offsets"] = [b, b]
+            for other in h:
+                if other != "__metadata__" and h[other]["data_offsets"][0] >= e:
+                    ob, oe = h[other]["data_offsets"]
+                    h[other]["data_offsets"] = [ob - (e - b), oe - (e - b)]
+        return h
+
+    rewrite_header(shard, edit)
+    if 0 in shape:  # a well-formed file: refused when the transition is planned, before any SVD
+        base = Checkpoint.open(base_copy)
+        with pytest.raises(TensorMismatchError, match="zero-size dimension"):
+            plan_transition(base, Checkpoint.open(pair[1]), cfg_for(base_copy, pair[1], tmp_path / "s"))
+    else:
+        with pytest.raises(CheckpointError, match="needs") as ei:
+            Checkpoint.open(base_copy)
+        assert len(str(ei.value)) < 600  # the 10^30 dimension is not echoed in full
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "loop"])
+def test_shard_that_is_not_a_regular_file_is_refused_at_once(base_copy, kind):
+    shard = sorted(base_copy.glob("*.safetensors"))[0]
+    shard.unlink()
+    if kind == "fifo":
+        os.mkfifo(shard)  # reading it would block forever
+    elif kind == "dir":
+        shard.mkdir()
+    else:
+        os.symlink(shard.name, shard)  # a link to itself
+    with pytest.raises(CheckpointError, match="not a regular file|cannot be read") as ei:
+        Checkpoint.open(base_copy)
+    assert str(shard) in str(ei.value)
+
+
+@pytest.mark.parametrize("kind", ["loop", "fifo"])
+def test_config_json_that_is_a_loop_or_fifo_is_refused_not_ignored(base_copy, kind):
+    cfg = base_copy / "config.json"
+    cfg.unlink()
+    if kind == "loop":
+        os.symlink("config.json", cfg)
+    else:
+        os.mkfifo(cfg)
+    with pytest.raises(CheckpointError, match="config file"):
+        Checkpoint.open(base_copy)
+
+
+def test_dry_run_of_a_sweep_with_a_fifo_shard_does_not_hang(base_copy, pair, tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    shard = sorted(base_copy.glob("*.safetensors"))[0]
+    shard.unlink()
+    os.mkfifo(shard)
+    cfg = {"name": "t", "workdir": str(tmp_path / "w"),
+           "chains": [{"name": "c", "base": {"id": "b", "source": str(base_copy)},
+                       "models": [{"id": "p", "source": str(pair[1])}]}],
+           "evaluation": {"enabled": False}, "tracking": {"enabled": False}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
+    run = subprocess.run([sys.executable, "-m", "grrr_stream.cli", "sweep", str(tmp_path / "s.yaml"), "--dry-run"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0 and "decompose/b-to-p" in run.stdout

@@ -426,3 +426,41 @@ def test_store_reused_after_post_changed_in_place(tmp_path):
     attrs = json.loads((store / "matrices" / name / "zarr.json").read_text())["attributes"]
     assert attrs["post_digest"] == new_digest, (
         "post changed after the store was written, yet the rerun kept the stale result without complaint")
+
+
+# ---------------------------------------------------------------------------
+# hostile sweep configs: bounded messages, clear refusals (issue: hardening)
+
+BOMB = "\n".join(["a: &a [" + ", ".join(["x"] * 10) + "]"]
+                 + [f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]" for i in range(8)]
+                 + ["name: t", "workdir: w", "chains: *i"])
+
+
+@pytest.mark.parametrize("content,needle", [
+    (BOMB.encode(), "expands to more than"),
+    (("name: t\nworkdir: w\nchains: " + "[" * 60 + "]" * 60 + "\n").encode(), "nests deeper"),
+    (("name: t\nworkdir: w\nchains: " + "[" * 3000 + "]" * 3000 + "\n").encode(), "nested too deeply"),
+    (b"name: t\xff\nworkdir: w\n", "is not UTF-8"),
+    (b"name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nvariants: {names: [[diag]]}\n",
+     "variants.names.0"),
+    (b"name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nvariants: {transitions: [[x]]}\n",
+     "variants.transitions"),
+    (b"name: t\nworkdir: w\nchains: [{name: c, base: {id: '..', source: x}}]\n", "must start with a letter"),
+    (b"name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nevaluation: {benchmarks: [../x]}\n",
+     "evaluation.benchmarks"),
+])
+def test_hostile_sweep_configs_are_refused_with_a_short_message(tmp_path, capsys, content, needle):
+    path = tmp_path / "sweep.yaml"
+    path.write_bytes(content)
+    rc = main(["sweep", str(path), "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err, err[:2000]
+    assert len(err) < 9000 and "Traceback" not in err
+
+
+def test_config_that_is_not_a_regular_file(tmp_path, capsys):
+    import os
+
+    os.mkfifo(tmp_path / "fifo.yaml")
+    rc = main(["sweep", str(tmp_path / "fifo.yaml"), "--dry-run"])
+    assert rc == 2 and "is not a regular file" in capsys.readouterr().err

@@ -133,3 +133,35 @@ def test_a_rerun_scores_nothing_and_starts_no_engine(transition, tmp_path):
                            engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.started == [] and not any(r.scored_now for r in again.results)
     assert again.accuracy_rows == first.accuracy_rows and again.differences == first.differences
+
+
+@pytest.mark.parametrize("line,match", [
+    (b'{"problem": "1+1", "answer": "2"', "is not valid JSON"),          # a torn line
+    (b'["1+1", "2"]', "is not a JSON object"),
+    (b'{"problem": "1+1"}', "lacks a gold answer"),
+    (b'{"problem": "1+1", "answer": null}', "lacks a gold answer"),      # not graded against 'None'
+    (b'{"problem": "1+1", "answer": ""}', "lacks a gold answer"),
+    (b'{"answer": "2"}', "lacks a question"),
+    (b'{"problem": "1+1", "answer": "\xff\xfe"}', "is not valid UTF-8"),
+])
+def test_malformed_benchmark_lines_are_refused_with_file_and_line_or_skipped_when_lenient(tmp_path, line, match):
+    from grrr_stream.errors import ConfigError
+    from grrr_stream.evaluate import load_benchmark
+
+    (tmp_path / "b").mkdir()
+    good = json.dumps({"problem": "2+2", "answer": "4"}).encode()
+    (tmp_path / "b" / "test.jsonl").write_bytes(good + b"\n" + line + b"\n" + good + b"\n")
+    with pytest.raises(ConfigError, match=match) as e:
+        load_benchmark("b", tmp_path)
+    assert f"{tmp_path / 'b' / 'test.jsonl'}:2" in str(e.value) and "--lenient-benchmarks" in str(e.value)
+    bench = load_benchmark("b", tmp_path, lenient=True)
+    assert len(bench.problems) == 2 and bench.skipped == 1 and [p.idx for p in bench.problems] == [0, 1]
+
+
+@pytest.mark.parametrize("name", ["..", ".hidden", "a/b", ""])
+def test_benchmark_names_that_are_not_one_folder_name_are_refused(tmp_path, name):
+    from grrr_stream.errors import ConfigError
+    from grrr_stream.evaluate import load_benchmark
+
+    with pytest.raises(ConfigError, match="benchmark name"):
+        load_benchmark(name, tmp_path)
