@@ -642,14 +642,21 @@ class _Display:
         self.say(f"[{self.done}/{self.total}] {status} {unit.id} in {secs:.1f} s{tail} | {self._eta(pending)}")
 
     def _eta(self, pending: Iterable[Unit]) -> str:
-        all_times = [t for ts in self.by_kind.values() for t in ts]
-        if not all_times:
-            return "ETA ?"
-        mean_all = sum(all_times) / len(all_times)
-        rest = sum((sum(ts) / len(ts)) if (ts := self.by_kind.get(u.kind)) else mean_all for u in pending)
+        """From this run's mean time per unit kind; units of a kind not timed yet are counted, not
+        guessed (one 6-minute training unit says nothing about a 0.3 s variant build)."""
         from .progress import fmt_seconds
 
-        return f"elapsed {fmt_seconds(time.monotonic() - self.t0)}, ETA ~{fmt_seconds(rest)}"
+        rest, untimed = 0.0, 0
+        for u in pending:
+            ts = self.by_kind.get(u.kind)
+            if ts:
+                rest += sum(ts) / len(ts)
+            else:
+                untimed += 1
+        elapsed = f"elapsed {fmt_seconds(time.monotonic() - self.t0)}"
+        if untimed:
+            return f"{elapsed}, ETA ≥ {fmt_seconds(rest)} + {untimed} unit(s) of kinds not timed yet"
+        return f"{elapsed}, ETA ~{fmt_seconds(rest)}"
 
 
 def _make_client(address: Optional[str]):

@@ -84,6 +84,7 @@ RSS_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_peak_rss_is_flat_in_layer_count(tmp_path):
     """Peak RSS of a 1-layer and a 4-layer model differ by < 10 %: nothing accumulates per matrix."""
     rss = {}
@@ -115,6 +116,7 @@ def _frames(cache: Path) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_two_runs_racing_on_one_frame_cache_both_succeed_with_identical_frames(tmp_path):
     """Two transitions from one base, decomposed at the same time into one cache (the README's advice):
     both finish, the cache holds whole frames equal to a lone run's, and nothing half-written is left."""
@@ -144,21 +146,23 @@ def test_two_runs_racing_on_one_frame_cache_both_succeed_with_identical_frames(t
 def test_a_damaged_frame_is_recomputed_not_trusted(tmp_path):
     import shutil
 
+    import torch
+
+    from grrr_stream.cli import main
     from grrr_stream.store import FrameCache
     from grrr_stream.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     cache = tmp_path / "cache"
-    subprocess.run(_decompose_cmd(base, post, tmp_path / "a", "--frame-cache", cache), check=True,
-                   capture_output=True, cwd=tmp_path)
+    args = ["decompose", "--base", str(base), "--post", str(post), "--frame-cache", str(cache), "--no-track",
+            "--no-progress"]
+    assert main(args + ["--store", str(tmp_path / "a")]) == 0
     want = _frames(cache)
     keys = sorted(p for p in cache.iterdir() if p.is_dir() and not p.name.startswith("."))
     shutil.rmtree(keys[0] / "U")  # marked complete, U missing (what a racing writer used to leave)
     (keys[1] / "S" / "zarr.json").write_text("{torn")
-    assert FrameCache(cache).get(keys[0].name, __import__("torch").float32) is None
-    run = subprocess.run(_decompose_cmd(base, post, tmp_path / "b", "--frame-cache", cache), capture_output=True,
-                         text=True, cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
+    assert FrameCache(cache).get(keys[0].name, torch.float32) is None
+    assert main(args + ["--store", str(tmp_path / "b")]) == 0
     got = _frames(cache)
     assert all(np.array_equal(got[k], want[k]) for k in want)  # the two frames were recomputed and replaced
 
@@ -394,11 +398,12 @@ def test_a_matrix_larger_than_memory_is_refused_before_any_work(tmp_path, capsys
     assert not (tmp_path / "s").exists()
 
 
-def test_sweep_unit_whose_results_were_damaged_is_redone_and_status_says_so(tmp_path):
+def test_sweep_unit_whose_results_were_damaged_is_redone_and_status_says_so(tmp_path, capsys):
     import shutil
 
     import yaml
 
+    from grrr_stream.cli import main
     from grrr_stream.synthetic import TINY, write_model
 
     models = tmp_path / "models"
@@ -411,19 +416,17 @@ def test_sweep_unit_whose_results_were_damaged_is_redone_and_status_says_so(tmp_
            "evaluation": {"enabled": False}, "tracking": {"enabled": False}, "progress": False}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    cli = [sys.executable, "-m", "grrr_stream.cli"]
-    subprocess.run(cli + ["sweep", str(path)], check=True, capture_output=True, cwd=tmp_path)
+    assert main(["sweep", str(path)]) == 0
     store = next((tmp_path / "w" / "stores").iterdir())
-    variant = next((tmp_path / "w" / "variants" / "base-to-sft").iterdir())
+    variant = next(p for p in (tmp_path / "w" / "variants" / "base-to-sft").iterdir() if p.is_dir())
     for p in store.iterdir():  # emptied by hand
         shutil.rmtree(p) if p.is_dir() else p.unlink()
     (variant / "grrr_variant.json").unlink()
-    status = subprocess.run(cli + ["status", str(path)], capture_output=True, text=True, cwd=tmp_path)
-    assert "damaged" in status.stdout and "decompose/base-to-sft" in status.stdout
-    assert "result folder is missing or incomplete" in status.stdout
-    again = subprocess.run(cli + ["sweep", str(path)], capture_output=True, text=True, cwd=tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert "Traceback" not in again.stderr and (store / "metrics.csv").is_file()
-    assert (variant / "grrr_variant.json").is_file()
-    final = subprocess.run(cli + ["status", str(path)], capture_output=True, text=True, cwd=tmp_path)
-    assert "damaged" not in final.stdout and final.returncode == 0
+    capsys.readouterr()
+    main(["status", str(path)])
+    out = capsys.readouterr().out
+    assert "damaged" in out and "decompose/base-to-sft" in out and "result folder is missing or incomplete" in out
+    assert main(["sweep", str(path)]) == 0
+    assert (store / "metrics.csv").is_file() and (variant / "grrr_variant.json").is_file()
+    capsys.readouterr()
+    assert main(["status", str(path)]) == 0 and "damaged" not in capsys.readouterr().out

@@ -259,6 +259,7 @@ def _done_units(workdir: Path) -> int:
     return n
 
 
+@pytest.mark.slow
 def test_kill_9_at_any_moment_then_resume_equals_uninterrupted_sweep(models, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     # both tracked (tracking adds per-transition stats artifacts to the stats folder)
@@ -345,6 +346,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(models, tmp_path):
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.slow
 def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
     multi = SweepConfig.model_validate(config(models, tmp_path / "two"))
     # LAPACK's last bits depend on the thread count; each local:2 worker runs torch on

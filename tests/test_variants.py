@@ -217,6 +217,7 @@ RSS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_variant_build_peak_rss_flat_in_layers(tmp_path):
     rss = {}
     for layers in (1, 4):
