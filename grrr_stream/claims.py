@@ -54,19 +54,21 @@ class TransitionScores:
         return self.reps[:, self.variants.index(variant)]
 
 
-def _bits(v: object) -> np.ndarray:
+def _values(v: object) -> np.ndarray:
+    """Per-problem values in [0, 1]: a '0110…' string, booleans, or fractions (avg@n, pass@k of sampled
+    answers: each problem is resampled with all its samples)."""
     if isinstance(v, str):  # the '0110…' string kept in a benchmark's summary
-        return np.frombuffer(v.encode(), dtype=np.uint8) == ord("1")
-    return np.asarray(v, dtype=bool)
+        return (np.frombuffer(v.encode(), dtype=np.uint8) == ord("1")).astype(np.float64)
+    return np.asarray(v, dtype=np.float64)
 
 
 def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition: str = "", kind: str = "",
                       resamples: int = 10_000, seed: int = 0) -> TransitionScores:
     """Scores and paired bootstrap replicates from per-problem correctness.
 
-    ``correct``: variant → benchmark → per-problem correctness in problem order (a bool
-    sequence or a '0'/'1' string). Only the benchmarks every variant answered count, and a
-    benchmark must have the same number of problems for every variant.
+    ``correct``: variant → benchmark → per-problem values in problem order (a bool sequence, a
+    '0'/'1' string, or fractions such as avg@n). Only the benchmarks every variant answered count,
+    and a benchmark must have the same number of problems for every variant.
     """
     variants = list(correct)
     if not variants:
@@ -76,7 +78,7 @@ def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition
         raise ValueError(f"the variants of {transition or 'this transition'} share no benchmark")
     mats, n_problems = [], {}
     for b in benchmarks:
-        cols = [_bits(correct[v][b]) for v in variants]
+        cols = [_values(correct[v][b]) for v in variants]
         n = {len(c) for c in cols}
         if len(n) != 1 or 0 in n:
             raise ValueError(f"{transition}: benchmark {b} has different or zero problem counts across variants: "
@@ -224,14 +226,17 @@ def summarise(scores: Sequence[TransitionScores], *, within_points: float = 4.3,
                        "informative_within_ci": sum(1 for r in info if r.get("informative_within_ci"))}}
 
 
-def correctness_of(results: Sequence, variants: Optional[Sequence[str]] = None) -> dict[str, dict[str, str]]:
-    """variant → benchmark → correctness bits, from evaluation results (objects or dicts with
-    ``variant``, ``benchmark`` and ``correct_bits``)."""
-    out: dict[str, dict[str, str]] = {}
+def correctness_of(results: Sequence, variants: Optional[Sequence[str]] = None,
+                   metric: str = "avg") -> dict[str, dict[str, object]]:
+    """variant → benchmark → per-problem values of ``metric``, from evaluation results (objects or
+    dicts with ``variant``, ``benchmark``, ``scores`` and/or ``correct_bits``)."""
+    out: dict[str, dict[str, object]] = {}
     for r in results:
         get = r.get if isinstance(r, dict) else (lambda k, _r=r: getattr(_r, k, None))
-        bits = get("correct_bits")
-        if bits is None or (variants is not None and get("variant") not in variants):
+        values = (get("scores") or {}).get(metric)
+        if values is None and metric == "avg":
+            values = get("correct_bits") or None
+        if values is None or (variants is not None and get("variant") not in variants):
             continue
-        out.setdefault(get("variant"), {})[get("benchmark")] = bits
+        out.setdefault(get("variant"), {})[get("benchmark")] = values
     return out

@@ -156,6 +156,15 @@ def _evaluate_parser(sub) -> None:
                    help="as for `variants` (default base)")
     p.add_argument("--resamples", type=int, default=10_000,
                    help="paired bootstrap resamples for the differences between variants (default 10000)")
+    g = p.add_argument_group("sampling (default: greedy, one answer per problem, as the paper)")
+    g.add_argument("--samples", type=int, dest="n", help="answers per problem, drawn in one request each")
+    g.add_argument("--temperature", type=float, help="sampling temperature (needed > 0 with --samples > 1)")
+    g.add_argument("--top-p", type=float, help="nucleus sampling mass (default 1)")
+    g.add_argument("--sampling-seed", type=int, help="seed of the sampled answers (default 0)")
+    g.add_argument("--pass-k", help="comma-separated k of unbiased pass@k to report (k ≤ samples)")
+    g.add_argument("--maj-k", help="comma-separated k of maj@k (majority vote over equivalent answers) to report")
+    g.add_argument("--metric", default="avg",
+                   help="accuracy of the tables: avg (avg@n; greedy accuracy with one sample), pass@K or maj@K")
     p.add_argument("--template", default="chat",
                    help="'chat' (the model's chat template) or a format string with {problem} and {instruction}")
     p.add_argument("--instruction", help="instruction appended to each problem (default: reason step by step, "
@@ -173,7 +182,7 @@ def _evaluate_parser(sub) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .config import build_engine_settings
+    from .config import build_engine_settings, build_sampling_settings
     from .evaluate import FIVE
     from .variants import DEFAULT_VARIANTS
     from .workflows import run_evaluation
@@ -185,11 +194,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "cpu_kv_cache_gib": args.cpu_kv_cache_gib})
     if args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be at least 1")
+
+    def ks(text):
+        try:
+            return [int(k) for k in text.split(",") if k.strip()] if text else None
+        except ValueError:
+            raise ConfigError(f"expected comma-separated integers, got {text!r}") from None
+
+    sampling = build_sampling_settings({"n": args.n, "temperature": args.temperature, "top_p": args.top_p,
+                                        "seed": args.sampling_seed, "pass_k": ks(args.pass_k),
+                                        "maj_k": ks(args.maj_k)})
     res = run_evaluation(args.store, args.out, args.variant or list(DEFAULT_VARIANTS), args.benchmark or list(FIVE),
                          args.bench_dir, settings=settings, materialize=args.materialize,
                          keep_variants=args.keep_variants, limit=args.limit, template=args.template,
                          instruction=args.instruction, rest_from=args.rest_from, tracking=_tracking_from_args(args),
-                         resamples=args.resamples, lenient=args.lenient_benchmarks)
+                         resamples=args.resamples, lenient=args.lenient_benchmarks, sampling=sampling,
+                         metric=args.metric)
     print_evaluation(res)
     return 0
 
@@ -221,6 +241,14 @@ def print_evaluation(res, out=None) -> None:
                   + (f"; {info['note']}" if info.get("note") else "") + "\n")
     if info.get("rest_fallback"):
         out.write(f"rest_from fell back to post: {info['rest_fallback']}\n")
+    if res.solved_lost:
+        from collections import Counter
+
+        counts = Counter((r["variant"], r["change"]) for r in res.solved_lost)
+        out.write("problems full solves and a variant loses / the variant solves and full does not "
+                  f"(solved_lost.csv, metric {res.metric}):\n")
+        for v in dict.fromkeys(r["variant"] for r in res.solved_lost):
+            out.write(f"  {v:<12} lost {counts[(v, 'lost')]:>5}   gained {counts[(v, 'gained')]:>5}\n")
     for r in res.table56:
         if r["retention_pct"] is not None:
             proj = f", vs proj {r['retention_proj_pct']:6.1f} %" if r.get("retention_proj_pct") is not None else ""

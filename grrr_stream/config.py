@@ -264,6 +264,68 @@ class EngineSettings(_Strict):
                 "enforce_eager": self.enforce_eager}
 
 
+
+
+class SamplingSettings(_Strict):
+    """How many answers per problem and how they are drawn; greedy (one answer at temperature 0) by
+    default, as the paper evaluates. ``pass_k`` and ``maj_k`` choose the pass@k and maj@k reported
+    besides avg@n (mean accuracy over the n samples)."""
+
+    n: int = Field(1, ge=1, le=1024)
+    temperature: float = Field(0.0, ge=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int = 0
+    pass_k: tuple[int, ...] = ()
+    maj_k: tuple[int, ...] = ()
+
+    @field_validator("pass_k", "maj_k")
+    @classmethod
+    def _ks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(k < 1 for k in v):
+            raise ValueError("every k must be at least 1")
+        return tuple(sorted(set(v)))
+
+    def model_post_init(self, _ctx: Any) -> None:
+        too_big = [k for k in (*self.pass_k, *self.maj_k) if k > self.n]
+        if too_big:
+            raise ValueError(f"k must not exceed n = {self.n}: got {too_big}")
+        if self.n > 1 and self.temperature == 0.0:
+            raise ValueError("n > 1 samples need temperature > 0 (greedy samples are all the same answer)")
+
+    @property
+    def greedy(self) -> bool:
+        return self.n == 1 and self.temperature == 0.0
+
+    def metrics(self) -> list[str]:
+        """Names of every metric computed: 'avg' (avg@n), 'pass@k', 'maj@k'."""
+        return ["avg"] + [f"pass@{k}" for k in self.pass_k] + [f"maj@{k}" for k in self.maj_k]
+
+    def folder_name(self) -> str:
+        """A folder name that tells sampled results of these settings apart."""
+        return f"sampled-n{self.n}-T{self.temperature:g}-p{self.top_p:g}-s{self.seed}"
+
+    def key_fields(self) -> Optional[dict]:
+        """What enters result keys: nothing for greedy decoding (keys of greedy results stay as they were)."""
+        if self.greedy:
+            return None
+        return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+
+
+def check_metric(metric: str, sampling: "SamplingSettings") -> str:
+    """``metric`` if the sampling settings compute it ('avg', 'pass@k', 'maj@k'), else a ConfigError."""
+    if metric not in sampling.metrics():
+        raise ConfigError(f"metric {metric!r} is not computed with these sampling settings; choose one of "
+                          f"{', '.join(sampling.metrics())} (pass@k and maj@k need sampling.pass_k / maj_k)")
+    return metric
+
+
+def build_sampling_settings(values: dict[str, Any]) -> SamplingSettings:
+    try:
+        return SamplingSettings.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, "sampling settings")) from None
+
+
 def build_engine_settings(values: dict[str, Any]) -> EngineSettings:
     try:
         return EngineSettings.model_validate({k: v for k, v in values.items() if v is not None})
@@ -377,6 +439,11 @@ class SweepEvaluation(_Strict):
     instruction: Optional[str] = None
     materialize: Literal["engine", "folder"] = "engine"
     engine: EngineSettings = EngineSettings()
+    # answers per problem and how they are drawn (default greedy, as the paper)
+    sampling: SamplingSettings = SamplingSettings()
+    # the accuracy the tables (Tables 5/6/8, differences, claims) use: avg (avg@n; greedy accuracy when
+    # n = 1), pass@k or maj@k
+    metric: str = "avg"
 
     _names = field_validator("variants", mode="before")(_yaml_variant_names)
     _transitions = field_validator("transitions", mode="before")(_selector)
@@ -385,6 +452,11 @@ class SweepEvaluation(_Strict):
     @classmethod
     def _suite(cls, v: Optional[str]) -> Optional[str]:
         return v if v is None else _component(v)
+
+    def model_post_init(self, _ctx: Any) -> None:
+        if self.metric not in self.sampling.metrics():
+            raise ValueError(f"metric {self.metric!r} is not computed by the sampling settings; choose one of "
+                             f"{', '.join(self.sampling.metrics())}")
 
     @field_validator("benchmarks")
     @classmethod

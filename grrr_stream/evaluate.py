@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import threading
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from .config import EngineSettings, stable_hash
+from .config import EngineSettings, SamplingSettings, stable_hash
 from .errors import CheckpointNotFoundError, ConfigError, MissingDependencyError
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -290,8 +291,16 @@ class Engine:
         self.llm = vllm.LLM(**kwargs)
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         self.tokenizer = self.llm.get_tokenizer()
-        self._sampling = vllm.SamplingParams(temperature=0.0, max_tokens=settings.max_new_tokens,
-                                             seed=settings.seed)
+        self._vllm = vllm
+
+    def sampling_params(self, sampling: Optional[SamplingSettings] = None):
+        """vLLM's SamplingParams: greedy with the engine seed by default; n samples in one request otherwise."""
+        s = sampling or SamplingSettings()
+        if s.greedy:
+            return self._vllm.SamplingParams(temperature=0.0, max_tokens=self.settings.max_new_tokens,
+                                             seed=self.settings.seed)
+        return self._vllm.SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
+                                         max_tokens=self.settings.max_new_tokens)
 
     def load_weights(self, tensors: Iterable[tuple[str, Any]], *, scratch: Optional[Path] = None,
                      layout=None, config: Optional[dict] = None) -> None:
@@ -324,21 +333,21 @@ class Engine:
         config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
         return getattr(config, "max_model_len", None) or self.settings.max_model_len
 
-    def chat_template(self) -> Optional[str]:
-        return getattr(self.tokenizer, "chat_template", None)
-
-    def generate(self, prompts: Sequence[str]) -> list[Generation]:
-        """One greedy :class:`Generation` per prompt. A prompt that does not fit the model's
-        context gets Generation(None, 0, '') instead of failing the whole batch (vLLM refuses it)."""
+    def generate(self, prompts: Sequence[str], sampling: Optional[SamplingSettings] = None) -> list[list[Generation]]:
+        """The answers to each prompt: one greedy :class:`Generation`, or ``sampling.n`` samples drawn in
+        one request per prompt (``SamplingParams(n=…)``). A prompt that does not fit the model's context
+        gets ``n`` Generation(None, 0, '') instead of failing the whole batch (vLLM refuses it)."""
+        n = (sampling or SamplingSettings()).n
         limit = self.max_model_len
         fits = [limit is None or len(self.tokenizer.encode(p, add_special_tokens=False)) < limit for p in prompts]
-        outs = iter(self.llm.generate([p for p, ok in zip(prompts, fits) if ok], self._sampling, use_tqdm=False)
-                    if any(fits) else [])
-        res: list[Generation] = []
+        todo = [p for p, ok in zip(prompts, fits) if ok]
+        outs = iter(self.llm.generate(todo, self.sampling_params(sampling), use_tqdm=False) if todo else [])
+        res: list[list[Generation]] = []
         for ok in fits:
-            o = next(outs).outputs[0] if ok else None
-            res.append(Generation(o.text, len(o.token_ids), str(o.finish_reason or "")) if o is not None
-                       else Generation(None, 0, ""))
+            if not ok:
+                res.append([Generation(None, 0, "")] * n)
+                continue
+            res.append([Generation(o.text, len(o.token_ids), str(o.finish_reason or "")) for o in next(outs).outputs])
         return res
 
     def close(self) -> None:
@@ -354,11 +363,13 @@ class Engine:
 
 @dataclass
 class BenchmarkResult:
+    """One variant on one benchmark. Counts are over all answers (problems × samples)."""
+
     variant: str
     benchmark: str
-    n: int
-    accuracy: float  # percent
-    wait_mean: float
+    n: int  # problems
+    accuracy: float  # percent: avg@n, the mean accuracy over samples (greedy accuracy when samples = 1)
+    wait_mean: float  # "Wait" per answer
     no_answer: int
     parse_failed: int
     timeouts: int
@@ -368,8 +379,18 @@ class BenchmarkResult:
     extra: dict = field(default_factory=dict)
     too_long: int = 0  # prompts longer than the model's context: not generated, counted wrong
     truncated: int = 0  # answers cut off at max_new_tokens (finish reason 'length'): lower-bound accuracy
-    wait_total: int = 0  # "Wait" tokens over all answers (pooled means divide by n)
-    correct_bits: str = ""  # '1'/'0' per problem, in benchmark order: paired statistics across variants
+    wait_total: int = 0  # "Wait" tokens over all answers (pooled means divide by the answers)
+    correct_bits: str = ""  # '1'/'0' per problem for the first sample, in benchmark order
+    samples: int = 1  # answers per problem
+    metrics: dict = field(default_factory=dict)  # 'avg', 'pass@k', 'maj@k' → percent
+    scores: dict = field(default_factory=dict)   # the same → per-problem value in [0, 1] (paired statistics)
+    tokens: list = field(default_factory=list)   # generated tokens of every answer (problem-major)
+    tokens_correct: int = 0  # tokens summed over correct answers
+    answers_correct: int = 0
+
+    @property
+    def answers(self) -> int:
+        return self.n * self.samples
 
 
 def _append_jsonl(path: Path, records: list[dict]) -> None:
@@ -399,8 +420,13 @@ def result_path(out: Path, variant: str, benchmark: str) -> Path:
     return Path(out) / variant / f"{benchmark}.json"
 
 
-def scored(out: Path, variant: str, benchmark: str, key: str) -> Optional[BenchmarkResult]:
-    p = result_path(out, variant, benchmark)
+def scored(out: Path, variant: str, bench: Benchmark, key: str,
+           sampling: Optional[SamplingSettings] = None) -> Optional[BenchmarkResult]:
+    """The finished result of ``variant`` on ``bench`` under ``key``, or None. A finished benchmark whose
+    summary lacks a metric asked for now (a pass@k or maj@k added later) is summarised again from its
+    records, without generating anything."""
+    sampling = sampling or SamplingSettings()
+    p = result_path(out, variant, bench.name)
     if not p.is_file():
         return None
     try:
@@ -409,14 +435,29 @@ def scored(out: Path, variant: str, benchmark: str, key: str) -> Optional[Benchm
         return None
     if d.get("key") != key:
         return None
-    return BenchmarkResult(**{k: v for k, v in d.items() if k in BenchmarkResult.__dataclass_fields__})
+    res = BenchmarkResult(**{k: v for k, v in d.items() if k in BenchmarkResult.__dataclass_fields__})
+    if set(sampling.metrics()) <= set(res.metrics):
+        return res
+    done = _read_done(Path(out) / variant / f"{bench.name}.jsonl", key)
+    if any(pr.idx not in done for pr in bench.problems):
+        return None
+    from .files import atomic_write_text
+
+    res = summarise_records([done[pr.idx] for pr in bench.problems], variant=variant, benchmark=bench.name,
+                            sampling=sampling, sha256=bench.sha256, key=key)
+    atomic_write_text(p, json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2))
+    return res
 
 
 def evaluation_key(bench: Benchmark, variant_meta: dict, settings: EngineSettings, template: str,
-                   instruction: str, prompt_digest: str = "") -> str:
-    return stable_hash({"benchmark": bench.name, "sha256": bench.sha256, "n": len(bench.problems),
-                        "variant": variant_meta, "engine": settings.result_fields(), "template": template,
-                        "instruction": instruction, "prompt_format": prompt_digest}, 24)
+                   instruction: str, prompt_digest: str = "", sampling: Optional[SamplingSettings] = None) -> str:
+    fields = {"benchmark": bench.name, "sha256": bench.sha256, "n": len(bench.problems),
+              "variant": variant_meta, "engine": settings.result_fields(), "template": template,
+              "instruction": instruction, "prompt_format": prompt_digest}
+    drawn = (sampling or SamplingSettings()).key_fields()
+    if drawn is not None:  # greedy results keep the keys they always had; pass@k / maj@k are not generated
+        fields["sampling"] = drawn
+    return stable_hash(fields, 24)
 
 
 # The files that fix how a prompt is written and when an answer stops.
@@ -447,12 +488,120 @@ def prompt_format(folder: Path, template: str, instruction: str) -> dict:
     return fmt
 
 
+def problem_rows(out: Path, variant: str, bench: Benchmark, key: str) -> list[dict]:
+    """One row per answer of ``variant`` on ``bench`` (problem id = its index in the benchmark file)."""
+    done = _read_done(Path(out) / variant / f"{bench.name}.jsonl", key)
+    rows = []
+    for p in bench.problems:
+        rec = done.get(p.idx)
+        if rec is None:
+            continue
+        for s, a in enumerate(_answers(rec)):
+            rows.append({"variant": variant, "benchmark": bench.name, "problem": p.idx, "sample": s, "gold": p.gold,
+                         "extracted": a.get("extracted"), "status": a["status"], "correct": bool(a["correct"]),
+                         "tokens": int(a["tokens"]), "finish_reason": a.get("finish_reason", ""),
+                         "wait": int(a["wait"])})
+    return rows
+
+
+def solved_lost(results: Sequence[BenchmarkResult], metric: str = "avg", reference: str = "full") -> list[dict]:
+    """Per variant, the problems the reference solves and the variant does not ('lost'), and the
+    reverse ('gained'); a problem counts as solved when its per-problem ``metric`` is at least 0.5
+    (for greedy decoding: answered correctly)."""
+    def solved(r: BenchmarkResult) -> list[bool]:
+        vals = r.scores.get(metric) if r.scores else None
+        if vals is None:
+            vals = [c == "1" for c in r.correct_bits]
+        return [float(v) >= 0.5 for v in vals]
+
+    ref = {r.benchmark: solved(r) for r in results if r.variant == reference}
+    rows = []
+    for r in results:
+        if r.variant == reference or r.benchmark not in ref:
+            continue
+        mine = solved(r)
+        for i, (a, b) in enumerate(zip(ref[r.benchmark], mine)):
+            if a != b:
+                rows.append({"variant": r.variant, "benchmark": r.benchmark, "problem": i,
+                             "change": "lost" if a else "gained", "reference": reference, "metric": metric})
+    return rows
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one problem with c correct answers among n samples: 1 − C(n−c, k) / C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def answers_equivalent(a: str, b: str, *, timeout: int = 5) -> bool:
+    """Whether two extracted answers say the same thing (string equal, else math-verify equal: 0.5 and
+    \\frac{1}{2} agree)."""
+    if a.strip() == b.strip():
+        return True
+    try:
+        from math_verify import parse, verify
+    except ImportError:
+        raise MissingDependencyError("grading needs math-verify: pip install 'grrr-stream[eval]'") from None
+    t = timeout if threading.current_thread() is threading.main_thread() else None
+    try:
+        pa = parse(f"\\boxed{{{_normalise(a)}}}", parsing_timeout=t, raise_on_error=True)
+        pb = parse(f"\\boxed{{{_normalise(b)}}}", parsing_timeout=t, raise_on_error=True)
+        return bool(pa and pb and verify(pa, pb, timeout_seconds=t, raise_on_error=True))
+    except Exception:  # noqa: BLE001 - unparsable or timed out: not shown to agree
+        return False
+
+
+def majority_correct(answers: Sequence[dict], k: int) -> bool:
+    """maj@k of one problem: the answers of the first k samples are grouped by equivalence (math-verify
+    decides), the largest group wins (ties: the group seen first), and it is right when its answers are."""
+    groups: list[list[dict]] = []
+    for a in answers[:k]:
+        if a.get("extracted") is None:
+            continue
+        for g in groups:
+            if answers_equivalent(g[0]["extracted"], a["extracted"]):
+                g.append(a)
+                break
+        else:
+            groups.append([a])
+    if not groups:
+        return False
+    best = max(groups, key=len)  # max keeps the first of equal sizes
+    return bool(best[0]["correct"])
+
+
+def _answers(rec: dict) -> list[dict]:
+    """Every answer of a per-problem record (its samples, or the record itself for one answer)."""
+    return rec.get("samples") or [rec]
+
+
+def problem_scores(rec: dict, sampling: SamplingSettings) -> dict[str, float]:
+    """The per-problem value of every metric the sampling settings compute."""
+    answers = _answers(rec)
+    n, c = len(answers), sum(bool(a["correct"]) for a in answers)
+    out = {"avg": c / n}
+    out.update({f"pass@{k}": pass_at_k(n, c, k) for k in sampling.pass_k})
+    out.update({f"maj@{k}": float(majority_correct(answers, k)) for k in sampling.maj_k})
+    return out
+
+
+def _answer(gen: Generation, gold: str) -> dict:
+    g = grade(gen.text, gold) if gen.text is not None else Grade(None, False, "prompt_too_long")
+    return {"generation": gen.text or "", "tokens": gen.tokens, "finish_reason": gen.finish_reason,
+            "extracted": g.extracted, "correct": g.correct, "status": g.status, "wait": count_wait(gen.text or "")}
+
+
 def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, key: str, *,
                     template: str = "chat", instruction: str = DEFAULT_INSTRUCTION,
-                    chunk: int = 256) -> BenchmarkResult:
-    """Generate and grade every problem not yet answered under ``key``; write the summary."""
-    from .store import atomic_write_text
+                    sampling: Optional[SamplingSettings] = None, chunk: int = 256) -> BenchmarkResult:
+    """Generate and grade every problem not yet answered under ``key``; write the summary.
 
+    One JSONL record per problem: the first answer's fields at the top level and, with more than
+    one sample, every answer under ``samples``."""
+    from .files import atomic_write_text
+
+    sampling = sampling or SamplingSettings()
     vdir = Path(out) / variant
     vdir.mkdir(parents=True, exist_ok=True)
     gens = vdir / f"{bench.name}.jsonl"
@@ -465,66 +614,108 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
     todo = [p for p in bench.problems if p.idx not in done]
     for i in range(0, len(todo), chunk):
         part = todo[i:i + chunk]
-        outs = engine.generate(engine.prompts(part, template, instruction))
+        outs = engine.generate(engine.prompts(part, template, instruction), sampling)
         records = []
-        for p, gen in zip(part, outs):
-            text = gen.text
-            g = grade(text, p.gold) if text is not None else Grade(None, False, "prompt_too_long")
-            records.append({"key": key, "idx": p.idx, "question": p.question, "gold": p.gold,
-                            "generation": text or "", "tokens": gen.tokens, "finish_reason": gen.finish_reason,
-                            "extracted": g.extracted, "correct": g.correct, "status": g.status,
-                            "wait": count_wait(text or "")})
+        for p, gens_of_p in zip(part, outs):
+            answers = [_answer(g, p.gold) for g in gens_of_p]
+            rec = {"key": key, "idx": p.idx, "question": p.question, "gold": p.gold, **answers[0]}
+            if sampling.n > 1:
+                rec["samples"] = answers
+            records.append(rec)
         _append_jsonl(gens, records)
         done.update({r["idx"]: r for r in records})
     recs = [done[p.idx] for p in bench.problems]
-    n = len(recs)
-    res = BenchmarkResult(
-        variant=variant, benchmark=bench.name, n=n,
-        accuracy=100.0 * sum(r["correct"] for r in recs) / n if n else 0.0,
-        wait_mean=sum(r["wait"] for r in recs) / n if n else 0.0,
-        no_answer=sum(r["status"] == "no_answer" for r in recs),
-        parse_failed=sum(r["status"] in ("parse_failed", "error") for r in recs),
-        timeouts=sum(r["status"] == "timeout" for r in recs),
-        too_long=sum(r["status"] == "prompt_too_long" for r in recs),
-        truncated=sum(r.get("finish_reason") == "length" for r in recs),
-        wait_total=sum(r["wait"] for r in recs),
-        correct_bits="".join("1" if r["correct"] else "0" for r in recs),
-        sha256=bench.sha256, key=key, scored_now=bool(todo))
+    res = summarise_records(recs, variant=variant, benchmark=bench.name, sampling=sampling, sha256=bench.sha256,
+                            key=key, scored_now=bool(todo))
     atomic_write_text(result_path(out, variant, bench.name),
                       json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2))
     return res
+
+
+def summarise_records(recs: Sequence[dict], *, variant: str, benchmark: str, sampling: SamplingSettings,
+                      sha256: str, key: str, scored_now: bool = False) -> BenchmarkResult:
+    """A benchmark's result from its per-problem records (metrics, per-problem scores, diagnostics)."""
+    answers = [a for r in recs for a in _answers(r)]
+    per_problem = [problem_scores(r, sampling) for r in recs]
+    n, m = len(recs), len(answers)
+    scores = {k: [p[k] for p in per_problem] for k in sampling.metrics()}
+    correct = [a for a in answers if a["correct"]]
+    return BenchmarkResult(
+        variant=variant, benchmark=benchmark, n=n, samples=sampling.n,
+        accuracy=100.0 * sum(scores["avg"]) / n if n else 0.0,
+        metrics={k: 100.0 * sum(v) / n if n else 0.0 for k, v in scores.items()}, scores=scores,
+        wait_mean=sum(a["wait"] for a in answers) / m if m else 0.0,
+        no_answer=sum(a["status"] == "no_answer" for a in answers),
+        parse_failed=sum(a["status"] in ("parse_failed", "error") for a in answers),
+        timeouts=sum(a["status"] == "timeout" for a in answers),
+        too_long=sum(a["status"] == "prompt_too_long" for a in answers),
+        truncated=sum(a.get("finish_reason") == "length" for a in answers),
+        wait_total=sum(a["wait"] for a in answers),
+        tokens=[int(a["tokens"]) for a in answers], tokens_correct=sum(int(a["tokens"]) for a in correct),
+        answers_correct=len(correct),
+        correct_bits="".join("1" if r["correct"] else "0" for r in recs),
+        sha256=sha256, key=key, scored_now=scored_now)
 
 
 # ---------------------------------------------------------------------------
 # tables
 
 
-def accuracy_table(results: Sequence[BenchmarkResult], benchmarks: Sequence[str]) -> list[dict]:
-    """One row per variant: accuracy per benchmark, the unweighted average (the paper's score),
-    and over all its answers pooled: the count, "Wait" per answer, and how many were cut off
-    at the token limit (their accuracy and Wait count are lower bounds)."""
+def diagnostics(rs: Sequence[BenchmarkResult]) -> dict:
+    """Over all answers of ``rs`` pooled: the count, how many were cut off at the token limit (their
+    accuracy and Wait are lower bounds), response length (mean, median, mean of right and of wrong
+    answers) and "Wait" per answer and per 1,000 generated tokens."""
+    import statistics
+
+    answers = sum(r.answers for r in rs)
+    tokens = [t for r in rs for t in r.tokens]
+    n_correct = sum(r.answers_correct for r in rs)
+    t_correct = sum(r.tokens_correct for r in rs)
+    waits = sum(r.wait_total for r in rs)
+    truncated = sum(r.truncated for r in rs)
+    return {
+        "answers": answers, "truncated": truncated,
+        "truncated_pct": 100.0 * truncated / answers if answers else 0.0,
+        "tokens_mean": sum(tokens) / len(tokens) if tokens else None,
+        "tokens_median": float(statistics.median(tokens)) if tokens else None,
+        "tokens_mean_correct": t_correct / n_correct if n_correct else None,
+        "tokens_mean_wrong": ((sum(tokens) - t_correct) / (len(tokens) - n_correct)
+                              if len(tokens) > n_correct else None),
+        "wait_per_answer": waits / answers if answers else 0.0,
+        "wait_per_1k_tokens": 1000.0 * waits / sum(tokens) if sum(tokens) else 0.0,
+    }
+
+
+def accuracy_table(results: Sequence[BenchmarkResult], benchmarks: Sequence[str], metric: str = "avg") -> list[dict]:
+    """One row per variant: the metric per benchmark (percent; ``avg`` = avg@n, greedy accuracy for one
+    sample), the unweighted average over benchmarks (the paper's score), and the :func:`diagnostics` of
+    all its answers pooled."""
     by_variant: dict[str, list[BenchmarkResult]] = {}
     for r in results:
         by_variant.setdefault(r.variant, []).append(r)
     rows = []
     for v, rs in by_variant.items():
-        accs = {r.benchmark: r.accuracy for r in rs}
+        accs = {r.benchmark: (r.metrics.get(metric) if r.metrics else (r.accuracy if metric == "avg" else None))
+                for r in rs}
         row: dict[str, Any] = {"variant": v, **{b: accs.get(b) for b in benchmarks}}
-        vals = [accs[b] for b in benchmarks if b in accs]
+        vals = [accs[b] for b in benchmarks if accs.get(b) is not None]
         row["average"] = sum(vals) / len(vals) if len(vals) == len(benchmarks) else None
-        answers = sum(r.n for r in rs)
-        row["answers"] = answers
-        row["wait_per_answer"] = sum(r.wait_total for r in rs) / answers if answers else 0.0
-        row["truncated"] = sum(r.truncated for r in rs)
-        row["truncated_pct"] = 100.0 * row["truncated"] / answers if answers else 0.0
+        row["metric"] = metric
+        row.update(diagnostics(rs))
         rows.append(row)
     return rows
 
 
+def diagnostics_table(results: Sequence[BenchmarkResult]) -> list[dict]:
+    """The :func:`diagnostics` per variant and benchmark."""
+    return [{"variant": r.variant, "benchmark": r.benchmark, **diagnostics([r])} for r in results]
+
+
 def accuracy_columns(acc_rows: Sequence[dict]) -> list[str]:
     """The benchmark columns of an accuracy table."""
-    fixed = {"variant", "average", "answers", "wait_per_answer", "truncated", "truncated_pct", "transition", "kind",
-             "from", "to"}
+    fixed = {"variant", "average", "metric", "answers", "wait_per_answer", "wait_per_1k_tokens", "truncated",
+             "truncated_pct", "tokens_mean", "tokens_median", "tokens_mean_correct", "tokens_mean_wrong",
+             "transition", "kind", "from", "to"}
     return [k for k in (acc_rows[0] if acc_rows else {}) if k not in fixed]
 
 

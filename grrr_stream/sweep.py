@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TextIO
 
-from .config import (SweepConfig, TinyChainSpec, build_config, build_engine_settings, clip, result_settings,
-                     stable_hash)
+from .config import (SweepConfig, TinyChainSpec, build_config, build_engine_settings, build_sampling_settings, clip,
+                     result_settings, stable_hash)
 from .errors import ConfigError, GrrrError, StoreError
 from .locks import FileLock
 
@@ -343,7 +343,10 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
                     "benchmarks": list(e.benchmarks), "bench": bench_id, "limit": e.limit,
                     **({"lenient": True} if e.lenient else {}),  # absent when off: keys stay as they were
                     "template": e.template, "instruction": e.instruction, "rest_from": v.rest_from,
-                    "engine": e.engine.result_fields()}
+                    "engine": e.engine.result_fields(),
+                    # how answers are drawn; pass@k, maj@k and the table metric are computed from the
+                    # answers and never regenerate them (see output_complete)
+                    **({"sampling": e.sampling.key_fields()} if e.sampling.key_fields() else {})}
         where = "evaluation" if e.suite is None else f"extra_evaluations[{e.suite}]"
         for tid in _select(e.transitions, transitions, f"{where}.transitions", problems):
             if tid not in dec_key or refuse_rest(tid, names, where):
@@ -359,7 +362,8 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
                                "benchmarks": list(e.benchmarks), "bench_dir": bench_dir, "limit": e.limit,
                                "lenient": e.lenient,
                                "template": e.template, "instruction": e.instruction, "materialize": e.materialize,
-                               "rest_from": v.rest_from, "engine": e.engine.model_dump()}))
+                               "rest_from": v.rest_from, "engine": e.engine.model_dump(),
+                               "sampling": e.sampling.model_dump(), "metric": e.metric}))
     if problems:
         problems = list(dict.fromkeys(problems))
         shown = [clip(p, 2000) for p in problems[:40]] + ([f"... and {len(problems) - 40} more"]
@@ -438,18 +442,34 @@ def output_complete(unit: Unit) -> bool:
         return (bool(manifest.get("complete")) and (out / "metrics.csv").is_file() and matrices.is_dir()
                 and sum(1 for p in matrices.iterdir() if p.is_dir()) >= len(manifest.get("matrices", ())))
     marker = _COMPLETION.get(unit.kind)
-    return marker is not None and (out / marker).is_file()
+    if marker is None or not (out / marker).is_file():
+        return False
+    if unit.kind == "evaluate":  # tables of another metric or pass@k / maj@k: summarised again (no generation)
+        try:
+            meta = json.loads((out / marker).read_text())
+        except (OSError, ValueError):
+            return False
+        want = unit.params.get("sampling") or {}
+        have = meta.get("sampling") or {}
+        return (meta.get("metric", "avg") == unit.params.get("metric", "avg")
+                and all(list(have.get(k) or ()) == list(want.get(k) or ()) for k in ("pass_k", "maj_k")))
+    return True
 
 
 def unit_state(unit: Unit, records: Records) -> tuple[str, Optional[dict]]:
     """'done', 'failed', 'interrupted' (started, never finished), 'damaged' (recorded done, but its result
-    folder is gone or incomplete: redone) or 'pending'."""
+    folder is gone or incomplete: redone), 'stale' (an evaluation whose tables are for other metrics:
+    summarised again, no generation) or 'pending'."""
     rec = records.read(unit)
     if rec is None or rec.get("key") != unit.key:
         return "pending", None
     status = rec.get("status")
     if status == "done":
-        return ("done", rec) if output_complete(unit) else ("damaged", rec)
+        if output_complete(unit):
+            return "done", rec
+        if unit.kind == "evaluate" and (Path(unit.out) / "evaluation.json").is_file():
+            return "stale", rec  # other metrics asked for now: summarised again from its answers
+        return "damaged", rec
     if status == "failed":
         return "failed", rec
     if status == "running":
@@ -571,7 +591,8 @@ def _run_evaluate(u: Unit, ctx: dict) -> dict:
                          Path(p["bench_dir"]) if not p["bench_dir"].startswith("hub") else p["bench_dir"],
                          settings=build_engine_settings(p["engine"]), materialize=p["materialize"],
                          limit=p["limit"], lenient=p.get("lenient", False), template=p["template"],
-                         instruction=p["instruction"],
+                         instruction=p["instruction"], sampling=build_sampling_settings(p.get("sampling") or {}),
+                         metric=p.get("metric", "avg"), nest_sampled=False,
                          rest_from=p["rest_from"], tracking=ctx["tracking"], log=log)
     return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
 
@@ -796,7 +817,7 @@ def sweep_status(plan: Plan) -> list[dict]:
         state, rec = unit_state(u, records)
         if state == "interrupted" and running:
             state = "running"
-        if state in ("pending", "interrupted", "damaged") and \
+        if state in ("pending", "interrupted", "damaged", "stale") and \
                 any(states.get(d) in ("failed", "blocked") for d in u.deps):
             state = "blocked"
         states[u.id] = state
@@ -809,6 +830,9 @@ def sweep_status(plan: Plan) -> list[dict]:
             detail = "needs " + ", ".join(d for d in u.deps if states.get(d) in ("failed", "blocked"))
         elif state == "damaged":
             detail = "recorded done, but its result folder is missing or incomplete; the next run redoes it"
+        elif state == "stale":
+            detail = "its tables are for another metric or pass@k/maj@k; the next run recomputes them from the " \
+                     "recorded answers (no generation)"
         elif state in ("pending", "interrupted", "running"):
             detail = _partial_progress(u)
         rows.append({"unit": u.id, "kind": u.kind, "state": state, "detail": detail, "out": u.out})
@@ -891,7 +915,7 @@ def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional
     if stats:
         put("stats_overall.csv", _read_csv(Path(stats[0].out) / "table_overall.csv"))
 
-    acc, retention, removal = [], [], []
+    acc, retention, removal, lost = [], [], [], []
     scores_by_suite: dict[str, list] = {}
     rest: dict[tuple[str, str], dict] = {}
     for u in done:
@@ -904,6 +928,7 @@ def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional
         acc += [{**label, **r} for r in _read_csv(Path(u.out) / "accuracy.csv")]
         retention += [{**label, **r} for r in _read_csv(Path(u.out) / "table_retention.csv")]
         removal += [{**label, **r} for r in _read_csv(Path(u.out) / "table_removal.csv")]
+        lost += [{**label, **r} for r in _read_csv(Path(u.out) / "solved_lost.csv")]
         scores = _transition_scores(u, tr, plan.config.claims)
         if scores is not None:
             scores_by_suite.setdefault(suite, []).append(scores)
@@ -917,6 +942,7 @@ def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional
     put("accuracy.csv", acc)
     put("retention.csv", retention)
     put("removal.csv", removal)
+    put("solved_lost.csv", lost)
     claims_summary = _write_claims(plan, scores_by_suite, rest, put)
     return files, claims_summary
 
@@ -927,17 +953,20 @@ def _transition_scores(u: Unit, tr: Transition, c):
     from . import claims
     from .evaluate import result_path
 
-    correct: dict[str, dict[str, str]] = {}
+    metric = u.params.get("metric", "avg")
+    correct: dict[str, dict[str, object]] = {}
     for v in u.params["variants"]:
         name = v.partition("=")[0].strip()
         for b in u.params["benchmarks"]:
             try:
-                bits = json.loads(result_path(Path(u.out), name, b).read_text()).get("correct_bits")
+                summary = json.loads(result_path(Path(u.out), name, b).read_text())
             except (OSError, ValueError):
-                bits = None
-            if not bits:
                 return None
-            correct.setdefault(name, {})[b] = bits
+            values = (summary.get("scores") or {}).get(metric) or (summary.get("correct_bits") if metric == "avg"
+                                                                    else None)
+            if not values:
+                return None
+            correct.setdefault(name, {})[b] = values
     return claims.transition_scores(correct, transition=tr.id, kind=tr.kind, resamples=c.resamples, seed=c.seed)
 
 

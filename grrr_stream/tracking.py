@@ -84,6 +84,14 @@ class TrackedRun:
         for p in paths:
             self.client.log_artifact(self.run_id, str(p), artifact_path)
 
+    def log_table(self, rows: list[dict], artifact_file: str) -> None:
+        """Rows as an MLflow table artifact (shown as a table in the run's artifact view)."""
+        cols: list[str] = []
+        for r in rows:
+            cols += [k for k in r if k not in cols]
+        self.client.log_table(self.run_id, data={c: [r.get(c) for r in rows] for c in cols},
+                              artifact_file=artifact_file)
+
     def set_tags(self, tags: dict[str, Any]) -> None:
         for k, v in tags.items():
             self.client.set_tag(self.run_id, k, str(v))

@@ -242,13 +242,16 @@ class EvaluationResult:
     run_ids: list[str]
     differences: list[dict] = field(default_factory=list)  # paired bootstrap CIs against full, base, proj
     prompt: dict = field(default_factory=dict)             # the prompt format every variant was asked in
+    solved_lost: list[dict] = field(default_factory=list)  # problems full solves and a variant loses, and reverse
+    metric: str = "avg"                                    # the accuracy the tables use
 
 
 def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: Sequence[str], bench_dir: Path, *,
                    settings=None, materialize: str = "engine", keep_variants: bool = False,
                    limit: Optional[int] = None, template: str = "chat", instruction: Optional[str] = None,
                    rest_from: str = "base", tracking: Optional[dict] = None, log=print, resamples: int = 10_000,
-                   bootstrap_seed: int = 0, engine_factory=None, lenient: bool = False) -> EvaluationResult:
+                   bootstrap_seed: int = 0, engine_factory=None, lenient: bool = False, sampling=None,
+                   metric: str = "avg", nest_sampled: bool = True) -> EvaluationResult:
     """Evaluate variants of a stored transition on benchmarks with vLLM; resumable at prompt level.
 
     ``materialize='engine'`` streams each variant into a running engine; ``'folder'`` writes
@@ -258,15 +261,20 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     whose config or tensor layout is the base's and differs from the post model's (see
     :meth:`VariantBuilder.runs_in_post_engine`) get an engine of their own on the base model.
     Differences between variants come with paired bootstrap intervals over problems
-    (``resamples``, ``bootstrap_seed``). ``engine_factory`` replaces :class:`evaluate.Engine`
-    (tests).
+    (``resamples``, ``bootstrap_seed``). ``sampling`` (default greedy) draws n answers per problem in
+    one request each; ``metric`` ('avg' = avg@n, 'pass@k', 'maj@k') is the accuracy of the tables.
+    Sampled results go to ``out/sampled-n…-T…-p…-s…/`` (with ``nest_sampled``), so that results of
+    other sampling settings stay beside them and a finished setting is never generated again.
+    ``engine_factory`` replaces :class:`evaluate.Engine` (tests).
     """
     from . import claims
     from . import evaluate as ev
-    from .config import EngineSettings
+    from .config import EngineSettings, SamplingSettings, check_metric
     from .variants import VariantBuilder, parse_variant, write_variant
 
     settings = settings or EngineSettings()
+    sampling = sampling or SamplingSettings()
+    check_metric(metric, sampling)
     instruction = instruction if instruction is not None else ev.DEFAULT_INSTRUCTION
     if materialize not in ("engine", "folder"):
         raise ConfigError("materialize must be 'engine' or 'folder'")
@@ -276,6 +284,8 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
         raise ConfigError(f"variant names must be unique, got {names}")
     t = StoredTransition(Path(store))
     out = ensure_folder(Path(out), "--out")
+    if nest_sampled and sampling.key_fields() is not None:
+        out = ensure_folder(out / sampling.folder_name(), "--out")
     if str(bench_dir).startswith("hub:") or str(bench_dir) == "hub":
         # 'hub' or 'hub:OWNER/REPO': fetch <name>/test.jsonl files once into the results folder
         repo = str(bench_dir)[4:] or ev.HUB_REPO
@@ -302,14 +312,15 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     homes = {n: engine_home(n) for n in names}
     order = sorted(names, key=lambda n: [homes[m] for m in names].index(homes[n]))
     engine, engine_at = None, None
-    results, fidelity = {}, {}
+    results, fidelity, keys_of = {}, {}, {}
     try:
         for name in order:
             builder = builders[name]
             meta = builder.metadata()
-            keys = {b.name: ev.evaluation_key(b, meta, settings, template, instruction, prompt["digest"])
+            keys = {b.name: ev.evaluation_key(b, meta, settings, template, instruction, prompt["digest"], sampling)
                     for b in benches}
-            have = {b.name: ev.scored(out, name, b.name, keys[b.name]) for b in benches}
+            keys_of[name] = keys
+            have = {b.name: ev.scored(out, name, b, keys[b.name], sampling) for b in benches}
             if all(have.values()):
                 log(f"{name}: all {len(benches)} benchmark(s) already scored")
                 results[name] = list(have.values())
@@ -340,7 +351,7 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
                         results[name].append(have[b.name])
                         continue
                     r = ev.score_benchmark(active, b, name, out, keys[b.name], template=template,
-                                           instruction=instruction)
+                                           instruction=instruction, sampling=sampling)
                     log(f"{name} / {b.name}: {r.accuracy:.1f} % of {r.n}"
                         + (f" ({r.truncated} cut off at {settings.max_new_tokens} tokens)" if r.truncated else ""))
                     results[name].append(r)
@@ -353,35 +364,47 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
         if engine is not None:
             engine.close()
     flat = [r for n in names for r in results[n]]
-    acc = ev.accuracy_table(flat, [b.name for b in benches])
+    acc = ev.accuracy_table(flat, [b.name for b in benches], metric)
     used = {builders[n].rest_from for n in names if builders[n].spec.composed}
     t56, t8, info = ev.retention_tables(acc, rest_from=used.pop() if len(used) == 1 else None)
     fallbacks = sorted({builders[n].rest_fallback for n in names if builders[n].rest_fallback})
     info["rest_from_requested"] = rest_from
     if fallbacks:
         info["rest_fallback"] = fallbacks[0]
-    scores = claims.transition_scores(claims.correctness_of(flat), transition=t.label, resamples=resamples,
+    scores = claims.transition_scores(claims.correctness_of(flat, metric=metric), transition=t.label,
+                                      resamples=resamples,
                                       seed=bootstrap_seed)
     diffs = claims.difference_rows(scores)
     informative = claims.informative_rows([scores])[0]
     info.update({k: v for k, v in informative.items() if k not in ("transition", "kind")})
     warn_truncated(acc, settings.max_new_tokens, log)
     files = []
+    # every metric of every variant and benchmark (the tables above use `metric`)
+    long = [{"variant": r.variant, "benchmark": r.benchmark, "metric": m, "value": v, "problems": r.n,
+             "samples": r.samples} for r in flat for m, v in (r.metrics or {"avg": r.accuracy}).items()]
+    lost = ev.solved_lost(flat, metric)
     for fname, rows in (("accuracy.csv", acc), ("table_retention.csv", t56), ("table_removal.csv", t8),
-                        ("table_differences.csv", diffs)):
+                        ("table_differences.csv", diffs), ("metrics.csv", long), ("solved_lost.csv", lost),
+                        ("diagnostics.csv", ev.diagnostics_table(flat))):
         atomic_write_text(out / fname, to_csv(rows))
         files.append(out / fname)
+    # per-problem records as a table per variant: join variants on (benchmark, problem)
+    for name in names:
+        rows = [row for b in benches for row in ev.problem_rows(out, name, b, keys_of[name][b.name])]
+        atomic_write_text(out / name / "problems.csv", to_csv(rows))
     atomic_write_text(out / "evaluation.json", json.dumps(
         {"store": str(t.path), "engine": settings.model_dump(), "versions": ev.engine_versions(),
          "prompt_format": prompt, "bootstrap": {"resamples": resamples, "seed": bootstrap_seed},
+         "sampling": sampling.model_dump(), "metric": metric,
          "benchmarks": {b.name: {"sha256": b.sha256, "n": len(b.problems), "skipped": b.skipped, "path": str(b.path)}
                         for b in benches},
          "variants": {n: builders[n].metadata() for n in names},
          "info": info, "fidelity": fidelity}, indent=2, default=str))
     files.append(out / "evaluation.json")
-    res = EvaluationResult(out, flat, acc, t56, t8, info, fidelity, files, [], diffs, prompt)
+    res = EvaluationResult(out, flat, acc, t56, t8, info, fidelity, files, [], diffs, prompt, lost, metric)
     if tracking_enabled(tracking):
-        res.run_ids = _track_evaluation(t, [builders[n] for n in names], benches, res, settings, template, tracking)
+        res.run_ids = _track_evaluation(t, [builders[n] for n in names], benches, res, settings, template, tracking,
+                                        sampling)
     return res
 
 
@@ -396,7 +419,8 @@ def warn_truncated(acc_rows: Sequence[dict], max_new_tokens: int, log=print) -> 
                 "and Wait count are lower bounds; raise max_new_tokens")
 
 
-def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, template, tracking) -> list[str]:
+def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, template, tracking,
+                      sampling) -> list[str]:
     from . import evaluate as ev
 
     parent = transition_run(t, tracking)
@@ -409,10 +433,13 @@ def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, tem
         name = builder.spec.name
         settings_key = {"transition": t.manifest["identity"], "variant": builder.metadata(),
                         "engine": settings.result_fields(), "template": template, "prompt": res.prompt}
+        if sampling.key_fields() is not None:
+            settings_key["sampling"] = sampling.key_fields()
         run = trk_open(tracking, key="evaluation-" + stable_hash(settings_key, 24),
                        name=f"{t.label} [{name}] eval", parent=parent.run_id,
                        tags={"grrr.kind": "evaluation", "grrr.variant": name})
         params = {**variant_params(builder), "template": template, "prompt_format": res.prompt["digest"],
+                  "metric": res.metric, **{f"sampling.{k}": v for k, v in sampling.model_dump().items()},
                   **{f"engine.{k}": v for k, v in settings.model_dump().items()},
                   **{f"version.{k}": v for k, v in versions.items()}}
         params.update({f"sha256.{b.name}": b.sha256 for b in benches})
@@ -423,11 +450,15 @@ def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, tem
         metrics = [(f"acc/{r.benchmark}", r.accuracy, 0) for r in mine]
         metrics += [(f"wait_mean/{r.benchmark}", r.wait_mean, 0) for r in mine]
         metrics += [(f"truncated/{r.benchmark}", float(r.truncated), 0) for r in mine]
+        metrics += [(f"{m}/{r.benchmark}", v, 0) for r in mine for m, v in (r.metrics or {}).items() if m != "avg"]
         row = acc.get(name, {})
         if row.get("average") is not None:
             metrics.append(("average", row["average"], 0))
         if row:
-            metrics += [("wait_mean", row["wait_per_answer"], 0), ("truncated_pct", row["truncated_pct"], 0)]
+            metrics += [(k, row[k], 0) for k in ("wait_per_answer", "wait_per_1k_tokens", "truncated_pct",
+                                                 "tokens_mean", "tokens_median", "tokens_mean_correct",
+                                                 "tokens_mean_wrong") if row.get(k) is not None]
+            metrics.append(("wait_mean", row["wait_per_answer"], 0))
         d = diffs.get(name, {})
         metrics += [(k if not k.startswith("retention_full") else "retention", v, 0) for k, v in d.items()
                     if k.startswith(("minus_", "retention_")) and isinstance(v, float) and math.isfinite(v)]
@@ -437,6 +468,12 @@ def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, tem
         # a metric already logged with this value is not logged again (reruns add no history)
         run.log_metrics([m for m in metrics if have.get(m[0]) != m[1]])
         run.log_artifacts(sorted((res.out / name).glob("*.jsonl")), "generations")
+        problems = res.out / name / "problems.csv"
+        if problems.is_file() and not run.complete:
+            import csv
+
+            with open(problems, newline="") as f:
+                run.log_table(list(csv.DictReader(f)), "problems.json")
         run.finish()
         run_ids.append(run.run_id)
     return run_ids

@@ -41,16 +41,23 @@ class StandInEngine:
     def prompts(self, problems, template, instruction):
         return [p.question for p in problems]
 
-    def generate(self, prompts):
+    calls = 0
+
+    def generate(self, prompts, sampling=None):
         from grrr_stream.evaluate import Generation
 
+        StandInEngine.calls += 1
+        n = sampling.n if sampling is not None else 1
         out = []
         for p in prompts:
-            h = int(hashlib.sha256((self.digest + p).encode()).hexdigest(), 16)
-            answer = eval(p) if h % 3 else -1  # noqa: S307 - our own 'a+b' strings
-            capped = h % 7 == 0
-            out.append(Generation(f"Wait, {'Wait, ' * (h % 4)}\\boxed{{{answer}}}", 32 if capped else 5,
-                                  "length" if capped else "stop"))
+            answers = []
+            for s in range(n):
+                h = int(hashlib.sha256((self.digest + p + (f"#{s}" if s else "")).encode()).hexdigest(), 16)
+                answer = eval(p) if h % 3 else -1  # noqa: S307 - our own 'a+b' strings
+                capped = h % 7 == 0
+                answers.append(Generation(f"Wait, {'Wait, ' * (h % 4)}\\boxed{{{answer}}}", 32 if capped else 5,
+                                          "length" if capped else "stop"))
+            out.append(answers)
         return out
 
     def close(self):
@@ -165,3 +172,113 @@ def test_benchmark_names_that_are_not_one_folder_name_are_refused(tmp_path, name
 
     with pytest.raises(ConfigError, match="benchmark name"):
         load_benchmark(name, tmp_path)
+
+
+# -- sampled metrics ---------------------------------------------------------------------------
+
+
+def test_pass_at_k_against_hand_computed_values():
+    from grrr_stream.evaluate import pass_at_k
+
+    # n = 5 answers, 2 right: pass@1 = 2/5; pass@2 = 1 − C(3,2)/C(5,2) = 1 − 3/10; pass@4 = 1 (only 3 wrong)
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    assert pass_at_k(5, 2, 4) == 1.0 and pass_at_k(5, 0, 5) == 0.0 and pass_at_k(5, 5, 1) == 1.0
+    # pass@k is the chance that k answers drawn without replacement contain a right one: enumerate it
+    from itertools import combinations
+
+    right = [True, True, False, False, False]
+    draws = list(combinations(range(5), 3))
+    assert pass_at_k(5, 2, 3) == pytest.approx(sum(any(right[i] for i in d) for d in draws) / len(draws))
+
+
+def test_majority_vote_groups_equivalent_answers():
+    from grrr_stream.evaluate import majority_correct
+
+    half = [{"extracted": "\\frac{1}{2}", "correct": True}, {"extracted": "0.5", "correct": True},
+            {"extracted": "1/3", "correct": False}]
+    assert majority_correct(half, 3)  # \frac{1}{2} and 0.5 vote together: 2 against 1
+    third = [{"extracted": "0.5", "correct": True}, {"extracted": "\\frac{1}{3}", "correct": False},
+             {"extracted": "1/3", "correct": False}]
+    assert not majority_correct(third, 3)
+    assert majority_correct(third, 1)  # only the first answer votes
+    tie = [{"extracted": "7", "correct": False}, {"extracted": "2", "correct": True}]
+    assert not majority_correct(tie, 2)  # a tie goes to the answer seen first
+    assert not majority_correct([{"extracted": None, "correct": False}], 1)
+
+
+def test_sampled_evaluation_draws_n_answers_in_one_request_and_reports_every_metric(transition, tmp_path):
+    from grrr_stream.config import SamplingSettings
+    from grrr_stream.evaluate import pass_at_k
+
+    _, _, store, bench = transition
+    sampling = SamplingSettings(n=4, temperature=0.7, pass_k=[1, 2, 4], maj_k=[4])
+    StandInEngine.calls = 0
+    res = run_evaluation(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench, settings=SETTINGS,
+                         sampling=sampling, metric="pass@2", engine_factory=StandInEngine, log=lambda m: None)
+    assert StandInEngine.calls == 2  # one request per variant (63 prompts < one chunk), n answers each
+    out = tmp_path / "e" / "sampled-n4-T0.7-p1-s0"  # beside greedy results and other settings
+    assert res.out == out
+    recs = [json.loads(x) for x in (out / "full" / "sums.jsonl").read_text().splitlines()]
+    assert len(recs) == 63 and all(len(r["samples"]) == 4 for r in recs)
+    full = next(r for r in res.results if r.variant == "full")
+    # every metric recomputed by hand from the records
+    c = [sum(a["correct"] for a in r["samples"]) for r in recs]
+    assert full.metrics["avg"] == pytest.approx(100 * sum(x / 4 for x in c) / 63)
+    assert full.metrics["pass@2"] == pytest.approx(100 * sum(pass_at_k(4, x, 2) for x in c) / 63)
+    assert full.metrics["pass@4"] == pytest.approx(100 * sum(x > 0 for x in c) / 63)
+    assert full.truncated == sum(a["finish_reason"] == "length" for r in recs for a in r["samples"])
+    acc = {r["variant"]: r for r in res.accuracy_rows}
+    assert acc["full"]["metric"] == "pass@2" and acc["full"]["sums"] == pytest.approx(full.metrics["pass@2"])
+    assert acc["full"]["answers"] == 63 * 4
+    tokens = [a["tokens"] for r in recs for a in r["samples"]]
+    assert acc["full"]["tokens_mean"] == pytest.approx(sum(tokens) / len(tokens))
+    waits = sum(a["wait"] for r in recs for a in r["samples"])
+    assert acc["full"]["wait_per_1k_tokens"] == pytest.approx(1000 * waits / sum(tokens))
+    # per-problem records as a table, and what full solves that a variant loses
+    import csv
+
+    with open(out / "full" / "problems.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 63 * 4 and {"problem", "sample", "extracted", "finish_reason", "wait"} <= set(rows[0])
+    lost = {(r["problem"], r["change"]) for r in res.solved_lost if r["variant"] == "offnull"}
+    off = next(r for r in res.results if r.variant == "offnull")
+    want = {(i, "lost" if a >= 0.5 else "gained") for i, (a, b) in
+            enumerate(zip(full.scores["pass@2"], off.scores["pass@2"])) if (a >= 0.5) != (b >= 0.5)}
+    assert lost == want
+    # other sampling settings: new results beside the old; back to the first: nothing generated again
+    StandInEngine.calls = 0
+    run_evaluation(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS, engine_factory=StandInEngine,
+                   sampling=SamplingSettings(n=4, temperature=1.0), log=lambda m: None)
+    assert StandInEngine.calls == 1
+    assert (tmp_path / "e" / "sampled-n4-T1-p1-s0" / "full" / "sums.json").is_file()
+    StandInEngine.calls = 0
+    again = run_evaluation(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS,
+                           engine_factory=StandInEngine, sampling=sampling, metric="maj@4", log=lambda m: None)
+    assert StandInEngine.calls == 0 and again.results[0].metrics["maj@4"] == full.metrics["maj@4"]
+
+
+def test_pass_k_added_later_is_summarised_from_the_answers_without_generating(transition, tmp_path):
+    from grrr_stream.config import SamplingSettings
+
+    _, _, store, bench = transition
+    kw = dict(settings=SETTINGS, engine_factory=StandInEngine, log=lambda m: None)
+    run_evaluation(store, tmp_path / "e", ["full"], ["sums"], bench, sampling=SamplingSettings(n=3, temperature=0.5),
+                   **kw)
+    StandInEngine.calls, StandInEngine.started = 0, []
+    res = run_evaluation(store, tmp_path / "e", ["full"], ["sums"], bench, metric="maj@3",
+                         sampling=SamplingSettings(n=3, temperature=0.5, maj_k=[3]), **kw)
+    assert StandInEngine.calls == 0 and StandInEngine.started == []
+    assert "maj@3" in res.results[0].metrics and res.accuracy_rows[0]["metric"] == "maj@3"
+
+
+def test_sampling_settings_are_checked():
+    from grrr_stream.config import SamplingSettings, SweepEvaluation
+
+    with pytest.raises(ValueError, match="temperature > 0"):
+        SamplingSettings(n=4)
+    with pytest.raises(ValueError, match="must not exceed n"):
+        SamplingSettings(n=2, temperature=1.0, pass_k=[4])
+    with pytest.raises(ValueError, match="not computed"):
+        SweepEvaluation(metric="maj@8")
+    assert SamplingSettings().key_fields() is None  # greedy keys stay as they were

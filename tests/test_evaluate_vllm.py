@@ -174,3 +174,38 @@ def test_sweep_evaluates_on_a_dask_worker_and_a_rerun_starts_no_engine(tiny_chai
     assert set(acc) == {"base", "full"} and acc["full"] > acc["base"]
     again = run_sweep(plan_sweep(cfg), scheduler="local:2", progress=False)
     assert again.ok and again.ran == []
+
+
+def test_sampled_answers_come_from_one_request_with_real_finish_reasons(chain, tmp_path):
+    """n samples per prompt in one vLLM request; cut-offs counted from vLLM's own finish reasons (a token
+    limit below the tiny chain's ~46-token answers forces them)."""
+    from grrr_stream.config import SamplingSettings
+    from grrr_stream.evaluate import pass_at_k, score_benchmark
+
+    _, models, _ = chain
+    settings = EngineSettings(max_new_tokens=40, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
+    bench = load_benchmark("arith", models["benchmark"], limit=10)
+    sampling = SamplingSettings(n=4, temperature=0.8, pass_k=[1, 4], maj_k=[4])
+    engine = Engine(models["sft"], settings)
+    calls = []
+    real = engine.llm.generate
+
+    def counting(*args, **kwargs):
+        calls.append(len(args[0]))
+        return real(*args, **kwargs)
+
+    engine.llm.generate = counting
+    try:
+        res = score_benchmark(engine, bench, "full", tmp_path, "k", sampling=sampling)
+    finally:
+        engine.close()
+    assert calls == [10]  # one request per prompt, all in one call: not 4 passes
+    recs = [json.loads(x) for x in (tmp_path / "full" / "arith.jsonl").read_text().splitlines()]
+    answers = [a for r in recs for a in r["samples"]]
+    assert len(recs) == 10 and len(answers) == 40
+    assert res.truncated == sum(a["finish_reason"] == "length" for a in answers) > 0
+    assert {a["finish_reason"] for a in answers} <= {"stop", "length"}
+    c = [sum(a["correct"] for a in r["samples"]) for r in recs]
+    assert res.metrics["pass@4"] == pytest.approx(100 * sum(pass_at_k(4, x, 4) for x in c) / 10)
+    print(f"sampled n=4 at T=0.8, 40 tokens: avg@4 {res.metrics['avg']:.1f}, pass@4 {res.metrics['pass@4']:.1f}, "
+          f"maj@4 {res.metrics['maj@4']:.1f}, cut off {res.truncated}/40")

@@ -413,3 +413,20 @@ def test_checkpoint_replaced_in_place_gets_new_results(models, tmp_path):
     again = run_sweep(plan, progress=False)
     assert again.ok and sorted(again.ran) == sorted(stale)
     assert {plan.unit(u).out for u in stale}.isdisjoint(first.plan.unit(u).out for u in stale)
+
+
+def test_sampling_settings_key_evaluations_and_metrics_only_recompute_tables(models, tmp_path):
+    def evaluate_unit(**sampling):
+        cfg = config(models, tmp_path / "w", evaluation={"enabled": True, "benchmarks": ["b"],
+                                                         "bench_dir": str(tmp_path), **sampling},
+                     variants={"enabled": False})
+        return plan_sweep(SweepConfig.model_validate(cfg)).unit("evaluate/base-to-sft")
+
+    greedy = evaluate_unit()
+    hot = evaluate_unit(sampling={"n": 4, "temperature": 0.7})
+    warm = evaluate_unit(sampling={"n": 4, "temperature": 0.6})
+    assert len({greedy.key, hot.key, warm.key}) == 3 and len({greedy.out, hot.out, warm.out}) == 3
+    assert evaluate_unit(sampling={"n": 4, "temperature": 0.7}).key == hot.key  # back: the same results
+    # pass@k, maj@k and the table metric are computed from the answers: same key, same folder
+    maj = evaluate_unit(sampling={"n": 4, "temperature": 0.7, "maj_k": [4]}, metric="maj@4")
+    assert (maj.key, maj.out) == (hot.key, hot.out) and maj.params["metric"] == "maj@4"
