@@ -504,7 +504,9 @@ def print_sweep_summary(res, out=None) -> None:
         benches = accuracy_columns(acc)
         diffs = {(d["transition"] + (f" [{suite}]" if suite else ""), d["variant"]): d
                  for suite, s in res.claims.items() for d in s["differences"]}
-        out.write(f"\naccuracy (%); − full: paired bootstrap 95 % CI over problems\n{'transition':<28} {'kind':<12} "
+        metric = acc[0].get("metric") or "avg"
+        out.write(f"\naccuracy (%, metric {metric}); − full: paired bootstrap 95 % CI over problems\n"
+                  f"{'transition':<28} {'kind':<12} "
                   f"{'variant':<12} " + " ".join(f"{b:>12}" for b in benches)
                   + f" {'average':>8} {'− full [95 % CI]':>24} {'cut off':>8}\n")
         for r in acc:

@@ -337,11 +337,15 @@ class Engine:
         """The answers to each prompt: one greedy :class:`Generation`, or ``sampling.n`` samples drawn in
         one request per prompt (``SamplingParams(n=…)``). A prompt that does not fit the model's context
         gets ``n`` Generation(None, 0, '') instead of failing the whole batch (vLLM refuses it)."""
-        n = (sampling or SamplingSettings()).n
+        s = sampling or SamplingSettings()
+        n = s.n
         limit = self.max_model_len
-        fits = [limit is None or len(self.tokenizer.encode(p, add_special_tokens=False)) < limit for p in prompts]
-        todo = [p for p, ok in zip(prompts, fits) if ok]
-        outs = iter(self.llm.generate(todo, self.sampling_params(sampling), use_tqdm=False) if todo else [])
+        lengths = [len(self.tokenizer.encode(p, add_special_tokens=False)) for p in prompts]
+        fits = [limit is None or k < limit for k in lengths]
+        todo = [(p, k) for p, k, ok in zip(prompts, lengths, fits) if ok]
+        params = self.sampling_params(sampling)
+        outs = iter([o for batch in self._batches(todo, s)
+                     for o in self.llm.generate(batch, params, use_tqdm=False)])
         res: list[list[Generation]] = []
         for ok in fits:
             if not ok:
@@ -349,6 +353,30 @@ class Engine:
                 continue
             res.append([Generation(o.text, len(o.token_ids), str(o.finish_reason or "")) for o in next(outs).outputs])
         return res
+
+    def _batches(self, todo: list[tuple[str, int]], sampling: SamplingSettings) -> list[list[str]]:
+        """Prompts in one batch, except for seeded sampling on the CPU backend: there a prompt whose prefill
+        the scheduler splits across steps fails ('CPU Generator does not use offset'; torch's CPU
+        generators cannot rewind), so each batch's prefill (prompt tokens × n) must fit one step's
+        token budget."""
+        if not todo:
+            return []
+        if not self.on_cpu or sampling.greedy:
+            return [[p for p, _ in todo]]
+        try:
+            budget = int(self.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens)
+        except AttributeError:  # another vLLM layout: one batch, as on GPUs
+            return [[p for p, _ in todo]]
+        batches: list[list[str]] = [[]]
+        used = 0
+        for p, k in todo:
+            cost = k * sampling.n
+            if batches[-1] and used + cost > budget:
+                batches.append([])
+                used = 0
+            batches[-1].append(p)
+            used += cost
+        return batches
 
     def close(self) -> None:
         import gc

@@ -31,7 +31,9 @@ def test_shipped_config_validates(path, tmp_path):
         return
     plan = plan_sweep(load_sweep_config(path, workdir=tmp_path / "w"))  # no network, no model needed
     kinds = {u.kind for u in plan.units}
-    assert {"decompose", "stats", "compare", "evaluate"} <= kinds
+    assert {"decompose", "evaluate"} <= kinds
+    if path.name in ("demo.yaml", "paper.yaml"):
+        assert {"stats", "compare"} <= kinds
     assert not (tmp_path / "w").exists()  # planning writes nothing
 
 

@@ -282,3 +282,24 @@ def test_sampling_settings_are_checked():
     with pytest.raises(ValueError, match="not computed"):
         SweepEvaluation(metric="maj@8")
     assert SamplingSettings().key_fields() is None  # greedy keys stay as they were
+
+
+def test_seeded_sampling_on_cpu_is_batched_so_no_prefill_is_split():
+    """vLLM's CPU backend fails on a seeded request whose prefill the scheduler splits ('CPU Generator does
+    not use offset'): each batch's prompt tokens × n must fit the step's token budget."""
+    from types import SimpleNamespace
+
+    from grrr_stream.config import SamplingSettings
+    from grrr_stream.evaluate import Engine
+
+    eng = object.__new__(Engine)
+    eng.on_cpu = True
+    eng.llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=SimpleNamespace(
+        scheduler_config=SimpleNamespace(max_num_batched_tokens=100))))
+    todo = [(f"p{i}", 10) for i in range(7)]
+    sampled = SamplingSettings(n=4, temperature=0.7)
+    batches = eng._batches(todo, sampled)
+    assert [len(b) for b in batches] == [2, 2, 2, 1] and sum(batches, []) == [p for p, _ in todo]
+    assert eng._batches(todo, SamplingSettings()) == [[p for p, _ in todo]]  # greedy: one batch
+    eng.on_cpu = False
+    assert len(eng._batches(todo, sampled)) == 1  # GPU generators can rewind: one batch

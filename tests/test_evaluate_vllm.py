@@ -32,7 +32,7 @@ def chain(tiny_chain, tmp_path_factory):
 
 
 def _texts(engine, prompts):
-    return [g.text for g in engine.generate(prompts)]
+    return [answers[0].text for answers in engine.generate(prompts)]
 
 
 def test_engine_swap_equals_fresh_engine(chain, tmp_path):
@@ -183,7 +183,7 @@ def test_sampled_answers_come_from_one_request_with_real_finish_reasons(chain, t
     from grrr_stream.evaluate import pass_at_k, score_benchmark
 
     _, models, _ = chain
-    settings = EngineSettings(max_new_tokens=40, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
+    settings = EngineSettings(max_new_tokens=46, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
     bench = load_benchmark("arith", models["benchmark"], limit=10)
     sampling = SamplingSettings(n=4, temperature=0.8, pass_k=[1, 4], maj_k=[4])
     engine = Engine(models["sft"], settings)
@@ -207,5 +207,5 @@ def test_sampled_answers_come_from_one_request_with_real_finish_reasons(chain, t
     assert {a["finish_reason"] for a in answers} <= {"stop", "length"}
     c = [sum(a["correct"] for a in r["samples"]) for r in recs]
     assert res.metrics["pass@4"] == pytest.approx(100 * sum(pass_at_k(4, x, 4) for x in c) / 10)
-    print(f"sampled n=4 at T=0.8, 40 tokens: avg@4 {res.metrics['avg']:.1f}, pass@4 {res.metrics['pass@4']:.1f}, "
+    print(f"sampled n=4 at T=0.8, 46 tokens: avg@4 {res.metrics['avg']:.1f}, pass@4 {res.metrics['pass@4']:.1f}, "
           f"maj@4 {res.metrics['maj@4']:.1f}, cut off {res.truncated}/40")

@@ -47,7 +47,7 @@ def main() -> None:
     t = time.perf_counter()
     outs = engine.generate(prompts)
     gen_s = time.perf_counter() - t
-    tokens = sum(g.tokens for g in outs)
+    tokens = sum(answers[0].tokens for answers in outs)
     t = time.perf_counter()
     for v in names:
         engine.load_weights(VariantBuilder(store, parse_variant(v)).tensors())
