@@ -78,6 +78,32 @@ def _stats_parser(sub) -> None:
     _add_stats_common(p)
 
 
+def _bands_parser(sub) -> None:
+    p = sub.add_parser("bands", help="energy of P by principal band, from finished stores (no checkpoints, no SVD)",
+                       description="Split the energy of the diagonal and off-diagonal parts of every stored P into "
+                                   "blocks by principal band of W0 (top-k×top-k, mixed, tail×tail) for band edges "
+                                   "k; per matrix, module and layer, with a figure per transition.")
+    p.add_argument("stores", nargs="+", type=Path, help="finished transition stores")
+    p.add_argument("--out", type=Path, required=True, help="folder for the tables and figures")
+    p.add_argument("--edges", default="16,64,256", help="comma-separated band edges k (default 16,64,256)")
+    p.add_argument("--scheduler", help="Dask scheduler: threads (default), processes, or ADDRESS of a cluster")
+    _add_common(p)
+
+
+def cmd_bands(args: argparse.Namespace) -> int:
+    from .workflows import make_scheduler, run_bands
+
+    try:
+        edges = sorted({int(k) for k in args.edges.split(",") if k.strip()})
+    except ValueError:
+        raise ConfigError(f"--edges takes comma-separated positive integers, got {args.edges!r}") from None
+    if not edges or edges[0] < 1:
+        raise ConfigError("--edges takes comma-separated positive integers")
+    files = run_bands(args.stores, args.out, edges=edges, scheduler=make_scheduler(args.scheduler))
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
 def _compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="off-diagonal cosine geometry of transitions sharing a base frame",
                        description="Median over matrices of cos(P_a^off, P_b^off) with a bootstrap CI and a matched "
@@ -491,6 +517,26 @@ def print_sweep_summary(res, out=None) -> None:
         for r in trs:
             out.write(f"{r['transition']:<28} {r['kind']:<12} {r['method']:<12} {float(r['f_diag_mean']):>8.4f} "
                       f"{float(r['f_off_mean']):>8.4f} {float(r['f_null_mean']):>8.4f} {float(r['r_delta_mean']):>9.2e}\n")
+    beyond = [r for r in trs if r.get("frac_unchanged_mean")]
+    if beyond:
+        kept = next((k[:-len("_kept_diag_mean")] for k in beyond[0] if k.endswith("_kept_diag_mean")), None)
+        edge = next((e for e in ("64", "16", "256") if f"band{e}_off_principal_mean" in beyond[0]), None)
+        out.write("\nbeyond the paper (means over matrices): bitwise-unchanged entries, entries within one ulp"
+                  + (f"; share of ‖ΔW‖² in the top-{edge} block of P; largest angle between top-{edge} subspaces"
+                     if edge else "") + (f"; energy of each component kept through {kept}" if kept else "") + "\n")
+        for r in beyond:
+            line = (f"  {r['transition']:<26} unchanged {float(r['frac_unchanged_mean']):6.3f}  "
+                    f"≤1 ulp {float(r['frac_within_ulp_mean']):6.3f}")
+            if edge:
+                top = float(r[f"band{edge}_diag_principal_mean"]) + float(r[f"band{edge}_off_principal_mean"])
+                line += f"  top-{edge} {top:6.3f}"
+                if r.get(f"angle{edge}_left_max_deg_mean"):
+                    line += (f"  angle L {float(r[f'angle{edge}_left_max_deg_mean']):5.1f}° "
+                             f"R {float(r[f'angle{edge}_right_max_deg_mean']):5.1f}°")
+            if kept:
+                line += "  kept " + " ".join(f"{c} {float(r[f'{kept}_kept_{c}_mean']):.3f}"
+                                             for c in ("diag", "off", "null"))
+            out.write(line + "\n")
     cmps = rows("comparisons.csv")
     if cmps:
         out.write("\nmedian off-diagonal cosine (95 % CI) vs the isotropic null:\n")
@@ -565,6 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
     _decompose_parser(sub)
     _stats_parser(sub)
     _compare_parser(sub)
+    _bands_parser(sub)
     _variants_parser(sub)
     _evaluate_parser(sub)
     _sweep_parser(sub)
@@ -573,7 +620,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "variants": cmd_variants,
+COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "bands": cmd_bands,
+            "variants": cmd_variants,
             "evaluate": cmd_evaluate, "demo": cmd_sweep,
             "sweep": cmd_sweep, "status": cmd_status}
 

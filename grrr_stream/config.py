@@ -62,6 +62,19 @@ class DecompositionSettings(_Strict):
     # On resume, re-read and digest the tensors of completed matrices to prove the inputs
     # are unchanged (the checkpoint fingerprint only samples the files). Costs one read.
     verify_resume: bool = True
+    # Beyond the paper, in the same pass: energy of P by principal band (top-k of σ(W0)) for these
+    # edges, principal angles between the top-k singular subspaces of W0 and W1 for the same k, and
+    # how much of each component survives W0 + component stored in survival_dtype (None: skip).
+    band_edges: tuple[int, ...] = (16, 64, 256)
+    subspace_angles: bool = True
+    survival_dtype: Optional[Literal["bfloat16", "float16"]] = "bfloat16"
+
+    @field_validator("band_edges")
+    @classmethod
+    def _edges(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(k < 1 for k in v):
+            raise ValueError("band edges must be positive integers (numbers of principal directions)")
+        return tuple(sorted(set(v)))
 
     @field_validator("device")
     @classmethod
@@ -133,9 +146,12 @@ class DecomposeConfig(DecompositionSettings):
         return self.frame_cache if self.frame_cache is not None else self.store / "frames"
 
 
+_ANALYSES_DEFAULT = {"band_edges": [16, 64, 256], "subspace_angles": True, "survival_dtype": "bfloat16"}
+
+
 def result_settings(cfg: DecompositionSettings) -> dict[str, Any]:
     """Settings that change stored numbers (inputs are fingerprinted separately)."""
-    return {
+    out: dict[str, Any] = {
         "compute_dtype": cfg.compute_dtype,
         "store_dtype": cfg.store_dtype,
         "core_rel_threshold": cfg.core_rel_threshold,
@@ -143,6 +159,11 @@ def result_settings(cfg: DecompositionSettings) -> dict[str, Any]:
         "modules": list(cfg.modules),
         "module_pattern": cfg.module_pattern,
     }
+    analyses = {"band_edges": list(cfg.band_edges), "subspace_angles": cfg.subspace_angles,
+                "survival_dtype": cfg.survival_dtype}
+    if analyses != _ANALYSES_DEFAULT:  # defaults stay out: stores and keys of earlier runs keep their identity
+        out["analyses"] = analyses
+    return out
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:

@@ -31,7 +31,7 @@ from .arch import MatrixName, pattern_for, select_matrices
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
 from .config import DecomposeConfig, result_settings, settings_hash, stable_hash
 from .errors import NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
-from .frame import Frame, MatrixResult, decompose_matrix
+from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
 from .progress import Progress
 from .runtime import bound_heap_growth, resolve_device
 from .store import FrameCache, StoreLock, TransitionStore, to_store_array
@@ -128,6 +128,8 @@ class _Loaded:
     frame: Optional[Frame]
     problems: list[str]
     shape: tuple[int, int] = (0, 0)
+    sparsity: dict = field(default_factory=dict)  # checkpoint-precision sparsity of the update
+    survival: Optional[tuple] = None  # (axis, indices, W0 sample in checkpoint dtype, target dtype)
 
     def take(self, attr: str, **to_kwargs) -> torch.Tensor:
         """Hand over w0/w1 upcast and drop this item's reference, so the checkpoint-dtype copy
@@ -324,7 +326,14 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
         d0 = tensor_digest(w0)
         key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold)
         frame = None if problems else frames.get(key, dtype, shape=tuple(w0.shape))
-        return _Loaded(m, w0, w1, d0, tensor_digest(w1), key, frame, problems, tuple(w0.shape))
+        item = _Loaded(m, w0, w1, d0, tensor_digest(w1), key, frame, problems, tuple(w0.shape))
+        if not problems:  # in the checkpoints' own dtype, while the reader thread has them
+            item.sparsity = update_sparsity(w0, w1)
+            if cfg.survival_dtype is not None:
+                axis, idx = survival_sample(tuple(w0.shape))
+                sample = (w0[idx] if axis == 0 else w0[:, idx]).clone()
+                item.survival = (axis, idx, sample, getattr(torch, cfg.survival_dtype))
+        return item
 
     def write(item: _Loaded, res: MatrixResult, frame_is_new: bool) -> None:
         if frame_is_new:
@@ -346,7 +355,7 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
             "shape": list(item.shape), "rank": res.frame.rank,
             "base_digest": item.digest0, "post_digest": item.digest1, "frame_key": item.frame_key,
             "null_stored": "null" in arrays,
-            "metrics": res.metrics.as_row(),
+            "metrics": {**res.metrics.as_row(), **item.sparsity},
         }
         store.write_matrix(m.name, arrays, attrs, array_attrs)
 
@@ -370,10 +379,14 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
                 frame = Frame(U=frame.U.to(device), S=frame.S.to(device), V=frame.V.to(device))
                 reused += 1
             # no local names for the inputs: decompose_matrix frees W0 once the frame exists
+            survival = item.survival
+            if survival is not None:
+                survival = (survival[0], survival[1].to(device), survival[2].to(device), survival[3])
             res = decompose_matrix(item.take("w0", device=device, dtype=dtype),
                                    item.take("w1", device=device, dtype=dtype, copy=True),
                                    frame=frame, core_rel_threshold=cfg.core_rel_threshold,
-                                   rank_thresholds=cfg.rank_thresholds)
+                                   rank_thresholds=cfg.rank_thresholds, band_edges=cfg.band_edges,
+                                   angles=cfg.subspace_angles, survival=survival)
             bad = _nonfinite_result(res, m.name, cfg.compute_dtype)
             if bad:  # finite inputs can still overflow (|W1 − W0| beyond the compute dtype): never stored
                 failures.append(bad)
@@ -397,8 +410,12 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
 
 def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
     """Mean ± std (sample std, 0 for a single matrix) of every metric, overall and per module."""
-    metrics = [k for k, v in rows[0].items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in SUMMARY_EXCLUDE]
+    # every numeric column of any row: a metric that only some matrices have (a subspace angle for a k
+    # above a small matrix's rank) is summarised over those that have it
+    metrics: list[str] = []
+    for r in rows:
+        metrics += [k for k, v in r.items() if k not in metrics and isinstance(v, (int, float))
+                    and not isinstance(v, bool) and k not in SUMMARY_EXCLUDE]
     scopes: dict[str, list[dict]] = {"all": rows}
     for r in rows:
         scopes.setdefault(r["module"], []).append(r)
@@ -406,7 +423,9 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
     for scope, rs in scopes.items():
         row: dict[str, Any] = {"scope": scope, "n": len(rs)}
         for k in metrics:
-            vals = np.array([float(r[k]) for r in rs])
+            vals = np.array([float(r[k]) for r in rs if k in r])
+            if not len(vals):
+                continue
             row[f"{k}_mean"] = float(vals.mean())
             row[f"{k}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
         out_rows.append(row)
@@ -427,6 +446,9 @@ def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = ""
     fig_dir = store.path / "figures"
     fig_dir.mkdir(exist_ok=True)
     plots.energy_fractions_by_layer(rows, fig_dir / "energy_fractions.png", title)
+    edges = sorted({int(k[4:].split("_")[0]) for k in rows[0] if k.startswith("band") and "_" in k})
+    if edges:
+        plots.band_energy_by_module(rows, edges, fig_dir / "band_energy_by_module.png", title)
     top = sorted(rows, key=lambda r: r["r_delta"], reverse=True)[:4]
     spectra = [(r["name"], *store.read_sigmas(r["name"])) for r in top]
     plots.normalized_spectra(spectra, fig_dir / "spectra_most_changed.png", title)
@@ -468,8 +490,9 @@ def _track(cfg: DecomposeConfig, store: TransitionStore, manifest: dict, rows: l
     for scope, srow in summary["scopes"].items():
         suffix = "" if scope == "all" else f"/{scope}"
         for k in summary["metrics"]:
-            metrics.append((f"mean/{k}{suffix}", srow[f"{k}_mean"], 0))
-            metrics.append((f"std/{k}{suffix}", srow[f"{k}_std"], 0))
+            if f"{k}_mean" in srow:  # a metric some modules lack (an angle above their size)
+                metrics.append((f"mean/{k}{suffix}", srow[f"{k}_mean"], 0))
+                metrics.append((f"std/{k}{suffix}", srow[f"{k}_std"], 0))
     run.log_metrics(metrics)
     run.log_artifacts([store.path / "metrics.csv", store.path / "summary.csv", store.path / "summary.json"])
     run.log_artifacts(sorted((store.path / "figures").glob("*.png")), "figures")

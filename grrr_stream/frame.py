@@ -11,7 +11,7 @@ returned as Python floats computed in float64 from the spectra and norms.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -180,6 +180,137 @@ def split_energies(P: torch.Tensor, null: torch.Tensor) -> tuple[float, float, f
     return e_diag, e_off, e_null
 
 
+# ---------------------------------------------------------------------------
+# beyond the paper: principal bands of P, principal subspace angles, checkpoint-precision sparsity
+
+DEFAULT_BAND_EDGES = (16, 64, 256)
+
+
+def band_energies(P: torch.Tensor, edges: Sequence[int]) -> dict[str, float]:
+    """Energy of diag and off of P by principal band, for each band edge k (absolute, float64).
+
+    Rows and columns of P follow σ(W0) in descending order; the top-k block holds the update
+    among the k principal directions on both sides. Per k: ``diag_principal`` = Σ_{i<k} P_ii²,
+    ``diag_tail`` = Σ_{i≥k} P_ii², ``off_principal`` = the off-diagonal energy of P[:k, :k],
+    ``off_mixed`` = ‖P[:k, k:]‖² + ‖P[k:, :k]‖², ``off_tail`` = the off-diagonal energy of
+    P[k:, k:]. They sum to ‖diag P‖² + ‖P − diag P‖² for every k (k ≥ r: everything principal).
+    """
+    r = P.shape[0]
+    sq = P.double().square()
+    d = torch.diagonal(sq).clone()
+    sq.diagonal().zero_()
+    out: dict[str, float] = {}
+    for edge in edges:
+        k = min(int(edge), r)  # named by the edge asked for: the same columns for every matrix
+        out[f"{edge}_diag_principal"] = float(d[:k].sum())
+        out[f"{edge}_diag_tail"] = float(d[k:].sum())
+        out[f"{edge}_off_principal"] = float(sq[:k, :k].sum())
+        out[f"{edge}_off_mixed"] = float(sq[:k, k:].sum() + sq[k:, :k].sum())
+        out[f"{edge}_off_tail"] = float(sq[k:, k:].sum())
+    return out
+
+
+def top_singular_subspaces(X: torch.Tensor, k: int, *, start: Optional[torch.Tensor] = None, oversample: int = 16,
+                           iters: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Approximate top-k left and right singular vectors of X (m×k, n×k), without a full SVD.
+
+    Block subspace iteration (Halko, Martinsson & Tropp 2011): ``iters`` power iterations of a block
+    of k + ``oversample`` columns, re-orthonormalised each time, then Rayleigh–Ritz on the small
+    projected matrix. Cost about (2·iters + 2)·m·n·(k + oversample). ``start`` (n×j, j ≤ k +
+    oversample) seeds the block — for W1, the top right singular vectors of W0, which a post-training
+    update moves little — and seeded Gaussian columns fill the rest. From a start that close the error
+    left after the iterations is a small fraction of the true angle, even where the spectrum has no gap
+    at k (a random start leaves an error of its own size there).
+    """
+    m, n = X.shape
+    q = min(k + oversample, m, n)
+    gen = torch.Generator(device=X.device).manual_seed(seed)
+    block = torch.randn(n, q, generator=gen, device=X.device, dtype=X.dtype)
+    if start is not None:
+        j = min(start.shape[1], q)
+        block[:, :j] = start[:, :j].to(X.dtype)
+    Y = X @ block
+    Q, _ = torch.linalg.qr(Y)
+    for _ in range(iters):
+        Z, _ = torch.linalg.qr(X.T @ Q)
+        Q, _ = torch.linalg.qr(X @ Z)
+    B = Q.T @ X  # q×n
+    Ub, _, Vh = torch.linalg.svd(B, full_matrices=False)
+    k = min(k, q)
+    return (Q @ Ub[:, :k]).contiguous(), Vh[:k].T.contiguous()
+
+
+def subspace_angles(A: torch.Tensor, B: torch.Tensor) -> tuple[float, float]:
+    """(largest principal angle in degrees, mean cos² of the principal angles) between the column
+    spans of two matrices with orthonormal columns (cosines = singular values of AᵀB)."""
+    c = torch.linalg.svdvals((A.T @ B).double()).clamp(0.0, 1.0)
+    if c.numel() == 0:
+        return 0.0, 1.0
+    return math.degrees(math.acos(float(c.min()))), float((c * c).mean())
+
+
+def principal_angles(frame: "Frame", U1: torch.Tensor, V1: torch.Tensor, edges: Sequence[int]) -> dict[str, float]:
+    """For each k: the angles between the top-k left (right) singular subspaces of W0 and W1."""
+    out: dict[str, float] = {}
+    r = min(frame.U.shape[1], U1.shape[1])
+    for k in edges:
+        if k > r:  # beyond the core or the computed subspace: not measured
+            continue
+        for side, A, B in (("left", frame.U, U1), ("right", frame.V, V1)):
+            worst, cos2 = subspace_angles(A[:, :k].to(B.dtype), B[:, :k])
+            out[f"{k}_{side}_max_deg"] = worst
+            out[f"{k}_{side}_cos2"] = cos2
+    return out
+
+
+_MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52}
+
+
+def ulp(x: torch.Tensor) -> torch.Tensor:
+    """Spacing of floating-point numbers of x's dtype at |x| (float64 result; subnormals get the spacing
+    of the smallest normal number)."""
+    p = _MANTISSA_BITS[x.dtype]
+    tiny = torch.finfo(x.dtype).tiny
+    a = x.double().abs().clamp_min(tiny)
+    _, e = torch.frexp(a)  # a = f·2^e with f in [0.5, 1)
+    return torch.ldexp(torch.ones_like(a), (e - 1 - p).to(torch.int32))
+
+
+def update_sparsity(w0: torch.Tensor, w1: torch.Tensor) -> dict[str, float]:
+    """In the checkpoints' own dtype: the fraction of entries bitwise unchanged, and the fraction that
+    moved by at most one ulp of the base value (unchanged entries included)."""
+    if w0.dtype != w1.dtype:
+        raise TypeError("the two tensors must share their checkpoint dtype")
+    n = w0.numel()
+    if n == 0:
+        return {"frac_unchanged": 1.0, "frac_within_ulp": 1.0}
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[w0.element_size()]
+    same = int((w0.view(ints) == w1.view(ints)).sum())
+    within = 0
+    step = max(1, (1 << 22) // max(1, w0.shape[-1]))  # row blocks: bounded float64 buffers
+    for i in range(0, w0.shape[0], step):
+        a, b = w0[i:i + step], w1[i:i + step]
+        within += int(((b.double() - a.double()).abs() <= ulp(a)).sum())
+    return {"frac_unchanged": same / n, "frac_within_ulp": within / n}
+
+
+def round_trip_survival(w0_rows: torch.Tensor, components: dict[str, torch.Tensor],
+                        dtype: torch.dtype = torch.bfloat16) -> dict[str, float]:
+    """How much of each component survives W0 + component stored in ``dtype``: the share of its energy
+    kept, ⟨realised, c⟩² / ‖c‖⁴ with realised = cast(W0 + c) − W0 (float64), as the variants' fidelity
+    report defines it (1 for a zero component). ``w0_rows`` and each component: the same sample of
+    entries (rows or columns) of W0 and of the component."""
+    base = w0_rows.double()
+    out = {}
+    for name, c in components.items():
+        c64 = c.double()
+        realised = (base + c64).to(dtype).double() - base
+        cc = float((c64 * c64).sum())
+        dot = float((realised * c64).sum())
+        out[name] = dot * dot / (cc * cc) if cc > 0 else 1.0
+    return out
+
+
 @dataclass(frozen=True)
 class MatrixMetrics:
     """Descriptive metrics of one matrix update (all float64 Python scalars)."""
@@ -205,6 +336,9 @@ class MatrixMetrics:
     alpha: float
     rank_w0: dict  # threshold (as str) → numerical rank
     rank_w1: dict
+    # beyond the paper (column name → value): band{k}_{diag,off}_{principal,mixed,tail} as fractions of
+    # ‖ΔW‖², angle{k}_{left,right}_{max_deg,cos2}, {dtype}_kept_{diag,off,null}
+    extra: dict = field(default_factory=dict)
 
     def as_row(self) -> dict:
         row = {k: v for k, v in self.__dict__.items() if not isinstance(v, dict)}
@@ -212,6 +346,7 @@ class MatrixMetrics:
             row[f"nrank_w0_{t}"] = v
         for t, v in self.rank_w1.items():
             row[f"nrank_w1_{t}"] = v
+        row.update(self.extra)
         return row
 
 
@@ -296,6 +431,35 @@ class MatrixResult:
     metrics: MatrixMetrics
 
 
+def survival_sample(shape: tuple[int, int], target: int = 1024) -> tuple[int, torch.Tensor]:
+    """(axis, indices): an evenly spaced sample of at most ``target`` rows (axis 0) or columns (axis 1)
+    along the longer side, on which component survival is estimated (all of them when fewer)."""
+    m, n = shape
+    axis, size = (0, m) if m >= n else (1, n)
+    step = max(1, -(-size // target))
+    return axis, torch.arange(0, size, step)
+
+
+def _component_samples(proj: "Projection", frame: Frame, axis: int, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """ΔW_diag, ΔW_off and ΔW_null on the sampled rows (axis 0) or columns (axis 1)."""
+    U, V, P = frame.U, frame.V, proj.P
+    p = torch.diagonal(P)
+    off = P.clone()
+    off.diagonal().zero_()
+    idx = idx.to(U.device)
+    if axis == 0:
+        Us = U[idx]
+        diag, offd = (Us * p) @ V.T, Us @ off @ V.T
+        null = proj.null[idx]
+    else:
+        Vs = V[idx]
+        diag, offd = U @ (p[:, None] * Vs.T), U @ (off @ Vs.T)
+        null = proj.null[:, idx]
+    if proj.null_is_structural_zero:
+        null = torch.zeros_like(null)
+    return {"diag": diag, "off": offd, "null": null}
+
+
 def decompose_matrix(
     W0: torch.Tensor,
     W1: torch.Tensor,
@@ -303,21 +467,35 @@ def decompose_matrix(
     frame: Optional[Frame] = None,
     core_rel_threshold: Optional[float] = None,
     rank_thresholds: Sequence[float] = (1e-7, 1e-3),
+    band_edges: Sequence[int] = (),
+    angles: bool = False,
+    survival: Optional[tuple[int, torch.Tensor, torch.Tensor, torch.dtype]] = None,
 ) -> MatrixResult:
     """Full GRRR treatment of one matrix pair, given already upcast (float32/64) tensors.
 
     Consumes ``W1`` (it becomes ΔW, then the null residual) and drops ``W0`` as soon as
     the frame exists, to keep at most a few m×n buffers alive. Pass a cached ``frame``
-    to skip the SVD of W0.
+    to skip the SVD of W0. Beyond the paper, in the same pass: ``band_edges`` splits the
+    energy of P by principal band; ``angles`` measures the principal angles between the
+    top-k singular subspaces of W0 and W1 for every edge k (W1's by randomized subspace
+    iteration, no full SVD); ``survival`` = (axis, indices, W0 on those rows/columns in the
+    checkpoint dtype, target dtype) estimates how much of each component survives a round
+    trip of W0 + component through the target dtype.
     """
     if W0.dtype != W1.dtype or W0.dtype not in (torch.float32, torch.float64):
         raise TypeError("decompose_matrix expects two float32 or two float64 tensors")
     sigma1 = svdvals(W1)
-    delta = W1.sub_(W0)
-    del W1
+    m, n = W1.shape
+    # the frame first, while W1 is intact: the same peak memory as forming ΔW first (W1 takes ΔW's place
+    # during the SVD), and W1's top-k subspaces can start from W0's
     if frame is None:
         frame = compute_frame(W0, core_rel_threshold)
-    del W0  # freed here when the caller passed it without keeping a reference
+    ks = sorted({int(k) for k in band_edges if int(k) < min(m, n, frame.rank)}) if angles else []
+    # (k ≥ min(m, n) is not measured: the longer side's top-k subspaces are then the row or column
+    # spaces, which differ between W0 and W1 and would need W1's full SVD)
+    top1 = top_singular_subspaces(W1, ks[-1], start=frame.V[:, :ks[-1] + 16]) if ks else None
+    delta = W1.sub_(W0)
+    del W1, W0  # W0 freed here when the caller passed it without keeping a reference
     delta_fro = float(torch.linalg.vector_norm(delta).item())
     delta_spec = spectral_norm(delta) if delta_fro > 0 else 0.0
     if delta_fro == 0.0:
@@ -326,7 +504,17 @@ def decompose_matrix(
         sigma1 = frame.S.clone()
     proj = project(delta, frame, in_place=True)
     energies = split_energies(proj.P, proj.null)
-    m, n = delta.shape
+    extra: dict[str, float] = {}
+    if band_edges:
+        d2 = delta_fro ** 2
+        extra.update({f"band{k}": _ratio(v, d2) for k, v in band_energies(proj.P, band_edges).items()})
+    if top1 is not None:
+        extra.update({f"angle{k}": v for k, v in principal_angles(frame, top1[0], top1[1], ks).items()})
+    if survival is not None:
+        axis, idx, w0_sample, target = survival
+        kept = round_trip_survival(w0_sample, _component_samples(proj, frame, axis, idx), target)
+        tag = str(target).removeprefix("torch.")
+        extra.update({f"{tag}_kept_{c}": v for c, v in kept.items()})
     metrics = matrix_metrics(
         frame.S.double().cpu().numpy(),
         sigma1.double().cpu().numpy(),
@@ -338,4 +526,6 @@ def decompose_matrix(
         rank=frame.rank,
         rank_thresholds=rank_thresholds,
     )
+    if extra:
+        metrics = replace(metrics, extra=extra)
     return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics)

@@ -110,3 +110,52 @@ def norm_bars(items: Sequence[dict], path: Path, title: str = "") -> Path:
     if title:
         fig.suptitle(title)
     return _save(fig, path)
+
+
+BAND_PARTS = (("diag_principal", "diag, principal", "#1f4e79"), ("diag_tail", "diag, tail", "#8fb3d9"),
+              ("off_principal", "off, principal×principal", "#7f2704"), ("off_mixed", "off, mixed", "#d94801"),
+              ("off_tail", "off, tail×tail", "#fdae6b"), ("null", "null", "#999999"))
+
+
+def band_energy_by_module(rows: Sequence[dict], edges: Sequence[int], path: Path, title: str = "") -> Path:
+    """Mean share of ‖ΔW‖² per module, split by principal band (one panel per edge k): diag and off
+    of P inside the top-k block, across it (mixed) and outside it (tail), and the null part."""
+    plt = _plt()
+    modules = list(dict.fromkeys(r["module"] for r in rows))
+    fig, axes = plt.subplots(1, len(edges), figsize=(4.6 * len(edges), 3.8), squeeze=False, sharey=True)
+    for ax, k in zip(axes[0], edges):
+        bottom = np.zeros(len(modules))
+        for part, label, color in BAND_PARTS:
+            key = "f_null" if part == "null" else f"band{k}_{part}"
+            vals = np.array([np.mean([r[key] for r in rows if r["module"] == m and key in r] or [0.0])
+                             for m in modules])
+            ax.bar(modules, vals, bottom=bottom, color=color, label=label)
+            bottom += vals
+        ax.set_title(f"top-{k} band")
+        ax.set_ylabel("mean fraction of ‖ΔW‖²")
+        ax.tick_params(axis="x", rotation=60, labelsize=8)
+        ax.set_ylim(0, 1.02)
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)
+
+
+def band_energy_by_transition(rows: Sequence[dict], edge: int, path: Path, title: str = "") -> Path:
+    """Mean share of ‖ΔW‖² per transition split by the top-``edge`` principal band (sweep report);
+    ``rows``: the report's transitions table (columns ``band{edge}_<part>_mean`` and ``f_null_mean``)."""
+    plt = _plt()
+    labels = [r["transition"] for r in rows]
+    fig, ax = plt.subplots(figsize=(1.2 * len(labels) + 3, 4.2))
+    bottom = np.zeros(len(labels))
+    for part, label, color in BAND_PARTS:
+        key = "f_null_mean" if part == "null" else f"band{edge}_{part}_mean"
+        vals = np.array([float(r.get(key) or 0.0) for r in rows])
+        ax.bar(labels, vals, bottom=bottom, color=color, label=label)
+        bottom += vals
+    ax.set_ylabel("mean fraction of ‖ΔW‖²")
+    ax.set_title(title or f"energy by the top-{edge} principal band of W0")
+    ax.tick_params(axis="x", rotation=30, labelsize=8)
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7, loc="upper right")
+    return _save(fig, path)

@@ -25,9 +25,47 @@ SUMMARY_METRICS = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max"
                    "sr_w0", "sr_delta", "sr_w1", "dsr_pct", "alpha")
 
 
+_EXTRA_PREFIXES = ("nrank_", "band", "angle", "frac_", "bfloat16_kept_", "float16_kept_")
+
+
 def summary_metrics(rows: Sequence[dict]) -> list[str]:
-    """SUMMARY_METRICS plus the numerical-rank columns these rows carry."""
-    return list(SUMMARY_METRICS) + [k for k in (rows[0] if rows else {}) if k.startswith("nrank_")]
+    """SUMMARY_METRICS plus the numerical ranks and the analyses beyond the paper (principal bands,
+    subspace angles, sparsity, component survival) that every one of these rows carries."""
+    common = set.intersection(*(set(r) for r in rows)) if rows else set()
+    return list(SUMMARY_METRICS) + [k for k in (rows[0] if rows else {})
+                                    if k.startswith(_EXTRA_PREFIXES) and k in common]
+
+
+def band_rows(t: StoredTransition, edges: Sequence[int], *, scheduler: Any = None) -> list[dict]:
+    """Energy of diag and off of the stored P by principal band, per matrix, as fractions of ‖ΔW‖²
+    (the definitions of :func:`grrr_stream.frame.band_energies`), read chunk-wise from the store:
+    no checkpoint and no SVD, for any finished store."""
+    import dask
+    import dask.array as da
+
+    jobs, meta = [], []
+    for name, attrs in t.matrices.items():
+        P = t.dask_array(name, "P").astype(np.float64)
+        r = P.shape[0]
+        sq, d2 = P * P, da.diagonal(P) ** 2
+        per_k = {}
+        for edge in edges:
+            k = min(int(edge), r)
+            per_k[edge] = (sq[:k, :k].sum(), sq[:k, :].sum(), sq[:, :k].sum(), d2[:k].sum())
+        jobs.append((sq.sum(), d2.sum(), per_k))
+        meta.append((name, attrs["layer"], attrs["module"], float(attrs["metrics"]["delta_fro"]) ** 2,
+                     float(attrs["metrics"]["f_null"])))
+    computed = dask.compute(jobs, scheduler=scheduler or "threads")[0]
+    rows = []
+    for (name, layer, module, dd, f_null), (total, d_all, per_k) in zip(meta, computed):
+        row = {"name": name, "layer": layer, "module": module, "f_null": f_null}
+        for edge, (top, rows_k, cols_k, d_top) in per_k.items():
+            parts = {"diag_principal": d_top, "diag_tail": d_all - d_top, "off_principal": top - d_top,
+                     "off_mixed": rows_k + cols_k - 2 * top,
+                     "off_tail": total - rows_k - cols_k + top - (d_all - d_top)}
+            row.update({f"band{edge}_{p}": (max(v, 0.0) / dd if dd > 0 else 0.0) for p, v in parts.items()})
+        rows.append(row)
+    return rows
 BLOCK = 1000  # resamples / null draws per Dask task
 
 

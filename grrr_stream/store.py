@@ -245,12 +245,15 @@ class TransitionStore:
         atomic_write_text(self.path / "summary.csv", to_csv(summary_rows))
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
         root = zarr.open_group(str(self.path), mode="a", zarr_format=3)
-        numeric = [k for k in rows[0] if isinstance(rows[0][k], (int, float)) and not isinstance(rows[0][k], bool)]
+        numeric: list[str] = []
+        for r in rows:  # a column some matrices lack (an angle above a small matrix's size) is NaN there
+            numeric += [k for k, v in r.items() if k not in numeric and isinstance(v, (int, float))
+                        and not isinstance(v, bool)]
         grp = root.create_group("metrics", overwrite=True, attributes={
             "names": [r["name"] for r in rows], "columns": numeric,
         })
         for col in numeric:
-            _write_array(grp, col, np.array([float(r[col]) for r in rows], dtype=np.float64))
+            _write_array(grp, col, np.array([float(r.get(col, np.nan)) for r in rows], dtype=np.float64))
         fsync_tree(self.path / "metrics")
 
     def mark_complete(self, extra: Optional[dict] = None) -> None:

@@ -895,10 +895,16 @@ def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional
         # paper Tables 3 and 4: energy shares, relative size, stable ranks and their change, α, numerical ranks
         cols = ["f_diag", "f_off", "f_null", "r_delta", "sr_w0", "sr_w1", "dsr_pct", "alpha"]
         cols += sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
+        # beyond the paper: principal bands, subspace angles, sparsity, component survival
+        cols += [k[:-5] for k in summary if k.endswith("_mean")
+                 and k.startswith(("band", "angle", "frac_", "bfloat16_kept_", "float16_kept_"))]
         trows.append({"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
                       "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
                       **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols}, "store": u.out})
     put("transitions.csv", trows)
+    edge = next((e for e in (64, 16, 256) if trows and trows[0].get(f"band{e}_off_principal_mean") is not None), None)
+    if edge is not None:
+        files.append(plots.band_energy_by_transition(trows, edge, rep / "band_energy.png"))
 
     summaries = []
     for u in done:

@@ -69,6 +69,10 @@ class VariantSpec:
     null: float = 0.0
     random_removal_seed: Optional[int] = None
     checkpoint: Optional[str] = None
+    # principal-band variants: add band_weight × the off-diagonal update inside the top-k×top-k block
+    # of P (U0[:, :k] P_off[:k, :k] V0[:, :k]ᵀ), e.g. +1 on the base ('off-principal-k')
+    band: Optional[int] = None
+    band_weight: float = 0.0
 
     @property
     def is_base(self) -> bool:
@@ -88,6 +92,8 @@ class VariantSpec:
             d["random_removal_seed"] = self.random_removal_seed
         if self.checkpoint is not None:
             d["checkpoint"] = self.checkpoint
+        if self.band is not None:
+            d["band"], d["band_weight"] = self.band, self.band_weight
         return d
 
 
@@ -103,6 +109,11 @@ BUILTIN = {
 DEFAULT_VARIANTS = ("base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0", "randrm-1", "randrm-2")
 REST_FROM = ("base", "post", "auto")
 _RANDRM_RE = re.compile(r"randrm-(\d+)")
+# off-principal-K: base + the off-diagonal update in the top-K block; off-nonprincipal-K: base + the rest
+# of the off-diagonal update; no-off-principal-K: proj minus the top-K block (the causal removal)
+_BAND_RE = re.compile(r"(off-principal|off-nonprincipal|no-off-principal)-(\d+)")
+_BAND_SPECS = {"off-principal": ((0.0, 0.0, 0.0), 1.0), "off-nonprincipal": ((0.0, 1.0, 0.0), -1.0),
+               "no-off-principal": ((1.0, 1.0, 1.0), -1.0)}
 
 
 def parse_variant(text: str) -> VariantSpec:
@@ -114,10 +125,16 @@ def parse_variant(text: str) -> VariantSpec:
     m = _RANDRM_RE.fullmatch(text)
     if m:
         return VariantSpec(text, 1.0, 1.0, 1.0, random_removal_seed=int(m.group(1)))
+    m = _BAND_RE.fullmatch(text)
+    if m:
+        (wd, wo, wn), bw = _BAND_SPECS[m.group(1)]
+        if int(m.group(2)) < 1:
+            raise ConfigError(f"variant '{text}': the band edge must be at least 1")
+        return VariantSpec(text, wd, wo, wn, band=int(m.group(2)), band_weight=bw)
     if "=" in text:
         name, _, body = text.partition("=")
         name = check_component(name.strip(), "variant name")
-        if name in BUILTIN or _RANDRM_RE.fullmatch(name):
+        if name in BUILTIN or _RANDRM_RE.fullmatch(name) or _BAND_RE.fullmatch(name):
             raise ConfigError(f"variant name '{name}' is reserved for the built-in variant; choose another name")
         weights = {}
         for part in body.split(","):
@@ -133,7 +150,8 @@ def parse_variant(text: str) -> VariantSpec:
                 raise ConfigError(f"variant '{text}': weight of {key} must be a finite number")
         return VariantSpec(name, **weights)
     raise ConfigError(
-        f"unknown variant '{text}': use one of {', '.join(BUILTIN)}, randrm-SEED, or NAME=diag:W,off:W,null:W"
+        f"unknown variant '{text}': use one of {', '.join(BUILTIN)}, randrm-SEED, off-principal-K, "
+        "off-nonprincipal-K, no-off-principal-K, or NAME=diag:W,off:W,null:W"
     )
 
 
@@ -202,7 +220,7 @@ class MatrixFidelity:
     error_norm: float
     fidelity: float  # ‖cast(W_variant) − W0 − intended‖ / ‖intended‖ (0 when both are 0)
     energy_survived: float  # ⟨realised, intended⟩² / ‖intended‖⁴: share of the intended update kept
-    removed_norm: float = 0.0  # ‖R‖ of the random control (= ‖diag P‖)
+    removed_norm: float = 0.0  # ‖R‖ of the random control (= ‖diag P‖), or ‖band block‖ of a band variant
 
 
 @dataclass
@@ -343,7 +361,7 @@ class VariantBuilder:
         s = self.spec
         layer, module = attrs["layer"], attrs["module"]
         weights = (s.diag, s.off, s.null)
-        if s.random_removal_seed is None and weights in ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)):
+        if s.random_removal_seed is None and s.band is None and weights in ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)):
             # W0 or W1 itself (base, full, proj, a zero mix): copied, never recomputed, so that
             # proj's decomposed matrices equal full's bit for bit
             src = w0 if weights == (0.0, 0.0, 0.0) else w1
@@ -359,12 +377,22 @@ class VariantBuilder:
         else:
             intended = torch.zeros_like(W0)
         del w1
-        needs_frame = s.diag != s.off or s.random_removal_seed is not None
+        needs_frame = s.diag != s.off or s.random_removal_seed is not None or s.band is not None
         removed = 0.0
         if needs_frame:
             frame = self._frame(name, attrs, w0)
             U, V = frame.U.to(dev), frame.V.to(dev)
-            p = torch.diagonal(self.transition.read_tensor(name, "P")).to(device=dev, dtype=cd)
+            P = self.transition.read_tensor(name, "P")
+            p = torch.diagonal(P).to(device=dev, dtype=cd)
+            if s.band is not None:
+                k = min(s.band, U.shape[1])
+                block = P[:k, :k].to(device=dev, dtype=cd).clone()
+                block.diagonal().zero_()
+                band = U[:, :k] @ block
+                removed = float(torch.linalg.vector_norm(block.double()))  # ‖U_k B V_kᵀ‖ = ‖B‖
+                intended.addmm_(band, V[:, :k].T, alpha=s.band_weight)
+                del band, block
+            del P
             if s.diag != s.off:
                 intended.addmm_(U * p, V.T, alpha=s.diag - s.off)
             if s.random_removal_seed is not None:

@@ -79,6 +79,36 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
     return StatsResult(out, long_rows, files)
 
 
+def run_bands(stores: Sequence[Path], out: Path, *, edges: Sequence[int] = (16, 64, 256),
+              scheduler: Any = None) -> list[Path]:
+    """Principal-band energies of finished stores from their stored P (``grrr-stream bands``): per matrix,
+    mean per module and per layer, and a figure per transition, in ``out``."""
+    from . import plots, stats
+
+    out = ensure_folder(Path(out), "--out")
+    files = []
+    all_rows = []
+    for path in stores:
+        t = StoredTransition(Path(path))
+        rows = [{"transition": t.label, **r} for r in stats.band_rows(t, edges, scheduler=scheduler)]
+        all_rows += rows
+        stem = stable_hash(str(t.path), 8)
+        files.append(plots.band_energy_by_module(rows, list(edges), out / f"band_energy_by_module_{stem}.png",
+                                                 t.label))
+    cols = [k for k in all_rows[0] if k.startswith("band") or k == "f_null"] if all_rows else []
+    for scope in ("module", "layer"):
+        groups: dict[tuple, list[dict]] = {}
+        for r in all_rows:
+            groups.setdefault((r["transition"], r[scope]), []).append(r)
+        table = [{"transition": tr, scope: s, "n": len(rs), **{c: sum(r[c] for r in rs) / len(rs) for c in cols}}
+                 for (tr, s), rs in groups.items()]
+        atomic_write_text(out / f"bands_by_{scope}.csv", to_csv(table))
+        files.append(out / f"bands_by_{scope}.csv")
+    atomic_write_text(out / "bands.csv", to_csv(all_rows))
+    files.append(out / "bands.csv")
+    return files
+
+
 @dataclass
 class CompareResult:
     out: Path

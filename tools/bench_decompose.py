@@ -37,9 +37,10 @@ CHILD = textwrap.dedent("""
     from grrr_stream.config import build_config
     from grrr_stream.decompose import run_transition
     base, post, store, frames = sys.argv[1:5]
+    extra = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
     t = time.perf_counter()
     res = run_transition(build_config({"base": base, "post": post, "store": store, "frame_cache": frames,
-                                       "progress": False, "tracking": {"enabled": False}}))
+                                       "progress": False, "tracking": {"enabled": False}, **extra}))
     wall = time.perf_counter() - t
     print(json.dumps({"wall_s": wall, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "computed": res.computed, "frames_reused": res.frames_reused}))
@@ -73,10 +74,20 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("bench_out"))
     ap.add_argument("--small", action="store_true", help="hidden 1024 instead of Qwen3-14B shapes")
+    ap.add_argument("--shapes", choices=["qwen3-14b", "qwen25-1.5b", "smollm2-135m"], default="qwen3-14b",
+                    help="layer shapes of the synthetic pair (default qwen3-14b)")
+    ap.add_argument("--analyses-cost", action="store_true",
+                    help="also decompose the first transition without the analyses beyond the paper (bands, "
+                         "subspace angles, bf16 survival) into its own frame cache, and print the cost ratio")
     ap.add_argument("--keep", action="store_true", help="keep generated checkpoints and stores")
     args = ap.parse_args()
+    presets = {"qwen3-14b": qwen3_14b_like(args.layers),
+               "qwen25-1.5b": ModelShape(hidden=1536, intermediate=8960, layers=args.layers, heads=12, kv_heads=2,
+                                         head_dim=128, vocab=1024),
+               "smollm2-135m": ModelShape(hidden=576, intermediate=1536, layers=args.layers, heads=9, kv_heads=3,
+                                          head_dim=64, vocab=1024)}
     shape = (ModelShape(hidden=1024, intermediate=3456, layers=args.layers, heads=8, kv_heads=2, head_dim=128)
-             if args.small else qwen3_14b_like(args.layers))
+             if args.small else presets[args.shapes])
     out = args.out
     models = out / "models"
     t = time.perf_counter()
@@ -95,6 +106,12 @@ def main() -> None:
     print(f"first transition: {first}", flush=True)
     second = _child(CHILD, str(models / "base"), str(models / "post_b"), str(out / "stores" / "b"), str(out / "frames"))
     print(f"second transition (same base): {second}", flush=True)
+    plain = None
+    if args.analyses_cost:
+        off = json.dumps({"band_edges": [], "subspace_angles": False, "survival_dtype": None})
+        plain = _child(CHILD, str(models / "base"), str(models / "post_a"), str(out / "stores" / "plain"),
+                       str(out / "frames_plain"), off)
+        print(f"first transition without the analyses beyond the paper: {plain}", flush=True)
 
     figures = {
         "shape": f"hidden {shape.hidden}, intermediate {shape.intermediate}, heads {shape.heads}/{shape.kv_heads}"
@@ -108,6 +125,9 @@ def main() -> None:
         "peak_rss_first_gib": round(first["maxrss_mib"] / 1024, 3),
         "peak_rss_second_gib": round(second["maxrss_mib"] / 1024, 3),
     }
+    if plain is not None:
+        figures["decompose_without_analyses_s"] = round(plain["wall_s"], 2)
+        figures["analyses_cost_pct"] = round(100 * (first["wall_s"] / plain["wall_s"] - 1), 1)
     print(json.dumps(figures, indent=2))
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
