@@ -386,7 +386,7 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
                                    item.take("w1", device=device, dtype=dtype, copy=True),
                                    frame=frame, core_rel_threshold=cfg.core_rel_threshold,
                                    rank_thresholds=cfg.rank_thresholds, band_edges=cfg.band_edges,
-                                   angles=cfg.subspace_angles, survival=survival)
+                                   angle_edges=cfg.angle_edges, survival=survival)
             bad = _nonfinite_result(res, m.name, cfg.compute_dtype)
             if bad:  # finite inputs can still overflow (|W1 − W0| beyond the compute dtype): never stored
                 failures.append(bad)

@@ -65,10 +65,10 @@ def test_rotating_the_top_k_subspace_by_a_known_angle_is_reported(theta_deg):
     U1[:, :k] = math.cos(th) * U[:, :k] + math.sin(th) * U[:, k:2 * k]
     U1[:, k:2 * k] = -math.sin(th) * U[:, :k] + math.cos(th) * U[:, k:2 * k]
     W0, W1 = U @ torch.diag(s) @ V.T, U1 @ torch.diag(s) @ V.T
-    row = decompose_matrix(W0.clone(), W1.clone(), band_edges=(k,), angles=True).metrics.as_row()
+    row = decompose_matrix(W0.clone(), W1.clone(), band_edges=(k,), angle_edges=(k,)).metrics.as_row()
     print(f"planted {theta_deg}°: left {row[f'angle{k}_left_max_deg']:.6f}°, "
           f"right {row[f'angle{k}_right_max_deg']:.2e}°")
-    # W1's subspaces come from 3 power iterations started at W0's, not an exact SVD: agreement to 0.001°
+    # W1's subspaces come from 2 power iterations started at W0's, not an exact SVD: agreement to 0.001°
     assert row[f"angle{k}_left_max_deg"] == pytest.approx(theta_deg, abs=1e-3)
     assert row[f"angle{k}_left_cos2"] == pytest.approx(math.cos(th) ** 2, abs=1e-6)
     assert row[f"angle{k}_right_max_deg"] < 0.05 and row[f"angle{k}_right_cos2"] == pytest.approx(1.0, abs=1e-6)
@@ -82,7 +82,7 @@ def test_subspace_angles_agree_with_a_full_svd_of_w1_on_a_spectrum_without_a_gap
     s = torch.exp(-torch.arange(n, dtype=torch.float64) / 40.0)  # smooth decay, as trained weights show
     W0 = _orthogonal(m, 8)[:, :n] @ torch.diag(s) @ _orthogonal(n, 9).T
     W1 = W0 + 1e-3 * torch.randn(m, n, generator=g, dtype=torch.float64)  # r_Δ ≈ 2.4e-2
-    row = decompose_matrix(W0.clone(), W1.clone(), band_edges=(16, k), angles=True).metrics.as_row()
+    row = decompose_matrix(W0.clone(), W1.clone(), band_edges=(16, k), angle_edges=(16, k)).metrics.as_row()
     U0, _, V0h = torch.linalg.svd(W0)
     U1, _, V1h = torch.linalg.svd(W1)
     for kk in (16, k):

@@ -149,6 +149,7 @@ def test_prompt_longer_than_the_context_is_counted_wrong_not_fatal(chain, tmp_pa
     assert recs[0]["tokens"] > 0 and recs[1]["tokens"] == 0 and not recs[1]["correct"]
 
 
+@pytest.mark.slow
 def test_sweep_evaluates_on_a_dask_worker_and_a_rerun_starts_no_engine(tiny_chain, tmp_path):
     """vLLM inside a LocalCluster worker process (in-process engine), then resume: nothing runs."""
     import csv

@@ -301,6 +301,7 @@ def test_kill_9_at_any_moment_then_resume_equals_uninterrupted_sweep(models, tmp
     assert all(r.data.tags.get("grrr.complete") == "true" for r in runs)
 
 
+@pytest.mark.slow
 def test_failing_unit_is_recorded_and_the_rest_goes_on(models, tmp_path):
     cfg = config(models, tmp_path / "w")
     missing = tmp_path / "not_downloaded_yet"

@@ -108,10 +108,13 @@ def main() -> None:
     print(f"second transition (same base): {second}", flush=True)
     plain = None
     if args.analyses_cost:
-        off = json.dumps({"band_edges": [], "subspace_angles": False, "survival_dtype": None})
+        off = json.dumps({"band_edges": [], "angle_edges": [], "survival_dtype": None})
         plain = _child(CHILD, str(models / "base"), str(models / "post_a"), str(out / "stores" / "plain"),
                        str(out / "frames_plain"), off)
         print(f"first transition without the analyses beyond the paper: {plain}", flush=True)
+        no_angles = _child(CHILD, str(models / "base"), str(models / "post_a"), str(out / "stores" / "no_angles"),
+                           str(out / "frames_no_angles"), json.dumps({"angle_edges": []}))
+        print(f"first transition without the subspace angles only: {no_angles}", flush=True)
 
     figures = {
         "shape": f"hidden {shape.hidden}, intermediate {shape.intermediate}, heads {shape.heads}/{shape.kv_heads}"
@@ -128,6 +131,7 @@ def main() -> None:
     if plain is not None:
         figures["decompose_without_analyses_s"] = round(plain["wall_s"], 2)
         figures["analyses_cost_pct"] = round(100 * (first["wall_s"] / plain["wall_s"] - 1), 1)
+        figures["angles_cost_pct"] = round(100 * (first["wall_s"] - no_angles["wall_s"]) / plain["wall_s"], 1)
     print(json.dumps(figures, indent=2))
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
