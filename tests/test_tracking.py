@@ -43,7 +43,8 @@ def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(plant
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"metrics.csv", "summary.csv", "summary.json", "figures"} <= arts
     figs = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
-    assert figs == {"figures/energy_fractions.png", "figures/spectra_most_changed.png"}
+    assert figs == {"figures/energy_fractions.png", "figures/spectra_most_changed.png",
+                    "figures/band_energy_by_module.png"}
     # rerunning the finished transition logs nothing new
     again = run_transition(cfg)
     assert again.run_id == res.run_id and again.computed == 0
