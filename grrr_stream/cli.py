@@ -56,6 +56,9 @@ def _decompose_parser(sub) -> None:
     p.add_argument("--store-dtype", choices=["float32", "float64", "float16", "bfloat16"],
                    help="dtype of stored P and null arrays (default float32)")
     p.add_argument("--frame-cache", type=Path, help="base-frame cache shared across transitions (default STORE/frames)")
+    p.add_argument("--null-storage", choices=["array", "norms"],
+                   help="keep the null residual as the m×n array (default) or only its row/column norms (about "
+                        "half the disk; variants recompute it, increment statistics refuse such stores)")
     p.add_argument("--core-threshold", type=float, dest="core_rel_threshold",
                    help="keep only singular values > T·σ1 in the pretrained core (default: full rank)")
     p.add_argument("--modules", help="comma-separated module names (default q,k,v,o,gate,up,down _proj)")
@@ -351,6 +354,7 @@ def config_from_args(args: argparse.Namespace):
         "base": args.base, "post": args.post, "store": args.store, "device": args.device,
         "compute_dtype": args.compute_dtype, "store_dtype": args.store_dtype, "frame_cache": args.frame_cache,
         "core_rel_threshold": args.core_rel_threshold, "module_pattern": args.module_pattern,
+        "null_storage": args.null_storage,
         "method": args.method, "chain": args.chain, "overwrite": args.overwrite,
         "modules": [m.strip() for m in args.modules.split(",") if m.strip()] if args.modules else None,
         "progress": False if args.no_progress else None,
@@ -470,19 +474,35 @@ def _totals(rows: list[dict]) -> str:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import plan_sweep, run_sweep, sweep_status
+    from .diskplan import check_space, describe, gib, shortfalls
+    from .sweep import plan_sweep, run_sweep, sweep_status, unit_disk_needs
     from .tracking import resolve_uri
 
     cfg = _load_sweep(args)
     plan = plan_sweep(cfg)
+    rows = {r["unit"]: r for r in sweep_status(plan)}
+    to_run = [u for u in plan.units if rows[u.id]["state"] != "done"]
+    disk = unit_disk_needs(plan)
     if args.dry_run:
-        rows = {r["unit"]: r for r in sweep_status(plan)}
         print(f"sweep {cfg.name}: {len(plan.units)} units in {plan.workdir} ({_totals(list(rows.values()))})")
         for u in plan.units:
             deps = f"  (after {', '.join(u.deps)})" if u.deps else ""
             print(f"  {rows[u.id]['state']:<11} {u.id}: {u.label}{deps}")
-            print(f"  {'':<11}   → {u.out}")
+            size = "" if u.id not in disk else \
+                "  [disk: known once its checkpoints are here]" if disk[u.id] is None else f"  [disk: {describe(disk[u.id])}]"
+            print(f"  {'':<11}   → {u.out}{size}")
+    needs = [n for u in to_run for n in (disk.get(u.id) or [])]
+    unknown = [u.id for u in to_run if u.id in disk and disk[u.id] is None]
+    if args.dry_run:
+        if needs:
+            print(f"disk for the {len(to_run)} unit(s) to run: {gib(sum(n.bytes for n in needs))}"
+                  + (f" (+ {len(unknown)} unit(s) whose size is known only once their checkpoints are here)"
+                     if unknown else ""))
+            for line in shortfalls(needs):
+                print(f"  NOT ENOUGH SPACE: {line}")
         return 0
+    check_space(needs, f"the {len(to_run)} sweep unit(s) still to run",
+                "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.")
     tracking = _tracking_from_args(args, cfg.tracking.model_dump())
     res = run_sweep(plan, scheduler=args.scheduler or cfg.scheduler, tracking=tracking,
                     progress=cfg.progress and not args.no_progress, device=args.device)

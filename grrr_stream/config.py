@@ -77,6 +77,14 @@ class DecompositionSettings(_Strict):
     # decomposition on Qwen2.5-1.5B shapes; README, "Beyond the paper")
     angle_edges: tuple[int, ...] = (16, 64)
     survival_dtype: Optional[Literal["bfloat16", "float16"]] = "bfloat16"
+    # 'array' keeps the null residual ΔW − U0 P V0ᵀ as an m×n array (the default: it is part of what
+    # the store is for); 'norms' keeps only its row and column norms, for users short of disk (about
+    # half of a store). Variants then recompute it from the checkpoints and the frame; statistics that
+    # need the array (increments between transitions) refuse such stores.
+    null_storage: Literal["array", "norms"] = "array"
+    # cuSOLVER routine for the SVDs on a GPU (None: torch's choice); ignored on CPU. tools/gpu_check.sh
+    # times them on the largest shapes and names the fastest one that meets the accuracy bar.
+    svd_driver: Optional[Literal["gesvd", "gesvdj", "gesvda"]] = None
 
     @field_validator("band_edges", "angle_edges")
     @classmethod
@@ -147,6 +155,9 @@ class DecomposeConfig(DecompositionSettings):
 
     overwrite: bool = False
     progress: bool = True
+    # Close every timed phase with a device synchronisation (benchmarks on a GPU: without it the
+    # asynchronous kernels are charged to whichever phase waits for them). Slows a GPU run slightly.
+    sync_timing: bool = False
     tracking: TrackingConfig = TrackingConfig()
 
     def frame_cache_path(self) -> Path:
@@ -170,6 +181,10 @@ def result_settings(cfg: DecompositionSettings) -> dict[str, Any]:
                 "survival_dtype": cfg.survival_dtype}
     if analyses != _ANALYSES_DEFAULT:  # defaults stay out: stores and keys of earlier runs keep their identity
         out["analyses"] = analyses
+    if cfg.null_storage != "array":
+        out["null_storage"] = cfg.null_storage
+    if cfg.svd_driver is not None:
+        out["svd_driver"] = cfg.svd_driver
     return out
 
 

@@ -32,6 +32,7 @@ from .checkpoint import Checkpoint, resolve_source, tensor_digest
 from .config import DecomposeConfig, result_settings, settings_hash, stable_hash
 from .errors import NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
+from .phases import PhaseTimer
 from .progress import Progress
 from .runtime import bound_heap_growth, resolve_device
 from .store import FrameCache, StoreLock, TransitionStore, to_store_array
@@ -131,12 +132,13 @@ class _Loaded:
     sparsity: dict = field(default_factory=dict)  # checkpoint-precision sparsity of the update
     survival: Optional[tuple] = None  # (axis, indices, W0 sample in checkpoint dtype, target dtype)
 
-    def take(self, attr: str, **to_kwargs) -> torch.Tensor:
+    def take(self, attr: str, timer: PhaseTimer, **to_kwargs) -> torch.Tensor:
         """Hand over w0/w1 upcast and drop this item's reference, so the checkpoint-dtype copy
         is freed as soon as the compute-dtype copy exists (one m×n buffer less at peak)."""
         t = getattr(self, attr)
         setattr(self, attr, None)
-        return t.to(**to_kwargs)
+        with timer.phase("upcast"):
+            return t.to(**to_kwargs)
 
 
 def _nonfinite(t: torch.Tensor, name: str, where: str) -> Optional[str]:
@@ -200,6 +202,8 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
     """
     t_start = time.monotonic()
     stream = stream or sys.stderr
+    timer = PhaseTimer(resolve_device(cfg.device) if cfg.sync_timing else None)
+    t_plan = time.perf_counter()
     bound_heap_growth()
     base_dir = resolve_source(cfg.base, cfg.base_revision)
     post_dir = resolve_source(cfg.post, cfg.post_revision)
@@ -251,58 +255,47 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
                 store = TransitionStore.open(cfg.store, manifest)
                 done = {}
         pending = [m for m in plan.matrices if m.name not in done]
-        _check_disk_space(cfg, plan, pending, frames)
         progress = Progress(len(plan.matrices), done=len(plan.matrices) - len(pending),
                             enabled=cfg.progress, stream=stream)
+        if pending:
+            _check_disk_space(cfg, plan, pending, frames, progress)
         if done:
             progress.message(f"resuming {cfg.store}: {len(done)} of {len(plan.matrices)} matrices already done")
-        computed, reused, failures = _stream(cfg, plan, pending, store, frames, device, dtype, progress)
+        timer.add("plan", time.perf_counter() - t_plan)
+        t_matrices = time.perf_counter()
+        computed, reused, failures = _stream(cfg, plan, pending, store, frames, device, dtype, progress, timer)
+        timer.add("matrices_wall", time.perf_counter() - t_matrices)
         if failures:
             raise NonFiniteWeightError(
                 f"{len(failures)} matrix pair(s) hold non-finite weights or give non-finite results and were not "
                 f"decomposed (the other {len(plan.matrices) - len(failures)} are done and kept; a rerun after the "
                 "fix computes only these):\n  " + "\n  ".join(failures)
             )
-        rows, summary_rows, summary = finalize(store, plan.matrices, f"{cfg.base} → {cfg.post}")
+        with timer.phase("tables_figures"):
+            rows, summary_rows, summary = finalize(store, plan.matrices, f"{cfg.base} → {cfg.post}")
     result = TransitionResult(cfg.store, rows, summary_rows, computed, reused)
-    result.timings["total_s"] = time.monotonic() - t_start
     if cfg.tracking.enabled:
-        result.run_id = _track(cfg, store, manifest, rows, summary)
+        with timer.phase("tracking"):
+            result.run_id = _track(cfg, store, manifest, rows, summary)
+    result.timings = {**timer.seconds(), "total_s": time.monotonic() - t_start}
     return result
 
 
-_ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+def _check_disk_space(cfg: DecomposeConfig, plan: Plan, pending: list[MatrixName], frames: FrameCache,
+                      progress: Progress) -> None:
+    """Say what the pending matrices will write, and refuse to start when it cannot fit."""
+    from .diskplan import check_space, describe, transition_needs
 
-
-def _check_disk_space(cfg: DecomposeConfig, plan: Plan, pending: list[MatrixName], frames: FrameCache) -> None:
-    """Refuse to start when the results of the pending matrices cannot fit (an estimate, uncompressed:
-    P r×r and the null residual m×n in the store dtype, σ's, and the frames the cache lacks)."""
-    import shutil
-
-    store_b, frame_b = _ITEM[cfg.store_dtype], _ITEM[cfg.compute_dtype]
-    results = frames_need = 0
-    for m in pending:
-        rows, cols = plan.base.tensors[m.name].shape
-        r = min(rows, cols)
-        results += r * r * store_b + 16 * r
-        if rows != cols or cfg.core_rel_threshold is not None:
-            results += rows * cols * store_b
-        frames_need += (rows * r + cols * r + r) * frame_b
     cached = sum(1 for p in frames.path.iterdir() if p.is_dir() and not p.name.startswith(".")) \
         if frames.path.is_dir() else 0
-    frames_need = int(frames_need * max(0.0, 1.0 - cached / max(1, len(plan.matrices))))
-    checks = [(cfg.store, results)]
-    if frames_need:
-        checks.append((frames.path, frames_need))
-    for folder, need in checks:
-        probe = Path(folder)
-        while not probe.exists():
-            probe = probe.parent
-        free = shutil.disk_usage(probe).free
-        if need + (64 << 20) > free:
-            raise StoreError(f"not enough disk space for {folder}: the {len(pending)} matrices still to do need "
-                             f"about {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB are free. Free space or point "
-                             "it at another disk; a rerun resumes where it stopped")
+    needs = transition_needs(
+        (plan.base.tensors[m.name].shape for m in pending), cfg.store, frames.path,
+        store_dtype=cfg.store_dtype, compute_dtype=cfg.compute_dtype, null_storage=cfg.null_storage,
+        core_truncated=cfg.core_rel_threshold is not None,
+        frames_cached_fraction=min(1.0, cached / max(1, len(plan.matrices))), include_overhead=True)
+    progress.message(f"disk: {describe(needs)} for {len(pending)} matrices")
+    check_space(needs, f"{len(pending)} matrices of {cfg.store}",
+                "Free space or point --store / --frame-cache at another disk; a rerun resumes where it stopped.")
 
 
 def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
@@ -319,34 +312,44 @@ def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
 
 
 def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, frames: FrameCache,
-            device: torch.device, dtype: torch.dtype, progress: Progress) -> tuple[int, int, list[str]]:
+            device: torch.device, dtype: torch.dtype, progress: Progress,
+            timer: PhaseTimer) -> tuple[int, int, list[str]]:
     def load(m: MatrixName) -> _Loaded:
-        w0, w1 = plan.base.read(m.name), plan.post.read(m.name)
-        problems = [p for p in (_nonfinite(w0, m.name, "base"), _nonfinite(w1, m.name, "post")) if p]
-        d0 = tensor_digest(w0)
+        with timer.phase("read"):
+            w0, w1 = plan.base.read(m.name), plan.post.read(m.name)
+        with timer.phase("checks"):
+            problems = [p for p in (_nonfinite(w0, m.name, "base"), _nonfinite(w1, m.name, "post")) if p]
+        with timer.phase("digest"):
+            d0, d1 = tensor_digest(w0), tensor_digest(w1)
         key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold)
-        frame = None if problems else frames.get(key, dtype, shape=tuple(w0.shape))
-        item = _Loaded(m, w0, w1, d0, tensor_digest(w1), key, frame, problems, tuple(w0.shape))
+        with timer.phase("frame_read"):
+            frame = None if problems else frames.get(key, dtype, shape=tuple(w0.shape))
+        item = _Loaded(m, w0, w1, d0, d1, key, frame, problems, tuple(w0.shape))
         if not problems:  # in the checkpoints' own dtype, while the reader thread has them
-            item.sparsity = update_sparsity(w0, w1)
-            if cfg.survival_dtype is not None:
-                axis, idx = survival_sample(tuple(w0.shape))
-                sample = (w0[idx] if axis == 0 else w0[:, idx]).clone()
-                item.survival = (axis, idx, sample, getattr(torch, cfg.survival_dtype))
+            with timer.phase("sparsity_sample"):
+                item.sparsity = update_sparsity(w0, w1)
+                if cfg.survival_dtype is not None:
+                    axis, idx = survival_sample(tuple(w0.shape))
+                    sample = (w0[idx] if axis == 0 else w0[:, idx]).clone()
+                    item.survival = (axis, idx, sample, getattr(torch, cfg.survival_dtype))
         return item
 
     def write(item: _Loaded, res: MatrixResult, frame_is_new: bool) -> None:
         if frame_is_new:
-            frames.put(item.frame_key, res.frame, {"shape": list(item.shape), "dtype": cfg.compute_dtype,
+            with timer.phase("frame_write"):
+                frames.put(item.frame_key, res.frame, {"shape": list(item.shape), "dtype": cfg.compute_dtype,
                                                    "core_rel_threshold": cfg.core_rel_threshold,
-                                                   "base_digest": item.digest0})
+                                                       "base_digest": item.digest0})
         arrays: dict[str, np.ndarray] = {}
         array_attrs: dict[str, dict] = {}
-        for key, t in (("P", res.projection.P), ("null", None if res.projection.null_is_structural_zero
-                                                    else res.projection.null)):
-            if t is None:
-                continue
-            arrays[key], array_attrs[key] = to_store_array(t, cfg.store_dtype)
+        proj = res.projection
+        null_kept = "none" if proj.null_is_structural_zero else cfg.null_storage
+        arrays["P"], array_attrs["P"] = to_store_array(proj.P, cfg.store_dtype)
+        if null_kept == "array":
+            arrays["null"], array_attrs["null"] = to_store_array(proj.null, cfg.store_dtype)
+        elif null_kept == "norms":  # the user chose to keep only these (null_storage: norms)
+            arrays["null_row_norms"] = torch.linalg.vector_norm(proj.null, dim=1).double().cpu().numpy()
+            arrays["null_col_norms"] = torch.linalg.vector_norm(proj.null, dim=0).double().cpu().numpy()
         arrays["sigma0"] = res.frame.S.detach().double().cpu().numpy()
         arrays["sigma1"] = res.sigma1.detach().double().cpu().numpy()
         m = item.matrix
@@ -354,10 +357,10 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
             "name": m.name, "layer": m.layer, "module": m.module,
             "shape": list(item.shape), "rank": res.frame.rank,
             "base_digest": item.digest0, "post_digest": item.digest1, "frame_key": item.frame_key,
-            "null_stored": "null" in arrays,
+            "null_stored": "null" in arrays, "null_kept": null_kept,
             "metrics": {**res.metrics.as_row(), **item.sparsity},
         }
-        store.write_matrix(m.name, arrays, attrs, array_attrs)
+        store.write_matrix(m.name, arrays, attrs, array_attrs, timer=timer)
 
     computed = reused = 0
     failures: list[str] = []
@@ -368,7 +371,8 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
         next_load: Optional[Future] = reader.submit(load, pending[0])
         in_flight: Optional[Future] = None
         for i, m in enumerate(pending):
-            item = next_load.result()
+            with timer.phase("wait_read"):
+                item = next_load.result()
             next_load = reader.submit(load, pending[i + 1]) if i + 1 < len(pending) else None
             if item.problems:
                 failures.extend(item.problems)
@@ -382,11 +386,12 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
             survival = item.survival
             if survival is not None:
                 survival = (survival[0], survival[1].to(device), survival[2].to(device), survival[3])
-            res = decompose_matrix(item.take("w0", device=device, dtype=dtype),
-                                   item.take("w1", device=device, dtype=dtype, copy=True),
+            res = decompose_matrix(item.take("w0", timer, device=device, dtype=dtype),
+                                   item.take("w1", timer, device=device, dtype=dtype, copy=True),
                                    frame=frame, core_rel_threshold=cfg.core_rel_threshold,
                                    rank_thresholds=cfg.rank_thresholds, band_edges=cfg.band_edges,
-                                   angle_edges=cfg.angle_edges, survival=survival)
+                                   angle_edges=cfg.angle_edges, survival=survival, timer=timer,
+                                   svd_driver=cfg.svd_driver)
             bad = _nonfinite_result(res, m.name, cfg.compute_dtype)
             if bad:  # finite inputs can still overflow (|W1 − W0| beyond the compute dtype): never stored
                 failures.append(bad)
@@ -394,7 +399,8 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
                 progress.advance(f"{m.name} SKIPPED (non-finite result)")
                 continue
             if in_flight is not None:
-                in_flight.result()  # at most one write queued; surfaces writer errors
+                with timer.phase("wait_write"):
+                    in_flight.result()  # at most one write queued; surfaces writer errors
             in_flight = writer.submit(write, item, res, item.frame is None)
             del res, item, frame
             computed += 1

@@ -17,6 +17,8 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from .phases import NO_TIMER, PhaseTimer
+
 
 @dataclass(frozen=True)
 class Frame:
@@ -31,9 +33,15 @@ class Frame:
         return self.U.shape[1]
 
 
-def svdvals(X: torch.Tensor) -> torch.Tensor:
+def _driver(X: torch.Tensor, driver: Optional[str]) -> dict:
+    """torch's ``driver=`` (cuSOLVER's gesvd, gesvdj or gesvda) on CUDA tensors; CPU LAPACK has one."""
+    return {"driver": driver} if driver is not None and X.is_cuda else {}
+
+
+def svdvals(X: torch.Tensor, driver: Optional[str] = None) -> torch.Tensor:
     """Singular values, computed on the tall orientation (faster in LAPACK, same values)."""
-    return torch.linalg.svdvals(X.mT if X.shape[0] < X.shape[1] else X)
+    X = X.mT if X.shape[0] < X.shape[1] else X
+    return torch.linalg.svdvals(X, **_driver(X, driver))
 
 
 def canonical_signs(U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,16 +57,18 @@ def canonical_signs(U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, tor
     return U * signs, V * signs
 
 
-def compute_frame(W0: torch.Tensor, core_rel_threshold: Optional[float] = None) -> Frame:
-    """Thin SVD of W0 with canonical signs; optionally keep only σ_i > threshold·σ_1 in the core."""
+def compute_frame(W0: torch.Tensor, core_rel_threshold: Optional[float] = None,
+                  driver: Optional[str] = None) -> Frame:
+    """Thin SVD of W0 with canonical signs; optionally keep only σ_i > threshold·σ_1 in the core.
+    ``driver`` picks cuSOLVER's routine on a GPU (tools/gpu_check.py times them)."""
     if W0.shape[0] < W0.shape[1]:
         # LAPACK is 2-3x faster on tall than on wide inputs (measured on CPU); the
         # SVD of W0ᵀ gives the same frame with U and V swapped.
-        V, S, Uh = torch.linalg.svd(W0.mT, full_matrices=False)
+        V, S, Uh = torch.linalg.svd(W0.mT, full_matrices=False, **_driver(W0, driver))
         U = Uh.mT
         del Uh
     else:
-        U, S, Vh = torch.linalg.svd(W0, full_matrices=False)
+        U, S, Vh = torch.linalg.svd(W0, full_matrices=False, **_driver(W0, driver))
         V = Vh.mT
         del Vh
     U, V = canonical_signs(U, V)
@@ -462,6 +472,8 @@ def decompose_matrix(
     band_edges: Sequence[int] = (),
     angle_edges: Sequence[int] = (),
     survival: Optional[tuple[int, torch.Tensor, torch.Tensor, torch.dtype]] = None,
+    timer: PhaseTimer = NO_TIMER,
+    svd_driver: Optional[str] = None,
 ) -> MatrixResult:
     """Full GRRR treatment of one matrix pair, given already upcast (float32/64) tensors.
 
@@ -472,47 +484,55 @@ def decompose_matrix(
     top-k singular subspaces of W0 and W1 for each k (W1's by block subspace iteration, no
     full SVD); ``survival`` = (axis, indices, W0 on those rows/columns in the
     checkpoint dtype, target dtype) estimates how much of each component survives a round
-    trip of W0 + component through the target dtype.
+    trip of W0 + component through the target dtype. ``timer`` collects the seconds of each
+    step (see :mod:`grrr_stream.phases`).
     """
     if W0.dtype != W1.dtype or W0.dtype not in (torch.float32, torch.float64):
         raise TypeError("decompose_matrix expects two float32 or two float64 tensors")
-    sigma1 = svdvals(W1)
+    with timer.phase("svdvals_w1"):
+        sigma1 = svdvals(W1, svd_driver)
     m, n = W1.shape
     # the frame first, while W1 is intact: the same peak memory as forming ΔW first (W1 takes ΔW's place
     # during the SVD), and W1's top-k subspaces can start from W0's
     if frame is None:
-        frame = compute_frame(W0, core_rel_threshold)
+        with timer.phase("svd_w0"):
+            frame = compute_frame(W0, core_rel_threshold, svd_driver)
     ks = sorted({int(k) for k in angle_edges if int(k) < min(m, n, frame.rank)})
     # (k ≥ min(m, n) is not measured: the longer side's top-k subspaces are then the row or column
     # spaces, which differ between W0 and W1 and would need W1's full SVD)
     top1, angles_failed = None, False
-    try:
-        top1 = top_singular_subspaces(W1, ks[-1], start=frame.V[:, :ks[-1] + 16]) if ks else None
-    except torch.linalg.LinAlgError:  # products that overflow (weights near the dtype's limit): the angles
-        angles_failed = True          # are NaN, and the caller refuses the matrix as non-finite
-    delta = W1.sub_(W0)
-    del W1, W0  # W0 freed here when the caller passed it without keeping a reference
-    delta_fro = float(torch.linalg.vector_norm(delta).item())
-    delta_spec = spectral_norm(delta) if delta_fro > 0 else 0.0
+    with timer.phase("angles"):
+        try:
+            top1 = top_singular_subspaces(W1, ks[-1], start=frame.V[:, :ks[-1] + 16]) if ks else None
+        except torch.linalg.LinAlgError:  # products that overflow (weights near the dtype's limit): the angles
+            angles_failed = True          # are NaN, and the caller refuses the matrix as non-finite
+    with timer.phase("delta"):
+        delta = W1.sub_(W0)
+        del W1, W0  # W0 freed here when the caller passed it without keeping a reference
+        delta_fro = float(torch.linalg.vector_norm(delta).item())
+    with timer.phase("spectral_norm"):
+        delta_spec = spectral_norm(delta) if delta_fro > 0 else 0.0
     if delta_fro == 0.0:
         # W1 == W0 bit for bit: use the identical spectrum rather than one from another
         # LAPACK routine, so a model compared with itself gives exact zeros.
         sigma1 = frame.S.clone()
-    proj = project(delta, frame, in_place=True)
-    energies = split_energies(proj.P, proj.null)
+    with timer.phase("projection"):
+        proj = project(delta, frame, in_place=True)
+        energies = split_energies(proj.P, proj.null)
     extra: dict[str, float] = {}
-    if band_edges:
-        d2 = delta_fro ** 2
-        extra.update({f"band{k}": _ratio(v, d2) for k, v in band_energies(proj.P, band_edges).items()})
-    if top1 is not None:
-        extra.update({f"angle{k}": v for k, v in principal_angles(frame, top1[0], top1[1], ks).items()})
-    elif angles_failed:
-        extra.update({f"angle{k}_{side}_max_deg": math.nan for k in ks for side in ("left", "right")})
-    if survival is not None:
-        axis, idx, w0_sample, target = survival
-        kept = round_trip_survival(w0_sample, _component_samples(proj, frame, axis, idx), target)
-        tag = str(target).removeprefix("torch.")
-        extra.update({f"{tag}_kept_{c}": v for c, v in kept.items()})
+    with timer.phase("analyses"):
+        if band_edges:
+            d2 = delta_fro ** 2
+            extra.update({f"band{k}": _ratio(v, d2) for k, v in band_energies(proj.P, band_edges).items()})
+        if top1 is not None:
+            extra.update({f"angle{k}": v for k, v in principal_angles(frame, top1[0], top1[1], ks).items()})
+        elif angles_failed:
+            extra.update({f"angle{k}_{side}_max_deg": math.nan for k in ks for side in ("left", "right")})
+        if survival is not None:
+            axis, idx, w0_sample, target = survival
+            kept = round_trip_survival(w0_sample, _component_samples(proj, frame, axis, idx), target)
+            tag = str(target).removeprefix("torch.")
+            extra.update({f"{tag}_kept_{c}": v for c, v in kept.items()})
     metrics = matrix_metrics(
         frame.S.double().cpu().numpy(),
         sigma1.double().cpu().numpy(),

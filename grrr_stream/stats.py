@@ -311,6 +311,16 @@ def _refuse_reduced_precision_differences(stores: Sequence[StoredTransition], wh
             "or none of its bits there. Decompose these transitions with store_dtype float32 (or float64).")
 
 
+def _refuse_null_norms_only(stores: Sequence[StoredTransition], what: str) -> None:
+    """Increments need the null residual arrays; a store that kept only their norms cannot give them."""
+    short = [t for t in stores if t.manifest["settings"].get("null_storage", "array") != "array"]
+    if short:
+        raise StoreMismatchError(
+            f"{what} needs the norm of the increment, which takes differences of the stored null residual "
+            f"arrays, and {short[0].path} kept only their norms (null_storage: norms). Decompose these "
+            "transitions again with null_storage: array (the default).")
+
+
 def _increment_norm_sq(t: StoredTransition, ref: StoredTransition, name: str):
     """Dask scalar ‖ΔW_t − ΔW_ref‖² of one matrix from stored P and null arrays (float64)."""
     dP = t.dask_array(name, "P").astype(np.float64) - ref.dask_array(name, "P").astype(np.float64)
@@ -347,8 +357,10 @@ def compare(a: StoredTransition, b: StoredTransition, kind: str, *, ancestor: Op
         check_shared_frame(a, ancestor)
     if kind == "sequential":
         _refuse_reduced_precision_differences([a, b], "a sequential comparison")
+        _refuse_null_norms_only([a, b], "a sequential comparison")
     elif ancestor is not None:
         _refuse_reduced_precision_differences([a, b, ancestor], "an independent comparison from a common ancestor")
+        _refuse_null_norms_only([a, b, ancestor], "an independent comparison from a common ancestor")
     sums, norm_terms, meta = [], [], []
     for name, attrs in a.matrices.items():
         Pa, Pb = a.dask_array(name, "P"), b.dask_array(name, "P")

@@ -274,6 +274,10 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
                             "independent ones from a shared parent (they take differences of stored P, which keep "
                             "few bits in 16-bit floats): use store_dtype float32, or set statistics.sequential / "
                             "statistics.independent to false")
+        if d.null_storage != "array" and any(kind == "sequential" or c is not None for kind, _, _, c in pairs):
+            problems.append("decomposition.null_storage: norms cannot feed sequential comparisons or independent "
+                            "ones from a shared parent (the increment's norm needs the null residual arrays): use "
+                            "null_storage array, or set statistics.sequential / statistics.independent to false")
         cmp_settings = {"resamples": s.resamples, "null_draws": s.null_draws, "seed": s.seed, "alpha": s.alpha}
         for kind, a, b, c in pairs:
             if a not in dec_key or b not in dec_key:
@@ -805,6 +809,53 @@ def _execute(plan: Plan, todo: list[Unit], states: dict[str, str], ctx: dict, cl
 
 # ---------------------------------------------------------------------------
 # status and report
+
+
+def unit_disk_needs(plan: Plan) -> dict[str, Optional[list]]:
+    """unit id → what it will write (a list of diskplan.DiskNeed), from the checkpoint headers, for the
+    decompositions and variant builds whose checkpoints are on this machine; None where the size is not
+    known before the checkpoints are (Hub downloads, the generated tiny chain). Other units write little."""
+    from .arch import pattern_for, select_matrices
+    from .checkpoint import Checkpoint
+    from .diskplan import DiskNeed, ITEMSIZE, transition_needs
+    from .errors import GrrrError
+
+    opened: dict[str, Optional[Checkpoint]] = {}
+
+    def local(src: str) -> Optional[Checkpoint]:
+        if src not in opened:
+            try:
+                opened[src] = Checkpoint.open(Path(src)) if Path(src).is_dir() else None
+            except (GrrrError, OSError):
+                opened[src] = None
+        return opened[src]
+
+    out: dict[str, Optional[list]] = {}
+    bases: dict[str, str] = {}  # transition id → base source
+    for u in plan.units:
+        if u.kind == "decompose":
+            p = u.params
+            bases[p["transition"]] = p["base"]
+            ck = local(p["base"])
+            if ck is None:
+                out[u.id] = None
+                continue
+            names = select_matrices(ck.tensors, pattern_for(ck.model_type, p.get("module_pattern")), p["modules"])
+            out[u.id] = transition_needs(
+                [ck.tensors[m.name].shape for m in names], Path(u.out), Path(p["frame_cache"]),
+                store_dtype=p["store_dtype"], compute_dtype=p["compute_dtype"],
+                null_storage=p.get("null_storage", "array"), core_truncated=p.get("core_rel_threshold") is not None,
+                # a later decomposition from the same W0 finds its frames in the cache
+                frames_cached_fraction=1.0 if u.after else 0.0)
+        elif u.kind == "variant":
+            ck = local(bases.get(u.params["transition"], ""))
+            if ck is None:
+                out[u.id] = None
+                continue
+            item = ITEMSIZE[u.params["dtype"]]
+            size = sum(math.prod(t.shape) * item if t.is_floating else t.nbytes for t in ck.tensors.values())
+            out[u.id] = [DiskNeed("variant", Path(u.out), size)]
+    return out
 
 
 def sweep_status(plan: Plan) -> list[dict]:

@@ -46,7 +46,7 @@ import torch
 from .checkpoint import Checkpoint, TensorSpec, companion_files, tensor_digest, write_checkpoint
 from .errors import ConfigError, StoreMismatchError, TensorMismatchError
 from .files import check_component
-from .frame import Frame, compute_frame, random_core_coefficients
+from .frame import Frame, compute_frame, project, random_core_coefficients
 from .runtime import bound_heap_growth
 from .store import StoredTransition, atomic_write_text, to_csv
 
@@ -242,6 +242,10 @@ class FidelityReport:
             "intended_norm": math.sqrt(i2),
         }
 
+    def add(self, row: MatrixFidelity, dot: float) -> None:
+        self.rows.append(row)
+        self._dot += dot
+
     def csv(self) -> str:
         return to_csv(asdict(r) for r in self.rows)
 
@@ -366,7 +370,13 @@ class VariantBuilder:
             # proj's decomposed matrices equal full's bit for bit
             src = w0 if weights == (0.0, 0.0, 0.0) else w1
             out = src.to(out_dtype)
-            self._account(name, layer, module, w0, out, None, 0.0, source=src)
+            if out_dtype in _EXACT_INTO.get(src.dtype, ()):
+                # the cast keeps every value: the realised update is the intended one exactly, and its
+                # norm, ‖W1 − W0‖ or 0, is on record from the decomposition (no pass over the matrix)
+                norm = 0.0 if src is w0 else float(attrs["metrics"]["delta_fro"])
+                self.report.add(MatrixFidelity(name, layer, module, norm, 0.0, 0.0, 1.0, 0.0), norm * norm)
+            else:
+                self._account(name, layer, module, w0, out, None, 0.0, source=src)
             return out
         cd, dev = self.compute_dtype, self.device
         W0 = w0.to(device=dev, dtype=cd)
@@ -403,6 +413,14 @@ class VariantBuilder:
             del U, V, p
         if s.null != s.off and attrs.get("null_stored"):
             intended.add_(self.transition.read_tensor(name, "null").to(device=dev, dtype=cd), alpha=s.null - s.off)
+        elif s.null != s.off and attrs.get("null_kept") == "norms":
+            # the store kept only the residual's norms (null_storage: norms): recompute it exactly as the
+            # decomposition did, ΔW − U0 (U0ᵀ ΔW V0) V0ᵀ, from the checkpoints and the base frame
+            frame = self._frame(name, attrs, w0)
+            delta = self.post.read(name).to(device=dev, dtype=cd).sub_(W0)
+            null = project(delta, Frame(U=frame.U.to(dev), S=frame.S.to(dev), V=frame.V.to(dev)), in_place=True).null
+            intended.add_(null, alpha=s.null - s.off)
+            del delta, null, frame
         del W0
         out = torch.empty(w0.shape, dtype=out_dtype)
         self._account(name, layer, module, w0, out, intended, removed, fill=True)
@@ -419,6 +437,33 @@ class VariantBuilder:
         """
         i2 = e2 = dot = 0.0
         step = max(1, (1 << 22) // max(1, w0.shape[1]))
+        if fill and intended is not None and out.dtype == torch.float32 and intended.dtype == torch.float32 \
+                and w0.dtype in _EXACT_INTO and torch.float32 in _EXACT_INTO[w0.dtype]:
+            # float32 out of float32 arithmetic: out = fl(W0 + intended), and its rounding error is
+            # obtained exactly in float32 by Knuth's TwoSum (a + b = s + e, exactly), so no float64
+            # pass is needed; only the sums are accumulated in float64
+            for i in range(0, w0.shape[0], step):
+                a = w0[i:i + step].float()
+                b = intended[i:i + step].cpu()
+                s_ = a + b
+                bb = s_ - a
+                e = (a - (s_ - bb)) + (b - bb)  # realised = s − a = b − e; error = −e
+                out[i:i + step] = s_
+                i2 += float(torch.sum(b * b, dtype=torch.float64))
+                e2 += float(torch.sum(e * e, dtype=torch.float64))
+                dot += float(torch.sum((b - e).double() * b.double()))
+        else:
+            i2, e2, dot = self._float64_pass(w0, out, intended, source, fill, step)
+        fid = math.sqrt(e2 / i2) if i2 > 0 else (0.0 if e2 == 0 else math.inf)
+        self.report.add(MatrixFidelity(name, layer, module, math.sqrt(i2), math.sqrt(e2), fid,
+                                       (dot * dot / (i2 * i2)) if i2 > 0 else 1.0, removed), dot)
+
+    @staticmethod
+    def _float64_pass(w0: torch.Tensor, out: torch.Tensor, intended: Optional[torch.Tensor],
+                      source: Optional[torch.Tensor], fill: bool, step: int) -> tuple[float, float, float]:
+        """‖intended‖², ‖realised − intended‖², ⟨realised, intended⟩ in float64, by row blocks (where a
+        cast to a narrower dtype is measured)."""
+        i2 = e2 = dot = 0.0
         for i in range(0, w0.shape[0], step):
             base = w0[i:i + step].double()
             if intended is None:
@@ -432,10 +477,7 @@ class VariantBuilder:
             i2 += float((want * want).sum())
             e2 += float((err * err).sum())
             dot += float((realised * want).sum())
-        fid = math.sqrt(e2 / i2) if i2 > 0 else (0.0 if e2 == 0 else math.inf)
-        self.report.rows.append(MatrixFidelity(name, layer, module, math.sqrt(i2), math.sqrt(e2), fid,
-                                               (dot * dot / (i2 * i2)) if i2 > 0 else 1.0, removed))
-        self.report._dot += dot
+        return i2, e2, dot
 
 
 def _seed_for(seed: int, name: str) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -211,6 +212,7 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
     # every refusal (rest source, dtype) before the first folder is written
     builders = [VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device) for spec in specs]
     out = ensure_folder(Path(out), "--out")
+    _check_variant_space(builders, out, overwrite, stream)
     for spec, builder in zip(specs, builders):
         folder = out / spec.name
         summary = write_variant(builder, folder, max_shard_bytes=max_shard_bytes, overwrite=overwrite, stream=stream,
@@ -220,6 +222,21 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
         if tracking_enabled(tracking):
             run_ids.append(track_variant(builder, folder, summary, tracking))
     return VariantsResult(out, summaries, folders, run_ids)
+
+
+def _check_variant_space(builders, out: Path, overwrite: bool, stream=None) -> None:
+    """Say what the variant folders still to build will take (from the layout: exact), and refuse
+    before the first one when they cannot all fit."""
+    from .diskplan import DiskNeed, check_space, describe
+    from .variants import variant_folder_done
+
+    needs = [DiskNeed(b.spec.name, out, sum(t.nbytes for t in b.layout())) for b in builders
+             if overwrite or not variant_folder_done(out / b.spec.name, b.metadata())]
+    if not needs:
+        return
+    (stream or sys.stderr).write(f"disk: {len(needs)} variant folder(s) in {out}: {describe(needs)}\n")
+    check_space(needs, f"{len(needs)} variant folder(s) in {out}",
+                "Free space, build fewer variants at a time, or point --out at another disk.")
 
 
 def variant_params(builder) -> dict:

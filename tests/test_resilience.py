@@ -262,7 +262,7 @@ def test_decompose_refuses_to_start_without_the_disk_space_it_needs(tmp_path, ca
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 << 20, 9 << 20, 1 << 20))
     rc = main(["decompose", "--base", str(base), "--post", str(post), "--store", str(tmp_path / "s"), "--no-track"])
     err = capsys.readouterr().err
-    assert rc == 2 and "not enough disk space" in err and "GiB are free" in err
+    assert rc == 2 and "not enough disk space" in err and "MiB free on that filesystem" in err
     assert _completed(tmp_path / "s") == 0
 
 

@@ -144,6 +144,30 @@ def test_fidelity_bf16_loses_rl_sized_update_and_warns(planted_f32_small, tmp_pa
         assert s["energy_survived"] == pytest.approx(1.0, abs=2e-3)
 
 
+def test_float32_fidelity_without_a_float64_pass_matches_it(planted_f32_small, tmp_path, monkeypatch):
+    """A float32 variant of a float32 decomposition: its weights and fidelity report from the float32
+    pass (TwoSum rounding errors; copies from the record) equal those of the float64 reference pass."""
+    from grrr_stream import variants as V
+
+    base, post = planted_f32_small  # r_Δ = 3e-4: the cast error is a visible share of the update
+    store = tmp_path / "s"
+    run_transition(no_track_config(base=str(base), post=str(post), store=store))
+    names = ("off", "diag", "null", "randrm-0", "full", "proj", "base")
+    fast = {n: build(store, n, dtype="float32") for n in names}
+    monkeypatch.setattr(V, "_EXACT_INTO", {})  # every matrix through the float64 pass
+    ref = {n: build(store, n, dtype="float32") for n in names}
+    for n in names:
+        (tf, bf), (tr, br) = fast[n], ref[n]
+        for k in tr:  # the same weights (fl(W0 + intended) either way, up to rare double rounding)
+            assert float((tf[k].double() - tr[k].double()).abs().max()) <= 1e-7 * float(tr[k].abs().max()), (n, k)
+        for rf, rr in zip(bf.report.rows, br.report.rows):
+            assert rf.intended_norm == pytest.approx(rr.intended_norm, rel=1e-5, abs=1e-12)
+            assert rf.error_norm == pytest.approx(rr.error_norm, rel=1e-3, abs=1e-12), (n, rf, rr)
+            assert rf.energy_survived == pytest.approx(rr.energy_survived, abs=1e-6)
+        if n in ("off", "diag", "null"):
+            assert max(r.error_norm for r in br.report.rows) > 0  # a cast error is there to be measured
+
+
 def test_written_folder_loads_in_transformers_with_same_logits(tmp_path):
     from transformers import AutoConfig, AutoModelForCausalLM
 

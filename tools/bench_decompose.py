@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
-"""Benchmark of `grrr-stream decompose` on a synthetic pair with Qwen3-14B layer shapes.
+"""Benchmark of `grrr-stream decompose` on synthetic pairs with real model shapes.
 
-Prints, from one run on this machine:
-  1. wall time of the decompose command vs the bare SVD(W0) + svdvals(W1) time of the
-     same matrices (target ratio ≤ 1.15),
-  2. wall time of a second transition from the same base (cached frames) vs the first
-     (target ≤ 0.5),
-  3. peak RSS of the decompose process (target ≤ 3 GiB).
+For each shape set (SmolLM2-135M, Qwen2.5-1.5B, Qwen3-14B), from one run on this machine:
+  1. wall time of the decomposition vs the bare SVD(W0) + svdvals(W1) of the same matrices
+     (tall orientation, float32, one process, the same torch threads),
+  2. with --peer: the whole-model-load approach (load both checkpoints into memory, then
+     SVD, svdvals, P and null per matrix, nothing stored), its time and peak RSS,
+  3. a second transition from the same base (cached frames) vs the first,
+  4. peak RSS of each decompose process,
+  5. where the time goes: seconds per phase (reader thread: read, digest, checks,
+     frame_read, sparsity_sample; compute thread: upcast, svdvals_w1, svd_w0, angles, delta,
+     spectral_norm, projection, analyses, wait_read, wait_write; writer thread:
+     frame_write, store_write (encode + compress + write), fsync; then tables_figures).
+     The three threads overlap, so the phases add up to more than the wall time.
+  6. what zstd (the store's codec) gains on P and null: ratio and MB/s.
 
-Each decompose runs in a fresh subprocess (tracking off: MLflow logging is a constant
-few seconds, reported separately by the tests, not a per-matrix cost). Usage:
+Every run is a fresh subprocess (tracking off: MLflow logging is a constant few seconds, not a
+per-matrix cost). Usage:
 
-    python tools/bench_decompose.py [--layers 2] [--out bench_out] [--small]
-
-``--small`` uses a reduced shape (hidden 1024) for a quick smoke run.
+    python tools/bench_decompose.py [--shapes smollm2-135m,qwen25-1.5b,qwen3-14b] [--layers N]
+                                    [--peer] [--analyses-cost] [--out bench_out]
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ CHILD = textwrap.dedent("""
                                        "progress": False, "tracking": {"enabled": False}, **extra}))
     wall = time.perf_counter() - t
     print(json.dumps({"wall_s": wall, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "computed": res.computed, "frames_reused": res.frames_reused}))
+                      "computed": res.computed, "frames_reused": res.frames_reused, "phases": res.timings}))
 """)
 
 BARE = textwrap.dedent("""
@@ -55,6 +61,8 @@ BARE = textwrap.dedent("""
     total = 0.0
     for m in select_matrices(b.tensors, STANDARD_PATTERN, DEFAULT_MODULES):
         w0, w1 = b.read(m.name).float(), p.read(m.name).float()
+        if w0.shape[0] < w0.shape[1]:
+            w0, w1 = w0.T, w1.T
         t = time.perf_counter()
         torch.linalg.svd(w0, full_matrices=False)
         torch.linalg.svdvals(w1)
@@ -63,62 +71,121 @@ BARE = textwrap.dedent("""
     print(json.dumps({"bare_s": total}))
 """)
 
+# The whole-model-load approach of the closest public code: both state dicts in memory, then per
+# matrix SVD(W0), svdvals(W1), P = U0ᵀ ΔW V0 and the null residual; nothing written. Loading uses
+# safetensors directly (cheaper than building transformers models, so the peer is not handicapped).
+PEER = textwrap.dedent("""
+    import json, resource, sys, time, torch
+    from pathlib import Path
+    from safetensors.torch import load_file
+    from grrr_stream.arch import STANDARD_PATTERN, select_matrices
+    from grrr_stream.config import DEFAULT_MODULES
+    t = time.perf_counter()
+    sd = [{}, {}]
+    for i, folder in enumerate(sys.argv[1:3]):
+        for f in sorted(Path(folder).glob("*.safetensors")):
+            sd[i].update(load_file(f))
+    load_s = time.perf_counter() - t
+    for m in select_matrices(sd[0], STANDARD_PATTERN, DEFAULT_MODULES):
+        w0, w1 = sd[0][m.name].float(), sd[1][m.name].float()
+        U, S, Vh = torch.linalg.svd(w0, full_matrices=False)
+        s1 = torch.linalg.svdvals(w1)
+        d = w1 - w0
+        P = U.T @ d @ Vh.T
+        null = d - U @ P @ Vh
+        e = (P.diagonal().square().sum(), P.square().sum(), null.square().sum())
+    wall = time.perf_counter() - t
+    print(json.dumps({"wall_s": wall, "load_s": load_s,
+                      "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+""")
+
+# What the store's codec gains on the arrays it stores: ratio and throughput of blosc-zstd-1 with
+# byte shuffle on P and the null residual of one MLP matrix, against writing them raw.
+CODEC = textwrap.dedent("""
+    import json, sys, time, numpy as np, zarr
+    store = sys.argv[1]
+    g = zarr.open_group(store, mode="r")["matrices"]
+    name = sorted(g.group_keys(), key=lambda k: -np.prod(g[k].attrs["shape"]))[0]
+    from zarr.codecs import BloscCodec
+    import numcodecs
+    out = {"matrix": name}
+    for key in ("P", "null"):
+        if key not in g[name]:
+            continue
+        a = np.ascontiguousarray(g[name][key][...])
+        codec = numcodecs.Blosc(cname="zstd", clevel=1, shuffle=numcodecs.Blosc.SHUFFLE)
+        t = time.perf_counter(); c = codec.encode(a); dt = time.perf_counter() - t
+        out[key] = {"mb": round(a.nbytes / 1e6, 1), "ratio": round(a.nbytes / len(c), 3),
+                    "compress_mb_s": round(a.nbytes / 1e6 / dt, 0)}
+    print(json.dumps(out))
+""")
+
+PHASES = [("reader", ["read", "digest", "checks", "frame_read", "sparsity_sample"]),
+          ("compute", ["upcast", "svdvals_w1", "svd_w0", "angles", "delta", "spectral_norm", "projection",
+                       "analyses", "wait_read", "wait_write"]),
+          ("writer", ["frame_write", "store_write", "fsync"]),
+          ("run", ["plan", "matrices_wall", "tables_figures"])]
+
 
 def _child(code: str, *args: str) -> dict:
     out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=Path("bench_out"))
-    ap.add_argument("--small", action="store_true", help="hidden 1024 instead of Qwen3-14B shapes")
-    ap.add_argument("--shapes", choices=["qwen3-14b", "qwen25-1.5b", "smollm2-135m"], default="qwen3-14b",
-                    help="layer shapes of the synthetic pair (default qwen3-14b)")
-    ap.add_argument("--analyses-cost", action="store_true",
-                    help="also decompose the first transition without the analyses beyond the paper (bands, "
-                         "subspace angles, bf16 survival) into its own frame cache, and print the cost ratio")
-    ap.add_argument("--keep", action="store_true", help="keep generated checkpoints and stores")
-    args = ap.parse_args()
-    presets = {"qwen3-14b": qwen3_14b_like(args.layers),
-               "qwen25-1.5b": ModelShape(hidden=1536, intermediate=8960, layers=args.layers, heads=12, kv_heads=2,
-                                         head_dim=128, vocab=1024),
-               "smollm2-135m": ModelShape(hidden=576, intermediate=1536, layers=args.layers, heads=9, kv_heads=3,
-                                          head_dim=64, vocab=1024)}
-    shape = (ModelShape(hidden=1024, intermediate=3456, layers=args.layers, heads=8, kv_heads=2, head_dim=128)
-             if args.small else presets[args.shapes])
-    out = args.out
-    models = out / "models"
+def presets(layers: dict[str, int]) -> dict[str, ModelShape]:
+    return {
+        "smollm2-135m": ModelShape(hidden=576, intermediate=1536, layers=layers["smollm2-135m"], heads=9,
+                                   kv_heads=3, head_dim=64, vocab=1024),
+        "qwen25-1.5b": ModelShape(hidden=1536, intermediate=8960, layers=layers["qwen25-1.5b"], heads=12,
+                                  kv_heads=2, head_dim=128, vocab=1024),
+        "qwen3-14b": qwen3_14b_like(layers["qwen3-14b"]),
+    }
+
+
+# Whole models where that fits a run of a few minutes on 2 cores; two layers of the 14B shapes.
+DEFAULT_LAYERS = {"smollm2-135m": 30, "qwen25-1.5b": 4, "qwen3-14b": 2}
+
+
+def breakdown(phases: dict[str, float]) -> str:
+    lines = []
+    for thread, names in PHASES:
+        cells = [f"{n} {phases[n]:.2f}" for n in names if phases.get(n)]
+        lines.append(f"    {thread:8s} " + ", ".join(cells))
+    return "\n".join(lines)
+
+
+def bench_shape(key: str, shape: ModelShape, out: Path, args) -> dict:
+    models = out / key / "models"
+    dtype = args.dtype
     t = time.perf_counter()
     for name, updates in (("base", ()), ("post_a", (Update(r_delta=1e-2),)), ("post_b", (Update(r_delta=3e-3),))):
         if not (models / name / "config.json").is_file():
-            write_model(models / name, shape, family="qwen3", dtype="bfloat16", seed=0, updates=updates,
+            write_model(models / name, shape, family="qwen3", dtype=dtype, seed=0, updates=updates,
                         max_shard_bytes=2 * 2**30, overwrite=True)
-    print(f"generated checkpoints in {time.perf_counter() - t:.0f} s", flush=True)
+    print(f"[{key}] generated checkpoints in {time.perf_counter() - t:.0f} s", flush=True)
     n = len([x for x in Checkpoint.open(models / "base").tensors if x.endswith("_proj.weight")])
-    for d in ("stores", "frames"):
-        shutil.rmtree(out / d, ignore_errors=True)
+    for d in ("stores", "frames", "frames_plain", "frames_no_angles"):
+        shutil.rmtree(out / key / d, ignore_errors=True)
+    base, post_a, post_b = (str(models / x) for x in ("base", "post_a", "post_b"))
+    stores, frames = out / key / "stores", str(out / key / "frames")
 
-    bare = _child(BARE, str(models / "base"), str(models / "post_a"))["bare_s"]
-    print(f"bare SVD(W0)+svdvals(W1): {bare:.1f} s", flush=True)
-    first = _child(CHILD, str(models / "base"), str(models / "post_a"), str(out / "stores" / "a"), str(out / "frames"))
-    print(f"first transition: {first}", flush=True)
-    second = _child(CHILD, str(models / "base"), str(models / "post_b"), str(out / "stores" / "b"), str(out / "frames"))
-    print(f"second transition (same base): {second}", flush=True)
-    plain = None
-    if args.analyses_cost:
-        off = json.dumps({"band_edges": [], "angle_edges": [], "survival_dtype": None})
-        plain = _child(CHILD, str(models / "base"), str(models / "post_a"), str(out / "stores" / "plain"),
-                       str(out / "frames_plain"), off)
-        print(f"first transition without the analyses beyond the paper: {plain}", flush=True)
-        no_angles = _child(CHILD, str(models / "base"), str(models / "post_a"), str(out / "stores" / "no_angles"),
-                           str(out / "frames_no_angles"), json.dumps({"angle_edges": []}))
-        print(f"first transition without the subspace angles only: {no_angles}", flush=True)
-
-    figures = {
+    bare = _child(BARE, base, post_a)["bare_s"]
+    print(f"[{key}] bare SVD(W0)+svdvals(W1): {bare:.1f} s", flush=True)
+    peer = None
+    if args.peer:
+        peer = _child(PEER, base, post_a)
+        print(f"[{key}] peer (whole-model load): {peer}", flush=True)
+    first = _child(CHILD, base, post_a, str(stores / "a"), frames)
+    print(f"[{key}] first transition: {first['wall_s']:.1f} s, peak RSS {first['maxrss_mib']:.0f} MiB\n"
+          + breakdown(first["phases"]), flush=True)
+    second = _child(CHILD, base, post_b, str(stores / "b"), frames)
+    print(f"[{key}] second transition (same base): {second['wall_s']:.1f} s, peak RSS "
+          f"{second['maxrss_mib']:.0f} MiB\n" + breakdown(second["phases"]), flush=True)
+    codec = _child(CODEC, str(stores / "a"))
+    print(f"[{key}] codec: {codec}", flush=True)
+    fig = {
         "shape": f"hidden {shape.hidden}, intermediate {shape.intermediate}, heads {shape.heads}/{shape.kv_heads}"
-                 f" x {shape.hd}, {shape.layers} layers, {n} matrices, bf16",
+                 f" x {shape.hd}, {shape.layers} layers, {n} matrices, {dtype}",
         "torch_threads": torch.get_num_threads(),
         "bare_svd_s": round(bare, 2),
         "decompose_s": round(first["wall_s"], 2),
@@ -127,14 +194,52 @@ def main() -> None:
         "ratio_second_to_first": round(second["wall_s"] / first["wall_s"], 3),
         "peak_rss_first_gib": round(first["maxrss_mib"] / 1024, 3),
         "peak_rss_second_gib": round(second["maxrss_mib"] / 1024, 3),
+        "phases_first_s": {k: round(v, 2) for k, v in first["phases"].items()},
+        "phases_second_s": {k: round(v, 2) for k, v in second["phases"].items()},
+        "codec": codec,
     }
-    if plain is not None:
-        figures["decompose_without_analyses_s"] = round(plain["wall_s"], 2)
-        figures["analyses_cost_pct"] = round(100 * (first["wall_s"] / plain["wall_s"] - 1), 1)
-        figures["angles_cost_pct"] = round(100 * (first["wall_s"] - no_angles["wall_s"]) / plain["wall_s"], 1)
-    print(json.dumps(figures, indent=2))
+    if peer is not None:
+        fig.update({"peer_s": round(peer["wall_s"], 2), "peer_load_s": round(peer["load_s"], 2),
+                    "peer_peak_rss_gib": round(peer["maxrss_mib"] / 1024, 3),
+                    "ratio_decompose_to_peer": round(first["wall_s"] / peer["wall_s"], 3)})
+    if args.analyses_cost:
+        off = json.dumps({"band_edges": [], "angle_edges": [], "survival_dtype": None})
+        plain = _child(CHILD, base, post_a, str(stores / "plain"), str(out / key / "frames_plain"), off)
+        no_angles = _child(CHILD, base, post_a, str(stores / "no_angles"), str(out / key / "frames_no_angles"),
+                           json.dumps({"angle_edges": []}))
+        fig["decompose_without_analyses_s"] = round(plain["wall_s"], 2)
+        fig["analyses_cost_pct"] = round(100 * (first["wall_s"] / plain["wall_s"] - 1), 1)
+        fig["angles_cost_pct"] = round(100 * (first["wall_s"] - no_angles["wall_s"]) / plain["wall_s"], 1)
+    return fig
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="qwen3-14b",
+                    help="comma-separated shape sets: smollm2-135m, qwen25-1.5b, qwen3-14b, or 'all' "
+                         "(default qwen3-14b)")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="layers of every shape set (default: 30 for smollm2-135m = the whole model, 4 for "
+                         "qwen25-1.5b, 2 for qwen3-14b)")
+    ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                    help="checkpoint dtype of the synthetic pairs (default bfloat16)")
+    ap.add_argument("--peer", action="store_true", help="also run the whole-model-load approach")
+    ap.add_argument("--out", type=Path, default=Path("bench_out"))
+    ap.add_argument("--analyses-cost", action="store_true",
+                    help="also decompose the first transition without the analyses beyond the paper (bands, "
+                         "subspace angles, bf16 survival) into its own frame cache, and print the cost ratio")
+    ap.add_argument("--keep", action="store_true", help="keep generated checkpoints and stores")
+    args = ap.parse_args()
+    keys = list(DEFAULT_LAYERS) if args.shapes == "all" else [s.strip() for s in args.shapes.split(",")]
+    unknown = [k for k in keys if k not in DEFAULT_LAYERS]
+    if unknown:
+        ap.error(f"unknown shape set(s) {unknown}; choose from {list(DEFAULT_LAYERS)}")
+    layers = {k: args.layers or v for k, v in DEFAULT_LAYERS.items()}
+    shapes = presets(layers)
+    results = {k: bench_shape(k, shapes[k], args.out, args) for k in keys}
+    print(json.dumps(results, indent=2))
     if not args.keep:
-        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(args.out, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,64 @@
+"""Where the time of a run goes: wall seconds per named phase, from any thread.
+
+The decomposition overlaps three threads (reader, compute, writer), so the phases add up
+to more than the wall time; the compute thread's phases plus its waits for the other two
+are its whole critical path. Timing is always on (a perf_counter pair per phase and
+matrix costs microseconds); on a GPU, kernels are asynchronous, so a phase is closed with
+a device synchronisation only when ``sync`` is set (benchmarks), never in normal runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+import torch
+
+
+class PhaseTimer:
+    def __init__(self, sync_device: Optional[torch.device] = None):
+        self._seconds: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._sync = sync_device if sync_device is not None and sync_device.type == "cuda" else None
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if self._sync is not None:
+            torch.cuda.synchronize(self._sync)
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._sync is not None:
+                torch.cuda.synchronize(self._sync)
+            self.add(name, time.perf_counter() - t)
+
+    def add(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self._seconds[name] = self._seconds.get(name, 0.0) + seconds
+            self._counts[name] = self._counts.get(name, 0) + 1
+
+    def seconds(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._seconds)
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+class _NoTimer(PhaseTimer):
+    """For callers that do not ask where the time went (the frame kernel used on its own)."""
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        yield
+
+    def add(self, name: str, seconds: float) -> None:
+        pass
+
+
+NO_TIMER = _NoTimer()
