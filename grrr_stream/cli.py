@@ -508,10 +508,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     progress=cfg.progress and not args.no_progress, device=args.device)
     print_sweep_summary(res)
     if tracking["enabled"]:
+        from .tracking import prepare, runs_page
+
         uri = resolve_uri(tracking["uri"])
-        print(f"\nLogged to MLflow ({uri}, experiment {tracking['experiment']}). Open the UI with:\n"
-              f"  mlflow ui --backend-store-uri {uri}" if not uri.startswith("http") else
-              f"\nLogged to MLflow at {uri} (experiment {tracking['experiment']}); open that address in a browser.")
+        experiment = tracking.get("experiment", "grrr_stream")
+        exp_id = prepare(uri, experiment)
+        print(f"\nLogged to MLflow ({uri}, experiment {experiment}). Open the UI with:\n"
+              f"  mlflow ui --backend-store-uri {uri}\nand its runs at {runs_page('http://127.0.0.1:5000', exp_id)}"
+              if not uri.startswith("http") else
+              f"\nLogged to MLflow at {uri} (experiment {experiment}); its runs: {runs_page(uri, exp_id)}")
     return 0 if res.ok else 1
 
 

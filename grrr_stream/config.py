@@ -50,6 +50,9 @@ class TrackingConfig(_Strict):
     # None: $MLFLOW_TRACKING_URI if set, else sqlite:///mlflow.db in the working directory.
     uri: Optional[str] = None
     experiment: str = "grrr_stream"
+    # The sweep a run belongs to (tag grrr.sweep); a sweep sets it to its name for its units.
+    # A label only: it never enters a result key.
+    sweep: Optional[str] = None
 
 
 class DecompositionSettings(_Strict):

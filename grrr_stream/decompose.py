@@ -201,6 +201,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
     :class:`~grrr_stream.errors.GrrrError` subclass for bad inputs before any SVD.
     """
     t_start = time.monotonic()
+    started_ms = int(time.time() * 1000)  # the MLflow run, opened after the work, starts here
     stream = stream or sys.stderr
     timer = PhaseTimer(resolve_device(cfg.device) if cfg.sync_timing else None)
     t_plan = time.perf_counter()
@@ -276,7 +277,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
     result = TransitionResult(cfg.store, rows, summary_rows, computed, reused)
     if cfg.tracking.enabled:
         with timer.phase("tracking"):
-            result.run_id = _track(cfg, store, manifest, rows, summary)
+            result.run_id = _track(cfg, store, manifest, rows, summary, started_ms, time.monotonic() - t_start)
     result.timings = {**timer.seconds(), "total_s": time.monotonic() - t_start}
     return result
 
@@ -467,14 +468,16 @@ def transition_key(identity: dict) -> str:
     return "transition-" + stable_hash(identity, 24)
 
 
-def _track(cfg: DecomposeConfig, store: TransitionStore, manifest: dict, rows: list[dict], summary: dict) -> str:
+def _track(cfg: DecomposeConfig, store: TransitionStore, manifest: dict, rows: list[dict], summary: dict,
+           started_ms: int, seconds: float) -> str:
     from . import tracking
 
     key = transition_key(manifest["identity"])
     name = f"{Path(cfg.base).name} → {Path(cfg.post).name}"
     run = tracking.open_run(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment, key=key, run_name=name,
                             tags={"grrr.kind": "transition", "grrr.chain": cfg.chain or "",
-                                  "grrr.method": cfg.method or ""})
+                                  "grrr.method": cfg.method or ""},
+                            start_ms=started_ms, sweep=cfg.tracking.sweep)
     if run.complete:
         return run.run_id
     params = {
@@ -499,6 +502,7 @@ def _track(cfg: DecomposeConfig, store: TransitionStore, manifest: dict, rows: l
             if f"{k}_mean" in srow:  # a metric some modules lack (an angle above their size)
                 metrics.append((f"mean/{k}{suffix}", srow[f"{k}_mean"], 0))
                 metrics.append((f"std/{k}{suffix}", srow[f"{k}_std"], 0))
+    metrics.append(("work_seconds", seconds, 0))  # this attempt's decomposition, before any logging
     run.log_metrics(metrics)
     run.log_artifacts([store.path / "metrics.csv", store.path / "summary.csv", store.path / "summary.json"])
     run.log_artifacts(sorted((store.path / "figures").glob("*.png")), "figures")

@@ -576,10 +576,11 @@ def _run_variant(u: Unit, ctx: dict) -> dict:
     p = u.params
     builder = VariantBuilder(Path(_store_of(ctx, p["transition"])), parse_variant(p["variant"]), dtype=p["dtype"],
                              rest_from=p["rest_from"], device=str(resolve_device(ctx.get("device") or p["device"])))
+    started = time.time()
     # a half-written folder of a killed build is replaced (its completion marker is written last)
     summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p["shard_gb"] * 2**30), overwrite=True)
     if ctx["tracking"].get("enabled", True):
-        track_variant(builder, Path(u.out), summary, ctx["tracking"])
+        track_variant(builder, Path(u.out), summary, ctx["tracking"], started=started, seconds=time.time() - started)
     return {k: summary[k] for k in ("fidelity", "fidelity_max", "energy_survived")}
 
 
@@ -711,7 +712,10 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
               progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None) -> SweepResult:
     """Execute every unit that is not done; record failures and go on with what does not depend on them."""
     stream = stream or sys.stderr
+    started = time.time()  # the sweep's MLflow run, opened at the end, starts here
     tracking = dict(tracking or {"enabled": False})
+    # every unit's run carries the sweep's tag: one search finds the whole sweep (not a result key)
+    tracking["sweep"] = tracking.get("sweep") or plan.config.name
     from .files import ensure_folder
 
     ensure_folder(plan.workdir, "workdir")
@@ -744,7 +748,7 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         files, claims_summary = write_report(plan, states, recs)
         result = SweepResult(plan, states, recs, ran, files, claims=claims_summary)
         if tracking.get("enabled", True):
-            result.run_id = _track_sweep(plan, result, tracking)
+            result.run_id = _track_sweep(plan, result, tracking, started)
     return result
 
 
@@ -1056,20 +1060,21 @@ def _num(v: str) -> Any:
         return v
 
 
-def _track_sweep(plan: Plan, result: SweepResult, tracking: dict) -> str:
-    """One MLflow run per sweep (keyed by its plan), with the unit counts and the report."""
+def _track_sweep(plan: Plan, result: SweepResult, tracking: dict, started: float) -> str:
+    """One MLflow run per sweep (keyed by its plan), with the unit counts and the report; it spans
+    this invocation from ``started`` (a resumed sweep's run spans all invocations)."""
     from . import tracking as trk
 
     counts = {s: sum(1 for v in result.states.values() if v == s) for s in ("done", "failed", "blocked", "pending")}
     run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
                        key="sweep-" + plan.key, run_name=f"sweep {plan.config.name}",
-                       tags={"grrr.kind": "sweep", "grrr.sweep": plan.config.name})
+                       tags={"grrr.kind": "sweep"}, start_ms=int(started * 1000), sweep=tracking["sweep"])
     if run.complete:
         return run.run_id
     run.log_params({"name": plan.config.name, "workdir": str(plan.workdir), "units": len(plan.units),
                     "transitions": ",".join(plan.transitions),
                     "config": json.dumps(plan.config.model_dump(mode="json"), sort_keys=True)})
-    metrics = [(f"units_{k}", v, 0) for k, v in counts.items()]
+    metrics = [(f"units_{k}", v, 0) for k, v in counts.items()] + [("work_seconds", time.time() - started, 0)]
     for suite, s in result.claims.items():
         pre = "claims/" + (f"{suite}/" if suite else "")
         metrics += [(f"{pre}{k}", v, 0) for k, v in s["counts"].items()]

@@ -2,7 +2,10 @@
 
 One run per transition, found again by a deterministic key stored in the tag
 ``grrr.key``: rerunning a finished transition logs nothing new, and a run left
-unfinished by a crash is resumed rather than duplicated.
+unfinished by a crash is resumed rather than duplicated. A run's start and end
+times span the work it records (callers pass the measured start), the units of a
+sweep carry the sweep's tag ``grrr.sweep``, and the experiment is marked as a
+model-training one so that MLflow's UI shows it as runs rather than as GenAI traces.
 """
 
 from __future__ import annotations
@@ -16,6 +19,15 @@ from .errors import MissingDependencyError
 
 KEY_TAG = "grrr.key"
 COMPLETE_TAG = "grrr.complete"
+SWEEP_TAG = "grrr.sweep"
+# MLflow 3's experiment kind. The UI's experiment-kind selector writes this tag; kinds that end in
+# "_inferred" (and "no_inferred_type") are the UI's own guesses, so they are replaced, whereas a
+# kind somebody chose in the UI is kept.
+KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
+_GUESSED_KINDS = {"", "no_inferred_type", "genai_development_inferred", "custom_model_development_inferred"}
+DATASET_CONTEXT_TAG = "mlflow.data.context"  # what mlflow.log_input(..., context=...) writes
+DIGEST_CHARS = 16  # MLflow stores at most 36 characters of a dataset digest; the full sha256 goes in its profile
 _BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
 
 
@@ -38,18 +50,25 @@ def resolve_uri(uri: Optional[str]) -> str:
     return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
+def now_ms() -> int:
+    """Wall-clock time as MLflow stores run times (milliseconds since the epoch)."""
+    return int(time.time() * 1000)
+
+
 def _experiment_id(client, name: str, uri: str) -> str:
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             client.restore_experiment(exp.experiment_id)
+        if exp.tags.get(KIND_TAG, "") in _GUESSED_KINDS:  # created by an older grrr-stream, or by hand
+            client.set_experiment_tag(exp.experiment_id, KIND_TAG, TRAINING_KIND)
         return exp.experiment_id
     artifact_location = None
     if uri.startswith("sqlite:///"):
         # keep artifacts beside the database instead of in whatever cwd is current
         db = Path(uri[len("sqlite:///"):])
         artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
-    return client.create_experiment(name, artifact_location=artifact_location)
+    return client.create_experiment(name, artifact_location=artifact_location, tags={KIND_TAG: TRAINING_KIND})
 
 
 class TrackedRun:
@@ -60,6 +79,7 @@ class TrackedRun:
         self.run_id = run_id
         self.complete = complete
         self._params = dict(existing_params)
+        self._added = False  # whether this handle logged a param, metric or dataset
 
     def log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
@@ -69,6 +89,7 @@ class TrackedRun:
         new = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in self._params]
         for i in range(0, len(new), 90):
             self.client.log_batch(self.run_id, params=new[i:i + 90])
+        self._added |= bool(new)
         self._params.update({p.key: p.value for p in new})
 
     def log_metrics(self, metrics: Iterable[tuple[str, float, int]]) -> None:
@@ -79,6 +100,7 @@ class TrackedRun:
         batch = [Metric(k, float(v), ts, int(s)) for k, v, s in metrics]
         for i in range(0, len(batch), _BATCH):
             self.client.log_batch(self.run_id, metrics=batch[i:i + _BATCH])
+        self._added |= bool(batch)
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
         for p in paths:
@@ -100,9 +122,37 @@ class TrackedRun:
         """Latest value of every metric already logged to this run."""
         return dict(self.client.get_run(self.run_id).data.metrics)
 
+    def log_datasets(self, datasets: Iterable[tuple[str, str, Path, int]], context: str = "evaluation") -> None:
+        """(name, sha256, file, rows) of each data file the run used, as MLflow dataset inputs (the
+        runs table's Dataset column). One already logged with the same name and digest is skipped,
+        so a rerun adds nothing."""
+        import json
+
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        have = {(d.dataset.name, d.dataset.digest)
+                for d in self.client.get_run(self.run_id).inputs.dataset_inputs}
+        new = []
+        for name, sha256, path, rows in datasets:
+            digest = sha256[:DIGEST_CHARS]
+            if (name, digest) in have:
+                continue
+            have.add((name, digest))
+            source = json.dumps({"uri": str(Path(path).resolve())})
+            ds = Dataset(name=name, digest=digest, source_type="local", source=source,
+                         profile=json.dumps({"num_rows": rows, "sha256": sha256}))
+            new.append(DatasetInput(ds, tags=[InputTag(DATASET_CONTEXT_TAG, context)]))
+        if new:
+            self.client.log_inputs(self.run_id, datasets=new)
+            self._added = True
+
     def finish(self) -> None:
+        """Mark the run complete; its end time is now, after the work and its logging. A finished run
+        that this rerun added nothing to keeps its end time (a rerun is no work of the run's)."""
+        if self.complete and not self._added:
+            return
         self.client.set_tag(self.run_id, COMPLETE_TAG, "true")
-        self.client.set_terminated(self.run_id, "FINISHED")
+        self.client.set_terminated(self.run_id, "FINISHED", end_time=now_ms())
 
 
 def prepare(uri: Optional[str], experiment: str) -> str:
@@ -114,9 +164,23 @@ def prepare(uri: Optional[str], experiment: str) -> str:
     return _experiment_id(MlflowClient(tracking_uri=uri), experiment, uri)
 
 
+def runs_page(ui: str, experiment_id: str) -> str:
+    """The address of the experiment in MLflow's UI at ``ui`` that opens on its runs table. The UI of
+    MLflow 3.17 picks an experiment's first page from its own GenAI / Model training switch (kept per
+    browser, GenAI until changed), not from the experiment's kind, and GenAI opens on the traces
+    overview; the parameter sets that switch to Model training."""
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}?workflowType=machine_learning"
+
+
 def open_run(*, uri: Optional[str], experiment: str, key: str, run_name: str,
-             tags: Optional[dict[str, str]] = None, parent_run_id: Optional[str] = None) -> TrackedRun:
-    """Find the run tagged with ``key`` or create it."""
+             tags: Optional[dict[str, str]] = None, parent_run_id: Optional[str] = None,
+             start_ms: Optional[int] = None, sweep: Optional[str] = None) -> TrackedRun:
+    """Find the run tagged with ``key`` or create it.
+
+    ``start_ms``: when the work this run records began (a new run starts then, not now, since most
+    callers log after the work). A resumed run keeps the start of its first attempt, so its span
+    covers every attempt. ``sweep``: the sweep this work belongs to, the tag ``grrr.sweep``; it is
+    set on a found run too (finished or not), so that a sweep that reuses earlier work finds it."""
     _, MlflowClient = _mlflow()
     uri = resolve_uri(uri)
     client = MlflowClient(tracking_uri=uri)
@@ -129,10 +193,14 @@ def open_run(*, uri: Optional[str], experiment: str, key: str, run_name: str,
         complete = run.data.tags.get(COMPLETE_TAG) == "true"
         if not complete and run.info.status != "RUNNING":
             client.update_run(run.info.run_id, status="RUNNING")
+        if sweep and run.data.tags.get(SWEEP_TAG) != sweep:
+            client.set_tag(run.info.run_id, SWEEP_TAG, sweep)
         return TrackedRun(client, run.info.run_id, complete, run.data.params)
     all_tags = {KEY_TAG: key, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(exp_id, run_name=run_name, tags=all_tags)
+    if sweep:
+        all_tags[SWEEP_TAG] = sweep
+    run = client.create_run(exp_id, start_time=start_ms, run_name=run_name, tags=all_tags)
     return TrackedRun(client, run.info.run_id, False, {})
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -44,7 +45,7 @@ def transition_run(t: StoredTransition, tracking: dict):
     return trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
                         key=transition_key(m["identity"]), run_name=f"{m['base']} → {m['post']}",
                         tags={"grrr.kind": "transition", "grrr.chain": m.get("chain") or "",
-                              "grrr.method": m.get("method") or ""})
+                              "grrr.method": m.get("method") or ""}, sweep=tracking.get("sweep"))
 
 
 @dataclass
@@ -142,6 +143,7 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
         c_path = pair[3] if len(pair) > 3 else None
         a, b = StoredTransition(Path(a_path)), StoredTransition(Path(b_path))
         c = StoredTransition(Path(c_path)) if c_path is not None else None
+        started = time.time()
         comp = stats.compare(a, b, kind, ancestor=c, resamples=resamples, null_draws=null_draws, seed=seed,
                              alpha=alpha, scheduler=scheduler)
         summary = {"label": comparison_label(kind, a, b, comp.ancestor_label), **comp.summary()}
@@ -149,7 +151,7 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
         atomic_write_text(out / f"{stem}_per_matrix.csv", to_csv(comp.rows))
         atomic_write_text(out / f"{stem}.json", json.dumps(summary, indent=2))
         files += [out / f"{stem}_per_matrix.csv", out / f"{stem}.json"]
-        comparisons.append((comp, a, b, c, stem))
+        comparisons.append((comp, a, b, c, stem, started, time.time() - started))
         summaries.append(summary)
     atomic_write_text(out / "comparisons.csv", to_csv(summaries))
     files.append(out / "comparisons.csv")
@@ -158,14 +160,15 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
     files += figs
     run_ids = []
     if tracking_enabled(tracking):
-        for (comp, a, b, c, stem), summary in zip(comparisons, summaries):
+        for (comp, a, b, c, stem, started, seconds), summary in zip(comparisons, summaries):
             settings = {"kind": comp.kind, "a": a.manifest["identity"], "b": b.manifest["identity"],
                         "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
                         "seed": seed, "alpha": alpha}
             if c is not None:
                 settings["ancestor"] = c.manifest["identity"]
             run = trk_open(tracking, key="comparison-" + stable_hash(settings, 24), name=summary["label"],
-                           parent=None, tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind})
+                           parent=None, tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind},
+                           started=started)
             run_ids.append(run.run_id)
             if run.complete:
                 continue
@@ -178,7 +181,8 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
                             "seed": seed, "alpha": alpha})
             run.log_metrics([(k, v, 0) for k, v in summary.items()
                              if isinstance(v, (int, float)) and not isinstance(v, bool)]
-                            + [(f"cos_off/{r['module']}", r["cos_off"], r["layer"]) for r in comp.rows])
+                            + [(f"cos_off/{r['module']}", r["cos_off"], r["layer"]) for r in comp.rows]
+                            + [("work_seconds", seconds, 0)])
             run.set_tags({"grrr.verdict": comp.null.verdict})
             run.log_artifacts([out / f"{stem}_per_matrix.csv", out / f"{stem}.json", *figs])
             run.finish()
@@ -215,12 +219,14 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
     _check_variant_space(builders, out, overwrite, stream)
     for spec, builder in zip(specs, builders):
         folder = out / spec.name
+        started = time.time()
         summary = write_variant(builder, folder, max_shard_bytes=max_shard_bytes, overwrite=overwrite, stream=stream,
                                 within=out)
         summaries.append(summary)
         folders.append(folder)
         if tracking_enabled(tracking):
-            run_ids.append(track_variant(builder, folder, summary, tracking))
+            run_ids.append(track_variant(builder, folder, summary, tracking, started=started,
+                                         seconds=time.time() - started))
     return VariantsResult(out, summaries, folders, run_ids)
 
 
@@ -249,7 +255,9 @@ def variant_params(builder) -> dict:
             "prompt_format_from": "post"}
 
 
-def track_variant(builder, folder: Path, summary: dict, tracking: dict) -> str:
+def track_variant(builder, folder: Path, summary: dict, tracking: dict, *, started: float, seconds: float) -> str:
+    """The variant's MLflow run; ``started`` (epoch seconds) and ``seconds``: when its build began and
+    how long it took (a build skipped as already done takes no time)."""
     import csv
 
     from . import tracking as trk
@@ -260,7 +268,7 @@ def track_variant(builder, folder: Path, summary: dict, tracking: dict) -> str:
     run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
                        key="variant-" + stable_hash(meta, 24), run_name=f"{t.label} [{builder.spec.name}]",
                        tags={"grrr.kind": "variant", "grrr.variant": builder.spec.name},
-                       parent_run_id=parent.run_id)
+                       parent_run_id=parent.run_id, start_ms=int(started * 1000), sweep=tracking.get("sweep"))
     if run.complete:
         return run.run_id
     run.log_params({**variant_params(builder), "store": str(t.path), "folder": str(folder.resolve())})
@@ -270,6 +278,7 @@ def track_variant(builder, folder: Path, summary: dict, tracking: dict) -> str:
                and math.isfinite(v)]
     metrics += [(f"fidelity/{r['module']}", float(r["fidelity"]), int(r["layer"])) for r in rows
                 if math.isfinite(float(r["fidelity"]))]
+    metrics.append(("work_seconds", seconds, 0))
     run.log_metrics(metrics)
     run.log_artifacts([folder.with_name(folder.name + ".fidelity.csv")])
     run.finish()
@@ -319,6 +328,7 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     from .config import EngineSettings, SamplingSettings, check_metric
     from .variants import VariantBuilder, parse_variant, write_variant
 
+    started = time.time()  # the MLflow runs, opened after the evaluation, start here
     settings = settings or EngineSettings()
     sampling = sampling or SamplingSettings()
     check_metric(metric, sampling)
@@ -451,7 +461,7 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     res = EvaluationResult(out, flat, acc, t56, t8, info, fidelity, files, [], diffs, prompt, lost, metric)
     if tracking_enabled(tracking):
         res.run_ids = _track_evaluation(t, [builders[n] for n in names], benches, res, settings, template, tracking,
-                                        sampling)
+                                        sampling, started, time.time() - started)
     return res
 
 
@@ -467,7 +477,9 @@ def warn_truncated(acc_rows: Sequence[dict], max_new_tokens: int, log=print) -> 
 
 
 def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, template, tracking,
-                      sampling) -> list[str]:
+                      sampling, started: float, seconds: float) -> list[str]:
+    """One nested run per variant under the transition's run. The variants are evaluated together
+    (one engine), so each run spans the whole evaluation and records its ``work_seconds``."""
     from . import evaluate as ev
 
     parent = transition_run(t, tracking)
@@ -484,7 +496,7 @@ def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, tem
             settings_key["sampling"] = sampling.key_fields()
         run = trk_open(tracking, key="evaluation-" + stable_hash(settings_key, 24),
                        name=f"{t.label} [{name}] eval", parent=parent.run_id,
-                       tags={"grrr.kind": "evaluation", "grrr.variant": name})
+                       tags={"grrr.kind": "evaluation", "grrr.variant": name}, started=started)
         params = {**variant_params(builder), "template": template, "prompt_format": res.prompt["digest"],
                   "metric": res.metric, **{f"sampling.{k}": v for k, v in sampling.model_dump().items()},
                   **{f"engine.{k}": v for k, v in settings.model_dump().items()},
@@ -492,6 +504,8 @@ def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, tem
         params.update({f"sha256.{b.name}": b.sha256 for b in benches})
         params.update({f"n.{b.name}": len(b.problems) for b in benches})
         run.log_params(params)
+        # the benchmark files as dataset inputs: the runs table's Dataset column
+        run.log_datasets([(b.name, b.sha256, b.path, len(b.problems)) for b in benches], context="evaluation")
         have = run.logged_metrics()
         mine = [r for r in res.results if r.variant == name]
         metrics = [(f"acc/{r.benchmark}", r.accuracy, 0) for r in mine]
@@ -512,6 +526,8 @@ def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, tem
         if name in res.fidelity:
             metrics += [(f"fidelity.{k}", v, 0) for k, v in res.fidelity[name].items()
                         if isinstance(v, float) and math.isfinite(v)]
+        if not run.complete:  # the first evaluation's time; a rerun (scoring nothing new) is not it
+            metrics.append(("work_seconds", seconds, 0))
         # a metric already logged with this value is not logged again (reruns add no history)
         run.log_metrics([m for m in metrics if have.get(m[0]) != m[1]])
         run.log_artifacts(sorted((res.out / name).glob("*.jsonl")), "generations")
@@ -526,8 +542,10 @@ def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, tem
     return run_ids
 
 
-def trk_open(tracking: dict, *, key: str, name: str, parent: Optional[str], tags: dict):
+def trk_open(tracking: dict, *, key: str, name: str, parent: Optional[str], tags: dict, started: float):
+    """Open a run of work that began at ``started`` (epoch seconds)."""
     from . import tracking as trk
 
     return trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"), key=key,
-                        run_name=name, tags=tags, parent_run_id=parent)
+                        run_name=name, tags=tags, parent_run_id=parent, start_ms=int(started * 1000),
+                        sweep=tracking.get("sweep"))

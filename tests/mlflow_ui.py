@@ -174,6 +174,27 @@ def populate(tracking_uri: str, workdir: Path) -> None:
                            f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
 
 
+def evaluate(tracking_uri: str, workdir: Path) -> Path:
+    """Evaluations of the variants full and diag of base → rl (stored by ``populate`` in ``workdir``),
+    logged over HTTP, outside the sweep, with tests/test_evaluate.py's stand-in engine (no vLLM); the
+    benchmark file becomes the runs' dataset input. Returns that file."""
+    from test_evaluate import StandInEngine
+
+    from grrr_stream.config import EngineSettings
+    from grrr_stream.workflows import run_evaluation
+
+    workdir = Path(workdir)
+    (store,) = (workdir / "sweep" / "stores").glob("base-to-rl-*")
+    bench = workdir / "bench" / "sums" / "test.jsonl"
+    bench.parent.mkdir(parents=True, exist_ok=True)
+    bench.write_text("".join(json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n"
+                             for a in range(5) for b in range(4)))
+    run_evaluation(store, workdir / "evaluation", ["full", "diag"], ["sums"], bench.parent.parent,
+                   settings=EngineSettings(max_new_tokens=32), engine_factory=StandInEngine, resamples=200,
+                   tracking={"uri": tracking_uri, "experiment": DEMO_EXPERIMENT}, log=lambda msg: None)
+    return bench
+
+
 # ----------------------------------------------------------------------------- the REST API
 
 @dataclass
@@ -185,6 +206,8 @@ class Run:
     params: dict[str, str]
     metrics: dict[str, float]
     tags: dict[str, str]
+    start_ms: int = 0
+    end_ms: int = 0
 
     @classmethod
     def from_json(cls, r: dict) -> "Run":
@@ -192,7 +215,8 @@ class Run:
         return cls(info["run_id"], info.get("run_name", ""), info["status"], info["experiment_id"],
                    {p["key"]: p["value"] for p in data.get("params", [])},
                    {m["key"]: m["value"] for m in data.get("metrics", [])},
-                   {t["key"]: t["value"] for t in data.get("tags", [])})
+                   {t["key"]: t["value"] for t in data.get("tags", [])},
+                   int(info.get("start_time", 0)), int(info.get("end_time", 0)))
 
 
 class Rest:
@@ -222,10 +246,11 @@ class Rest:
     def experiment(self, name: str) -> dict:
         return self.get("api/2.0/mlflow/experiments/get-by-name", experiment_name=name)["experiment"]
 
-    def runs(self, experiment_ids: Sequence[str]) -> list[Run]:
+    def runs(self, experiment_ids: Sequence[str], filter: str = "") -> list[Run]:
         out, token = [], None
         while True:
-            body = {"experiment_ids": list(experiment_ids), "max_results": 1000, "run_view_type": "ALL"}
+            body = {"experiment_ids": list(experiment_ids), "max_results": 1000, "run_view_type": "ALL",
+                    "filter": filter}
             if token:
                 body["page_token"] = token
             page = self.post("api/2.0/mlflow/runs/search", body)
@@ -425,3 +450,72 @@ SCROLL_TO_METRIC = r"""
 
 def scroll_to_metric(browser: Chromium, name: str) -> str:
     return browser.evaluate(f"{SCROLL_TO_METRIC}({json.dumps(name)})", timeout=60)
+
+
+# JavaScript for the experiment's runs table (an AG Grid; a run's cells sit in several row elements, one
+# per pinned part, all with the run's id as row-id). Nested runs are hidden under their parent's expand
+# button, which toggles: the UI remembers what was open, so a click that hides rows is clicked back.
+EXPAND_NESTED_RUNS = r"""
+(async () => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const count = () => new Set([...document.querySelectorAll('.ag-row')].map((r) => r.getAttribute('row-id'))).size;
+  const button = (id) => document.querySelector(`.ag-row[row-id="${id}"] [col-id="attributes.\`Run Name\`"] button`);
+  const seen = new Set();
+  for (let round = 0; round < 20; round++) {
+    const id = [...document.querySelectorAll('.ag-row')].map((r) => r.getAttribute('row-id'))
+      .find((id) => !seen.has(id) && button(id));
+    if (!id) return count();
+    seen.add(id);
+    const before = count();
+    button(id).click();
+    await sleep(400);
+    if (count() < before) { button(id).click(); await sleep(400); }
+  }
+  return count();
+})()
+"""
+
+# {run id: {column id: text}} of the rows the table shows
+READ_RUNS_TABLE = r"""
+(() => {
+  const rows = {};
+  for (const r of document.querySelectorAll('.ag-row')) {
+    const row = rows[r.getAttribute('row-id')] = rows[r.getAttribute('row-id')] || {};
+    for (const c of r.querySelectorAll('[col-id]')) row[c.getAttribute('col-id')] = c.innerText.trim();
+  }
+  return rows;
+})()
+"""
+
+
+def search_runs(browser: Chromium, expression: str) -> None:
+    """Type a search expression into the runs page's search box and press Enter, as a person would."""
+    browser.evaluate("""(() => { const i = document.querySelector('[data-testid="search-box"]');
+                                 i.focus(); i.select(); })()""")
+    browser.call("Input.insertText", {"text": expression}, session=True)
+    for kind in ("keyDown", "keyUp"):
+        browser.call("Input.dispatchKeyEvent", {"type": kind, "key": "Enter", "code": "Enter",
+                                                "windowsVirtualKeyCode": 13, "nativeVirtualKeyCode": 13},
+                     session=True)
+
+
+def runs_table(browser: Chromium) -> dict[str, dict[str, str]]:
+    """The runs table with every nested run shown: run id → {"name", "dataset", "duration"} as displayed."""
+    browser.evaluate(EXPAND_NESTED_RUNS, timeout=60)
+    rows = browser.evaluate(READ_RUNS_TABLE)
+    return {rid: {"name": cells.get("attributes.`Run Name`", "").split("\n")[-1],
+                  "dataset": cells.get("attributes.`Dataset`", ""), "duration": cells.get("duration", "")}
+            for rid, cells in rows.items()}
+
+
+_UNITS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> tuple[float, float]:
+    """A duration as the UI shows it (Utils.formatDuration: '812ms', '2.8s', '1.5min', '1.2h', '3.0d') →
+    (seconds, half a displayed step: how far the exact value may be from it)."""
+    for unit in ("min", "ms", "s", "h", "d"):
+        if text.endswith(unit):
+            value = float(text[: -len(unit)])
+            return value * _UNITS[unit], (0.5e-3 if unit == "ms" else 0.05 * _UNITS[unit])
+    raise ValueError(f"not a duration: {text!r}")

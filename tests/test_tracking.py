@@ -29,6 +29,8 @@ def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(plant
     assert len(runs) == 1
     run = runs[0]
     assert run.info.run_id == res.run_id and run.info.status == "FINISHED"
+    # the run spans the decomposition (it is opened after it, with the measured start)
+    assert (run.info.end_time - run.info.start_time) / 1000 >= run.data.metrics["work_seconds"] > 0
     p = run.data.params
     assert p["base"] == str(base) and p["post"] == str(post) and p["method"] == "SFT" and p["chain"] == "toy"
     assert p["compute_dtype"] == "float32" and p["device"] == "cpu" and "version.torch" in p
@@ -68,3 +70,60 @@ def test_run_left_unfinished_is_resumed_not_duplicated(planted_f64, tmp_path, ur
     client, runs = _runs(uri)
     assert len(runs) == 1 and res.run_id == crashed.run_id
     assert runs[0].info.status == "FINISHED" and "mean/f_diag" in runs[0].data.metrics
+    # the resumed run keeps the crashed attempt's start: its span covers both attempts
+    info = runs[0].info
+    assert info.end_time - info.start_time >= 1000 * runs[0].data.metrics["work_seconds"]
+
+
+
+def test_kind_span_sweep_tag_and_datasets_in_one_store(tmp_path, uri):
+    """One store for four conventions (each fresh SQLite store costs seconds of migrations)."""
+    import hashlib
+    import time
+
+    from grrr_stream import tracking
+
+    client = MlflowClient(tracking_uri=uri)
+
+    # the experiment is a model-training one: new, or created before (as older versions did), but
+    # a kind somebody chose in the UI stays theirs
+    client.create_experiment("old", artifact_location=(tmp_path / "a").as_uri())
+    client.create_experiment("chosen", artifact_location=(tmp_path / "b").as_uri(),
+                             tags={tracking.KIND_TAG: "genai_development"})
+    for name in ("fresh", "old", "chosen"):
+        tracking.open_run(uri=uri, experiment=name, key=f"k-{name}", run_name=name)
+    kinds = {n: client.get_experiment_by_name(n).tags.get(tracking.KIND_TAG) for n in ("fresh", "old", "chosen")}
+    assert kinds == {"fresh": "custom_model_development", "old": "custom_model_development",
+                     "chosen": "genai_development"}
+
+    # a run spans the work that began before it was opened; a rerun that adds nothing keeps its end
+    started = tracking.now_ms() - 5000
+    run = tracking.open_run(uri=uri, experiment="e", key="k", run_name="r", start_ms=started)
+    run.log_metrics([("m", 1.0, 0)])
+    run.finish()
+    info = client.get_run(run.run_id).info
+    assert info.start_time == started and info.end_time - info.start_time >= 5000
+    time.sleep(0.05)
+    again = tracking.open_run(uri=uri, experiment="e", key="k", run_name="r", start_ms=tracking.now_ms())
+    assert again.complete and again.run_id == run.run_id
+    again.finish()
+    assert client.get_run(run.run_id).info.end_time == info.end_time
+
+    # the sweep tag goes on new runs and on finished runs a sweep reuses
+    a = tracking.open_run(uri=uri, experiment="e", key="a", run_name="a", sweep="s1")
+    tracking.open_run(uri=uri, experiment="e", key="k", run_name="r", sweep="s1")
+    exp = client.get_experiment_by_name("e").experiment_id
+    found = client.search_runs([exp], filter_string="tags.`grrr.sweep` = 's1'")
+    assert {r.info.run_id for r in found} == {a.run_id, run.run_id}
+
+    # a benchmark file as a dataset input, once however often it is logged
+    f = tmp_path / "sums" / "test.jsonl"
+    f.parent.mkdir()
+    f.write_text('{"problem": "1+1", "answer": "2"}\n')
+    sha = hashlib.sha256(f.read_bytes()).hexdigest()
+    for _ in range(2):
+        tracking.open_run(uri=uri, experiment="e", key="k", run_name="r").log_datasets([("sums", sha, f, 1)])
+    (inp,) = client.get_run(run.run_id).inputs.dataset_inputs
+    assert (inp.dataset.name, inp.dataset.digest) == ("sums", sha[:16])
+    assert {t.key: t.value for t in inp.tags} == {"mlflow.data.context": "evaluation"}
+    assert sha in inp.dataset.profile and str(f) in inp.dataset.source

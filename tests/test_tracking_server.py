@@ -1,22 +1,27 @@
 """The team tracking server end to end: tracking/serve.sh on a free loopback port, runs logged to it
 over HTTP by the CLI (tests/mlflow_ui.py: populate), read back through the REST API with plain HTTP,
-and the MLflow UI's run-comparison page rendered by headless Chromium (screenshot kept as
-$GRRR_TEST_ARTIFACTS/mlflow_compare_runs.png, else tests/artifacts/mlflow_compare_runs.png)."""
+and the MLflow UI rendered by headless Chromium: the run-comparison page, and the experiment's page
+with its runs table (durations, datasets, the sweep's filter). Screenshots are kept in
+$GRRR_TEST_ARTIFACTS, else tests/artifacts/ (mlflow_compare_runs.png, mlflow_runs_table.png,
+mlflow_runs_of_the_sweep.png)."""
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import math
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from mlflow_ui import (DEMO_EXPERIMENT, Chromium, Rest, Run, artifacts_dir, compare_runs_url, find_chromium,
-                       populate, scroll_to_metric, serve)
+from grrr_stream.tracking import runs_page
+from mlflow_ui import (DEMO_EXPERIMENT, Chromium, Rest, Run, artifacts_dir, compare_runs_url, evaluate,
+                       find_chromium, parse_duration, populate, runs_table, scroll_to_metric, search_runs, serve)
 
 NO_CHROMIUM = ("Debian chromium not found at /usr/bin/chromium or on PATH; "
                ".ci/run installs it with apt-get install chromium")
@@ -35,6 +40,18 @@ def populated(server, tmp_path_factory):
     work = tmp_path_factory.mktemp("populate")
     populate(server.uri, work)
     return work
+
+
+@pytest.fixture(scope="module")
+def evaluated(server, populated):
+    """The benchmark file of two evaluations logged outside the sweep (stand-in engine)."""
+    pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
+    from grrr_stream import evaluate as ev
+
+    # the stand-in engine is no vLLM: do not spend seconds importing vLLM for its version
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ev, "engine_versions", lambda: {"engine": "stand-in"})
+        return evaluate(server.uri, populated)
 
 
 def _by_kind(runs: list[Run]) -> dict[str, list[Run]]:
@@ -187,3 +204,109 @@ def test_compare_page_shows_runs_and_metrics_in_headless_chromium(server, popula
                 assert float(cell) == pytest.approx(run.metrics[metric], rel=1e-2, abs=1e-3), (metric, run.name, row)
             else:
                 assert cell in ("NaN", "", "-"), (metric, run.name, row)
+
+
+SWEEP_FILTER = "tags.`grrr.sweep` = 'server-test'"
+SPAN_SLACK_MS = 50  # clock reads of one host in two processes; MLflow keeps milliseconds
+
+
+def _close_assistant(browser: Chromium) -> bool:
+    """Close the MLflow Assistant side panel that opens itself on a first visit (remembered)."""
+    return bool(browser.evaluate("""(() => {
+        const b = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
+        if (b) b.click();
+        return !!b; })()"""))
+
+
+def _open_runs_table(browser: Chromium, url: str, exp_id: str, n_top: int) -> str:
+    """Open ``url``, wait for the runs table with ``n_top`` top-level rows; return where the UI landed."""
+    shown = f"""(() => location.hash.startsWith('#/experiments/{exp_id}/runs')
+        && new Set([...document.querySelectorAll('.ag-row')].map((r) => r.getAttribute('row-id'))).size
+           >= {n_top})()"""
+    for attempt in range(2):
+        browser.navigate("about:blank")
+        browser.navigate(url)
+        try:
+            browser.wait_for(shown, timeout=90)
+        except TimeoutError:
+            raise AssertionError(f"no runs table at {url}; the UI shows {browser.evaluate('location.href')}:\n"
+                                 f"{browser.text()[:1500]}") from None
+        if not _close_assistant(browser):
+            break
+    return browser.evaluate("location.href")
+
+
+def _unit_records(workdir: Path) -> dict[str, dict]:
+    recs = [json.loads(p.read_text()) for p in (workdir / "sweep" / ".sweep" / "units").glob("*.json")]
+    return {r["id"]: r for r in recs}
+
+
+@pytest.mark.slow  # ~30 s beyond the module's server and sweep: two evaluations, the runs table twice
+@pytest.mark.skipif(find_chromium() is None, reason=NO_CHROMIUM)
+def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_filter(server, populated, evaluated,
+                                                                                     tmp_path):
+    rest = Rest(server.uri)
+    exp = rest.experiment(DEMO_EXPERIMENT)
+    exp_id = exp["experiment_id"]
+    assert {t["key"]: t["value"] for t in exp.get("tags", [])}["mlflow.experimentKind"] == "custom_model_development"
+    runs = {r.id: r for r in rest.runs([exp_id])}
+    kinds = _by_kind(list(runs.values()))
+    assert {k: len(v) for k, v in kinds.items()} == {**KINDS, "evaluation": 2}
+    top = [r for r in runs.values() if "mlflow.parentRunId" not in r.tags]
+    in_sweep = {r.id for r in rest.runs([exp_id], filter=SWEEP_FILTER)}
+    assert in_sweep == {r.id for k in KINDS for r in kinds[k]}  # the evaluations were not the sweep's
+
+    url = runs_page(server.uri, exp_id)  # the link `grrr-stream sweep` prints
+    shots = artifacts_dir() / "mlflow_runs_table.png", artifacts_dir() / "mlflow_runs_of_the_sweep.png"
+    for shot in shots:
+        shot.unlink(missing_ok=True)
+    with Chromium(find_chromium(), tmp_path / "chromium", width=1800, height=1200) as browser:
+        landed = _open_runs_table(browser, url, exp_id, len(top))
+        table = runs_table(browser)
+        browser.screenshot(shots[0])
+        search_runs(browser, SWEEP_FILTER)
+        browser.wait_for(f"""(() => location.hash.includes('searchFilter=tags')
+            && document.body.innerText.includes({json.dumps(f"{len(in_sweep)} matching runs")}))()""", timeout=60)
+        search_box = browser.evaluate("document.querySelector('[data-testid=\"search-box\"]').value")
+        filtered = runs_table(browser)
+        browser.screenshot(shots[1])
+    assert all(shot.is_file() and shot.stat().st_size > 20_000 for shot in shots), shots
+
+    # the experiment page lands on the runs table, not on the GenAI overview, and lists every run
+    assert urllib.parse.urlsplit(landed).fragment.startswith(f"/experiments/{exp_id}/runs?"), landed
+    assert set(table) == set(runs), (table, runs.keys())
+    assert {rid: row["name"] for rid, row in table.items()} == {rid: r.name for rid, r in runs.items()}
+
+    # durations as shown = the REST times, and each covers the work the run records
+    for rid, row in table.items():
+        run = runs[rid]
+        shown, half_step = parse_duration(row["duration"])
+        span = (run.end_ms - run.start_ms) / 1000
+        assert shown == pytest.approx(span, abs=half_step + 1e-9), (run.name, row["duration"], span)
+        assert shown + half_step >= run.metrics["work_seconds"] > 0, (run.name, row["duration"], run.metrics)
+    # ... and lies within what the sweep's own records measured for the unit (the sweep's run: around them)
+    records = _unit_records(populated)
+    unit_of = {r.id: f"decompose/base-to-{r.name.split(' → ')[1]}" for r in kinds["transition"]}
+    unit_of.update({r.id: f"variant/base-to-rl/{r.params['variant']}" for r in kinds["variant"]})
+    unit_of.update({r.id: next(u for u in records if u.startswith("compare/")) for r in kinds["comparison"]})
+    for rid, unit in unit_of.items():
+        rec, run = records[unit], runs[rid]
+        assert rec["status"] == "done", rec
+        began, ended = rec["started"] * 1000, (rec["started"] + rec["seconds"]) * 1000
+        assert began - SPAN_SLACK_MS <= run.start_ms < run.end_ms <= ended + SPAN_SLACK_MS, (unit, rec, run)
+    (sweep,) = kinds["sweep"]
+    for rec in records.values():
+        began, ended = rec["started"] * 1000, (rec["started"] + rec["seconds"]) * 1000
+        assert sweep.start_ms - SPAN_SLACK_MS <= began and ended <= sweep.end_ms + SPAN_SLACK_MS, (rec, sweep)
+
+    # the Dataset column: each evaluation names its benchmark file and its digest (sha256 prefix)
+    digest = hashlib.sha256(evaluated.read_bytes()).hexdigest()[:16]
+    for rid, row in table.items():
+        if runs[rid].tags["grrr.kind"] == "evaluation":
+            assert row["dataset"].split("\n") == [f"sums ({digest})", "Evaluation"], row
+        else:
+            assert row["dataset"] == "-", (runs[rid].name, row)
+
+    # filtering by the sweep's tag finds the sweep and every unit run of it, nested ones included
+    assert search_box == SWEEP_FILTER
+    assert set(filtered) == in_sweep, (filtered, in_sweep)
