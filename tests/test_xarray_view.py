@@ -25,8 +25,8 @@ pd = pytest.importorskip("pandas")
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
     """A tiny float32 pair (TINY: 2 layers; q_proj square, so without a stored null; GQA k_proj and down_proj
-    rectangular), decomposed with P and null stored as float32, and its down_proj matrices again stored
-    as bfloat16 (frames shared)."""
+    rectangular), decomposed with P and null stored as float32, and its down_proj matrices again with
+    P and null stored as bfloat16 and a truncated core (r < min(m, n))."""
     from grrr_stream import plots
 
     root = tmp_path_factory.mktemp("xview")
@@ -38,7 +38,7 @@ def stores(tmp_path_factory):
         run_transition(no_track_config(base=str(base), post=str(post), store=out["float32"],
                                        modules=["q_proj", "k_proj", "down_proj"]))
         run_transition(no_track_config(base=str(base), post=str(post), store=out["bfloat16"], store_dtype="bfloat16",
-                                       modules=["down_proj"], frame_cache=out["float32"] / "frames"))
+                                       modules=["down_proj"], core_rel_threshold=0.5))
     return out
 
 
@@ -80,6 +80,8 @@ def test_open_store_is_lazy_and_decodes_bfloat16(stores):
     name = "model.layers.1.mlp.down_proj.weight"
     node = tree["matrices"][node_key(name)]
     assert isinstance(node["P"].data, da.Array)
+    # a truncated core: P is r×r with r below the min(m, n) singular values, which a group holds side by side
+    assert node.sizes["r_out"] == node.sizes["r_in"] == node.attrs["rank"] < node.sizes["sv"] == 64
     stored = StoredTransition(stores["bfloat16"])
     for key in ("P", "null"):
         assert node[key].dtype == np.float32 and node[key].attrs["decoded_from"] == "bfloat16"
@@ -110,7 +112,7 @@ def test_metrics_table_equals_metrics_csv(stores):
 
 def test_a_store_without_dimension_names_says_what_to_do_and_is_upgraded(stores, tmp_path):
     old = tmp_path / "old"
-    shutil.copytree(stores["bfloat16"], old)  # the smaller store: 2 matrices, frames elsewhere
+    shutil.copytree(stores["bfloat16"], old)  # the smaller store: 2 matrices and their frames
     stripped = 0
     for meta in old.rglob("zarr.json"):  # as grrr_stream wrote arrays before dimension names
         doc = json.loads(meta.read_text())
