@@ -173,7 +173,9 @@ def _evaluate_parser(sub) -> None:
                    help="variants as for `variants` (default: base full diag off null offnull randrm-0..2)")
     p.add_argument("--benchmark", action="append", default=[],
                    help="benchmark names (default: math500 aime24 amc23 minerva_math olympiadbench)")
-    p.add_argument("--bench-dir", type=Path, required=True, help="folder holding <name>/test.jsonl files")
+    p.add_argument("--bench-dir", default="bundled",
+                   help="folder holding <name>/test.jsonl files; 'bundled' (default): the five math benchmarks "
+                        "shipped with grrr_stream; 'hub' or 'hub:OWNER/REPO': download them")
     p.add_argument("--out", type=Path, required=True, help="results folder (generations, scores, tables)")
     p.add_argument("--limit", type=int, help="first N problems of each benchmark (quick subsets)")
     p.add_argument("--lenient-benchmarks", action="store_true",
@@ -416,8 +418,9 @@ def _sweep_parser(sub, *, demo: bool = False) -> None:
     p.add_argument("--device", help="override decomposition/variant device (auto, cpu, cuda, cuda:N)")
     p.add_argument("--math-subset", type=int, metavar="N",
                    help="also evaluate on the first N problems of each of the five math benchmarks")
-    p.add_argument("--bench-dir", help="with --math-subset: folder with <name>/test.jsonl (default: "
-                                       "$GRRR_BENCHMARKS, else 'hub' = download)")
+    p.add_argument("--bench-dir", default="bundled",
+                   help="with --math-subset: folder with <name>/test.jsonl, 'bundled' (default: the copies shipped "
+                        "with grrr_stream) or 'hub[:OWNER/REPO]' (download)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines")
     _add_tracking(p, experiment_default=None)
     _add_common(p)
@@ -431,14 +434,12 @@ def _status_parser(sub) -> None:
     p.add_argument("config", type=Path)
     p.add_argument("--workdir", type=Path, help="override the config's workdir")
     p.add_argument("--math-subset", type=int, metavar="N", help="as given to `sweep`")
-    p.add_argument("--bench-dir", help="as given to `sweep`")
+    p.add_argument("--bench-dir", default="bundled", help="as given to `sweep`")
     p.add_argument("--all", action="store_true", help="list done units too (default: totals and the rest)")
     _add_common(p)
 
 
 def _load_sweep(args: argparse.Namespace):
-    import os
-
     from .config import SweepEvaluation, load_sweep_config
     from .evaluate import FIVE
 
@@ -449,7 +450,7 @@ def _load_sweep(args: argparse.Namespace):
     if getattr(args, "math_subset", None) is not None:
         if args.math_subset < 1:
             raise ConfigError("--math-subset must be at least 1")
-        bench_dir = args.bench_dir or os.environ.get("GRRR_BENCHMARKS") or "hub"
+        bench_dir = str(args.bench_dir)
         extra = SweepEvaluation.model_validate({
             **cfg.evaluation.model_dump(), "suite": "math", "benchmarks": list(FIVE), "bench_dir": bench_dir,
             "limit": args.math_subset})

@@ -474,9 +474,9 @@ class SweepEvaluation(_Strict):
     variants: Optional[list[str]] = None  # None: the variants section's names
     benchmarks: list[str] = Field(default_factory=lambda: ["math500", "aime24", "amc23", "minerva_math",
                                                            "olympiadbench"])
-    # folder with <name>/test.jsonl, 'tinychain' (the generated chain's own benchmark),
-    # or 'hub[:OWNER/REPO]'
-    bench_dir: str = "benchmarks"
+    # folder with <name>/test.jsonl, 'bundled' (the five math benchmarks shipped with the package),
+    # 'tinychain' (the generated chain's own benchmark), or 'hub[:OWNER/REPO]'
+    bench_dir: str = "bundled"
     limit: Optional[int] = Field(None, ge=1)
     lenient: bool = False  # skip (and count) malformed benchmark lines instead of failing the unit
     template: str = "chat"

@@ -31,7 +31,7 @@ from .errors import CheckpointNotFoundError, ConfigError, MissingDependencyError
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 FIVE = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench")
 
-# Where each benchmark keeps its question and gold answer (../shared/benchmarks/README.md).
+# Where each benchmark keeps its question and gold answer (benchmarks/README.md).
 FIELDS: dict[str, dict[str, str]] = {
     "math500": {"question": "problem", "answer": "answer"},
     "aime24": {"question": "problem", "answer": "answer"},
@@ -42,6 +42,10 @@ FIELDS: dict[str, dict[str, str]] = {
 # Hub copies for users with network (dataset repos laid out like the local folder). Not
 # reachable from the machine this was developed on: unverified, hence overridable.
 HUB_REPO = "hkust-nlp/simpleRL-reason"
+HUB_PATH = "examples/simplelr_math_eval/data/{name}/test.jsonl"
+# The five benchmarks ship with the package (package data; sources, licenses and checksums in
+# benchmarks/README.md), so the default needs no download and no folder beside the checkout.
+BUNDLED = Path(__file__).resolve().parent / "benchmarks"
 
 
 # ---------------------------------------------------------------------------
@@ -105,7 +109,7 @@ def _gold(name: str, rec: dict) -> Optional[str]:
 
 
 def load_benchmark(name: str, root: Path, *, limit: Optional[int] = None, lenient: bool = False) -> Benchmark:
-    """``root/<name>/test.jsonl`` (the layout of the shared benchmark folder); the first
+    """``root/<name>/test.jsonl`` (the layout of the bundled benchmark folder); the first
     ``limit`` problems if given. Unknown names use fields problem|question and answer.
 
     A line that is not valid UTF-8 or JSON, not an object, or lacks a question or a gold answer
@@ -152,20 +156,59 @@ def load_benchmark(name: str, root: Path, *, limit: Optional[int] = None, lenien
     return Benchmark(name, path, hashlib.sha256(raw).hexdigest(), problems, skipped)
 
 
+def bundled_checksums() -> dict[str, str]:
+    """Benchmark name → sha256 of its bundled ``test.jsonl``, as recorded in ``benchmarks/SHA256SUMS``."""
+    sums = {}
+    for line in (BUNDLED / "SHA256SUMS").read_text().splitlines():
+        if line.strip():
+            digest, rel = line.split()
+            sums[rel.split("/")[0]] = digest
+    return sums
+
+
 def fetch_benchmark_from_hub(name: str, root: Path, repo: str = HUB_REPO) -> Path:
     """Download ``<name>/test.jsonl`` (Qwen math-eval layout) from a Hub repository into
-    ``root/<name>/test.jsonl``; returns ``root``."""
+    ``root/<name>/test.jsonl``; returns ``root``. Goes through the Hugging Face cache, so
+    ``HF_HUB_OFFLINE=1`` with a filled cache works without network."""
     import shutil
 
-    from huggingface_hub import hf_hub_download
-
     try:
-        local = hf_hub_download(repo, f"examples/simplelr_math_eval/data/{name}/test.jsonl")
-    except Exception as e:  # network, auth, missing file
-        raise CheckpointNotFoundError(f"could not fetch benchmark {name} from the Hub ({repo}): {e}") from None
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        raise MissingDependencyError("--bench-dir hub needs huggingface_hub: pip install huggingface_hub") from None
+    try:
+        local = hf_hub_download(repo, HUB_PATH.format(name=name))
+    except Exception as e:  # network, auth, missing file, not in the offline cache
+        raise CheckpointNotFoundError(f"could not fetch benchmark {name} from the Hub ({repo}): {e}; the same "
+                                      "five benchmarks ship with grrr_stream (leave --bench-dir unset)") from None
     (Path(root) / name).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(local, Path(root) / name / "test.jsonl")
     return Path(root)
+
+
+def resolve_bench_dir(spec: Optional[str | Path], names: Sequence[str], out: Path, *, log=print) -> Path:
+    """The folder holding ``<name>/test.jsonl`` for each of ``names``, from a ``--bench-dir`` value:
+    None or ``'bundled'``: the copy shipped with the package; ``'hub'`` or ``'hub:OWNER/REPO'``:
+    downloaded once into ``out/_benchmarks`` (a file already there is kept); else the folder itself.
+    Hub files that differ from the bundled copy of the same benchmark are reported through ``log``."""
+    text = "bundled" if spec is None else str(spec)
+    if text == "bundled":
+        return BUNDLED
+    if text != "hub" and not text.startswith("hub:"):
+        return Path(spec)
+    repo = text[4:] or HUB_REPO
+    root = Path(out) / "_benchmarks"
+    sums = bundled_checksums()
+    for b in names:
+        path = root / b / "test.jsonl"
+        if path.is_file():
+            continue
+        fetch_benchmark_from_hub(b, root, repo)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if b in sums and digest != sums[b]:
+            log(f"WARNING: {b} from the Hub ({repo}) differs from the copy shipped with grrr_stream "
+                f"(sha256 {digest[:12]}… vs {sums[b][:12]}…); evaluating the Hub's file")
+    return root
 
 
 # ---------------------------------------------------------------------------

@@ -94,11 +94,24 @@ def _to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
     return t.to(_TORCH_DTYPES[dtype]).contiguous().numpy()
 
 
-def _write_array(group, name: str, data: np.ndarray, attrs: Optional[dict] = None):
+# Zarr v3 dimension names of every array written, so that xarray.open_datatree(store, engine="zarr")
+# opens a store or frame cache with named axes. xarray needs equal names to mean equal lengths within
+# a group: P is r×r with r the frame's core rank (≤ min(m, n) with a truncated core), indexed by U's
+# columns (r_out) and V's (r_in); the singular values have min(m, n) entries (sv) whatever the core.
+DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "P": ("r_out", "r_in"), "null": ("out", "in"), "sigma0": ("sv",), "sigma1": ("sv",),  # matrices/<name>/
+    "null_row_norms": ("out",), "null_col_norms": ("in",),  # instead of null with null_storage: norms
+    "U": ("out", "r"), "S": ("sv",), "V": ("in", "r"),                                    # frames/<key>/
+}
+METRICS_DIM = "matrix"  # metrics/<column>: one entry per matrix, in the order of attrs["names"]
+
+
+def _write_array(group, name: str, data: np.ndarray, attrs: Optional[dict] = None,
+                 dims: Optional[tuple[str, ...]] = None):
     chunks = tuple(min(CHUNK, s) if s else 1 for s in data.shape)
     arr = group.create_array(
         name, shape=data.shape, chunks=chunks, dtype=data.dtype, compressors=_compressors(data.dtype),
-        overwrite=True, attributes=attrs or {}, fill_value=0,
+        overwrite=True, attributes=attrs or {}, fill_value=0, dimension_names=dims or DIMENSIONS[name],
     )
     arr[...] = data
     return arr
@@ -268,7 +281,8 @@ class TransitionStore:
             "names": [r["name"] for r in rows], "columns": numeric,
         })
         for col in numeric:
-            _write_array(grp, col, np.array([float(r.get(col, np.nan)) for r in rows], dtype=np.float64))
+            _write_array(grp, col, np.array([float(r.get(col, np.nan)) for r in rows], dtype=np.float64),
+                         dims=(METRICS_DIM,))
         fsync_tree(self.path / "metrics")
 
     def mark_complete(self, extra: Optional[dict] = None) -> None:
@@ -477,3 +491,25 @@ class StoredTransition:
     def frame_cache(self) -> Optional["FrameCache"]:
         path = self.manifest.get("frame_cache")
         return FrameCache(Path(path)) if path else None
+
+
+def name_dimensions(path: Path) -> int:
+    """Record dimension names (:data:`DIMENSIONS`) in the arrays of a store or frame cache written
+    before grrr_stream recorded them, so that xarray can open it. Rewrites array metadata only
+    (each zarr.json atomically), never data; returns the number of arrays updated."""
+    path = Path(path)
+    todo = []
+    for meta in sorted(path.rglob("zarr.json")):
+        rel = meta.relative_to(path).parts
+        if any(part.startswith(".") for part in rel):
+            continue  # a frame being written by another process
+        doc = json.loads(meta.read_text())
+        if doc.get("node_type") != "array" or doc.get("dimension_names"):
+            continue
+        dims = (METRICS_DIM,) if len(rel) == 3 and rel[0] == "metrics" else DIMENSIONS.get(meta.parent.name)
+        if dims is None or len(dims) != len(doc["shape"]):  # checked for all before any is changed
+            raise StoreError(f"{meta.parent} is not an array grrr_stream writes; cannot name its dimensions")
+        todo.append((meta, {**doc, "dimension_names": list(dims)}))
+    for meta, doc in todo:
+        atomic_write_text(meta, json.dumps(doc, indent=2))
+    return len(todo)

@@ -339,6 +339,12 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
         bench_id: Any = bench_dir
         if bench_dir == "tinychain":
             bench_dir, bench_id = str(Path(gen_unit.out) / "benchmarks"), {"generated": gen_unit.key}
+        elif bench_dir == "bundled":
+            from .evaluate import BUNDLED
+
+            # keyed by content, not by where the package is installed
+            bench_dir = str(BUNDLED)
+            bench_id = {"bundled": {b: _file_digest(BUNDLED / b / "test.jsonl") for b in e.benchmarks}}
         elif not bench_dir.startswith("hub"):
             bench_dir = str(Path(bench_dir).expanduser().absolute())
             bench_id = {"dir": bench_dir, "sha256": {b: _file_digest(Path(bench_dir) / b / "test.jsonl")

@@ -302,7 +302,7 @@ class EvaluationResult:
     metric: str = "avg"                                    # the accuracy the tables use
 
 
-def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: Sequence[str], bench_dir: Path, *,
+def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: Sequence[str], bench_dir: Path | str, *,
                    settings=None, materialize: str = "engine", keep_variants: bool = False,
                    limit: Optional[int] = None, template: str = "chat", instruction: Optional[str] = None,
                    rest_from: str = "base", tracking: Optional[dict] = None, log=print, resamples: int = 10_000,
@@ -343,13 +343,7 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     out = ensure_folder(Path(out), "--out")
     if nest_sampled and sampling.key_fields() is not None:
         out = ensure_folder(out / sampling.folder_name(), "--out")
-    if str(bench_dir).startswith("hub:") or str(bench_dir) == "hub":
-        # 'hub' or 'hub:OWNER/REPO': fetch <name>/test.jsonl files once into the results folder
-        repo = str(bench_dir)[4:] or ev.HUB_REPO
-        bench_dir = out / "_benchmarks"
-        for b in benchmarks:
-            if not (bench_dir / b / "test.jsonl").is_file():
-                ev.fetch_benchmark_from_hub(b, bench_dir, repo)
+    bench_dir = ev.resolve_bench_dir(bench_dir, benchmarks, out, log=log)  # 'bundled', 'hub[:REPO]' or a folder
     benches = [ev.load_benchmark(b, bench_dir, limit=limit, lenient=lenient) for b in benchmarks]
     for b in benches:
         if b.skipped:

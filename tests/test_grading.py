@@ -1,18 +1,14 @@
-"""Benchmark loading and answer grading on records of the five shared math benchmarks."""
+"""Benchmark loading and answer grading on records of the five math benchmarks shipped with the package."""
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
+from grrr_stream.evaluate import BUNDLED as BENCH
 from grrr_stream.evaluate import FIVE, count_wait, grade, last_boxed, load_benchmark, retention_tables
 
-BENCH = Path(os.environ.get("GRRR_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
-pytestmark = pytest.mark.skipif(not (BENCH / "math500" / "test.jsonl").is_file(),
-                                reason=f"shared benchmarks not found at {BENCH} (set GRRR_BENCHMARKS)")
 pytest.importorskip("math_verify", reason="grading needs math-verify (the project's eval extra)")
 
 
