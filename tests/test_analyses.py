@@ -117,6 +117,17 @@ def test_sparsity_at_checkpoint_precision_is_exact():
     assert got["frac_within_ulp"] == (n - 2000 + 700) / n
 
 
+def test_sparsity_in_native_width_equals_the_wide_reference():
+    """Bit patterns at the extremes (where x − y wraps in 16 bits) against the same rule in int64."""
+    edge = torch.tensor([0, 1, 2, -1, -2, 32767, 32766, -32768, -32767, 16256, 16257, -16512, -16511],
+                        dtype=torch.int16)
+    x, y = torch.cartesian_prod(edge, edge).unbind(1)
+    got = update_sparsity(x.contiguous().view(torch.bfloat16), y.contiguous().view(torch.bfloat16))
+    xl, yl = x.long(), y.long()
+    want = float((((xl ^ yl) >= 0) & ((xl - yl).abs() <= 1)).double().mean())
+    assert got["frac_within_ulp"] == want and got["frac_unchanged"] == float((xl == yl).double().mean())
+
+
 def test_sparsity_and_survival_land_in_the_store(tmp_path):
     """Through a real decomposition: per-matrix sparsity equals a direct bit comparison of the checkpoint
     tensors, and each component's bf16 survival matches the bf16 variant's own fidelity report."""
