@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import sys
 import warnings
@@ -47,6 +48,7 @@ from .checkpoint import Checkpoint, TensorSpec, companion_files, tensor_digest, 
 from .errors import ConfigError, StoreMismatchError, TensorMismatchError
 from .files import check_component
 from .frame import Frame, compute_frame, project, random_core_coefficients
+from .phases import PhaseTimer
 from .runtime import bound_heap_growth
 from .store import StoredTransition, atomic_write_text, to_csv
 
@@ -281,6 +283,7 @@ class VariantBuilder:
             self.rest_from, self.rest_fallback = None, None
             self.home = self.base if spec.is_base else self.post
         self._layout: Optional[list[TensorSpec]] = None
+        self.timer = PhaseTimer()  # seconds per step of the build (tools/bench_variants.py prints them)
 
     @property
     def home_side(self) -> str:
@@ -339,8 +342,10 @@ class VariantBuilder:
         for spec in self.layout():
             attrs = self.transition.matrices.get(spec.name)
             if attrs is None:
-                t = self.home.read(spec.name)
-                yield spec.name, (t.to(spec.dtype) if t.is_floating_point() else t)
+                with self.timer.phase("other_tensors"):
+                    t = self.home.read(spec.name)
+                    t = t.to(spec.dtype) if t.is_floating_point() else t
+                yield spec.name, t
             else:
                 yield spec.name, self._matrix(spec.name, attrs, spec.dtype)
 
@@ -355,13 +360,12 @@ class VariantBuilder:
         return frame
 
     def _matrix(self, name: str, attrs: dict, out_dtype: torch.dtype) -> torch.Tensor:
-        w0, w1 = self.base.read(name), self.post.read(name)
-        for side, t, key in (("base", w0, "base_digest"), ("post", w1, "post_digest")):
-            if tensor_digest(t) != attrs[key]:
-                raise StoreMismatchError(
-                    f"{name} in the {side} checkpoint differs from the one decomposed into {self.transition.path}; "
-                    "decompose again before building variants"
-                )
+        timer = self.timer
+        with timer.phase("read"):
+            w0, w1 = self.base.read(name), self.post.read(name)
+        with timer.phase("verify"):
+            for side, ckpt, t, key in (("base", self.base, w0, "base_digest"), ("post", self.post, w1, "post_digest")):
+                _verify(ckpt, name, t, attrs[key], side, self.transition.path)
         s = self.spec
         layer, module = attrs["layer"], attrs["module"]
         weights = (s.diag, s.off, s.null)
@@ -369,14 +373,16 @@ class VariantBuilder:
             # W0 or W1 itself (base, full, proj, a zero mix): copied, never recomputed, so that
             # proj's decomposed matrices equal full's bit for bit
             src = w0 if weights == (0.0, 0.0, 0.0) else w1
-            out = src.to(out_dtype)
+            with timer.phase("cast"):
+                out = src.to(out_dtype)
             if out_dtype in _EXACT_INTO.get(src.dtype, ()):
                 # the cast keeps every value: the realised update is the intended one exactly, and its
                 # norm, ‖W1 − W0‖ or 0, is on record from the decomposition (no pass over the matrix)
                 norm = 0.0 if src is w0 else float(attrs["metrics"]["delta_fro"])
                 self.report.add(MatrixFidelity(name, layer, module, norm, 0.0, 0.0, 1.0, 0.0), norm * norm)
             else:
-                self._account(name, layer, module, w0, out, None, 0.0, source=src)
+                with timer.phase("fidelity"):
+                    self._account(name, layer, module, w0, out, None, 0.0, source=src)
             return out
         cd, dev = self.compute_dtype, self.device
         W0 = w0.to(device=dev, dtype=cd)
@@ -390,29 +396,34 @@ class VariantBuilder:
         needs_frame = s.diag != s.off or s.random_removal_seed is not None or s.band is not None
         removed = 0.0
         if needs_frame:
-            frame = self._frame(name, attrs, w0)
-            U, V = frame.U.to(dev), frame.V.to(dev)
-            P = self.transition.read_tensor(name, "P")
-            p = torch.diagonal(P).to(device=dev, dtype=cd)
-            if s.band is not None:
-                k = min(s.band, U.shape[1])
-                block = P[:k, :k].to(device=dev, dtype=cd).clone()
-                block.diagonal().zero_()
-                band = U[:, :k] @ block
-                removed = float(torch.linalg.vector_norm(block.double()))  # ‖U_k B V_kᵀ‖ = ‖B‖
-                intended.addmm_(band, V[:, :k].T, alpha=s.band_weight)
-                del band, block
-            del P
-            if s.diag != s.off:
-                intended.addmm_(U * p, V.T, alpha=s.diag - s.off)
-            if s.random_removal_seed is not None:
-                removed = float(torch.linalg.vector_norm(p.double()))
-                gen = torch.Generator().manual_seed(_seed_for(s.random_removal_seed, name))
-                Q = random_core_coefficients(U.shape[1], removed, gen, dtype=cd, device=dev)
-                intended.addmm_(U @ Q, V.T, alpha=-1.0)
-            del U, V, p
+            with timer.phase("frame_read"):
+                frame = self._frame(name, attrs, w0)
+                U, V = frame.U.to(dev), frame.V.to(dev)
+            with timer.phase("p_read"):
+                P = self.transition.read_tensor(name, "P")
+            # the honest CPU floor of a variant: m·r·n multiply-adds per rank-r product
+            with timer.phase("rank_r_product"):
+                p = torch.diagonal(P).to(device=dev, dtype=cd)
+                if s.band is not None:
+                    k = min(s.band, U.shape[1])
+                    block = P[:k, :k].to(device=dev, dtype=cd).clone()
+                    block.diagonal().zero_()
+                    band = U[:, :k] @ block
+                    removed = float(torch.linalg.vector_norm(block.double()))  # ‖U_k B V_kᵀ‖ = ‖B‖
+                    intended.addmm_(band, V[:, :k].T, alpha=s.band_weight)
+                    del band, block
+                del P
+                if s.diag != s.off:
+                    intended.addmm_(U * p, V.T, alpha=s.diag - s.off)
+                if s.random_removal_seed is not None:
+                    removed = float(torch.linalg.vector_norm(p.double()))
+                    gen = torch.Generator().manual_seed(_seed_for(s.random_removal_seed, name))
+                    Q = random_core_coefficients(U.shape[1], removed, gen, dtype=cd, device=dev)
+                    intended.addmm_(U @ Q, V.T, alpha=-1.0)
+                del U, V, p
         if s.null != s.off and attrs.get("null_stored"):
-            intended.add_(self.transition.read_tensor(name, "null").to(device=dev, dtype=cd), alpha=s.null - s.off)
+            with timer.phase("null_read"):
+                intended.add_(self.transition.read_tensor(name, "null").to(device=dev, dtype=cd), alpha=s.null - s.off)
         elif s.null != s.off and attrs.get("null_kept") == "norms":
             # the store kept only the residual's norms (null_storage: norms): recompute it exactly as the
             # decomposition did, ΔW − U0 (U0ᵀ ΔW V0) V0ᵀ, from the checkpoints and the base frame
@@ -423,7 +434,8 @@ class VariantBuilder:
             del delta, null, frame
         del W0
         out = torch.empty(w0.shape, dtype=out_dtype)
-        self._account(name, layer, module, w0, out, intended, removed, fill=True)
+        with timer.phase("fidelity"):  # also forms out = cast(W0 + intended)
+            self._account(name, layer, module, w0, out, intended, removed, fill=True)
         return out
 
     def _account(self, name: str, layer: int, module: str, w0: torch.Tensor, out: torch.Tensor,
@@ -478,6 +490,25 @@ class VariantBuilder:
             e2 += float((err * err).sum())
             dot += float((realised * want).sum())
         return i2, e2, dot
+
+
+# Tensors whose digest was checked in this process, keyed by (shard, size, mtime, offset, digest): every
+# variant of a transition reads the same tensors and an evaluation builds ten of them, so each is
+# hashed once per process instead of once per variant (a file rewritten in place changes its mtime
+# or size and is hashed again).
+_VERIFIED: set[tuple] = set()
+
+
+def _verify(ckpt: Checkpoint, name: str, t: torch.Tensor, want: str, side: str, store: Path) -> None:
+    info = ckpt.tensors[name]
+    st = os.stat(info.shard)
+    key = (str(info.shard), st.st_size, st.st_mtime_ns, info.start, want)
+    if key in _VERIFIED:
+        return
+    if tensor_digest(t) != want:
+        raise StoreMismatchError(f"{name} in the {side} checkpoint differs from the one decomposed into {store}; "
+                                 "decompose again before building variants")
+    _VERIFIED.add(key)
 
 
 def _seed_for(seed: int, name: str) -> int:
