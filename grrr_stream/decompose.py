@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from . import __version__
-from .arch import MatrixName, pattern_for, select_matrices
+from .arch import MatrixName, default_modules, pattern_for, select_matrices, split_fused
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
-from .config import DecomposeConfig, result_settings, settings_hash, stable_hash
+from .config import DEFAULT_MODULES, DecomposeConfig, result_settings, settings_hash, stable_hash
 from .errors import NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
 from .progress import Progress
@@ -38,7 +38,7 @@ from .store import FrameCache, StoreLock, TransitionStore, to_store_array
 
 _COMPUTE_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # Columns of the per-matrix table that are aggregated (mean ± std) per transition.
-SUMMARY_EXCLUDE = {"rows", "cols", "layer", "e_diag", "e_off", "e_null", "w0_fro"}
+SUMMARY_EXCLUDE = {"rows", "cols", "layer", "expert", "e_diag", "e_off", "e_null", "w0_fro"}
 
 
 # ---------------------------------------------------------------------------
@@ -59,29 +59,34 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
             f"base is a '{base.model_type}' model ({base.folder}) but post is '{post.model_type}' ({post.folder}); "
             "a transition needs two checkpoints of the same architecture"
         )
-    pattern = pattern_for(base.model_type or post.model_type, cfg.module_pattern)
-    in_base = select_matrices(base.tensors, pattern, cfg.modules)
-    in_post = {m.name for m in select_matrices(post.tensors, pattern, cfg.modules)}
+    model_type = base.model_type or post.model_type
+    pattern = pattern_for(model_type, cfg.module_pattern)
+    _refuse_quantized_experts(base)
+    modules = default_modules(model_type, cfg.modules, DEFAULT_MODULES)
+    in_base = _select(base, pattern, modules, cfg.split_fused)
+    in_post = {m.name for m in _select(post, pattern, modules, cfg.split_fused)}
     if not in_base and not in_post:
         raise TensorMismatchError(
-            f"no tensor of {base.folder} matches the decomposition pattern for modules {list(cfg.modules)}; "
+            f"no tensor of {base.folder} matches the decomposition pattern for modules {list(modules)}; "
             f"pattern: {pattern}. Pass module_pattern (a regex with groups 'layer' and 'module') for this layout."
         )
     problems: list[str] = []
     for name in sorted(in_post - {m.name for m in in_base}):
         problems.append(f"{name}: in post ({post.folder}) but not in base ({base.folder})")
     for m in in_base:
-        b = base.tensors[m.name]
-        p = post.tensors.get(m.name)
-        if p is None:
+        b = base.tensors[m.source]
+        p = post.tensors.get(m.source)
+        if p is None or m.name not in in_post:
             problems.append(f"{m.name}: in base ({base.folder}) but not in post ({post.folder})")
             continue
         if b.shape != p.shape:
-            problems.append(f"{m.name}: shape {list(b.shape)} in base but {list(p.shape)} in post")
-        if len(b.shape) != 2:
-            problems.append(f"{m.name}: expected a 2-D matrix, got shape {list(b.shape)}")
-        elif 0 in b.shape:
-            problems.append(f"{m.name}: shape {list(b.shape)} has a zero-size dimension; there is nothing to "
+            problems.append(f"{m.source}: shape {list(b.shape)} in base but {list(p.shape)} in post")
+        shape = base.matrix_shape(m)
+        if len(shape) != 2:
+            problems.append(f"{m.name}: expected a 2-D matrix (or a 3-D stack of expert matrices), got shape "
+                            f"{list(b.shape)}")
+        elif 0 in shape:
+            problems.append(f"{m.name}: shape {list(shape)} has a zero-size dimension; there is nothing to "
                             "decompose (a broken export?)")
         for side, info in (("base", b), ("post", p)):
             if not info.is_floating:
@@ -96,12 +101,29 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
     return Plan(base=base, post=post, matrices=in_base)
 
 
+def _select(ckpt: Checkpoint, pattern: str, modules, split: bool) -> list[MatrixName]:
+    shapes = {n: i.shape for n, i in ckpt.tensors.items()}
+    found = select_matrices(ckpt.tensors, pattern, modules, shapes=shapes)
+    return split_fused(found, ckpt.config, shapes) if split else found
+
+
+def _refuse_quantized_experts(ckpt: Checkpoint) -> None:
+    """gpt-oss ships its experts MXFP4-quantized (``*_blocks`` / ``*_scales`` uint8 tensors): no float
+    matrix to decompose, and skipping them silently would leave out most of the model."""
+    packed = [n for n in ckpt.tensors if n.endswith(("_proj_blocks", "_proj_scales"))]
+    if packed:
+        raise TensorMismatchError(
+            f"{ckpt.folder} stores expert weights quantized ({packed[0]}, MXFP4 blocks and scales); dequantize "
+            "it first (e.g. load with transformers, Mxfp4Config(dequantize=True), and save_pretrained), then "
+            "decompose the bf16/float32 checkpoint")
+
+
 def _memory_problems(base: Checkpoint, matrices: list[MatrixName], compute_dtype: str) -> list[str]:
     """The largest matrix must fit: its SVD holds about four m×n buffers of the compute dtype at
     once (W0, ΔW, LAPACK's copy, U), refused before any allocation rather than failing mid-run."""
     import psutil
 
-    shapes = [base.tensors[m.name].shape for m in matrices if len(base.tensors[m.name].shape) == 2]
+    shapes = [base.matrix_shape(m) for m in matrices if len(base.matrix_shape(m)) == 2]
     if not shapes:
         return []
     m, n = max(shapes, key=lambda s: s[0] * s[1])
@@ -282,7 +304,7 @@ def _check_disk_space(cfg: DecomposeConfig, plan: Plan, pending: list[MatrixName
     store_b, frame_b = _ITEM[cfg.store_dtype], _ITEM[cfg.compute_dtype]
     results = frames_need = 0
     for m in pending:
-        rows, cols = plan.base.tensors[m.name].shape
+        rows, cols = plan.base.matrix_shape(m)
         r = min(rows, cols)
         results += r * r * store_b + 16 * r
         if rows != cols or cfg.core_rel_threshold is not None:
@@ -313,7 +335,7 @@ def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
         if attrs is None:
             continue
         for side, ckpt, key in (("base", plan.base, "base_digest"), ("post", plan.post, "post_digest")):
-            if tensor_digest(ckpt.read(m.name)) != attrs.get(key):
+            if tensor_digest(ckpt.read_matrix(m)) != attrs.get(key):
                 changed.append(f"{m.name} ({side})")
     return changed
 
@@ -321,7 +343,7 @@ def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
 def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, frames: FrameCache,
             device: torch.device, dtype: torch.dtype, progress: Progress) -> tuple[int, int, list[str]]:
     def load(m: MatrixName) -> _Loaded:
-        w0, w1 = plan.base.read(m.name), plan.post.read(m.name)
+        w0, w1 = plan.base.read_matrix(m), plan.post.read_matrix(m)
         problems = [p for p in (_nonfinite(w0, m.name, "base"), _nonfinite(w1, m.name, "post")) if p]
         d0 = tensor_digest(w0)
         key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold)
@@ -351,7 +373,7 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
         arrays["sigma1"] = res.sigma1.detach().double().cpu().numpy()
         m = item.matrix
         attrs = {
-            "name": m.name, "layer": m.layer, "module": m.module,
+            "name": m.name, "layer": m.layer, "module": m.module, **m.record(),
             "shape": list(item.shape), "rank": res.frame.rank,
             "base_digest": item.digest0, "post_digest": item.digest1, "frame_key": item.frame_key,
             "null_stored": "null" in arrays,
@@ -409,7 +431,9 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
 
 
 def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
-    """Mean ± std (sample std, 0 for a single matrix) of every metric, overall and per module."""
+    """Mean ± std (sample std, 0 for a single matrix) of every metric, overall, per module (a module of a
+    mixture of experts aggregates all its experts) and, for expert matrices, per expert index
+    (scope ``expert-<e>``, aggregating layers and modules)."""
     # every numeric column of any row: a metric that only some matrices have (a subspace angle for a k
     # above a small matrix's rank) is summarised over those that have it
     metrics: list[str] = []
@@ -419,6 +443,8 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
     scopes: dict[str, list[dict]] = {"all": rows}
     for r in rows:
         scopes.setdefault(r["module"], []).append(r)
+    for r in sorted((r for r in rows if r.get("expert") is not None), key=lambda r: r["expert"]):
+        scopes.setdefault(f"expert-{r['expert']}", []).append(r)
     out_rows = []
     for scope, rs in scopes.items():
         row: dict[str, Any] = {"scope": scope, "n": len(rs)}
@@ -440,7 +466,8 @@ def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = ""
     rows = []
     for m in matrices:
         attrs = done[m.name]
-        rows.append({"name": m.name, "layer": m.layer, "module": m.module, **attrs["metrics"]})
+        # expert: empty for a matrix outside the experts (every matrix of a dense model)
+        rows.append({"name": m.name, "layer": m.layer, "module": m.module, "expert": m.expert, **attrs["metrics"]})
     summary_rows, summary = summarize(rows)
     store.write_tables(rows, summary_rows, summary)
     fig_dir = store.path / "figures"
@@ -486,6 +513,10 @@ def _track(cfg: DecomposeConfig, store: TransitionStore, manifest: dict, rows: l
                   "sr_w0", "sr_delta", "sr_w1", "dsr_pct", "alpha")
     metrics: list[tuple[str, float, int]] = []
     for r in rows:
+        if r.get("expert") is not None:
+            # one series per (metric, module) with the layer as step has no place for E experts a layer; their
+            # values are in metrics.csv (logged below) and aggregated in the per-module and per-expert scopes
+            continue
         metrics += [(f"{k}/{r['module']}", r[k], r["layer"]) for k in per_matrix if math.isfinite(r[k])]
     for scope, srow in summary["scopes"].items():
         suffix = "" if scope == "all" else f"/{scope}"

@@ -221,6 +221,7 @@ class MatrixFidelity:
     fidelity: float  # ‖cast(W_variant) − W0 − intended‖ / ‖intended‖ (0 when both are 0)
     energy_survived: float  # ⟨realised, intended⟩² / ‖intended‖⁴: share of the intended update kept
     removed_norm: float = 0.0  # ‖R‖ of the random control (= ‖diag P‖), or ‖band block‖ of a band variant
+    expert: Optional[int] = None  # expert index of a mixture-of-experts matrix (empty otherwise)
 
 
 @dataclass
@@ -277,6 +278,12 @@ class VariantBuilder:
             self.rest_from, self.rest_fallback = None, None
             self.home = self.base if spec.is_base else self.post
         self._layout: Optional[list[TensorSpec]] = None
+        # checkpoint tensor → its decomposed parts (experts of a 3-D tensor, blocks of a split fused one): the
+        # variant rebuilds each part and writes the tensor back whole, in the checkpoint's own layout
+        self._parts: dict[str, list[tuple[str, dict]]] = {}
+        for key, attrs in self.transition.matrices.items():
+            if attrs.get("tensor"):
+                self._parts.setdefault(attrs["tensor"], []).append((key, attrs))
 
     @property
     def home_side(self) -> str:
@@ -334,7 +341,19 @@ class VariantBuilder:
     def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         for spec in self.layout():
             attrs = self.transition.matrices.get(spec.name)
-            if attrs is None:
+            parts = self._parts.get(spec.name)
+            if parts:
+                # start from the home tensor (any part not decomposed keeps it), then put every part in place
+                out = self.home.read(spec.name).to(spec.dtype)
+                for key, part in parts:
+                    rebuilt = self._matrix(key, part, spec.dtype)
+                    if part.get("index") is not None:
+                        out[part["index"]] = rebuilt
+                    else:
+                        start, stop = part["rows"]
+                        out[start:stop] = rebuilt
+                yield spec.name, out
+            elif attrs is None:
                 t = self.home.read(spec.name)
                 yield spec.name, (t.to(spec.dtype) if t.is_floating_point() else t)
             else:
@@ -351,7 +370,7 @@ class VariantBuilder:
         return frame
 
     def _matrix(self, name: str, attrs: dict, out_dtype: torch.dtype) -> torch.Tensor:
-        w0, w1 = self.base.read(name), self.post.read(name)
+        w0, w1 = self.base.read_matrix(attrs), self.post.read_matrix(attrs)
         for side, t, key in (("base", w0, "base_digest"), ("post", w1, "post_digest")):
             if tensor_digest(t) != attrs[key]:
                 raise StoreMismatchError(
@@ -366,7 +385,7 @@ class VariantBuilder:
             # proj's decomposed matrices equal full's bit for bit
             src = w0 if weights == (0.0, 0.0, 0.0) else w1
             out = src.to(out_dtype)
-            self._account(name, layer, module, w0, out, None, 0.0, source=src)
+            self._account(name, layer, module, w0, out, None, 0.0, source=src, expert=attrs.get("expert"))
             return out
         cd, dev = self.compute_dtype, self.device
         W0 = w0.to(device=dev, dtype=cd)
@@ -405,12 +424,12 @@ class VariantBuilder:
             intended.add_(self.transition.read_tensor(name, "null").to(device=dev, dtype=cd), alpha=s.null - s.off)
         del W0
         out = torch.empty(w0.shape, dtype=out_dtype)
-        self._account(name, layer, module, w0, out, intended, removed, fill=True)
+        self._account(name, layer, module, w0, out, intended, removed, fill=True, expert=attrs.get("expert"))
         return out
 
     def _account(self, name: str, layer: int, module: str, w0: torch.Tensor, out: torch.Tensor,
                  intended: Optional[torch.Tensor], removed: float, source: Optional[torch.Tensor] = None,
-                 fill: bool = False) -> None:
+                 fill: bool = False, expert: Optional[int] = None) -> None:
         """Fidelity of the cast variant against the intended update, in float64, by row blocks.
 
         ``intended`` is the update relative to W0; for copied matrices pass ``source`` (W0 or
@@ -434,7 +453,7 @@ class VariantBuilder:
             dot += float((realised * want).sum())
         fid = math.sqrt(e2 / i2) if i2 > 0 else (0.0 if e2 == 0 else math.inf)
         self.report.rows.append(MatrixFidelity(name, layer, module, math.sqrt(i2), math.sqrt(e2), fid,
-                                               (dot * dot / (i2 * i2)) if i2 > 0 else 1.0, removed))
+                                               (dot * dot / (i2 * i2)) if i2 > 0 else 1.0, removed, expert))
         self.report._dot += dot
 
 

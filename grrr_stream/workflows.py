@@ -251,8 +251,10 @@ def track_variant(builder, folder: Path, summary: dict, tracking: dict) -> str:
         rows = list(csv.DictReader(f))
     metrics = [(k, v, 0) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                and math.isfinite(v)]
+    # per-matrix series for matrices outside the experts only (as in decompose's tracking: E experts a layer do
+    # not fit one series per module); the csv artifact has every row
     metrics += [(f"fidelity/{r['module']}", float(r["fidelity"]), int(r["layer"])) for r in rows
-                if math.isfinite(float(r["fidelity"]))]
+                if math.isfinite(float(r["fidelity"])) and not r.get("expert")]
     run.log_metrics(metrics)
     run.log_artifacts([folder.with_name(folder.name + ".fidelity.csv")])
     run.finish()
