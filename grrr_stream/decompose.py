@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import platform
+import re
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,7 +31,7 @@ from . import __version__
 from .arch import MatrixName, default_modules, pattern_for, select_matrices, split_fused
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
 from .config import DEFAULT_MODULES, DecomposeConfig, result_settings, settings_hash, stable_hash
-from .errors import NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
+from .errors import ConfigError, NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
 from .progress import Progress
 from .runtime import bound_heap_growth, resolve_device
@@ -70,6 +71,8 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
             f"no tensor of {base.folder} matches the decomposition pattern for modules {list(modules)}; "
             f"pattern: {pattern}. Pass module_pattern (a regex with groups 'layer' and 'module') for this layout."
         )
+    if cfg.module_pattern is None and tuple(cfg.modules) == DEFAULT_MODULES:  # the family's own selection
+        _refuse_partial(base, in_base, model_type, pattern)
     problems: list[str] = []
     for name in sorted(in_post - {m.name for m in in_base}):
         problems.append(f"{name}: in post ({post.folder}) but not in base ({base.folder})")
@@ -105,6 +108,26 @@ def _select(ckpt: Checkpoint, pattern: str, modules, split: bool) -> list[Matrix
     shapes = {n: i.shape for n, i in ckpt.tensors.items()}
     found = select_matrices(ckpt.tensors, pattern, modules, shapes=shapes)
     return split_fused(found, ckpt.config, shapes) if split else found
+
+
+# decoder-layer weights a family's built-in selection must account for (biases and norms aside)
+_DECODER_WEIGHT_RE = re.compile(r"^(?:model|language_model\.model|model\.language_model)\.layers\.\d+\."
+                                r"(?:self_attn|mlp|block_sparse_moe)\.(?!.*bias$)")
+
+
+def _refuse_partial(ckpt: Checkpoint, selected: list[MatrixName], model_type: Optional[str], pattern: str) -> None:
+    """A family's built-in pattern must take every matrix of the decoder's attention and MLP blocks: a weight
+    it leaves out means the checkpoint is not laid out as its model_type says (a wrong model_type, a newer
+    variant of the family), and decomposing the rest would be a partial result without notice."""
+    taken = {m.source for m in selected}
+    left = sorted(n for n, i in ckpt.tensors.items()
+                  if len(i.shape) >= 2 and n not in taken and _DECODER_WEIGHT_RE.match(n))
+    if left:
+        raise ConfigError(
+            f"{ckpt.folder}: the built-in pattern of model_type '{model_type}' leaves out {len(left)} decoder "
+            f"weight(s), e.g. {', '.join(left[:3])}: the checkpoint is not laid out as that family. Check "
+            "config.json's model_type, or pass module_pattern (a regex with named groups (?P<layer>\\d+) and "
+            f"(?P<module>...)) and modules for this layout; the built-in pattern was '{pattern}'.")
 
 
 def _refuse_quantized_experts(ckpt: Checkpoint) -> None:

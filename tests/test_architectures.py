@@ -21,10 +21,11 @@ import torch
 from conftest import no_track_config
 from grrr_stream.arch import FAMILIES, MatrixName, select_matrices, split_fused
 from grrr_stream.checkpoint import Checkpoint
-from grrr_stream.decompose import run_transition
+from grrr_stream.decompose import plan_transition, run_transition
 from grrr_stream.errors import ConfigError
 from grrr_stream.stats import summary_tables
 from grrr_stream.store import StoredTransition
+from grrr_stream.synthetic import ModelShape, make_transition
 from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
 
 transformers = pytest.importorskip("transformers")
@@ -159,6 +160,27 @@ def test_read_part_is_the_slice(tmp_path):
     assert ck.matrix_shape(MatrixName(0, "x", "a[1]", tensor="a", index=1)) == (3, 7)
     with pytest.raises(Exception, match="no slice 5"):
         ck.read_part("a", index=5)
+
+
+def test_checkpoint_not_laid_out_as_its_family_is_refused(tmp_path):
+    """A dense Llama-layout checkpoint labelled phi3: the Phi-3 pattern would take o_proj and down_proj only.
+    That partial decomposition is refused, naming the weights left out and the pattern hint."""
+    base, post = make_transition(tmp_path, ModelShape(hidden=32, intermediate=64, layers=1, heads=4, kv_heads=2),
+                                 family="llama", dtype="float32")
+    for folder in (base, post):
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["model_type"] = "phi3"
+        (folder / "config.json").write_text(json.dumps(cfg))
+    cfg = no_track_config(base=str(base), post=str(post), store=tmp_path / "s", device="cpu")
+    with pytest.raises(ConfigError) as ei:
+        plan_transition(Checkpoint.open(base), Checkpoint.open(post), cfg)
+    msg = str(ei.value)
+    assert "'phi3'" in msg and "model.layers.0.mlp.gate_proj.weight" in msg and "(?P<layer>" in msg
+    # the user's own selection is the user's call
+    plan = plan_transition(Checkpoint.open(base), Checkpoint.open(post),
+                           no_track_config(base=str(base), post=str(post), store=tmp_path / "s", device="cpu",
+                                           modules=["o_proj", "down_proj"]))
+    assert [m.module for m in plan.matrices] == ["o_proj", "down_proj"]
 
 
 def test_fused_3d_experts_end_to_end(tmp_path):
