@@ -9,6 +9,7 @@ the real ones. What a variant must be is computed here independently: from the s
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import re
 import shutil
@@ -256,3 +257,40 @@ def test_phi3_split_fused(tmp_path):
     got, want = files(tmp_path / "proj"), files(ref)
     assert all(torch.equal(got[n], want[n]) for n in want)
     assert torch.equal(logits(tmp_path / "proj", "phi3"), logits(ref, "phi3"))
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_tied_variant_runs_in_vllm(tmp_path):
+    """A tied model's variant (no lm_head in the files) loads in vLLM and decodes as transformers does.
+    Gemma2 with head_dim 64 (vLLM's CPU attention has no kernel for the tiny models' head_dim 8)."""
+    vllm = pytest.importorskip("vllm")
+    from vllm.inputs import TokensPrompt
+
+    cfg = transformers.Gemma2Config(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                                    num_key_value_heads=1, head_dim=64, vocab_size=256, max_position_embeddings=256)
+    torch.manual_seed(0)
+    model = transformers.Gemma2ForCausalLM(cfg).eval()
+    model.save_pretrained(tmp_path / "base")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05 * p.std().clamp_min(1e-3))
+    model.save_pretrained(tmp_path / "post")
+    run_transition(no_track_config(base=str(tmp_path / "base"), post=str(tmp_path / "post"), store=tmp_path / "s",
+                                   band_edges=[], angle_edges=[]))
+    out = tmp_path / "proj"
+    write_variant(VariantBuilder(tmp_path / "s", parse_variant("proj")), out)
+    assert "lm_head.weight" not in files(out) and json.loads((out / "config.json").read_text())["tie_word_embeddings"]
+    ids = [1, 5, 9, 17, 33, 2]
+    hf = transformers.Gemma2ForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0, len(ids):].tolist()
+    llm = vllm.LLM(model=str(out), skip_tokenizer_init=True, dtype="float32", enforce_eager=True, max_model_len=128,
+                   kv_cache_memory_bytes=2**29)
+    try:
+        got = llm.generate([TokensPrompt(prompt_token_ids=ids)],
+                           vllm.SamplingParams(max_tokens=8, temperature=0.0, detokenize=False))
+    finally:
+        del llm  # the engine process ends here, not at interpreter exit (as grrr_stream.evaluate.Engine.close)
+        gc.collect()
+    assert list(got[0].outputs[0].token_ids) == want
