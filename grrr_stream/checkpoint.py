@@ -325,17 +325,60 @@ class Checkpoint:
     def read(self, name: str) -> torch.Tensor:
         """A fresh (owned, contiguous) CPU tensor in the checkpoint's dtype."""
         info = self.tensors[name]
+        return self._read_bytes(info, info.start, info.nbytes, info.shape)
+
+    def read_part(self, name: str, *, index: Optional[int] = None,
+                  rows: Optional[tuple[int, int]] = None) -> torch.Tensor:
+        """One matrix of a tensor without reading the rest: slice ``index`` of a 3-D tensor (an
+        expert), or the row block ``rows`` = [start, stop) of a 2-D one (a part of a fused projection),
+        or the whole tensor when neither is given. Both parts are contiguous in the row-major file
+        layout, so each is one byte range: start + first-axis offset × bytes per first-axis step."""
+        info = self.tensors[name]
+        if index is None and rows is None:
+            return self.read(name)
         if info.dtype not in DTYPES:
             raise CheckpointError(f"tensor '{name}' in {info.shard} has unsupported dtype {info.dtype}")
+        step = math.prod(info.shape[1:]) * DTYPES[info.dtype][1]  # bytes per step along the first axis
+        if index is not None:
+            if len(info.shape) != 3 or not 0 <= index < info.shape[0]:
+                raise CheckpointError(f"tensor '{name}' {list(info.shape)} has no slice {index} (expected a 3-D "
+                                      "stack of expert matrices)")
+            return self._read_bytes(info, info.start + index * step, step, info.shape[1:])
+        start, stop = rows
+        if len(info.shape) != 2 or not 0 <= start < stop <= info.shape[0]:
+            raise CheckpointError(f"tensor '{name}' {list(info.shape)} has no row block [{start}, {stop})")
+        return self._read_bytes(info, info.start + start * step, (stop - start) * step,
+                                (stop - start, info.shape[1]))
+
+    def read_matrix(self, m) -> torch.Tensor:
+        """The matrix an :class:`~grrr_stream.arch.MatrixName` (or its store record) names."""
+        if isinstance(m, dict):  # a completion record of the store
+            rows = m.get("rows")
+            return self.read_part(m.get("tensor") or m["name"], index=m.get("index"),
+                                  rows=tuple(rows) if rows else None)
+        return self.read_part(m.source, index=m.index, rows=m.rows)
+
+    def matrix_shape(self, m) -> tuple[int, ...]:
+        """Shape of the matrix ``m`` names, from the header alone."""
+        shape = self.tensors[m.source].shape
+        if m.index is not None:
+            return tuple(shape[1:])
+        if m.rows is not None:
+            return (m.rows[1] - m.rows[0],) + tuple(shape[1:])
+        return tuple(shape)
+
+    def _read_bytes(self, info: TensorInfo, start: int, nbytes: int, shape: tuple[int, ...]) -> torch.Tensor:
+        if info.dtype not in DTYPES:
+            raise CheckpointError(f"tensor '{info.name}' in {info.shard} has unsupported dtype {info.dtype}")
         tdtype, _, _ = DTYPES[info.dtype]
-        out = torch.empty(info.nbytes, dtype=torch.uint8)
-        if info.nbytes:
+        out = torch.empty(nbytes, dtype=torch.uint8)
+        if nbytes:
             try:
                 with open(info.shard, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                    out.numpy()[:] = np.frombuffer(mm, dtype=np.uint8, count=info.nbytes, offset=info.start)
+                    out.numpy()[:] = np.frombuffer(mm, dtype=np.uint8, count=nbytes, offset=start)
             except (OSError, ValueError) as e:
-                raise CheckpointError(f"could not read tensor '{name}' from {info.shard}: {e}") from None
-        return out.view(tdtype).reshape(info.shape)
+                raise CheckpointError(f"could not read tensor '{info.name}' from {info.shard}: {e}") from None
+        return out.view(tdtype).reshape(shape)
 
     def fingerprint(self) -> str:
         """Cheap identity of the checkpoint's weights.

@@ -63,6 +63,8 @@ def _decompose_parser(sub) -> None:
                    help="keep only singular values > T·σ1 in the pretrained core (default: full rank)")
     p.add_argument("--modules", help="comma-separated module names (default q,k,v,o,gate,up,down _proj)")
     p.add_argument("--module-pattern", help="regex with named groups 'layer' and 'module' for custom layouts")
+    p.add_argument("--split-fused", action="store_true", default=None,
+                   help="split fused qkv_proj / gate_up_proj (Phi-3) into q/k/v and gate/up (default: as stored)")
     p.add_argument("--method", help="label of the post-training method, e.g. SFT, DPO, GRPO")
     p.add_argument("--chain", help="label of the model chain this transition belongs to")
     p.add_argument("--overwrite", action="store_true", default=None,
@@ -357,6 +359,7 @@ def config_from_args(args: argparse.Namespace):
         "compute_dtype": args.compute_dtype, "store_dtype": args.store_dtype, "frame_cache": args.frame_cache,
         "core_rel_threshold": args.core_rel_threshold, "module_pattern": args.module_pattern,
         "null_storage": args.null_storage,
+        "split_fused": args.split_fused,
         "method": args.method, "chain": args.chain, "overwrite": args.overwrite,
         "modules": [m.strip() for m in args.modules.split(",") if m.strip()] if args.modules else None,
         "progress": False if args.no_progress else None,

@@ -68,6 +68,10 @@ class DecompositionSettings(_Strict):
     # Regex with named groups 'layer' and 'module' matched against tensor names;
     # overrides the family's built-in pattern.
     module_pattern: Optional[str] = None
+    # Phi-3-style fused qkv_proj / gate_up_proj: decomposed as stored (False), or split into their
+    # logical q/k/v and gate/up row blocks (from config.json head counts and intermediate size)
+    # for comparison with unfused models (README, "Architectures")
+    split_fused: bool = False
     # On resume, re-read and digest the tensors of completed matrices to prove the inputs
     # are unchanged (the checkpoint fingerprint only samples the files). Costs one read.
     verify_resume: bool = True
@@ -182,6 +186,8 @@ def result_settings(cfg: DecompositionSettings) -> dict[str, Any]:
     }
     analyses = {"band_edges": list(cfg.band_edges), "angle_edges": list(cfg.angle_edges),
                 "survival_dtype": cfg.survival_dtype}
+    if cfg.split_fused:  # only when set: the stores and keys of earlier runs keep their identity
+        out["split_fused"] = True
     if analyses != _ANALYSES_DEFAULT:  # defaults stay out: stores and keys of earlier runs keep their identity
         out["analyses"] = analyses
     if cfg.null_storage != "array":

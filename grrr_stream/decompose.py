@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import platform
+import re
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,10 +28,10 @@ import numpy as np
 import torch
 
 from . import __version__
-from .arch import MatrixName, pattern_for, select_matrices
+from .arch import MatrixName, default_modules, pattern_for, select_matrices, split_fused
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
-from .config import DecomposeConfig, result_settings, settings_hash, stable_hash
-from .errors import NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
+from .config import DEFAULT_MODULES, DecomposeConfig, result_settings, settings_hash, stable_hash
+from .errors import ConfigError, NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
 from .phases import PhaseTimer
 from .progress import Progress
@@ -39,7 +40,7 @@ from .store import FrameCache, StoreLock, TransitionStore, to_store_array
 
 _COMPUTE_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # Columns of the per-matrix table that are aggregated (mean ± std) per transition.
-SUMMARY_EXCLUDE = {"rows", "cols", "layer", "e_diag", "e_off", "e_null", "w0_fro"}
+SUMMARY_EXCLUDE = {"rows", "cols", "layer", "expert", "e_diag", "e_off", "e_null", "w0_fro"}
 
 
 # ---------------------------------------------------------------------------
@@ -60,29 +61,36 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
             f"base is a '{base.model_type}' model ({base.folder}) but post is '{post.model_type}' ({post.folder}); "
             "a transition needs two checkpoints of the same architecture"
         )
-    pattern = pattern_for(base.model_type or post.model_type, cfg.module_pattern)
-    in_base = select_matrices(base.tensors, pattern, cfg.modules)
-    in_post = {m.name for m in select_matrices(post.tensors, pattern, cfg.modules)}
+    model_type = base.model_type or post.model_type
+    pattern = pattern_for(model_type, cfg.module_pattern)
+    _refuse_quantized_experts(base)
+    modules = default_modules(model_type, cfg.modules, DEFAULT_MODULES)
+    in_base = _select(base, pattern, modules, cfg.split_fused)
+    in_post = {m.name for m in _select(post, pattern, modules, cfg.split_fused)}
     if not in_base and not in_post:
         raise TensorMismatchError(
-            f"no tensor of {base.folder} matches the decomposition pattern for modules {list(cfg.modules)}; "
+            f"no tensor of {base.folder} matches the decomposition pattern for modules {list(modules)}; "
             f"pattern: {pattern}. Pass module_pattern (a regex with groups 'layer' and 'module') for this layout."
         )
+    if cfg.module_pattern is None and tuple(cfg.modules) == DEFAULT_MODULES:  # the family's own selection
+        _refuse_partial(base, in_base, model_type, pattern)
     problems: list[str] = []
     for name in sorted(in_post - {m.name for m in in_base}):
         problems.append(f"{name}: in post ({post.folder}) but not in base ({base.folder})")
     for m in in_base:
-        b = base.tensors[m.name]
-        p = post.tensors.get(m.name)
-        if p is None:
+        b = base.tensors[m.source]
+        p = post.tensors.get(m.source)
+        if p is None or m.name not in in_post:
             problems.append(f"{m.name}: in base ({base.folder}) but not in post ({post.folder})")
             continue
         if b.shape != p.shape:
-            problems.append(f"{m.name}: shape {list(b.shape)} in base but {list(p.shape)} in post")
-        if len(b.shape) != 2:
-            problems.append(f"{m.name}: expected a 2-D matrix, got shape {list(b.shape)}")
-        elif 0 in b.shape:
-            problems.append(f"{m.name}: shape {list(b.shape)} has a zero-size dimension; there is nothing to "
+            problems.append(f"{m.source}: shape {list(b.shape)} in base but {list(p.shape)} in post")
+        shape = base.matrix_shape(m)
+        if len(shape) != 2:
+            problems.append(f"{m.name}: expected a 2-D matrix (or a 3-D stack of expert matrices), got shape "
+                            f"{list(b.shape)}")
+        elif 0 in shape:
+            problems.append(f"{m.name}: shape {list(shape)} has a zero-size dimension; there is nothing to "
                             "decompose (a broken export?)")
         for side, info in (("base", b), ("post", p)):
             if not info.is_floating:
@@ -97,12 +105,49 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
     return Plan(base=base, post=post, matrices=in_base)
 
 
+def _select(ckpt: Checkpoint, pattern: str, modules, split: bool) -> list[MatrixName]:
+    shapes = {n: i.shape for n, i in ckpt.tensors.items()}
+    found = select_matrices(ckpt.tensors, pattern, modules, shapes=shapes)
+    return split_fused(found, ckpt.config, shapes) if split else found
+
+
+# decoder-layer weights a family's built-in selection must account for (biases and norms aside)
+_DECODER_WEIGHT_RE = re.compile(r"^(?:model|language_model\.model|model\.language_model)\.layers\.\d+\."
+                                r"(?:self_attn|mlp|block_sparse_moe)\.(?!.*bias$)")
+
+
+def _refuse_partial(ckpt: Checkpoint, selected: list[MatrixName], model_type: Optional[str], pattern: str) -> None:
+    """A family's built-in pattern must take every matrix of the decoder's attention and MLP blocks: a weight
+    it leaves out means the checkpoint is not laid out as its model_type says (a wrong model_type, a newer
+    variant of the family), and decomposing the rest would be a partial result without notice."""
+    taken = {m.source for m in selected}
+    left = sorted(n for n, i in ckpt.tensors.items()
+                  if len(i.shape) >= 2 and n not in taken and _DECODER_WEIGHT_RE.match(n))
+    if left:
+        raise ConfigError(
+            f"{ckpt.folder}: the built-in pattern of model_type '{model_type}' leaves out {len(left)} decoder "
+            f"weight(s), e.g. {', '.join(left[:3])}: the checkpoint is not laid out as that family. Check "
+            "config.json's model_type, or pass module_pattern (a regex with named groups (?P<layer>\\d+) and "
+            f"(?P<module>...)) and modules for this layout; the built-in pattern was '{pattern}'.")
+
+
+def _refuse_quantized_experts(ckpt: Checkpoint) -> None:
+    """gpt-oss ships its experts MXFP4-quantized (``*_blocks`` / ``*_scales`` uint8 tensors): no float
+    matrix to decompose, and skipping them silently would leave out most of the model."""
+    packed = [n for n in ckpt.tensors if n.endswith(("_proj_blocks", "_proj_scales"))]
+    if packed:
+        raise TensorMismatchError(
+            f"{ckpt.folder} stores expert weights quantized ({packed[0]}, MXFP4 blocks and scales); dequantize "
+            "it first (e.g. load with transformers, Mxfp4Config(dequantize=True), and save_pretrained), then "
+            "decompose the bf16/float32 checkpoint")
+
+
 def _memory_problems(base: Checkpoint, matrices: list[MatrixName], compute_dtype: str) -> list[str]:
     """The largest matrix must fit: its SVD holds about four m×n buffers of the compute dtype at
     once (W0, ΔW, LAPACK's copy, U), refused before any allocation rather than failing mid-run."""
     import psutil
 
-    shapes = [base.tensors[m.name].shape for m in matrices if len(base.tensors[m.name].shape) == 2]
+    shapes = [base.matrix_shape(m) for m in matrices if len(base.matrix_shape(m)) == 2]
     if not shapes:
         return []
     m, n = max(shapes, key=lambda s: s[0] * s[1])
@@ -290,7 +335,7 @@ def _check_disk_space(cfg: DecomposeConfig, plan: Plan, pending: list[MatrixName
     cached = sum(1 for p in frames.path.iterdir() if p.is_dir() and not p.name.startswith(".")) \
         if frames.path.is_dir() else 0
     needs = transition_needs(
-        (plan.base.tensors[m.name].shape for m in pending), cfg.store, frames.path,
+        (plan.base.matrix_shape(m) for m in pending), cfg.store, frames.path,
         store_dtype=cfg.store_dtype, compute_dtype=cfg.compute_dtype, null_storage=cfg.null_storage,
         core_truncated=cfg.core_rel_threshold is not None,
         frames_cached_fraction=min(1.0, cached / max(1, len(plan.matrices))), include_overhead=True)
@@ -307,7 +352,7 @@ def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
         if attrs is None:
             continue
         for side, ckpt, key in (("base", plan.base, "base_digest"), ("post", plan.post, "post_digest")):
-            if tensor_digest(ckpt.read(m.name)) != attrs.get(key):
+            if tensor_digest(ckpt.read_matrix(m)) != attrs.get(key):
                 changed.append(f"{m.name} ({side})")
     return changed
 
@@ -317,7 +362,7 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
             timer: PhaseTimer) -> tuple[int, int, list[str]]:
     def load(m: MatrixName) -> _Loaded:
         with timer.phase("read"):
-            w0, w1 = plan.base.read(m.name), plan.post.read(m.name)
+            w0, w1 = plan.base.read_matrix(m), plan.post.read_matrix(m)
         with timer.phase("checks"):
             problems = [p for p in (_nonfinite(w0, m.name, "base"), _nonfinite(w1, m.name, "post")) if p]
         with timer.phase("digest"):
@@ -355,7 +400,7 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
         arrays["sigma1"] = res.sigma1.detach().double().cpu().numpy()
         m = item.matrix
         attrs = {
-            "name": m.name, "layer": m.layer, "module": m.module,
+            "name": m.name, "layer": m.layer, "module": m.module, **m.record(),
             "shape": list(item.shape), "rank": res.frame.rank,
             "base_digest": item.digest0, "post_digest": item.digest1, "frame_key": item.frame_key,
             "null_stored": "null" in arrays, "null_kept": null_kept,
@@ -416,7 +461,9 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
 
 
 def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
-    """Mean ± std (sample std, 0 for a single matrix) of every metric, overall and per module."""
+    """Mean ± std (sample std, 0 for a single matrix) of every metric, overall, per module (a module of a
+    mixture of experts aggregates all its experts) and, for expert matrices, per expert index
+    (scope ``expert-<e>``, aggregating layers and modules)."""
     # every numeric column of any row: a metric that only some matrices have (a subspace angle for a k
     # above a small matrix's rank) is summarised over those that have it
     metrics: list[str] = []
@@ -426,6 +473,8 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
     scopes: dict[str, list[dict]] = {"all": rows}
     for r in rows:
         scopes.setdefault(r["module"], []).append(r)
+    for r in sorted((r for r in rows if r.get("expert") is not None), key=lambda r: r["expert"]):
+        scopes.setdefault(f"expert-{r['expert']}", []).append(r)
     out_rows = []
     for scope, rs in scopes.items():
         row: dict[str, Any] = {"scope": scope, "n": len(rs)}
@@ -447,7 +496,8 @@ def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = ""
     rows = []
     for m in matrices:
         attrs = done[m.name]
-        rows.append({"name": m.name, "layer": m.layer, "module": m.module, **attrs["metrics"]})
+        # expert: empty for a matrix outside the experts (every matrix of a dense model)
+        rows.append({"name": m.name, "layer": m.layer, "module": m.module, "expert": m.expert, **attrs["metrics"]})
     summary_rows, summary = summarize(rows)
     store.write_tables(rows, summary_rows, summary)
     fig_dir = store.path / "figures"
@@ -495,6 +545,10 @@ def _track(cfg: DecomposeConfig, store: TransitionStore, manifest: dict, rows: l
                   "sr_w0", "sr_delta", "sr_w1", "dsr_pct", "alpha")
     metrics: list[tuple[str, float, int]] = []
     for r in rows:
+        if r.get("expert") is not None:
+            # one series per (metric, module) with the layer as step has no place for E experts a layer; their
+            # values are in metrics.csv (logged below) and aggregated in the per-module and per-expert scopes
+            continue
         metrics += [(f"{k}/{r['module']}", r[k], r["layer"]) for k in per_matrix if math.isfinite(r[k])]
     for scope, srow in summary["scopes"].items():
         suffix = "" if scope == "all" else f"/{scope}"

@@ -126,7 +126,8 @@ def bootstrap_ci(values: np.ndarray, *, resamples: int = 10_000, seed: int = 0, 
 def summary_tables(transitions: Sequence[StoredTransition], *, resamples: int = 10_000, seed: int = 0,
                    scheduler: Any = None, metrics: Optional[Sequence[str]] = None) -> list[dict]:
     """Long table: one row per (transition, scope, metric) with n, mean, std, median and
-    bootstrap 95 % CIs of the mean and the median. Scopes: 'all', 'module:<m>', 'layer:<i>'."""
+    bootstrap 95 % CIs of the mean and the median. Scopes: 'all', 'module:<m>', 'layer:<i>', and for
+    mixture-of-experts stores 'expert:<e>'."""
     import dask
 
     jobs, keys = [], []
@@ -138,6 +139,10 @@ def summary_tables(transitions: Sequence[StoredTransition], *, resamples: int = 
             scopes.setdefault(f"module:{r['module']}", []).append(r)
         for r in sorted(rows, key=lambda r: r["layer"]):
             scopes.setdefault(f"layer:{r['layer']}", []).append(r)
+        # mixture of experts: 'module:<m>' above already pools the experts of a module; 'expert:<e>' pools
+        # one expert index over layers and modules
+        for r in sorted((r for r in rows if r.get("expert") is not None), key=lambda r: r["expert"]):
+            scopes.setdefault(f"expert:{r['expert']}", []).append(r)
         for scope, rs in scopes.items():
             values = np.array([[float(r[m]) for m in cols] for r in rs])
             stream = f"{t.manifest['identity']['post_fingerprint']}:{scope}"

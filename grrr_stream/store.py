@@ -4,13 +4,16 @@ completion records and the base-frame cache.
 Layout of a transition store (Zarr v3, readable with plain zarr/dask/xarray)::
 
     <store>/zarr.json                 root group; attrs["grrr_stream"] = manifest
-    <store>/matrices/<tensor name>/   one group per decomposed matrix
+    <store>/matrices/<matrix key>/    one group per decomposed matrix; the key is the tensor name, or
+                                      '<tensor>[<e>]' for expert e of a 3-D expert tensor and
+                                      '<tensor>[q]' etc. for a part of a split fused tensor (%-escaped)
         P       r×r     update in the pretrained frame, U0ᵀ ΔW V0
         null    m×n     explicit null residual ΔW − U0 P V0ᵀ (absent when W0 is
                         square with an untruncated core: zero by construction)
         sigma0  min(m,n) singular values of W0
         sigma1  min(m,n) singular values of W1
-        attrs   name, layer, module, shape, rank, digests, metrics, complete
+        attrs   name, layer, module, shape, rank, digests, metrics, complete; for a part of a
+                tensor also expert, tensor (the checkpoint tensor), index (3-D slice) or rows
     <store>/metrics/                  one float64 column array per metric (attrs: names, columns)
     <store>/metrics.csv, summary.csv, summary.json
     <store>/frames/                   base-frame cache unless frame_cache points elsewhere
@@ -315,7 +318,9 @@ class TransitionStore:
             "names": [r["name"] for r in rows], "columns": numeric,
         })
         for col in numeric:
-            _write_array(grp, col, np.array([float(r.get(col, np.nan)) for r in rows], dtype=np.float64),
+            # a column some rows leave empty (expert of a non-expert matrix: None) is NaN there
+            vals = [r.get(col) for r in rows]
+            _write_array(grp, col, np.array([np.nan if v is None else float(v) for v in vals], dtype=np.float64),
                          dims=(METRICS_DIM,))
         fsync_tree(self.path / "metrics")
 
@@ -493,7 +498,7 @@ class StoredTransition:
 
     def rows(self) -> list[dict]:
         """Per-matrix metrics in plan order (as in metrics.csv)."""
-        return [{"name": n, "layer": a["layer"], "module": a["module"], **a["metrics"]}
+        return [{"name": n, "layer": a["layer"], "module": a["module"], "expert": a.get("expert"), **a["metrics"]}
                 for n, a in self.matrices.items()]
 
     def dask_array(self, name: str, key: str):

@@ -825,10 +825,9 @@ def unit_disk_needs(plan: Plan) -> dict[str, Optional[list]]:
     """unit id → what it will write (a list of diskplan.DiskNeed), from the checkpoint headers, for the
     decompositions and variant builds whose checkpoints are on this machine; None where the size is not
     known before the checkpoints are (Hub downloads, the generated tiny chain). Other units write little."""
-    from .arch import pattern_for, select_matrices
     from .checkpoint import Checkpoint
+    from .decompose import plan_transition
     from .diskplan import DiskNeed, ITEMSIZE, transition_needs
-    from .errors import GrrrError
 
     opened: dict[str, Optional[Checkpoint]] = {}
 
@@ -846,13 +845,18 @@ def unit_disk_needs(plan: Plan) -> dict[str, Optional[list]]:
         if u.kind == "decompose":
             p = u.params
             bases[p["transition"]] = p["base"]
-            ck = local(p["base"])
-            if ck is None:
+            ck, post = local(p["base"]), local(p["post"])
+            if ck is None or post is None:
                 out[u.id] = None
                 continue
-            names = select_matrices(ck.tensors, pattern_for(ck.model_type, p.get("module_pattern")), p["modules"])
+            try:  # the decomposition's own planning: the same matrices, experts and fused blocks
+                cfg = build_config({k: v for k, v in p.items() if k != "transition"} | {"store": u.out})
+                names = plan_transition(ck, post, cfg).matrices
+            except GrrrError:
+                out[u.id] = None  # the unit itself will say what is wrong
+                continue
             out[u.id] = transition_needs(
-                [ck.tensors[m.name].shape for m in names], Path(u.out), Path(p["frame_cache"]),
+                [ck.matrix_shape(m) for m in names], Path(u.out), Path(p["frame_cache"]),
                 store_dtype=p["store_dtype"], compute_dtype=p["compute_dtype"],
                 null_storage=p.get("null_storage", "array"), core_truncated=p.get("core_rel_threshold") is not None,
                 # a later decomposition from the same W0 finds its frames in the cache

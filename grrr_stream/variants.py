@@ -223,6 +223,7 @@ class MatrixFidelity:
     fidelity: float  # ‖cast(W_variant) − W0 − intended‖ / ‖intended‖ (0 when both are 0)
     energy_survived: float  # ⟨realised, intended⟩² / ‖intended‖⁴: share of the intended update kept
     removed_norm: float = 0.0  # ‖R‖ of the random control (= ‖diag P‖), or ‖band block‖ of a band variant
+    expert: Optional[int] = None  # expert index of a mixture-of-experts matrix (empty otherwise)
 
 
 @dataclass
@@ -284,6 +285,12 @@ class VariantBuilder:
             self.home = self.base if spec.is_base else self.post
         self._layout: Optional[list[TensorSpec]] = None
         self.timer = PhaseTimer()  # seconds per step of the build (tools/bench_variants.py prints them)
+        # checkpoint tensor → its decomposed parts (experts of a 3-D tensor, blocks of a split fused one): the
+        # variant rebuilds each part and writes the tensor back whole, in the checkpoint's own layout
+        self._parts: dict[str, list[tuple[str, dict]]] = {}
+        for key, attrs in self.transition.matrices.items():
+            if attrs.get("tensor"):
+                self._parts.setdefault(attrs["tensor"], []).append((key, attrs))
 
     @property
     def home_side(self) -> str:
@@ -341,7 +348,19 @@ class VariantBuilder:
     def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         for spec in self.layout():
             attrs = self.transition.matrices.get(spec.name)
-            if attrs is None:
+            parts = self._parts.get(spec.name)
+            if parts:
+                # start from the home tensor (any part not decomposed keeps it), then put every part in place
+                out = self.home.read(spec.name).to(spec.dtype)
+                for key, part in parts:
+                    rebuilt = self._matrix(key, part, spec.dtype)
+                    if part.get("index") is not None:
+                        out[part["index"]] = rebuilt
+                    else:
+                        start, stop = part["rows"]
+                        out[start:stop] = rebuilt
+                yield spec.name, out
+            elif attrs is None:
                 with self.timer.phase("other_tensors"):
                     t = self.home.read(spec.name)
                     t = t.to(spec.dtype) if t.is_floating_point() else t
@@ -362,10 +381,10 @@ class VariantBuilder:
     def _matrix(self, name: str, attrs: dict, out_dtype: torch.dtype) -> torch.Tensor:
         timer = self.timer
         with timer.phase("read"):
-            w0, w1 = self.base.read(name), self.post.read(name)
+            w0, w1 = self.base.read_matrix(attrs), self.post.read_matrix(attrs)
         with timer.phase("verify"):
             for side, ckpt, t, key in (("base", self.base, w0, "base_digest"), ("post", self.post, w1, "post_digest")):
-                _verify(ckpt, name, t, attrs[key], side, self.transition.path)
+                _verify(ckpt, name, attrs, t, attrs[key], side, self.transition.path)
         s = self.spec
         layer, module = attrs["layer"], attrs["module"]
         weights = (s.diag, s.off, s.null)
@@ -379,10 +398,12 @@ class VariantBuilder:
                 # the cast keeps every value: the realised update is the intended one exactly, and its
                 # norm, ‖W1 − W0‖ or 0, is on record from the decomposition (no pass over the matrix)
                 norm = 0.0 if src is w0 else float(attrs["metrics"]["delta_fro"])
-                self.report.add(MatrixFidelity(name, layer, module, norm, 0.0, 0.0, 1.0, 0.0), norm * norm)
+                self.report.add(MatrixFidelity(name, layer, module, norm, 0.0, 0.0, 1.0, 0.0,
+                                               attrs.get("expert")), norm * norm)
             else:
                 with timer.phase("fidelity"):
-                    self._account(name, layer, module, w0, out, None, 0.0, source=src)
+                    self._account(name, layer, module, w0, out, None, 0.0, source=src,
+                                  expert=attrs.get("expert"))
             return out
         cd, dev = self.compute_dtype, self.device
         W0 = w0.to(device=dev, dtype=cd)
@@ -435,12 +456,12 @@ class VariantBuilder:
         del W0
         out = torch.empty(w0.shape, dtype=out_dtype)
         with timer.phase("fidelity"):  # also forms out = cast(W0 + intended)
-            self._account(name, layer, module, w0, out, intended, removed, fill=True)
+            self._account(name, layer, module, w0, out, intended, removed, fill=True, expert=attrs.get("expert"))
         return out
 
     def _account(self, name: str, layer: int, module: str, w0: torch.Tensor, out: torch.Tensor,
                  intended: Optional[torch.Tensor], removed: float, source: Optional[torch.Tensor] = None,
-                 fill: bool = False) -> None:
+                 fill: bool = False, expert: Optional[int] = None) -> None:
         """Fidelity of the cast variant against the intended update, in float64, by row blocks.
 
         ``intended`` is the update relative to W0; for copied matrices pass ``source`` (W0 or
@@ -468,7 +489,7 @@ class VariantBuilder:
             i2, e2, dot = self._float64_pass(w0, out, intended, source, fill, step)
         fid = math.sqrt(e2 / i2) if i2 > 0 else (0.0 if e2 == 0 else math.inf)
         self.report.add(MatrixFidelity(name, layer, module, math.sqrt(i2), math.sqrt(e2), fid,
-                                       (dot * dot / (i2 * i2)) if i2 > 0 else 1.0, removed), dot)
+                                       (dot * dot / (i2 * i2)) if i2 > 0 else 1.0, removed, expert), dot)
 
     @staticmethod
     def _float64_pass(w0: torch.Tensor, out: torch.Tensor, intended: Optional[torch.Tensor],
@@ -499,10 +520,10 @@ class VariantBuilder:
 _VERIFIED: set[tuple] = set()
 
 
-def _verify(ckpt: Checkpoint, name: str, t: torch.Tensor, want: str, side: str, store: Path) -> None:
-    info = ckpt.tensors[name]
+def _verify(ckpt: Checkpoint, name: str, attrs: dict, t: torch.Tensor, want: str, side: str, store: Path) -> None:
+    info = ckpt.tensors[attrs.get("tensor") or name]  # an expert slice or fused block lives in its tensor
     st = os.stat(info.shard)
-    key = (str(info.shard), st.st_size, st.st_mtime_ns, info.start, want)
+    key = (str(info.shard), st.st_size, st.st_mtime_ns, info.start, name, want)
     if key in _VERIFIED:
         return
     if tensor_digest(t) != want:

@@ -276,8 +276,10 @@ def track_variant(builder, folder: Path, summary: dict, tracking: dict, *, start
         rows = list(csv.DictReader(f))
     metrics = [(k, v, 0) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                and math.isfinite(v)]
+    # per-matrix series for matrices outside the experts only (as in decompose's tracking: E experts a layer do
+    # not fit one series per module); the csv artifact has every row
     metrics += [(f"fidelity/{r['module']}", float(r["fidelity"]), int(r["layer"])) for r in rows
-                if math.isfinite(float(r["fidelity"]))]
+                if math.isfinite(float(r["fidelity"])) and not r.get("expert")]
     metrics.append(("work_seconds", seconds, 0))
     run.log_metrics(metrics)
     run.log_artifacts([folder.with_name(folder.name + ".fidelity.csv")])

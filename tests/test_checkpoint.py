@@ -393,14 +393,14 @@ def _set_model_type(folder: Path, model_type: str) -> None:
 def test_unknown_model_type_needs_module_pattern(pair, tmp_path):
     base = Path(shutil.copytree(pair[0], tmp_path / "base"))
     post = Path(shutil.copytree(pair[1], tmp_path / "post"))
-    _set_model_type(base, "phi3")
-    _set_model_type(post, "phi3")
+    _set_model_type(base, "falcon_mamba")  # a family without a built-in pattern
+    _set_model_type(post, "falcon_mamba")
     b, p = Checkpoint.open(base), Checkpoint.open(post)
     with pytest.raises(ConfigError) as ei:
         plan_transition(b, p, cfg_for(base, post, tmp_path / "s"))
     assert isinstance(ei.value, ValueError)
     msg = str(ei.value)
-    assert "'phi3'" in msg and "module_pattern" in msg and "(?P<layer>" in msg
+    assert "'falcon_mamba'" in msg and "module_pattern" in msg and "(?P<layer>" in msg
     custom = r"^model\.layers\.(?P<layer>\d+)\.(?:self_attn|mlp)\.(?P<module>[a-z_]+)\.weight$"
     plan = plan_transition(b, p, cfg_for(base, post, tmp_path / "s", module_pattern=custom))
     assert len(plan.matrices) == 7 * TINY.layers
