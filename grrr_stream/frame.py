@@ -301,16 +301,22 @@ def update_sparsity(w0: torch.Tensor, w1: torch.Tensor) -> dict[str, float]:
 def round_trip_survival(w0_rows: torch.Tensor, components: dict[str, torch.Tensor],
                         dtype: torch.dtype = torch.bfloat16) -> dict[str, float]:
     """How much of each component survives W0 + component stored in ``dtype``: the share of its energy
-    kept, ⟨realised, c⟩² / ‖c‖⁴ with realised = cast(W0 + c) − W0 (float64), as the variants' fidelity
-    report defines it (1 for a zero component). ``w0_rows`` and each component: the same sample of
-    entries (rows or columns) of W0 and of the component."""
-    base = w0_rows.double()
+    kept, ⟨realised, c⟩² / ‖c‖⁴ with realised = cast(W0 + c) − W0, as the variants' fidelity report
+    defines it (1 for a zero component). ``w0_rows`` and each component: the same sample of entries
+    (rows or columns) of W0 and of the component.
+
+    W0 + c is formed in float64 when W0 is wider than float32 or c is float64, else in float32 (the
+    sums are accumulated in float64 either way): rounding W0 + c to float32 before ``dtype`` can
+    change a 16-bit result only at an exact tie, far below what this share resolves."""
+    wide = w0_rows.dtype == torch.float64 or any(c.dtype == torch.float64 for c in components.values())
+    work = torch.float64 if wide else torch.float32
+    base = w0_rows.to(work)
     out = {}
     for name, c in components.items():
-        c64 = c.double()
-        realised = (base + c64).to(dtype).double() - base
-        cc = float((c64 * c64).sum())
-        dot = float((realised * c64).sum())
+        c = c.to(work)
+        realised = (base + c).to(dtype).to(work) - base
+        cc = float(torch.sum((c * c).double()))
+        dot = float(torch.sum((realised * c).double()))
         out[name] = dot * dot / (cc * cc) if cc > 0 else 1.0
     return out
 
@@ -435,9 +441,11 @@ class MatrixResult:
     metrics: MatrixMetrics
 
 
-def survival_sample(shape: tuple[int, int], target: int = 1024) -> tuple[int, torch.Tensor]:
+def survival_sample(shape: tuple[int, int], target: int = 256) -> tuple[int, torch.Tensor]:
     """(axis, indices): an evenly spaced sample of at most ``target`` rows (axis 0) or columns (axis 1)
-    along the longer side, on which component survival is estimated (all of them when fewer)."""
+    along the longer side, on which component survival is estimated (all of them when fewer). 256
+    rows of a matrix are ≥ 256·min(m, n) entries, plenty for an energy share; 1024 made the estimate
+    cost as much as a small model's SVDs (tools/bench_decompose.py)."""
     m, n = shape
     axis, size = (0, m) if m >= n else (1, n)
     step = max(1, -(-size // target))
