@@ -309,7 +309,12 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
             progress.message(f"resuming {cfg.store}: {len(done)} of {len(plan.matrices)} matrices already done")
         timer.add("plan", time.perf_counter() - t_plan)
         t_matrices = time.perf_counter()
-        computed, reused, failures = _stream(cfg, plan, pending, store, frames, device, dtype, progress, timer)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(compute_threads(cfg, device, plan))
+        try:
+            computed, reused, failures = _stream(cfg, plan, pending, store, frames, device, dtype, progress, timer)
+        finally:
+            torch.set_num_threads(threads)
         timer.add("matrices_wall", time.perf_counter() - t_matrices)
         if failures:
             raise NonFiniteWeightError(
@@ -325,6 +330,27 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
             result.run_id = _track(cfg, store, manifest, rows, summary, started_ms, time.monotonic() - t_start)
     result.timings = {**timer.seconds(), "total_s": time.monotonic() - t_start}
     return result
+
+
+# Below this many entries per matrix, a second LAPACK thread is not worth the core it takes from the
+# reader and writer threads (measured on 2 cores, tools/bench_decompose.py; README "Benchmarks").
+SMALL_MATRIX = 4 << 20
+
+
+def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: Plan) -> int:
+    """torch's intra-op threads for this run's math. On a GPU, or when the user set cpu_threads, as
+    given. On a CPU the reader and writer threads need a core of their own while the math runs:
+    MKL's OpenMP team spins at its barriers, so a team that shares its cores with them runs at the
+    pace of its slowest member (measured: LAPACK 3x slower inside the pipeline than alone with two
+    threads on two cores). Small matrices keep all cores but one for the math; large ones, whose
+    SVDs dwarf the reading and writing, keep every core."""
+    current = torch.get_num_threads()
+    if cfg.cpu_threads is not None:
+        return cfg.cpu_threads
+    if device.type != "cpu" or current <= 1 or not plan.matrices:
+        return current
+    largest = max(math.prod(plan.base.matrix_shape(m)) for m in plan.matrices)
+    return current - 1 if largest < SMALL_MATRIX else current
 
 
 def _check_disk_space(cfg: DecomposeConfig, plan: Plan, pending: list[MatrixName], frames: FrameCache,
