@@ -77,7 +77,8 @@ def read_metrics(path: Path | str):
 
     from .store import StoredTransition
 
-    modules = {n: a["module"] for n, a in StoredTransition(Path(path)).matrices.items()}  # refuses unfinished stores
+    records = StoredTransition(Path(path)).matrices  # refuses unfinished stores
+    modules = {n: a["module"] for n, a in records.items()}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*not recognized as a component of a Zarr hierarchy")
         try:
@@ -89,7 +90,12 @@ def read_metrics(path: Path | str):
     names, columns = list(ds.attrs["names"]), list(ds.attrs["columns"])
     df = pd.DataFrame({"name": names, "module": [modules[n] for n in names], **{c: ds[c].values for c in columns}})
     df["layer"] = df["layer"].astype("int64")  # stored as a float64 column like every metric
-    return df[["name", "layer", "module", *[c for c in columns if c != "layer"]]]
+    # the expert index (metrics.csv's `expert` column): a stored column when some matrix is an expert,
+    # otherwise empty for every row (dense models), as in the csv
+    df["expert"] = pd.array([None if pd.isna(e) else int(e) for e in df["expert"]] if "expert" in columns
+                            else [records[n].get("expert") for n in names], dtype="Int64")
+    rest = [c for c in columns if c not in ("layer", "expert")]
+    return df[["name", "layer", "module", "expert", *rest]]
 
 
 def metrics_dataset(path: Path | str):
