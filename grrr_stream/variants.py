@@ -482,9 +482,13 @@ class VariantBuilder:
                 bb = s_ - a
                 e = (a - (s_ - bb)) + (b - bb)  # realised = s − a = b − e; error = −e
                 out[i:i + step] = s_
-                i2 += float(torch.sum(b * b, dtype=torch.float64))
-                e2 += float(torch.sum(e * e, dtype=torch.float64))
-                dot += float(torch.sum((b - e).double() * b.double()))
+                # per block, BLAS dot products (float32, blocked accumulation: relative error ~1e-7 on
+                # blocks of 4 M entries), summed across blocks in float64; ⟨realised, b⟩ = ‖b‖² − ⟨e, b⟩
+                b, e = b.reshape(-1), e.reshape(-1)
+                bb2 = float(torch.dot(b, b))
+                i2 += bb2
+                e2 += float(torch.dot(e, e))
+                dot += bb2 - float(torch.dot(e, b))
         else:
             i2, e2, dot = self._float64_pass(w0, out, intended, source, fill, step)
         fid = math.sqrt(e2 / i2) if i2 > 0 else (0.0 if e2 == 0 else math.inf)
