@@ -304,7 +304,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
         progress = Progress(len(plan.matrices), done=len(plan.matrices) - len(pending),
                             enabled=cfg.progress, stream=stream)
         if pending:
-            _check_disk_space(cfg, plan, pending, frames, progress)
+            _check_disk_space(cfg, plan, pending, frames, progress, identity["base_fingerprint"])
         if done:
             progress.message(f"resuming {cfg.store}: {len(done)} of {len(plan.matrices)} matrices already done")
         timer.add("plan", time.perf_counter() - t_plan)
@@ -312,7 +312,8 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
         threads = torch.get_num_threads()
         torch.set_num_threads(compute_threads(cfg, device, plan))
         try:
-            computed, reused, failures = _stream(cfg, plan, pending, store, frames, device, dtype, progress, timer)
+            computed, reused, failures = _stream(cfg, plan, pending, store, frames, device, dtype, progress, timer,
+                                                 identity["base_fingerprint"])
         finally:
             torch.set_num_threads(threads)
         timer.add("matrices_wall", time.perf_counter() - t_matrices)
@@ -354,17 +355,17 @@ def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: Plan) -> i
 
 
 def _check_disk_space(cfg: DecomposeConfig, plan: Plan, pending: list[MatrixName], frames: FrameCache,
-                      progress: Progress) -> None:
+                      progress: Progress, base_fingerprint: str) -> None:
     """Say what the pending matrices will write, and refuse to start when it cannot fit."""
     from .diskplan import check_space, describe, transition_needs
 
-    cached = sum(1 for p in frames.path.iterdir() if p.is_dir() and not p.name.startswith(".")) \
-        if frames.path.is_dir() else 0
+    # frames of this base in these settings already cached (a sweep shares one cache between bases)
+    cached = frames.count(base_fingerprint, cfg.compute_dtype, cfg.core_rel_threshold)
     needs = transition_needs(
         (plan.base.matrix_shape(m) for m in pending), cfg.store, frames.path,
         store_dtype=cfg.store_dtype, compute_dtype=cfg.compute_dtype, null_storage=cfg.null_storage,
         core_truncated=cfg.core_rel_threshold is not None,
-        frames_cached_fraction=min(1.0, cached / max(1, len(plan.matrices))), include_overhead=True)
+        frames_cached_fraction=min(1.0, cached / max(1, len(plan.matrices))))
     progress.message(f"disk: {describe(needs)} for {len(pending)} matrices")
     check_space(needs, f"{len(pending)} matrices of {cfg.store}",
                 "Free space or point --store / --frame-cache at another disk; a rerun resumes where it stopped.")
@@ -385,7 +386,7 @@ def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
 
 def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, frames: FrameCache,
             device: torch.device, dtype: torch.dtype, progress: Progress,
-            timer: PhaseTimer) -> tuple[int, int, list[str]]:
+            timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
     def load(m: MatrixName) -> _Loaded:
         with timer.phase("read"):
             w0, w1 = plan.base.read_matrix(m), plan.post.read_matrix(m)
@@ -411,7 +412,8 @@ def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, 
             with timer.phase("frame_write"):
                 frames.put(item.frame_key, res.frame, {"shape": list(item.shape), "dtype": cfg.compute_dtype,
                                                    "core_rel_threshold": cfg.core_rel_threshold,
-                                                       "base_digest": item.digest0})
+                                                       "base_digest": item.digest0,
+                                                       "base_fingerprint": base_fingerprint})
         arrays: dict[str, np.ndarray] = {}
         array_attrs: dict[str, dict] = {}
         proj = res.projection

@@ -49,7 +49,7 @@ def matrix_needs(shape: Sequence[int], *, store_dtype: str, compute_dtype: str, 
 
 def transition_needs(shapes: Iterable[Sequence[int]], store: Path, frame_cache: Path, *, store_dtype: str,
                      compute_dtype: str, null_storage: str = "array", core_truncated: bool = False,
-                     frames_cached_fraction: float = 0.0, include_overhead: bool = True) -> list[DiskNeed]:
+                     frames_cached_fraction: float = 0.0) -> list[DiskNeed]:
     """What decomposing matrices of these shapes writes into ``store`` and ``frame_cache``."""
     tot = {"P": 0, "null": 0, "sigmas": 0, "frames": 0}
     for shape in shapes:
@@ -57,8 +57,7 @@ def transition_needs(shapes: Iterable[Sequence[int]], store: Path, frame_cache: 
                                  null_storage=null_storage, core_truncated=core_truncated).items():
             tot[k] += v
     tot["frames"] = int(tot["frames"] * max(0.0, 1.0 - frames_cached_fraction))
-    if include_overhead:
-        tot["sigmas"] += TRANSITION_OVERHEAD
+    tot["sigmas"] += TRANSITION_OVERHEAD
     return [DiskNeed("P", Path(store), tot["P"]), DiskNeed("null", Path(store), tot["null"]),
             DiskNeed("sigmas, tables", Path(store), tot["sigmas"]),
             DiskNeed("frames", Path(frame_cache), tot["frames"])]

@@ -20,7 +20,6 @@ import torch
 class PhaseTimer:
     def __init__(self, sync_device: Optional[torch.device] = None):
         self._seconds: dict[str, float] = {}
-        self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
         self._sync = sync_device if sync_device is not None and sync_device.type == "cuda" else None
 
@@ -39,15 +38,10 @@ class PhaseTimer:
     def add(self, name: str, seconds: float) -> None:
         with self._lock:
             self._seconds[name] = self._seconds.get(name, 0.0) + seconds
-            self._counts[name] = self._counts.get(name, 0) + 1
 
     def seconds(self) -> dict[str, float]:
         with self._lock:
             return dict(self._seconds)
-
-    def counts(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._counts)
 
 
 class _NoTimer(PhaseTimer):

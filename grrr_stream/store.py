@@ -390,6 +390,22 @@ class FrameCache:
 
     # -- frames ---------------------------------------------------------------------------
 
+    def count(self, base_fingerprint: str, compute_dtype: str, core_rel_threshold: Optional[float]) -> int:
+        """Frames in the cache of the checkpoint with this fingerprint, in these frame settings (from
+        their metadata alone; frames written before the fingerprint was recorded are not counted)."""
+        if not self.path.is_dir():
+            return 0
+        n = 0
+        for d in self.path.iterdir():
+            try:
+                attrs = json.loads((d / "zarr.json").read_text()).get("attributes", {})
+            except (OSError, ValueError, AttributeError):
+                continue  # the root metadata file, temporaries, damaged frames: not counted
+            if attrs.get("complete") and attrs.get("base_fingerprint") == base_fingerprint \
+                    and attrs.get("dtype") == compute_dtype and attrs.get("core_rel_threshold") == core_rel_threshold:
+                n += 1
+        return n
+
     def get(self, key: str, dtype: torch.dtype, shape: Optional[tuple[int, int]] = None) -> Optional[Frame]:
         """The cached frame, or None when absent or not to be trusted (recompute it then)."""
         frame = _read_frame(self.path / key, shape)

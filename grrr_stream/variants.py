@@ -413,9 +413,14 @@ class VariantBuilder:
                 intended.mul_(s.off)
         else:
             intended = torch.zeros_like(W0)
-        del w1
+        # a store that kept only the null residual's norms (null_storage: norms): recomputed below from
+        # ΔW and the frame, so W1 is kept until then
+        recompute_null = s.null != s.off and not attrs.get("null_stored") and attrs.get("null_kept") == "norms"
+        if not recompute_null:
+            del w1
         needs_frame = s.diag != s.off or s.random_removal_seed is not None or s.band is not None
         removed = 0.0
+        frame = None
         if needs_frame:
             with timer.phase("frame_read"):
                 frame = self._frame(name, attrs, w0)
@@ -445,14 +450,16 @@ class VariantBuilder:
         if s.null != s.off and attrs.get("null_stored"):
             with timer.phase("null_read"):
                 intended.add_(self.transition.read_tensor(name, "null").to(device=dev, dtype=cd), alpha=s.null - s.off)
-        elif s.null != s.off and attrs.get("null_kept") == "norms":
-            # the store kept only the residual's norms (null_storage: norms): recompute it exactly as the
-            # decomposition did, ΔW − U0 (U0ᵀ ΔW V0) V0ᵀ, from the checkpoints and the base frame
-            frame = self._frame(name, attrs, w0)
-            delta = self.post.read(name).to(device=dev, dtype=cd).sub_(W0)
+        elif recompute_null:
+            # exactly as the decomposition did: ΔW − U0 (U0ᵀ ΔW V0) V0ᵀ, from the checkpoints and the frame
+            if frame is None:
+                frame = self._frame(name, attrs, w0)
+            delta = w1.to(device=dev, dtype=cd, copy=True).sub_(W0)
+            del w1
             null = project(delta, Frame(U=frame.U.to(dev), S=frame.S.to(dev), V=frame.V.to(dev)), in_place=True).null
             intended.add_(null, alpha=s.null - s.off)
-            del delta, null, frame
+            del delta, null
+        del frame
         del W0
         out = torch.empty(w0.shape, dtype=out_dtype)
         with timer.phase("fidelity"):  # also forms out = cast(W0 + intended)
