@@ -111,7 +111,7 @@ def _select(selector: Any, transitions: dict[str, Transition], what: str, proble
 
 def plan_sweep(cfg: SweepConfig) -> Plan:
     """Every unit of the sweep, dependencies first; all config problems reported at once."""
-    from . import tinychain
+    from .fixtures import tinychain
     from .variants import parse_variant
 
     workdir = Path(cfg.workdir).absolute()
@@ -528,7 +528,7 @@ def _store_of(ctx: dict, tid: str) -> str:
 
 
 def _run_generate(u: Unit, ctx: dict) -> dict:
-    from .tinychain import build_chain
+    from .fixtures.tinychain import build_chain
 
     build_chain(Path(u.out), seed=u.params["seed"], quick=u.params["quick"], progress=ctx["progress"])
     meta = json.loads((Path(u.out) / "chain.json").read_text())

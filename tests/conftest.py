@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 from grrr_stream.config import build_config
-from grrr_stream.synthetic import TINY, ModelShape, Update, make_transition
+from grrr_stream.fixtures.synthetic import TINY, ModelShape, Update, make_transition
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,7 @@ def tiny_chain(tmp_path_factory):
 
     import torch
 
-    from grrr_stream.tinychain import build_chain
+    from grrr_stream.fixtures.tinychain import build_chain
 
     # One thread, as build_chain uses: on a shared 2-core machine two OpenMP threads
     # that find only one free core spin-wait and run ~30x slower.

@@ -142,7 +142,7 @@ def populate(tracking_uri: str, workdir: Path) -> None:
     Rerunning it must add no run."""
     import yaml
 
-    from grrr_stream.synthetic import TINY, Update, write_model
+    from grrr_stream.fixtures.synthetic import TINY, Update, write_model
 
     workdir = Path(workdir)
     models = workdir / "models"

@@ -134,7 +134,7 @@ def test_sparsity_and_survival_land_in_the_store(tmp_path):
     from grrr_stream.checkpoint import Checkpoint
     from grrr_stream.decompose import run_transition
     from grrr_stream.store import StoredTransition
-    from grrr_stream.synthetic import ModelShape, Update, make_transition
+    from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
     from grrr_stream.variants import VariantBuilder, parse_variant
 
     shape = ModelShape(hidden=96, intermediate=256, layers=1, heads=6, kv_heads=2)
@@ -174,7 +174,7 @@ def test_round_trip_survival_of_a_component_below_bf16_rounding():
 @pytest.fixture(scope="module")
 def f64_store(tmp_path_factory):
     from grrr_stream.decompose import run_transition
-    from grrr_stream.synthetic import ModelShape, Update, make_transition
+    from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 
     root = tmp_path_factory.mktemp("bands")
     shape = ModelShape(hidden=80, intermediate=192, layers=2, heads=4, kv_heads=2)

@@ -1,7 +1,7 @@
 """Model families beyond the dense standard layout: tied embeddings, Gemma/Gemma2/Gemma3 (text and
 multimodal prefix), Phi-3 fused projections, Qwen3-MoE and Mixtral experts, gpt-oss fused 3-D experts.
 
-Checkpoints come from transformers' own classes (grrr_stream.synthetic_hf), so names and shapes are
+Checkpoints come from transformers' own classes (grrr_stream.fixtures.synthetic_hf), so names and shapes are
 the real ones. What a variant must be is computed here independently: from the safetensors files
 (safetensors.torch, not grrr_stream's reader) and, for component variants, an SVD in float64 numpy.
 """
@@ -26,13 +26,13 @@ from grrr_stream.decompose import plan_transition, run_transition
 from grrr_stream.errors import ConfigError
 from grrr_stream.stats import summary_tables
 from grrr_stream.store import StoredTransition
-from grrr_stream.synthetic import ModelShape, make_transition
+from grrr_stream.fixtures.synthetic import ModelShape, make_transition
 from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
 
 transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from grrr_stream.synthetic_hf import make_hf_transition, model_class  # noqa: E402
+from grrr_stream.fixtures.synthetic_hf import make_hf_transition, model_class  # noqa: E402
 
 # What each family must decompose, written independently of arch.py: a regex over tensor names, whether
 # matching tensors are 3-D expert stacks, and the matrix count of the tiny models (2 layers, 4 experts).

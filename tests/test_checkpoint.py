@@ -36,7 +36,7 @@ from grrr_stream.errors import (
     TensorMismatchError,
     UnsafeCheckpointError,
 )
-from grrr_stream.synthetic import TINY, make_transition, write_model
+from grrr_stream.fixtures.synthetic import TINY, make_transition, write_model
 
 SHARD_BYTES = 100_000  # TINY in float32 → 6 shards plus an index
 

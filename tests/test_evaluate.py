@@ -15,7 +15,7 @@ pytest.importorskip("math_verify", reason="grading needs math-verify (the eval e
 from conftest import no_track_config  # noqa: E402
 from grrr_stream.config import EngineSettings  # noqa: E402
 from grrr_stream.decompose import run_transition  # noqa: E402
-from grrr_stream.synthetic import TINY, Update, make_transition  # noqa: E402
+from grrr_stream.fixtures.synthetic import TINY, Update, make_transition  # noqa: E402
 from grrr_stream.workflows import run_evaluation  # noqa: E402
 
 SETTINGS = EngineSettings(max_new_tokens=32)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import store_snapshot
-from grrr_stream.synthetic import ModelShape, Update, make_transition
+from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 
 ROOT = Path(__file__).resolve().parents[1]
 KILL_SHAPE = ModelShape(hidden=320, intermediate=896, layers=5, heads=5, kv_heads=1)
@@ -120,7 +120,7 @@ def _frames(cache: Path) -> dict:
 def test_two_runs_racing_on_one_frame_cache_both_succeed_with_identical_frames(tmp_path):
     """Two transitions from one base, decomposed at the same time into one cache (the README's advice):
     both finish, the cache holds whole frames equal to a lone run's, and nothing half-written is left."""
-    from grrr_stream.synthetic import write_model
+    from grrr_stream.fixtures.synthetic import write_model
 
     base = write_model(tmp_path / "base", RACE_SHAPE, family="llama", dtype="float32")
     posts = [write_model(tmp_path / f"post{i}", RACE_SHAPE, family="llama", dtype="float32",
@@ -150,7 +150,7 @@ def test_a_damaged_frame_is_recomputed_not_trusted(tmp_path):
 
     from grrr_stream.cli import main
     from grrr_stream.store import FrameCache
-    from grrr_stream.synthetic import TINY
+    from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     cache = tmp_path / "cache"
@@ -169,7 +169,7 @@ def test_a_damaged_frame_is_recomputed_not_trusted(tmp_path):
 
 @pytest.mark.parametrize("kind", ["foreign", "file"])
 def test_frame_cache_that_is_not_one_is_refused(kind, tmp_path):
-    from grrr_stream.synthetic import TINY
+    from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     target = tmp_path / "notacache"
@@ -192,7 +192,7 @@ def test_update_that_overflows_the_compute_dtype_is_refused_with_the_matrix_name
     import torch
 
     from grrr_stream.checkpoint import Checkpoint, write_checkpoint
-    from grrr_stream.synthetic import TINY
+    from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     bad = "model.layers.1.mlp.up_proj.weight"
@@ -223,7 +223,7 @@ def test_write_fault_mid_run_is_one_message_and_the_rerun_resumes(tmp_path, caps
     from conftest import store_snapshot as snapshot
     from grrr_stream import store as store_mod
     from grrr_stream.cli import main
-    from grrr_stream.synthetic import TINY
+    from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     args = ["decompose", "--base", str(base), "--post", str(post), "--no-track", "--no-progress"]
@@ -255,7 +255,7 @@ def test_decompose_refuses_to_start_without_the_disk_space_it_needs(tmp_path, ca
     from collections import namedtuple
 
     from grrr_stream.cli import main
-    from grrr_stream.synthetic import TINY
+    from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     usage = namedtuple("usage", "total used free")
@@ -269,7 +269,7 @@ def test_decompose_refuses_to_start_without_the_disk_space_it_needs(tmp_path, ca
 @pytest.mark.parametrize("flag", ["--out", "--shard-gb"])
 def test_file_for_a_folder_and_nan_sizes_are_refused(tmp_path, capsys, flag):
     from grrr_stream.cli import main
-    from grrr_stream.synthetic import TINY
+    from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     assert main(["decompose", "--base", str(base), "--post", str(post), "--store", str(tmp_path / "s"),
@@ -298,7 +298,7 @@ def test_store_paths_are_absolute_and_a_missing_matrix_is_named(tmp_path, capsys
     import shutil
 
     from grrr_stream.cli import main
-    from grrr_stream.synthetic import TINY
+    from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     monkeypatch.chdir(tmp_path)
@@ -325,7 +325,7 @@ def test_repaired_nan_keeps_the_matrices_whose_inputs_did_not_change(tmp_path, c
 
     from grrr_stream.checkpoint import Checkpoint, write_checkpoint
     from grrr_stream.cli import main
-    from grrr_stream.synthetic import TINY
+    from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     ck = Checkpoint.open(base)
@@ -352,7 +352,7 @@ def test_variant_names_never_delete_outside_out(tmp_path, capsys):
     """'..=diag:1' once deleted everything beside --out, '.=diag:1' deleted --out/full."""
     from grrr_stream.cli import main
     from grrr_stream.files import remove_tree
-    from grrr_stream.synthetic import TINY
+    from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     assert main(["decompose", "--base", str(base), "--post", str(post), "--store", str(tmp_path / "s"),
@@ -386,7 +386,7 @@ def test_a_matrix_larger_than_memory_is_refused_before_any_work(tmp_path, capsys
     import psutil
 
     from grrr_stream.cli import main
-    from grrr_stream.synthetic import TINY
+    from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     vm, sw = namedtuple("vm", "available"), namedtuple("sw", "free")
@@ -404,7 +404,7 @@ def test_sweep_unit_whose_results_were_damaged_is_redone_and_status_says_so(tmp_
     import yaml
 
     from grrr_stream.cli import main
-    from grrr_stream.synthetic import TINY, write_model
+    from grrr_stream.fixtures.synthetic import TINY, write_model
 
     models = tmp_path / "models"
     write_model(models / "base", TINY, family="qwen2", dtype="float32")

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from safetensors import safe_open  # noqa: E402
 
-from grrr_stream import tinychain as tc  # noqa: E402
+from grrr_stream.fixtures import tinychain as tc  # noqa: E402
 
 INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 

@@ -16,7 +16,7 @@ from grrr_stream import metrics_dataset, name_dimensions, open_store, read_metri
 from grrr_stream.decompose import run_transition
 from grrr_stream.errors import MissingDependencyError, StoreError
 from grrr_stream.store import node_key
-from grrr_stream.synthetic import TINY, Update, make_transition
+from grrr_stream.fixtures.synthetic import TINY, Update, make_transition
 
 xr = pytest.importorskip("xarray")
 pd = pytest.importorskip("pandas")

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from grrr_stream.checkpoint import Checkpoint
-from grrr_stream.synthetic import ModelShape, Update, qwen3_14b_like, write_model
+from grrr_stream.fixtures.synthetic import ModelShape, Update, qwen3_14b_like, write_model
 
 CHILD = textwrap.dedent("""
     import json, resource, sys, time

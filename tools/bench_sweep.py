@@ -49,7 +49,7 @@ def bench_cluster(out: Path) -> dict:
 
     from grrr_stream.config import SweepConfig
     from grrr_stream.sweep import plan_sweep, run_sweep
-    from grrr_stream.synthetic import ModelShape, Update, write_model
+    from grrr_stream.fixtures.synthetic import ModelShape, Update, write_model
 
     shape = ModelShape(hidden=768, intermediate=2048, layers=4, heads=12, kv_heads=4)
     models = out / "cluster_models"

@@ -150,7 +150,7 @@ def vllm_swap(work: Path) -> str:
     from grrr_stream.config import EngineSettings, build_config
     from grrr_stream.decompose import run_transition
     from grrr_stream.evaluate import Engine, load_benchmark
-    from grrr_stream.tinychain import build_chain
+    from grrr_stream.fixtures.tinychain import build_chain
     from grrr_stream.variants import VariantBuilder, parse_variant
 
     models = build_chain(work / "chain", quick=True, progress=False)
@@ -182,7 +182,7 @@ def main() -> None:
 
     from grrr_stream.config import build_config
     from grrr_stream.decompose import run_transition
-    from grrr_stream.synthetic import ModelShape, Update, write_model
+    from grrr_stream.fixtures.synthetic import ModelShape, Update, write_model
 
     shape = ModelShape(hidden=1536, intermediate=8960, layers=args.layers, heads=12, kv_heads=2, head_dim=128,
                        vocab=1024)

@@ -16,7 +16,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from grrr_stream.synthetic import DEMO, TINY, ModelShape, Update, make_transition, qwen3_14b_like
+from grrr_stream.fixtures.synthetic import DEMO, TINY, ModelShape, Update, make_transition, qwen3_14b_like
 
 PRESETS = {"tiny": TINY, "demo": DEMO, "qwen3-14b": qwen3_14b_like(2)}
 

@@ -8,7 +8,7 @@ Examples:
 Writes OUT/{base,sft,rl,sibling}/ (Hugging Face folders, float32 safetensors, same
 character-level tokenizer), OUT/benchmarks/arith/test.jsonl (held-out problems with
 `problem`/`answer`) and OUT/chain.json (settings, greedy accuracies, seconds). A second
-run with the same --seed/--quick reuses everything. See grrr_stream/tinychain.py.
+run with the same --seed/--quick reuses everything. See grrr_stream/fixtures/tinychain.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from grrr_stream.tinychain import MODELS, build_chain
+from grrr_stream.fixtures.tinychain import MODELS, build_chain
 
 
 def main() -> None:
