@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from .errors import StoreError, StoreMismatchError
-from .files import atomic_write_text, fsync_path, fsync_tree, remove_tree, to_csv  # noqa: F401 (re-exported)
+from .files import atomic_write_text, fsync_path, fsync_tree, remove_tree, to_csv
 from .frame import Frame
 from .locks import FileLock
 from .phases import NO_TIMER, PhaseTimer

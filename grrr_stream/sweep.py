@@ -430,7 +430,7 @@ class Records:
             return None
 
     def write(self, unit: Unit, record: dict) -> None:
-        from .store import atomic_write_text
+        from .files import atomic_write_text
 
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path(unit), json.dumps(record, indent=2, default=str))
@@ -933,7 +933,7 @@ def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional
     """Sweep-level tables and figures in WORKDIR/report from the units that are done; returns the
     files and the claims summary (:func:`grrr_stream.claims.summarise`, one per evaluation suite)."""
     from . import plots
-    from .store import atomic_write_text, to_csv
+    from .files import atomic_write_text, to_csv
 
     rep = plan.workdir / "report"
     rep.mkdir(parents=True, exist_ok=True)

@@ -46,11 +46,11 @@ import torch
 
 from .checkpoint import Checkpoint, TensorSpec, companion_files, tensor_digest, write_checkpoint
 from .errors import ConfigError, StoreMismatchError, TensorMismatchError
-from .files import check_component
+from .files import atomic_write_text, check_component, to_csv
 from .frame import Frame, compute_frame, project, random_core_coefficients
 from .phases import PhaseTimer
 from .runtime import bound_heap_growth
-from .store import StoredTransition, atomic_write_text, to_csv
+from .store import StoredTransition
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FIDELITY_WARN = 0.01  # warn when more than 1 % of an intended update is lost to the cast

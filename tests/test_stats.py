@@ -256,7 +256,7 @@ def test_compare_run_outputs_and_tracking_without_duplicates(chain, tmp_path):
 def test_csv_writes_numpy_scalars_as_plain_numbers():
     import numpy as np
 
-    from grrr_stream.store import to_csv
+    from grrr_stream.files import to_csv
 
     text = to_csv([{"a": np.float64(0.1), "b": np.float32(0.5), "c": np.int64(3), "d": 0.25}])
     assert text == "a,b,c,d\n0.1,0.5,3,0.25\n"
