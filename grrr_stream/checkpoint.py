@@ -27,6 +27,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 import torch
 
+from .dtypes import BY_CODE, BY_TORCH
 from .errors import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -42,23 +43,6 @@ HUB_PATTERNS = ["*.safetensors", "*.json", "tokenizer*", "*.model", "*.tiktoken"
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _MAX_HEADER = 100 * 2**20
 
-DTYPES: dict[str, tuple[torch.dtype, int, bool]] = {
-    # safetensors code: (torch dtype, item size in bytes, is floating point)
-    "F64": (torch.float64, 8, True),
-    "F32": (torch.float32, 4, True),
-    "F16": (torch.float16, 2, True),
-    "BF16": (torch.bfloat16, 2, True),
-    "F8_E4M3": (torch.float8_e4m3fn, 1, True),
-    "F8_E5M2": (torch.float8_e5m2, 1, True),
-    "I64": (torch.int64, 8, False),
-    "I32": (torch.int32, 4, False),
-    "I16": (torch.int16, 2, False),
-    "I8": (torch.int8, 1, False),
-    "U8": (torch.uint8, 1, False),
-    "BOOL": (torch.bool, 1, False),
-}
-_CODE_OF = {v[0]: k for k, v in DTYPES.items()}
-
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -73,7 +57,7 @@ class TensorInfo:
 
     @property
     def is_floating(self) -> bool:
-        return self.dtype in DTYPES and DTYPES[self.dtype][2]
+        return self.dtype in BY_CODE and BY_CODE[self.dtype].floating
 
     @property
     def nbytes(self) -> int:
@@ -169,8 +153,8 @@ def read_header(shard: Path) -> tuple[dict[str, Any], int, bytes]:
             shape = tuple(shape_raw)
         except (KeyError, TypeError):
             raise CheckpointError(f"shard {shard}: header entry for '{name}' is malformed; re-download it") from None
-        if dtype in DTYPES:
-            expect = math.prod(shape) * DTYPES[dtype][1]  # exact: a declared 10^30 dimension cannot wrap around
+        if dtype in BY_CODE:
+            expect = math.prod(shape) * BY_CODE[dtype].itemsize  # exact: a declared 10^30 dimension cannot wrap around
             if e - b != expect:
                 raise CheckpointError(
                     f"shard {shard}: tensor '{name}' spans {e - b} bytes but {dtype}{_shape_text(shape)} needs "
@@ -336,9 +320,9 @@ class Checkpoint:
         info = self.tensors[name]
         if index is None and rows is None:
             return self.read(name)
-        if info.dtype not in DTYPES:
+        if info.dtype not in BY_CODE:
             raise CheckpointError(f"tensor '{name}' in {info.shard} has unsupported dtype {info.dtype}")
-        step = math.prod(info.shape[1:]) * DTYPES[info.dtype][1]  # bytes per step along the first axis
+        step = math.prod(info.shape[1:]) * BY_CODE[info.dtype].itemsize  # bytes per step along the first axis
         if index is not None:
             if len(info.shape) != 3 or not 0 <= index < info.shape[0]:
                 raise CheckpointError(f"tensor '{name}' {list(info.shape)} has no slice {index} (expected a 3-D "
@@ -368,9 +352,9 @@ class Checkpoint:
         return tuple(shape)
 
     def _read_bytes(self, info: TensorInfo, start: int, nbytes: int, shape: tuple[int, ...]) -> torch.Tensor:
-        if info.dtype not in DTYPES:
+        if info.dtype not in BY_CODE:
             raise CheckpointError(f"tensor '{info.name}' in {info.shard} has unsupported dtype {info.dtype}")
-        tdtype, _, _ = DTYPES[info.dtype]
+        tdtype = BY_CODE[info.dtype].torch
         out = torch.empty(nbytes, dtype=torch.uint8)
         if nbytes:
             try:
@@ -447,7 +431,7 @@ def _safetensors_header(specs: list[TensorSpec]) -> bytes:
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for spec in specs:
-        header[spec.name] = {"dtype": _CODE_OF[spec.dtype], "shape": list(spec.shape),
+        header[spec.name] = {"dtype": BY_TORCH[spec.dtype].code, "shape": list(spec.shape),
                              "data_offsets": [offset, offset + spec.nbytes]}
         offset += spec.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()

@@ -31,6 +31,7 @@ from . import __version__
 from .arch import MatrixName, default_modules, pattern_for, select_matrices, split_fused
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
 from .config import DEFAULT_MODULES, DecomposeConfig, result_settings, settings_hash, stable_hash
+from .dtypes import ITEMSIZE, torch_dtype
 from .errors import ConfigError, NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
 from .phases import PhaseTimer
@@ -38,7 +39,6 @@ from .progress import Progress
 from .runtime import bound_heap_growth, resolve_device
 from .store import FrameCache, StoreLock, TransitionStore, to_store_array
 
-_COMPUTE_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # Columns of the per-matrix table that are aggregated (mean ± std) per transition.
 SUMMARY_EXCLUDE = {"rows", "cols", "layer", "expert", "e_diag", "e_off", "e_null", "w0_fro"}
 
@@ -151,7 +151,7 @@ def _memory_problems(base: Checkpoint, matrices: list[MatrixName], compute_dtype
     if not shapes:
         return []
     m, n = max(shapes, key=lambda s: s[0] * s[1])
-    need = 4 * m * n * (8 if compute_dtype == "float64" else 4)
+    need = 4 * m * n * ITEMSIZE[compute_dtype]
     avail = psutil.virtual_memory().available + psutil.swap_memory().free
     if need > avail:
         return [f"the largest matrix ({m}×{n}) needs about {need / 2**30:.1f} GiB in {compute_dtype} for its SVD; "
@@ -256,7 +256,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
     base, post = Checkpoint.open(base_dir), Checkpoint.open(post_dir)
     plan = plan_transition(base, post, cfg)
     device = resolve_device(cfg.device)
-    dtype = _COMPUTE_DTYPES[cfg.compute_dtype]
+    dtype = torch_dtype(cfg.compute_dtype)
     identity = _identity(cfg, base, post)
     manifest = {
         "identity": identity,

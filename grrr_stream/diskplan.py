@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from .dtypes import ITEMSIZE
 from .errors import StoreError
 
-ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 # Zarr metadata of one matrix group (group + 4 arrays) and the per-transition tables and figures,
 # measured on written stores: small, but it keeps the estimate honest for tiny models.
 MATRIX_OVERHEAD = 4_000

@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .dtypes import SIXTEEN_BIT
 from .errors import StoreMismatchError
 from .store import StoredTransition
 
@@ -272,7 +273,6 @@ def check_shared_frame(a: StoredTransition, b: StoredTransition) -> None:
 
 
 KINDS = ("sequential", "independent", "cumulative")
-REDUCED_PRECISION = ("bfloat16", "float16")
 
 
 @dataclass
@@ -308,7 +308,7 @@ class Comparison:
 
 
 def _refuse_reduced_precision_differences(stores: Sequence[StoredTransition], what: str) -> None:
-    low = [t for t in stores if t.store_dtype() in REDUCED_PRECISION]
+    low = [t for t in stores if t.store_dtype() in SIXTEEN_BIT]
     if low:
         raise StoreMismatchError(
             f"{what} takes differences of stored P matrices, and {low[0].path} stores them in "

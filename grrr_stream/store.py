@@ -38,6 +38,7 @@ from urllib.parse import quote
 import numpy as np
 import torch
 
+from .dtypes import torch_dtype
 from .errors import StoreError, StoreMismatchError
 from .files import atomic_write_text, fsync_path, fsync_tree, remove_tree, to_csv
 from .frame import Frame
@@ -47,14 +48,6 @@ from .phases import NO_TIMER, PhaseTimer
 FORMAT_VERSION = 1
 MANIFEST_KEY = "grrr_stream"
 CHUNK = 1024  # 1024×1024 float32 chunks (4 MiB): good for dask, small enough to stream
-
-_TORCH_DTYPES = {
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-    "float64": torch.float64,
-}
-
 
 def _zarr():
     import zarr  # heavy import kept inside the owner module
@@ -94,7 +87,7 @@ def _to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
     if dtype == "bfloat16":
         # numpy has no bfloat16: store the bit pattern as uint16, tagged in attrs.
         return t.to(torch.bfloat16).contiguous().view(torch.uint16).numpy()
-    return t.to(_TORCH_DTYPES[dtype]).contiguous().numpy()
+    return t.to(torch_dtype(dtype)).contiguous().numpy()
 
 
 # Zarr v3 dimension names of every array written, so that xarray.open_datatree(store, engine="zarr")

@@ -827,7 +827,8 @@ def unit_disk_needs(plan: Plan) -> dict[str, Optional[list]]:
     known before the checkpoints are (Hub downloads, the generated tiny chain). Other units write little."""
     from .checkpoint import Checkpoint
     from .decompose import plan_transition
-    from .diskplan import DiskNeed, ITEMSIZE, transition_needs
+    from .diskplan import DiskNeed, transition_needs
+    from .dtypes import ITEMSIZE
 
     opened: dict[str, Optional[Checkpoint]] = {}
 

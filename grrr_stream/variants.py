@@ -45,6 +45,7 @@ from typing import Iterator, Optional
 import torch
 
 from .checkpoint import Checkpoint, TensorSpec, companion_files, tensor_digest, write_checkpoint
+from .dtypes import BY_CODE, FLOAT_NAMES, name_of, torch_dtype
 from .errors import ConfigError, StoreMismatchError, TensorMismatchError
 from .files import atomic_write_text, check_component, to_csv
 from .frame import Frame, compute_frame, project, random_core_coefficients
@@ -52,7 +53,6 @@ from .phases import PhaseTimer
 from .runtime import bound_heap_growth
 from .store import StoredTransition
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FIDELITY_WARN = 0.01  # warn when more than 1 % of an intended update is lost to the cast
 
 
@@ -209,10 +209,6 @@ _EXACT_INTO = {
 }
 
 
-def _dtype_name(dt: torch.dtype) -> str:
-    return str(dt).removeprefix("torch.")
-
-
 @dataclass
 class MatrixFidelity:
     name: str
@@ -262,8 +258,8 @@ class VariantBuilder:
 
     def __init__(self, store: Path, spec: VariantSpec, *, dtype: str = "float32", rest_from: str = "base",
                  device: str = "cpu"):
-        if dtype not in DTYPES:
-            raise ConfigError(f"variant dtype must be one of {', '.join(DTYPES)}")
+        if dtype not in FLOAT_NAMES:
+            raise ConfigError(f"variant dtype must be one of {', '.join(FLOAT_NAMES)}")
         if rest_from not in REST_FROM:
             raise ConfigError(f"rest_from must be one of {', '.join(REST_FROM)}, got {rest_from!r}")
         bound_heap_growth()
@@ -274,7 +270,7 @@ class VariantBuilder:
         m = self.transition.manifest
         self.base = Checkpoint.open(Path(m["base_folder"]))
         self.post = Checkpoint.open(Path(m["post_folder"]))
-        self.compute_dtype = DTYPES[m["settings"]["compute_dtype"]]
+        self.compute_dtype = torch_dtype(m["settings"]["compute_dtype"])
         self.report = FidelityReport(spec.name, dtype)
         self.rest_requested = rest_from
         if spec.composed:
@@ -298,7 +294,7 @@ class VariantBuilder:
         return "base" if self.home is self.base else "post"
 
     def _out_dtype(self, stored: torch.dtype) -> torch.dtype:
-        want = DTYPES[self.dtype]
+        want = torch_dtype(self.dtype)
         if self.spec.composed or want in _EXACT_INTO.get(stored, ()):
             return want
         return stored  # base/full stay bit for bit: never round a checkpoint tensor
@@ -306,13 +302,11 @@ class VariantBuilder:
     def layout(self) -> list[TensorSpec]:
         """Every tensor of the output, in the home checkpoint's on-disk order."""
         if self._layout is None:
-            from .checkpoint import DTYPES as CK
-
             infos = sorted(self.home.tensors.values(), key=lambda i: (str(i.shard), i.start))
             out = []
             for info in infos:
-                tdtype, _, floating = CK[info.dtype]
-                out.append(TensorSpec(info.name, info.shape, self._out_dtype(tdtype) if floating else tdtype))
+                dt = BY_CODE[info.dtype]
+                out.append(TensorSpec(info.name, info.shape, self._out_dtype(dt.torch) if dt.floating else dt.torch))
             self._layout = out
         return self._layout
 
@@ -320,8 +314,8 @@ class VariantBuilder:
         """The home checkpoint's config.json, ``torch_dtype`` set to the widest floating dtype written."""
         cfg = dict(self.home.config or {})
         floats = {s.dtype for s in self.layout() if s.dtype.is_floating_point}
-        name = self.dtype if floats <= {DTYPES[self.dtype]} else \
-            _dtype_name(max(floats, key=lambda d: torch.finfo(d).bits))
+        name = self.dtype if floats <= {torch_dtype(self.dtype)} else \
+            name_of(max(floats, key=lambda d: torch.finfo(d).bits))
         cfg["torch_dtype"] = name
         if "dtype" in cfg:
             cfg["dtype"] = name
