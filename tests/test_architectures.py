@@ -24,9 +24,9 @@ from grrr_stream.arch import FAMILIES, MatrixName, select_matrices, split_fused
 from grrr_stream.checkpoint import Checkpoint
 from grrr_stream.decompose import plan_transition, run_transition
 from grrr_stream.errors import ConfigError
+from grrr_stream.fixtures.synthetic import ModelShape, make_transition
 from grrr_stream.stats import summary_tables
 from grrr_stream.store import StoredTransition
-from grrr_stream.fixtures.synthetic import ModelShape, make_transition
 from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
 
 transformers = pytest.importorskip("transformers")

@@ -29,8 +29,8 @@ from grrr_stream.errors import (
     StoreError,
     StoreMismatchError,
 )
-from grrr_stream.store import StoreLock
 from grrr_stream.fixtures.synthetic import TINY, ModelShape, Update, make_transition, write_model
+from grrr_stream.store import StoreLock
 
 SHARD_BYTES = 100_000
 N_MATRICES = 7 * TINY.layers

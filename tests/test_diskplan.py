@@ -17,9 +17,9 @@ from grrr_stream import diskplan
 from grrr_stream.checkpoint import Checkpoint
 from grrr_stream.decompose import run_transition
 from grrr_stream.errors import StoreError, StoreMismatchError
+from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 from grrr_stream.stats import compare
 from grrr_stream.store import StoredTransition
-from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 from grrr_stream.variants import VariantBuilder, parse_variant
 
 # big enough that metadata, tables and figures are a small part of the store, small enough to be quick

@@ -18,8 +18,8 @@ import yaml
 from conftest import store_snapshot
 from grrr_stream.config import SweepConfig
 from grrr_stream.errors import ConfigError
-from grrr_stream.sweep import Records, SweepLock, plan_sweep, run_sweep, sweep_status
 from grrr_stream.fixtures.synthetic import TINY, Update, write_model
+from grrr_stream.sweep import Records, SweepLock, plan_sweep, run_sweep, sweep_status
 
 ROOT = Path(__file__).resolve().parents[1]
 SFT = Update(r_delta=2e-2, plant=(0.25, 0.45, 0.30))

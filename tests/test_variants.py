@@ -13,8 +13,8 @@ import torch
 from conftest import no_track_config
 from grrr_stream.checkpoint import Checkpoint
 from grrr_stream.decompose import run_transition
-from grrr_stream.store import StoredTransition
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
+from grrr_stream.store import StoredTransition
 from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
 from grrr_stream.workflows import run_variants
 

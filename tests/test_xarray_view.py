@@ -15,8 +15,8 @@ from conftest import no_track_config
 from grrr_stream import metrics_dataset, name_dimensions, open_store, read_metrics
 from grrr_stream.decompose import run_transition
 from grrr_stream.errors import MissingDependencyError, StoreError
-from grrr_stream.store import node_key
 from grrr_stream.fixtures.synthetic import TINY, Update, make_transition
+from grrr_stream.store import node_key
 
 xr = pytest.importorskip("xarray")
 pd = pytest.importorskip("pandas")
