@@ -19,6 +19,10 @@ class CheckpointNotFoundError(GrrrError, FileNotFoundError):
     """A checkpoint folder, shard or Hub repository could not be found."""
 
 
+class BenchmarkNotFoundError(GrrrError, FileNotFoundError):
+    """A benchmark file is missing, or could not be fetched from the Hub."""
+
+
 class CheckpointError(GrrrError, ValueError):
     """A checkpoint is malformed, truncated or unsafe to read."""
 
@@ -41,6 +45,10 @@ class StoreError(GrrrError, RuntimeError):
 
 class StoreMismatchError(StoreError):
     """The store holds results of different inputs or settings than requested."""
+
+
+class WorkdirBusyError(GrrrError, RuntimeError):
+    """Another sweep process holds the lock of the workdir."""
 
 
 class MissingDependencyError(GrrrError, ImportError):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from .config import EngineSettings, SamplingSettings, stable_hash
-from .errors import CheckpointNotFoundError, ConfigError, MissingDependencyError
+from .errors import BenchmarkNotFoundError, ConfigError, MissingDependencyError
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 FIVE = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench")
@@ -119,7 +119,7 @@ def load_benchmark(name: str, root: Path, *, limit: Optional[int] = None, lenien
 
     path = Path(root) / check_component(name, "benchmark name") / "test.jsonl"
     if not path.is_file():
-        raise CheckpointNotFoundError(f"benchmark file {path} does not exist (expected <bench-dir>/{name}/test.jsonl)")
+        raise BenchmarkNotFoundError(f"benchmark file {path} does not exist (expected <bench-dir>/{name}/test.jsonl)")
     raw = path.read_bytes()
     problems, skipped = [], 0
     for i, line in enumerate(raw.split(b"\n")):
@@ -179,8 +179,8 @@ def fetch_benchmark_from_hub(name: str, root: Path, repo: str = HUB_REPO) -> Pat
     try:
         local = hf_hub_download(repo, HUB_PATH.format(name=name))
     except Exception as e:  # network, auth, missing file, not in the offline cache
-        raise CheckpointNotFoundError(f"could not fetch benchmark {name} from the Hub ({repo}): {e}; the same "
-                                      "five benchmarks ship with grrr_stream (leave --bench-dir unset)") from None
+        raise BenchmarkNotFoundError(f"could not fetch benchmark {name} from the Hub ({repo}): {e}; the same "
+                                     "five benchmarks ship with grrr_stream (leave --bench-dir unset)") from None
     (Path(root) / name).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(local, Path(root) / name / "test.jsonl")
     return Path(root)

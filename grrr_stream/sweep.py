@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Optional, TextIO
 
 from .config import (SweepConfig, TinyChainSpec, build_config, build_engine_settings, build_sampling_settings, clip,
                      result_settings, stable_hash)
-from .errors import ConfigError, GrrrError, StoreError
+from .errors import ConfigError, GrrrError, WorkdirBusyError
 from .locks import FileLock
 
 SWEEP_FORMAT = 1
@@ -625,9 +625,9 @@ class SweepLock(FileLock):
         super().__init__(Path(workdir) / ".sweep" / "lock")
 
     def busy(self, holder: str) -> Exception:
-        return StoreError(f"another grrr-stream sweep is running on {self.path.parent.parent} ({holder}); "
-                          "wait for it to finish (`grrr-stream status CONFIG` shows its progress) or stop it "
-                          "before starting this one")
+        return WorkdirBusyError(f"another grrr-stream sweep is running on {self.path.parent.parent} ({holder}); "
+                                "wait for it to finish (`grrr-stream status CONFIG` shows its progress) or stop it "
+                                "before starting this one")
 
 
 @dataclass

@@ -103,7 +103,7 @@ def test_hub_bench_dir_loads_the_same_problems_from_an_offline_cache(tmp_path):
     script = """
 import json, sys
 from pathlib import Path
-from grrr_stream.errors import CheckpointNotFoundError
+from grrr_stream.errors import BenchmarkNotFoundError
 from grrr_stream.evaluate import load_benchmark, resolve_bench_dir
 out, logs, res = Path(sys.argv[1]), [], {}
 root = resolve_bench_dir("hub", ["aime24", "amc23"], out / "a", log=logs.append)
@@ -113,7 +113,7 @@ other = resolve_bench_dir("hub:someone/copy", ["amc23"], out / "b", log=logs.app
 res["other_gold"] = load_benchmark("amc23", other).problems[0].gold
 try:
     resolve_bench_dir("hub", ["minerva_math"], out / "c")
-except CheckpointNotFoundError as e:
+except BenchmarkNotFoundError as e:
     res["missing"] = str(e)
 res["logs"] = logs
 print(json.dumps(res))

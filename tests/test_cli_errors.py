@@ -312,6 +312,23 @@ def test_store_in_use_by_held_lock(pair, tmp_path, capsys):
     assert not (store / "matrices").exists()
 
 
+def test_missing_benchmark_and_busy_workdir_raise_their_own_types(tmp_path):
+    """Neither is a checkpoint or a store problem; both stay user errors (exit status 2)."""
+    from grrr_stream.errors import BenchmarkNotFoundError, CheckpointNotFoundError, WorkdirBusyError
+    from grrr_stream.evaluate import load_benchmark
+    from grrr_stream.sweep import SweepLock
+
+    with pytest.raises(BenchmarkNotFoundError, match="benchmark file .* does not exist") as ei:
+        load_benchmark("arith", tmp_path)
+    assert isinstance(ei.value, GrrrError) and isinstance(ei.value, FileNotFoundError)
+    assert not isinstance(ei.value, CheckpointNotFoundError)
+    with SweepLock(tmp_path / "w"):
+        with pytest.raises(WorkdirBusyError, match="another grrr-stream sweep is running") as ei:
+            with SweepLock(tmp_path / "w"):
+                pass
+    assert isinstance(ei.value, GrrrError) and isinstance(ei.value, RuntimeError) and not isinstance(ei.value, StoreError)
+
+
 def test_subprocess_second_process_on_locked_store_exits_2_without_traceback(pair, tmp_path):
     store = tmp_path / "store"
     with StoreLock(store):
