@@ -48,13 +48,16 @@ SUMMARY_EXCLUDE = {"rows", "cols", "layer", "expert", "e_diag", "e_off", "e_null
 
 
 @dataclass(frozen=True)
-class Plan:
+class TransitionPlan:
+    """One transition's checkpoints and the matrices paired and checked in them (a sweep's units are
+    :class:`grrr_stream.sweep.Plan`)."""
+
     base: Checkpoint
     post: Checkpoint
     matrices: list[MatrixName]
 
 
-def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) -> Plan:
+def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) -> TransitionPlan:
     """Pair and validate every decomposed tensor before any heavy work; all problems at once."""
     if base.model_type and post.model_type and base.model_type != post.model_type:
         raise TensorMismatchError(
@@ -102,7 +105,7 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
         raise TensorMismatchError(
             f"the two checkpoints do not pair up ({len(problems)} problem(s)):\n  " + "\n  ".join(shown) + more
         )
-    return Plan(base=base, post=post, matrices=in_base)
+    return TransitionPlan(base=base, post=post, matrices=in_base)
 
 
 def _select(ckpt: Checkpoint, pattern: str, modules, split: bool) -> list[MatrixName]:
@@ -338,7 +341,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
 SMALL_MATRIX = 4 << 20
 
 
-def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: Plan) -> int:
+def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: TransitionPlan) -> int:
     """torch's intra-op threads for this run's math. On a GPU, or when the user set cpu_threads, as
     given. On a CPU the reader and writer threads need a core of their own while the math runs:
     MKL's OpenMP team spins at its barriers, so a team that shares its cores with them runs at the
@@ -354,7 +357,7 @@ def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: Plan) -> i
     return current - 1 if largest < SMALL_MATRIX else current
 
 
-def _check_disk_space(cfg: DecomposeConfig, plan: Plan, pending: list[MatrixName], frames: FrameCache,
+def _check_disk_space(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[MatrixName], frames: FrameCache,
                       progress: Progress, base_fingerprint: str) -> None:
     """Say what the pending matrices will write, and refuse to start when it cannot fit."""
     from .diskplan import check_space, describe, transition_needs
@@ -371,7 +374,7 @@ def _check_disk_space(cfg: DecomposeConfig, plan: Plan, pending: list[MatrixName
                 "Free space or point --store / --frame-cache at another disk; a rerun resumes where it stopped.")
 
 
-def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
+def _changed_since_recorded(plan: TransitionPlan, done: dict[str, dict]) -> list[str]:
     """Names (with side) of completed matrices whose current tensor digest differs from the record."""
     changed = []
     for m in plan.matrices:
@@ -384,7 +387,7 @@ def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
     return changed
 
 
-def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, frames: FrameCache,
+def _stream(cfg, plan: TransitionPlan, pending: list[MatrixName], store: TransitionStore, frames: FrameCache,
             device: torch.device, dtype: torch.dtype, progress: Progress,
             timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
     def load(m: MatrixName) -> _Loaded:
