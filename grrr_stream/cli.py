@@ -69,6 +69,9 @@ def _decompose_parser(sub) -> None:
     p.add_argument("--chain", help="label of the model chain this transition belongs to")
     p.add_argument("--overwrite", action="store_true", default=None,
                    help="discard results in STORE that came from other inputs or settings")
+    p.add_argument("--scheduler", help="threads (this process, default), local:N (N Dask worker processes) or the "
+                                       "ADDRESS of a Dask scheduler (tcp://HOST:8786): spread the matrices over "
+                                       "its workers, which must see the same paths")
     _add_tracking(p, experiment_default=None)
     p.add_argument("--no-progress", action="store_true", help="no progress line")
     _add_common(p)
@@ -363,6 +366,7 @@ def config_from_args(args: argparse.Namespace):
         "method": args.method, "chain": args.chain, "overwrite": args.overwrite,
         "modules": [m.strip() for m in args.modules.split(",") if m.strip()] if args.modules else None,
         "progress": False if args.no_progress else None,
+        "scheduler": args.scheduler,
     }
     values.update({k: v for k, v in flat.items() if v is not None})
     tracking = _tracking_from_args(args, values.get("tracking"))
@@ -391,6 +395,8 @@ def cmd_decompose(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     result = run_transition(cfg)
     print_summary(result)
+    if result.workers:
+        print("matrices computed per Dask worker: " + ", ".join(f"{w} {n}" for w, n in sorted(result.workers.items())))
     if result.run_id:
         print(f"MLflow run {result.run_id}")
     return 0

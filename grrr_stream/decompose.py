@@ -30,6 +30,7 @@ import torch
 from . import __version__
 from .arch import MatrixName, default_modules, pattern_for, select_matrices, split_fused
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
+from .cluster import parse_scheduler, require
 from .config import DEFAULT_MODULES, DecomposeConfig, result_settings, settings_hash, stable_hash
 from .errors import ConfigError, NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
@@ -217,6 +218,7 @@ class TransitionResult:
     frames_reused: int
     run_id: Optional[str] = None
     timings: dict[str, float] = field(default_factory=dict)
+    workers: dict[str, int] = field(default_factory=dict)  # Dask worker → matrices it computed (spread runs)
 
 
 def _identity(cfg: DecomposeConfig, base: Checkpoint, post: Checkpoint) -> dict:
@@ -239,12 +241,16 @@ def versions() -> dict[str, str]:
     }
 
 
-def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> TransitionResult:
+def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, client: Any = None) -> TransitionResult:
     """Decompose every selected matrix of ``cfg.base`` → ``cfg.post`` into ``cfg.store``.
 
-    Resumable: matrices already complete in the store are skipped. Raises a
+    Resumable: matrices already complete in the store are skipped. With ``cfg.scheduler`` local:N or
+    a scheduler address, or a dask.distributed ``client``, the matrices are spread over the cluster's
+    workers (grrr_stream.spread); the results are the same. Raises a
     :class:`~grrr_stream.errors.GrrrError` subclass for bad inputs before any SVD.
     """
+    spreads = client is not None or require(parse_scheduler(cfg.scheduler), ("threads", "synchronous", "local",
+                                                                             "address"), "decompose").distributed
     t_start = time.monotonic()
     started_ms = int(time.time() * 1000)  # the MLflow run, opened after the work, starts here
     stream = stream or sys.stderr
@@ -309,13 +315,21 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
             progress.message(f"resuming {cfg.store}: {len(done)} of {len(plan.matrices)} matrices already done")
         timer.add("plan", time.perf_counter() - t_plan)
         t_matrices = time.perf_counter()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(compute_threads(cfg, device, plan))
-        try:
-            computed, reused, failures = _stream(cfg, plan, pending, store, frames, device, dtype, progress, timer,
-                                                 identity["base_fingerprint"])
-        finally:
-            torch.set_num_threads(threads)
+        workers: dict[str, int] = {}
+        if pending and spreads:
+            from .spread import run_spread
+
+            computed, reused, failures, workers = run_spread(
+                cfg, plan, pending, progress, identity["base_fingerprint"], (manifest["base_folder"],
+                                                                             manifest["post_folder"]), client=client)
+        else:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(compute_threads(cfg, device, plan))
+            try:
+                computed, reused, failures = stream_matrices(cfg, plan, pending, store, frames, device, dtype,
+                                                             progress, timer, identity["base_fingerprint"])
+            finally:
+                torch.set_num_threads(threads)
         timer.add("matrices_wall", time.perf_counter() - t_matrices)
         if failures:
             raise NonFiniteWeightError(
@@ -325,7 +339,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
             )
         with timer.phase("tables_figures"):
             rows, summary_rows, summary = finalize(store, plan.matrices, f"{cfg.base} → {cfg.post}")
-    result = TransitionResult(cfg.store, rows, summary_rows, computed, reused)
+    result = TransitionResult(cfg.store, rows, summary_rows, computed, reused, workers=workers)
     if cfg.tracking.enabled:
         with timer.phase("tracking"):
             result.run_id = _track(cfg, store, manifest, rows, summary, started_ms, time.monotonic() - t_start)
@@ -338,14 +352,16 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
 SMALL_MATRIX = 4 << 20
 
 
-def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: Plan) -> int:
+def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: Plan,
+                    available: Optional[int] = None) -> int:
     """torch's intra-op threads for this run's math. On a GPU, or when the user set cpu_threads, as
     given. On a CPU the reader and writer threads need a core of their own while the math runs:
     MKL's OpenMP team spins at its barriers, so a team that shares its cores with them runs at the
     pace of its slowest member (measured: LAPACK 3x slower inside the pipeline than alone with two
     threads on two cores). Small matrices keep all cores but one for the math; large ones, whose
-    SVDs dwarf the reading and writing, keep every core."""
-    current = torch.get_num_threads()
+    SVDs dwarf the reading and writing, keep every core. ``available``: the cores this process may use
+    (a Dask worker's share of its host), default torch's current thread count."""
+    current = available or torch.get_num_threads()
     if cfg.cpu_threads is not None:
         return cfg.cpu_threads
     if device.type != "cpu" or current <= 1 or not plan.matrices:
@@ -384,7 +400,7 @@ def _changed_since_recorded(plan: Plan, done: dict[str, dict]) -> list[str]:
     return changed
 
 
-def _stream(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, frames: FrameCache,
+def stream_matrices(cfg, plan: Plan, pending: list[MatrixName], store: TransitionStore, frames: FrameCache,
             device: torch.device, dtype: torch.dtype, progress: Progress,
             timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
     def load(m: MatrixName) -> _Loaded:

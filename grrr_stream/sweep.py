@@ -542,9 +542,19 @@ def _run_decompose(u: Unit, ctx: dict) -> dict:
     values.update(store=u.out, progress=ctx["progress"], tracking=ctx["tracking"])
     if ctx.get("device"):
         values["device"] = ctx["device"]
-    res = run_transition(build_config(values, source=u.id))
+    cfg = build_config(values, source=u.id)
+    from .spread import in_dask_worker
+
+    if in_dask_worker() is not None:  # a sweep on a cluster: the transition's matrices go to all its workers
+        from distributed import worker_client
+
+        with worker_client() as client:  # secedes: this task only coordinates, its slot takes a batch
+            res = run_transition(cfg, client=client)
+    else:
+        res = run_transition(cfg)
     overall = next(r for r in res.summary_rows if r["scope"] == "all")
     return {"matrices": len(res.rows), "computed": res.computed, "frames_reused": res.frames_reused,
+            "spread_over": len(res.workers),
             **{k: overall[f"{k}_mean"] for k in ("f_diag", "f_off", "f_null", "r_delta")}}
 
 
@@ -693,25 +703,14 @@ class _Display:
 
 def _make_client(address: Optional[str]):
     """(client or None, cluster to close or None, torch threads per worker or None)."""
-    if address in (None, "", "threads", "local", "synchronous", "sync"):
+    from .cluster import open_client, parse_scheduler, require, threads_per_local_worker
+
+    spec = require(parse_scheduler(address), ("threads", "synchronous", "local", "address"), "a sweep")
+    if not spec.distributed:
         return None, None, None
-    if address == "processes":
-        raise ConfigError("a sweep runs units in worker processes with --scheduler local:N (N processes)")
-    if address.startswith("local:"):
-        from distributed import Client, LocalCluster
-
-        try:
-            n = int(address.split(":", 1)[1])
-        except ValueError:
-            raise ConfigError(f"scheduler {address!r}: use local:N with N worker processes") from None
-        if n < 1:
-            raise ConfigError("scheduler local:N needs N >= 1")
-        # one unit per worker at a time; torch gets the worker's share of the cores
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-        return Client(cluster), cluster, max(1, (os.cpu_count() or 1) // n)
-    from .workflows import make_scheduler
-
-    return make_scheduler(address), None, None
+    client, cluster = open_client(spec)
+    # one unit per worker at a time; torch gets the worker's share of the cores
+    return client, cluster, (threads_per_local_worker(spec.workers) if cluster is not None else None)
 
 
 def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional[dict] = None,

@@ -363,6 +363,8 @@ def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
     assert b.ok, {u: (b.records.get(u) or {}).get("traceback") for u in b.failed} or b.states
     hosts = {Records(b.plan.workdir).read(u)["pid"] for u in b.plan.units if u.on_worker}
     assert os.getpid() not in hosts  # the heavy units ran in the worker processes
+    spread = [Records(b.plan.workdir).read(u)["result"]["spread_over"] for u in b.plan.units if u.kind == "decompose"]
+    assert spread and all(n >= 1 for n in spread)  # each transition's matrices went out as Dask tasks
     assert_same(results_snapshot(tmp_path / "two"), results_snapshot(tmp_path / "one"))
     from mlflow.tracking import MlflowClient
 
