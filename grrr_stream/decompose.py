@@ -20,7 +20,7 @@ import re
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
@@ -177,6 +177,7 @@ class _Loaded:
     shape: tuple[int, int] = (0, 0)
     sparsity: dict = field(default_factory=dict)  # checkpoint-precision sparsity of the update
     survival: Optional[tuple] = None  # (axis, indices, W0 sample in checkpoint dtype, target dtype)
+    frame_deferred: bool = False  # a large cached frame is read when its matrix is computed, not ahead
 
     def take(self, attr: str, timer: PhaseTimer, **to_kwargs) -> torch.Tensor:
         """Hand over w0/w1 upcast and drop this item's reference, so the checkpoint-dtype copy
@@ -347,6 +348,19 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
     return result
 
 
+# A cached frame larger than this is read when its matrix is computed instead of by the reader thread
+# ahead of time: on 14B shapes the next MLP frame (U and V of 17408×5120, 0.46 GiB) would otherwise sit
+# in memory during the whole current matrix. Reading it is well under 1 % of that matrix's compute.
+PREFETCH_FRAME_BYTES = 256 << 20
+
+
+def frame_bytes(shape: tuple[int, int], dtype: torch.dtype) -> int:
+    """Bytes of a full-rank frame of an m×n matrix: U (m×r), S (r) and V (n×r), r = min(m, n)."""
+    m, n = shape
+    r = min(m, n)
+    return (m * r + r + n * r) * torch.empty((), dtype=dtype).element_size()
+
+
 # Below this many entries per matrix, a second LAPACK thread is not worth the core it takes from the
 # reader and writer threads (measured on 2 cores, tools/bench_decompose.py; README "Benchmarks").
 SMALL_MATRIX = 4 << 20
@@ -411,9 +425,12 @@ def stream_matrices(cfg, plan: Plan, pending: list[MatrixName], store: Transitio
         with timer.phase("digest"):
             d0, d1 = tensor_digest(w0), tensor_digest(w1)
         key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold)
-        with timer.phase("frame_read"):
-            frame = None if problems else frames.get(key, dtype, shape=tuple(w0.shape))
-        item = _Loaded(m, w0, w1, d0, d1, key, frame, problems, tuple(w0.shape))
+        deferred = not problems and frame_bytes(tuple(w0.shape), dtype) > PREFETCH_FRAME_BYTES
+        frame = None
+        if not problems and not deferred:
+            with timer.phase("frame_read"):
+                frame = frames.get(key, dtype, shape=tuple(w0.shape))
+        item = _Loaded(m, w0, w1, d0, d1, key, frame, problems, tuple(w0.shape), frame_deferred=deferred)
         if not problems:  # in the checkpoints' own dtype, while the reader thread has them
             with timer.phase("sparsity_sample"):
                 item.sparsity = update_sparsity(w0, w1)
@@ -468,7 +485,12 @@ def stream_matrices(cfg, plan: Plan, pending: list[MatrixName], store: Transitio
                 failures.extend(item.problems)
                 progress.advance(f"{m.name} SKIPPED (non-finite)")
                 continue
+            if item.frame_deferred:
+                with timer.phase("frame_read"):
+                    item.frame = frames.get(item.frame_key, dtype, shape=item.shape)
             frame = item.frame
+            frame_is_new = frame is None
+            item.frame = None  # the CPU copy: the writer must not keep it alive
             if frame is not None:
                 frame = Frame(U=frame.U.to(device), S=frame.S.to(device), V=frame.V.to(device))
                 reused += 1
@@ -491,7 +513,11 @@ def stream_matrices(cfg, plan: Plan, pending: list[MatrixName], store: Transitio
             if in_flight is not None:
                 with timer.phase("wait_write"):
                     in_flight.result()  # at most one write queued; surfaces writer errors
-            in_flight = writer.submit(write, item, res, item.frame is None)
+            if not frame_is_new:  # the writer needs only σ of a cached frame: U and V are not kept alive
+                r = res.frame.rank
+                res = replace(res, frame=Frame(U=res.frame.U.new_empty(0, r), S=res.frame.S,
+                                               V=res.frame.V.new_empty(0, r)))
+            in_flight = writer.submit(write, item, res, frame_is_new)
             del res, item, frame
             computed += 1
             progress.advance(m.name)
