@@ -354,6 +354,20 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
 PREFETCH_FRAME_BYTES = 256 << 20
 
 
+# Likewise the next pair of checkpoint tensors: above this (both tensors, checkpoint dtype) it is read
+# once the current matrix's math is done, overlapping its write instead (14B MLP pair in bf16: 356 MiB).
+PREFETCH_PAIR_BYTES = 256 << 20
+
+
+def pair_bytes(plan: Plan, m: MatrixName) -> int:
+    """Bytes of the W0 and W1 matrices of ``m`` as stored (a slice of a 3-D expert tensor: its share)."""
+    total = 0
+    for ckpt in (plan.base, plan.post):
+        info = ckpt.tensors[m.source]
+        total += info.nbytes * math.prod(ckpt.matrix_shape(m)) // max(1, math.prod(info.shape))
+    return total
+
+
 def frame_bytes(shape: tuple[int, int], dtype: torch.dtype) -> int:
     """Bytes of a full-rank frame of an m×n matrix: U (m×r), S (r) and V (n×r), r = min(m, n)."""
     m, n = shape
@@ -480,7 +494,10 @@ def stream_matrices(cfg, plan: Plan, pending: list[MatrixName], store: Transitio
         for i, m in enumerate(pending):
             with timer.phase("wait_read"):
                 item = next_load.result()
-            next_load = reader.submit(load, pending[i + 1]) if i + 1 < len(pending) else None
+            nxt = pending[i + 1] if i + 1 < len(pending) else None
+            # a large pair is read while this matrix's result is written, not during its math (peak memory)
+            late = nxt is not None and pair_bytes(plan, nxt) > PREFETCH_PAIR_BYTES
+            next_load = reader.submit(load, nxt) if nxt is not None and (not late or item.problems) else None
             if item.problems:
                 failures.extend(item.problems)
                 progress.advance(f"{m.name} SKIPPED (non-finite)")
@@ -504,6 +521,8 @@ def stream_matrices(cfg, plan: Plan, pending: list[MatrixName], store: Transitio
                                    rank_thresholds=cfg.rank_thresholds, band_edges=cfg.band_edges,
                                    angle_edges=cfg.angle_edges, survival=survival, timer=timer,
                                    svd_driver=cfg.svd_driver)
+            if next_load is None and nxt is not None:
+                next_load = reader.submit(load, nxt)
             bad = _nonfinite_result(res, m.name, cfg.compute_dtype)
             if bad:  # finite inputs can still overflow (|W1 − W0| beyond the compute dtype): never stored
                 failures.append(bad)
