@@ -398,7 +398,9 @@ class FrameCache:
                 attrs = None
         if attrs is not None and attrs.get(self.MARKER):
             return self
-        others = [c.name for c in p.iterdir() if c.name != "zarr.json"] if p.is_dir() else []
+        # another process preparing the same new cache at this moment leaves only its temporary zarr.json
+        others = [c.name for c in p.iterdir() if c.name != "zarr.json" and not c.name.startswith(".zarr.json.tmp-")] \
+            if p.is_dir() else []
         legacy = attrs is not None and all(_FRAME_KEY_RE.match(n) or n.startswith(".") for n in others)
         if others and not legacy:
             raise StoreError(
