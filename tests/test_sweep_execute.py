@@ -1,4 +1,4 @@
-"""The sweep's execution order and its unit keys, checked without running any unit."""
+"""The sweep's execution order, its unit keys and its report reader, checked without running any unit."""
 
 from __future__ import annotations
 
@@ -68,6 +68,23 @@ def test_background_units_wait_for_what_they_start_after_and_are_blocked_as_soon
     assert seen == ["start p", "start x", "start y", "FAILED p", "start q", "FAILED y", "blocked z", "blocked w",
                     "done q", "done x"]  # z and w are reported while x still runs
     assert states == {"p": "failed", "q": "done", "x": "done", "y": "failed", "z": "blocked", "w": "blocked"}
+
+
+def test_report_reader_types_numbers_and_writes_the_same_text_back(tmp_path):
+    from grrr_stream.files import to_csv
+    from grrr_stream.sweep import read_rows
+
+    text = ("variant,average,n,p,cut,odd,flag,note\n"
+            "100,61.5,200,1e-05,,007,True,nan\n"
+            "full,0.1,3,-0.0,2,1e3,False,x\n")
+    (tmp_path / "t.csv").write_text(text)
+    rows = read_rows(tmp_path / "t.csv")
+    # a number when writing it back gives the same text; names stay text; an empty cell is None
+    assert rows[0] == {"variant": "100", "average": 61.5, "n": 200, "p": 1e-05, "cut": None, "odd": "007",
+                       "flag": "True", "note": rows[0]["note"]} and rows[0]["note"] != rows[0]["note"]  # nan
+    assert rows[1]["odd"] == "1e3" and rows[1]["cut"] == 2
+    assert to_csv(rows) == text
+    assert read_rows(tmp_path / "missing.csv") == []
 
 
 def _keys(name: str, tmp_path: Path) -> dict[str, str]:

@@ -21,14 +21,14 @@ The modules, in the order data flows through them:
 - :mod:`.records`: per-unit records, the workdir lock, unit states, what is blocked;
 - :mod:`.runners`: one runner per kind of unit; :mod:`.execute`: dependency order, local and
   Dask executors; :mod:`.display`: progress lines; :mod:`.run`: :func:`run_sweep`;
-- :mod:`.report`: the report folder;
+- :mod:`.report`: the results read once as typed rows, the report folder;
 - :mod:`.status`: unit states and disk needs for the CLI.
 """
 
 from .execute import DaskExecutor, Frontier, LocalExecutor, execute_units
 from .plan import Plan, nearest_common_ancestor, plan_sweep
 from .records import Records, SweepLock, blockers, output_complete, unit_state
-from .report import write_report
+from .report import Report, read_rows, write_report
 from .run import SweepResult, run_sweep
 from .runners import RunContext, run_unit
 from .status import sweep_status, unit_disk_needs
@@ -37,8 +37,8 @@ from .units import (KIND_ORDER, SWEEP_FORMAT, WORKER_KINDS, CompareParams, Decom
 
 __all__ = [
     "KIND_ORDER", "SWEEP_FORMAT", "WORKER_KINDS", "CompareParams", "DaskExecutor", "DecomposeParams", "EvaluateParams", "Frontier",
-    "GenerateParams", "LocalExecutor", "Plan", "Records", "RunContext", "StatsParams", "SweepLock", "SweepResult",
+    "GenerateParams", "LocalExecutor", "Plan", "Records", "Report", "RunContext", "StatsParams", "SweepLock", "SweepResult",
     "Transition", "Unit", "UnitParams", "VariantParams", "blockers", "execute_units", "nearest_common_ancestor",
-    "output_complete", "plan_sweep", "run_sweep", "run_unit", "sweep_status", "unit_disk_needs",
+    "output_complete", "plan_sweep", "read_rows", "run_sweep", "run_unit", "sweep_status", "unit_disk_needs",
     "unit_state", "write_report",
 ]

@@ -1,47 +1,115 @@
-"""The sweep's report: sweep-level tables and figures in WORKDIR/report from the units that are done."""
+"""The sweep's report: the finished units' results, read once as typed rows, written to WORKDIR/report.
+
+Finished units keep their tables as CSV files in their own folders (some written by an earlier
+invocation); :func:`read_rows` is the one reader of them. :func:`write_report` gathers every
+table into a :class:`Report`, writes it, and returns it: the CLI prints its summary from that
+object and never reads the files back. A cell becomes a number only when writing that number
+back (``files.to_csv``) gives the very same text, so the report's tables hold the units' cells
+byte for byte while their readers get numbers, with None for an empty cell.
+"""
 
 from __future__ import annotations
 
+import csv
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional, Union
 
 from .plan import Plan
-from .units import Transition, Unit
+from .units import EvaluateParams, Transition, Unit
+
+Cell = Union[None, int, float, str]
+Row = dict[str, Cell]
+
+# columns that name things: text even when a name looks like a number (a variant called "100")
+_TEXT_COLUMNS = frozenset({"transition", "kind", "from", "to", "variant", "label", "verdict", "metric",
+                           "comparison", "suite", "benchmark", "reference", "method", "domain", "chain"})
+
+# report table → the file each evaluation unit keeps it in
+_EVALUATION_TABLES = {"accuracy": "accuracy.csv", "retention": "table_retention.csv",
+                      "removal": "table_removal.csv", "solved_lost": "solved_lost.csv"}
 
 
-def _read_csv(path: Path) -> list[dict]:
-    import csv
+def parse_cell(column: str, text: str) -> Cell:
+    if text == "":
+        return None
+    if column in _TEXT_COLUMNS:
+        return text
+    for kind, written in ((int, str), (float, repr)):
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        if written(value) == text:
+            return value
+    return text
 
+
+def read_rows(path: Path) -> list[Row]:
+    """A result table as typed rows; [] when the file is not there."""
     if not path.is_file():
         return []
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        return [{k: parse_cell(k, v) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
-def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> tuple[list[Path], dict]:
-    """Sweep-level tables and figures in WORKDIR/report from the units that are done; returns the
-    files and the claims summary (:func:`grrr_stream.claims.summarise`, one per evaluation suite)."""
-    from .. import plots
-    from ..files import atomic_write_text, to_csv
+def rectangular(rows: list[Row]) -> list[Row]:
+    """Every row with every column (in order of first appearance), None where a row has none: the rows
+    as a reader of their CSV file sees them."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return [{c: r.get(c) for c in columns} for r in rows]
 
-    rep = plan.workdir / "report"
-    rep.mkdir(parents=True, exist_ok=True)
-    files: list[Path] = []
+
+@dataclass
+class Report:
+    folder: Path
+    units: list[Row] = field(default_factory=list)
+    transitions: list[Row] = field(default_factory=list)
+    comparisons: list[Row] = field(default_factory=list)
+    stats_overall: list[Row] = field(default_factory=list)
+    accuracy: list[Row] = field(default_factory=list)
+    retention: list[Row] = field(default_factory=list)
+    removal: list[Row] = field(default_factory=list)
+    solved_lost: list[Row] = field(default_factory=list)
+    differences: list[Row] = field(default_factory=list)
+    informative: list[Row] = field(default_factory=list)
+    claim_rows: list[Row] = field(default_factory=list)
+    claims: dict = field(default_factory=dict)   # evaluation suite → claims.summarise(...)
+    files: list[Path] = field(default_factory=list)
+
+
+def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> Report:
+    """Sweep-level tables and figures in WORKDIR/report from the units that are done; the report
+    carries the files written and the claims summary (:func:`grrr_stream.claims.summarise`, one per
+    evaluation suite)."""
+    report = read_report(plan, states, records)
+    _write(report)
+    return report
+
+
+def read_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> Report:
     done = [u for u in plan.units if states.get(u.id) == "done"]
+    report = Report(plan.workdir / "report", units=_unit_rows(plan, states, records),
+                    transitions=rectangular(_transition_rows(plan, done)))
+    report.comparisons = rectangular([{"comparison": u.id.split("/", 1)[1], **r} for u in done
+                                      if u.kind == "compare" for r in read_rows(Path(u.out) / "comparisons.csv")])
+    stats = [u for u in done if u.kind == "stats"]
+    if stats:
+        report.stats_overall = read_rows(Path(stats[0].out) / "table_overall.csv")
+    _read_evaluations(plan, done, report)
+    return report
 
-    def put(name: str, rows: list[dict]) -> None:
-        if rows:
-            atomic_write_text(rep / name, to_csv(rows))
-            files.append(rep / name)
 
-    status_rows = [{"unit": u.id, "kind": u.kind, "state": states.get(u.id, "pending"),
-                    "seconds": round(float((records.get(u.id) or {}).get("seconds") or 0.0), 2),
-                    "error": (records.get(u.id) or {}).get("error", "") if states.get(u.id) == "failed" else "",
-                    "out": u.out} for u in plan.units]
-    put("units.csv", status_rows)
+def _unit_rows(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> list[Row]:
+    return [{"unit": u.id, "kind": u.kind, "state": states.get(u.id, "pending"),
+             "seconds": round(float((records.get(u.id) or {}).get("seconds") or 0.0), 2),
+             "error": (records.get(u.id) or {}).get("error", "") if states.get(u.id) == "failed" else "",
+             "out": u.out} for u in plan.units]
 
-    trows = []
+
+def _transition_rows(plan: Plan, done: list[Unit]) -> list[Row]:
+    rows = []
     for u in done:
         if u.kind != "decompose":
             continue
@@ -53,59 +121,43 @@ def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional
         # beyond the paper: principal bands, subspace angles, sparsity, component survival
         cols += [k[:-5] for k in summary if k.endswith("_mean")
                  and k.startswith(("band", "angle", "frac_", "bfloat16_kept_", "float16_kept_"))]
-        trows.append({"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
-                      "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
-                      **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols}, "store": u.out})
-    put("transitions.csv", trows)
-    edge = next((e for e in (64, 16, 256) if trows and trows[0].get(f"band{e}_off_principal_mean") is not None), None)
-    if edge is not None:
-        files.append(plots.band_energy_by_transition(trows, edge, rep / "band_energy.png"))
+        rows.append({"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
+                     "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
+                     **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols}, "store": u.out})
+    return rows
 
-    summaries = []
-    for u in done:
-        if u.kind == "compare":
-            for r in _read_csv(Path(u.out) / "comparisons.csv"):
-                summaries.append({"comparison": u.id.split("/", 1)[1], **r})
-    put("comparisons.csv", summaries)
-    if summaries:
-        numeric = [{k: _num(v) for k, v in s.items()} for s in summaries]
-        files.append(plots.cosine_medians(numeric, rep / "offdiag_cosine_medians.png"))
-        files.append(plots.norm_bars(numeric, rep / "update_norms.png"))
 
-    stats = [u for u in done if u.kind == "stats"]
-    if stats:
-        put("stats_overall.csv", _read_csv(Path(stats[0].out) / "table_overall.csv"))
-
-    acc, retention, removal, lost = [], [], [], []
+def _read_evaluations(plan: Plan, done: list[Unit], report: Report) -> None:
+    """The evaluation tables of every finished evaluation, and the claims over each suite's transitions."""
+    tables: dict[str, list[Row]] = {name: [] for name in _EVALUATION_TABLES}
     scores_by_suite: dict[str, list] = {}
     rest: dict[tuple[str, str], dict] = {}
     for u in done:
-        if u.kind != "evaluate":
+        if not isinstance(u.params, EvaluateParams):
             continue
         tr = plan.transitions[u.params.transition]
         suite = u.params.suite or ""
         label = {"transition": tr.id + (f" [{suite}]" if suite else ""), "kind": tr.kind, "from": tr.parent,
                  "to": tr.child}
-        acc += [{**label, **r} for r in _read_csv(Path(u.out) / "accuracy.csv")]
-        retention += [{**label, **r} for r in _read_csv(Path(u.out) / "table_retention.csv")]
-        removal += [{**label, **r} for r in _read_csv(Path(u.out) / "table_removal.csv")]
-        lost += [{**label, **r} for r in _read_csv(Path(u.out) / "solved_lost.csv")]
+        for name, file in _EVALUATION_TABLES.items():
+            tables[name] += [{**label, **r} for r in read_rows(Path(u.out) / file)]
         scores = _transition_scores(u, tr, plan.config.claims)
         if scores is not None:
             scores_by_suite.setdefault(suite, []).append(scores)
-            try:
-                info = json.loads((Path(u.out) / "evaluation.json").read_text()).get("info", {})
-            except (OSError, ValueError):
-                info = {}
-            # how composed variants were built: proj equals full under rest_from post, and a fallback is news
-            rest[(suite, tr.id)] = {"rest_from": info.get("rest_from") or "", "note": info.get("note", ""),
-                                    "rest_fallback": info.get("rest_fallback", "")}
-    put("accuracy.csv", acc)
-    put("retention.csv", retention)
-    put("removal.csv", removal)
-    put("solved_lost.csv", lost)
-    claims_summary = _write_claims(plan, scores_by_suite, rest, put)
-    return files, claims_summary
+            rest[(suite, tr.id)] = _rest_source(u)
+    for name, rows in tables.items():
+        setattr(report, name, rectangular(rows))
+    _summarise_claims(plan, scores_by_suite, rest, report)
+
+
+def _rest_source(u: Unit) -> dict:
+    """How composed variants were built: proj equals full under rest_from post, and a fallback is news."""
+    try:
+        info = json.loads((Path(u.out) / "evaluation.json").read_text()).get("info", {})
+    except (OSError, ValueError):
+        info = {}
+    return {"rest_from": info.get("rest_from") or "", "note": info.get("note", ""),
+            "rest_fallback": info.get("rest_fallback", "")}
 
 
 def _transition_scores(u: Unit, tr: Transition, c):
@@ -114,47 +166,65 @@ def _transition_scores(u: Unit, tr: Transition, c):
     from .. import claims
     from ..evaluate import result_path
 
-    metric = u.params.metric
+    p: EvaluateParams = u.params
     correct: dict[str, dict[str, object]] = {}
-    for v in u.params.variants:
+    for v in p.variants:
         name = v.partition("=")[0].strip()
-        for b in u.params.benchmarks:
+        for b in p.benchmarks:
             try:
                 summary = json.loads(result_path(Path(u.out), name, b).read_text())
             except (OSError, ValueError):
                 return None
-            values = (summary.get("scores") or {}).get(metric) or (summary.get("correct_bits") if metric == "avg"
-                                                                    else None)
+            values = (summary.get("scores") or {}).get(p.metric) or (summary.get("correct_bits") if p.metric == "avg"
+                                                                      else None)
             if not values:
                 return None
             correct.setdefault(name, {})[b] = values
     return claims.transition_scores(correct, transition=tr.id, kind=tr.kind, resamples=c.resamples, seed=c.seed)
 
 
-def _write_claims(plan: Plan, scores_by_suite: dict[str, list], rest: dict, put) -> dict:
+def _summarise_claims(plan: Plan, scores_by_suite: dict[str, list], rest: dict, report: Report) -> None:
     from .. import claims
 
     c = plan.config.claims
-    out: dict[str, dict] = {}
-    diffs, info, claim_rows = [], [], []
     for suite, scores in scores_by_suite.items():
         s = claims.summarise(scores, within_points=c.within_points, informative_points=c.informative_points,
                              retention_floor_pct=c.retention_floor_pct, level=c.level)
-        out[suite] = s
+        report.claims[suite] = s
         tag = {"suite": suite or "main"}
-        diffs += [{**tag, **r} for r in s["differences"]]
+        report.differences += [{**tag, **r} for r in s["differences"]]
         for r in s["informative"]:
             r.update(rest.get((suite, r["transition"]), {}))
-        info += [{**tag, **r} for r in s["informative"]]
-        claim_rows += [{**tag, "informative_transitions": s["counts"]["informative"], **r} for r in s["claims"]]
-    put("differences.csv", diffs)
-    put("informative.csv", info)
-    put("claims.csv", claim_rows)
-    return out
+        report.informative += [{**tag, **r} for r in s["informative"]]
+        report.claim_rows += [{**tag, "informative_transitions": s["counts"]["informative"], **r} for r in s["claims"]]
 
 
-def _num(v: str) -> Any:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return v
+def _write(report: Report) -> None:
+    """The report's tables (those with rows) and figures, in WORKDIR/report."""
+    from .. import plots
+    from ..files import atomic_write_text, to_csv
+
+    rep = report.folder
+    rep.mkdir(parents=True, exist_ok=True)
+
+    def put(name: str, rows: list[Row]) -> None:
+        if rows:
+            atomic_write_text(rep / name, to_csv(rows))
+            report.files.append(rep / name)
+
+    put("units.csv", report.units)
+    put("transitions.csv", report.transitions)
+    trows = report.transitions
+    edge = next((e for e in (64, 16, 256) if trows and trows[0].get(f"band{e}_off_principal_mean") is not None), None)
+    if edge is not None:
+        report.files.append(plots.band_energy_by_transition(trows, edge, rep / "band_energy.png"))
+    put("comparisons.csv", report.comparisons)
+    if report.comparisons:
+        report.files.append(plots.cosine_medians(report.comparisons, rep / "offdiag_cosine_medians.png"))
+        report.files.append(plots.norm_bars(report.comparisons, rep / "update_norms.png"))
+    put("stats_overall.csv", report.stats_overall)
+    for name, table in (("accuracy.csv", report.accuracy), ("retention.csv", report.retention),
+                        ("removal.csv", report.removal), ("solved_lost.csv", report.solved_lost),
+                        ("differences.csv", report.differences), ("informative.csv", report.informative),
+                        ("claims.csv", report.claim_rows)):
+        put(name, table)

@@ -6,15 +6,14 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Optional, TextIO
 
 from .display import Display
 from .execute import DaskExecutor, LocalExecutor, _make_client, execute_units
 from .plan import Plan
 from .records import Records, SweepLock, unit_state
-from .report import write_report
+from .report import Report, write_report
 from .runners import RunContext
 from .units import DecomposeParams, Unit
 
@@ -25,9 +24,16 @@ class SweepResult:
     states: dict[str, str]               # unit id → done | failed | blocked | pending
     records: dict[str, Optional[dict]]
     ran: list[str]                       # units executed in this call
-    report_files: list[Path]
+    report: Report
     run_id: Optional[str] = None
-    claims: dict = field(default_factory=dict)  # evaluation suite → claims.summarise(...)
+
+    @property
+    def report_files(self) -> list:
+        return self.report.files
+
+    @property
+    def claims(self) -> dict:            # evaluation suite → claims.summarise(...)
+        return self.report.claims
 
     @property
     def failed(self) -> list[str]:
@@ -66,8 +72,7 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         ctx = RunContext(str(plan.workdir), tracking, progress, device, threads=None, stores=stores)
         ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
-        files, claims_summary = write_report(plan, states, recs)
-        result = SweepResult(plan, states, recs, ran, files, claims=claims_summary)
+        result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
         if tracking.get("enabled", True):
             result.run_id = _track_sweep(plan, result, tracking, started)
     return result
