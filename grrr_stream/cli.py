@@ -564,7 +564,8 @@ def _print_transitions(trs: list[dict], out) -> None:
               + (f"; share of ‖ΔW‖² in the top-{edge} block of P; largest angle between top-{edge} subspaces"
                  if edge else "") + (f"; energy of each component kept through {kept}" if kept else "") + "\n")
     for r in beyond:
-        line = f"  {r['transition']:<26} unchanged {r['frac_unchanged_mean']:6.3f}  ≤1 ulp {r['frac_within_ulp_mean']:6.3f}"
+        line = (f"  {r['transition']:<26} unchanged {r['frac_unchanged_mean']:6.3f}  "
+                f"≤1 ulp {r['frac_within_ulp_mean']:6.3f}")
         if edge:
             top = r[f"band{edge}_diag_principal_mean"] + r[f"band{edge}_off_principal_mean"]
             line += f"  top-{edge} {top:6.3f}"

@@ -36,9 +36,9 @@ from .units import (KIND_ORDER, SWEEP_FORMAT, WORKER_KINDS, CompareParams, Decom
                     GenerateParams, StatsParams, Transition, Unit, UnitParams, VariantParams)
 
 __all__ = [
-    "KIND_ORDER", "SWEEP_FORMAT", "WORKER_KINDS", "CompareParams", "DaskExecutor", "DecomposeParams", "EvaluateParams", "Frontier",
-    "GenerateParams", "LocalExecutor", "Plan", "Records", "Report", "RunContext", "StatsParams", "SweepLock", "SweepResult",
-    "Transition", "Unit", "UnitParams", "VariantParams", "blockers", "execute_units", "nearest_common_ancestor",
-    "output_complete", "plan_sweep", "read_rows", "run_sweep", "run_unit", "sweep_status", "unit_disk_needs",
-    "unit_state", "write_report",
+    "KIND_ORDER", "SWEEP_FORMAT", "WORKER_KINDS", "CompareParams", "DaskExecutor", "DecomposeParams",
+    "EvaluateParams", "Frontier", "GenerateParams", "LocalExecutor", "Plan", "Records", "Report",
+    "RunContext", "StatsParams", "SweepLock", "SweepResult", "Transition", "Unit", "UnitParams",
+    "VariantParams", "blockers", "execute_units", "nearest_common_ancestor", "output_complete", "plan_sweep",
+    "read_rows", "run_sweep", "run_unit", "sweep_status", "unit_disk_needs", "unit_state", "write_report",
 ]
