@@ -62,7 +62,7 @@ def main() -> None:
         extra = '{"scheduler": "%s"}' % sched
         r = _child(CHILD, str(models / "base"), str(models / "post"), str(run / "store"), str(run / "frames"), extra)
         walls[sched] = r["wall_s"]
-        print(f"  {sched:>8}: {r['wall_s']:7.1f} s  ({r['computed']} computed, driver peak RSS {r['maxrss_mib']:.0f} MiB)")
+        print(f"  {sched:>8}: {r['wall_s']:7.1f} s  ({r['computed']} computed)")
     for n in sorted({int(s.split(':')[1]) for s in walls if s.startswith('local:')}):
         print(f"  starting local:{n} alone: {cluster_start_seconds(n):.1f} s")
     if "local:1" in walls and "local:2" in walls:
