@@ -69,6 +69,9 @@ def _decompose_parser(sub) -> None:
     p.add_argument("--chain", help="label of the model chain this transition belongs to")
     p.add_argument("--overwrite", action="store_true", default=None,
                    help="discard results in STORE that came from other inputs or settings")
+    p.add_argument("--scheduler", help="threads (this process, default), local:N (N Dask worker processes) or the "
+                                       "ADDRESS of a Dask scheduler (tcp://HOST:8786): spread the matrices over "
+                                       "its workers, which must see the same paths")
     _add_tracking(p, experiment_default=None)
     p.add_argument("--no-progress", action="store_true", help="no progress line")
     _add_common(p)
@@ -363,6 +366,7 @@ def config_from_args(args: argparse.Namespace):
         "method": args.method, "chain": args.chain, "overwrite": args.overwrite,
         "modules": [m.strip() for m in args.modules.split(",") if m.strip()] if args.modules else None,
         "progress": False if args.no_progress else None,
+        "scheduler": args.scheduler,
     }
     values.update({k: v for k, v in flat.items() if v is not None})
     tracking = _tracking_from_args(args, values.get("tracking"))
@@ -391,6 +395,8 @@ def cmd_decompose(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     result = run_transition(cfg)
     print_summary(result)
+    if result.workers:
+        print("matrices computed per Dask worker: " + ", ".join(f"{w} {n}" for w, n in sorted(result.workers.items())))
     if result.run_id:
         print(f"MLflow run {result.run_id}")
     return 0
@@ -525,74 +531,84 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def print_sweep_summary(res, out=None) -> None:
-    import csv
-
+    """The sweep's headline tables, from the report it has just written (``res.report``: typed rows,
+    numbers as numbers and None for an empty cell)."""
     out = out or sys.stdout
     rep = res.plan.workdir / "report"
-
-    def rows(name):
-        p = rep / name
-        if not p.is_file():
-            return []
-        with open(p, newline="") as f:
-            return list(csv.DictReader(f))
-
     out.write(f"\nsweep {res.plan.config.name}: {_totals([{'state': s} for s in res.states.values()])}; "
               f"{len(res.ran)} unit(s) run now; report in {rep}\n")
-    trs = rows("transitions.csv")
+    _print_transitions(res.report.transitions, out)
+    cmps = res.report.comparisons
+    if cmps:
+        out.write("\nmedian off-diagonal cosine (95 % CI) vs the isotropic null:\n")
+        for r in cmps:
+            out.write(f"  {r['label']:<44} {r['median_cos_off']:+.4f} [{r['ci_lo']:+.4f}, "
+                      f"{r['ci_hi']:+.4f}]  p = {r['p_value']:.3g} → {r['verdict']}\n")
+    _print_accuracy(res.report.accuracy, res.claims, out)
+    _print_claims(res, out)
+    bad = [(u, res.records.get(u) or {}) for u, s in res.states.items() if s in ("failed", "blocked")]
+    if bad:
+        out.write("\nnot done:\n")
+        for u, rec in bad:
+            out.write(f"  {res.states[u]:<8} {u}: {rec.get('error', 'needs a failed unit')}\n")
+        out.write("Fix the cause and rerun the same command; `grrr-stream status CONFIG` lists every unit.\n")
+
+
+def _print_transitions(trs: list[dict], out) -> None:
     if trs:
         out.write(f"\n{'transition':<28} {'kind':<12} {'method':<12} {'f_diag':>8} {'f_off':>8} {'f_null':>8} "
                   f"{'r_delta':>9}\n")
         for r in trs:
-            out.write(f"{r['transition']:<28} {r['kind']:<12} {r['method']:<12} {float(r['f_diag_mean']):>8.4f} "
-                      f"{float(r['f_off_mean']):>8.4f} {float(r['f_null_mean']):>8.4f} {float(r['r_delta_mean']):>9.2e}\n")
-    beyond = [r for r in trs if r.get("frac_unchanged_mean")]
-    if beyond:
-        kept = next((k[:-len("_kept_diag_mean")] for k in beyond[0] if k.endswith("_kept_diag_mean")), None)
-        edge = next((e for e in ("64", "16", "256") if f"band{e}_off_principal_mean" in beyond[0]), None)
-        out.write("\nbeyond the paper (means over matrices): bitwise-unchanged entries, entries within one ulp"
-                  + (f"; share of ‖ΔW‖² in the top-{edge} block of P; largest angle between top-{edge} subspaces"
-                     if edge else "") + (f"; energy of each component kept through {kept}" if kept else "") + "\n")
-        for r in beyond:
-            line = (f"  {r['transition']:<26} unchanged {float(r['frac_unchanged_mean']):6.3f}  "
-                    f"≤1 ulp {float(r['frac_within_ulp_mean']):6.3f}")
-            if edge:
-                top = float(r[f"band{edge}_diag_principal_mean"]) + float(r[f"band{edge}_off_principal_mean"])
-                line += f"  top-{edge} {top:6.3f}"
-                if r.get(f"angle{edge}_left_max_deg_mean"):
-                    line += (f"  angle L {float(r[f'angle{edge}_left_max_deg_mean']):5.1f}° "
-                             f"R {float(r[f'angle{edge}_right_max_deg_mean']):5.1f}°")
-            if kept:
-                line += "  kept " + " ".join(f"{c} {float(r[f'{kept}_kept_{c}_mean']):.3f}"
-                                             for c in ("diag", "off", "null"))
-            out.write(line + "\n")
-    cmps = rows("comparisons.csv")
-    if cmps:
-        out.write("\nmedian off-diagonal cosine (95 % CI) vs the isotropic null:\n")
-        for r in cmps:
-            out.write(f"  {r['label']:<44} {float(r['median_cos_off']):+.4f} [{float(r['ci_lo']):+.4f}, "
-                      f"{float(r['ci_hi']):+.4f}]  p = {float(r['p_value']):.3g} → {r['verdict']}\n")
-    acc = rows("accuracy.csv")
-    if acc:
-        from .evaluate import accuracy_columns
+            out.write(f"{r['transition']:<28} {r['kind']:<12} {r['method']:<12} {r['f_diag_mean']:>8.4f} "
+                      f"{r['f_off_mean']:>8.4f} {r['f_null_mean']:>8.4f} {r['r_delta_mean']:>9.2e}\n")
+    beyond = [r for r in trs if r.get("frac_unchanged_mean") is not None]
+    if not beyond:
+        return
+    kept = next((k[:-len("_kept_diag_mean")] for k in beyond[0] if k.endswith("_kept_diag_mean")), None)
+    edge = next((e for e in ("64", "16", "256") if f"band{e}_off_principal_mean" in beyond[0]), None)
+    out.write("\nbeyond the paper (means over matrices): bitwise-unchanged entries, entries within one ulp"
+              + (f"; share of ‖ΔW‖² in the top-{edge} block of P; largest angle between top-{edge} subspaces"
+                 if edge else "") + (f"; energy of each component kept through {kept}" if kept else "") + "\n")
+    for r in beyond:
+        line = (f"  {r['transition']:<26} unchanged {r['frac_unchanged_mean']:6.3f}  "
+                f"≤1 ulp {r['frac_within_ulp_mean']:6.3f}")
+        if edge:
+            top = r[f"band{edge}_diag_principal_mean"] + r[f"band{edge}_off_principal_mean"]
+            line += f"  top-{edge} {top:6.3f}"
+            if r.get(f"angle{edge}_left_max_deg_mean") is not None:
+                line += (f"  angle L {r[f'angle{edge}_left_max_deg_mean']:5.1f}° "
+                         f"R {r[f'angle{edge}_right_max_deg_mean']:5.1f}°")
+        if kept:
+            line += "  kept " + " ".join(f"{c} {r[f'{kept}_kept_{c}_mean']:.3f}" for c in ("diag", "off", "null"))
+        out.write(line + "\n")
 
-        benches = accuracy_columns(acc)
-        diffs = {(d["transition"] + (f" [{suite}]" if suite else ""), d["variant"]): d
-                 for suite, s in res.claims.items() for d in s["differences"]}
-        metric = acc[0].get("metric") or "avg"
-        out.write(f"\naccuracy (%, metric {metric}); − full: paired bootstrap 95 % CI over problems\n"
-                  f"{'transition':<28} {'kind':<12} "
-                  f"{'variant':<12} " + " ".join(f"{b:>12}" for b in benches)
-                  + f" {'average':>8} {'− full [95 % CI]':>24} {'cut off':>8}\n")
-        for r in acc:
-            # a suite covers some transitions only: its cells are empty for the others
-            d = diffs.get((r["transition"], r["variant"]), {})
-            ci = (f"{d['minus_full']:+7.2f} [{d['minus_full_ci_lo']:+6.2f}, {d['minus_full_ci_hi']:+6.2f}]"
-                  if "minus_full" in d else "")
-            out.write(f"{r['transition']:<28} {r['kind']:<12} {r['variant']:<12} "
-                      + " ".join(f"{float(r[b]):>12.1f}" if r[b] else f"{'':>12}" for b in benches)
-                      + (f" {float(r['average']):>8.2f}" if r["average"] else f" {'':>8}")
-                      + f" {ci:>24} {r['truncated']:>8}\n")
+
+def _print_accuracy(acc: list[dict], claims: dict, out) -> None:
+    if not acc:
+        return
+    from .evaluate import accuracy_columns
+
+    benches = accuracy_columns(acc)
+    diffs = {(d["transition"] + (f" [{suite}]" if suite else ""), d["variant"]): d
+             for suite, s in claims.items() for d in s["differences"]}
+    metric = acc[0].get("metric") or "avg"
+    out.write(f"\naccuracy (%, metric {metric}); − full: paired bootstrap 95 % CI over problems\n"
+              f"{'transition':<28} {'kind':<12} "
+              f"{'variant':<12} " + " ".join(f"{b:>12}" for b in benches)
+              + f" {'average':>8} {'− full [95 % CI]':>24} {'cut off':>8}\n")
+    for r in acc:
+        # a suite covers some transitions only: its cells are empty for the others
+        d = diffs.get((r["transition"], r["variant"]), {})
+        ci = (f"{d['minus_full']:+7.2f} [{d['minus_full_ci_lo']:+6.2f}, {d['minus_full_ci_hi']:+6.2f}]"
+              if "minus_full" in d else "")
+        truncated = "" if r["truncated"] is None else r["truncated"]
+        out.write(f"{r['transition']:<28} {r['kind']:<12} {r['variant']:<12} "
+                  + " ".join(f"{r[b]:>12.1f}" if r[b] is not None else f"{'':>12}" for b in benches)
+                  + (f" {r['average']:>8.2f}" if r["average"] is not None else f" {'':>8}")
+                  + f" {ci:>24} {truncated:>8}\n")
+
+
+def _print_claims(res, out) -> None:
     for suite, s in res.claims.items():
         name = f" ({suite})" if suite else ""
         out.write(f"\ninformative transitions{name} (full − base ≥ {res.plan.config.claims.informative_points:g} "
@@ -611,12 +627,6 @@ def print_sweep_summary(res, out=None) -> None:
             for r in s["claims"]:
                 if r["reference"] == "full":
                     out.write(f"  {sentence(r, s['counts']['informative'])}\n")
-    bad = [(u, res.records.get(u) or {}) for u, s in res.states.items() if s in ("failed", "blocked")]
-    if bad:
-        out.write("\nnot done:\n")
-        for u, rec in bad:
-            out.write(f"  {res.states[u]:<8} {u}: {rec.get('error', 'needs a failed unit')}\n")
-        out.write("Fix the cause and rerun the same command; `grrr-stream status CONFIG` lists every unit.\n")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

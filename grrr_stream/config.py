@@ -165,6 +165,10 @@ class DecomposeConfig(DecompositionSettings):
 
     overwrite: bool = False
     progress: bool = True
+    # Where the matrices are computed (grrr_stream.cluster): threads (this process, default), local:N (a
+    # LocalCluster of N worker processes) or the address of a running Dask scheduler. Not a result setting:
+    # a spread run writes what a one-process run with the same compute threads writes.
+    scheduler: Optional[str] = None
     # Close every timed phase with a device synchronisation (benchmarks on a GPU: without it the
     # asynchronous kernels are charged to whichever phase waits for them). Slows a GPU run slightly.
     sync_timing: bool = False

@@ -20,7 +20,7 @@ import re
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
@@ -30,6 +30,7 @@ import torch
 from . import __version__
 from .arch import MatrixName, default_modules, pattern_for, select_matrices, split_fused
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
+from .cluster import parse_scheduler, require
 from .config import DEFAULT_MODULES, DecomposeConfig, result_settings, settings_hash, stable_hash
 from .dtypes import ITEMSIZE, torch_dtype
 from .errors import ConfigError, NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
@@ -179,6 +180,7 @@ class _Loaded:
     shape: tuple[int, int] = (0, 0)
     sparsity: dict = field(default_factory=dict)  # checkpoint-precision sparsity of the update
     survival: Optional[tuple] = None  # (axis, indices, W0 sample in checkpoint dtype, target dtype)
+    frame_deferred: bool = False  # a large cached frame is read when its matrix is computed, not ahead
 
     def take(self, attr: str, timer: PhaseTimer, **to_kwargs) -> torch.Tensor:
         """Hand over w0/w1 upcast and drop this item's reference, so the checkpoint-dtype copy
@@ -220,6 +222,7 @@ class TransitionResult:
     frames_reused: int
     run_id: Optional[str] = None
     timings: dict[str, float] = field(default_factory=dict)
+    workers: dict[str, int] = field(default_factory=dict)  # Dask worker → matrices it computed (spread runs)
 
 
 def _identity(cfg: DecomposeConfig, base: Checkpoint, post: Checkpoint) -> dict:
@@ -242,12 +245,16 @@ def versions() -> dict[str, str]:
     }
 
 
-def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> TransitionResult:
+def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, client: Any = None) -> TransitionResult:
     """Decompose every selected matrix of ``cfg.base`` → ``cfg.post`` into ``cfg.store``.
 
-    Resumable: matrices already complete in the store are skipped. Raises a
+    Resumable: matrices already complete in the store are skipped. With ``cfg.scheduler`` local:N or
+    a scheduler address, or a dask.distributed ``client``, the matrices are spread over the cluster's
+    workers (grrr_stream.spread); the results are the same. Raises a
     :class:`~grrr_stream.errors.GrrrError` subclass for bad inputs before any SVD.
     """
+    spreads = client is not None or require(parse_scheduler(cfg.scheduler), ("threads", "synchronous", "local",
+                                                                             "address"), "decompose").distributed
     t_start = time.monotonic()
     started_ms = int(time.time() * 1000)  # the MLflow run, opened after the work, starts here
     stream = stream or sys.stderr
@@ -312,13 +319,21 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
             progress.message(f"resuming {cfg.store}: {len(done)} of {len(plan.matrices)} matrices already done")
         timer.add("plan", time.perf_counter() - t_plan)
         t_matrices = time.perf_counter()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(compute_threads(cfg, device, plan))
-        try:
-            computed, reused, failures = _stream(cfg, plan, pending, store, frames, device, dtype, progress, timer,
-                                                 identity["base_fingerprint"])
-        finally:
-            torch.set_num_threads(threads)
+        workers: dict[str, int] = {}
+        if pending and spreads:
+            from .spread import run_spread
+
+            computed, reused, failures, workers = run_spread(
+                cfg, plan, pending, progress, identity["base_fingerprint"], (manifest["base_folder"],
+                                                                             manifest["post_folder"]), client=client)
+        else:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(compute_threads(cfg, device, plan))
+            try:
+                computed, reused, failures = stream_matrices(cfg, plan, pending, store, frames, device, dtype,
+                                                             progress, timer, identity["base_fingerprint"])
+            finally:
+                torch.set_num_threads(threads)
         timer.add("matrices_wall", time.perf_counter() - t_matrices)
         if failures:
             raise NonFiniteWeightError(
@@ -328,7 +343,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
             )
         with timer.phase("tables_figures"):
             rows, summary_rows, summary = finalize(store, plan.matrices, f"{cfg.base} → {cfg.post}")
-    result = TransitionResult(cfg.store, rows, summary_rows, computed, reused)
+    result = TransitionResult(cfg.store, rows, summary_rows, computed, reused, workers=workers)
     if cfg.tracking.enabled:
         with timer.phase("tracking"):
             result.run_id = _track(cfg, store, manifest, rows, summary, started_ms, time.monotonic() - t_start)
@@ -336,19 +351,48 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None) -> 
     return result
 
 
+# A cached frame larger than this is read when its matrix is computed instead of by the reader thread
+# ahead of time: on 14B shapes the next MLP frame (U and V of 17408×5120, 0.46 GiB) would otherwise sit
+# in memory during the whole current matrix. Reading it is well under 1 % of that matrix's compute.
+PREFETCH_FRAME_BYTES = 256 << 20
+
+
+# Likewise the next pair of checkpoint tensors: above this (both tensors, checkpoint dtype) it is read
+# once the current matrix's math is done, overlapping its write instead (14B MLP pair in bf16: 356 MiB).
+PREFETCH_PAIR_BYTES = 256 << 20
+
+
+def pair_bytes(plan: TransitionPlan, m: MatrixName) -> int:
+    """Bytes of the W0 and W1 matrices of ``m`` as stored (a slice of a 3-D expert tensor: its share)."""
+    total = 0
+    for ckpt in (plan.base, plan.post):
+        info = ckpt.tensors[m.source]
+        total += info.nbytes * math.prod(ckpt.matrix_shape(m)) // max(1, math.prod(info.shape))
+    return total
+
+
+def frame_bytes(shape: tuple[int, int], dtype: torch.dtype) -> int:
+    """Bytes of a full-rank frame of an m×n matrix: U (m×r), S (r) and V (n×r), r = min(m, n)."""
+    m, n = shape
+    r = min(m, n)
+    return (m * r + r + n * r) * torch.empty((), dtype=dtype).element_size()
+
+
 # Below this many entries per matrix, a second LAPACK thread is not worth the core it takes from the
 # reader and writer threads (measured on 2 cores, tools/bench_decompose.py; README "Benchmarks").
 SMALL_MATRIX = 4 << 20
 
 
-def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: TransitionPlan) -> int:
+def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: TransitionPlan,
+                    available: Optional[int] = None) -> int:
     """torch's intra-op threads for this run's math. On a GPU, or when the user set cpu_threads, as
     given. On a CPU the reader and writer threads need a core of their own while the math runs:
     MKL's OpenMP team spins at its barriers, so a team that shares its cores with them runs at the
     pace of its slowest member (measured: LAPACK 3x slower inside the pipeline than alone with two
     threads on two cores). Small matrices keep all cores but one for the math; large ones, whose
-    SVDs dwarf the reading and writing, keep every core."""
-    current = torch.get_num_threads()
+    SVDs dwarf the reading and writing, keep every core. ``available``: the cores this process may use
+    (a Dask worker's share of its host), default torch's current thread count."""
+    current = available or torch.get_num_threads()
     if cfg.cpu_threads is not None:
         return cfg.cpu_threads
     if device.type != "cpu" or current <= 1 or not plan.matrices:
@@ -387,9 +431,9 @@ def _changed_since_recorded(plan: TransitionPlan, done: dict[str, dict]) -> list
     return changed
 
 
-def _stream(cfg, plan: TransitionPlan, pending: list[MatrixName], store: TransitionStore, frames: FrameCache,
-            device: torch.device, dtype: torch.dtype, progress: Progress,
-            timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
+def stream_matrices(cfg, plan: TransitionPlan, pending: list[MatrixName], store: TransitionStore,
+                    frames: FrameCache, device: torch.device, dtype: torch.dtype, progress: Progress,
+                    timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
     def load(m: MatrixName) -> _Loaded:
         with timer.phase("read"):
             w0, w1 = plan.base.read_matrix(m), plan.post.read_matrix(m)
@@ -398,9 +442,12 @@ def _stream(cfg, plan: TransitionPlan, pending: list[MatrixName], store: Transit
         with timer.phase("digest"):
             d0, d1 = tensor_digest(w0), tensor_digest(w1)
         key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold)
-        with timer.phase("frame_read"):
-            frame = None if problems else frames.get(key, dtype, shape=tuple(w0.shape))
-        item = _Loaded(m, w0, w1, d0, d1, key, frame, problems, tuple(w0.shape))
+        deferred = not problems and frame_bytes(tuple(w0.shape), dtype) > PREFETCH_FRAME_BYTES
+        frame = None
+        if not problems and not deferred:
+            with timer.phase("frame_read"):
+                frame = frames.get(key, dtype, shape=tuple(w0.shape))
+        item = _Loaded(m, w0, w1, d0, d1, key, frame, problems, tuple(w0.shape), frame_deferred=deferred)
         if not problems:  # in the checkpoints' own dtype, while the reader thread has them
             with timer.phase("sparsity_sample"):
                 item.sparsity = update_sparsity(w0, w1)
@@ -450,12 +497,20 @@ def _stream(cfg, plan: TransitionPlan, pending: list[MatrixName], store: Transit
         for i, m in enumerate(pending):
             with timer.phase("wait_read"):
                 item = next_load.result()
-            next_load = reader.submit(load, pending[i + 1]) if i + 1 < len(pending) else None
+            nxt = pending[i + 1] if i + 1 < len(pending) else None
+            # a large pair is read while this matrix's result is written, not during its math (peak memory)
+            late = nxt is not None and pair_bytes(plan, nxt) > PREFETCH_PAIR_BYTES
+            next_load = reader.submit(load, nxt) if nxt is not None and (not late or item.problems) else None
             if item.problems:
                 failures.extend(item.problems)
                 progress.advance(f"{m.name} SKIPPED (non-finite)")
                 continue
+            if item.frame_deferred:
+                with timer.phase("frame_read"):
+                    item.frame = frames.get(item.frame_key, dtype, shape=item.shape)
             frame = item.frame
+            frame_is_new = frame is None
+            item.frame = None  # the CPU copy: the writer must not keep it alive
             if frame is not None:
                 frame = Frame(U=frame.U.to(device), S=frame.S.to(device), V=frame.V.to(device))
                 reused += 1
@@ -469,6 +524,8 @@ def _stream(cfg, plan: TransitionPlan, pending: list[MatrixName], store: Transit
                                    rank_thresholds=cfg.rank_thresholds, band_edges=cfg.band_edges,
                                    angle_edges=cfg.angle_edges, survival=survival, timer=timer,
                                    svd_driver=cfg.svd_driver)
+            if next_load is None and nxt is not None:
+                next_load = reader.submit(load, nxt)
             bad = _nonfinite_result(res, m.name, cfg.compute_dtype)
             if bad:  # finite inputs can still overflow (|W1 − W0| beyond the compute dtype): never stored
                 failures.append(bad)
@@ -478,7 +535,11 @@ def _stream(cfg, plan: TransitionPlan, pending: list[MatrixName], store: Transit
             if in_flight is not None:
                 with timer.phase("wait_write"):
                     in_flight.result()  # at most one write queued; surfaces writer errors
-            in_flight = writer.submit(write, item, res, item.frame is None)
+            if not frame_is_new:  # the writer needs only σ of a cached frame: U and V are not kept alive
+                r = res.frame.rank
+                res = replace(res, frame=Frame(U=res.frame.U.new_empty(0, r), S=res.frame.S,
+                                               V=res.frame.V.new_empty(0, r)))
+            in_flight = writer.submit(write, item, res, frame_is_new)
             del res, item, frame
             computed += 1
             progress.advance(m.name)

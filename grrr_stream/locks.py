@@ -17,8 +17,9 @@ from typing import Optional
 class FileLock:
     """Subclasses say what is locked by overriding :meth:`busy`."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, wait: bool = False):
         self.path = Path(path)
+        self.wait = wait  # block until the holder releases it instead of refusing
         self._fd: Optional[int] = None
 
     def busy(self, holder: str) -> Exception:
@@ -29,7 +30,7 @@ class FileLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "an unknown process"
             os.close(fd)

@@ -233,6 +233,15 @@ class TransitionStore:
         store.adopted = adopted
         return store
 
+    @classmethod
+    def attach(cls, path: Path) -> "TransitionStore":
+        """Open a store that another process (the run's driver, which holds its lock) has opened with
+        :meth:`open`, to write matrices into it: a Dask worker's share of a spread transition."""
+        if cls.read_manifest(path) is None:
+            raise StoreError(f"{path} is not a grrr_stream store (or this machine does not see it: the workers of "
+                             "a spread transition need the store on a filesystem they share with the driver)")
+        return cls(Path(path), _zarr().open_group(str(path), mode="r+", zarr_format=3))
+
     adopted = False  # opened over an unfinished store whose inputs changed (see :meth:`open`)
 
     def remove_matrix(self, name: str) -> None:
@@ -259,19 +268,14 @@ class TransitionStore:
         if not base.is_dir():
             return done
         for d in base.iterdir():
-            meta = d / "zarr.json"
-            if not meta.is_file():
-                continue
-            try:
-                attrs = json.loads(meta.read_text()).get("attributes", {})
-            except json.JSONDecodeError:
-                continue  # torn write from a killed run: redone
-            arrays = ["P", "sigma0", "sigma1"] + (["null"] if attrs.get("null_stored") else []) \
-                + (["null_row_norms", "null_col_norms"] if attrs.get("null_kept") == "norms" else [])
-            # a record without its arrays (files removed by hand) is not done either
-            if attrs.get("complete") and all((d / a / "zarr.json").is_file() for a in arrays):
+            attrs = _complete_attrs(d)
+            if attrs is not None:
                 done[attrs["name"]] = attrs
         return done
+
+    def is_complete(self, name: str) -> bool:
+        """Whether one matrix's completion record is durable (reads only that matrix's metadata)."""
+        return _complete_attrs(self._matrix_dir(name)) is not None
 
     def write_matrix(self, name: str, arrays: dict[str, np.ndarray], attrs: dict, array_attrs: dict[str, dict],
                      *, timer: PhaseTimer = NO_TIMER) -> None:
@@ -329,6 +333,23 @@ class TransitionStore:
         return np.asarray(g["sigma0"][:]), np.asarray(g["sigma1"][:])
 
 
+def _complete_attrs(d: Path) -> Optional[dict]:
+    """A matrix group's attributes when it is complete: flagged so, with every array it lists."""
+    meta = d / "zarr.json"
+    if not meta.is_file():
+        return None
+    try:
+        attrs = json.loads(meta.read_text()).get("attributes", {})
+    except json.JSONDecodeError:
+        return None  # torn write from a killed run: redone
+    arrays = ["P", "sigma0", "sigma1"] + (["null"] if attrs.get("null_stored") else []) \
+        + (["null_row_norms", "null_col_norms"] if attrs.get("null_kept") == "norms" else [])
+    # a record without its arrays (files removed by hand) is not done either
+    if attrs.get("complete") and all((d / a / "zarr.json").is_file() for a in arrays):
+        return attrs
+    return None
+
+
 class FrameCache:
     """Cached SVD frames of base matrices, keyed by content digest and frame options.
 
@@ -370,7 +391,9 @@ class FrameCache:
                 attrs = None
         if attrs is not None and attrs.get(self.MARKER):
             return self
-        others = [c.name for c in p.iterdir() if c.name != "zarr.json"] if p.is_dir() else []
+        # another process preparing the same new cache at this moment leaves only its temporary zarr.json
+        others = [c.name for c in p.iterdir() if c.name != "zarr.json" and not c.name.startswith(".zarr.json.tmp-")] \
+            if p.is_dir() else []
         legacy = attrs is not None and all(_FRAME_KEY_RE.match(n) or n.startswith(".") for n in others)
         if others and not legacy:
             raise StoreError(

@@ -22,18 +22,10 @@ from .store import StoredTransition
 
 
 def make_scheduler(address: Optional[str]) -> Any:
-    """None/'threads'/'processes'/'synchronous' → a local Dask scheduler; anything else is the
-    address of a running dask.distributed scheduler (e.g. tcp://10.0.0.5:8786)."""
-    if address in (None, "", "threads", "processes", "synchronous", "sync"):
-        return address or "threads"
-    try:
-        from distributed import Client
-    except ImportError:  # pragma: no cover - a core dependency
-        raise ConfigError("--scheduler ADDRESS needs dask.distributed: pip install distributed") from None
-    try:
-        return Client(address, timeout="10s")
-    except (OSError, TimeoutError) as e:
-        raise ConfigError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+    """What Dask graphs (stats, compare, bands) run on for a --scheduler string (grrr_stream.cluster)."""
+    from .cluster import compute_scheduler
+
+    return compute_scheduler(address)
 
 
 def transition_run(t: StoredTransition, tracking: dict):

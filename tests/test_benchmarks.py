@@ -60,12 +60,12 @@ def test_default_bench_dir_is_the_bundled_copy_and_keys_do_not_depend_on_where_i
         return plan.unit("evaluate/base-to-rl/math")
 
     here = math_unit()
-    assert here.params["bench_dir"] == str(BUNDLED)
+    assert here.params.bench_dir == str(BUNDLED)
     moved = tmp_path / "site-packages" / "benchmarks"  # the same files installed elsewhere
     shutil.copytree(BUNDLED, moved)
     monkeypatch.setattr(ev, "BUNDLED", moved)
     there = math_unit()
-    assert there.params["bench_dir"] == str(moved) and there.key == here.key
+    assert there.params.bench_dir == str(moved) and there.key == here.key
     (moved / "amc23" / "test.jsonl").write_bytes(b'{"problem": "1+1", "answer": 2}\n')
     assert math_unit().key != here.key  # changed content: new results
 

@@ -186,6 +186,18 @@ def test_frame_cache_that_is_not_one_is_refused(kind, tmp_path):
         assert sorted(p.name for p in target.iterdir()) == ["thesis.tex"]
 
 
+def test_frame_cache_being_created_by_another_process_is_not_taken_for_a_foreign_folder(tmp_path):
+    """Two decompositions starting at once (a sweep on local:2): one sees only the other's temporary
+    zarr.json. Seen as a flaky 'not a grrr_stream frame cache' refusal before."""
+    from grrr_stream.store import FrameCache
+
+    cache = tmp_path / "frames"
+    cache.mkdir()
+    (cache / ".zarr.json.tmp-999999").write_text("{")  # the other process, between write and rename
+    assert FrameCache(cache).prepare().path == cache
+    assert (cache / "zarr.json").is_file()
+
+
 def test_update_that_overflows_the_compute_dtype_is_refused_with_the_matrix_named(tmp_path):
     """W0 = −3e38 and W1 = +3e38 are finite float32 weights, but ΔW overflows float32: that matrix is not
     stored (no NaN metrics marked complete), the others are, and the exit status is 2."""

@@ -171,10 +171,10 @@ def test_independent_pairs_at_any_depth_use_their_nearest_common_ancestor(models
         ("base-to-sft", "base-to-sibling"))}
     # two RL runs from the SFT model: their steps from SFT, not their cumulative updates (which share SFT's)
     rl = pairs["compare/independent/base-to-rl--base-to-rl2"]
-    assert rl.params["ancestor"] == "base-to-sft" and "decompose/base-to-sft" in rl.deps
+    assert rl.params.ancestor == "base-to-sft" and "decompose/base-to-sft" in rl.deps
     assert "from sft" in rl.label
     sib = pairs["compare/independent/base-to-rl--base-to-sibling"]
-    assert sib.params["ancestor"] is None and "from base" in sib.label
+    assert sib.params.ancestor is None and "from base" in sib.label
 
 
 def test_plan_refuses_a_rest_source_the_base_cannot_supply(models, tmp_path):
@@ -363,6 +363,8 @@ def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
     assert b.ok, {u: (b.records.get(u) or {}).get("traceback") for u in b.failed} or b.states
     hosts = {Records(b.plan.workdir).read(u)["pid"] for u in b.plan.units if u.on_worker}
     assert os.getpid() not in hosts  # the heavy units ran in the worker processes
+    spread = [Records(b.plan.workdir).read(u)["result"]["spread_over"] for u in b.plan.units if u.kind == "decompose"]
+    assert spread and all(n >= 1 for n in spread)  # each transition's matrices went out as Dask tasks
     assert_same(results_snapshot(tmp_path / "two"), results_snapshot(tmp_path / "one"))
     from mlflow.tracking import MlflowClient
 
@@ -430,4 +432,4 @@ def test_sampling_settings_key_evaluations_and_metrics_only_recompute_tables(mod
     assert evaluate_unit(sampling={"n": 4, "temperature": 0.7}).key == hot.key  # back: the same results
     # pass@k, maj@k and the table metric are computed from the answers: same key, same folder
     maj = evaluate_unit(sampling={"n": 4, "temperature": 0.7, "maj_k": [4]}, metric="maj@4")
-    assert (maj.key, maj.out) == (hot.key, hot.out) and maj.params["metric"] == "maj@4"
+    assert (maj.key, maj.out) == (hot.key, hot.out) and maj.params.metric == "maj@4"

@@ -127,7 +127,7 @@ PHASES = [("reader", ["read", "digest", "checks", "frame_read", "sparsity_sample
           ("run", ["plan", "matrices_wall", "tables_figures"])]
 
 
-def _child(code: str, *args: str) -> dict:
+def run_child(code: str, *args: str) -> dict:
     out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -169,19 +169,19 @@ def bench_shape(key: str, shape: ModelShape, out: Path, args) -> dict:
     base, post_a, post_b = (str(models / x) for x in ("base", "post_a", "post_b"))
     stores, frames = out / key / "stores", str(out / key / "frames")
 
-    bare = _child(BARE, base, post_a)["bare_s"]
+    bare = run_child(BARE, base, post_a)["bare_s"]
     print(f"[{key}] bare SVD(W0)+svdvals(W1): {bare:.1f} s", flush=True)
     peer = None
     if args.peer:
-        peer = _child(PEER, base, post_a)
+        peer = run_child(PEER, base, post_a)
         print(f"[{key}] peer (whole-model load): {peer}", flush=True)
-    first = _child(CHILD, base, post_a, str(stores / "a"), frames)
+    first = run_child(CHILD, base, post_a, str(stores / "a"), frames)
     print(f"[{key}] first transition: {first['wall_s']:.1f} s, peak RSS {first['maxrss_mib']:.0f} MiB\n"
           + breakdown(first["phases"]), flush=True)
-    second = _child(CHILD, base, post_b, str(stores / "b"), frames)
+    second = run_child(CHILD, base, post_b, str(stores / "b"), frames)
     print(f"[{key}] second transition (same base): {second['wall_s']:.1f} s, peak RSS "
           f"{second['maxrss_mib']:.0f} MiB\n" + breakdown(second["phases"]), flush=True)
-    codec = _child(CODEC, str(stores / "a"))
+    codec = run_child(CODEC, str(stores / "a"))
     print(f"[{key}] codec: {codec}", flush=True)
     fig = {
         "shape": f"hidden {shape.hidden}, intermediate {shape.intermediate}, heads {shape.heads}/{shape.kv_heads}"
@@ -204,8 +204,8 @@ def bench_shape(key: str, shape: ModelShape, out: Path, args) -> dict:
                     "ratio_decompose_to_peer": round(first["wall_s"] / peer["wall_s"], 3)})
     if args.analyses_cost:
         off = json.dumps({"band_edges": [], "angle_edges": [], "survival_dtype": None})
-        plain = _child(CHILD, base, post_a, str(stores / "plain"), str(out / key / "frames_plain"), off)
-        no_angles = _child(CHILD, base, post_a, str(stores / "no_angles"), str(out / key / "frames_no_angles"),
+        plain = run_child(CHILD, base, post_a, str(stores / "plain"), str(out / key / "frames_plain"), off)
+        no_angles = run_child(CHILD, base, post_a, str(stores / "no_angles"), str(out / key / "frames_no_angles"),
                            json.dumps({"angle_edges": []}))
         fig["decompose_without_analyses_s"] = round(plain["wall_s"], 2)
         fig["analyses_cost_pct"] = round(100 * (first["wall_s"] / plain["wall_s"] - 1), 1)

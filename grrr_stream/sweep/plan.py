@@ -1,0 +1,390 @@
+"""Plan: a sweep config's chains of models → transitions → units, dependencies first.
+
+Each planner below handles one kind of unit and returns the units it planned with the
+problems it found; :func:`plan_sweep` gathers the problems in config order and reports them
+all at once, so a config is fixed in one pass instead of one error per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..config import DecompositionSettings, SweepConfig, SweepEvaluation, TinyChainSpec, clip, stable_hash
+from ..dtypes import SIXTEEN_BIT
+from ..errors import ConfigError
+from .sources import Sources, benchmarks
+from .units import (KIND_ORDER, CompareParams, DecomposeParams, EvaluateParams, GenerateParams, StatsParams,
+                    Transition, Unit, VariantParams)
+
+Problems = list[str]
+Pair = tuple[str, str, str, Optional[str]]  # (comparison kind, transition a, transition b, ancestor transition)
+
+
+@dataclass
+class Plan:
+    config: SweepConfig
+    workdir: Path
+    units: list[Unit]                     # dependencies before dependents
+    transitions: dict[str, Transition]
+    models: dict[str, dict]               # model id → {'source', 'revision', 'chain', ...}
+
+    def unit(self, uid: str) -> Unit:
+        return self._index[uid]
+
+    def __post_init__(self) -> None:
+        self._index = {u.id: u for u in self.units}
+
+    @property
+    def key(self) -> str:
+        return stable_hash({"name": self.config.name, "units": sorted(u.key for u in self.units),
+                            "claims": self.config.claims.model_dump()}, 24)
+
+
+def plan_sweep(cfg: SweepConfig) -> Plan:
+    """Every unit of the sweep, dependencies first; all config problems reported at once."""
+    workdir = Path(cfg.workdir).absolute()
+    models, problems = _models(cfg)
+    generated = {mid: m["source"].split(":", 1)[1] for mid, m in models.items()
+                 if m["source"].startswith("tinychain:")}
+    gen, found = _generate_unit(cfg, generated, workdir)
+    lineage, broken, found_lineage = _lineages(models)
+    problems += found + found_lineage
+    transitions = _transitions(models, broken, cfg)
+    sources = Sources(models, generated, gen)
+    units = ([gen] if gen else []) + _decompose_units(cfg, transitions, sources, workdir)
+    dec_key = {u.params.transition: u.key for u in units if isinstance(u.params, DecomposeParams)}
+    planned, found = _statistics_units(cfg, transitions, models, lineage, dec_key, workdir)
+    units, problems = units + planned, problems + found
+    specs, found = _variant_specs(cfg)
+    problems += found
+    context = _Context(cfg, transitions, dec_key, specs, sources, gen, workdir)
+    for planner in (_variant_units, _evaluate_units):
+        planned, found = planner(context)
+        units, problems = units + planned, problems + found
+    _raise_problems(cfg, problems)
+    units.sort(key=lambda u: KIND_ORDER.index(u.kind))  # stable: dependencies always come first
+    return Plan(cfg, workdir, units, transitions, models)
+
+
+def _raise_problems(cfg: SweepConfig, problems: Problems) -> None:
+    if not problems:
+        return
+    problems = list(dict.fromkeys(problems))
+    shown = [clip(p, 2000) for p in problems[:40]] + ([f"... and {len(problems) - 40} more"]
+                                                       if len(problems) > 40 else [])
+    raise ConfigError(f"sweep '{clip(cfg.name, 80)}' cannot be planned ({len(problems)} problem(s)):\n  "
+                      + "\n  ".join(shown))
+
+
+def _keyed(folder: Path, stem: str = "") -> Callable[[str], Path]:
+    """A unit's result folder, named by its key: a changed setting writes beside the old results."""
+    return lambda key: folder / (f"{stem}-{key[:8]}" if stem else key[:8])
+
+
+# -- models, lineage, transitions ---------------------------------------------------------------
+
+
+def _models(cfg: SweepConfig) -> tuple[dict[str, dict], Problems]:
+    models: dict[str, dict] = {}
+    problems: Problems = []
+    for chain in cfg.chains:
+        for i, m in enumerate([chain.base, *chain.models]):
+            if m.id in models:
+                problems.append(f"model id '{m.id}' is used twice (chains {models[m.id]['chain']} and {chain.name})")
+                continue
+            parent = None if i == 0 else (m.parent or chain.base.id)
+            models[m.id] = {"source": m.source, "revision": m.revision, "chain": chain.name, "parent": parent,
+                            "base": chain.base.id, "method": m.method, "domain": m.domain,
+                            "confirmed": m.confirmed}
+    return models, problems
+
+
+def _ancestors(mid: str, models: dict[str, dict]) -> tuple[list[str], Optional[str]]:
+    """A model's ancestors, nearest first, and what is wrong with its lineage (None: nothing)."""
+    seen, cur = [], models[mid]["parent"]
+    while cur is not None:
+        if cur not in models or models[cur]["chain"] != models[mid]["chain"]:
+            return seen, f"model '{mid}': parent '{cur}' is not a model of chain {models[mid]['chain']}"
+        if cur in seen or cur == mid:
+            return seen, f"model '{mid}': its lineage has a cycle ({' → '.join([mid, *seen, cur])})"
+        seen.append(cur)
+        cur = models[cur]["parent"]
+    return seen, None
+
+
+def _lineages(models: dict[str, dict]) -> tuple[dict[str, list[str]], set[str], Problems]:
+    lineage, broken, problems = {}, set(), []
+    for mid in models:
+        lineage[mid], problem = _ancestors(mid, models)
+        if problem is not None:
+            broken.add(mid)
+            problems.append(problem)
+    return lineage, broken, problems
+
+
+def _transitions(models: dict[str, dict], broken: set[str], cfg: SweepConfig) -> dict[str, Transition]:
+    d = cfg.decomposition
+    transitions: dict[str, Transition] = {}
+    for mid, m in models.items():
+        if m["parent"] is None or mid in broken:
+            continue
+        base = m["base"]
+        pairs = []
+        if m["parent"] == base:
+            pairs.append((base, "cumulative"))
+        else:
+            if d.incremental:
+                pairs.append((m["parent"], "incremental"))
+            if d.cumulative:
+                pairs.append((base, "cumulative"))
+        for parent, kind in pairs:
+            tid = f"{parent}-to-{mid}"
+            transitions[tid] = Transition(tid, m["chain"], parent, mid, kind, m["method"], m["domain"])
+    return transitions
+
+
+def nearest_common_ancestor(ancestors_a: list[str], ancestors_b: list[str]) -> Optional[str]:
+    """The first of A's ancestors (nearest first) that is also B's."""
+    shared = set(ancestors_b)
+    return next((m for m in ancestors_a if m in shared), None)
+
+
+def _select(selector: Any, transitions: dict[str, Transition], what: str) -> tuple[list[str], Problems]:
+    if selector in (None, "none", False):
+        return [], []
+    if selector == "all":
+        return list(transitions), []
+    if selector in ("cumulative", "incremental"):
+        return [t for t, tr in transitions.items() if tr.kind == selector], []
+    if isinstance(selector, list):
+        unknown = [s for s in selector if s not in transitions]
+        problems = [f"{what}: unknown transition(s) {unknown}; planned: {sorted(transitions)}"] if unknown else []
+        return [s for s in selector if s in transitions], problems
+    return [], [f"{what}: expected cumulative, incremental, all, none or a list of transition ids, got {selector!r}"]
+
+
+# -- the tiny chain and the decompositions ------------------------------------------------------
+
+
+def _generate_unit(cfg: SweepConfig, generated: dict[str, str], workdir: Path) -> tuple[Optional[Unit], Problems]:
+    from ..fixtures import tinychain
+
+    uses_tiny_bench = any(e.enabled and e.bench_dir == "tinychain" for e in (cfg.evaluation, *cfg.extra_evaluations))
+    if not (generated or uses_tiny_bench):
+        return None, []
+    bad = sorted(f"{mid} ({name})" for mid, name in generated.items() if name not in tinychain.MODELS)
+    problems = [f"tinychain sources name models {tinychain.MODELS}; got {bad}"] if bad else []
+    tc = cfg.tinychain or TinyChainSpec()
+    params = GenerateParams(seed=tc.seed, quick=tc.quick, chain_version=tinychain.CHAIN_VERSION)
+    folder = workdir / "tinychain" / f"seed{tc.seed}{'-quick' if tc.quick else ''}"
+    label = f"train the tiny chain (seed {tc.seed}{', quick' if tc.quick else ''})"
+    return Unit.of("generate/tinychain", label, params, lambda key: folder), problems
+
+
+def _decompose_units(cfg: SweepConfig, transitions: dict[str, Transition], sources: Sources,
+                     workdir: Path) -> list[Unit]:
+    """One unit per transition; the first decomposition from each W0 computes its frames into the
+    shared cache, and the others from that W0 start after it (and read them)."""
+    d = cfg.decomposition
+    settings = DecompositionSettings.model_validate(d.model_dump(exclude={"incremental", "cumulative"}))
+    units: list[Unit] = []
+    frame_producer: dict[str, str] = {}  # W0 model id → the decomposition that computes its frames
+    for tid, tr in transitions.items():
+        (base_src, base_id), (post_src, post_id) = sources.resolve(tr.parent), sources.resolve(tr.child)
+        params = DecomposeParams(
+            transition=tid, base=base_src, post=post_src, base_id=base_id, post_id=post_id,
+            base_revision=sources.models[tr.parent]["revision"], post_revision=sources.models[tr.child]["revision"],
+            frame_cache=str(workdir / "frames"), method=tr.method, chain=tr.chain, settings=settings)
+        generated = sources.gen is not None and (tr.parent in sources.generated or tr.child in sources.generated)
+        uid = f"decompose/{tid}"
+        first = frame_producer.setdefault(tr.parent, uid)
+        units.append(Unit.of(uid, f"decompose {tr.parent} → {tr.child} ({tr.kind})", params,
+                             _keyed(workdir / "stores", tid), ("generate/tinychain",) if generated else (),
+                             (first,) if first != uid else ()))
+    return units
+
+
+# -- statistics and comparisons -----------------------------------------------------------------
+
+
+def _statistics_units(cfg: SweepConfig, transitions: dict[str, Transition], models: dict[str, dict],
+                      lineage: dict[str, list[str]], dec_key: dict[str, str], workdir: Path
+                      ) -> tuple[list[Unit], Problems]:
+    s = cfg.statistics
+    if not (s.enabled and dec_key):
+        return [], []
+    params = StatsParams(transitions=tuple(dec_key), store_keys=tuple(dec_key.values()), resamples=s.resamples,
+                         seed=s.seed)
+    units = [Unit.of("stats/summary", f"bootstrap summaries of {len(dec_key)} transition(s)", params,
+                     _keyed(workdir / "stats"), tuple(f"decompose/{t}" for t in dec_key))]
+    from_base = {tr.child: tid for tid, tr in transitions.items() if tr.kind == "cumulative"}
+    pairs = ((_sequential_pairs(models, from_base) if s.sequential else [])
+             + (_independent_pairs(models, lineage, from_base) if s.independent else []))
+    units += [_compare_unit(p, cfg, transitions, dec_key, workdir) for p in pairs
+              if p[1] in dec_key and p[2] in dec_key]
+    return units, _difference_problems(cfg, pairs)
+
+
+def _sequential_pairs(models: dict[str, dict], from_base: dict[str, str]) -> list[Pair]:
+    """base → parent then parent → child, in the base frame, for every grandchild of a base."""
+    pairs: list[Pair] = []
+    for mid, m in models.items():
+        p = m["parent"]
+        if p is not None and p != m["base"] and p in from_base and mid in from_base:
+            pairs.append(("sequential", from_base[p], from_base[mid], None))
+    return pairs
+
+
+def _independent_pairs(models: dict[str, dict], lineage: dict[str, list[str]], from_base: dict[str, str]
+                       ) -> list[Pair]:
+    """Every pair of models neither of which descends from the other, at any depth, compared as their
+    updates from their nearest common ancestor (the base, or a shared parent)."""
+    pairs: list[Pair] = []
+    kids = sorted(from_base)
+    for i, a in enumerate(kids):
+        for b in kids[i + 1:]:
+            if models[a]["chain"] != models[b]["chain"] or a in lineage[b] or b in lineage[a]:
+                continue
+            anc = nearest_common_ancestor(lineage[a], lineage[b])
+            if anc == models[a]["base"]:
+                pairs.append(("independent", from_base[a], from_base[b], None))
+            elif anc in from_base:
+                pairs.append(("independent", from_base[a], from_base[b], from_base[anc]))
+    return pairs
+
+
+def _difference_problems(cfg: SweepConfig, pairs: list[Pair]) -> Problems:
+    """Comparisons that take differences of stored P (sequential ones, independent ones from a shared
+    parent) refuse stores that cannot give them."""
+    d = cfg.decomposition
+    if not any(kind == "sequential" or c is not None for kind, _, _, c in pairs):
+        return []
+    problems: Problems = []
+    if d.store_dtype in SIXTEEN_BIT:
+        problems.append(f"decomposition.store_dtype: {d.store_dtype} cannot feed sequential comparisons or "
+                        "independent ones from a shared parent (they take differences of stored P, which keep "
+                        "few bits in 16-bit floats): use store_dtype float32, or set statistics.sequential / "
+                        "statistics.independent to false")
+    if d.null_storage != "array":
+        problems.append("decomposition.null_storage: norms cannot feed sequential comparisons or independent "
+                        "ones from a shared parent (the increment's norm needs the null residual arrays): use "
+                        "null_storage array, or set statistics.sequential / statistics.independent to false")
+    return problems
+
+
+def _compare_unit(pair: Pair, cfg: SweepConfig, transitions: dict[str, Transition], dec_key: dict[str, str],
+                  workdir: Path) -> Unit:
+    kind, a, b, c = pair
+    s = cfg.statistics
+    params = CompareParams(comparison=kind, a=a, b=b, ancestor=c, a_key=dec_key[a], b_key=dec_key[b],
+                           ancestor_key=dec_key[c] if c is not None else None, resamples=s.resamples,
+                           null_draws=s.null_draws, seed=s.seed, alpha=s.alpha)
+    if kind == "sequential":
+        label = f"compare {a} then {b} (sequential)"
+    else:
+        label = f"compare {a} vs {b} (independent, from {transitions[c].child if c else transitions[a].parent})"
+    deps = (f"decompose/{a}", f"decompose/{b}") + ((f"decompose/{c}",) if c else ())
+    return Unit.of(f"compare/{kind}/{a}--{b}", label, params, _keyed(workdir / "comparisons", f"{kind}-{a}--{b}"),
+                   deps)
+
+
+# -- variants and evaluations -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What the variant and evaluation planners share."""
+
+    cfg: SweepConfig
+    transitions: dict[str, Transition]
+    dec_key: dict[str, str]               # transition → its decomposition's key
+    specs: dict[str, Any]                 # variant name → VariantSpec (the names that parse)
+    sources: Sources
+    gen: Optional[Unit]
+    workdir: Path
+
+    def rest_problems(self, tid: str, names: list[str], where: str) -> Problems:
+        """A plan problem when rest_from: base meets a base that cannot supply the rest."""
+        from ..variants import rest_refusal
+
+        composed = [n for n in names if n in self.specs and self.specs[n].composed]
+        if not composed or self.cfg.variants.rest_from != "base":
+            return []
+        bad = self.sources.rest_problems(self.transitions[tid])
+        return [rest_refusal(bad, f"{where}: {tid}: ").replace("Set rest_from", "Set variants.rest_from")] if bad \
+            else []
+
+
+def _variant_specs(cfg: SweepConfig) -> tuple[dict[str, Any], Problems]:
+    from ..variants import parse_variant
+
+    specs, problems = {}, []
+    for name in cfg.variants.names + [n for e in (cfg.evaluation, *cfg.extra_evaluations) for n in (e.variants or [])]:
+        try:
+            specs[name] = parse_variant(name)
+        except ConfigError as e:
+            problems.append(f"variant '{name}': {e}")
+    return specs, problems
+
+
+def _variant_units(ctx: _Context) -> tuple[list[Unit], Problems]:
+    v, d = ctx.cfg.variants, ctx.cfg.decomposition
+    if not (v.enabled and v.write_folders):
+        return [], []
+    selected, problems = _select(v.transitions, ctx.transitions, "variants.transitions")
+    units: list[Unit] = []
+    for tid in selected:
+        refused = ctx.rest_problems(tid, v.names, "variants") if tid in ctx.dec_key else []
+        problems += refused
+        if tid not in ctx.dec_key or refused:
+            continue
+        for name in (n for n in v.names if n in ctx.specs):
+            spec = ctx.specs[name]
+            params = VariantParams(transition=tid, variant=name, store_key=ctx.dec_key[tid],
+                                   components=spec.components(), dtype=v.dtype, rest_from=v.rest_from,
+                                   shard_gb=v.shard_gb, device=d.device)
+            units.append(Unit.of(f"variant/{tid}/{spec.name}", f"build {spec.name} of {tid}", params,
+                                 _keyed(ctx.workdir / "variants" / tid, spec.name), (f"decompose/{tid}",)))
+    return units, problems
+
+
+def _evaluate_units(ctx: _Context) -> tuple[list[Unit], Problems]:
+    """One unit per (transition, suite of benchmarks); one engine each."""
+    suites = [e.suite for e in ctx.cfg.extra_evaluations]
+    problems = [f"extra_evaluations need distinct 'suite' names, got {suites}"] \
+        if None in suites or len(set(suites)) != len(suites) else []
+    units: list[Unit] = []
+    for e in (ctx.cfg.evaluation, *ctx.cfg.extra_evaluations):
+        if e.enabled:
+            planned, found = _suite_units(ctx, e)
+            units, problems = units + planned, problems + found
+    return units, problems
+
+
+def _suite_units(ctx: _Context, e: SweepEvaluation) -> tuple[list[Unit], Problems]:
+    v = ctx.cfg.variants
+    names = e.variants if e.variants is not None else v.names
+    bench_dir, bench_id = benchmarks(e, ctx.gen)
+    components = {n: ctx.specs[n].components() for n in names if n in ctx.specs}
+    where = "evaluation" if e.suite is None else f"extra_evaluations[{e.suite}]"
+    selected, problems = _select(e.transitions, ctx.transitions, f"{where}.transitions")
+    suffix = "" if e.suite is None else f"/{e.suite}"
+    limit = f" (first {e.limit} each)" if e.limit else ""
+    units: list[Unit] = []
+    for tid in selected:
+        refused = ctx.rest_problems(tid, names, where) if tid in ctx.dec_key else []
+        problems += refused
+        if tid not in ctx.dec_key or refused:
+            continue
+        params = EvaluateParams(
+            transition=tid, suite=e.suite, store_key=ctx.dec_key[tid], variants=tuple(names), components=components,
+            benchmarks=tuple(e.benchmarks), bench_dir=bench_dir, bench_id=bench_id, limit=e.limit, lenient=e.lenient,
+            template=e.template, instruction=e.instruction, materialize=e.materialize, rest_from=v.rest_from,
+            engine=e.engine, sampling=e.sampling, metric=e.metric)
+        deps = (f"decompose/{tid}",) + (("generate/tinychain",) if e.bench_dir == "tinychain" else ())
+        label = f"evaluate {len(names)} variant(s) of {tid} on {', '.join(e.benchmarks)}{limit}"
+        units.append(Unit.of(f"evaluate/{tid}{suffix}", label, params,
+                             _keyed(ctx.workdir / "evaluations", f"{tid}{suffix.replace('/', '-')}"), deps))
+    return units, problems

@@ -1,0 +1,230 @@
+"""The sweep's report: the finished units' results, read once as typed rows, written to WORKDIR/report.
+
+Finished units keep their tables as CSV files in their own folders (some written by an earlier
+invocation); :func:`read_rows` is the one reader of them. :func:`write_report` gathers every
+table into a :class:`Report`, writes it, and returns it: the CLI prints its summary from that
+object and never reads the files back. A cell becomes a number only when writing that number
+back (``files.to_csv``) gives the very same text, so the report's tables hold the units' cells
+byte for byte while their readers get numbers, with None for an empty cell.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+from .plan import Plan
+from .units import EvaluateParams, Transition, Unit
+
+Cell = Union[None, int, float, str]
+Row = dict[str, Cell]
+
+# columns that name things: text even when a name looks like a number (a variant called "100")
+_TEXT_COLUMNS = frozenset({"transition", "kind", "from", "to", "variant", "label", "verdict", "metric",
+                           "comparison", "suite", "benchmark", "reference", "method", "domain", "chain"})
+
+# report table → the file each evaluation unit keeps it in
+_EVALUATION_TABLES = {"accuracy": "accuracy.csv", "retention": "table_retention.csv",
+                      "removal": "table_removal.csv", "solved_lost": "solved_lost.csv"}
+
+
+def parse_cell(column: str, text: str) -> Cell:
+    if text == "":
+        return None
+    if column in _TEXT_COLUMNS:
+        return text
+    for kind, written in ((int, str), (float, repr)):
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        if written(value) == text:
+            return value
+    return text
+
+
+def read_rows(path: Path) -> list[Row]:
+    """A result table as typed rows; [] when the file is not there."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return [{k: parse_cell(k, v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def rectangular(rows: list[Row]) -> list[Row]:
+    """Every row with every column (in order of first appearance), None where a row has none: the rows
+    as a reader of their CSV file sees them."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return [{c: r.get(c) for c in columns} for r in rows]
+
+
+@dataclass
+class Report:
+    folder: Path
+    units: list[Row] = field(default_factory=list)
+    transitions: list[Row] = field(default_factory=list)
+    comparisons: list[Row] = field(default_factory=list)
+    stats_overall: list[Row] = field(default_factory=list)
+    accuracy: list[Row] = field(default_factory=list)
+    retention: list[Row] = field(default_factory=list)
+    removal: list[Row] = field(default_factory=list)
+    solved_lost: list[Row] = field(default_factory=list)
+    differences: list[Row] = field(default_factory=list)
+    informative: list[Row] = field(default_factory=list)
+    claim_rows: list[Row] = field(default_factory=list)
+    claims: dict = field(default_factory=dict)   # evaluation suite → claims.summarise(...)
+    files: list[Path] = field(default_factory=list)
+
+
+def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> Report:
+    """Sweep-level tables and figures in WORKDIR/report from the units that are done; the report
+    carries the files written and the claims summary (:func:`grrr_stream.claims.summarise`, one per
+    evaluation suite)."""
+    report = read_report(plan, states, records)
+    _write(report)
+    return report
+
+
+def read_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> Report:
+    done = [u for u in plan.units if states.get(u.id) == "done"]
+    report = Report(plan.workdir / "report", units=_unit_rows(plan, states, records),
+                    transitions=rectangular(_transition_rows(plan, done)))
+    report.comparisons = rectangular([{"comparison": u.id.split("/", 1)[1], **r} for u in done
+                                      if u.kind == "compare" for r in read_rows(Path(u.out) / "comparisons.csv")])
+    stats = [u for u in done if u.kind == "stats"]
+    if stats:
+        report.stats_overall = read_rows(Path(stats[0].out) / "table_overall.csv")
+    _read_evaluations(plan, done, report)
+    return report
+
+
+def _unit_rows(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> list[Row]:
+    return [{"unit": u.id, "kind": u.kind, "state": states.get(u.id, "pending"),
+             "seconds": round(float((records.get(u.id) or {}).get("seconds") or 0.0), 2),
+             "error": (records.get(u.id) or {}).get("error", "") if states.get(u.id) == "failed" else "",
+             "out": u.out} for u in plan.units]
+
+
+def _transition_rows(plan: Plan, done: list[Unit]) -> list[Row]:
+    rows = []
+    for u in done:
+        if u.kind != "decompose":
+            continue
+        tr = plan.transitions[u.params.transition]
+        summary = json.loads((Path(u.out) / "summary.json").read_text())["scopes"]["all"]
+        # paper Tables 3 and 4: energy shares, relative size, stable ranks and their change, α, numerical ranks
+        cols = ["f_diag", "f_off", "f_null", "r_delta", "sr_w0", "sr_w1", "dsr_pct", "alpha"]
+        cols += sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
+        # beyond the paper: principal bands, subspace angles, sparsity, component survival
+        cols += [k[:-5] for k in summary if k.endswith("_mean")
+                 and k.startswith(("band", "angle", "frac_", "bfloat16_kept_", "float16_kept_"))]
+        rows.append({"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
+                     "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
+                     **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols}, "store": u.out})
+    return rows
+
+
+def _read_evaluations(plan: Plan, done: list[Unit], report: Report) -> None:
+    """The evaluation tables of every finished evaluation, and the claims over each suite's transitions."""
+    tables: dict[str, list[Row]] = {name: [] for name in _EVALUATION_TABLES}
+    scores_by_suite: dict[str, list] = {}
+    rest: dict[tuple[str, str], dict] = {}
+    for u in done:
+        if not isinstance(u.params, EvaluateParams):
+            continue
+        tr = plan.transitions[u.params.transition]
+        suite = u.params.suite or ""
+        label = {"transition": tr.id + (f" [{suite}]" if suite else ""), "kind": tr.kind, "from": tr.parent,
+                 "to": tr.child}
+        for name, file in _EVALUATION_TABLES.items():
+            tables[name] += [{**label, **r} for r in read_rows(Path(u.out) / file)]
+        scores = _transition_scores(u, tr, plan.config.claims)
+        if scores is not None:
+            scores_by_suite.setdefault(suite, []).append(scores)
+            rest[(suite, tr.id)] = _rest_source(u)
+    for name, rows in tables.items():
+        setattr(report, name, rectangular(rows))
+    _summarise_claims(plan, scores_by_suite, rest, report)
+
+
+def _rest_source(u: Unit) -> dict:
+    """How composed variants were built: proj equals full under rest_from post, and a fallback is news."""
+    try:
+        info = json.loads((Path(u.out) / "evaluation.json").read_text()).get("info", {})
+    except (OSError, ValueError):
+        info = {}
+    return {"rest_from": info.get("rest_from") or "", "note": info.get("note", ""),
+            "rest_fallback": info.get("rest_fallback", "")}
+
+
+def _transition_scores(u: Unit, tr: Transition, c):
+    """Paired bootstrap scores of an evaluation unit's variants from its per-problem results
+    (None for results written before per-problem correctness was recorded)."""
+    from .. import claims
+    from ..evaluate import result_path
+
+    p: EvaluateParams = u.params
+    correct: dict[str, dict[str, object]] = {}
+    for v in p.variants:
+        name = v.partition("=")[0].strip()
+        for b in p.benchmarks:
+            try:
+                summary = json.loads(result_path(Path(u.out), name, b).read_text())
+            except (OSError, ValueError):
+                return None
+            values = (summary.get("scores") or {}).get(p.metric) or (summary.get("correct_bits") if p.metric == "avg"
+                                                                      else None)
+            if not values:
+                return None
+            correct.setdefault(name, {})[b] = values
+    return claims.transition_scores(correct, transition=tr.id, kind=tr.kind, resamples=c.resamples, seed=c.seed)
+
+
+def _summarise_claims(plan: Plan, scores_by_suite: dict[str, list], rest: dict, report: Report) -> None:
+    from .. import claims
+
+    c = plan.config.claims
+    for suite, scores in scores_by_suite.items():
+        s = claims.summarise(scores, within_points=c.within_points, informative_points=c.informative_points,
+                             retention_floor_pct=c.retention_floor_pct, level=c.level)
+        report.claims[suite] = s
+        tag = {"suite": suite or "main"}
+        report.differences += [{**tag, **r} for r in s["differences"]]
+        for r in s["informative"]:
+            r.update(rest.get((suite, r["transition"]), {}))
+        report.informative += [{**tag, **r} for r in s["informative"]]
+        report.claim_rows += [{**tag, "informative_transitions": s["counts"]["informative"], **r} for r in s["claims"]]
+
+
+def _write(report: Report) -> None:
+    """The report's tables (those with rows) and figures, in WORKDIR/report."""
+    from .. import plots
+    from ..files import atomic_write_text, to_csv
+
+    rep = report.folder
+    rep.mkdir(parents=True, exist_ok=True)
+
+    def put(name: str, rows: list[Row]) -> None:
+        if rows:
+            atomic_write_text(rep / name, to_csv(rows))
+            report.files.append(rep / name)
+
+    put("units.csv", report.units)
+    put("transitions.csv", report.transitions)
+    trows = report.transitions
+    edge = next((e for e in (64, 16, 256) if trows and trows[0].get(f"band{e}_off_principal_mean") is not None), None)
+    if edge is not None:
+        report.files.append(plots.band_energy_by_transition(trows, edge, rep / "band_energy.png"))
+    put("comparisons.csv", report.comparisons)
+    if report.comparisons:
+        report.files.append(plots.cosine_medians(report.comparisons, rep / "offdiag_cosine_medians.png"))
+        report.files.append(plots.norm_bars(report.comparisons, rep / "update_norms.png"))
+    put("stats_overall.csv", report.stats_overall)
+    for name, table in (("accuracy.csv", report.accuracy), ("retention.csv", report.retention),
+                        ("removal.csv", report.removal), ("solved_lost.csv", report.solved_lost),
+                        ("differences.csv", report.differences), ("informative.csv", report.informative),
+                        ("claims.csv", report.claim_rows)):
+        put(name, table)

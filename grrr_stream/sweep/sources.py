@@ -1,0 +1,101 @@
+"""Where each checkpoint and benchmark of a sweep is read from, and what identifies it in keys.
+
+A local checkpoint is keyed by its path and a sampled content fingerprint, a Hub one by its id
+and revision, a generated one by the generating unit's key; benchmarks by their content, never
+by where the package that ships them is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Optional
+
+from ..config import SweepEvaluation
+from ..errors import GrrrError
+from .units import Transition, Unit
+
+
+class Sources:
+    """Where each model's checkpoint is read from and what identifies it in keys. A base appears in
+    several transitions: each local checkpoint is fingerprinted, and rest-checked, once."""
+
+    def __init__(self, models: dict[str, dict], generated: dict[str, str], gen: Optional[Unit]):
+        self.models, self.generated, self.gen = models, generated, gen
+        self._resolved: dict[str, tuple[str, dict]] = {}
+        self._rest: dict[str, list[str]] = {}
+
+    def resolve(self, mid: str) -> tuple[str, dict]:
+        """Path/Hub id handed to the decomposition, and what identifies it in keys."""
+        if mid not in self._resolved:
+            self._resolved[mid] = self._resolve(mid)
+        return self._resolved[mid]
+
+    def _resolve(self, mid: str) -> tuple[str, dict]:
+        if mid in self.generated:
+            name = self.generated[mid]
+            return str(Path(self.gen.out) / name), {"generated": self.gen.key, "model": name}
+        src = self.models[mid]["source"]
+        local = Path(src).expanduser()
+        if local.exists() or src.startswith((".", "/", "~")):
+            src = str(local.absolute())
+            # a local folder is keyed by its path and its content's fingerprint: a checkpoint
+            # replaced in place gets new results instead of passing for the old ones
+            return src, {"source": src, "fingerprint": _fingerprint(local)}
+        return src, {"source": src, "revision": self.models[mid]["revision"]}  # a Hub id: its revision pins it
+
+    def rest_problems(self, tr: Transition) -> list[str]:
+        """Why the W0 of a transition cannot supply the non-decomposed tensors of composed variants,
+        known at plan time for local checkpoints only (generated and Hub ones are checked by the
+        unit itself, before it builds anything)."""
+        if tr.id not in self._rest:
+            self._rest[tr.id] = self._rest_problems(tr)
+        return self._rest[tr.id]
+
+    def _rest_problems(self, tr: Transition) -> list[str]:
+        from ..checkpoint import Checkpoint
+        from ..variants import rest_problems
+
+        if tr.parent in self.generated or tr.child in self.generated:
+            return []
+        paths = [Path(self.resolve(m)[0]) for m in (tr.parent, tr.child)]
+        if not all(p.is_dir() for p in paths):
+            return []
+        try:
+            return rest_problems(*(Checkpoint.open(p) for p in paths))
+        except (GrrrError, OSError):
+            return []  # unreadable now: its decomposition fails with the real error
+
+
+def _fingerprint(folder: Path) -> Optional[str]:
+    """Sampled content fingerprint of a local checkpoint (reads ~1 MiB per shard), or None when it
+    cannot be read yet (its decomposition then fails with the real error)."""
+    from ..checkpoint import Checkpoint
+
+    try:
+        return Checkpoint.open(folder).fingerprint()
+    except (GrrrError, OSError):
+        return None
+
+
+def _file_digest(path: Path) -> Optional[str]:
+    if not path.is_file():
+        return None  # a missing benchmark fails its evaluation unit, with the path in the error
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def benchmarks(e: SweepEvaluation, gen: Optional[Unit]) -> tuple[str, Any]:
+    """Where a suite's benchmarks are read from, and what identifies them in keys."""
+    if e.bench_dir == "tinychain":
+        return str(Path(gen.out) / "benchmarks"), {"generated": gen.key}
+    if e.bench_dir == "bundled":
+        from .. import evaluate
+
+        # keyed by content, not by where the package is installed
+        return str(evaluate.BUNDLED), {"bundled": {b: _file_digest(evaluate.BUNDLED / b / "test.jsonl")
+                                                   for b in e.benchmarks}}
+    if e.bench_dir.startswith("hub"):
+        return e.bench_dir, e.bench_dir
+    bench_dir = str(Path(e.bench_dir).expanduser().absolute())
+    return bench_dir, {"dir": bench_dir, "sha256": {b: _file_digest(Path(bench_dir) / b / "test.jsonl")
+                                                   for b in e.benchmarks}}
