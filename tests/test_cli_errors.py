@@ -326,7 +326,8 @@ def test_missing_benchmark_and_busy_workdir_raise_their_own_types(tmp_path):
         with pytest.raises(WorkdirBusyError, match="another grrr-stream sweep is running") as ei:
             with SweepLock(tmp_path / "w"):
                 pass
-    assert isinstance(ei.value, GrrrError) and isinstance(ei.value, RuntimeError) and not isinstance(ei.value, StoreError)
+    assert isinstance(ei.value, GrrrError) and isinstance(ei.value, RuntimeError)
+    assert not isinstance(ei.value, StoreError)
 
 
 def test_subprocess_second_process_on_locked_store_exits_2_without_traceback(pair, tmp_path):
