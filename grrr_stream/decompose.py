@@ -33,7 +33,7 @@ from .checkpoint import Checkpoint, resolve_source, tensor_digest
 from .cluster import parse_scheduler, require
 from .config import DEFAULT_MODULES, DecomposeConfig, result_settings, settings_hash, stable_hash
 from .dtypes import ITEMSIZE, torch_dtype
-from .errors import ConfigError, NonFiniteWeightError, StoreError, StoreMismatchError, TensorMismatchError
+from .errors import ConfigError, NonFiniteWeightError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
 from .phases import PhaseTimer
 from .progress import Progress

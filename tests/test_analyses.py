@@ -11,7 +11,7 @@ import torch
 
 from conftest import no_track_config
 from grrr_stream.frame import (band_energies, decompose_matrix, round_trip_survival, subspace_angles,
-                               top_singular_subspaces, update_sparsity)
+                               update_sparsity)
 
 
 def _orthogonal(n: int, seed: int) -> torch.Tensor:

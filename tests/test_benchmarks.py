@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from grrr_stream import evaluate as ev
 from grrr_stream.evaluate import BUNDLED, FIVE, bundled_checksums, load_benchmark, resolve_bench_dir

@@ -3,7 +3,6 @@ and the null residual kept as norms only (smaller store; variants recompute it; 
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 

@@ -333,7 +333,6 @@ def test_store_paths_are_absolute_and_a_missing_matrix_is_named(tmp_path, capsys
 
 
 def test_repaired_nan_keeps_the_matrices_whose_inputs_did_not_change(tmp_path, capsys):
-    import torch
 
     from grrr_stream.checkpoint import Checkpoint, write_checkpoint
     from grrr_stream.cli import main
