@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .config import stable_hash
+from .config import TrackingConfig, stable_hash, tracking_config
 from .decompose import transition_key
 from .errors import ConfigError
 from .files import atomic_write_text, ensure_folder, remove_tree, to_csv
@@ -28,16 +28,16 @@ def make_scheduler(address: Optional[str]) -> Any:
     return compute_scheduler(address)
 
 
-def transition_run(t: StoredTransition, tracking: dict):
+def transition_run(t: StoredTransition, tracking: TrackingConfig):
     """The MLflow run of a stored transition (created, unfinished, if the decomposition was not tracked;
     a later tracked `decompose` of the same transition completes it)."""
     from . import tracking as trk
 
     m = t.manifest
-    return trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
+    return trk.open_run(uri=tracking.uri, experiment=tracking.experiment,
                         key=transition_key(m["identity"]), run_name=f"{m['base']} → {m['post']}",
                         tags={"grrr.kind": "transition", "grrr.chain": m.get("chain") or "",
-                              "grrr.method": m.get("method") or ""}, sweep=tracking.get("sweep"))
+                              "grrr.method": m.get("method") or ""}, sweep=tracking.sweep)
 
 
 @dataclass
@@ -48,7 +48,7 @@ class StatsResult:
 
 
 def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, seed: int = 0,
-              scheduler: Any = None, tracking: Optional[dict] = None) -> StatsResult:
+              scheduler: Any = None, tracking: TrackingConfig | dict | None = None) -> StatsResult:
     """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``."""
     from . import stats
 
@@ -62,7 +62,7 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
                        ("table_by_layer.csv", stats.wide_table(long_rows, "layer"))):
         atomic_write_text(out / name, to_csv(rows))
         files.append(out / name)
-    if tracking_enabled(tracking):
+    if tracking_enabled(tracking := tracking_config(tracking)):
         for t in transitions:
             run = transition_run(t, tracking)
             mine = [r for r in long_rows if r["store"] == str(t.path)]
@@ -122,7 +122,7 @@ def comparison_label(kind: str, a: StoredTransition, b: StoredTransition, ancest
 
 def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_000,
                     null_draws: int = 10_000, seed: int = 0, alpha: float = 0.05, scheduler: Any = None,
-                    tracking: Optional[dict] = None) -> CompareResult:
+                    tracking: TrackingConfig | dict | None = None) -> CompareResult:
     """Off-diagonal cosine geometry for each (kind, a, b) or (kind, a, b, ancestor) of stores;
     CSV/JSON + Figures 4/5 in ``out``. ``ancestor``: the store of base → C, C the nearest common
     ancestor of an independent pair (None or absent: C is the base)."""
@@ -151,7 +151,7 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
             plots.norm_bars(summaries, out / "update_norms.png")]
     files += figs
     run_ids = []
-    if tracking_enabled(tracking):
+    if tracking_enabled(tracking := tracking_config(tracking)):
         for (comp, a, b, c, stem, started, seconds), summary in zip(comparisons, summaries):
             settings = {"kind": comp.kind, "a": a.manifest["identity"], "b": b.manifest["identity"],
                         "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
@@ -181,8 +181,8 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
     return CompareResult(out, [c[0] for c in comparisons], summaries, files, run_ids)
 
 
-def tracking_enabled(tracking: Optional[dict]) -> bool:
-    return bool(tracking) and tracking.get("enabled", True)
+def tracking_enabled(tracking: Optional[TrackingConfig]) -> bool:
+    return tracking is not None and tracking.enabled
 
 
 @dataclass
@@ -194,8 +194,8 @@ class VariantsResult:
 
 
 def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str = "float32",
-                 rest_from: str = "base", device: str = "cpu", overwrite: bool = False,
-                 max_shard_bytes: int = 2 * 2**30, tracking: Optional[dict] = None, stream=None) -> VariantsResult:
+                 rest_from: str = "base", device: str = "auto", overwrite: bool = False,
+                 max_shard_bytes: int = 2 * 2**30, tracking: TrackingConfig | dict | None = None, stream=None) -> VariantsResult:
     """Build each variant of the transition in ``store`` as ``out/<variant>/`` (HF folder) plus
     ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant."""
     from .variants import VariantBuilder, parse_variant, write_variant
@@ -205,6 +205,7 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
     if len(set(names)) != len(names):
         raise ConfigError(f"variant names must be unique, got {names}")
     summaries, folders, run_ids = [], [], []
+    tracking = tracking_config(tracking)
     # every refusal (rest source, dtype) before the first folder is written
     builders = [VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device) for spec in specs]
     out = ensure_folder(Path(out), "--out")
@@ -247,7 +248,7 @@ def variant_params(builder) -> dict:
             "prompt_format_from": "post"}
 
 
-def track_variant(builder, folder: Path, summary: dict, tracking: dict, *, started: float, seconds: float) -> str:
+def track_variant(builder, folder: Path, summary: dict, tracking: TrackingConfig, *, started: float, seconds: float) -> str:
     """The variant's MLflow run; ``started`` (epoch seconds) and ``seconds``: when its build began and
     how long it took (a build skipped as already done takes no time)."""
     import csv
@@ -257,10 +258,10 @@ def track_variant(builder, folder: Path, summary: dict, tracking: dict, *, start
     t = builder.transition
     parent = transition_run(t, tracking)
     meta = builder.metadata()
-    run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
+    run = trk.open_run(uri=tracking.uri, experiment=tracking.experiment,
                        key="variant-" + stable_hash(meta, 24), run_name=f"{t.label} [{builder.spec.name}]",
                        tags={"grrr.kind": "variant", "grrr.variant": builder.spec.name},
-                       parent_run_id=parent.run_id, start_ms=int(started * 1000), sweep=tracking.get("sweep"))
+                       parent_run_id=parent.run_id, start_ms=int(started * 1000), sweep=tracking.sweep)
     if run.complete:
         return run.run_id
     run.log_params({**variant_params(builder), "store": str(t.path), "folder": str(folder.resolve())})
@@ -299,7 +300,7 @@ class EvaluationResult:
 def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: Sequence[str], bench_dir: Path | str, *,
                    settings=None, materialize: str = "engine", keep_variants: bool = False,
                    limit: Optional[int] = None, template: str = "chat", instruction: Optional[str] = None,
-                   rest_from: str = "base", tracking: Optional[dict] = None, log=print, resamples: int = 10_000,
+                   rest_from: str = "base", tracking: TrackingConfig | dict | None = None, log=print, resamples: int = 10_000,
                    bootstrap_seed: int = 0, engine_factory=None, lenient: bool = False, sampling=None,
                    metric: str = "avg", nest_sampled: bool = True) -> EvaluationResult:
     """Evaluate variants of a stored transition on benchmarks with vLLM; resumable at prompt level.
@@ -347,7 +348,8 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     prompt = ev.prompt_format(post_folder, template, instruction)
     make_engine = engine_factory or ev.Engine
     # every refusal (a rest source the base cannot supply) before an engine starts
-    builders = {s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=rest_from) for s in specs}
+    # on the CPU, not the "auto" default: the vLLM engine holds the GPU's memory while variants are built
+    builders = {s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=rest_from, device="cpu") for s in specs}
 
     def engine_home(name: str) -> Path:
         b = builders[name]
@@ -447,7 +449,7 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
          "info": info, "fidelity": fidelity}, indent=2, default=str))
     files.append(out / "evaluation.json")
     res = EvaluationResult(out, flat, acc, t56, t8, info, fidelity, files, [], diffs, prompt, lost, metric)
-    if tracking_enabled(tracking):
+    if tracking_enabled(tracking := tracking_config(tracking)):
         res.run_ids = _track_evaluation(t, [builders[n] for n in names], benches, res, settings, template, tracking,
                                         sampling, started, time.time() - started)
     return res
@@ -530,10 +532,10 @@ def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, tem
     return run_ids
 
 
-def trk_open(tracking: dict, *, key: str, name: str, parent: Optional[str], tags: dict, started: float):
+def trk_open(tracking: TrackingConfig, *, key: str, name: str, parent: Optional[str], tags: dict, started: float):
     """Open a run of work that began at ``started`` (epoch seconds)."""
     from . import tracking as trk
 
-    return trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"), key=key,
+    return trk.open_run(uri=tracking.uri, experiment=tracking.experiment, key=key,
                         run_name=name, tags=tags, parent_run_id=parent, start_ms=int(started * 1000),
-                        sweep=tracking.get("sweep"))
+                        sweep=tracking.sweep)

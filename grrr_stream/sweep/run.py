@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Optional, TextIO
 
+from ..config import TrackingConfig, tracking_config
 from .display import Display
 from .execute import DaskExecutor, LocalExecutor, execute_units, make_client
 from .plan import Plan
@@ -44,14 +45,14 @@ class SweepResult:
         return all(s == "done" for s in self.states.values())
 
 
-def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional[dict] = None,
+def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: TrackingConfig | dict | None = None,
               progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None) -> SweepResult:
     """Execute every unit that is not done; record failures and go on with what does not depend on them."""
     stream = stream or sys.stderr
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
-    tracking = dict(tracking or {"enabled": False})
+    tracking = tracking_config(tracking) or TrackingConfig(enabled=False)
     # every unit's run carries the sweep's tag: one search finds the whole sweep (not a result key)
-    tracking["sweep"] = tracking.get("sweep") or plan.config.name
+    tracking = tracking.model_copy(update={"sweep": tracking.sweep or plan.config.name})
     from ..files import ensure_folder
 
     ensure_folder(plan.workdir, "workdir")
@@ -64,16 +65,16 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream)
         display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
                     f"{len(todo)} to run")
-        if tracking.get("enabled", True):
+        if tracking.enabled:
             from ..tracking import prepare
 
-            prepare(tracking.get("uri"), tracking.get("experiment", "grrr_stream"))
+            prepare(tracking.uri, tracking.experiment)
         stores = {u.params.transition: u.out for u in plan.units if isinstance(u.params, DecomposeParams)}
         ctx = RunContext(str(plan.workdir), tracking, progress, device, threads=None, stores=stores)
         ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
-        if tracking.get("enabled", True):
+        if tracking.enabled:
             result.run_id = _track_sweep(plan, result, tracking, started)
     return result
 
@@ -93,15 +94,15 @@ def _run(todo: list[Unit], states: dict[str, str], display: Display, scheduler: 
             cluster.close()
 
 
-def _track_sweep(plan: Plan, result: SweepResult, tracking: dict, started: float) -> str:
+def _track_sweep(plan: Plan, result: SweepResult, tracking: TrackingConfig, started: float) -> str:
     """One MLflow run per sweep (keyed by its plan), with the unit counts and the report; it spans
     this invocation from ``started`` (a resumed sweep's run spans all invocations)."""
     from .. import tracking as trk
 
     counts = {s: sum(1 for v in result.states.values() if v == s) for s in ("done", "failed", "blocked", "pending")}
-    run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
+    run = trk.open_run(uri=tracking.uri, experiment=tracking.experiment,
                        key="sweep-" + plan.key, run_name=f"sweep {plan.config.name}",
-                       tags={"grrr.kind": "sweep"}, start_ms=int(started * 1000), sweep=tracking["sweep"])
+                       tags={"grrr.kind": "sweep"}, start_ms=int(started * 1000), sweep=tracking.sweep)
     if run.complete:
         return run.run_id
     run.log_params({"name": plan.config.name, "workdir": str(plan.workdir), "units": len(plan.units),
