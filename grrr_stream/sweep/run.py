@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -15,6 +13,7 @@ from .execute import DaskExecutor, LocalExecutor, execute_units, make_client
 from .plan import Plan
 from .records import Records, SweepLock, unit_state
 from .report import Report, write_report
+from ..runs import log_sweep
 from .runners import RunContext
 from .units import DecomposeParams, Unit
 
@@ -75,7 +74,7 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Tracking
         recs = {u.id: records.read(u) for u in plan.units}
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
         if tracking.enabled:
-            result.run_id = _track_sweep(plan, result, tracking, started)
+            result.run_id = log_sweep(plan, result, tracking, started)
     return result
 
 
@@ -92,34 +91,3 @@ def _run(todo: list[Unit], states: dict[str, str], display: Display, scheduler: 
             client.close()
         if cluster is not None:
             cluster.close()
-
-
-def _track_sweep(plan: Plan, result: SweepResult, tracking: TrackingConfig, started: float) -> str:
-    """One MLflow run per sweep (keyed by its plan), with the unit counts and the report; it spans
-    this invocation from ``started`` (a resumed sweep's run spans all invocations)."""
-    from .. import tracking as trk
-
-    counts = {s: sum(1 for v in result.states.values() if v == s) for s in ("done", "failed", "blocked", "pending")}
-    run = trk.open_run(uri=tracking.uri, experiment=tracking.experiment,
-                       key="sweep-" + plan.key, run_name=f"sweep {plan.config.name}",
-                       tags={"grrr.kind": "sweep"}, start_ms=int(started * 1000), sweep=tracking.sweep)
-    if run.complete:
-        return run.run_id
-    run.log_params({"name": plan.config.name, "workdir": str(plan.workdir), "units": len(plan.units),
-                    "transitions": ",".join(plan.transitions),
-                    "config": json.dumps(plan.config.model_dump(mode="json"), sort_keys=True)})
-    metrics = [(f"units_{k}", v, 0) for k, v in counts.items()] + [("work_seconds", time.time() - started, 0)]
-    for suite, s in result.claims.items():
-        pre = "claims/" + (f"{suite}/" if suite else "")
-        metrics += [(f"{pre}{k}", v, 0) for k, v in s["counts"].items()]
-        for r in s["claims"]:
-            for k in ("within_k", "within_k_ci_lo", "within_k_ci_hi", "retention_median_pct",
-                      "retention_median_ci_lo", "retention_median_ci_hi", "retention_min_pct", "retention_max_pct",
-                      "at_floor", "at_floor_ci_lo", "at_floor_ci_hi"):
-                if isinstance(r.get(k), (int, float)) and math.isfinite(r[k]):
-                    metrics.append((f"{pre}{r['variant']}/vs_{r['reference']}/{k}", float(r[k]), 0))
-    run.log_metrics(metrics)
-    run.log_artifacts(result.report_files, "report")
-    if result.ok:
-        run.finish()
-    return run.run_id

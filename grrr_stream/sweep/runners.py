@@ -124,7 +124,7 @@ def _run_compare(u: Unit, ctx: RunContext) -> dict:
 def _run_variant(u: Unit, ctx: RunContext) -> dict:
     from ..runtime import resolve_device
     from ..variants import VariantBuilder, parse_variant, write_variant
-    from ..workflows import track_variant
+    from ..runs import log_variant
 
     p: VariantParams = u.params
     builder = VariantBuilder(Path(ctx.stores[p.transition]), parse_variant(p.variant), dtype=p.dtype,
@@ -133,7 +133,7 @@ def _run_variant(u: Unit, ctx: RunContext) -> dict:
     # a half-written folder of a killed build is replaced (its completion marker is written last)
     summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p.shard_gb * 2**30), overwrite=True)
     if ctx.tracking.enabled:
-        track_variant(builder, Path(u.out), summary, ctx.tracking, started=started, seconds=time.time() - started)
+        log_variant(builder, Path(u.out), summary, ctx.tracking, started=started, seconds=time.time() - started)
     return {k: summary[k] for k in ("fidelity", "fidelity_max", "energy_survived")}
 
 
