@@ -301,17 +301,23 @@ def _add_stats_common(p: argparse.ArgumentParser) -> None:
     _add_common(p)
 
 
-def _tracking_from_args(args, tracking: Optional[dict] = None) -> dict:
-    """``tracking`` (from a config; default: nothing set) with --tracking-uri, --experiment and
-    --no-track applied on top."""
-    tracking = dict(tracking or {})
+def _tracking_flags(args) -> dict:
+    """The TrackingConfig fields that --tracking-uri, --experiment and --no-track set."""
+    flags: dict[str, Any] = {}
     if args.tracking_uri:
-        tracking["uri"] = args.tracking_uri
+        flags["uri"] = args.tracking_uri
     if args.experiment:
-        tracking["experiment"] = args.experiment
+        flags["experiment"] = args.experiment
     if args.no_track:
-        tracking["enabled"] = False
-    return tracking
+        flags["enabled"] = False
+    return flags
+
+
+def _tracking_from_args(args, tracking=None):
+    """``tracking`` (a config's TrackingConfig; default: the defaults) with the tracking flags applied on top."""
+    from .config import TrackingConfig
+
+    return (tracking or TrackingConfig()).model_copy(update=_tracking_flags(args))
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -369,9 +375,9 @@ def config_from_args(args: argparse.Namespace):
         "scheduler": args.scheduler,
     }
     values.update({k: v for k, v in flat.items() if v is not None})
-    tracking = _tracking_from_args(args, values.get("tracking"))
-    if tracking:
-        values["tracking"] = tracking
+    flags = _tracking_flags(args)
+    if values.get("tracking") or flags:  # the YAML's tracking section, which build_config validates
+        values["tracking"] = {**(values.get("tracking") or {}), **flags}
     missing = [k for k in ("base", "post", "store") if k not in values]
     if missing:
         raise ConfigError("missing " + ", ".join(f"--{k}" for k in missing) + " (or set them in --config)")
@@ -513,15 +519,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     check_space(needs, f"the {len(to_run)} sweep unit(s) still to run",
                 "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.")
-    tracking = _tracking_from_args(args, cfg.tracking.model_dump())
+    tracking = _tracking_from_args(args, cfg.tracking)
     res = run_sweep(plan, scheduler=args.scheduler or cfg.scheduler, tracking=tracking,
                     progress=cfg.progress and not args.no_progress, device=args.device)
     print_sweep_summary(res)
-    if tracking["enabled"]:
+    if tracking.enabled:
         from .tracking import prepare, runs_page
 
-        uri = resolve_uri(tracking["uri"])
-        experiment = tracking.get("experiment", "grrr_stream")
+        uri = resolve_uri(tracking.uri)
+        experiment = tracking.experiment
         exp_id = prepare(uri, experiment)
         print(f"\nLogged to MLflow ({uri}, experiment {experiment}). Open the UI with:\n"
               f"  mlflow ui --backend-store-uri {uri}\nand its runs at {runs_page('http://127.0.0.1:5000', exp_id)}"

@@ -31,12 +31,13 @@ from . import __version__
 from .arch import MatrixName, default_modules, pattern_for, select_matrices, split_fused
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
 from .cluster import parse_scheduler, require
-from .config import DEFAULT_MODULES, DecomposeConfig, result_settings, settings_hash, stable_hash
+from .config import DEFAULT_MODULES, DecomposeConfig, result_settings, settings_hash
 from .dtypes import ITEMSIZE, torch_dtype
 from .errors import ConfigError, NonFiniteWeightError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
 from .phases import PhaseTimer
 from .progress import Progress
+from .runs import log_decomposition, transition_key  # noqa: F401 (transition_key: re-exported)
 from .runtime import bound_heap_growth, resolve_device
 from .store import FrameCache, StoreLock, TransitionStore, to_store_array
 
@@ -346,7 +347,8 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
     result = TransitionResult(cfg.store, rows, summary_rows, computed, reused, workers=workers)
     if cfg.tracking.enabled:
         with timer.phase("tracking"):
-            result.run_id = _track(cfg, store, manifest, rows, summary, started_ms, time.monotonic() - t_start)
+            result.run_id = log_decomposition(cfg, store, manifest, rows, summary, started_ms,
+                                              time.monotonic() - t_start)
     result.timings = {**timer.seconds(), "total_s": time.monotonic() - t_start}
     return result
 
@@ -603,54 +605,3 @@ def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = ""
     plots.normalized_spectra(spectra, fig_dir / "spectra_most_changed.png", title)
     store.mark_complete()
     return rows, summary_rows, summary
-
-
-def transition_key(identity: dict) -> str:
-    """Deterministic MLflow key of a transition: its inputs' fingerprints and settings hash."""
-    return "transition-" + stable_hash(identity, 24)
-
-
-def _track(cfg: DecomposeConfig, store: TransitionStore, manifest: dict, rows: list[dict], summary: dict,
-           started_ms: int, seconds: float) -> str:
-    from . import tracking
-
-    key = transition_key(manifest["identity"])
-    name = f"{Path(cfg.base).name} → {Path(cfg.post).name}"
-    run = tracking.open_run(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment, key=key, run_name=name,
-                            tags={"grrr.kind": "transition", "grrr.chain": cfg.chain or "",
-                                  "grrr.method": cfg.method or ""},
-                            start_ms=started_ms, sweep=cfg.tracking.sweep)
-    if run.complete:
-        return run.run_id
-    params = {
-        "base": cfg.base, "post": cfg.post, "method": cfg.method, "chain": cfg.chain,
-        "device": str(resolve_device(cfg.device)), "compute_dtype": cfg.compute_dtype,
-        "store_dtype": cfg.store_dtype, "core_rel_threshold": cfg.core_rel_threshold,
-        "rank_thresholds": list(cfg.rank_thresholds), "modules": ",".join(cfg.modules),
-        "module_pattern": cfg.module_pattern, "store": str(cfg.store.resolve()),
-        "model_type": manifest["model_type"], "n_matrices": len(rows),
-        **manifest["identity"],
-        **{f"version.{k}": v for k, v in manifest["versions"].items()},
-    }
-    run.log_params(params)
-    per_matrix = ("f_diag", "f_off", "f_null", "r_delta", "delta_fro", "sv_cos", "delta_max",
-                  "sr_w0", "sr_delta", "sr_w1", "dsr_pct", "alpha")
-    metrics: list[tuple[str, float, int]] = []
-    for r in rows:
-        if r.get("expert") is not None:
-            # one series per (metric, module) with the layer as step has no place for E experts a layer; their
-            # values are in metrics.csv (logged below) and aggregated in the per-module and per-expert scopes
-            continue
-        metrics += [(f"{k}/{r['module']}", r[k], r["layer"]) for k in per_matrix if math.isfinite(r[k])]
-    for scope, srow in summary["scopes"].items():
-        suffix = "" if scope == "all" else f"/{scope}"
-        for k in summary["metrics"]:
-            if f"{k}_mean" in srow:  # a metric some modules lack (an angle above their size)
-                metrics.append((f"mean/{k}{suffix}", srow[f"{k}_mean"], 0))
-                metrics.append((f"std/{k}{suffix}", srow[f"{k}_std"], 0))
-    metrics.append(("work_seconds", seconds, 0))  # this attempt's decomposition, before any logging
-    run.log_metrics(metrics)
-    run.log_artifacts([store.path / "metrics.csv", store.path / "summary.csv", store.path / "summary.json"])
-    run.log_artifacts(sorted((store.path / "figures").glob("*.png")), "figures")
-    run.finish()
-    return run.run_id

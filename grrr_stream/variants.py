@@ -50,7 +50,7 @@ from .errors import ConfigError, StoreMismatchError, TensorMismatchError
 from .files import atomic_write_text, check_component, to_csv
 from .frame import Frame, compute_frame, project, random_core_coefficients
 from .phases import PhaseTimer
-from .runtime import bound_heap_growth
+from .runtime import bound_heap_growth, resolve_device
 from .store import StoredTransition
 
 FIDELITY_WARN = 0.01  # warn when more than 1 % of an intended update is lost to the cast
@@ -257,7 +257,7 @@ class VariantBuilder:
     """
 
     def __init__(self, store: Path, spec: VariantSpec, *, dtype: str = "float32", rest_from: str = "base",
-                 device: str = "cpu"):
+                 device: str = "auto"):
         if dtype not in FLOAT_NAMES:
             raise ConfigError(f"variant dtype must be one of {', '.join(FLOAT_NAMES)}")
         if rest_from not in REST_FROM:
@@ -266,7 +266,7 @@ class VariantBuilder:
         self.transition = StoredTransition(Path(store))
         self.spec = spec
         self.dtype = dtype
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         m = self.transition.manifest
         self.base = Checkpoint.open(Path(m["base_folder"]))
         self.post = Checkpoint.open(Path(m["post_folder"]))

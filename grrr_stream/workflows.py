@@ -7,15 +7,14 @@ run the computation modules, write tables and figures, and log to MLflow.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .config import stable_hash
-from .decompose import transition_key
+from . import runs
+from .config import TrackingConfig, stable_hash, tracking_config
 from .errors import ConfigError
 from .files import atomic_write_text, ensure_folder, remove_tree, to_csv
 from .store import StoredTransition
@@ -28,18 +27,6 @@ def make_scheduler(address: Optional[str]) -> Any:
     return compute_scheduler(address)
 
 
-def transition_run(t: StoredTransition, tracking: dict):
-    """The MLflow run of a stored transition (created, unfinished, if the decomposition was not tracked;
-    a later tracked `decompose` of the same transition completes it)."""
-    from . import tracking as trk
-
-    m = t.manifest
-    return trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
-                        key=transition_key(m["identity"]), run_name=f"{m['base']} → {m['post']}",
-                        tags={"grrr.kind": "transition", "grrr.chain": m.get("chain") or "",
-                              "grrr.method": m.get("method") or ""}, sweep=tracking.get("sweep"))
-
-
 @dataclass
 class StatsResult:
     out: Path
@@ -48,7 +35,7 @@ class StatsResult:
 
 
 def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, seed: int = 0,
-              scheduler: Any = None, tracking: Optional[dict] = None) -> StatsResult:
+              scheduler: Any = None, tracking: TrackingConfig | dict | None = None) -> StatsResult:
     """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``."""
     from . import stats
 
@@ -62,14 +49,8 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
                        ("table_by_layer.csv", stats.wide_table(long_rows, "layer"))):
         atomic_write_text(out / name, to_csv(rows))
         files.append(out / name)
-    if tracking_enabled(tracking):
-        for t in transitions:
-            run = transition_run(t, tracking)
-            mine = [r for r in long_rows if r["store"] == str(t.path)]
-            tdir = out / f"per_transition_{stable_hash(str(t.path), 8)}"
-            tdir.mkdir(exist_ok=True)
-            atomic_write_text(tdir / f"stats_summary_resamples{resamples}_seed{seed}.csv", to_csv(mine))
-            run.log_artifacts(sorted(tdir.iterdir()), "stats")
+    if runs.enabled(tracking := tracking_config(tracking)):
+        runs.log_stats(transitions, long_rows, out, tracking, resamples=resamples, seed=seed)
     return StatsResult(out, long_rows, files)
 
 
@@ -122,7 +103,7 @@ def comparison_label(kind: str, a: StoredTransition, b: StoredTransition, ancest
 
 def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_000,
                     null_draws: int = 10_000, seed: int = 0, alpha: float = 0.05, scheduler: Any = None,
-                    tracking: Optional[dict] = None) -> CompareResult:
+                    tracking: TrackingConfig | dict | None = None) -> CompareResult:
     """Off-diagonal cosine geometry for each (kind, a, b) or (kind, a, b, ancestor) of stores;
     CSV/JSON + Figures 4/5 in ``out``. ``ancestor``: the store of base → C, C the nearest common
     ancestor of an independent pair (None or absent: C is the base)."""
@@ -151,38 +132,13 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
             plots.norm_bars(summaries, out / "update_norms.png")]
     files += figs
     run_ids = []
-    if tracking_enabled(tracking):
-        for (comp, a, b, c, stem, started, seconds), summary in zip(comparisons, summaries):
-            settings = {"kind": comp.kind, "a": a.manifest["identity"], "b": b.manifest["identity"],
-                        "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
-                        "seed": seed, "alpha": alpha}
-            if c is not None:
-                settings["ancestor"] = c.manifest["identity"]
-            run = trk_open(tracking, key="comparison-" + stable_hash(settings, 24), name=summary["label"],
-                           parent=None, tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind},
-                           started=started)
-            run_ids.append(run.run_id)
-            if run.complete:
-                continue
-            run.log_params({"kind": comp.kind, "a": a.label, "b": b.label, "a_store": str(a.path),
-                            "b_store": str(b.path), "ancestor": comp.ancestor_label or "",
-                            "ancestor_store": str(c.path) if c is not None else "",
-                            "frame": a.manifest["identity"]["base_fingerprint"],
-                            "frame_settings": json.dumps(a.manifest["settings"], sort_keys=True),
-                            "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
-                            "seed": seed, "alpha": alpha})
-            run.log_metrics([(k, v, 0) for k, v in summary.items()
-                             if isinstance(v, (int, float)) and not isinstance(v, bool)]
-                            + [(f"cos_off/{r['module']}", r["cos_off"], r["layer"]) for r in comp.rows]
-                            + [("work_seconds", seconds, 0)])
-            run.set_tags({"grrr.verdict": comp.null.verdict})
-            run.log_artifacts([out / f"{stem}_per_matrix.csv", out / f"{stem}.json", *figs])
-            run.finish()
+    if runs.enabled(tracking := tracking_config(tracking)):
+        run_ids = [runs.log_comparison(comp, a, b, c, summary, [out / f"{stem}_per_matrix.csv", out / f"{stem}.json",
+                                                              *figs], tracking, resamples=resamples,
+                                       null_draws=null_draws, seed=seed, alpha=alpha, started=started,
+                                       seconds=seconds)
+                   for (comp, a, b, c, stem, started, seconds), summary in zip(comparisons, summaries)]
     return CompareResult(out, [c[0] for c in comparisons], summaries, files, run_ids)
-
-
-def tracking_enabled(tracking: Optional[dict]) -> bool:
-    return bool(tracking) and tracking.get("enabled", True)
 
 
 @dataclass
@@ -194,8 +150,8 @@ class VariantsResult:
 
 
 def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str = "float32",
-                 rest_from: str = "base", device: str = "cpu", overwrite: bool = False,
-                 max_shard_bytes: int = 2 * 2**30, tracking: Optional[dict] = None, stream=None) -> VariantsResult:
+                 rest_from: str = "base", device: str = "auto", overwrite: bool = False,
+                 max_shard_bytes: int = 2 * 2**30, tracking: TrackingConfig | dict | None = None, stream=None) -> VariantsResult:
     """Build each variant of the transition in ``store`` as ``out/<variant>/`` (HF folder) plus
     ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant."""
     from .variants import VariantBuilder, parse_variant, write_variant
@@ -205,6 +161,7 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
     if len(set(names)) != len(names):
         raise ConfigError(f"variant names must be unique, got {names}")
     summaries, folders, run_ids = [], [], []
+    tracking = tracking_config(tracking)
     # every refusal (rest source, dtype) before the first folder is written
     builders = [VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device) for spec in specs]
     out = ensure_folder(Path(out), "--out")
@@ -216,9 +173,9 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
                                 within=out)
         summaries.append(summary)
         folders.append(folder)
-        if tracking_enabled(tracking):
-            run_ids.append(track_variant(builder, folder, summary, tracking, started=started,
-                                         seconds=time.time() - started))
+        if runs.enabled(tracking):
+            run_ids.append(runs.log_variant(builder, folder, summary, tracking, started=started,
+                                            seconds=time.time() - started))
     return VariantsResult(out, summaries, folders, run_ids)
 
 
@@ -235,48 +192,6 @@ def _check_variant_space(builders, out: Path, overwrite: bool, stream=None) -> N
     (stream or sys.stderr).write(f"disk: {len(needs)} variant folder(s) in {out}: {describe(needs)}\n")
     check_space(needs, f"{len(needs)} variant folder(s) in {out}",
                 "Free space, build fewer variants at a time, or point --out at another disk.")
-
-
-def variant_params(builder) -> dict:
-    """What a variant is built from, as MLflow params (the same for its build and its evaluation)."""
-    comps = builder.spec.components()
-    return {"variant": builder.spec.name, "components": json.dumps(comps, sort_keys=True),
-            "seed": comps.get("random_removal_seed"), "dtype": builder.dtype,
-            "rest_from": builder.rest_from or "-", "rest_from_requested": builder.rest_requested,
-            "rest_fallback": builder.rest_fallback or "", "config_from": builder.home_side,
-            "prompt_format_from": "post"}
-
-
-def track_variant(builder, folder: Path, summary: dict, tracking: dict, *, started: float, seconds: float) -> str:
-    """The variant's MLflow run; ``started`` (epoch seconds) and ``seconds``: when its build began and
-    how long it took (a build skipped as already done takes no time)."""
-    import csv
-
-    from . import tracking as trk
-
-    t = builder.transition
-    parent = transition_run(t, tracking)
-    meta = builder.metadata()
-    run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
-                       key="variant-" + stable_hash(meta, 24), run_name=f"{t.label} [{builder.spec.name}]",
-                       tags={"grrr.kind": "variant", "grrr.variant": builder.spec.name},
-                       parent_run_id=parent.run_id, start_ms=int(started * 1000), sweep=tracking.get("sweep"))
-    if run.complete:
-        return run.run_id
-    run.log_params({**variant_params(builder), "store": str(t.path), "folder": str(folder.resolve())})
-    with open(folder.with_name(folder.name + ".fidelity.csv")) as f:  # also there when the build was skipped
-        rows = list(csv.DictReader(f))
-    metrics = [(k, v, 0) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-               and math.isfinite(v)]
-    # per-matrix series for matrices outside the experts only (as in decompose's tracking: E experts a layer do
-    # not fit one series per module); the csv artifact has every row
-    metrics += [(f"fidelity/{r['module']}", float(r["fidelity"]), int(r["layer"])) for r in rows
-                if math.isfinite(float(r["fidelity"])) and not r.get("expert")]
-    metrics.append(("work_seconds", seconds, 0))
-    run.log_metrics(metrics)
-    run.log_artifacts([folder.with_name(folder.name + ".fidelity.csv")])
-    run.finish()
-    return run.run_id
 
 
 @dataclass
@@ -299,7 +214,7 @@ class EvaluationResult:
 def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: Sequence[str], bench_dir: Path | str, *,
                    settings=None, materialize: str = "engine", keep_variants: bool = False,
                    limit: Optional[int] = None, template: str = "chat", instruction: Optional[str] = None,
-                   rest_from: str = "base", tracking: Optional[dict] = None, log=print, resamples: int = 10_000,
+                   rest_from: str = "base", tracking: TrackingConfig | dict | None = None, log=print, resamples: int = 10_000,
                    bootstrap_seed: int = 0, engine_factory=None, lenient: bool = False, sampling=None,
                    metric: str = "avg", nest_sampled: bool = True) -> EvaluationResult:
     """Evaluate variants of a stored transition on benchmarks with vLLM; resumable at prompt level.
@@ -347,7 +262,8 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     prompt = ev.prompt_format(post_folder, template, instruction)
     make_engine = engine_factory or ev.Engine
     # every refusal (a rest source the base cannot supply) before an engine starts
-    builders = {s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=rest_from) for s in specs}
+    # on the CPU, not the "auto" default: the vLLM engine holds the GPU's memory while variants are built
+    builders = {s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=rest_from, device="cpu") for s in specs}
 
     def engine_home(name: str) -> Path:
         b = builders[name]
@@ -447,9 +363,9 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
          "info": info, "fidelity": fidelity}, indent=2, default=str))
     files.append(out / "evaluation.json")
     res = EvaluationResult(out, flat, acc, t56, t8, info, fidelity, files, [], diffs, prompt, lost, metric)
-    if tracking_enabled(tracking):
-        res.run_ids = _track_evaluation(t, [builders[n] for n in names], benches, res, settings, template, tracking,
-                                        sampling, started, time.time() - started)
+    if runs.enabled(tracking := tracking_config(tracking)):
+        res.run_ids = runs.log_evaluation(t, [builders[n] for n in names], benches, res, settings, template,
+                                          sampling, tracking, started=started, seconds=time.time() - started)
     return res
 
 
@@ -462,78 +378,3 @@ def warn_truncated(acc_rows: Sequence[dict], max_new_tokens: int, log=print) -> 
             log(f"WARNING: {r['truncated']} of {r['answers']} answers of variant '{r['variant']}' "
                 f"({r['truncated_pct']:.1f} %) were cut off at max_new_tokens = {max_new_tokens}: its accuracy "
                 "and Wait count are lower bounds; raise max_new_tokens")
-
-
-def _track_evaluation(t, builders, benches, res: EvaluationResult, settings, template, tracking,
-                      sampling, started: float, seconds: float) -> list[str]:
-    """One nested run per variant under the transition's run. The variants are evaluated together
-    (one engine), so each run spans the whole evaluation and records its ``work_seconds``."""
-    from . import evaluate as ev
-
-    parent = transition_run(t, tracking)
-    parent.log_artifacts(res.files, "evaluation")
-    versions = ev.engine_versions()
-    acc = {r["variant"]: r for r in res.accuracy_rows}
-    diffs = {r["variant"]: r for r in res.differences}
-    run_ids = []
-    for builder in builders:
-        name = builder.spec.name
-        settings_key = {"transition": t.manifest["identity"], "variant": builder.metadata(),
-                        "engine": settings.result_fields(), "template": template, "prompt": res.prompt}
-        if sampling.key_fields() is not None:
-            settings_key["sampling"] = sampling.key_fields()
-        run = trk_open(tracking, key="evaluation-" + stable_hash(settings_key, 24),
-                       name=f"{t.label} [{name}] eval", parent=parent.run_id,
-                       tags={"grrr.kind": "evaluation", "grrr.variant": name}, started=started)
-        params = {**variant_params(builder), "template": template, "prompt_format": res.prompt["digest"],
-                  "metric": res.metric, **{f"sampling.{k}": v for k, v in sampling.model_dump().items()},
-                  **{f"engine.{k}": v for k, v in settings.model_dump().items()},
-                  **{f"version.{k}": v for k, v in versions.items()}}
-        params.update({f"sha256.{b.name}": b.sha256 for b in benches})
-        params.update({f"n.{b.name}": len(b.problems) for b in benches})
-        run.log_params(params)
-        # the benchmark files as dataset inputs: the runs table's Dataset column
-        run.log_datasets([(b.name, b.sha256, b.path, len(b.problems)) for b in benches], context="evaluation")
-        have = run.logged_metrics()
-        mine = [r for r in res.results if r.variant == name]
-        metrics = [(f"acc/{r.benchmark}", r.accuracy, 0) for r in mine]
-        metrics += [(f"wait_mean/{r.benchmark}", r.wait_mean, 0) for r in mine]
-        metrics += [(f"truncated/{r.benchmark}", float(r.truncated), 0) for r in mine]
-        metrics += [(f"{m}/{r.benchmark}", v, 0) for r in mine for m, v in (r.metrics or {}).items() if m != "avg"]
-        row = acc.get(name, {})
-        if row.get("average") is not None:
-            metrics.append(("average", row["average"], 0))
-        if row:
-            metrics += [(k, row[k], 0) for k in ("wait_per_answer", "wait_per_1k_tokens", "truncated_pct",
-                                                 "tokens_mean", "tokens_median", "tokens_mean_correct",
-                                                 "tokens_mean_wrong") if row.get(k) is not None]
-            metrics.append(("wait_mean", row["wait_per_answer"], 0))
-        d = diffs.get(name, {})
-        metrics += [(k if not k.startswith("retention_full") else "retention", v, 0) for k, v in d.items()
-                    if k.startswith(("minus_", "retention_")) and isinstance(v, float) and math.isfinite(v)]
-        if name in res.fidelity:
-            metrics += [(f"fidelity.{k}", v, 0) for k, v in res.fidelity[name].items()
-                        if isinstance(v, float) and math.isfinite(v)]
-        if not run.complete:  # the first evaluation's time; a rerun (scoring nothing new) is not it
-            metrics.append(("work_seconds", seconds, 0))
-        # a metric already logged with this value is not logged again (reruns add no history)
-        run.log_metrics([m for m in metrics if have.get(m[0]) != m[1]])
-        run.log_artifacts(sorted((res.out / name).glob("*.jsonl")), "generations")
-        problems = res.out / name / "problems.csv"
-        if problems.is_file() and not run.complete:
-            import csv
-
-            with open(problems, newline="") as f:
-                run.log_table(list(csv.DictReader(f)), "problems.json")
-        run.finish()
-        run_ids.append(run.run_id)
-    return run_ids
-
-
-def trk_open(tracking: dict, *, key: str, name: str, parent: Optional[str], tags: dict, started: float):
-    """Open a run of work that began at ``started`` (epoch seconds)."""
-    from . import tracking as trk
-
-    return trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"), key=key,
-                        run_name=name, tags=tags, parent_run_id=parent, start_ms=int(started * 1000),
-                        sweep=tracking.get("sweep"))

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Optional, TextIO
 
+from ..config import TrackingConfig, tracking_config
 from .display import Display
 from .execute import DaskExecutor, LocalExecutor, execute_units, make_client
 from .plan import Plan
 from .records import Records, SweepLock, unit_state
 from .report import Report, write_report
+from ..runs import log_sweep
 from .runners import RunContext
 from .units import DecomposeParams, Unit
 
@@ -44,14 +44,14 @@ class SweepResult:
         return all(s == "done" for s in self.states.values())
 
 
-def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional[dict] = None,
+def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: TrackingConfig | dict | None = None,
               progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None) -> SweepResult:
     """Execute every unit that is not done; record failures and go on with what does not depend on them."""
     stream = stream or sys.stderr
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
-    tracking = dict(tracking or {"enabled": False})
+    tracking = tracking_config(tracking) or TrackingConfig(enabled=False)
     # every unit's run carries the sweep's tag: one search finds the whole sweep (not a result key)
-    tracking["sweep"] = tracking.get("sweep") or plan.config.name
+    tracking = tracking.model_copy(update={"sweep": tracking.sweep or plan.config.name})
     from ..files import ensure_folder
 
     ensure_folder(plan.workdir, "workdir")
@@ -64,17 +64,17 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream)
         display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
                     f"{len(todo)} to run")
-        if tracking.get("enabled", True):
+        if tracking.enabled:
             from ..tracking import prepare
 
-            prepare(tracking.get("uri"), tracking.get("experiment", "grrr_stream"))
+            prepare(tracking.uri, tracking.experiment)
         stores = {u.params.transition: u.out for u in plan.units if isinstance(u.params, DecomposeParams)}
         ctx = RunContext(str(plan.workdir), tracking, progress, device, threads=None, stores=stores)
         ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
-        if tracking.get("enabled", True):
-            result.run_id = _track_sweep(plan, result, tracking, started)
+        if tracking.enabled:
+            result.run_id = log_sweep(plan, result, tracking, started)
     return result
 
 
@@ -91,34 +91,3 @@ def _run(todo: list[Unit], states: dict[str, str], display: Display, scheduler: 
             client.close()
         if cluster is not None:
             cluster.close()
-
-
-def _track_sweep(plan: Plan, result: SweepResult, tracking: dict, started: float) -> str:
-    """One MLflow run per sweep (keyed by its plan), with the unit counts and the report; it spans
-    this invocation from ``started`` (a resumed sweep's run spans all invocations)."""
-    from .. import tracking as trk
-
-    counts = {s: sum(1 for v in result.states.values() if v == s) for s in ("done", "failed", "blocked", "pending")}
-    run = trk.open_run(uri=tracking.get("uri"), experiment=tracking.get("experiment", "grrr_stream"),
-                       key="sweep-" + plan.key, run_name=f"sweep {plan.config.name}",
-                       tags={"grrr.kind": "sweep"}, start_ms=int(started * 1000), sweep=tracking["sweep"])
-    if run.complete:
-        return run.run_id
-    run.log_params({"name": plan.config.name, "workdir": str(plan.workdir), "units": len(plan.units),
-                    "transitions": ",".join(plan.transitions),
-                    "config": json.dumps(plan.config.model_dump(mode="json"), sort_keys=True)})
-    metrics = [(f"units_{k}", v, 0) for k, v in counts.items()] + [("work_seconds", time.time() - started, 0)]
-    for suite, s in result.claims.items():
-        pre = "claims/" + (f"{suite}/" if suite else "")
-        metrics += [(f"{pre}{k}", v, 0) for k, v in s["counts"].items()]
-        for r in s["claims"]:
-            for k in ("within_k", "within_k_ci_lo", "within_k_ci_hi", "retention_median_pct",
-                      "retention_median_ci_lo", "retention_median_ci_hi", "retention_min_pct", "retention_max_pct",
-                      "at_floor", "at_floor_ci_lo", "at_floor_ci_hi"):
-                if isinstance(r.get(k), (int, float)) and math.isfinite(r[k]):
-                    metrics.append((f"{pre}{r['variant']}/vs_{r['reference']}/{k}", float(r[k]), 0))
-    run.log_metrics(metrics)
-    run.log_artifacts(result.report_files, "report")
-    if result.ok:
-        run.finish()
-    return run.run_id

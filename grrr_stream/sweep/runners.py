@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..config import TrackingConfig
 from ..errors import GrrrError
 from .records import Records
 from .units import CompareParams, DecomposeParams, EvaluateParams, GenerateParams, StatsParams, Unit, VariantParams
@@ -26,7 +27,7 @@ class RunContext:
     """What a unit is run with that cannot change its result. It travels to Dask workers, less ``client``."""
 
     workdir: str
-    tracking: dict
+    tracking: TrackingConfig             # pickled as the pydantic object to Dask workers
     progress: bool
     device: Optional[str]
     threads: Optional[int]                # torch threads of a worker process (its share of the cores)
@@ -123,7 +124,7 @@ def _run_compare(u: Unit, ctx: RunContext) -> dict:
 def _run_variant(u: Unit, ctx: RunContext) -> dict:
     from ..runtime import resolve_device
     from ..variants import VariantBuilder, parse_variant, write_variant
-    from ..workflows import track_variant
+    from ..runs import log_variant
 
     p: VariantParams = u.params
     builder = VariantBuilder(Path(ctx.stores[p.transition]), parse_variant(p.variant), dtype=p.dtype,
@@ -131,8 +132,8 @@ def _run_variant(u: Unit, ctx: RunContext) -> dict:
     started = time.time()
     # a half-written folder of a killed build is replaced (its completion marker is written last)
     summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p.shard_gb * 2**30), overwrite=True)
-    if ctx.tracking.get("enabled", True):
-        track_variant(builder, Path(u.out), summary, ctx.tracking, started=started, seconds=time.time() - started)
+    if ctx.tracking.enabled:
+        log_variant(builder, Path(u.out), summary, ctx.tracking, started=started, seconds=time.time() - started)
     return {k: summary[k] for k in ("fidelity", "fidelity_max", "energy_survived")}
 
 

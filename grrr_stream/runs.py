@@ -1,0 +1,298 @@
+"""Every MLflow run grrr_stream logs, one function per kind: transition (its decomposition), stats,
+comparison, variant, evaluation and sweep. Each takes the typed results and settings of its work and
+a config.TrackingConfig; nothing else builds MLflow run names, tags, params or metrics. The MLflow
+client itself (find-or-create by key, batching, finishing) is tracking.py."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from . import tracking as trk
+from .config import TrackingConfig, stable_hash
+from .files import atomic_write_text, to_csv
+from .runtime import resolve_device
+
+
+def enabled(tracking: Optional[TrackingConfig]) -> bool:
+    return tracking is not None and tracking.enabled
+
+
+def transition_key(identity: dict) -> str:
+    """Deterministic MLflow key of a transition: its inputs' fingerprints and settings hash."""
+    return "transition-" + stable_hash(identity, 24)
+
+
+def _open(tracking: TrackingConfig, *, key: str, name: str, tags: dict, parent: Optional[str] = None,
+          start_ms: Optional[int] = None) -> trk.TrackedRun:
+    return trk.open_run(uri=tracking.uri, experiment=tracking.experiment, key=key, run_name=name, tags=tags,
+                        parent_run_id=parent, start_ms=start_ms, sweep=tracking.sweep)
+
+
+def _numbers(items) -> list[tuple[str, float, int]]:
+    """(name, value, 0) of the finite numbers (not bools) among (name, value) pairs."""
+    return [(k, v, 0) for k, v in items if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v)]
+
+
+# ---------------------------------------------------------------------------
+# transition (decomposition)
+
+
+def transition_run(t, tracking: TrackingConfig) -> trk.TrackedRun:
+    """The MLflow run of a stored transition (created, unfinished, if the decomposition was not tracked;
+    a later tracked `decompose` of the same transition completes it)."""
+    m = t.manifest
+    return _open(tracking, key=transition_key(m["identity"]), name=f"{m['base']} → {m['post']}",
+                 tags={"grrr.kind": "transition", "grrr.chain": m.get("chain") or "",
+                       "grrr.method": m.get("method") or ""})
+
+
+def log_decomposition(cfg, store, manifest: dict, rows: list[dict], summary: dict, started_ms: int,
+                      seconds: float) -> str:
+    """The transition's run from its decomposition (``cfg``: its DecomposeConfig, whose ``tracking`` it uses)."""
+    run = _open(cfg.tracking, key=transition_key(manifest["identity"]),
+                name=f"{Path(cfg.base).name} → {Path(cfg.post).name}",
+                tags={"grrr.kind": "transition", "grrr.chain": cfg.chain or "", "grrr.method": cfg.method or ""},
+                start_ms=started_ms)
+    if run.complete:
+        return run.run_id
+    run.log_params({
+        "base": cfg.base, "post": cfg.post, "method": cfg.method, "chain": cfg.chain,
+        "device": str(resolve_device(cfg.device)), "compute_dtype": cfg.compute_dtype,
+        "store_dtype": cfg.store_dtype, "core_rel_threshold": cfg.core_rel_threshold,
+        "rank_thresholds": list(cfg.rank_thresholds), "modules": ",".join(cfg.modules),
+        "module_pattern": cfg.module_pattern, "store": str(cfg.store.resolve()),
+        "model_type": manifest["model_type"], "n_matrices": len(rows),
+        **manifest["identity"],
+        **{f"version.{k}": v for k, v in manifest["versions"].items()},
+    })
+    metrics = _decomposition_metrics(rows, summary)
+    metrics.append(("work_seconds", seconds, 0))  # this attempt's decomposition, before any logging
+    run.log_metrics(metrics)
+    run.log_artifacts([store.path / "metrics.csv", store.path / "summary.csv", store.path / "summary.json"])
+    run.log_artifacts(sorted((store.path / "figures").glob("*.png")), "figures")
+    run.finish()
+    return run.run_id
+
+
+_PER_MATRIX = ("f_diag", "f_off", "f_null", "r_delta", "delta_fro", "sv_cos", "delta_max",
+               "sr_w0", "sr_delta", "sr_w1", "dsr_pct", "alpha")
+
+
+def _decomposition_metrics(rows: list[dict], summary: dict) -> list[tuple[str, float, int]]:
+    metrics: list[tuple[str, float, int]] = []
+    for r in rows:
+        if r.get("expert") is not None:
+            # one series per (metric, module) with the layer as step has no place for E experts a layer; their
+            # values are in metrics.csv (logged below) and aggregated in the per-module and per-expert scopes
+            continue
+        metrics += [(f"{k}/{r['module']}", r[k], r["layer"]) for k in _PER_MATRIX if math.isfinite(r[k])]
+    for scope, srow in summary["scopes"].items():
+        suffix = "" if scope == "all" else f"/{scope}"
+        for k in summary["metrics"]:
+            if f"{k}_mean" in srow:  # a metric some modules lack (an angle above their size)
+                metrics.append((f"mean/{k}{suffix}", srow[f"{k}_mean"], 0))
+                metrics.append((f"std/{k}{suffix}", srow[f"{k}_std"], 0))
+    return metrics
+
+
+# ---------------------------------------------------------------------------
+# stats and comparisons
+
+
+def log_stats(transitions: Sequence, long_rows: list[dict], out: Path, tracking: TrackingConfig, *,
+              resamples: int, seed: int) -> None:
+    """Each transition's bootstrap summaries as artifacts of its run."""
+    for t in transitions:
+        run = transition_run(t, tracking)
+        mine = [r for r in long_rows if r["store"] == str(t.path)]
+        tdir = out / f"per_transition_{stable_hash(str(t.path), 8)}"
+        tdir.mkdir(exist_ok=True)
+        atomic_write_text(tdir / f"stats_summary_resamples{resamples}_seed{seed}.csv", to_csv(mine))
+        run.log_artifacts(sorted(tdir.iterdir()), "stats")
+
+
+def log_comparison(comp, a, b, c, summary: dict, files: Sequence[Path], tracking: TrackingConfig, *,
+                   resamples: int, null_draws: int, seed: int, alpha: float, started: float,
+                   seconds: float) -> str:
+    """The run of one comparison of stores ``a`` and ``b`` (``c``: their ancestor's, or None); ``files``:
+    its per-matrix CSV, its JSON and the figures."""
+    settings = {"kind": comp.kind, "a": a.manifest["identity"], "b": b.manifest["identity"],
+                "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
+                "seed": seed, "alpha": alpha}
+    if c is not None:
+        settings["ancestor"] = c.manifest["identity"]
+    run = _open(tracking, key="comparison-" + stable_hash(settings, 24), name=summary["label"],
+                tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind}, start_ms=int(started * 1000))
+    if run.complete:
+        return run.run_id
+    run.log_params({"kind": comp.kind, "a": a.label, "b": b.label, "a_store": str(a.path),
+                    "b_store": str(b.path), "ancestor": comp.ancestor_label or "",
+                    "ancestor_store": str(c.path) if c is not None else "",
+                    "frame": a.manifest["identity"]["base_fingerprint"],
+                    "frame_settings": json.dumps(a.manifest["settings"], sort_keys=True),
+                    "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
+                    "seed": seed, "alpha": alpha})
+    run.log_metrics([(k, v, 0) for k, v in summary.items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool)]
+                    + [(f"cos_off/{r['module']}", r["cos_off"], r["layer"]) for r in comp.rows]
+                    + [("work_seconds", seconds, 0)])
+    run.set_tags({"grrr.verdict": comp.null.verdict})
+    run.log_artifacts(files)
+    run.finish()
+    return run.run_id
+
+
+# ---------------------------------------------------------------------------
+# variants and their evaluation
+
+
+def variant_params(builder) -> dict:
+    """What a variant is built from, as MLflow params (the same for its build and its evaluation)."""
+    comps = builder.spec.components()
+    return {"variant": builder.spec.name, "components": json.dumps(comps, sort_keys=True),
+            "seed": comps.get("random_removal_seed"), "dtype": builder.dtype,
+            "rest_from": builder.rest_from or "-", "rest_from_requested": builder.rest_requested,
+            "rest_fallback": builder.rest_fallback or "", "config_from": builder.home_side,
+            "prompt_format_from": "post"}
+
+
+def log_variant(builder, folder: Path, summary: dict, tracking: TrackingConfig, *, started: float,
+                seconds: float) -> str:
+    """The variant's run, nested in its transition's; ``started`` (epoch seconds) and ``seconds``: when its
+    build began and how long it took (a build skipped as already done takes no time)."""
+    t = builder.transition
+    parent = transition_run(t, tracking)
+    run = _open(tracking, key="variant-" + stable_hash(builder.metadata(), 24),
+                name=f"{t.label} [{builder.spec.name}]",
+                tags={"grrr.kind": "variant", "grrr.variant": builder.spec.name},
+                parent=parent.run_id, start_ms=int(started * 1000))
+    if run.complete:
+        return run.run_id
+    run.log_params({**variant_params(builder), "store": str(t.path), "folder": str(folder.resolve())})
+    with open(folder.with_name(folder.name + ".fidelity.csv")) as f:  # also there when the build was skipped
+        rows = list(csv.DictReader(f))
+    metrics = _numbers(summary.items())
+    # per-matrix series for matrices outside the experts only (as in decompose's tracking: E experts a layer do
+    # not fit one series per module); the csv artifact has every row
+    metrics += [(f"fidelity/{r['module']}", float(r["fidelity"]), int(r["layer"])) for r in rows
+                if math.isfinite(float(r["fidelity"])) and not r.get("expert")]
+    metrics.append(("work_seconds", seconds, 0))
+    run.log_metrics(metrics)
+    run.log_artifacts([folder.with_name(folder.name + ".fidelity.csv")])
+    run.finish()
+    return run.run_id
+
+
+def log_evaluation(t, builders: Sequence, benches: Sequence, res, settings, template: str, sampling,
+                   tracking: TrackingConfig, *, started: float, seconds: float) -> list[str]:
+    """One nested run per variant under the transition's run. The variants are evaluated together
+    (one engine), so each run spans the whole evaluation and records its ``work_seconds``."""
+    from . import evaluate as ev
+
+    parent = transition_run(t, tracking)
+    parent.log_artifacts(res.files, "evaluation")
+    versions = ev.engine_versions()
+    run_ids = []
+    for builder in builders:
+        name = builder.spec.name
+        settings_key = {"transition": t.manifest["identity"], "variant": builder.metadata(),
+                        "engine": settings.result_fields(), "template": template, "prompt": res.prompt}
+        if sampling.key_fields() is not None:
+            settings_key["sampling"] = sampling.key_fields()
+        run = _open(tracking, key="evaluation-" + stable_hash(settings_key, 24), name=f"{t.label} [{name}] eval",
+                    tags={"grrr.kind": "evaluation", "grrr.variant": name}, parent=parent.run_id,
+                    start_ms=int(started * 1000))
+        params = {**variant_params(builder), "template": template, "prompt_format": res.prompt["digest"],
+                  "metric": res.metric, **{f"sampling.{k}": v for k, v in sampling.model_dump().items()},
+                  **{f"engine.{k}": v for k, v in settings.model_dump().items()},
+                  **{f"version.{k}": v for k, v in versions.items()}}
+        params.update({f"sha256.{b.name}": b.sha256 for b in benches})
+        params.update({f"n.{b.name}": len(b.problems) for b in benches})
+        run.log_params(params)
+        # the benchmark files as dataset inputs: the runs table's Dataset column
+        run.log_datasets([(b.name, b.sha256, b.path, len(b.problems)) for b in benches], context="evaluation")
+        have = run.logged_metrics()
+        metrics = _evaluation_metrics(res, name)
+        if not run.complete:  # the first evaluation's time; a rerun (scoring nothing new) is not it
+            metrics.append(("work_seconds", seconds, 0))
+        # a metric already logged with this value is not logged again (reruns add no history)
+        run.log_metrics([m for m in metrics if have.get(m[0]) != m[1]])
+        run.log_artifacts(sorted((res.out / name).glob("*.jsonl")), "generations")
+        problems = res.out / name / "problems.csv"
+        if problems.is_file() and not run.complete:
+            with open(problems, newline="") as f:
+                run.log_table(list(csv.DictReader(f)), "problems.json")
+        run.finish()
+        run_ids.append(run.run_id)
+    return run_ids
+
+
+_ACCURACY_METRICS = ("wait_per_answer", "wait_per_1k_tokens", "truncated_pct", "tokens_mean", "tokens_median",
+                     "tokens_mean_correct", "tokens_mean_wrong")
+
+
+def _evaluation_metrics(res, name: str) -> list[tuple[str, float, int]]:
+    """The metrics of variant ``name`` of an EvaluationResult."""
+    mine = [r for r in res.results if r.variant == name]
+    metrics = [(f"acc/{r.benchmark}", r.accuracy, 0) for r in mine]
+    metrics += [(f"wait_mean/{r.benchmark}", r.wait_mean, 0) for r in mine]
+    metrics += [(f"truncated/{r.benchmark}", float(r.truncated), 0) for r in mine]
+    metrics += [(f"{m}/{r.benchmark}", v, 0) for r in mine for m, v in (r.metrics or {}).items() if m != "avg"]
+    row = {r["variant"]: r for r in res.accuracy_rows}.get(name, {})
+    if row.get("average") is not None:
+        metrics.append(("average", row["average"], 0))
+    if row:
+        metrics += [(k, row[k], 0) for k in _ACCURACY_METRICS if row.get(k) is not None]
+        metrics.append(("wait_mean", row["wait_per_answer"], 0))
+    d = {r["variant"]: r for r in res.differences}.get(name, {})
+    metrics += [(k if not k.startswith("retention_full") else "retention", v, 0) for k, v in d.items()
+                if k.startswith(("minus_", "retention_")) and isinstance(v, float) and math.isfinite(v)]
+    if name in res.fidelity:
+        metrics += [(f"fidelity.{k}", v, 0) for k, v in res.fidelity[name].items()
+                    if isinstance(v, float) and math.isfinite(v)]
+    return metrics
+
+
+# ---------------------------------------------------------------------------
+# sweep
+
+
+_CLAIM_METRICS = ("within_k", "within_k_ci_lo", "within_k_ci_hi", "retention_median_pct", "retention_median_ci_lo",
+                  "retention_median_ci_hi", "retention_min_pct", "retention_max_pct", "at_floor", "at_floor_ci_lo",
+                  "at_floor_ci_hi")
+
+
+def log_sweep(plan, result, tracking: TrackingConfig, started: float) -> str:
+    """One MLflow run per sweep (keyed by its plan), with the unit counts and the report; it spans
+    this invocation from ``started`` (a resumed sweep's run spans all invocations)."""
+    counts = {s: sum(1 for v in result.states.values() if v == s) for s in ("done", "failed", "blocked", "pending")}
+    run = _open(tracking, key="sweep-" + plan.key, name=f"sweep {plan.config.name}", tags={"grrr.kind": "sweep"},
+                start_ms=int(started * 1000))
+    if run.complete:
+        return run.run_id
+    run.log_params({"name": plan.config.name, "workdir": str(plan.workdir), "units": len(plan.units),
+                    "transitions": ",".join(plan.transitions),
+                    "config": json.dumps(plan.config.model_dump(mode="json"), sort_keys=True)})
+    metrics = [(f"units_{k}", v, 0) for k, v in counts.items()] + [("work_seconds", time.time() - started, 0)]
+    run.log_metrics(metrics + _claim_metrics(result.claims))
+    run.log_artifacts(result.report_files, "report")
+    if result.ok:
+        run.finish()
+    return run.run_id
+
+
+def _claim_metrics(claims: dict[str, Any]) -> list[tuple[str, float, int]]:
+    metrics: list[tuple[str, float, int]] = []
+    for suite, s in claims.items():
+        pre = "claims/" + (f"{suite}/" if suite else "")
+        metrics += [(f"{pre}{k}", v, 0) for k, v in s["counts"].items()]
+        for r in s["claims"]:
+            metrics += [(f"{pre}{r['variant']}/vs_{r['reference']}/{k}", float(r[k]), 0) for k in _CLAIM_METRICS
+                        if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+    return metrics
