@@ -37,7 +37,7 @@ from .errors import ConfigError, NonFiniteWeightError, StoreMismatchError, Tenso
 from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
 from .phases import PhaseTimer
 from .progress import Progress
-from .runs import log_decomposition, transition_key  # noqa: F401 (transition_key: re-exported)
+from .runs import log_decomposition
 from .runtime import bound_heap_growth, resolve_device
 from .store import FrameCache, StoreLock, TransitionStore, to_store_array
 

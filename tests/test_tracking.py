@@ -57,7 +57,8 @@ def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(plant
 
 def test_run_left_unfinished_is_resumed_not_duplicated(planted_f64, tmp_path, uri):
     from grrr_stream import tracking
-    from grrr_stream.decompose import _identity, transition_key
+    from grrr_stream.decompose import _identity
+    from grrr_stream.runs import transition_key
     from grrr_stream.checkpoint import Checkpoint
 
     base, post = planted_f64
