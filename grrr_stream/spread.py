@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from typing import Any, Optional
 
 import torch
@@ -89,12 +90,13 @@ def _submit_and_collect(client: Any, cfg: DecomposeConfig, plan: Any, pending: l
     if not per_host:
         raise ConfigError(f"the Dask cluster at {client.scheduler.address} has no workers")
     todo = {m.name for m in pending}
+    run = uuid.uuid4().hex[:8]  # a rerun's tasks never share a key with a dead driver's still-running ones
     futures = {}
     for batch_id, batch in batches(plan.matrices):
         mine = [m for m in batch if m.name in todo]
         if mine:
             fut = client.submit(run_batch, cfg, folders, batch_id, mine, per_host, base_fingerprint,
-                                key=f"grrr-decompose-{batch_id}-{id(futures):x}", pure=False)
+                                key=f"grrr-decompose-{batch_id}-{run}", pure=False)
             futures[fut] = mine
     progress.message(f"{len(todo)} matrices in {len(futures)} batches over {sum(per_host.values())} Dask "
                      f"worker(s) on {len(per_host)} host(s)")
