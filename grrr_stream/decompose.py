@@ -35,11 +35,12 @@ from .config import DEFAULT_MODULES, DecomposeConfig, result_settings, settings_
 from .dtypes import ITEMSIZE, torch_dtype
 from .errors import ConfigError, NonFiniteWeightError, StoreMismatchError, TensorMismatchError
 from .frame import Frame, MatrixResult, decompose_matrix, survival_sample, update_sparsity
+from .frame_cache import FrameCache
 from .phases import PhaseTimer
 from .progress import Progress
 from .runs import log_decomposition
 from .runtime import bound_heap_growth, resolve_device
-from .store import FrameCache, StoreLock, TransitionStore, to_store_array
+from .store import StoreLock, TransitionStore, to_store_array
 
 # Columns of the per-matrix table that are aggregated (mean ± std) per transition.
 SUMMARY_EXCLUDE = {"rows", "cols", "layer", "expert", "e_diag", "e_off", "e_null", "w0_fro"}

@@ -35,11 +35,12 @@ from .cluster import close, host_of, open_client, parse_scheduler, require, work
 from .config import DecomposeConfig, stable_hash
 from .dtypes import torch_dtype
 from .errors import ConfigError
+from .frame_cache import FrameCache
 from .locks import FileLock
 from .phases import PhaseTimer
 from .progress import Progress
 from .runtime import resolve_device
-from .store import FrameCache, TransitionStore, node_key
+from .store import TransitionStore, node_key
 
 BATCH = 8  # matrices per task: small enough to balance the workers, large enough to keep the pipeline busy
 BATCH_LOCKS = ".batches"  # folder in the store

@@ -62,7 +62,7 @@ def test_estimate_within_ten_percent_of_what_is_written(pair, tmp_path, capsys):
                                       frames_cached_fraction=cached / len(shapes))
     assert {n.what: n.bytes for n in again}["frames"] == 0
     # what the decomposition itself counts: this base's frames only (a sweep shares one cache between bases)
-    from grrr_stream.store import FrameCache
+    from grrr_stream.frame_cache import FrameCache
     fp = Checkpoint.open(base).fingerprint()
     assert FrameCache(frames).count(fp, "float32", None) == cached > 0
     assert FrameCache(frames).count("another base", "float32", None) == 0

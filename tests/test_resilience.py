@@ -149,7 +149,7 @@ def test_a_damaged_frame_is_recomputed_not_trusted(tmp_path):
     import torch
 
     from grrr_stream.cli import main
-    from grrr_stream.store import FrameCache
+    from grrr_stream.frame_cache import FrameCache
     from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
@@ -189,7 +189,7 @@ def test_frame_cache_that_is_not_one_is_refused(kind, tmp_path):
 def test_frame_cache_being_created_by_another_process_is_not_taken_for_a_foreign_folder(tmp_path):
     """Two decompositions starting at once (a sweep on local:2): one sees only the other's temporary
     zarr.json. Seen as a flaky 'not a grrr_stream frame cache' refusal before."""
-    from grrr_stream.store import FrameCache
+    from grrr_stream.frame_cache import FrameCache
 
     cache = tmp_path / "frames"
     cache.mkdir()
@@ -233,14 +233,14 @@ def test_write_fault_mid_run_is_one_message_and_the_rerun_resumes(tmp_path, caps
     import errno
 
     from conftest import store_snapshot as snapshot
-    from grrr_stream import store as store_mod
+    from grrr_stream import zarr_arrays
     from grrr_stream.cli import main
     from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     args = ["decompose", "--base", str(base), "--post", str(post), "--no-track", "--no-progress"]
     assert main(args + ["--store", str(tmp_path / "clean")]) == 0
-    real, calls = store_mod._write_array, []
+    real, calls = zarr_arrays.write_array, []
 
     def failing(group, name, data, attrs=None):
         calls.append(name)
@@ -248,14 +248,14 @@ def test_write_fault_mid_run_is_one_message_and_the_rerun_resumes(tmp_path, caps
             raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), str(tmp_path / "s" / "x"))
         return real(group, name, data, attrs)
 
-    monkeypatch.setattr(store_mod, "_write_array", failing)
+    monkeypatch.setattr(zarr_arrays, "write_array", failing)
     capsys.readouterr()
     assert main(args + ["--store", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     done_after_fault = _completed(tmp_path / "s")
     assert 0 < done_after_fault < 7 * TINY.layers
-    monkeypatch.setattr(store_mod, "_write_array", real)
+    monkeypatch.setattr(zarr_arrays, "write_array", real)
     assert main(args + ["--store", str(tmp_path / "s")]) == 0
     a, b = snapshot(tmp_path / "s"), snapshot(tmp_path / "clean")
     assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray)

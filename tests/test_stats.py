@@ -17,7 +17,8 @@ from grrr_stream.checkpoint import Checkpoint
 from grrr_stream.decompose import run_transition
 from grrr_stream.errors import StoreMismatchError
 from grrr_stream.fixtures.synthetic import ModelShape, Update, write_model
-from grrr_stream.store import FrameCache, StoredTransition
+from grrr_stream.frame_cache import FrameCache
+from grrr_stream.store import StoredTransition
 
 SHAPE = ModelShape(hidden=64, intermediate=160, layers=3, heads=4, kv_heads=2)
 SFT = Update(r_delta=2e-2, plant=(0.2, 0.5, 0.3))

@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 import zarr
 
-from grrr_stream import store
+from grrr_stream import zarr_arrays
 
 
 def test_chunk_shapes_tile_with_little_padding():
-    assert store.chunk_shape((1536, 576)) == (768, 576)      # was (1024, 576): 2048 rows on disk
-    assert store.chunk_shape((17408, 5120)) == (1024, 1024)  # already a multiple
-    assert store.chunk_shape((8960,)) == (996,)              # 9 chunks, 4 entries of padding
+    assert zarr_arrays.chunk_shape((1536, 576)) == (768, 576)      # was (1024, 576): 2048 rows on disk
+    assert zarr_arrays.chunk_shape((17408, 5120)) == (1024, 1024)  # already a multiple
+    assert zarr_arrays.chunk_shape((8960,)) == (996,)              # 9 chunks, 4 entries of padding
     for s in (1, 7, 1023, 1024, 1025, 2049, 8960, 18944, 151936):
-        (c,) = store.chunk_shape((s,))
+        (c,) = zarr_arrays.chunk_shape((s,))
         k = -(-s // c)
-        assert c <= store.CHUNK and k == -(-s // store.CHUNK) and k * c - s < k
+        assert c <= zarr_arrays.CHUNK and k == -(-s // zarr_arrays.CHUNK) and k * c - s < k
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -29,14 +29,14 @@ def files(folder: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("shape,dtype", [((250, 130), np.float32), ((97,), np.float64), ((3, 1), np.float32),
                                           ((250, 130), np.uint16)])
 def test_direct_chunks_equal_zarrs_own(tmp_path, monkeypatch, shape, dtype):
-    monkeypatch.setattr(store, "CHUNK", 100)  # several chunks, edge chunks padded (250 → 3 × 84)
+    monkeypatch.setattr(zarr_arrays, "CHUNK", 100)  # several chunks, edge chunks padded (250 → 3 × 84)
     rng = np.random.default_rng(0)
     data = (rng.standard_normal(shape) * 1000).astype(dtype)
     ours = zarr.open_group(str(tmp_path / "ours"), mode="w")
-    store._write_array(ours, "null", data, dims=("out", "in")[:len(shape)])
+    zarr_arrays.write_array(ours, "null", data, dims=("out", "in")[:len(shape)])
     theirs = zarr.open_group(str(tmp_path / "theirs"), mode="w")
-    arr = theirs.create_array("null", shape=shape, chunks=store.chunk_shape(shape), dtype=data.dtype,
-                              compressors=store._compressors(data.dtype), fill_value=0,
+    arr = theirs.create_array("null", shape=shape, chunks=zarr_arrays.chunk_shape(shape), dtype=data.dtype,
+                              compressors=zarr_arrays._compressors(data.dtype), fill_value=0,
                               dimension_names=("out", "in")[:len(shape)])
     arr[...] = data  # zarr's own chunk writing
     assert files(tmp_path / "ours" / "null") == files(tmp_path / "theirs" / "null")
