@@ -351,7 +351,7 @@ class Engine:
         if self.in_process:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors)})
         else:  # worker processes: hand over a folder (tensors in RPC kwargs do not survive pickling)
-            from .checkpoint import write_checkpoint
+            from .checkpoint_writer import write_checkpoint
 
             if scratch is None or layout is None:
                 raise ConfigError("multi-process vLLM needs a scratch folder to swap weights")

@@ -44,7 +44,8 @@ from typing import Iterator, Optional
 
 import torch
 
-from .checkpoint import Checkpoint, TensorSpec, companion_files, tensor_digest, write_checkpoint
+from .checkpoint import Checkpoint, tensor_digest
+from .checkpoint_writer import TensorSpec, companion_files, write_checkpoint
 from .dtypes import BY_CODE, FLOAT_NAMES, name_of, torch_dtype
 from .errors import ConfigError, StoreMismatchError, TensorMismatchError
 from .files import atomic_write_text, check_component, to_csv

@@ -18,14 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from grrr_stream.checkpoint import (
-    INDEX_NAME,
-    Checkpoint,
-    TensorSpec,
-    read_header,
-    resolve_source,
-    write_checkpoint,
-)
+from grrr_stream.checkpoint import INDEX_NAME, Checkpoint, resolve_source
+from grrr_stream.checkpoint_writer import TensorSpec, write_checkpoint
 from grrr_stream.config import build_config
 from grrr_stream.decompose import plan_transition
 from grrr_stream.errors import (
@@ -37,6 +31,7 @@ from grrr_stream.errors import (
     UnsafeCheckpointError,
 )
 from grrr_stream.fixtures.synthetic import TINY, make_transition, write_model
+from grrr_stream.safetensors_header import read_header
 
 SHARD_BYTES = 100_000  # TINY in float32 → 6 shards plus an index
 

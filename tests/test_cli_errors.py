@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from grrr_stream.checkpoint import INDEX_NAME, Checkpoint, tensor_digest, write_checkpoint
+from grrr_stream.checkpoint import INDEX_NAME, Checkpoint, tensor_digest
+from grrr_stream.checkpoint_writer import write_checkpoint
 from grrr_stream.cli import main
 from grrr_stream.config import build_config, load_config
 from grrr_stream.decompose import run_transition

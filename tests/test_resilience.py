@@ -203,7 +203,8 @@ def test_update_that_overflows_the_compute_dtype_is_refused_with_the_matrix_name
     stored (no NaN metrics marked complete), the others are, and the exit status is 2."""
     import torch
 
-    from grrr_stream.checkpoint import Checkpoint, write_checkpoint
+    from grrr_stream.checkpoint import Checkpoint
+    from grrr_stream.checkpoint_writer import write_checkpoint
     from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
@@ -334,7 +335,8 @@ def test_store_paths_are_absolute_and_a_missing_matrix_is_named(tmp_path, capsys
 
 def test_repaired_nan_keeps_the_matrices_whose_inputs_did_not_change(tmp_path, capsys):
 
-    from grrr_stream.checkpoint import Checkpoint, write_checkpoint
+    from grrr_stream.checkpoint import Checkpoint
+    from grrr_stream.checkpoint_writer import write_checkpoint
     from grrr_stream.cli import main
     from grrr_stream.fixtures.synthetic import TINY
 

@@ -180,7 +180,8 @@ def test_independent_pairs_at_any_depth_use_their_nearest_common_ancestor(models
 def test_plan_refuses_a_rest_source_the_base_cannot_supply(models, tmp_path):
     import torch
 
-    from grrr_stream.checkpoint import Checkpoint, write_checkpoint
+    from grrr_stream.checkpoint import Checkpoint
+    from grrr_stream.checkpoint_writer import write_checkpoint
 
     ck = Checkpoint.open(models / "sft")
 

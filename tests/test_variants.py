@@ -258,7 +258,7 @@ def test_variant_build_peak_rss_flat_in_layers(tmp_path):
 
 
 def test_rest_from_base_refused_when_post_added_tokens(planted_f64, tmp_path):
-    from grrr_stream.checkpoint import write_checkpoint
+    from grrr_stream.checkpoint_writer import write_checkpoint
     from grrr_stream.errors import TensorMismatchError
 
     base, post = planted_f64
