@@ -107,7 +107,8 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
     """Off-diagonal cosine geometry for each (kind, a, b) or (kind, a, b, ancestor) of stores;
     CSV/JSON + Figures 4/5 in ``out``. ``ancestor``: the store of base → C, C the nearest common
     ancestor of an independent pair (None or absent: C is the base)."""
-    from . import plots, stats
+    from . import plots
+    from .comparisons import compare
 
     out = ensure_folder(Path(out), "--out")
     comparisons, summaries, files = [], [], []
@@ -117,8 +118,8 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
         a, b = StoredTransition(Path(a_path)), StoredTransition(Path(b_path))
         c = StoredTransition(Path(c_path)) if c_path is not None else None
         started = time.time()
-        comp = stats.compare(a, b, kind, ancestor=c, resamples=resamples, null_draws=null_draws, seed=seed,
-                             alpha=alpha, scheduler=scheduler)
+        comp = compare(a, b, kind, ancestor=c, resamples=resamples, null_draws=null_draws, seed=seed,
+                       alpha=alpha, scheduler=scheduler)
         summary = {"label": comparison_label(kind, a, b, comp.ancestor_label), **comp.summary()}
         stem = f"{kind}_{stable_hash([str(a.path), str(b.path)] + ([str(c.path)] if c else []), 8)}"
         atomic_write_text(out / f"{stem}_per_matrix.csv", to_csv(comp.rows))

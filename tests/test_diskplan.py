@@ -17,7 +17,7 @@ from grrr_stream.checkpoint import Checkpoint
 from grrr_stream.decompose import run_transition
 from grrr_stream.errors import StoreError, StoreMismatchError
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
-from grrr_stream.stats import compare
+from grrr_stream.comparisons import compare
 from grrr_stream.store import StoredTransition
 from grrr_stream.variants import VariantBuilder, parse_variant
 

@@ -14,6 +14,7 @@ from conftest import no_track_config
 from grrr_stream import stats
 from grrr_stream.workflows import make_scheduler, run_comparisons, run_stats
 from grrr_stream.checkpoint import Checkpoint
+from grrr_stream.comparisons import compare
 from grrr_stream.decompose import run_transition
 from grrr_stream.errors import StoreMismatchError
 from grrr_stream.fixtures.synthetic import ModelShape, Update, write_model
@@ -130,12 +131,12 @@ def test_distributed_local_cluster_gives_identical_results(chain):
 
     _, _, stores = chain
     a, b = StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float32", "rl")])
-    local = stats.compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4)
+    local = compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         client = make_scheduler(cluster.scheduler_address)  # as `--scheduler ADDRESS` does
         try:
             assert isinstance(client, Client)
-            remote = stats.compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4, scheduler=client)
+            remote = compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4, scheduler=client)
         finally:
             client.close()
     assert local.summary() == remote.summary()
@@ -164,7 +165,7 @@ def test_incremental_P_from_store_equals_direct_projection(chain):
 def test_sequential_and_independent_comparisons(chain):
     _, models, stores = chain
     a, b = StoredTransition(stores[("float64", "sft")]), StoredTransition(stores[("float64", "rl")])
-    comp = stats.compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=0)
+    comp = compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=0)
     # norms: independent computation from the checkpoints
     ck = {k: Checkpoint.open(models[k]) for k in ("base", "sft", "rl")}
     n2 = {"sft": 0.0, "incr": 0.0, "cum": 0.0}
@@ -185,7 +186,7 @@ def test_sequential_and_independent_comparisons(chain):
     assert comp.ci[0] <= comp.median <= comp.ci[1]
     # independent siblings: the norm ratio
     s = StoredTransition(stores[("float64", "sib")])
-    ind = stats.compare(a, s, "independent", resamples=2000, null_draws=2000, seed=0)
+    ind = compare(a, s, "independent", resamples=2000, null_draws=2000, seed=0)
     na = math.sqrt(sum(r["delta_fro"] ** 2 for r in a.rows()))
     ns = math.sqrt(sum(r["delta_fro"] ** 2 for r in s.rows()))
     assert ind.norms["norm_ratio"] == pytest.approx(min(na, ns) / max(na, ns))
@@ -194,11 +195,11 @@ def test_sequential_and_independent_comparisons(chain):
 def test_compare_refuses_different_frames(chain):
     _, _, stores = chain
     with pytest.raises(StoreMismatchError, match="base checkpoints differ"):
-        stats.compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores["other"]),
-                      "independent")
+        compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores["other"]),
+                "independent")
     with pytest.raises(StoreMismatchError, match="different frames"):
-        stats.compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float64", "rl")]),
-                      "sequential")
+        compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float64", "rl")]),
+                "sequential")
 
 
 def test_summary_tables_match_numpy(chain, tmp_path):
@@ -289,8 +290,8 @@ def test_independent_pair_is_compared_from_its_nearest_common_ancestor(siblings)
     null says, while the cumulative updates look aligned because they share the parent's update."""
     root, models, stores = siblings
     a, b, c = (StoredTransition(stores[k]) for k in ("a", "b", "parent"))
-    steps = stats.compare(a, b, "independent", ancestor=c, resamples=2000, null_draws=4000, seed=0)
-    cum = stats.compare(a, b, "cumulative", resamples=2000, null_draws=4000, seed=0)
+    steps = compare(a, b, "independent", ancestor=c, resamples=2000, null_draws=4000, seed=0)
+    cum = compare(a, b, "cumulative", resamples=2000, null_draws=4000, seed=0)
     print(f"median cos_off: steps from the parent {steps.median:+.4f} (null ±2σ {steps.null.envelope}), "
           f"cumulative {cum.median:+.4f}")
     assert steps.null.envelope[0] <= steps.median <= steps.null.envelope[1]
@@ -313,7 +314,7 @@ def test_independent_pair_is_compared_from_its_nearest_common_ancestor(siblings)
     assert steps.norms["norm_a"] == pytest.approx(math.sqrt(n2["a"]), rel=1e-4)
     assert steps.norms["norm_b"] == pytest.approx(math.sqrt(n2["b"]), rel=1e-4)
     with pytest.raises(ValueError, match="independent comparisons only"):
-        stats.compare(a, b, "sequential", ancestor=c)
+        compare(a, b, "sequential", ancestor=c)
 
 
 def test_compare_cli_takes_an_ancestor_store(siblings, tmp_path, capsys):
@@ -346,12 +347,12 @@ def test_bfloat16_stores_are_decoded_and_refused_for_differences(chain, tmp_path
     assert np.array_equal(decoded, t.read_tensor(name, "P").float().numpy())  # the same values as torch decodes
     twin = StoredTransition(stores[("float32", "sft")]).dask_array(name, "P").compute()
     assert np.abs(decoded - twin).max() <= 2 ** -8 * np.abs(twin).max()  # bf16 rounding of the float32 twin
-    low = stats.compare(t, StoredTransition(bf["sib"]), "independent", resamples=500, null_draws=500)
-    ref = stats.compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float32", "sib")]),
-                        "independent", resamples=500, null_draws=500)
+    low = compare(t, StoredTransition(bf["sib"]), "independent", resamples=500, null_draws=500)
+    ref = compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float32", "sib")]),
+                  "independent", resamples=500, null_draws=500)
     print(f"independent median cos_off: bfloat16 stores {low.median:+.5f}, float32 twins {ref.median:+.5f}")
     assert low.median == pytest.approx(ref.median, abs=5e-3)
     for x, y in zip(low.rows, ref.rows):
         assert x["cos_off"] == pytest.approx(y["cos_off"], abs=1e-2)
     with pytest.raises(StoreMismatchError, match="store_dtype float32"):
-        stats.compare(t, StoredTransition(bf["rl"]), "sequential")
+        compare(t, StoredTransition(bf["rl"]), "sequential")

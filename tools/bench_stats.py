@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grrr_stream import stats
+from grrr_stream import comparisons, stats
 from grrr_stream.store import StoredTransition
 
 
@@ -42,8 +42,8 @@ def main() -> None:
     if args.stores:
         a, b = (StoredTransition(p) for p in args.stores)
         t = time.perf_counter()
-        comp = stats.compare(a, b, "independent", resamples=10_000, null_draws=10_000, seed=0,
-                             scheduler=args.scheduler)
+        comp = comparisons.compare(a, b, "independent", resamples=10_000, null_draws=10_000, seed=0,
+                                   scheduler=args.scheduler)
         figures.update({
             "compare_matrices": len(comp.rows),
             "compare_largest_P": max(a.dask_array(n, "P").shape[0] for n in a.matrices),
