@@ -27,7 +27,7 @@ from grrr_stream.checkpoint import (
     write_checkpoint,
 )
 from grrr_stream.config import build_config
-from grrr_stream.decompose import plan_transition
+from grrr_stream.transition_plan import plan_transition
 from grrr_stream.errors import (
     CheckpointError,
     CheckpointNotFoundError,
