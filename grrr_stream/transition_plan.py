@@ -36,8 +36,8 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
     pattern = pattern_for(model_type, cfg.module_pattern)
     _refuse_quantized_experts(base)
     modules = default_modules(model_type, cfg.modules, DEFAULT_MODULES)
-    in_base = _select(base, pattern, modules, cfg.split_fused)
-    in_post = {m.name for m in _select(post, pattern, modules, cfg.split_fused)}
+    in_base = _selected_matrices(base, pattern, modules, cfg.split_fused)
+    in_post = {m.name for m in _selected_matrices(post, pattern, modules, cfg.split_fused)}
     if not in_base and not in_post:
         raise TensorMismatchError(
             f"no tensor of {base.folder} matches the decomposition pattern for modules {list(modules)}; "
@@ -76,7 +76,7 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
     return TransitionPlan(base=base, post=post, matrices=in_base)
 
 
-def _select(ckpt: Checkpoint, pattern: str, modules, split: bool) -> list[MatrixName]:
+def _selected_matrices(ckpt: Checkpoint, pattern: str, modules, split: bool) -> list[MatrixName]:
     shapes = {n: i.shape for n, i in ckpt.tensors.items()}
     found = select_matrices(ckpt.tensors, pattern, modules, shapes=shapes)
     return split_fused(found, ckpt.config, shapes) if split else found
