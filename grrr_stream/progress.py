@@ -18,7 +18,7 @@ def fmt_seconds(s: float) -> str:
 
 
 class Progress:
-    """Prints ``[done/total] pct | item | s/it | ETA`` to stderr.
+    """Prints ``[done/total] pct | item | s/it | ETA`` to stderr; :meth:`message` prints a line as given.
 
     On a terminal the line is rewritten in place; elsewhere (logs, CI) one line is
     printed per update. ETA uses only items processed in this run, so resumed runs
@@ -40,12 +40,20 @@ class Progress:
         if self.enabled:
             self._emit(text, final=True)
 
-    def advance(self, item: str, n: int = 1) -> None:
+    def count(self, n: int = 1) -> None:
+        """Count ``n`` more items done without printing (a caller that words its own lines, as the sweep)."""
         self.done += n
         self._processed += n
+
+    def elapsed(self) -> float:
+        """Seconds since this reporter was created."""
+        return time.monotonic() - self._start
+
+    def advance(self, item: str, n: int = 1) -> None:
+        self.count(n)
         if not self.enabled:
             return
-        elapsed = time.monotonic() - self._start
+        elapsed = self.elapsed()
         rate = elapsed / self._processed if self._processed else 0.0
         remaining = max(self.total - self.done, 0)
         pct = 100.0 * self.done / self.total if self.total else 100.0

@@ -3,7 +3,7 @@
 The driver (``run_transition``) plans the transition, opens the store and holds its lock as
 always; the matrices still to do go out in batches (the matrices of one layer, at most
 :data:`BATCH` of them), each a Dask task. A worker runs a batch through the same streaming
-loop as a one-process run (``decompose._stream``: reader and writer threads, the same math),
+loop as a one-process run (``streaming.stream_matrices``: reader and writer threads, the same math),
 reading only its batch's tensors from the memory-mapped checkpoints and writing only its
 batch's matrix groups, each with its own completion record. So:
 
@@ -123,7 +123,8 @@ def run_batch(cfg: DecomposeConfig, folders: tuple[str, str], batch_id: str, mat
     """On a worker: decompose this batch's matrices that are not complete yet into the store."""
     from distributed import get_worker
 
-    from .decompose import TransitionPlan, compute_threads, stream_matrices
+    from .streaming import compute_threads, stream_matrices
+    from .transition_plan import TransitionPlan
 
     address = get_worker().address
     store = TransitionStore.attach(cfg.store)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from conftest import no_track_config
-from grrr_stream.frame import (band_energies, decompose_matrix, round_trip_survival, subspace_angles,
-                               update_sparsity)
+from grrr_stream.analyses import band_energies, round_trip_survival, subspace_angles, update_sparsity
+from grrr_stream.kernel import decompose_matrix
 
 
 def _orthogonal(n: int, seed: int) -> torch.Tensor:

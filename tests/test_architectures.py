@@ -22,7 +22,8 @@ import torch
 from conftest import no_track_config
 from grrr_stream.arch import FAMILIES, MatrixName, select_matrices, split_fused
 from grrr_stream.checkpoint import Checkpoint
-from grrr_stream.decompose import plan_transition, run_transition
+from grrr_stream.decompose import run_transition
+from grrr_stream.transition_plan import plan_transition
 from grrr_stream.errors import ConfigError
 from grrr_stream.fixtures.synthetic import ModelShape, make_transition
 from grrr_stream.stats import summary_tables

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from grrr_stream.checkpoint import INDEX_NAME, Checkpoint, resolve_source
 from grrr_stream.checkpoint_writer import TensorSpec, write_checkpoint
 from grrr_stream.config import build_config
-from grrr_stream.decompose import plan_transition
+from grrr_stream.transition_plan import plan_transition
 from grrr_stream.errors import (
     CheckpointError,
     CheckpointNotFoundError,

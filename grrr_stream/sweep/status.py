@@ -99,7 +99,7 @@ def unit_disk_needs(plan: Plan) -> dict[str, Optional[list]]:
 
 
 def _decompose_needs(u: Unit, checkpoints: _Checkpoints) -> Optional[list]:
-    from ..decompose import plan_transition
+    from ..transition_plan import plan_transition
     from ..diskplan import transition_needs
 
     p: DecomposeParams = u.params

@@ -1,0 +1,117 @@
+"""One matrix pair's whole GRRR treatment: frame, ΔW, projection, split, analyses and metrics.
+
+Pure torch, no I/O; the steps themselves live in :mod:`grrr_stream.frame` (frame and
+projection), :mod:`grrr_stream.analyses` (beyond the paper) and :mod:`grrr_stream.metrics`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+import torch
+
+from .analyses import band_energies, component_samples, principal_angles, round_trip_survival, top_singular_subspaces
+from .frame import Frame, Projection, compute_frame, project, spectral_norm, split_energies, svdvals
+from .metrics import MatrixMetrics, matrix_metrics, ratio_or_zero
+from .phases import NO_TIMER, PhaseTimer
+
+# (axis, indices, W0 on those rows/columns in the checkpoint dtype, target dtype): see decompose_matrix
+Survival = tuple[int, torch.Tensor, torch.Tensor, torch.dtype]
+
+
+@dataclass(frozen=True)
+class MatrixResult:
+    frame: Frame
+    projection: Projection
+    sigma1: torch.Tensor
+    metrics: MatrixMetrics
+
+
+def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Frame] = None,
+                     core_rel_threshold: Optional[float] = None, rank_thresholds: Sequence[float] = (1e-7, 1e-3),
+                     band_edges: Sequence[int] = (), angle_edges: Sequence[int] = (),
+                     survival: Optional[Survival] = None, timer: PhaseTimer = NO_TIMER,
+                     svd_driver: Optional[str] = None) -> MatrixResult:
+    """Full GRRR treatment of one matrix pair, given already upcast (float32/64) tensors.
+
+    Consumes ``W1`` (it becomes ΔW, then the null residual) and drops ``W0`` as soon as
+    the frame exists, to keep at most a few m×n buffers alive. Pass a cached ``frame``
+    to skip the SVD of W0. Beyond the paper, in the same pass: ``band_edges`` splits the
+    energy of P by principal band; ``angle_edges`` measures the principal angles between the
+    top-k singular subspaces of W0 and W1 for each k (W1's by block subspace iteration, no
+    full SVD); ``survival`` = (axis, indices, W0 on those rows/columns in the
+    checkpoint dtype, target dtype) estimates how much of each component survives a round
+    trip of W0 + component through the target dtype. ``timer`` collects the seconds of each
+    step (see :mod:`grrr_stream.phases`).
+    """
+    if W0.dtype != W1.dtype or W0.dtype not in (torch.float32, torch.float64):
+        raise TypeError("decompose_matrix expects two float32 or two float64 tensors")
+    with timer.phase("svdvals_w1"):
+        sigma1 = svdvals(W1, svd_driver)
+    m, n = W1.shape
+    # the frame first, while W1 is intact: the same peak memory as forming ΔW first (W1 takes ΔW's place
+    # during the SVD), and W1's top-k subspaces can start from W0's
+    if frame is None:
+        with timer.phase("svd_w0"):
+            frame = compute_frame(W0, core_rel_threshold, svd_driver)
+    ks = sorted({int(k) for k in angle_edges if int(k) < min(m, n, frame.rank)})
+    # (k ≥ min(m, n) is not measured: the longer side's top-k subspaces are then the row or column
+    # spaces, which differ between W0 and W1 and would need W1's full SVD)
+    with timer.phase("angles"):
+        top1, angles_failed = _top_subspaces_of_w1(W1, frame, ks)
+    with timer.phase("delta"):
+        delta = W1.sub_(W0)
+        del W1, W0  # W0 freed here when the caller passed it without keeping a reference
+        delta_fro = float(torch.linalg.vector_norm(delta).item())
+    with timer.phase("spectral_norm"):
+        delta_spec = spectral_norm(delta) if delta_fro > 0 else 0.0
+    if delta_fro == 0.0:
+        # W1 == W0 bit for bit: use the identical spectrum rather than one from another
+        # LAPACK routine, so a model compared with itself gives exact zeros.
+        sigma1 = frame.S.clone()
+    delta_sample = None
+    if survival is not None:  # ΔW on the sampled rows or columns, before it becomes the null residual
+        axis, idx = survival[0], survival[1].to(delta.device)
+        delta_sample = (delta[idx] if axis == 0 else delta[:, idx]).clone()
+    with timer.phase("projection"):
+        proj = project(delta, frame, in_place=True)
+        energies = split_energies(proj.P, proj.null)
+    with timer.phase("analyses"):
+        extra = _beyond_the_paper(proj, frame, delta_fro, band_edges, ks, top1, angles_failed, survival, delta_sample)
+    metrics = matrix_metrics(frame.S.double().cpu().numpy(), sigma1.double().cpu().numpy(), delta_fro=delta_fro,
+                             delta_spec=delta_spec, energies=energies, rows=m, cols=n, rank=frame.rank,
+                             rank_thresholds=rank_thresholds)
+    if extra:
+        metrics = replace(metrics, extra=extra)
+    return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics)
+
+
+def _top_subspaces_of_w1(W1: torch.Tensor, frame: Frame, ks: list[int]
+                         ) -> tuple[Optional[tuple[torch.Tensor, torch.Tensor]], bool]:
+    """(W1's top-max(ks) left and right singular vectors or None, whether computing them failed)."""
+    try:
+        return (top_singular_subspaces(W1, ks[-1], start=frame.V[:, :ks[-1] + 16]) if ks else None), False
+    except torch.linalg.LinAlgError:  # products that overflow (weights near the dtype's limit): the angles
+        return None, True             # are NaN, and the caller refuses the matrix as non-finite
+
+
+def _beyond_the_paper(proj: Projection, frame: Frame, delta_fro: float, band_edges: Sequence[int], ks: list[int],
+                      top1: Optional[tuple[torch.Tensor, torch.Tensor]], angles_failed: bool,
+                      survival: Optional[Survival], delta_sample: Optional[torch.Tensor]) -> dict[str, float]:
+    """The extra metric columns: band shares of ‖ΔW‖², principal angles, round-trip survival."""
+    extra: dict[str, float] = {}
+    if band_edges:
+        d2 = delta_fro ** 2
+        extra.update({f"band{k}": ratio_or_zero(v, d2) for k, v in band_energies(proj.P, band_edges).items()})
+    if top1 is not None:
+        extra.update({f"angle{k}": v for k, v in principal_angles(frame, top1[0], top1[1], ks).items()})
+    elif angles_failed:
+        extra.update({f"angle{k}_{side}_max_deg": math.nan for k in ks for side in ("left", "right")})
+    if survival is not None:
+        axis, idx, w0_sample, target = survival
+        kept = round_trip_survival(w0_sample, component_samples(proj, frame, axis, idx, delta_sample), target)
+        tag = str(target).removeprefix("torch.")
+        extra.update({f"{tag}_kept_{c}": v for c, v in kept.items()})
+    return extra

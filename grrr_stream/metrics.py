@@ -1,0 +1,110 @@
+"""The scalar metrics of one matrix update, from the spectra of W0 and W1, the norms of ΔW and the
+split energies: returned as Python floats computed in float64."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MatrixMetrics:
+    """Descriptive metrics of one matrix update (all float64 Python scalars)."""
+
+    rows: int
+    cols: int
+    rank: int  # size of the pretrained core r
+    w0_fro: float
+    delta_fro: float
+    r_delta: float
+    e_diag: float
+    e_off: float
+    e_null: float
+    f_diag: float
+    f_off: float
+    f_null: float
+    sv_cos: float
+    delta_max: float
+    sr_w0: float
+    sr_delta: float
+    sr_w1: float
+    dsr_pct: float
+    alpha: float
+    rank_w0: dict  # threshold (as str) → numerical rank
+    rank_w1: dict
+    # beyond the paper (column name → value): band{k}_{diag,off}_{principal,mixed,tail} as fractions of
+    # ‖ΔW‖², angle{k}_{left,right}_{max_deg,cos2}, {dtype}_kept_{diag,off,null}
+    extra: dict = field(default_factory=dict)
+
+    def as_row(self) -> dict:
+        row = {k: v for k, v in self.__dict__.items() if not isinstance(v, dict)}
+        for t, v in self.rank_w0.items():
+            row[f"nrank_w0_{t}"] = v
+        for t, v in self.rank_w1.items():
+            row[f"nrank_w1_{t}"] = v
+        row.update(self.extra)
+        return row
+
+
+def ratio_or_zero(a: float, b: float) -> float:
+    """a / b, and 0 where b is 0: a zero update gives zero fractions, never NaN."""
+    return a / b if b > 0 else 0.0
+
+
+def numerical_rank(s: np.ndarray, rel: float) -> int:
+    return int((s > rel * s[0]).sum()) if s.size and s[0] > 0 else 0
+
+
+def matrix_metrics(
+    s0: Sequence[float] | np.ndarray,
+    s1: Sequence[float] | np.ndarray,
+    *,
+    delta_fro: float,
+    delta_spec: float,
+    energies: tuple[float, float, float],
+    rows: int,
+    cols: int,
+    rank: int,
+    rank_thresholds: Sequence[float],
+) -> MatrixMetrics:
+    """Metrics from the spectra of W0 and W1, ‖ΔW‖_F, ‖ΔW‖₂ and the split energies.
+
+    Conventions for a zero update (ΔW = 0): fractions, SR(ΔW) and α are 0, never NaN.
+    """
+    s0 = np.asarray(s0, dtype=np.float64)
+    s1 = np.asarray(s1, dtype=np.float64)
+    w0_fro = math.sqrt(float(np.dot(s0, s0)))
+    w1_fro2 = float(np.dot(s1, s1))
+    e_diag, e_off, e_null = energies
+    d2 = delta_fro**2
+    sr_w0 = ratio_or_zero(w0_fro**2, s0[0] ** 2) if s0.size else 0.0
+    sr_w1 = ratio_or_zero(w1_fro2, s1[0] ** 2) if s1.size else 0.0
+    sr_delta = ratio_or_zero(d2, delta_spec**2)
+    n0, n1 = math.sqrt(float(np.dot(s0, s0))), math.sqrt(w1_fro2)
+    return MatrixMetrics(
+        rows=rows,
+        cols=cols,
+        rank=rank,
+        w0_fro=w0_fro,
+        delta_fro=delta_fro,
+        r_delta=ratio_or_zero(delta_fro, w0_fro),
+        e_diag=e_diag,
+        e_off=e_off,
+        e_null=e_null,
+        f_diag=ratio_or_zero(e_diag, d2),
+        f_off=ratio_or_zero(e_off, d2),
+        f_null=ratio_or_zero(e_null, d2),
+        sv_cos=ratio_or_zero(float(np.dot(s0, s1)), n0 * n1),
+        delta_max=ratio_or_zero(float(np.max(np.abs(s1 - s0))) if s0.size else 0.0, s0[0] if s0.size else 0.0),
+        sr_w0=sr_w0,
+        sr_delta=sr_delta,
+        sr_w1=sr_w1,
+        dsr_pct=100.0 * ratio_or_zero(sr_w1 - sr_w0, sr_w0),
+        alpha=ratio_or_zero(sr_w1 - sr_w0, sr_delta) if sr_delta > 0 else 0.0,
+        rank_w0={f"{t:g}": numerical_rank(s0, t) for t in rank_thresholds},
+        rank_w1={f"{t:g}": numerical_rank(s1, t) for t in rank_thresholds},
+    )
+
