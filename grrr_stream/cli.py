@@ -155,7 +155,7 @@ def _variants_parser(sub) -> None:
 
 def cmd_variants(args: argparse.Namespace) -> int:
     from .runtime import resolve_device
-    from .variants import DEFAULT_VARIANTS
+    from .variant_spec import DEFAULT_VARIANTS
     from .workflows import run_variants
 
     res = run_variants(args.store, args.out, args.variant or list(DEFAULT_VARIANTS), dtype=args.dtype,
@@ -220,7 +220,7 @@ def _evaluate_parser(sub) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .config import build_engine_settings, build_sampling_settings
     from .evaluate import FIVE
-    from .variants import DEFAULT_VARIANTS
+    from .variant_spec import DEFAULT_VARIANTS
     from .workflows import run_evaluation
 
     settings = build_engine_settings({

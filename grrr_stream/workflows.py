@@ -155,7 +155,8 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
                  max_shard_bytes: int = 2 * 2**30, tracking: TrackingConfig | dict | None = None, stream=None) -> VariantsResult:
     """Build each variant of the transition in ``store`` as ``out/<variant>/`` (HF folder) plus
     ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant."""
-    from .variants import VariantBuilder, parse_variant, write_variant
+    from .variant_spec import parse_variant
+    from .variants import VariantBuilder, write_variant
 
     specs = [parse_variant(v) for v in variants]
     names = [s.name for s in specs]
@@ -236,7 +237,8 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     from . import claims
     from . import evaluate as ev
     from .config import EngineSettings, SamplingSettings, check_metric
-    from .variants import VariantBuilder, parse_variant, write_variant
+    from .variant_spec import parse_variant
+    from .variants import VariantBuilder, write_variant
 
     started = time.time()  # the MLflow runs, opened after the evaluation, start here
     settings = settings or EngineSettings()

@@ -135,7 +135,8 @@ def test_sparsity_and_survival_land_in_the_store(tmp_path):
     from grrr_stream.decompose import run_transition
     from grrr_stream.store import StoredTransition
     from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
-    from grrr_stream.variants import VariantBuilder, parse_variant
+    from grrr_stream.variant_spec import parse_variant
+    from grrr_stream.variants import VariantBuilder
 
     shape = ModelShape(hidden=96, intermediate=256, layers=1, heads=6, kv_heads=2)
     base, post = make_transition(tmp_path / "m", shape, family="llama", dtype="float32",
@@ -188,7 +189,8 @@ def f64_store(tmp_path_factory):
 
 def test_band_variants_remove_exactly_the_reported_band_energy(f64_store):
     from grrr_stream.store import StoredTransition
-    from grrr_stream.variants import VariantBuilder, parse_variant
+    from grrr_stream.variant_spec import parse_variant
+    from grrr_stream.variants import VariantBuilder
 
     t = StoredTransition(f64_store)
     v = {n: dict(VariantBuilder(f64_store, parse_variant(n), dtype="float64").tensors())

@@ -28,7 +28,8 @@ from grrr_stream.errors import ConfigError
 from grrr_stream.fixtures.synthetic import ModelShape, make_transition
 from grrr_stream.stats import summary_tables
 from grrr_stream.store import StoredTransition
-from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
+from grrr_stream.variant_spec import parse_variant
+from grrr_stream.variants import VariantBuilder, write_variant
 
 transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402

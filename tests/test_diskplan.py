@@ -19,7 +19,8 @@ from grrr_stream.errors import StoreError, StoreMismatchError
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 from grrr_stream.comparisons import compare
 from grrr_stream.store import StoredTransition
-from grrr_stream.variants import VariantBuilder, parse_variant
+from grrr_stream.variant_spec import parse_variant
+from grrr_stream.variants import VariantBuilder
 
 # big enough that metadata, tables and figures are a small part of the store, small enough to be quick
 SHAPE = ModelShape(hidden=256, intermediate=704, layers=2, heads=4, kv_heads=2)

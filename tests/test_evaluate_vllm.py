@@ -15,7 +15,8 @@ from conftest import no_track_config  # noqa: E402
 from grrr_stream.config import EngineSettings  # noqa: E402
 from grrr_stream.decompose import run_transition  # noqa: E402
 from grrr_stream.evaluate import Engine, load_benchmark  # noqa: E402
-from grrr_stream.variants import VariantBuilder, parse_variant, write_variant  # noqa: E402
+from grrr_stream.variant_spec import parse_variant  # noqa: E402
+from grrr_stream.variants import VariantBuilder, write_variant  # noqa: E402
 from grrr_stream.workflows import run_evaluation  # noqa: E402
 
 SETTINGS = EngineSettings(max_new_tokens=64, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)

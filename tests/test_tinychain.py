@@ -18,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 from safetensors import safe_open  # noqa: E402
 
 from grrr_stream.fixtures import tinychain as tc  # noqa: E402
+from grrr_stream.fixtures import tinychain_task as task  # noqa: E402
 
 INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 
@@ -105,7 +106,7 @@ def test_folders_load_pair_up_and_share_tokenizer(chain):
     prompt = tok.apply_chat_template([{"role": "user", "content": "What is 1+2?" + INSTRUCTION}],
                                      tokenize=False, add_generation_prompt=True)
     assert prompt == ("<|im_start|>user\nWhat is 1+2?" + INSTRUCTION + "<|im_end|>\n<|im_start|>assistant\n")
-    for text in [prompt, tc.completion_text(178, 256), "a  b {x} \\boxed{12}\n\t~!", " lead and trail "]:
+    for text in [prompt, task.completion_text(178, 256), "a  b {x} \\boxed{12}\n\t~!", " lead and trail "]:
         ids = tok.encode(text, add_special_tokens=False)
         assert tok.decode(ids) == text
 
@@ -123,16 +124,16 @@ def test_benchmark_is_heldout(chain):
     records = _records(paths)
     assert len(records) == tc.QUICK.benchmark_size
     assert all(set(r) == {"problem", "answer"} and isinstance(r["answer"], str) for r in records)
-    pairs = [tc.parse_problem(r["problem"]) for r in records]
+    pairs = [task.parse_problem(r["problem"]) for r in records]
     assert len(set(pairs)) == len(pairs)
     assert all(str(a + b) == r["answer"] for (a, b), r in zip(pairs, records))
-    assert all(tc.is_heldout(a, b) and 100 <= min(a, b) and max(a, b) <= 999 for a, b in pairs)
+    assert all(task.is_heldout(a, b) and 100 <= min(a, b) and max(a, b) <= 999 for a, b in pairs)
     import random
 
     bench = set(pairs)
     rng = random.Random(123)
-    assert not bench & set(tc.hard_train_pairs(rng, 20_000))
-    assert not bench & set(tc.easy_pairs(rng, 5_000))
+    assert not bench & set(task.hard_train_pairs(rng, 20_000))
+    assert not bench & set(task.easy_pairs(rng, 5_000))
 
 
 def test_second_build_reuses(chain):

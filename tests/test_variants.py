@@ -15,7 +15,8 @@ from grrr_stream.checkpoint import Checkpoint
 from grrr_stream.decompose import run_transition
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 from grrr_stream.store import StoredTransition
-from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
+from grrr_stream.variant_spec import parse_variant
+from grrr_stream.variants import VariantBuilder, write_variant
 from grrr_stream.workflows import run_variants
 
 
@@ -147,7 +148,7 @@ def test_fidelity_bf16_loses_rl_sized_update_and_warns(planted_f32_small, tmp_pa
 def test_float32_fidelity_without_a_float64_pass_matches_it(planted_f32_small, tmp_path, monkeypatch):
     """A float32 variant of a float32 decomposition: its weights and fidelity report from the float32
     pass (TwoSum rounding errors; copies from the record) equal those of the float64 reference pass."""
-    from grrr_stream import variants as V
+    from grrr_stream import variant_fidelity as V
 
     base, post = planted_f32_small  # r_Δ = 3e-4: the cast error is a visible share of the update
     store = tmp_path / "s"
@@ -235,7 +236,8 @@ def test_variant_cli_and_bad_names(f64_store, tmp_path, capsys):
 
 RSS = textwrap.dedent("""
     import json, resource, sys
-    from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
+    from grrr_stream.variant_spec import parse_variant
+    from grrr_stream.variants import VariantBuilder, write_variant
     write_variant(VariantBuilder(sys.argv[1], parse_variant("offnull")), sys.argv[2], max_shard_bytes=8 << 20)
     print(json.dumps({"maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """)

@@ -30,7 +30,8 @@ def main() -> None:
     from grrr_stream.decompose import run_transition
     from grrr_stream.evaluate import Engine, load_benchmark
     from grrr_stream.fixtures.tinychain import build_chain
-    from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
+    from grrr_stream.variant_spec import parse_variant
+    from grrr_stream.variants import VariantBuilder, write_variant
 
     models = build_chain(args.work / "chain", quick=args.quick, progress=False)
     store = args.work / "store"

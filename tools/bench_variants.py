@@ -40,7 +40,8 @@ READ = textwrap.dedent("""
 
 BUILD = textwrap.dedent("""
     import json, resource, sys, time
-    from grrr_stream.variants import VariantBuilder, parse_variant, write_variant
+    from grrr_stream.variant_spec import parse_variant
+    from grrr_stream.variants import VariantBuilder, write_variant
     t = time.perf_counter()
     s = write_variant(VariantBuilder(sys.argv[1], parse_variant(sys.argv[2]), dtype=sys.argv[4]), sys.argv[3])
     print(json.dumps({"build_s": time.perf_counter() - t, "fidelity": s["fidelity"],
@@ -53,7 +54,8 @@ BUILD = textwrap.dedent("""
 SWAP = textwrap.dedent("""
     import json, sys, time
     from grrr_stream.store import StoredTransition
-    from grrr_stream.variants import VariantBuilder, parse_variant
+    from grrr_stream.variant_spec import parse_variant
+    from grrr_stream.variants import VariantBuilder
     out = []
     t = StoredTransition(sys.argv[1])
     flops = sum(2 * a["shape"][0] * a["shape"][1] * a["rank"] for a in t.matrices.values())

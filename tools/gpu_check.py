@@ -151,7 +151,8 @@ def vllm_swap(work: Path) -> str:
     from grrr_stream.decompose import run_transition
     from grrr_stream.evaluate import Engine, load_benchmark
     from grrr_stream.fixtures.tinychain import build_chain
-    from grrr_stream.variants import VariantBuilder, parse_variant
+    from grrr_stream.variant_spec import parse_variant
+    from grrr_stream.variants import VariantBuilder
 
     models = build_chain(work / "chain", quick=True, progress=False)
     store = work / "chain_store"

@@ -307,7 +307,7 @@ class _Context:
 
     def rest_problems(self, tid: str, names: list[str], where: str) -> Problems:
         """A plan problem when rest_from: base meets a base that cannot supply the rest."""
-        from ..variants import rest_refusal
+        from ..variant_rest import rest_refusal
 
         composed = [n for n in names if n in self.specs and self.specs[n].composed]
         if not composed or self.cfg.variants.rest_from != "base":
@@ -318,7 +318,7 @@ class _Context:
 
 
 def _variant_specs(cfg: SweepConfig) -> tuple[dict[str, Any], Problems]:
-    from ..variants import parse_variant
+    from ..variant_spec import parse_variant
 
     specs, problems = {}, []
     for name in cfg.variants.names + [n for e in (cfg.evaluation, *cfg.extra_evaluations) for n in (e.variants or [])]:

@@ -123,7 +123,8 @@ def _run_compare(u: Unit, ctx: RunContext) -> dict:
 
 def _run_variant(u: Unit, ctx: RunContext) -> dict:
     from ..runtime import resolve_device
-    from ..variants import VariantBuilder, parse_variant, write_variant
+    from ..variant_spec import parse_variant
+    from ..variants import VariantBuilder, write_variant
     from ..runs import log_variant
 
     p: VariantParams = u.params

@@ -54,7 +54,7 @@ class Sources:
 
     def _rest_problems(self, tr: Transition) -> list[str]:
         from ..checkpoint import Checkpoint
-        from ..variants import rest_problems
+        from ..variant_rest import rest_problems
 
         if tr.parent in self.generated or tr.child in self.generated:
             return []
