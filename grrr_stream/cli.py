@@ -99,7 +99,8 @@ def _bands_parser(sub) -> None:
 
 
 def cmd_bands(args: argparse.Namespace) -> int:
-    from .workflows import make_scheduler, run_bands
+    from .cluster import compute_scheduler
+    from .workflows import run_bands
 
     try:
         edges = sorted({int(k) for k in args.edges.split(",") if k.strip()})
@@ -107,7 +108,7 @@ def cmd_bands(args: argparse.Namespace) -> int:
         raise ConfigError(f"--edges takes comma-separated positive integers, got {args.edges!r}") from None
     if not edges or edges[0] < 1:
         raise ConfigError("--edges takes comma-separated positive integers")
-    files = run_bands(args.stores, args.out, edges=edges, scheduler=make_scheduler(args.scheduler))
+    files = run_bands(args.stores, args.out, edges=edges, scheduler=compute_scheduler(args.scheduler))
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
 
@@ -219,9 +220,9 @@ def _evaluate_parser(sub) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .config import build_engine_settings, build_sampling_settings
-    from .evaluate import FIVE
+    from .evaluation.benchmarks import FIVE
+    from .evaluation.pipeline import EvaluationRequest, run_evaluation
     from .variant_spec import DEFAULT_VARIANTS
-    from .workflows import run_evaluation
 
     settings = build_engine_settings({
         "dtype": args.engine_dtype, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
@@ -240,12 +241,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     sampling = build_sampling_settings({"n": args.n, "temperature": args.temperature, "top_p": args.top_p,
                                         "seed": args.sampling_seed, "pass_k": ks(args.pass_k),
                                         "maj_k": ks(args.maj_k)})
-    res = run_evaluation(args.store, args.out, args.variant or list(DEFAULT_VARIANTS), args.benchmark or list(FIVE),
-                         args.bench_dir, settings=settings, materialize=args.materialize,
-                         keep_variants=args.keep_variants, limit=args.limit, template=args.template,
-                         instruction=args.instruction, rest_from=args.rest_from, tracking=_tracking_from_args(args),
-                         resamples=args.resamples, lenient=args.lenient_benchmarks, sampling=sampling,
-                         metric=args.metric)
+    request = EvaluationRequest(args.store, args.out, args.variant or list(DEFAULT_VARIANTS),
+                                args.benchmark or list(FIVE), args.bench_dir, settings=settings, sampling=sampling,
+                                metric=args.metric, materialize=args.materialize, keep_variants=args.keep_variants,
+                                limit=args.limit, lenient=args.lenient_benchmarks, template=args.template,
+                                instruction=args.instruction, rest_from=args.rest_from, resamples=args.resamples)
+    res = run_evaluation(request, tracking=_tracking_from_args(args))
     print_evaluation(res)
     return 0
 
@@ -253,7 +254,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def print_evaluation(res, out=None) -> None:
     """Accuracy per variant and benchmark, the differences with their paired intervals, the gain."""
     out = out or sys.stdout
-    from .evaluate import accuracy_columns
+    from .evaluation.tables import accuracy_columns
 
     benches = accuracy_columns(res.accuracy_rows)
     diffs = {r["variant"]: r for r in res.differences}
@@ -321,12 +322,13 @@ def _tracking_from_args(args, tracking=None):
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from .workflows import make_scheduler, run_stats
+    from .cluster import compute_scheduler
+    from .workflows import run_stats
 
     if args.resamples < 100:
         raise ConfigError("--resamples must be at least 100")
     res = run_stats(args.stores, args.out, resamples=args.resamples, seed=args.seed,
-                    scheduler=make_scheduler(args.scheduler), tracking=_tracking_from_args(args))
+                    scheduler=compute_scheduler(args.scheduler), tracking=_tracking_from_args(args))
     overall = [r for r in res.long_rows if r["scope"] == "all" and r["metric"] in ("f_diag", "f_off", "f_null")]
     for r in overall:
         print(f"{r['transition']:<40} {r['metric']:<7} mean {r['mean']:.4f} "
@@ -336,7 +338,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .workflows import make_scheduler, run_comparisons
+    from .cluster import compute_scheduler
+    from .workflows import run_comparisons
 
     pairs: list[tuple] = [("sequential", Path(a), Path(b)) for a, b in args.sequential]
     for stores in args.independent:
@@ -350,7 +353,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1 or args.null_draws < 100 or args.resamples < 100:
         raise ConfigError("need 0 < --alpha < 1, --null-draws >= 100 and --resamples >= 100")
     res = run_comparisons(pairs, args.out, resamples=args.resamples, null_draws=args.null_draws, seed=args.seed,
-                          alpha=args.alpha, scheduler=make_scheduler(args.scheduler),
+                          alpha=args.alpha, scheduler=compute_scheduler(args.scheduler),
                           tracking=_tracking_from_args(args))
     for s in res.summaries:
         print(f"{s['label']}: median cos_off {s['median_cos_off']:+.4f} [{s['ci_lo']:+.4f}, {s['ci_hi']:+.4f}], "
@@ -456,7 +459,7 @@ def _status_parser(sub) -> None:
 
 def _load_sweep(args: argparse.Namespace):
     from .config import SweepEvaluation, load_sweep_config
-    from .evaluate import FIVE
+    from .evaluation.benchmarks import FIVE
 
     if args.config == DEMO_CONFIG and not DEMO_CONFIG.is_file():
         raise ConfigError(f"the demo config {DEMO_CONFIG} is not there (an install without the repository?); "
@@ -592,7 +595,7 @@ def _print_transitions(trs: list[dict], out) -> None:
 def _print_accuracy(acc: list[dict], claims: dict, out) -> None:
     if not acc:
         return
-    from .evaluate import accuracy_columns
+    from .evaluation.tables import accuracy_columns
 
     benches = accuracy_columns(acc)
     diffs = {(d["transition"] + (f" [{suite}]" if suite else ""), d["variant"]): d

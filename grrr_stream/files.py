@@ -1,4 +1,4 @@
-"""General file helpers: atomic text writes, fsync, CSV text, and the one guarded delete.
+"""General file helpers: atomic text writes, fsync, CSV text and its reader, and the one guarded delete.
 
 Every recursive delete in grrr_stream goes through :func:`remove_tree`, which refuses a
 target that does not lie strictly inside the folder the caller may delete in (both
@@ -104,6 +104,12 @@ def to_csv(rows: Iterable[dict]) -> str:
         w.writerow({k: (repr(float(v)) if isinstance(v, (float, np.floating)) else
                         int(v) if isinstance(v, np.integer) else v) for k, v in r.items()})
     return buf.getvalue()
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file (a header line, then one dict per line) as text, as :func:`to_csv` wrote them."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def ensure_folder(path: Path, what: str) -> Path:

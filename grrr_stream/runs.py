@@ -5,7 +5,6 @@ client itself (find-or-create by key, batching, finishing) is tracking.py."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import time
@@ -14,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 from . import tracking as trk
 from .config import TrackingConfig, stable_hash
-from .files import atomic_write_text, to_csv
+from .files import atomic_write_text, read_csv, to_csv
 from .runtime import resolve_device
 
 
@@ -175,8 +174,7 @@ def log_variant(builder, folder: Path, summary: dict, tracking: TrackingConfig, 
     if run.complete:
         return run.run_id
     run.log_params({**variant_params(builder), "store": str(t.path), "folder": str(folder.resolve())})
-    with open(folder.with_name(folder.name + ".fidelity.csv")) as f:  # also there when the build was skipped
-        rows = list(csv.DictReader(f))
+    rows = read_csv(folder.with_name(folder.name + ".fidelity.csv"))  # also there when the build was skipped
     metrics = _numbers(summary.items())
     # per-matrix series for matrices outside the experts only (as in decompose's tracking: E experts a layer do
     # not fit one series per module); the csv artifact has every row
@@ -193,7 +191,7 @@ def log_evaluation(t, builders: Sequence, benches: Sequence, res, settings, temp
                    tracking: TrackingConfig, *, started: float, seconds: float) -> list[str]:
     """One nested run per variant under the transition's run. The variants are evaluated together
     (one engine), so each run spans the whole evaluation and records its ``work_seconds``."""
-    from . import evaluate as ev
+    from .evaluation import engine as ev
 
     parent = transition_run(t, tracking)
     parent.log_artifacts(res.files, "evaluation")
@@ -226,8 +224,7 @@ def log_evaluation(t, builders: Sequence, benches: Sequence, res, settings, temp
         run.log_artifacts(sorted((res.out / name).glob("*.jsonl")), "generations")
         problems = res.out / name / "problems.csv"
         if problems.is_file() and not run.complete:
-            with open(problems, newline="") as f:
-                run.log_table(list(csv.DictReader(f)), "problems.json")
+            run.log_table(read_csv(problems), "problems.json")
         run.finish()
         run_ids.append(run.run_id)
     return run_ids

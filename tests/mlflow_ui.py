@@ -181,7 +181,7 @@ def evaluate(tracking_uri: str, workdir: Path) -> Path:
     from test_evaluate import StandInEngine
 
     from grrr_stream.config import EngineSettings
-    from grrr_stream.workflows import run_evaluation
+    from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
 
     workdir = Path(workdir)
     (store,) = (workdir / "sweep" / "stores").glob("base-to-rl-*")
@@ -189,9 +189,10 @@ def evaluate(tracking_uri: str, workdir: Path) -> Path:
     bench.parent.mkdir(parents=True, exist_ok=True)
     bench.write_text("".join(json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n"
                              for a in range(5) for b in range(4)))
-    run_evaluation(store, workdir / "evaluation", ["full", "diag"], ["sums"], bench.parent.parent,
-                   settings=EngineSettings(max_new_tokens=32), engine_factory=StandInEngine, resamples=200,
-                   tracking={"uri": tracking_uri, "experiment": DEMO_EXPERIMENT}, log=lambda msg: None)
+    run_evaluation(EvaluationRequest(store, workdir / "evaluation", ["full", "diag"], ["sums"], bench.parent.parent,
+                                     settings=EngineSettings(max_new_tokens=32), resamples=200),
+                   engine_factory=StandInEngine, tracking={"uri": tracking_uri, "experiment": DEMO_EXPERIMENT},
+                   log=lambda msg: None)
     return bench
 
 

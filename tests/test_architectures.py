@@ -293,7 +293,7 @@ def test_tied_variant_runs_in_vllm(tmp_path):
         got = llm.generate([TokensPrompt(prompt_token_ids=ids)],
                            vllm.SamplingParams(max_tokens=8, temperature=0.0, detokenize=False))
     finally:
-        del llm  # the engine process ends here, not at interpreter exit (as grrr_stream.evaluate.Engine.close)
+        del llm  # the engine process ends here, not at interpreter exit (as grrr_stream.evaluation.engine.Engine.close)
         gc.collect()
     assert list(got[0].outputs[0].token_ids) == want
 
@@ -322,8 +322,8 @@ def test_moe_variant_runs_in_vllm(tmp_path, monkeypatch, family):
     offnull (base + the off-diagonal and null-space parts of ΔW) rebuilds every matrix: attention, each expert of
     each layer, the router; each is checked against float64 numpy. Greedy tokens and their log-probabilities from
     vLLM must equal transformers' on every prompt, and the variant must decode differently from the base."""
-    # in-process engine, as grrr_stream.evaluate.Engine runs it (starts in seconds instead of a minute); vLLM caches
-    # its environment once an engine is up, so later engines of this session stay in-process too
+    # in-process engine, as grrr_stream.evaluation.engine.Engine runs it (starts in seconds instead of a minute);
+    # vLLM caches its environment once an engine is up, so later engines of this session stay in-process too
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     vllm = pytest.importorskip("vllm")
     from vllm.inputs import TokensPrompt
@@ -379,7 +379,7 @@ def test_moe_variant_runs_in_vllm(tmp_path, monkeypatch, family):
         res = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in PROMPTS],
                            vllm.SamplingParams(max_tokens=8, temperature=0.0, detokenize=False, logprobs=0))
     finally:
-        del llm  # the engine ends here, not at interpreter exit (as grrr_stream.evaluate.Engine.close)
+        del llm  # the engine ends here, not at interpreter exit (as grrr_stream.evaluation.engine.Engine.close)
         gc.collect()
     assert [list(r.outputs[0].token_ids) for r in res] == want_tokens
     # seen: within 3e-7; one expert's down projection scaled by 1.01 in vLLM's copy moves them past 1e-5 (tokens

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 
-from grrr_stream import evaluate as ev
-from grrr_stream.evaluate import BUNDLED, FIVE, bundled_checksums, load_benchmark, resolve_bench_dir
+from grrr_stream.evaluation import benchmarks as ev
+from grrr_stream.evaluation.benchmarks import BUNDLED, FIVE, bundled_checksums, load_benchmark, resolve_bench_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,7 @@ def test_hub_bench_dir_loads_the_same_problems_from_an_offline_cache(tmp_path):
 import json, sys
 from pathlib import Path
 from grrr_stream.errors import BenchmarkNotFoundError
-from grrr_stream.evaluate import load_benchmark, resolve_bench_dir
+from grrr_stream.evaluation.benchmarks import load_benchmark, resolve_bench_dir
 out, logs, res = Path(sys.argv[1]), [], {}
 root = resolve_bench_dir("hub", ["aime24", "amc23"], out / "a", log=logs.append)
 res["problems"] = {b: [[p.question, p.gold] for p in load_benchmark(b, root).problems] for b in ("aime24", "amc23")}

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as sps
 
 from grrr_stream import claims
-from grrr_stream.evaluate import retention_tables
+from grrr_stream.evaluation.tables import retention_tables
 
 
 def answers(n: int, correct: int, *, offset: int = 0) -> np.ndarray:

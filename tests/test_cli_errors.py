@@ -316,7 +316,7 @@ def test_store_in_use_by_held_lock(pair, tmp_path, capsys):
 def test_missing_benchmark_and_busy_workdir_raise_their_own_types(tmp_path):
     """Neither is a checkpoint or a store problem; both stay user errors (exit status 2)."""
     from grrr_stream.errors import BenchmarkNotFoundError, CheckpointNotFoundError, WorkdirBusyError
-    from grrr_stream.evaluate import load_benchmark
+    from grrr_stream.evaluation.benchmarks import load_benchmark
     from grrr_stream.sweep import SweepLock
 
     with pytest.raises(BenchmarkNotFoundError, match="benchmark file .* does not exist") as ei:

@@ -16,7 +16,7 @@ from conftest import no_track_config  # noqa: E402
 from grrr_stream.config import EngineSettings  # noqa: E402
 from grrr_stream.decompose import run_transition  # noqa: E402
 from grrr_stream.fixtures.synthetic import TINY, Update, make_transition  # noqa: E402
-from grrr_stream.workflows import run_evaluation  # noqa: E402
+from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
 
 SETTINGS = EngineSettings(max_new_tokens=32)
 
@@ -44,7 +44,7 @@ class StandInEngine:
     calls = 0
 
     def generate(self, prompts, sampling=None):
-        from grrr_stream.evaluate import Generation
+        from grrr_stream.evaluation.engine import Generation
 
         StandInEngine.calls += 1
         n = sampling.n if sampling is not None else 1
@@ -80,8 +80,8 @@ def test_one_engine_on_the_post_model_when_configs_agree(transition, tmp_path):
     base, post, store, bench = transition
     StandInEngine.started = []
     logs: list[str] = []
-    res = run_evaluation(store, tmp_path / "e", ["base", "full", "proj", "diag"], ["sums"], bench,
-                         settings=SETTINGS, engine_factory=StandInEngine, log=logs.append)
+    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["base", "full", "proj", "diag"], ["sums"], bench,
+                                           settings=SETTINGS), engine_factory=StandInEngine, log=logs.append)
     assert StandInEngine.started == [(post, post)]
     assert res.prompt["from"] == str(post) and res.prompt["files"]["generation_config.json"]
     saved = json.loads((tmp_path / "e" / "evaluation.json").read_text())
@@ -116,8 +116,8 @@ def test_base_config_that_differs_gets_its_own_engine_with_the_post_prompt_forma
     (base / "config.json").write_text(json.dumps(cfg))
     StandInEngine.started = []
     logs: list[str] = []
-    res = run_evaluation(store, tmp_path / "e", ["base", "full", "proj", "diag"], ["sums"], bench,
-                         settings=SETTINGS, engine_factory=StandInEngine, log=logs.append)
+    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["base", "full", "proj", "diag"], ["sums"], bench,
+                                           settings=SETTINGS), engine_factory=StandInEngine, log=logs.append)
     # one engine per config, each started once, each prompting as the post model does
     assert StandInEngine.started == [(base, post), (post, post)]
     assert any("rope_theta" in m and "engine on" in m for m in logs)
@@ -126,18 +126,18 @@ def test_base_config_that_differs_gets_its_own_engine_with_the_post_prompt_forma
     assert {r.variant for r in res.results} == {"base", "full", "proj", "diag"}
     # rest_from post puts every composed variant on the post model's config: one engine again
     StandInEngine.started = []
-    run_evaluation(store, tmp_path / "p", ["full", "proj", "diag"], ["sums"], bench, settings=SETTINGS,
-                   engine_factory=StandInEngine, rest_from="post", log=logs.append)
+    run_evaluation(EvaluationRequest(store, tmp_path / "p", ["full", "proj", "diag"], ["sums"], bench,
+                                     settings=SETTINGS, rest_from="post"), engine_factory=StandInEngine, log=logs.append)
     assert StandInEngine.started == [(post, post)]
 
 
 def test_a_rerun_scores_nothing_and_starts_no_engine(transition, tmp_path):
     _, _, store, bench = transition
-    first = run_evaluation(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench, settings=SETTINGS,
-                           engine_factory=StandInEngine, log=lambda m: None)
+    first = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench,
+                                             settings=SETTINGS), engine_factory=StandInEngine, log=lambda m: None)
     StandInEngine.started = []
-    again = run_evaluation(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench, settings=SETTINGS,
-                           engine_factory=StandInEngine, log=lambda m: None)
+    again = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench,
+                                             settings=SETTINGS), engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.started == [] and not any(r.scored_now for r in again.results)
     assert again.accuracy_rows == first.accuracy_rows and again.differences == first.differences
 
@@ -153,7 +153,7 @@ def test_a_rerun_scores_nothing_and_starts_no_engine(transition, tmp_path):
 ])
 def test_malformed_benchmark_lines_are_refused_with_file_and_line_or_skipped_when_lenient(tmp_path, line, match):
     from grrr_stream.errors import ConfigError
-    from grrr_stream.evaluate import load_benchmark
+    from grrr_stream.evaluation.benchmarks import load_benchmark
 
     (tmp_path / "b").mkdir()
     good = json.dumps({"problem": "2+2", "answer": "4"}).encode()
@@ -168,7 +168,7 @@ def test_malformed_benchmark_lines_are_refused_with_file_and_line_or_skipped_whe
 @pytest.mark.parametrize("name", ["..", ".hidden", "a/b", ""])
 def test_benchmark_names_that_are_not_one_folder_name_are_refused(tmp_path, name):
     from grrr_stream.errors import ConfigError
-    from grrr_stream.evaluate import load_benchmark
+    from grrr_stream.evaluation.benchmarks import load_benchmark
 
     with pytest.raises(ConfigError, match="benchmark name"):
         load_benchmark(name, tmp_path)
@@ -178,7 +178,7 @@ def test_benchmark_names_that_are_not_one_folder_name_are_refused(tmp_path, name
 
 
 def test_pass_at_k_against_hand_computed_values():
-    from grrr_stream.evaluate import pass_at_k
+    from grrr_stream.evaluation.scoring import pass_at_k
 
     # n = 5 answers, 2 right: pass@1 = 2/5; pass@2 = 1 − C(3,2)/C(5,2) = 1 − 3/10; pass@4 = 1 (only 3 wrong)
     assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
@@ -193,7 +193,7 @@ def test_pass_at_k_against_hand_computed_values():
 
 
 def test_majority_vote_groups_equivalent_answers():
-    from grrr_stream.evaluate import majority_correct
+    from grrr_stream.evaluation.scoring import majority_correct
 
     half = [{"extracted": "\\frac{1}{2}", "correct": True}, {"extracted": "0.5", "correct": True},
             {"extracted": "1/3", "correct": False}]
@@ -209,13 +209,14 @@ def test_majority_vote_groups_equivalent_answers():
 
 def test_sampled_evaluation_draws_n_answers_in_one_request_and_reports_every_metric(transition, tmp_path):
     from grrr_stream.config import SamplingSettings
-    from grrr_stream.evaluate import pass_at_k
+    from grrr_stream.evaluation.scoring import pass_at_k
 
     _, _, store, bench = transition
     sampling = SamplingSettings(n=4, temperature=0.7, pass_k=[1, 2, 4], maj_k=[4])
     StandInEngine.calls = 0
-    res = run_evaluation(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench, settings=SETTINGS,
-                         sampling=sampling, metric="pass@2", engine_factory=StandInEngine, log=lambda m: None)
+    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench,
+                                           settings=SETTINGS, sampling=sampling, metric="pass@2"),
+                         engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.calls == 2  # one request per variant (63 prompts < one chunk), n answers each
     out = tmp_path / "e" / "sampled-n4-T0.7-p1-s0"  # beside greedy results and other settings
     assert res.out == out
@@ -248,13 +249,15 @@ def test_sampled_evaluation_draws_n_answers_in_one_request_and_reports_every_met
     assert lost == want
     # other sampling settings: new results beside the old; back to the first: nothing generated again
     StandInEngine.calls = 0
-    run_evaluation(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS, engine_factory=StandInEngine,
-                   sampling=SamplingSettings(n=4, temperature=1.0), log=lambda m: None)
+    run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS,
+                                     sampling=SamplingSettings(n=4, temperature=1.0)),
+                   engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.calls == 1
     assert (tmp_path / "e" / "sampled-n4-T1-p1-s0" / "full" / "sums.json").is_file()
     StandInEngine.calls = 0
-    again = run_evaluation(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS,
-                           engine_factory=StandInEngine, sampling=sampling, metric="maj@4", log=lambda m: None)
+    again = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS,
+                                             sampling=sampling, metric="maj@4"),
+                           engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.calls == 0 and again.results[0].metrics["maj@4"] == full.metrics["maj@4"]
 
 
@@ -262,12 +265,13 @@ def test_pass_k_added_later_is_summarised_from_the_answers_without_generating(tr
     from grrr_stream.config import SamplingSettings
 
     _, _, store, bench = transition
-    kw = dict(settings=SETTINGS, engine_factory=StandInEngine, log=lambda m: None)
-    run_evaluation(store, tmp_path / "e", ["full"], ["sums"], bench, sampling=SamplingSettings(n=3, temperature=0.5),
-                   **kw)
+    kw = dict(engine_factory=StandInEngine, log=lambda m: None)
+    run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS,
+                                     sampling=SamplingSettings(n=3, temperature=0.5)), **kw)
     StandInEngine.calls, StandInEngine.started = 0, []
-    res = run_evaluation(store, tmp_path / "e", ["full"], ["sums"], bench, metric="maj@3",
-                         sampling=SamplingSettings(n=3, temperature=0.5, maj_k=[3]), **kw)
+    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS,
+                                           metric="maj@3", sampling=SamplingSettings(n=3, temperature=0.5, maj_k=[3])),
+                         **kw)
     assert StandInEngine.calls == 0 and StandInEngine.started == []
     assert "maj@3" in res.results[0].metrics and res.accuracy_rows[0]["metric"] == "maj@3"
 
@@ -290,7 +294,7 @@ def test_seeded_sampling_on_cpu_is_batched_so_no_prefill_is_split():
     from types import SimpleNamespace
 
     from grrr_stream.config import SamplingSettings
-    from grrr_stream.evaluate import Engine
+    from grrr_stream.evaluation.engine import Engine
 
     eng = object.__new__(Engine)
     eng.on_cpu = True

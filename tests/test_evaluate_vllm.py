@@ -14,10 +14,11 @@ pytestmark = pytest.mark.vllm
 from conftest import no_track_config  # noqa: E402
 from grrr_stream.config import EngineSettings  # noqa: E402
 from grrr_stream.decompose import run_transition  # noqa: E402
-from grrr_stream.evaluate import Engine, load_benchmark  # noqa: E402
+from grrr_stream.evaluation.benchmarks import load_benchmark  # noqa: E402
+from grrr_stream.evaluation.engine import Engine  # noqa: E402
 from grrr_stream.variant_spec import parse_variant  # noqa: E402
 from grrr_stream.variants import VariantBuilder, write_variant  # noqa: E402
-from grrr_stream.workflows import run_evaluation  # noqa: E402
+from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
 
 SETTINGS = EngineSettings(max_new_tokens=64, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
 
@@ -65,8 +66,9 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
     _, models, store = chain
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     variants = ["base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0"]
-    kw = dict(settings=SETTINGS, limit=60, tracking={"uri": uri})
-    res = run_evaluation(store, tmp_path / "eval", variants, ["arith"], models["benchmark"], **kw)
+    request = EvaluationRequest(store, tmp_path / "eval", variants, ["arith"], models["benchmark"], settings=SETTINGS,
+                                limit=60)
+    res = run_evaluation(request, tracking={"uri": uri})
     acc = {r["variant"]: r["average"] for r in res.accuracy_rows}
     print("accuracy by variant:", acc, "info:", res.info)
     print("differences:", [(d["variant"], round(d["minus_full"], 2), round(d["minus_full_ci_lo"], 2),
@@ -92,7 +94,7 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
     assert diffs["base"]["minus_full"] == pytest.approx(acc["base"] - acc["full"])
     # rerun: nothing is scored twice, and MLflow gets no duplicate runs
     stamp = {v: os.stat(tmp_path / "eval" / v / "arith.jsonl").st_mtime_ns for v in variants}
-    again = run_evaluation(store, tmp_path / "eval", variants, ["arith"], models["benchmark"], **kw)
+    again = run_evaluation(request, tracking={"uri": uri})
     assert not any(r.scored_now for r in again.results)
     assert {v: os.stat(tmp_path / "eval" / v / "arith.jsonl").st_mtime_ns for v in variants} == stamp
     assert again.accuracy_rows == res.accuracy_rows and again.run_ids == res.run_ids
@@ -111,14 +113,14 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
 def test_interrupted_benchmark_resumes_at_first_unanswered_prompt(chain, tmp_path):
     _, models, store = chain
     out = tmp_path / "eval"
-    kw = dict(settings=SETTINGS, limit=20, tracking=None)
-    first = run_evaluation(store, out, ["full"], ["arith"], models["benchmark"], **kw)
+    request = EvaluationRequest(store, out, ["full"], ["arith"], models["benchmark"], settings=SETTINGS, limit=20)
+    first = run_evaluation(request, tracking=None)
     gens = out / "full" / "arith.jsonl"
     lines = gens.read_text().splitlines()
     # simulate a kill after 7 answers (with a torn 8th line) and a lost summary
     gens.write_text("\n".join(lines[:7]) + "\n" + lines[7][:25])
     (out / "full" / "arith.json").unlink()
-    again = run_evaluation(store, out, ["full"], ["arith"], models["benchmark"], **kw)
+    again = run_evaluation(request, tracking=None)
     assert again.results[0].scored_now and again.results[0].accuracy == first.results[0].accuracy
     assert [json.loads(x)["generation"] for x in gens.read_text().splitlines()] == \
         [json.loads(x)["generation"] for x in lines]
@@ -126,10 +128,12 @@ def test_interrupted_benchmark_resumes_at_first_unanswered_prompt(chain, tmp_pat
 
 def test_folder_materialization_is_deleted_unless_kept(chain, tmp_path):
     _, models, store = chain
-    kw = dict(settings=SETTINGS, limit=10, tracking=None, materialize="folder")
-    res = run_evaluation(store, tmp_path / "a", ["offnull"], ["arith"], models["benchmark"], **kw)
+    kw = dict(settings=SETTINGS, limit=10, materialize="folder")
+    res = run_evaluation(EvaluationRequest(store, tmp_path / "a", ["offnull"], ["arith"], models["benchmark"], **kw),
+                         tracking=None)
     assert not (tmp_path / "a" / "_variants" / "offnull").exists() and res.results[0].n == 10
-    run_evaluation(store, tmp_path / "b", ["offnull"], ["arith"], models["benchmark"], keep_variants=True, **kw)
+    run_evaluation(EvaluationRequest(store, tmp_path / "b", ["offnull"], ["arith"], models["benchmark"],
+                                     keep_variants=True, **kw), tracking=None)
     assert (tmp_path / "b" / "_variants" / "offnull" / "config.json").is_file()
 
 
@@ -141,8 +145,8 @@ def test_prompt_longer_than_the_context_is_counted_wrong_not_fatal(chain, tmp_pa
         json.dumps({"problem": "What is 12+30?", "answer": "42"}) + "\n"
         + json.dumps({"problem": "Add these numbers. " + "1+" * 200 + "1", "answer": "201"}) + "\n")
     settings = EngineSettings(max_new_tokens=16, enforce_eager=True, max_model_len=128, cpu_kv_cache_gib=0.25)
-    res = run_evaluation(store, tmp_path / "eval", ["full"], ["mixed"], tmp_path / "bench", settings=settings,
-                         tracking=None)
+    res = run_evaluation(EvaluationRequest(store, tmp_path / "eval", ["full"], ["mixed"], tmp_path / "bench",
+                                           settings=settings), tracking=None)
     (r,) = res.results
     assert r.n == 2 and r.too_long == 1
     recs = [json.loads(x) for x in (tmp_path / "eval" / "full" / "mixed.jsonl").read_text().splitlines()]
@@ -182,7 +186,7 @@ def test_sampled_answers_come_from_one_request_with_real_finish_reasons(chain, t
     """n samples per prompt in one vLLM request; cut-offs counted from vLLM's own finish reasons (a token
     limit below the tiny chain's ~46-token answers forces them)."""
     from grrr_stream.config import SamplingSettings
-    from grrr_stream.evaluate import pass_at_k, score_benchmark
+    from grrr_stream.evaluation.scoring import pass_at_k, score_benchmark
 
     _, models, _ = chain
     settings = EngineSettings(max_new_tokens=46, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)

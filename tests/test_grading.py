@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from grrr_stream.evaluate import BUNDLED as BENCH
-from grrr_stream.evaluate import FIVE, count_wait, grade, last_boxed, load_benchmark, retention_tables
+from grrr_stream.evaluation.benchmarks import BUNDLED as BENCH
+from grrr_stream.evaluation.benchmarks import FIVE, load_benchmark
+from grrr_stream.evaluation.grading import count_wait, grade, last_boxed
+from grrr_stream.evaluation.tables import retention_tables
 
 pytest.importorskip("math_verify", reason="grading needs math-verify (the project's eval extra)")
 

@@ -12,7 +12,8 @@ import torch
 
 from conftest import no_track_config
 from grrr_stream import stats
-from grrr_stream.workflows import make_scheduler, run_comparisons, run_stats
+from grrr_stream.cluster import compute_scheduler
+from grrr_stream.workflows import run_comparisons, run_stats
 from grrr_stream.checkpoint import Checkpoint
 from grrr_stream.comparisons import compare
 from grrr_stream.decompose import run_transition
@@ -133,7 +134,7 @@ def test_distributed_local_cluster_gives_identical_results(chain):
     a, b = StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float32", "rl")])
     local = compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        client = make_scheduler(cluster.scheduler_address)  # as `--scheduler ADDRESS` does
+        client = compute_scheduler(cluster.scheduler_address)  # as `--scheduler ADDRESS` does
         try:
             assert isinstance(client, Client)
             remote = compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4, scheduler=client)

@@ -46,7 +46,7 @@ def populated(server, tmp_path_factory):
 def evaluated(server, populated):
     """The benchmark file of two evaluations logged outside the sweep (stand-in engine)."""
     pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
-    from grrr_stream import evaluate as ev
+    from grrr_stream.evaluation import engine as ev
 
     # the stand-in engine is no vLLM: do not spend seconds importing vLLM for its version
     with pytest.MonkeyPatch.context() as mp:

@@ -28,7 +28,8 @@ def main() -> None:
 
     from grrr_stream.config import EngineSettings, build_config
     from grrr_stream.decompose import run_transition
-    from grrr_stream.evaluate import Engine, load_benchmark
+    from grrr_stream.evaluation.benchmarks import load_benchmark
+    from grrr_stream.evaluation.engine import Engine
     from grrr_stream.fixtures.tinychain import build_chain
     from grrr_stream.variant_spec import parse_variant
     from grrr_stream.variants import VariantBuilder, write_variant

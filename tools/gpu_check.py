@@ -149,7 +149,8 @@ def vllm_swap(work: Path) -> str:
         return "skipped (vllm not installed: pip install -e '.[vllm]')"
     from grrr_stream.config import EngineSettings, build_config
     from grrr_stream.decompose import run_transition
-    from grrr_stream.evaluate import Engine, load_benchmark
+    from grrr_stream.evaluation.benchmarks import load_benchmark
+    from grrr_stream.evaluation.engine import Engine
     from grrr_stream.fixtures.tinychain import build_chain
     from grrr_stream.variant_spec import parse_variant
     from grrr_stream.variants import VariantBuilder

@@ -10,12 +10,12 @@ byte for byte while their readers get numbers, with None for an empty cell.
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
+from ..files import read_csv
 from .plan import Plan
 from .units import EvaluateParams, Transition, Unit
 
@@ -50,8 +50,7 @@ def read_rows(path: Path) -> list[Row]:
     """A result table as typed rows; [] when the file is not there."""
     if not path.is_file():
         return []
-    with open(path, newline="") as f:
-        return [{k: parse_cell(k, v) for k, v in r.items()} for r in csv.DictReader(f)]
+    return [{k: parse_cell(k, v) for k, v in r.items()} for r in read_csv(path)]
 
 
 def rectangular(rows: list[Row]) -> list[Row]:
@@ -164,7 +163,7 @@ def _transition_scores(u: Unit, tr: Transition, c):
     """Paired bootstrap scores of an evaluation unit's variants from its per-problem results
     (None for results written before per-problem correctness was recorded)."""
     from .. import claims
-    from ..evaluate import result_path
+    from ..evaluation.scoring import result_path
 
     p: EvaluateParams = u.params
     correct: dict[str, dict[str, object]] = {}

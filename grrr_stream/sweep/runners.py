@@ -139,18 +139,19 @@ def _run_variant(u: Unit, ctx: RunContext) -> dict:
 
 
 def _run_evaluate(u: Unit, ctx: RunContext) -> dict:
-    from ..workflows import run_evaluation
+    from ..evaluation.pipeline import EvaluationRequest, run_evaluation
 
     # vLLM logs every weight swap at INFO and dozens of harmless kernel-registration
     # warnings per engine; a sweep shows its errors only (set VLLM_LOGGING_LEVEL to see more)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     p: EvaluateParams = u.params
     log = (lambda msg: print(f"  [{u.id}] {msg}", file=sys.stderr, flush=True)) if ctx.progress else (lambda m: None)
-    res = run_evaluation(Path(ctx.stores[p.transition]), Path(u.out), list(p.variants), list(p.benchmarks),
-                         Path(p.bench_dir) if not p.bench_dir.startswith("hub") else p.bench_dir,
-                         settings=p.engine, materialize=p.materialize, limit=p.limit, lenient=p.lenient,
-                         template=p.template, instruction=p.instruction, sampling=p.sampling, metric=p.metric,
-                         nest_sampled=False, rest_from=p.rest_from, tracking=ctx.tracking, log=log)
+    request = EvaluationRequest(Path(ctx.stores[p.transition]), Path(u.out), list(p.variants), list(p.benchmarks),
+                                Path(p.bench_dir) if not p.bench_dir.startswith("hub") else p.bench_dir,
+                                settings=p.engine, materialize=p.materialize, limit=p.limit, lenient=p.lenient,
+                                template=p.template, instruction=p.instruction, sampling=p.sampling,
+                                metric=p.metric, nest_sampled=False, rest_from=p.rest_from)
+    res = run_evaluation(request, tracking=ctx.tracking, log=log)
     return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
 
 

@@ -89,7 +89,7 @@ def benchmarks(e: SweepEvaluation, gen: Optional[Unit]) -> tuple[str, Any]:
     if e.bench_dir == "tinychain":
         return str(Path(gen.out) / "benchmarks"), {"generated": gen.key}
     if e.bench_dir == "bundled":
-        from .. import evaluate
+        from ..evaluation import benchmarks as evaluate
 
         # keyed by content, not by where the package is installed
         return str(evaluate.BUNDLED), {"bundled": {b: _file_digest(evaluate.BUNDLED / b / "test.jsonl")

@@ -1,0 +1,323 @@
+"""Evaluating the variants of a stored transition (``grrr-stream evaluate`` and the sweep's evaluate units).
+
+:func:`run_evaluation` takes an :class:`EvaluationRequest` (what the caller decides) and runs it in
+named steps: prepare (every refusal, the benchmarks, the variant builders, the prompt format), score
+every variant on every benchmark (one engine alive at a time), tabulate, write the files, log to MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from .. import runs
+from ..config import EngineSettings, SamplingSettings, TrackingConfig, check_metric, tracking_config
+from ..errors import ConfigError
+from ..files import atomic_write_text, ensure_folder, remove_tree, to_csv
+from ..store import StoredTransition
+from .benchmarks import Benchmark, load_benchmark, resolve_bench_dir
+from .engine import Engine
+from .prompts import DEFAULT_INSTRUCTION, prompt_format
+from .scoring import BenchmarkResult, evaluation_key, problem_rows, score_benchmark, scored
+from .tables import accuracy_table, diagnostics_table, retention_tables, solved_lost
+
+
+@dataclass(frozen=True)
+class EvaluationRequest:
+    """What to evaluate: variants of the transition in ``store`` on ``benchmarks`` (read from ``bench_dir``:
+    'bundled', 'hub[:OWNER/REPO]' or a folder of ``<name>/test.jsonl``), with every setting that decides
+    the results, written to ``out``.
+
+    ``materialize='engine'`` streams each variant into a running engine; ``'folder'`` writes each variant
+    under ``out/_variants`` and starts a fresh engine on it (deleted afterwards unless ``keep_variants``).
+    ``sampling`` (default greedy) draws n answers per problem in one request each; ``metric`` ('avg' =
+    avg@n, 'pass@k', 'maj@k') is the accuracy of the tables. Sampled results go to
+    ``out/sampled-n…-T…-p…-s…/`` (with ``nest_sampled``), so that results of other sampling settings stay
+    beside them and a finished setting is never generated again. Differences between variants come with
+    paired bootstrap intervals over problems (``resamples``, ``bootstrap_seed``). ``instruction`` None:
+    :data:`prompts.DEFAULT_INSTRUCTION`.
+    """
+
+    store: Path
+    out: Path
+    variants: Sequence[str]
+    benchmarks: Sequence[str]
+    bench_dir: Path | str
+    settings: EngineSettings = field(default_factory=EngineSettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    metric: str = "avg"
+    materialize: str = "engine"
+    keep_variants: bool = False
+    limit: Optional[int] = None
+    lenient: bool = False
+    template: str = "chat"
+    instruction: Optional[str] = None
+    rest_from: str = "base"
+    resamples: int = 10_000
+    bootstrap_seed: int = 0
+    nest_sampled: bool = True
+
+
+@dataclass
+class EvaluationResult:
+    out: Path
+    results: list  # BenchmarkResult
+    accuracy_rows: list[dict]
+    table56: list[dict]
+    table8: list[dict]
+    info: dict
+    fidelity: dict[str, dict]
+    files: list[Path]
+    run_ids: list[str]
+    differences: list[dict] = field(default_factory=list)  # paired bootstrap CIs against full, base, proj
+    prompt: dict = field(default_factory=dict)             # the prompt format every variant was asked in
+    solved_lost: list[dict] = field(default_factory=list)  # problems full solves and a variant loses, and reverse
+    metric: str = "avg"                                    # the accuracy the tables use
+
+
+def run_evaluation(request: EvaluationRequest, *, tracking: TrackingConfig | dict | None = None, log=print,
+                   engine_factory: Optional[Callable[..., Any]] = None) -> EvaluationResult:
+    """Evaluate variants of a stored transition on benchmarks with vLLM; resumable at prompt level.
+
+    Every variant is prompted in the post model's format (tokenizer, chat template, generation config).
+    An engine runs on the post model; variants whose config or tensor layout is the base's and differs
+    from the post model's (see :meth:`VariantBuilder.runs_in_post_engine`) get an engine of their own on
+    the base model. Messages go to ``log``; ``engine_factory`` replaces :class:`engine.Engine` (tests).
+    """
+    started = time.time()  # the MLflow runs, opened after the evaluation, start here
+    ev = _prepare(request, log)
+    scores = _score_variants(ev, engine_factory or Engine, log)
+    res = _tabulate(ev, scores, log)
+    res.files = _write_tables(ev, res)
+    _write_problem_tables(ev, scores.keys_of)
+    res.files.append(_write_record(ev, res))
+    if runs.enabled(tracking := tracking_config(tracking)):
+        res.run_ids = runs.log_evaluation(ev.transition, [ev.builders[n] for n in ev.names], ev.benches, res,
+                                          request.settings, request.template, request.sampling, tracking,
+                                          started=started, seconds=time.time() - started)
+    return res
+
+
+@dataclass
+class _Evaluation:
+    """A request made concrete: its results folder, benchmarks, variant builders and engine homes."""
+
+    request: EvaluationRequest
+    transition: StoredTransition
+    out: Path
+    instruction: str
+    benches: list[Benchmark]
+    names: list[str]
+    builders: dict[str, Any]  # variant name → VariantBuilder
+    post_folder: Path
+    prompt: dict
+    homes: dict[str, Path]  # variant name → the model folder its engine runs on
+
+
+def _prepare(request: EvaluationRequest, log) -> _Evaluation:
+    """Every refusal (settings, variant names, a rest source the base cannot supply) before an engine starts."""
+    from ..variant_spec import parse_variant
+    from ..variants import VariantBuilder
+
+    check_metric(request.metric, request.sampling)
+    instruction = request.instruction if request.instruction is not None else DEFAULT_INSTRUCTION
+    if request.materialize not in ("engine", "folder"):
+        raise ConfigError("materialize must be 'engine' or 'folder'")
+    specs = [parse_variant(v) for v in request.variants]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"variant names must be unique, got {names}")
+    t = StoredTransition(Path(request.store))
+    out = ensure_folder(Path(request.out), "--out")
+    if request.nest_sampled and request.sampling.key_fields() is not None:
+        out = ensure_folder(out / request.sampling.folder_name(), "--out")
+    benches = _load_benchmarks(request, out, log)
+    settings = request.settings
+    vdtype = settings.dtype if settings.dtype != "auto" else "float32"
+    post_folder = Path(t.manifest["post_folder"])
+    prompt = prompt_format(post_folder, request.template, instruction)
+    # on the CPU, not the "auto" default: the vLLM engine holds the GPU's memory while variants are built
+    builders = {s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=request.rest_from, device="cpu")
+                for s in specs}
+    homes = {n: post_folder if builders[n].runs_in_post_engine() else Path(builders[n].home.folder) for n in names}
+    return _Evaluation(request, t, out, instruction, benches, names, builders, post_folder, prompt, homes)
+
+
+def _load_benchmarks(request: EvaluationRequest, out: Path, log) -> list[Benchmark]:
+    # 'bundled', 'hub[:REPO]' or a folder
+    bench_dir = resolve_bench_dir(request.bench_dir, request.benchmarks, out, log=log)
+    benches = [load_benchmark(b, bench_dir, limit=request.limit, lenient=request.lenient) for b in request.benchmarks]
+    for b in benches:
+        if b.skipped:
+            log(f"WARNING: {b.path}: {b.skipped} malformed line(s) skipped (lenient loading)")
+    return benches
+
+
+@dataclass
+class _Scores:
+    results: dict[str, list[BenchmarkResult]] = field(default_factory=dict)  # variant → one per benchmark
+    fidelity: dict[str, dict] = field(default_factory=dict)                   # variant → fidelity summary
+    keys_of: dict[str, dict[str, str]] = field(default_factory=dict)          # variant → benchmark → key
+
+
+class _EngineSlot:
+    """The one engine alive: started on a variant's home, kept while the next variant shares it."""
+
+    def __init__(self, make_engine: Callable[..., Any], ev: _Evaluation):
+        self.make_engine, self.ev = make_engine, ev
+        self.engine: Any = None
+        self.home: Optional[Path] = None
+
+    def on(self, name: str, log) -> Any:
+        """The engine for variant ``name``, started (after closing another) when it runs elsewhere."""
+        ev, home = self.ev, self.ev.homes[name]
+        if self.engine is None or self.home != home:
+            self.close()
+            if home != ev.post_folder:
+                log(f"{name}: its config or tensor layout is the base model's and differs from the post "
+                    f"model's ({', '.join(ev.builders[name].config_differences()) or 'tensor names/shapes'}); "
+                    f"running it in an engine on {home}")
+            self.engine, self.home = self.make_engine(home, ev.request.settings, prompt_format=ev.post_folder), home
+        return self.engine
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+
+def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _Scores:
+    """Every variant on every benchmark, variants that need the same engine one after the other."""
+    homes = [ev.homes[m] for m in ev.names]
+    order = sorted(ev.names, key=lambda n: homes.index(ev.homes[n]))
+    scores, slot = _Scores(), _EngineSlot(make_engine, ev)
+    try:
+        for name in order:
+            _score_variant(ev, name, slot, scores, log)
+    finally:
+        slot.close()
+    return scores
+
+
+def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Scores, log) -> None:
+    req, builder = ev.request, ev.builders[name]
+    meta = builder.metadata()
+    keys = {b.name: evaluation_key(b, meta, req.settings, req.template, ev.instruction, ev.prompt["digest"],
+                                   req.sampling) for b in ev.benches}
+    scores.keys_of[name] = keys
+    have = {b.name: scored(ev.out, name, b, keys[b.name], req.sampling) for b in ev.benches}
+    if all(have.values()):
+        log(f"{name}: all {len(ev.benches)} benchmark(s) already scored")
+        scores.results[name] = list(have.values())
+        return
+    if req.materialize == "engine":
+        active = slot.on(name, log)
+        active.load_weights(builder.tensors(), scratch=ev.out / "_swap", layout=builder.layout(),
+                            config=builder.config())
+        scores.fidelity[name] = builder.report.summary()
+        scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log)
+        return
+    from ..variants import write_variant
+
+    folder = ev.out / "_variants" / name
+    scores.fidelity[name] = write_variant(builder, folder, overwrite=True, within=ev.out / "_variants")
+    active = slot.make_engine(folder, req.settings, prompt_format=ev.post_folder)
+    try:
+        scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log)
+    finally:
+        active.close()
+        if not req.keep_variants:
+            remove_tree(folder, within=ev.out / "_variants")
+
+
+def _score_benchmarks(ev: _Evaluation, name: str, active: Any, keys: dict[str, str],
+                      have: dict[str, Optional[BenchmarkResult]], log) -> list[BenchmarkResult]:
+    """Variant ``name`` (loaded in ``active``) on every benchmark not yet scored under its key."""
+    req, results = ev.request, []
+    for b in ev.benches:
+        if have[b.name]:
+            results.append(have[b.name])
+            continue
+        r = score_benchmark(active, b, name, ev.out, keys[b.name], template=req.template,
+                            instruction=ev.instruction, sampling=req.sampling)
+        log(f"{name} / {b.name}: {r.accuracy:.1f} % of {r.n}"
+            + (f" ({r.truncated} cut off at {req.settings.max_new_tokens} tokens)" if r.truncated else ""))
+        results.append(r)
+    return results
+
+
+def _tabulate(ev: _Evaluation, scores: _Scores, log) -> EvaluationResult:
+    """The tables (accuracy, retention, removal, solved/lost) and the paired differences between variants."""
+    from .. import claims
+
+    req, builders = ev.request, ev.builders
+    flat = [r for n in ev.names for r in scores.results[n]]
+    acc = accuracy_table(flat, [b.name for b in ev.benches], req.metric)
+    used = {builders[n].rest_from for n in ev.names if builders[n].spec.composed}
+    t56, t8, info = retention_tables(acc, rest_from=used.pop() if len(used) == 1 else None)
+    fallbacks = sorted({builders[n].rest_fallback for n in ev.names if builders[n].rest_fallback})
+    info["rest_from_requested"] = req.rest_from
+    if fallbacks:
+        info["rest_fallback"] = fallbacks[0]
+    per_problem = claims.transition_scores(claims.correctness_of(flat, metric=req.metric),
+                                           transition=ev.transition.label, resamples=req.resamples,
+                                           seed=req.bootstrap_seed)
+    diffs = claims.difference_rows(per_problem)
+    informative = claims.informative_rows([per_problem])[0]
+    info.update({k: v for k, v in informative.items() if k not in ("transition", "kind")})
+    warn_truncated(acc, req.settings.max_new_tokens, log)
+    return EvaluationResult(ev.out, flat, acc, t56, t8, info, scores.fidelity, [], [], diffs, ev.prompt,
+                            solved_lost(flat, req.metric), req.metric)
+
+
+def _write_tables(ev: _Evaluation, res: EvaluationResult) -> list[Path]:
+    """The tables as CSV files in the results folder; returns their paths."""
+    files = []
+    # every metric of every variant and benchmark (the tables use `metric`)
+    long = [{"variant": r.variant, "benchmark": r.benchmark, "metric": m, "value": v, "problems": r.n,
+             "samples": r.samples} for r in res.results for m, v in (r.metrics or {"avg": r.accuracy}).items()]
+    for fname, rows in (("accuracy.csv", res.accuracy_rows), ("table_retention.csv", res.table56),
+                        ("table_removal.csv", res.table8), ("table_differences.csv", res.differences),
+                        ("metrics.csv", long), ("solved_lost.csv", res.solved_lost),
+                        ("diagnostics.csv", diagnostics_table(res.results))):
+        atomic_write_text(ev.out / fname, to_csv(rows))
+        files.append(ev.out / fname)
+    return files
+
+
+def _write_problem_tables(ev: _Evaluation, keys_of: dict[str, dict[str, str]]) -> None:
+    """Per-problem records as a table per variant: join variants on (benchmark, problem)."""
+    for name in ev.names:
+        rows = [row for b in ev.benches for row in problem_rows(ev.out, name, b, keys_of[name][b.name])]
+        atomic_write_text(ev.out / name / "problems.csv", to_csv(rows))
+
+
+def _write_record(ev: _Evaluation, res: EvaluationResult) -> Path:
+    """``evaluation.json``: what was evaluated, how, with which versions, and the summary."""
+    from .engine import engine_versions  # looked up when called: tests replace it to skip importing vLLM
+
+    req = ev.request
+    path = ev.out / "evaluation.json"
+    atomic_write_text(path, json.dumps(
+        {"store": str(ev.transition.path), "engine": req.settings.model_dump(), "versions": engine_versions(),
+         "prompt_format": ev.prompt, "bootstrap": {"resamples": req.resamples, "seed": req.bootstrap_seed},
+         "sampling": req.sampling.model_dump(), "metric": req.metric,
+         "benchmarks": {b.name: {"sha256": b.sha256, "n": len(b.problems), "skipped": b.skipped, "path": str(b.path)}
+                        for b in ev.benches},
+         "variants": {n: ev.builders[n].metadata() for n in ev.names},
+         "info": res.info, "fidelity": res.fidelity}, indent=2, default=str))
+    return path
+
+
+TRUNCATION_WARN_PCT = 5.0  # above this share of capped answers an accuracy is a lower bound
+
+
+def warn_truncated(acc_rows: Sequence[dict], max_new_tokens: int, log=print) -> None:
+    for r in acc_rows:
+        if r["truncated_pct"] > TRUNCATION_WARN_PCT:
+            log(f"WARNING: {r['truncated']} of {r['answers']} answers of variant '{r['variant']}' "
+                f"({r['truncated_pct']:.1f} %) were cut off at max_new_tokens = {max_new_tokens}: its accuracy "
+                "and Wait count are lower bounds; raise max_new_tokens")
