@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from .config import EngineSettings, SamplingSettings, stable_hash
+from .config import stable_hash
 from .errors import BenchmarkNotFoundError, ConfigError, MissingDependencyError
+from .eval_settings import EngineSettings, SamplingSettings
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 FIVE = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench")

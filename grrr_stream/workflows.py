@@ -234,7 +234,7 @@ def run_evaluation(store: Path, out: Path, variants: Sequence[str], benchmarks: 
     """
     from . import claims
     from . import evaluate as ev
-    from .config import EngineSettings, SamplingSettings, check_metric
+    from .eval_settings import EngineSettings, SamplingSettings, check_metric
     from .variants import VariantBuilder, parse_variant, write_variant
 
     started = time.time()  # the MLflow runs, opened after the evaluation, start here
