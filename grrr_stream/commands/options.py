@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 
 def add_tracking(p: argparse.ArgumentParser, *, experiment: bool = True,
-                  experiment_default: Optional[str] = "grrr_stream") -> None:
+                 experiment_default: Optional[str] = "grrr_stream") -> None:
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     if experiment:
         p.add_argument("--experiment", default=experiment_default,
