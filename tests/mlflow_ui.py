@@ -180,7 +180,7 @@ def evaluate(tracking_uri: str, workdir: Path) -> Path:
     benchmark file becomes the runs' dataset input. Returns that file."""
     from test_evaluate import StandInEngine
 
-    from grrr_stream.config import EngineSettings
+    from grrr_stream.eval_settings import EngineSettings
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
 
     workdir = Path(workdir)

@@ -44,7 +44,7 @@ def test_nothing_reads_the_shared_folder_outside_the_project():
 
 
 def test_default_bench_dir_is_the_bundled_copy_and_keys_do_not_depend_on_where_it_lives(tmp_path, monkeypatch):
-    from grrr_stream.config import SweepEvaluation, load_sweep_config
+    from grrr_stream.sweep.config import SweepEvaluation, load_sweep_config
     from grrr_stream.sweep import plan_sweep
 
     assert resolve_bench_dir(None, FIVE, tmp_path) == resolve_bench_dir("bundled", FIVE, tmp_path) == BUNDLED

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grrr_stream.config import load_config, load_sweep_config
+from grrr_stream.config import load_config
+from grrr_stream.sweep.config import load_sweep_config
 from grrr_stream.sweep import plan_sweep
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
@@ -50,5 +51,5 @@ def test_paper_config_chains_follow_the_papers_lineage():
     assert t["qwen3-14b-base-to-unireason-14b-rl"].kind == "cumulative"
     assert ("compare/independent/qwen3-14b-base-to-unireason-14b-rl--qwen3-14b-base-to-unireason-14b-think-sft"
             in ids)
-    unconfirmed = [m for m, spec in plan.models.items() if not spec["confirmed"]]
+    unconfirmed = [m for m, spec in plan.models.items() if not spec.confirmed]
     assert unconfirmed == ["nv-prorl-1.5b", "nv-prorl-v2-1.5b"]

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
 
 from conftest import no_track_config  # noqa: E402
-from grrr_stream.config import EngineSettings  # noqa: E402
+from grrr_stream.eval_settings import EngineSettings  # noqa: E402
 from grrr_stream.decompose import run_transition  # noqa: E402
 from grrr_stream.fixtures.synthetic import TINY, Update, make_transition  # noqa: E402
 from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
@@ -208,7 +208,7 @@ def test_majority_vote_groups_equivalent_answers():
 
 
 def test_sampled_evaluation_draws_n_answers_in_one_request_and_reports_every_metric(transition, tmp_path):
-    from grrr_stream.config import SamplingSettings
+    from grrr_stream.eval_settings import SamplingSettings
     from grrr_stream.evaluation.scoring import pass_at_k
 
     _, _, store, bench = transition
@@ -262,7 +262,7 @@ def test_sampled_evaluation_draws_n_answers_in_one_request_and_reports_every_met
 
 
 def test_pass_k_added_later_is_summarised_from_the_answers_without_generating(transition, tmp_path):
-    from grrr_stream.config import SamplingSettings
+    from grrr_stream.eval_settings import SamplingSettings
 
     _, _, store, bench = transition
     kw = dict(engine_factory=StandInEngine, log=lambda m: None)
@@ -277,7 +277,8 @@ def test_pass_k_added_later_is_summarised_from_the_answers_without_generating(tr
 
 
 def test_sampling_settings_are_checked():
-    from grrr_stream.config import SamplingSettings, SweepEvaluation
+    from grrr_stream.eval_settings import SamplingSettings
+    from grrr_stream.sweep.config import SweepEvaluation
 
     with pytest.raises(ValueError, match="temperature > 0"):
         SamplingSettings(n=4)
@@ -293,7 +294,7 @@ def test_seeded_sampling_on_cpu_is_batched_so_no_prefill_is_split():
     not use offset'): each batch's prompt tokens × n must fit the step's token budget."""
     from types import SimpleNamespace
 
-    from grrr_stream.config import SamplingSettings
+    from grrr_stream.eval_settings import SamplingSettings
     from grrr_stream.evaluation.engine import Engine
 
     eng = object.__new__(Engine)

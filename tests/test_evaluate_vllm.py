@@ -12,7 +12,7 @@ pytest.importorskip("math_verify", reason="needs math-verify (the eval extra)")
 pytestmark = pytest.mark.vllm
 
 from conftest import no_track_config  # noqa: E402
-from grrr_stream.config import EngineSettings  # noqa: E402
+from grrr_stream.eval_settings import EngineSettings  # noqa: E402
 from grrr_stream.decompose import run_transition  # noqa: E402
 from grrr_stream.evaluation.benchmarks import load_benchmark  # noqa: E402
 from grrr_stream.evaluation.engine import Engine  # noqa: E402
@@ -159,7 +159,7 @@ def test_sweep_evaluates_on_a_dask_worker_and_a_rerun_starts_no_engine(tiny_chai
     """vLLM inside a LocalCluster worker process (in-process engine), then resume: nothing runs."""
     import csv
 
-    from grrr_stream.config import SweepConfig
+    from grrr_stream.sweep.config import SweepConfig
     from grrr_stream.sweep import Records, plan_sweep, run_sweep
 
     _, models = tiny_chain
@@ -185,7 +185,7 @@ def test_sweep_evaluates_on_a_dask_worker_and_a_rerun_starts_no_engine(tiny_chai
 def test_sampled_answers_come_from_one_request_with_real_finish_reasons(chain, tmp_path):
     """n samples per prompt in one vLLM request; cut-offs counted from vLLM's own finish reasons (a token
     limit below the tiny chain's ~46-token answers forces them)."""
-    from grrr_stream.config import SamplingSettings
+    from grrr_stream.eval_settings import SamplingSettings
     from grrr_stream.evaluation.scoring import pass_at_k, score_benchmark
 
     _, models, _ = chain

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import store_snapshot
-from grrr_stream.config import SweepConfig
+from grrr_stream.sweep.config import SweepConfig
 from grrr_stream.errors import ConfigError
 from grrr_stream.fixtures.synthetic import TINY, Update, write_model
 from grrr_stream.sweep import Records, SweepLock, plan_sweep, run_sweep, sweep_status

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grrr_stream.config import load_sweep_config
+from grrr_stream.sweep.config import load_sweep_config
 from grrr_stream.sweep import LocalExecutor, StatsParams, Unit, execute_units, plan_sweep
 from grrr_stream.sweep.display import Display
 

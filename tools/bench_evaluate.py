@@ -26,7 +26,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the quick chain (120 problems, ~85 s to build)")
     args = ap.parse_args()
 
-    from grrr_stream.config import EngineSettings, build_config
+    from grrr_stream.config import build_config
+    from grrr_stream.eval_settings import EngineSettings
     from grrr_stream.decompose import run_transition
     from grrr_stream.evaluation.benchmarks import load_benchmark
     from grrr_stream.evaluation.engine import Engine

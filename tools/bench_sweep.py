@@ -47,7 +47,7 @@ def bench_demo(out: Path) -> dict:
 def bench_cluster(out: Path) -> dict:
     import yaml
 
-    from grrr_stream.config import SweepConfig
+    from grrr_stream.sweep.config import SweepConfig
     from grrr_stream.sweep import plan_sweep, run_sweep
     from grrr_stream.fixtures.synthetic import ModelShape, Update, write_model
 

@@ -147,7 +147,8 @@ def vllm_swap(work: Path) -> str:
         import vllm  # noqa: F401
     except ImportError:
         return "skipped (vllm not installed: pip install -e '.[vllm]')"
-    from grrr_stream.config import EngineSettings, build_config
+    from grrr_stream.config import build_config
+    from grrr_stream.eval_settings import EngineSettings
     from grrr_stream.decompose import run_transition
     from grrr_stream.evaluation.benchmarks import load_benchmark
     from grrr_stream.evaluation.engine import Engine

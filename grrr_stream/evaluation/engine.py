@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from ..config import EngineSettings, SamplingSettings
+from ..eval_settings import EngineSettings, SamplingSettings
 from ..errors import ConfigError, MissingDependencyError
 from .benchmarks import Problem
 from .prompts import DEFAULT_INSTRUCTION

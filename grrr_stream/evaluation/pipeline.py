@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from .. import runs
-from ..config import EngineSettings, SamplingSettings, TrackingConfig, check_metric, tracking_config
+from ..config import TrackingConfig, tracking_config
+from ..eval_settings import EngineSettings, SamplingSettings, check_metric
 from ..errors import ConfigError
 from ..files import atomic_write_text, ensure_folder, remove_tree, to_csv
 from ..store import StoredTransition

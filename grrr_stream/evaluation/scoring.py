@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..config import EngineSettings, SamplingSettings, stable_hash
+from ..config import stable_hash
+from ..eval_settings import EngineSettings, SamplingSettings
 from .benchmarks import Benchmark
 from .engine import Engine, Generation
 from .grading import Grade, answers_equivalent, count_wait, grade

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..config import DecompositionSettings, SweepConfig, SweepEvaluation, TinyChainSpec, clip, stable_hash
+from ..config import DecompositionSettings, clip, stable_hash
 from ..dtypes import SIXTEEN_BIT
 from ..errors import ConfigError
+from .config import SweepConfig, SweepEvaluation, TinyChainSpec
 from .sources import Sources, benchmarks
-from .units import (KIND_ORDER, CompareParams, DecomposeParams, EvaluateParams, GenerateParams, StatsParams,
-                    Transition, Unit, VariantParams)
+from .units import (KIND_ORDER, CompareParams, DecomposeParams, EvaluateParams, GenerateParams, PlannedModel,
+                    StatsParams, Transition, Unit, VariantParams)
 
 Problems = list[str]
 Pair = tuple[str, str, str, Optional[str]]  # (comparison kind, transition a, transition b, ancestor transition)
@@ -28,7 +29,7 @@ class Plan:
     workdir: Path
     units: list[Unit]                     # dependencies before dependents
     transitions: dict[str, Transition]
-    models: dict[str, dict]               # model id → {'source', 'revision', 'chain', ...}
+    models: dict[str, PlannedModel]       # model id → where it is read from, its chain and lineage
 
     def unit(self, uid: str) -> Unit:
         return self._index[uid]
@@ -46,8 +47,8 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
     """Every unit of the sweep, dependencies first; all config problems reported at once."""
     workdir = Path(cfg.workdir).absolute()
     models, problems = _models(cfg)
-    generated = {mid: m["source"].split(":", 1)[1] for mid, m in models.items()
-                 if m["source"].startswith("tinychain:")}
+    generated = {mid: m.source.split(":", 1)[1] for mid, m in models.items()
+                 if m.source.startswith("tinychain:")}
     gen, found = _generate_unit(cfg, generated, workdir)
     lineage, broken, found_lineage = _lineages(models)
     problems += found + found_lineage
@@ -86,35 +87,34 @@ def _keyed(folder: Path, stem: str = "") -> Callable[[str], Path]:
 # -- models, lineage, transitions ---------------------------------------------------------------
 
 
-def _models(cfg: SweepConfig) -> tuple[dict[str, dict], Problems]:
-    models: dict[str, dict] = {}
+def _models(cfg: SweepConfig) -> tuple[dict[str, PlannedModel], Problems]:
+    models: dict[str, PlannedModel] = {}
     problems: Problems = []
     for chain in cfg.chains:
         for i, m in enumerate([chain.base, *chain.models]):
             if m.id in models:
-                problems.append(f"model id '{m.id}' is used twice (chains {models[m.id]['chain']} and {chain.name})")
+                problems.append(f"model id '{m.id}' is used twice (chains {models[m.id].chain} and {chain.name})")
                 continue
             parent = None if i == 0 else (m.parent or chain.base.id)
-            models[m.id] = {"source": m.source, "revision": m.revision, "chain": chain.name, "parent": parent,
-                            "base": chain.base.id, "method": m.method, "domain": m.domain,
-                            "confirmed": m.confirmed}
+            models[m.id] = PlannedModel(source=m.source, revision=m.revision, chain=chain.name, parent=parent,
+                                        base=chain.base.id, method=m.method, domain=m.domain, confirmed=m.confirmed)
     return models, problems
 
 
-def _ancestors(mid: str, models: dict[str, dict]) -> tuple[list[str], Optional[str]]:
+def _ancestors(mid: str, models: dict[str, PlannedModel]) -> tuple[list[str], Optional[str]]:
     """A model's ancestors, nearest first, and what is wrong with its lineage (None: nothing)."""
-    seen, cur = [], models[mid]["parent"]
+    seen, cur = [], models[mid].parent
     while cur is not None:
-        if cur not in models or models[cur]["chain"] != models[mid]["chain"]:
-            return seen, f"model '{mid}': parent '{cur}' is not a model of chain {models[mid]['chain']}"
+        if cur not in models or models[cur].chain != models[mid].chain:
+            return seen, f"model '{mid}': parent '{cur}' is not a model of chain {models[mid].chain}"
         if cur in seen or cur == mid:
             return seen, f"model '{mid}': its lineage has a cycle ({' → '.join([mid, *seen, cur])})"
         seen.append(cur)
-        cur = models[cur]["parent"]
+        cur = models[cur].parent
     return seen, None
 
 
-def _lineages(models: dict[str, dict]) -> tuple[dict[str, list[str]], set[str], Problems]:
+def _lineages(models: dict[str, PlannedModel]) -> tuple[dict[str, list[str]], set[str], Problems]:
     lineage, broken, problems = {}, set(), []
     for mid in models:
         lineage[mid], problem = _ancestors(mid, models)
@@ -124,24 +124,24 @@ def _lineages(models: dict[str, dict]) -> tuple[dict[str, list[str]], set[str], 
     return lineage, broken, problems
 
 
-def _transitions(models: dict[str, dict], broken: set[str], cfg: SweepConfig) -> dict[str, Transition]:
+def _transitions(models: dict[str, PlannedModel], broken: set[str], cfg: SweepConfig) -> dict[str, Transition]:
     d = cfg.decomposition
     transitions: dict[str, Transition] = {}
     for mid, m in models.items():
-        if m["parent"] is None or mid in broken:
+        if m.parent is None or mid in broken:
             continue
-        base = m["base"]
+        base = m.base
         pairs = []
-        if m["parent"] == base:
+        if m.parent == base:
             pairs.append((base, "cumulative"))
         else:
             if d.incremental:
-                pairs.append((m["parent"], "incremental"))
+                pairs.append((m.parent, "incremental"))
             if d.cumulative:
                 pairs.append((base, "cumulative"))
         for parent, kind in pairs:
             tid = f"{parent}-to-{mid}"
-            transitions[tid] = Transition(tid, m["chain"], parent, mid, kind, m["method"], m["domain"])
+            transitions[tid] = Transition(tid, m.chain, parent, mid, kind, m.method, m.domain)
     return transitions
 
 
@@ -195,7 +195,7 @@ def _decompose_units(cfg: SweepConfig, transitions: dict[str, Transition], sourc
         (base_src, base_id), (post_src, post_id) = sources.resolve(tr.parent), sources.resolve(tr.child)
         params = DecomposeParams(
             transition=tid, base=base_src, post=post_src, base_id=base_id, post_id=post_id,
-            base_revision=sources.models[tr.parent]["revision"], post_revision=sources.models[tr.child]["revision"],
+            base_revision=sources.models[tr.parent].revision, post_revision=sources.models[tr.child].revision,
             frame_cache=str(workdir / "frames"), method=tr.method, chain=tr.chain, settings=settings)
         generated = sources.gen is not None and (tr.parent in sources.generated or tr.child in sources.generated)
         uid = f"decompose/{tid}"
@@ -209,7 +209,7 @@ def _decompose_units(cfg: SweepConfig, transitions: dict[str, Transition], sourc
 # -- statistics and comparisons -----------------------------------------------------------------
 
 
-def _statistics_units(cfg: SweepConfig, transitions: dict[str, Transition], models: dict[str, dict],
+def _statistics_units(cfg: SweepConfig, transitions: dict[str, Transition], models: dict[str, PlannedModel],
                       lineage: dict[str, list[str]], dec_key: dict[str, str], workdir: Path
                       ) -> tuple[list[Unit], Problems]:
     s = cfg.statistics
@@ -227,17 +227,17 @@ def _statistics_units(cfg: SweepConfig, transitions: dict[str, Transition], mode
     return units, _difference_problems(cfg, pairs)
 
 
-def _sequential_pairs(models: dict[str, dict], from_base: dict[str, str]) -> list[Pair]:
+def _sequential_pairs(models: dict[str, PlannedModel], from_base: dict[str, str]) -> list[Pair]:
     """base → parent then parent → child, in the base frame, for every grandchild of a base."""
     pairs: list[Pair] = []
     for mid, m in models.items():
-        p = m["parent"]
-        if p is not None and p != m["base"] and p in from_base and mid in from_base:
+        p = m.parent
+        if p is not None and p != m.base and p in from_base and mid in from_base:
             pairs.append(("sequential", from_base[p], from_base[mid], None))
     return pairs
 
 
-def _independent_pairs(models: dict[str, dict], lineage: dict[str, list[str]], from_base: dict[str, str]
+def _independent_pairs(models: dict[str, PlannedModel], lineage: dict[str, list[str]], from_base: dict[str, str]
                        ) -> list[Pair]:
     """Every pair of models neither of which descends from the other, at any depth, compared as their
     updates from their nearest common ancestor (the base, or a shared parent)."""
@@ -245,10 +245,10 @@ def _independent_pairs(models: dict[str, dict], lineage: dict[str, list[str]], f
     kids = sorted(from_base)
     for i, a in enumerate(kids):
         for b in kids[i + 1:]:
-            if models[a]["chain"] != models[b]["chain"] or a in lineage[b] or b in lineage[a]:
+            if models[a].chain != models[b].chain or a in lineage[b] or b in lineage[a]:
                 continue
             anc = nearest_common_ancestor(lineage[a], lineage[b])
-            if anc == models[a]["base"]:
+            if anc == models[a].base:
                 pairs.append(("independent", from_base[a], from_base[b], None))
             elif anc in from_base:
                 pairs.append(("independent", from_base[a], from_base[b], from_base[anc]))

@@ -11,16 +11,16 @@ import hashlib
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import SweepEvaluation
 from ..errors import GrrrError
-from .units import Transition, Unit
+from .config import SweepEvaluation
+from .units import PlannedModel, Transition, Unit
 
 
 class Sources:
     """Where each model's checkpoint is read from and what identifies it in keys. A base appears in
     several transitions: each local checkpoint is fingerprinted, and rest-checked, once."""
 
-    def __init__(self, models: dict[str, dict], generated: dict[str, str], gen: Optional[Unit]):
+    def __init__(self, models: dict[str, PlannedModel], generated: dict[str, str], gen: Optional[Unit]):
         self.models, self.generated, self.gen = models, generated, gen
         self._resolved: dict[str, tuple[str, dict]] = {}
         self._rest: dict[str, list[str]] = {}
@@ -35,14 +35,14 @@ class Sources:
         if mid in self.generated:
             name = self.generated[mid]
             return str(Path(self.gen.out) / name), {"generated": self.gen.key, "model": name}
-        src = self.models[mid]["source"]
+        src = self.models[mid].source
         local = Path(src).expanduser()
         if local.exists() or src.startswith((".", "/", "~")):
             src = str(local.absolute())
             # a local folder is keyed by its path and its content's fingerprint: a checkpoint
             # replaced in place gets new results instead of passing for the old ones
             return src, {"source": src, "fingerprint": _fingerprint(local)}
-        return src, {"source": src, "revision": self.models[mid]["revision"]}  # a Hub id: its revision pins it
+        return src, {"source": src, "revision": self.models[mid].revision}  # a Hub id: its revision pins it
 
     def rest_problems(self, tr: Transition) -> list[str]:
         """Why the W0 of a transition cannot supply the non-decomposed tensors of composed variants,

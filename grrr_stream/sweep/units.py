@@ -16,8 +16,8 @@ from typing import Any, Callable, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from ..config import DecomposeConfig, DecompositionSettings, EngineSettings, SamplingSettings, build_config, \
-    result_settings, stable_hash
+from ..config import DecomposeConfig, DecompositionSettings, build_config, result_settings, stable_hash
+from ..eval_settings import EngineSettings, SamplingSettings
 
 SWEEP_FORMAT = 1
 WORKER_KINDS = ("generate", "decompose", "variant", "evaluate")  # the heavy, GPU-bound kinds
@@ -36,10 +36,24 @@ class Transition:
     domain: Optional[str]
 
 
+@dataclass(frozen=True)
+class PlannedModel:
+    """One checkpoint of a planned sweep: a config's model with its chain and lineage resolved."""
+
+    source: str               # local folder, Hub repo id or tinychain:NAME
+    revision: Optional[str]
+    chain: str                # the name of its chain
+    parent: Optional[str]     # model id of its parent (None: it is the chain's base)
+    base: str                 # model id of its chain's base
+    method: Optional[str]
+    domain: Optional[str]
+    confirmed: bool
+
+
 class UnitParams(BaseModel):
     """What a unit needs to run, validated when it is planned; frozen, since its key is taken from it.
 
-    Values come from an already validated :class:`~grrr_stream.config.SweepConfig`; fields that enter
+    Values come from an already validated :class:`~grrr_stream.sweep.config.SweepConfig`; fields that enter
     a key are typed ``Any`` where a coercion (an int weight read back as a float) would change the
     hashed text."""
 

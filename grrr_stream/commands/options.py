@@ -1,0 +1,59 @@
+"""Flags several commands share, and the settings they set."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Optional
+
+
+def add_tracking(p: argparse.ArgumentParser, *, experiment: bool = True,
+                 experiment_default: Optional[str] = "grrr_stream") -> None:
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    if experiment:
+        p.add_argument("--experiment", default=experiment_default,
+                       help=f"MLflow experiment (default {experiment_default})" if experiment_default else
+                       "MLflow experiment (default: the config's tracking.experiment)")
+    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+
+
+def positive_float(text: str) -> float:
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return v
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+
+
+def add_stats_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scheduler", help="Dask scheduler: threads (default), processes, or ADDRESS of a cluster")
+    add_tracking(p)
+    add_common(p)
+
+
+def tracking_flags(args) -> dict:
+    """The TrackingConfig fields that --tracking-uri, --experiment and --no-track set."""
+    flags: dict[str, Any] = {}
+    if args.tracking_uri:
+        flags["uri"] = args.tracking_uri
+    if args.experiment:
+        flags["experiment"] = args.experiment
+    if args.no_track:
+        flags["enabled"] = False
+    return flags
+
+
+def tracking_from_args(args, tracking=None):
+    """``tracking`` (a config's TrackingConfig; default: the defaults) with the tracking flags applied on top."""
+    from ..config import TrackingConfig
+
+    return (tracking or TrackingConfig()).model_copy(update=tracking_flags(args))
