@@ -107,7 +107,7 @@ class DecompositionSettings(StrictModel):
     # cuSOLVER routine for the SVDs on a GPU (None: torch's choice); ignored on CPU. tools/gpu_check.sh
     # times them on the largest shapes and names the fastest one that meets the accuracy bar.
     svd_driver: Optional[Literal["gesvd", "gesvdj", "gesvda"]] = None
-    # torch's intra-op threads for the math on a CPU (None: automatic, see decompose.compute_threads).
+    # torch's intra-op threads for the math on a CPU (None: automatic, see streaming.compute_threads).
     # Not a result setting: LAPACK's results do not depend on it beyond rounding.
     cpu_threads: Optional[int] = Field(None, ge=1)
 

@@ -2,7 +2,7 @@
 when a filesystem lacks it.
 
 The estimates are of the bytes the arrays take raw: 32- and 64-bit arrays are stored raw (see
-``store._compressors``), so for them the estimate is what is written up to the Zarr metadata
+``zarr_arrays._compressors``), so for them the estimate is what is written up to the Zarr metadata
 (a few kB per matrix) and the tables and figures (under a MB); 16-bit stores are compressed by
 zstd and come out about 20 % below it. Variant folders are safetensors files of known size.
 """

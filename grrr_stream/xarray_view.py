@@ -1,6 +1,6 @@
 """The only module that touches xarray: a store as a DataTree, its metrics as a table.
 
-A store is plain Zarr v3 whose arrays carry dimension names (``store.DIMENSIONS``), so
+A store is plain Zarr v3 whose arrays carry dimension names (``zarr_arrays.DIMENSIONS``), so
 ``xarray.open_datatree(store, engine="zarr")`` opens it without grrr_stream; these helpers
 add the conveniences: bfloat16 arrays decoded, the metrics table with names and modules,
 and a clear way forward for stores written before the dimensions had names.

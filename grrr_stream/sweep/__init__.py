@@ -1,6 +1,6 @@
 """Sweeps: chains of models → a plan of units of work → executed, resumably, here or on a Dask cluster.
 
-Plan, then execute. :func:`plan_sweep` expands a :class:`~grrr_stream.config.SweepConfig`
+Plan, then execute. :func:`plan_sweep` expands a :class:`~grrr_stream.sweep.config.SweepConfig`
 into units (generate the tiny chain, decompose a transition, summary statistics, one
 comparison, one variant build, one transition's evaluation), each with a *key*: a hash of
 everything that determines its result, including the keys of the units it reads from.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -18,6 +17,7 @@ from typing import Any, Callable, Optional
 
 from ..config import TrackingConfig
 from ..errors import GrrrError
+from ..progress import Progress
 from .records import Records
 from .units import CompareParams, DecomposeParams, EvaluateParams, GenerateParams, StatsParams, Unit, VariantParams
 
@@ -145,7 +145,8 @@ def _run_evaluate(u: Unit, ctx: RunContext) -> dict:
     # warnings per engine; a sweep shows its errors only (set VLLM_LOGGING_LEVEL to see more)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     p: EvaluateParams = u.params
-    log = (lambda msg: print(f"  [{u.id}] {msg}", file=sys.stderr, flush=True)) if ctx.progress else (lambda m: None)
+    reporter = Progress(0, enabled=ctx.progress)
+    log = lambda msg: reporter.message(f"  [{u.id}] {msg}")  # noqa: E731 (a one-line callback)
     request = EvaluationRequest(Path(ctx.stores[p.transition]), Path(u.out), list(p.variants), list(p.benchmarks),
                                 Path(p.bench_dir) if not p.bench_dir.startswith("hub") else p.bench_dir,
                                 settings=p.engine, materialize=p.materialize, limit=p.limit, lenient=p.lenient,
