@@ -62,14 +62,6 @@ class TrackingConfig(StrictModel):
     sweep: Optional[str] = None
 
 
-def tracking_config(value: "TrackingConfig | dict | None") -> Optional[TrackingConfig]:
-    """The TrackingConfig a library caller passes, as one (None or an empty dict: not tracked; a dict
-    holds its fields, as from a YAML file)."""
-    if isinstance(value, TrackingConfig):
-        return value
-    return TrackingConfig.model_validate(value) if value else None
-
-
 class DecompositionSettings(StrictModel):
     """How matrices are decomposed: one transition's, or every transition's of a sweep."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from . import runs
-from .config import TrackingConfig, stable_hash, tracking_config
+from .config import TrackingConfig, stable_hash
 from .errors import ConfigError
 from .files import atomic_write_text, ensure_folder, to_csv
 from .store import StoredTransition
@@ -28,7 +28,7 @@ class StatsResult:
 
 
 def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, seed: int = 0,
-              scheduler: Any = None, tracking: TrackingConfig | dict | None = None) -> StatsResult:
+              scheduler: Any = None, tracking: Optional[TrackingConfig] = None) -> StatsResult:
     """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``."""
     from . import stats
 
@@ -42,7 +42,7 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
                        ("table_by_layer.csv", stats.wide_table(long_rows, "layer"))):
         atomic_write_text(out / name, to_csv(rows))
         files.append(out / name)
-    if runs.enabled(tracking := tracking_config(tracking)):
+    if runs.enabled(tracking):
         runs.log_stats(transitions, long_rows, out, tracking, resamples=resamples, seed=seed)
     return StatsResult(out, long_rows, files)
 
@@ -96,7 +96,7 @@ def comparison_label(kind: str, a: StoredTransition, b: StoredTransition, ancest
 
 def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_000,
                     null_draws: int = 10_000, seed: int = 0, alpha: float = 0.05, scheduler: Any = None,
-                    tracking: TrackingConfig | dict | None = None) -> CompareResult:
+                    tracking: Optional[TrackingConfig] = None) -> CompareResult:
     """Off-diagonal cosine geometry for each (kind, a, b) or (kind, a, b, ancestor) of stores;
     CSV/JSON + Figures 4/5 in ``out``. ``ancestor``: the store of base → C, C the nearest common
     ancestor of an independent pair (None or absent: C is the base)."""
@@ -126,7 +126,7 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
             plots.norm_bars(summaries, out / "update_norms.png")]
     files += figs
     run_ids = []
-    if runs.enabled(tracking := tracking_config(tracking)):
+    if runs.enabled(tracking):
         run_ids = [runs.log_comparison(comp, a, b, c, summary, [out / f"{stem}_per_matrix.csv", out / f"{stem}.json",
                                                               *figs], tracking, resamples=resamples,
                                        null_draws=null_draws, seed=seed, alpha=alpha, started=started,
@@ -145,7 +145,7 @@ class VariantsResult:
 
 def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str = "float32",
                  rest_from: str = "base", device: str = "auto", overwrite: bool = False,
-                 max_shard_bytes: int = 2 * 2**30, tracking: TrackingConfig | dict | None = None, stream=None) -> VariantsResult:
+                 max_shard_bytes: int = 2 * 2**30, tracking: Optional[TrackingConfig] = None, stream=None) -> VariantsResult:
     """Build each variant of the transition in ``store`` as ``out/<variant>/`` (HF folder) plus
     ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant."""
     from .variant_spec import parse_variant
@@ -156,7 +156,6 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
     if len(set(names)) != len(names):
         raise ConfigError(f"variant names must be unique, got {names}")
     summaries, folders, run_ids = [], [], []
-    tracking = tracking_config(tracking)
     # every refusal (rest source, dtype) before the first folder is written
     builders = [VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device) for spec in specs]
     out = ensure_folder(Path(out), "--out")

@@ -180,6 +180,7 @@ def evaluate(tracking_uri: str, workdir: Path) -> Path:
     benchmark file becomes the runs' dataset input. Returns that file."""
     from test_evaluate import StandInEngine
 
+    from grrr_stream.config import TrackingConfig
     from grrr_stream.eval_settings import EngineSettings
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
 
@@ -191,7 +192,7 @@ def evaluate(tracking_uri: str, workdir: Path) -> Path:
                              for a in range(5) for b in range(4)))
     run_evaluation(EvaluationRequest(store, workdir / "evaluation", ["full", "diag"], ["sums"], bench.parent.parent,
                                      settings=EngineSettings(max_new_tokens=32), resamples=200),
-                   engine_factory=StandInEngine, tracking={"uri": tracking_uri, "experiment": DEMO_EXPERIMENT},
+                   engine_factory=StandInEngine, tracking=TrackingConfig(uri=tracking_uri, experiment=DEMO_EXPERIMENT),
                    log=lambda msg: None)
     return bench
 

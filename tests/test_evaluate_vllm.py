@@ -12,6 +12,7 @@ pytest.importorskip("math_verify", reason="needs math-verify (the eval extra)")
 pytestmark = pytest.mark.vllm
 
 from conftest import no_track_config  # noqa: E402
+from grrr_stream.config import TrackingConfig  # noqa: E402
 from grrr_stream.eval_settings import EngineSettings  # noqa: E402
 from grrr_stream.decompose import run_transition  # noqa: E402
 from grrr_stream.evaluation.benchmarks import load_benchmark  # noqa: E402
@@ -68,7 +69,7 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
     variants = ["base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0"]
     request = EvaluationRequest(store, tmp_path / "eval", variants, ["arith"], models["benchmark"], settings=SETTINGS,
                                 limit=60)
-    res = run_evaluation(request, tracking={"uri": uri})
+    res = run_evaluation(request, tracking=TrackingConfig(uri=uri))
     acc = {r["variant"]: r["average"] for r in res.accuracy_rows}
     print("accuracy by variant:", acc, "info:", res.info)
     print("differences:", [(d["variant"], round(d["minus_full"], 2), round(d["minus_full_ci_lo"], 2),
@@ -94,7 +95,7 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
     assert diffs["base"]["minus_full"] == pytest.approx(acc["base"] - acc["full"])
     # rerun: nothing is scored twice, and MLflow gets no duplicate runs
     stamp = {v: os.stat(tmp_path / "eval" / v / "arith.jsonl").st_mtime_ns for v in variants}
-    again = run_evaluation(request, tracking={"uri": uri})
+    again = run_evaluation(request, tracking=TrackingConfig(uri=uri))
     assert not any(r.scored_now for r in again.results)
     assert {v: os.stat(tmp_path / "eval" / v / "arith.jsonl").st_mtime_ns for v in variants} == stamp
     assert again.accuracy_rows == res.accuracy_rows and again.run_ids == res.run_ids

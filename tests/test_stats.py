@@ -16,6 +16,7 @@ from grrr_stream.cluster import compute_scheduler
 from grrr_stream.workflows import run_comparisons, run_stats
 from grrr_stream.checkpoint import Checkpoint
 from grrr_stream.comparisons import compare
+from grrr_stream.config import TrackingConfig
 from grrr_stream.decompose import run_transition
 from grrr_stream.errors import StoreMismatchError
 from grrr_stream.fixtures.synthetic import ModelShape, Update, write_model
@@ -238,7 +239,7 @@ def test_compare_run_outputs_and_tracking_without_duplicates(chain, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     pairs = [("sequential", stores[("float32", "sft")], stores[("float32", "rl")]),
              ("independent", stores[("float32", "sft")], stores[("float32", "sib")])]
-    kw = dict(resamples=1000, null_draws=1000, seed=0, tracking={"uri": uri})
+    kw = dict(resamples=1000, null_draws=1000, seed=0, tracking=TrackingConfig(uri=uri))
     res = run_comparisons(pairs, tmp_path / "cmp", **kw)
     assert (tmp_path / "cmp" / "offdiag_cosine_medians.png").stat().st_size > 1000
     assert (tmp_path / "cmp" / "update_norms.png").stat().st_size > 1000

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from conftest import store_snapshot
+from grrr_stream.config import TrackingConfig
 from grrr_stream.sweep.config import SweepConfig
 from grrr_stream.errors import ConfigError
 from grrr_stream.fixtures.synthetic import TINY, Update, write_model
@@ -226,7 +227,7 @@ def test_sweep_runs_then_rerun_computes_nothing_and_logs_no_duplicates(models, t
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = SweepConfig.model_validate(config(models, tmp_path / "w"))
-    tracking = {"enabled": True, "uri": uri, "experiment": "sweep_test"}
+    tracking = TrackingConfig(uri=uri, experiment="sweep_test")
     first = run_sweep(plan_sweep(cfg), tracking=tracking, progress=False)
     assert first.ok and len(first.ran) == len(first.plan.units)
     records = {u.id: Records(first.plan.workdir).read(u) for u in first.plan.units}
@@ -360,7 +361,7 @@ def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
     # tracked: both workers write to one SQLite MLflow store at the same time
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     b = run_sweep(plan_sweep(multi), scheduler="local:2", progress=False,
-                  tracking={"enabled": True, "uri": uri, "experiment": "cluster"})
+                  tracking=TrackingConfig(uri=uri, experiment="cluster"))
     assert b.ok, {u: (b.records.get(u) or {}).get("traceback") for u in b.failed} or b.states
     hosts = {Records(b.plan.workdir).read(u)["pid"] for u in b.plan.units if u.on_worker}
     assert os.getpid() not in hosts  # the heavy units ran in the worker processes

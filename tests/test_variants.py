@@ -12,6 +12,7 @@ import torch
 
 from conftest import no_track_config
 from grrr_stream.checkpoint import Checkpoint
+from grrr_stream.config import TrackingConfig
 from grrr_stream.decompose import run_transition
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 from grrr_stream.store import StoredTransition
@@ -201,7 +202,7 @@ def test_rerun_skips_finished_variant_and_tracks_nested_runs(f64_store, tmp_path
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    kw = dict(tracking={"uri": uri}, max_shard_bytes=60_000)
+    kw = dict(tracking=TrackingConfig(uri=uri), max_shard_bytes=60_000)
     first = run_variants(f64_store, tmp_path / "v", ["diag", "half=diag:0.5,off:1,null:1"], **kw)
     mtime = (first.folders[0] / "grrr_variant.json").stat().st_mtime_ns
     again = run_variants(f64_store, tmp_path / "v", ["diag", "half=diag:0.5,off:1,null:1"], **kw)

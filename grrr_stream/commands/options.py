@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Optional
 
+from ..config import TrackingConfig
+
 
 def add_tracking(p: argparse.ArgumentParser, *, experiment: bool = True,
                  experiment_default: Optional[str] = "grrr_stream") -> None:
@@ -52,8 +54,6 @@ def tracking_flags(args) -> dict:
     return flags
 
 
-def tracking_from_args(args, tracking=None):
+def tracking_from_args(args, tracking: Optional[TrackingConfig] = None) -> TrackingConfig:
     """``tracking`` (a config's TrackingConfig; default: the defaults) with the tracking flags applied on top."""
-    from ..config import TrackingConfig
-
     return (tracking or TrackingConfig()).model_copy(update=tracking_flags(args))

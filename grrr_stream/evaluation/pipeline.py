@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from .. import runs
-from ..config import TrackingConfig, tracking_config
+from ..config import TrackingConfig
 from ..eval_settings import EngineSettings, SamplingSettings, check_metric
 from ..errors import ConfigError
 from ..files import atomic_write_text, ensure_folder, remove_tree, to_csv
@@ -79,7 +79,7 @@ class EvaluationResult:
     metric: str = "avg"                                    # the accuracy the tables use
 
 
-def run_evaluation(request: EvaluationRequest, *, tracking: TrackingConfig | dict | None = None, log=print,
+def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingConfig] = None, log=print,
                    engine_factory: Optional[Callable[..., Any]] = None) -> EvaluationResult:
     """Evaluate variants of a stored transition on benchmarks with vLLM; resumable at prompt level.
 
@@ -95,7 +95,7 @@ def run_evaluation(request: EvaluationRequest, *, tracking: TrackingConfig | dic
     res.files = _write_tables(ev, res)
     _write_problem_tables(ev, scores.keys_of)
     res.files.append(_write_record(ev, res))
-    if runs.enabled(tracking := tracking_config(tracking)):
+    if runs.enabled(tracking):
         res.run_ids = runs.log_evaluation(ev.transition, [ev.builders[n] for n in ev.names], ev.benches, res,
                                           request.settings, request.template, request.sampling, tracking,
                                           started=started, seconds=time.time() - started)

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Optional, TextIO
 
-from ..config import TrackingConfig, tracking_config
+from ..config import TrackingConfig
 from .display import Display
 from .execute import DaskExecutor, LocalExecutor, execute_units, make_client
 from .plan import Plan
@@ -44,12 +44,12 @@ class SweepResult:
         return all(s == "done" for s in self.states.values())
 
 
-def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: TrackingConfig | dict | None = None,
+def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional[TrackingConfig] = None,
               progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None) -> SweepResult:
     """Execute every unit that is not done; record failures and go on with what does not depend on them."""
     stream = stream or sys.stderr
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
-    tracking = tracking_config(tracking) or TrackingConfig(enabled=False)
+    tracking = tracking or TrackingConfig(enabled=False)
     # every unit's run carries the sweep's tag: one search finds the whole sweep (not a result key)
     tracking = tracking.model_copy(update={"sweep": tracking.sweep or plan.config.name})
     from ..files import ensure_folder
