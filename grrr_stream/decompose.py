@@ -32,7 +32,7 @@ from .progress import Progress
 from .runs import log_decomposition
 from .runtime import bound_heap_growth, resolve_device
 from .store import StoreLock, TransitionStore
-from .streaming import compute_threads, stream_matrices
+from .streaming import compute_threads, stream_matrices, torch_threads
 from .transition_plan import TransitionPlan, plan_transition
 
 # Columns of the per-matrix table that are aggregated (mean ± std) per transition.
@@ -190,12 +190,8 @@ def _stream_here(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[Matri
                  frames: FrameCache, device: torch.device, dtype: torch.dtype, progress: Progress,
                  timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
     """The pipeline in this process, with torch's thread count set for its math and restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(compute_threads(cfg, device, plan))
-    try:
+    with torch_threads(compute_threads(cfg, device, plan)):
         return stream_matrices(cfg, plan, pending, store, frames, device, dtype, progress, timer, base_fingerprint)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _refuse_failures(failures: list[str], total: int) -> None:

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 import torch
 
 from .analyses import band_energies, component_samples, principal_angles, round_trip_survival, top_singular_subspaces
+from .dtypes import name_of
 from .frame import Frame, Projection, compute_frame, project, spectral_norm, split_energies, svdvals
 from .metrics import MatrixMetrics, matrix_metrics, ratio_or_zero
 from .phases import NO_TIMER, PhaseTimer
@@ -112,6 +113,6 @@ def _beyond_the_paper(proj: Projection, frame: Frame, delta_fro: float, band_edg
     if survival is not None:
         axis, idx, w0_sample, target = survival
         kept = round_trip_survival(w0_sample, component_samples(proj, frame, axis, idx, delta_sample), target)
-        tag = str(target).removeprefix("torch.")
+        tag = name_of(target)
         extra.update({f"{tag}_kept_{c}": v for c, v in kept.items()})
     return extra

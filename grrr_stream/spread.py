@@ -27,8 +27,6 @@ import threading
 import uuid
 from typing import Any, Optional
 
-import torch
-
 from .arch import MatrixName
 from .checkpoint import Checkpoint
 from .cluster import close, host_of, open_client, parse_scheduler, require, workers_per_host
@@ -123,7 +121,7 @@ def run_batch(cfg: DecomposeConfig, folders: tuple[str, str], batch_id: str, mat
     """On a worker: decompose this batch's matrices that are not complete yet into the store."""
     from distributed import get_worker
 
-    from .streaming import compute_threads, stream_matrices
+    from .streaming import compute_threads, stream_matrices, torch_threads
     from .transition_plan import TransitionPlan
 
     address = get_worker().address
@@ -135,14 +133,10 @@ def run_batch(cfg: DecomposeConfig, folders: tuple[str, str], batch_id: str, mat
         plan = TransitionPlan(Checkpoint.open(folders[0]), Checkpoint.open(folders[1]), todo)
         device = resolve_device(cfg.device)
         share = max(1, (os.cpu_count() or 1) // max(1, per_host.get(host_of(address), 1)))
-        threads = torch.get_num_threads()
-        torch.set_num_threads(compute_threads(cfg, device, plan, available=share))
-        try:
+        with torch_threads(compute_threads(cfg, device, plan, available=share)):
             computed, reused, failures = stream_matrices(
                 cfg, plan, todo, store, FrameCache(cfg.frame_cache_path()), device, torch_dtype(cfg.compute_dtype),
                 Progress(len(todo), enabled=False), PhaseTimer(None), base_fingerprint)
-        finally:
-            torch.set_num_threads(threads)
     return {"worker": address, "computed": computed, "reused": reused, "failures": failures}
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
@@ -29,8 +30,8 @@ from .config import DecomposeConfig
 from .frame import Frame
 from .kernel import MatrixResult, decompose_matrix
 from .phases import PhaseTimer
-from .progress import Progress
 from .frame_cache import FrameCache
+from .progress import Progress
 from .store import TransitionStore, to_store_array
 from .transition_plan import TransitionPlan
 
@@ -130,6 +131,16 @@ def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: Transition
     largest = max(math.prod(plan.base.matrix_shape(m)) for m in plan.matrices)
     return current - 1 if largest < SMALL_MATRIX else current
 
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` for the block and restored after (it is per process)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)

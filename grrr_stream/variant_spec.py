@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 from .errors import ConfigError
 from .files import check_component
@@ -114,3 +114,12 @@ def parse_variant(text: str) -> VariantSpec:
         f"unknown variant '{text}': use one of {', '.join(BUILTIN)}, randrm-SEED, off-principal-K, "
         "off-nonprincipal-K, no-off-principal-K, or NAME=diag:W,off:W,null:W"
     )
+
+
+def parse_variants(texts: Sequence[str]) -> list[VariantSpec]:
+    """Several variants for one build or evaluation; their names must differ (each names a folder)."""
+    specs = [parse_variant(t) for t in texts]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"variant names must be unique, got {names}")
+    return specs

@@ -15,7 +15,6 @@ from typing import Any, Optional, Sequence
 
 from . import runs
 from .config import TrackingConfig, stable_hash
-from .errors import ConfigError
 from .files import atomic_write_text, ensure_folder, to_csv
 from .store import StoredTransition
 
@@ -148,13 +147,10 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
                  max_shard_bytes: int = 2 * 2**30, tracking: Optional[TrackingConfig] = None, stream=None) -> VariantsResult:
     """Build each variant of the transition in ``store`` as ``out/<variant>/`` (HF folder) plus
     ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant."""
-    from .variant_spec import parse_variant
+    from .variant_spec import parse_variants
     from .variants import VariantBuilder, write_variant
 
-    specs = [parse_variant(v) for v in variants]
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"variant names must be unique, got {names}")
+    specs = parse_variants(variants)
     summaries, folders, run_ids = [], [], []
     # every refusal (rest source, dtype) before the first folder is written
     builders = [VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device) for spec in specs]

@@ -120,17 +120,15 @@ class _Evaluation:
 
 def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     """Every refusal (settings, variant names, a rest source the base cannot supply) before an engine starts."""
-    from ..variant_spec import parse_variant
+    from ..variant_spec import parse_variants
     from ..variants import VariantBuilder
 
     check_metric(request.metric, request.sampling)
     instruction = request.instruction if request.instruction is not None else DEFAULT_INSTRUCTION
     if request.materialize not in ("engine", "folder"):
         raise ConfigError("materialize must be 'engine' or 'folder'")
-    specs = [parse_variant(v) for v in request.variants]
+    specs = parse_variants(request.variants)
     names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"variant names must be unique, got {names}")
     t = StoredTransition(Path(request.store))
     out = ensure_folder(Path(request.out), "--out")
     if request.nest_sampled and request.sampling.key_fields() is not None:
