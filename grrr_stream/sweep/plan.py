@@ -7,7 +7,7 @@ all at once, so a config is fixed in one pass instead of one error per run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -30,6 +30,9 @@ class Plan:
     units: list[Unit]                     # dependencies before dependents
     transitions: dict[str, Transition]
     models: dict[str, PlannedModel]       # model id → where it is read from, its chain and lineage
+    # model id → why decompose would refuse its local checkpoint (missing folder, FIFO, truncated header):
+    # its units are planned all the same (the rest of a sweep runs); a dry run names them
+    source_problems: dict[str, str] = field(default_factory=dict)
 
     def unit(self, uid: str) -> Unit:
         return self._index[uid]
@@ -66,7 +69,9 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
         units, problems = units + planned, problems + found
     _raise_problems(cfg, problems)
     units.sort(key=lambda u: KIND_ORDER.index(u.kind))  # stable: dependencies always come first
-    return Plan(cfg, workdir, units, transitions, models)
+    used = dict.fromkeys(m for tr in transitions.values() for m in (tr.parent, tr.child))
+    broken_sources = {m: p for m in used if (p := sources.problem(m)) is not None}
+    return Plan(cfg, workdir, units, transitions, models, broken_sources)
 
 
 def _raise_problems(cfg: SweepConfig, problems: Problems) -> None:
