@@ -1,10 +1,17 @@
 """Tensor name → (layer, module, expert) for the supported model families.
 
-Llama, Mistral, Qwen2/2.5, Qwen3, OLMo2 and Gemma/Gemma2/Gemma3 name their decoder
+Llama, Mistral, Qwen2/2.5, Qwen3, OLMo 2, OLMo 3, MiMo and Gemma/Gemma2/Gemma3 name their decoder
 projections ``model.layers.<i>.self_attn.{q,k,v,o}_proj.weight`` and
 ``model.layers.<i>.mlp.{gate,up,down}_proj.weight``; Gemma3's multimodal checkpoints
 (``model_type: gemma3``) put the same names under ``language_model.model.``. Tied
 embeddings change nothing here: embeddings and ``lm_head`` are never decomposed.
+
+MiMo (``model_type: mimo``, XiaomiMiMo's remote code) is a Qwen2 decoder plus multi-token-prediction
+layers ``model.mtp_layers.<i>.*`` (a decoder block with its own q..down_proj, ``input_proj`` and norms).
+They are left out by name: the standard pattern takes ``model.layers.`` only. They are a draft head
+for speculative decoding, not part of the next-token forward the variants are evaluated with (vLLM's
+MiMoForCausalLM drops them on load), so composed variants carry them from ``rest_from`` like any
+other tensor that is not decomposed.
 
 Other layouts, each a family of its own:
 
@@ -73,7 +80,7 @@ class Family:
 
 FAMILIES: dict[str, Family] = {
     **{t: Family(STANDARD_PATTERN, STANDARD_MODULES)
-       for t in ("llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3_text")},
+       for t in ("llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "mimo", "gemma", "gemma2", "gemma3_text")},
     "gemma3": Family(GEMMA3_MM_PATTERN, STANDARD_MODULES),
     "phi3": Family(PHI3_PATTERN, ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")),
     "qwen3_moe": Family(QWEN3_MOE_PATTERN, STANDARD_MODULES + ("gate",)),

@@ -1,5 +1,6 @@
 """Model families beyond the dense standard layout: tied embeddings, Gemma/Gemma2/Gemma3 (text and
-multimodal prefix), Phi-3 fused projections, Qwen3-MoE and Mixtral experts, gpt-oss fused 3-D experts.
+multimodal prefix), OLMo 2/3 (extra norms), MiMo (MTP layers left out by name), Phi-3 fused projections,
+Qwen3-MoE and Mixtral experts, gpt-oss fused 3-D experts.
 
 Checkpoints come from transformers' own classes (grrr_stream.fixtures.synthetic_hf), so names and shapes are
 the real ones. What a variant must be is computed here independently: from the safetensors files
@@ -52,6 +53,10 @@ EXPECTED = {
     "mixtral": (rf"^model\.layers\.\d\.({ATTN}|block_sparse_moe\.(experts\.\d\.w[123]|gate)\.weight)$", 34),
     # 4 attention + 4 slices × 2 fused tensors + the router, per layer
     "gpt_oss": (rf"^model\.layers\.\d\.({ATTN}|mlp\.experts\.(gate_up|down)_proj|mlp\.router\.weight)$", 26),
+    "olmo2": (rf"^model\.layers\.\d\.({ATTN}|mlp\.(gate|up|down)_proj\.weight)$", 14),
+    "olmo3": (rf"^model\.layers\.\d\.({ATTN}|mlp\.(gate|up|down)_proj\.weight)$", 14),
+    # the decoder's layers only: model.mtp_layers.0.* (its own q..down_proj and input_proj) are left out
+    "mimo": (rf"^model\.layers\.\d\.({ATTN}|mlp\.(gate|up|down)_proj\.weight)$", 14),
 }
 IDS = torch.tensor([[1, 5, 9, 17, 33, 2, 64, 100]])
 
@@ -136,6 +141,25 @@ def test_moe_patterns_give_layer_module_expert():
     assert [(m.name, m.expert, m.index) for m in got] == [
         (f"model.layers.1.mlp.experts.gate_up_proj[{e}]", e, e) for e in range(3)] + [
         ("model.layers.1.mlp.router.weight", None, None)]
+
+
+def test_olmo_and_mimo_checkpoints_plan_as_their_family(tmp_path):
+    """OLMo 2/3 (transformers' own classes) and MiMo (published tensor names and config keys): every
+    decoder projection and nothing else; MiMo's MTP projections are in the checkpoint and left out by name."""
+    for family in ("olmo2", "olmo3", "mimo"):
+        base, post = make_hf_transition(tmp_path / family, family)
+        ck = Checkpoint.open(base)
+        assert ck.model_type == family
+        cfg = no_track_config(base=str(base), post=str(post), store=tmp_path / family / "s", device="cpu")
+        plan = plan_transition(ck, Checkpoint.open(post), cfg)
+        rx = re.compile(EXPECTED[family][0])
+        assert {m.name for m in plan.matrices} == {n for n in ck.tensors if rx.match(n)}
+        assert len(plan.matrices) == EXPECTED[family][1]
+    mtp = {n for n in ck.tensors if n.startswith("model.mtp_layers.0.")}
+    assert {"model.mtp_layers.0.self_attn.q_proj.weight", "model.mtp_layers.0.mlp.down_proj.weight",
+            "model.mtp_layers.0.input_proj.weight", "model.mtp_layers.0.token_layernorm.weight"} <= mtp
+    assert ck.config["num_nextn_predict_layers"] == 1 and ck.config["architectures"] == ["MiMoForCausalLM"]
+    assert ck.tensors["model.mtp_layers.0.input_proj.weight"].shape == (32, 64)
 
 
 def test_split_fused_rows_from_config():

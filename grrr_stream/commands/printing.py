@@ -84,16 +84,29 @@ def print_plan(plan, rows: dict, disk: dict, to_run: list, needs: list) -> None:
     for u in plan.units:
         deps = f"  (after {', '.join(u.deps)})" if u.deps else ""
         print(f"  {rows[u.id]['state']:<11} {u.id}: {u.label}{deps}")
-        size = "" if u.id not in disk else \
-            "  [disk: known once its checkpoints are here]" if disk[u.id] is None else f"  [disk: {describe(disk[u.id])}]"
+        broken = _broken_sources(plan, u)
+        size = f"  [cannot run: {', '.join(broken)} cannot be read, see below]" if broken else "" \
+            if u.id not in disk else "  [disk: known once its checkpoints are here]" if disk[u.id] is None \
+            else f"  [disk: {describe(disk[u.id])}]"
         print(f"  {'':<11}   → {u.out}{size}")
-    unknown = [u.id for u in to_run if u.id in disk and disk[u.id] is None]
+    if plan.source_problems:
+        print(f"{len(plan.source_problems)} local checkpoint(s) cannot be read; their units will fail as decompose "
+              "does, the rest runs:")
+        for mid, problem in plan.source_problems.items():
+            print(f"  {mid}: {problem}")
+    unknown = [u.id for u in to_run if u.id in disk and disk[u.id] is None and not _broken_sources(plan, u)]
     if needs:
         print(f"disk for the {len(to_run)} unit(s) to run: {gib(sum(n.bytes for n in needs))}"
               + (f" (+ {len(unknown)} unit(s) whose size is known only once their checkpoints are here)"
                  if unknown else ""))
         for line in shortfalls(needs):
             print(f"  NOT ENOUGH SPACE: {line}")
+
+
+def _broken_sources(plan, u) -> list[str]:
+    """The models of a unit's transition whose local checkpoints cannot be read (plan.source_problems)."""
+    tr = plan.transitions.get(getattr(u.params, "transition", None))
+    return [m for m in ((tr.parent, tr.child) if tr else ()) if m in plan.source_problems]
 
 
 def print_sweep_summary(res, out=None) -> None:

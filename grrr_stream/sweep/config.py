@@ -19,8 +19,11 @@ from ..eval_settings import EngineSettings, SamplingSettings
 from ..files import COMPONENT_RE
 
 _ID_RE = COMPONENT_RE  # ids, suite and benchmark names become folder names
-# "cumulative" | "incremental" | "all" | "none" (or null / false) | a list of transition ids
-TransitionSelector = Optional[Union[Literal["cumulative", "incremental", "all", "none"], list[str]]]
+# "cumulative" | "incremental" | "steps" | "all" | "none" (or null / false) | a list of transition ids.
+# steps: every training step of the lineage, parent → child (base → child where the parent is the base):
+# the set the paper evaluates (SFT rows base → SFT, RL rows SFT → RL or base → RL), never the cumulative
+# base → grandchild, which is decomposed but not evaluated.
+TransitionSelector = Optional[Union[Literal["cumulative", "incremental", "steps", "all", "none"], list[str]]]
 
 
 def _selector(v: Any) -> Any:

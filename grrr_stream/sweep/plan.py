@@ -7,7 +7,7 @@ all at once, so a config is fixed in one pass instead of one error per run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -30,6 +30,9 @@ class Plan:
     units: list[Unit]                     # dependencies before dependents
     transitions: dict[str, Transition]
     models: dict[str, PlannedModel]       # model id → where it is read from, its chain and lineage
+    # model id → why decompose would refuse its local checkpoint (missing folder, FIFO, truncated header):
+    # its units are planned all the same (the rest of a sweep runs); a dry run names them
+    source_problems: dict[str, str] = field(default_factory=dict)
 
     def unit(self, uid: str) -> Unit:
         return self._index[uid]
@@ -66,7 +69,9 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
         units, problems = units + planned, problems + found
     _raise_problems(cfg, problems)
     units.sort(key=lambda u: KIND_ORDER.index(u.kind))  # stable: dependencies always come first
-    return Plan(cfg, workdir, units, transitions, models)
+    used = dict.fromkeys(m for tr in transitions.values() for m in (tr.parent, tr.child))
+    broken_sources = {m: p for m in used if (p := sources.problem(m)) is not None}
+    return Plan(cfg, workdir, units, transitions, models, broken_sources)
 
 
 def _raise_problems(cfg: SweepConfig, problems: Problems) -> None:
@@ -151,18 +156,27 @@ def nearest_common_ancestor(ancestors_a: list[str], ancestors_b: list[str]) -> O
     return next((m for m in ancestors_a if m in shared), None)
 
 
-def _select(selector: Any, transitions: dict[str, Transition], what: str) -> tuple[list[str], Problems]:
+def _select(selector: Any, transitions: dict[str, Transition], models: dict[str, PlannedModel], what: str
+            ) -> tuple[list[str], Problems]:
     if selector in (None, "none", False):
         return [], []
     if selector == "all":
         return list(transitions), []
     if selector in ("cumulative", "incremental"):
         return [t for t, tr in transitions.items() if tr.kind == selector], []
+    if selector == "steps":
+        # one training step each: W0 is the model the child was trained from (its parent), whatever the kind
+        missing = [f"{m.parent}-to-{mid}" for mid, m in models.items()
+                   if f"{m.base}-to-{mid}" in transitions and f"{m.parent}-to-{mid}" not in transitions]
+        problems = [f"{what}: steps needs decomposition.incremental: true; not decomposed: {missing}"] \
+            if missing else []
+        return [t for t, tr in transitions.items() if models[tr.child].parent == tr.parent], problems
     if isinstance(selector, list):
         unknown = [s for s in selector if s not in transitions]
         problems = [f"{what}: unknown transition(s) {unknown}; planned: {sorted(transitions)}"] if unknown else []
         return [s for s in selector if s in transitions], problems
-    return [], [f"{what}: expected cumulative, incremental, all, none or a list of transition ids, got {selector!r}"]
+    return [], [f"{what}: expected cumulative, incremental, steps, all, none or a list of transition ids, "
+                f"got {selector!r}"]
 
 
 # -- the tiny chain and the decompositions ------------------------------------------------------
@@ -333,7 +347,7 @@ def _variant_units(ctx: _Context) -> tuple[list[Unit], Problems]:
     v, d = ctx.cfg.variants, ctx.cfg.decomposition
     if not (v.enabled and v.write_folders):
         return [], []
-    selected, problems = _select(v.transitions, ctx.transitions, "variants.transitions")
+    selected, problems = _select(v.transitions, ctx.transitions, ctx.sources.models, "variants.transitions")
     units: list[Unit] = []
     for tid in selected:
         refused = ctx.rest_problems(tid, v.names, "variants") if tid in ctx.dec_key else []
@@ -369,7 +383,7 @@ def _suite_units(ctx: _Context, e: SweepEvaluation) -> tuple[list[Unit], Problem
     bench_dir, bench_id = benchmarks(e, ctx.gen)
     components = {n: ctx.specs[n].components() for n in names if n in ctx.specs}
     where = "evaluation" if e.suite is None else f"extra_evaluations[{e.suite}]"
-    selected, problems = _select(e.transitions, ctx.transitions, f"{where}.transitions")
+    selected, problems = _select(e.transitions, ctx.transitions, ctx.sources.models, f"{where}.transitions")
     suffix = "" if e.suite is None else f"/{e.suite}"
     limit = f" (first {e.limit} each)" if e.limit else ""
     units: list[Unit] = []

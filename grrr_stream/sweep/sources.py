@@ -24,6 +24,7 @@ class Sources:
         self.models, self.generated, self.gen = models, generated, gen
         self._resolved: dict[str, tuple[str, dict]] = {}
         self._rest: dict[str, list[str]] = {}
+        self._opened: dict[str, object] = {}  # model id → Checkpoint, or why it cannot be opened
 
     def resolve(self, mid: str) -> tuple[str, dict]:
         """Path/Hub id handed to the decomposition, and what identifies it in keys."""
@@ -36,13 +37,38 @@ class Sources:
             name = self.generated[mid]
             return str(Path(self.gen.out) / name), {"generated": self.gen.key, "model": name}
         src = self.models[mid].source
-        local = Path(src).expanduser()
-        if local.exists() or src.startswith((".", "/", "~")):
-            src = str(local.absolute())
+        if self.is_local(mid):
+            src = str(Path(src).expanduser().absolute())
             # a local folder is keyed by its path and its content's fingerprint: a checkpoint
             # replaced in place gets new results instead of passing for the old ones
-            return src, {"source": src, "fingerprint": _fingerprint(local)}
+            return src, {"source": src, "fingerprint": _fingerprint(self._open(mid))}
         return src, {"source": src, "revision": self.models[mid].revision}  # a Hub id: its revision pins it
+
+    def is_local(self, mid: str) -> bool:
+        """A local folder (one that is there, or a source written as a path), not a Hub id or generated."""
+        src = self.models[mid].source
+        return mid not in self.generated and (Path(src).expanduser().exists() or src.startswith((".", "/", "~")))
+
+    def problem(self, mid: str) -> Optional[str]:
+        """Why ``decompose`` would refuse a local checkpoint, found by the checks it makes itself
+        (:func:`~grrr_stream.checkpoint.resolve_source`, then :meth:`Checkpoint.open`: a missing folder, a
+        FIFO or truncated shard, a bad index or config). None for a readable one, a Hub id or a generated model."""
+        if not self.is_local(mid):
+            return None  # never fetched at plan time
+        opened = self._open(mid)
+        return opened if isinstance(opened, str) else None
+
+    def _open(self, mid: str):
+        """The local checkpoint opened once (a Checkpoint), or the error message decompose would give."""
+        if mid not in self._opened:
+            from ..checkpoint import Checkpoint, resolve_source
+
+            try:
+                folder = str(Path(self.models[mid].source).expanduser().absolute())  # as the unit is given it
+                self._opened[mid] = Checkpoint.open(resolve_source(folder))
+            except (GrrrError, OSError) as e:
+                self._opened[mid] = str(e) or type(e).__name__
+        return self._opened[mid]
 
     def rest_problems(self, tr: Transition) -> list[str]:
         """Why the W0 of a transition cannot supply the non-decomposed tensors of composed variants,
@@ -53,27 +79,26 @@ class Sources:
         return self._rest[tr.id]
 
     def _rest_problems(self, tr: Transition) -> list[str]:
-        from ..checkpoint import Checkpoint
         from ..variant_rest import rest_problems
 
-        if tr.parent in self.generated or tr.child in self.generated:
+        if not (self.is_local(tr.parent) and self.is_local(tr.child)):
             return []
-        paths = [Path(self.resolve(m)[0]) for m in (tr.parent, tr.child)]
-        if not all(p.is_dir() for p in paths):
-            return []
+        opened = [self._open(m) for m in (tr.parent, tr.child)]
+        if any(isinstance(o, str) for o in opened):
+            return []  # unreadable now: its decomposition fails with the real error (a dry run names it)
         try:
-            return rest_problems(*(Checkpoint.open(p) for p in paths))
+            return rest_problems(*opened)
         except (GrrrError, OSError):
-            return []  # unreadable now: its decomposition fails with the real error
+            return []
 
 
-def _fingerprint(folder: Path) -> Optional[str]:
-    """Sampled content fingerprint of a local checkpoint (reads ~1 MiB per shard), or None when it
-    cannot be read yet (its decomposition then fails with the real error)."""
-    from ..checkpoint import Checkpoint
-
+def _fingerprint(opened) -> Optional[str]:
+    """Sampled content fingerprint of an opened local checkpoint (reads ~1 MiB per shard), or None when it
+    cannot be read (its decomposition then fails with the real error; a dry run names it)."""
+    if isinstance(opened, str):
+        return None
     try:
-        return Checkpoint.open(folder).fingerprint()
+        return opened.fingerprint()
     except (GrrrError, OSError):
         return None
 
