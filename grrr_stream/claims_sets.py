@@ -79,12 +79,16 @@ def joint_replicates(scores: Sequence[TransitionScores], *, resamples: int, seed
             by_set.setdefault((b, ts.n_problems[b]), []).append(i)
     reps = [np.zeros((resamples, len(ts.variants))) for ts in scores]
     for (b, n), members in sorted(by_set.items()):
+        stacked = np.concatenate([scores[i].per_problem[b] for i in members], axis=1)  # n × (all their variants)
+        cuts = np.cumsum([0] + [scores[i].per_problem[b].shape[1] for i in members])
         start = 0
         for k, size in enumerate(blocks(resamples)):
             rng = block_rng(seed, f"joint:{b}:{n}", k)
-            counts = rng.multinomial(n, np.full(n, 1.0 / n), size=size)  # one resample of the problems per row
-            for i in members:
-                reps[i][start:start + size] += counts @ scores[i].per_problem[b] / n
+            # one resample of the problems per row, as multiplicities (float: a float matmul is much faster)
+            counts = rng.multinomial(n, np.full(n, 1.0 / n), size=size).astype(np.float64)
+            acc = counts @ stacked / n
+            for j, i in enumerate(members):
+                reps[i][start:start + size] += acc[:, cuts[j]:cuts[j + 1]]
             start += size
     return [100.0 * r / len(ts.benchmarks) for r, ts in zip(reps, scores)]
 
