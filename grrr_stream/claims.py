@@ -1,17 +1,18 @@
-"""Accuracy claims with their uncertainty: paired bootstrap over problems, the informative
-set, and the paper's headline sentences computed for any set of evaluated transitions.
+"""Accuracy claims with their uncertainty: paired bootstrap over problems within a transition, the
+informative set, and (in :mod:`grrr_stream.claims_sets`) the paper's headline statistics over sets
+of evaluated transitions.
 
 A transition's *score* of a variant is the paper's: the unweighted mean over benchmarks of
 the per-benchmark accuracy, in percent. Every variant of a transition answers the same
 problems, so differences between variants are *paired*: one bootstrap replicate draws the
 problems of each benchmark with replacement (n_b draws from the n_b problems) and scores
 every variant on that same draw. A variant that gives the same answers as another has a
-zero-width interval at 0 against it.
+zero-width interval at 0 against it. These per-transition replicates (``TransitionScores.reps``,
+stream ``paired:{transition}``) serve the intervals within one transition only; a statistic
+across transitions resamples the problems jointly (:func:`grrr_stream.claims_sets.joint_replicates`),
+from the per-problem values kept in ``TransitionScores.per_problem``.
 
-Claims over many transitions ("keeping off+null stays within 4.3 points of full in 24 of
-25 informative transitions") are statistics of the per-transition scores; their bootstrap
-interval resamples every transition's problems independently in each replicate. The
-informative set (full − base ≥ ``informative_points``) is fixed at the point estimates:
+The informative set (full − base ≥ ``informative_points``) is fixed at the point estimates:
 it says which transitions a claim is about; how many of them are informative by less
 than their own interval is reported beside it.
 
@@ -22,7 +23,7 @@ Random streams follow :mod:`grrr_stream.stats`: block ``k`` of a stream draws fr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -30,6 +31,10 @@ import numpy as np
 from .stats import block_rng, blocks
 
 REFERENCES = ("full", "base", "proj")
+# scores are means of finitely many problems: a tie with a threshold (C2's offnull is exactly 4.3 points
+# below full in the paper) must not hang on the rounding of 60.4 − 4.3; comparisons allow this much (points
+# or percent), far below the resolution of any benchmark
+TIE = 1e-9
 
 
 @dataclass
@@ -42,7 +47,10 @@ class TransitionScores:
     benchmarks: list[str]
     n_problems: dict[str, int]
     point: np.ndarray              # (V,) scores in percent
-    reps: np.ndarray               # (R, V) the same scores on resampled problems
+    reps: np.ndarray               # (R, V) the same scores on resampled problems (this transition's own draws)
+    # benchmark → (n_b, V) per-problem values, for resampling problems jointly across transitions
+    per_problem: dict[str, np.ndarray] = field(default_factory=dict)
+    method: str = ""               # the child model's post-training method (SFT, DPO, ...; '' when unknown)
 
     def has(self, variant: str) -> bool:
         return variant in self.variants
@@ -63,7 +71,7 @@ def _values(v: object) -> np.ndarray:
 
 
 def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition: str = "", kind: str = "",
-                      resamples: int = 10_000, seed: int = 0) -> TransitionScores:
+                      resamples: int = 10_000, seed: int = 0, method: Optional[str] = None) -> TransitionScores:
     """Scores and paired bootstrap replicates from per-problem correctness.
 
     ``correct``: variant → benchmark → per-problem values in problem order (a bool sequence, a
@@ -96,7 +104,8 @@ def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition
             acc += counts @ m / n
         parts.append(100.0 * acc / len(mats))
     reps = np.concatenate(parts) if parts else np.zeros((0, len(variants)))
-    return TransitionScores(transition, kind, variants, benchmarks, n_problems, point, reps)
+    return TransitionScores(transition, kind, variants, benchmarks, n_problems, point, reps,
+                            dict(zip(benchmarks, mats)), method or "")
 
 
 def _interval(x: np.ndarray, level: float) -> tuple[float, float]:
@@ -133,6 +142,12 @@ def _ratio(a, b):
     return float(out) if out.ndim == 0 else out
 
 
+def is_informative(ts: TransitionScores, informative_points: float) -> bool:
+    """full − base ≥ ``informative_points`` at the point estimates (a tie counts, within :data:`TIE`)."""
+    return (ts.has("full") and ts.has("base")
+            and ts.score("full") - ts.score("base") >= informative_points - TIE)
+
+
 def informative_rows(scores: Sequence[TransitionScores], *, informative_points: float = 1.0,
                      level: float = 0.95) -> list[dict]:
     """Per transition: the gain full − base with its interval, whether it is informative, whether
@@ -144,8 +159,9 @@ def informative_rows(scores: Sequence[TransitionScores], *, informative_points: 
         if ts.has("full") and ts.has("base"):
             gain = ts.score("full") - ts.score("base")
             lo, hi = _interval(ts.rep("full") - ts.rep("base"), level)
-            row.update(gain=gain, gain_ci_lo=lo, gain_ci_hi=hi, informative=gain >= informative_points,
-                       informative_within_ci=bool(gain >= informative_points and lo < informative_points))
+            informative = is_informative(ts, informative_points)
+            row.update(gain=gain, gain_ci_lo=lo, gain_ci_hi=hi, informative=informative,
+                       informative_within_ci=bool(informative and lo < informative_points))
         if ts.has("full") and ts.has("proj"):
             d = ts.score("full") - ts.score("proj")
             lo, hi = _interval(ts.rep("full") - ts.rep("proj"), level)
@@ -155,73 +171,21 @@ def informative_rows(scores: Sequence[TransitionScores], *, informative_points: 
     return rows
 
 
-def claims_rows(scores: Sequence[TransitionScores], *, within_points: float = 4.3, informative_points: float = 1.0,
-                retention_floor_pct: float = 95.0, level: float = 0.95) -> list[dict]:
-    """The paper's headline sentences, per variant, over the informative transitions.
+def summarise(scores: Sequence[TransitionScores], settings=None, *, selector: str = "", **overrides) -> dict:
+    """All three tables at once: differences, informative, claims (:func:`grrr_stream.claims_sets.claims_rows`).
 
-    For each variant (and each reference, full as the paper and proj): how many informative
-    transitions keep the variant within ``within_points`` of the reference (score ≥ ref − k),
-    the median and range of retention (100·variant/ref) and how many reach
-    ``retention_floor_pct``; each count and the median with its bootstrap interval.
-    """
-    informative = [ts for ts in scores if ts.has("full") and ts.has("base")
-                   and ts.score("full") - ts.score("base") >= informative_points]
-    if not informative:
-        return []
-    R = min(ts.reps.shape[0] for ts in informative)
-    variants: list[str] = []
-    for ts in informative:
-        variants += [v for v in ts.variants if v not in variants and v not in ("base", "full")]
-    rows = []
-    for v in variants:
-        for ref in ("full", "proj"):
-            have = [ts for ts in informative if ts.has(v) and ts.has(ref)]
-            if not have or v == ref:
-                continue
-            pt_v = np.array([ts.score(v) for ts in have])
-            pt_r = np.array([ts.score(ref) for ts in have])
-            rp_v = np.stack([ts.rep(v)[:R] for ts in have], axis=1)  # R × T
-            rp_r = np.stack([ts.rep(ref)[:R] for ts in have], axis=1)
-            ret, ret_rep = _ratio(pt_v, pt_r), _ratio(rp_v, rp_r)
-            within, within_rep = pt_v >= pt_r - within_points, rp_v >= rp_r - within_points
-            floor, floor_rep = ret >= retention_floor_pct, ret_rep >= retention_floor_pct
-            row = {"variant": v, "reference": ref, "transitions": len(have),
-                   "within_k": int(within.sum()), "k_points": within_points}
-            row["within_k_ci_lo"], row["within_k_ci_hi"] = _interval(within_rep.sum(axis=1), level)
-            row["retention_median_pct"] = float(np.nanmedian(ret)) if np.isfinite(ret).any() else math.nan
-            with np.errstate(all="ignore"):
-                med_rep = np.nanmedian(np.where(np.isfinite(ret_rep), ret_rep, np.nan), axis=1)
-            row["retention_median_ci_lo"], row["retention_median_ci_hi"] = _interval(med_rep[np.isfinite(med_rep)],
-                                                                                     level)
-            row["retention_min_pct"] = float(np.nanmin(ret)) if np.isfinite(ret).any() else math.nan
-            row["retention_max_pct"] = float(np.nanmax(ret)) if np.isfinite(ret).any() else math.nan
-            row["at_floor"] = int(np.sum(floor))
-            row["floor_pct"] = retention_floor_pct
-            row["at_floor_ci_lo"], row["at_floor_ci_hi"] = _interval(floor_rep.sum(axis=1), level)
-            rows.append(row)
-    return rows
+    ``settings``: a :class:`grrr_stream.claims_sets.ClaimSettings` (default: the paper's thresholds);
+    ``overrides`` replace its fields (``within_points=…``); ``selector`` names the evaluated set."""
+    from dataclasses import replace
 
+    from .claims_sets import ClaimSettings, claims_rows
 
-def sentence(row: dict, informative: int) -> str:
-    """One claims row as the paper would write it."""
-    ref = row["reference"]
-    return (f"{row['variant']}: within {row['k_points']:g} points of {ref} in {row['within_k']} of "
-            f"{row['transitions']} informative transitions [95 % CI {row['within_k_ci_lo']:.0f}–"
-            f"{row['within_k_ci_hi']:.0f}]; retention vs {ref} median {row['retention_median_pct']:.1f} % "
-            f"[{row['retention_median_ci_lo']:.1f}, {row['retention_median_ci_hi']:.1f}], range "
-            f"{row['retention_min_pct']:.1f}–{row['retention_max_pct']:.1f} %, ≥ {row['floor_pct']:g} % in "
-            f"{row['at_floor']} [{row['at_floor_ci_lo']:.0f}–{row['at_floor_ci_hi']:.0f}]")
-
-
-def summarise(scores: Sequence[TransitionScores], *, within_points: float = 4.3, informative_points: float = 1.0,
-              retention_floor_pct: float = 95.0, level: float = 0.95) -> dict:
-    """All three tables at once: differences, informative, claims."""
-    diffs = [r for ts in scores for r in difference_rows(ts, level=level)]
-    info = informative_rows(scores, informative_points=informative_points, level=level)
-    claims = claims_rows(scores, within_points=within_points, informative_points=informative_points,
-                         retention_floor_pct=retention_floor_pct, level=level)
+    cs = replace(settings or ClaimSettings(), **overrides)
+    diffs = [r for ts in scores for r in difference_rows(ts, level=cs.level)]
+    info = informative_rows(scores, informative_points=cs.informative_points, level=cs.level)
+    claims = claims_rows(scores, cs, selector=selector)
     n_inf = sum(1 for r in info if r.get("informative"))
-    return {"differences": diffs, "informative": info, "claims": claims,
+    return {"differences": diffs, "informative": info, "claims": claims, "selector": selector,
             "counts": {"transitions": len(scores), "informative": n_inf,
                        "informative_within_ci": sum(1 for r in info if r.get("informative_within_ci"))}}
 

@@ -260,11 +260,6 @@ def _evaluation_metrics(res, name: str) -> list[tuple[str, float, int]]:
 # sweep
 
 
-_CLAIM_METRICS = ("within_k", "within_k_ci_lo", "within_k_ci_hi", "retention_median_pct", "retention_median_ci_lo",
-                  "retention_median_ci_hi", "retention_min_pct", "retention_max_pct", "at_floor", "at_floor_ci_lo",
-                  "at_floor_ci_hi")
-
-
 def log_sweep(plan, result, tracking: TrackingConfig, started: float) -> str:
     """One MLflow run per sweep (keyed by its plan), with the unit counts and the report; it spans
     this invocation from ``started`` (a resumed sweep's run spans all invocations)."""
@@ -285,11 +280,14 @@ def log_sweep(plan, result, tracking: TrackingConfig, started: float) -> str:
 
 
 def _claim_metrics(claims: dict[str, Any]) -> list[tuple[str, float, int]]:
+    """claims/<suite>/<variant>/vs_<reference>/<set>/<group>/<statistic> (with _ci_lo, _ci_hi); the set
+    is 'informative' or 'all_evaluated'."""
     metrics: list[tuple[str, float, int]] = []
     for suite, s in claims.items():
         pre = "claims/" + (f"{suite}/" if suite else "")
         metrics += [(f"{pre}{k}", v, 0) for k, v in s["counts"].items()]
         for r in s["claims"]:
-            metrics += [(f"{pre}{r['variant']}/vs_{r['reference']}/{k}", float(r[k]), 0) for k in _CLAIM_METRICS
-                        if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+            name = f"{pre}{r['variant']}/vs_{r['reference']}/{r['set'].replace(' ', '_')}/{r['group']}/{r['statistic']}"
+            metrics += _numbers((name + suffix, r[key]) for key, suffix in
+                                (("value", ""), ("ci_lo", "_ci_lo"), ("ci_hi", "_ci_hi")))
     return metrics

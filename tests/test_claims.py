@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from grrr_stream import claims
+from grrr_stream import claims, claims_sets
 from grrr_stream.evaluation.tables import retention_tables
 
 
@@ -77,6 +77,12 @@ def _transition(name: str, n: int, base: int, full: int, variants: dict[str, int
     return claims.transition_scores(correct, transition=name, kind="cumulative", resamples=4000, seed=seed)
 
 
+def _claim(rows, variant, set_name, group, statistic, reference="full"):
+    (row,) = [r for r in rows if (r["variant"], r["reference"], r["set"], r["group"], r["statistic"])
+              == (variant, reference, set_name, group, statistic)]
+    return row
+
+
 def test_claims_over_transitions_with_known_answers():
     n = 2000
     scores = [
@@ -85,23 +91,148 @@ def test_claims_over_transitions_with_known_answers():
         _transition("t3", n, 200, 800, {"offnull": 600, "diag": 790}),     # 40 → 30 / 39.5
         _transition("t4", n, 500, 510, {"offnull": 100, "diag": 100}),     # gain 0.5: not informative
     ]
-    s = claims.summarise(scores, within_points=4.3)
+    s = claims.summarise(scores, within_points=4.3, resamples=2000)
     info = {r["transition"]: r for r in s["informative"]}
     assert [info[t]["informative"] for t in ("t1", "t2", "t3", "t4")] == [True, True, True, False]
     assert info["t1"]["gain"] == pytest.approx(40.0) and info["t1"]["gain_ci_lo"] > 35
     assert s["counts"] == {"transitions": 4, "informative": 3, "informative_within_ci": 0}
-    rows = {(r["variant"], r["reference"]): r for r in s["claims"]}
-    off = rows[("offnull", "full")]
-    # within 4.3 points: t1 (−0.5) and t2 (−2.0) but not t3 (−10); far from the boundary, so no doubt
-    assert (off["transitions"], off["within_k"], off["within_k_ci_lo"], off["within_k_ci_hi"]) == (3, 2, 2, 2)
-    ret = [100 * 1190 / 1200, 100 * 960 / 1000, 100 * 600 / 800]
-    assert off["retention_median_pct"] == pytest.approx(np.median(ret))
-    assert (off["retention_min_pct"], off["retention_max_pct"]) == pytest.approx((min(ret), max(ret)))
-    assert off["at_floor"] == 2  # 99.2 % and 96 % reach 95 %; 75 % does not
-    assert off["retention_median_ci_lo"] <= off["retention_median_pct"] <= off["retention_median_ci_hi"]
-    diag = rows[("diag", "full")]
-    assert (diag["within_k"], diag["at_floor"]) == (1, 1)  # only t3 (39.5 of 40)
-    assert "within 4.3 points of full in 2 of 3" in claims.sentence(off, 3)
+    rows = s["claims"]
+    # within 4.3 points, over the informative set: t1 (−0.5) and t2 (−2.0) but not t3 (−10); far from the
+    # boundary, so no doubt
+    off = _claim(rows, "offnull", "informative", "all", "within_k")
+    assert (off["transitions"], off["value"], off["ci_lo"], off["ci_hi"]) == (3, 2, 2, 2)
+    # retention over all evaluated: t4 (100 of 510) counts too
+    ret = [100 * 1190 / 1200, 100 * 960 / 1000, 100 * 600 / 800, 100 * 100 / 510]
+    med = _claim(rows, "offnull", "all evaluated", "all", "retention_median_pct")
+    assert med["transitions"] == 4 and med["value"] == pytest.approx((ret[1] + ret[2]) / 2)
+    assert med["ci_lo"] <= med["value"] <= med["ci_hi"]
+    assert _claim(rows, "offnull", "all evaluated", "all", "retention_min_pct")["value"] == pytest.approx(ret[3])
+    assert _claim(rows, "offnull", "all evaluated", "all", "at_floor")["value"] == 2  # 99.2 % and 96 %
+    # no method: group 'all' only
+    assert {r["group"] for r in rows} == {"all"}
+    assert "within 4.3 points of full in 2 of 3 informative transitions" in claims_sets.sentences(rows)[0]
+
+
+# The visible rows of the paper's Tables 5/6 (PAPER_FACTS.md): method, Base, Full, Diag, OffNull
+PAPER_ROWS = {
+    "C1-sft": ("distillation", 31.3, 49.2, 6.4, 28.9), "C2-sft": ("SFT", 21.2, 60.4, 14.0, 56.1),
+    "C3-sft": ("SFT", 17.2, 49.1, 28.0, 45.8), "C5-sft": ("SFT", 3.6, 5.7, 1.9, 5.7),
+    "C6-sft": ("SFT", 35.8, 43.5, 38.8, 42.1), "C7-sft": ("SFT", 5.0, 8.6, 7.9, 7.5),
+    "C1-deepscaler": ("GRPO", 49.2, 51.8, 41.0, 54.4), "C1-nemotron": ("GRPO", 49.2, 61.3, 40.3, 62.7),
+    "C2-klear": ("GPPO", 60.4, 71.7, 58.6, 72.6), "C3-unireason": ("GRPO", 49.1, 66.5, 75.1, 65.0),
+    "C5-zephyr": ("DPO", 5.7, 3.1, 5.2, 3.7), "C6-dpo": ("DPO", 43.5, 49.7, 41.2, 49.8),
+}
+
+
+def test_claims_over_the_papers_visible_rows_use_the_papers_sets():
+    """Scores equal to Tables 5/6 exactly (1000 problems, one per 0.1 point); every expected value below was
+    computed by hand from the table, not by the code under test. zephyr-beta (DPO, full < base) is evaluated
+    but not informative, so the two sets differ."""
+    scores = [claims.transition_scores({v: {"m": answers(1000, round(10 * x))} for v, x in
+                                        zip(("base", "full", "diag", "offnull"), vals)},
+                                       transition=t, method=method, resamples=200)
+              for t, (method, *vals) in PAPER_ROWS.items()]
+    s = claims.summarise(scores, selector="paper", resamples=200)
+    rows = s["claims"]
+    assert s["counts"]["informative"] == 11 and {r["selector"] for r in rows} == {"paper"}
+    # informative (11): OffNull within 4.3 of full in all but C1's SFT (−20.3); C2's −4.3 is a tie and counts
+    w = _claim(rows, "offnull", "informative", "all", "within_k")
+    assert (w["value"], w["transitions"], w["threshold"]) == (10, 11, 4.3)
+    # all evaluated (12): sorted OffNull retentions 58.74 87.21 92.88 93.28 96.78 97.74 | 100.00 100.20 101.26
+    # 102.28 105.02 119.35 → median (97.74 + 100)/2 = 98.87; mean 1154.76/12 = 96.23; ≥ 95 %: 8; ≥ 92 %: 10.
+    # Over the informative 11 alone the median would be 97.74.
+    at = lambda stat, group="all", v="offnull": _claim(rows, v, "all evaluated", group, stat)  # noqa: E731
+    assert at("retention_median_pct")["transitions"] == 12
+    assert at("retention_median_pct")["value"] == pytest.approx(98.87, abs=0.01)
+    assert at("retention_mean_pct")["value"] == pytest.approx(96.23, abs=0.01)
+    assert (at("at_floor")["value"], at("at_floor")["threshold"]) == (8, 95.0)
+    assert (at("at_second_floor")["value"], at("at_second_floor")["threshold"]) == (10, 92.0)
+    # Diag-only retention by group. SFT: 13.01 23.18 33.33 57.03 89.20 91.86 → median 45.18, ≤ 25 %: 2 of 6;
+    # RL: 65.74 79.15 81.73 82.90 112.93 167.74 → median 82.31
+    assert at("retention_median_pct", "SFT", "diag")["value"] == pytest.approx(45.18, abs=0.01)
+    assert at("retention_median_pct", "RL", "diag")["value"] == pytest.approx(82.31, abs=0.01)
+    sft25 = at("at_most_ceiling", "SFT", "diag")
+    assert (sft25["value"], sft25["transitions"], sft25["threshold"]) == (2, 6, 25.0)
+    assert at("at_most_ceiling", "RL", "diag")["value"] == 0
+    text = "\n".join(claims_sets.sentences(rows))
+    assert "offnull: within 4.3 points of full in 10 of 11 informative transitions" in text
+    assert "over the 6 evaluated SFT transitions: median 45.2 %" in text and "≤ 25 % in 2 of 6" in text
+    # the thresholds are settings: a second floor of 97 % counts 7 (97.74 and above)
+    again = claims.summarise(scores, retention_second_floor_pct=97.0, resamples=200)["claims"]
+    assert _claim(again, "offnull", "all evaluated", "all", "at_second_floor")["value"] == 7
+
+
+def test_method_groups():
+    assert [claims_sets.method_group(m) for m in ("SFT", " distillation ", "sft", "DPO", "GRPO", "PRIME", None, "")] \
+        == ["SFT", "SFT", "SFT", "RL", "RL", "RL", None, None]
+    assert claims_sets.method_group("KD", ["kd"]) == "SFT" and claims_sets.method_group("SFT", ["kd"]) == "RL"
+
+
+def _shared_difficulty(n_transitions: int, sizes: dict[str, int], seed: int = 0) -> list:
+    """Transitions whose variants fail on the same problems: every benchmark has a set of easy problems that
+    full solves for every transition (plus a few per-transition flips), and a fixed share of them are
+    'fragile', lost by offnull for every transition. The resampled share of fragile problems moves every
+    transition's retention together."""
+    rng = np.random.default_rng(seed)
+    easy = {b: rng.random(n) < 0.6 for b, n in sizes.items()}
+    fragile = {b: easy[b] & (rng.random(n) < 0.3) for b, n in sizes.items()}
+    out = []
+    for t in range(n_transitions):
+        full = {b: easy[b] ^ (rng.random(n) < 0.04) for b, n in sizes.items()}
+        off = {b: full[b] & ~fragile[b] ^ (rng.random(n) < 0.04) for b, n in sizes.items()}
+        base = {b: rng.random(n) < 0.2 for b, n in sizes.items()}
+        out.append(claims.transition_scores({"base": base, "full": full, "offnull": off}, transition=f"t{t}",
+                                            resamples=2000, seed=0))
+    return out
+
+
+def _brute_force_joint(scores, replicates: int, seed: int) -> dict[str, np.ndarray]:
+    """The joint bootstrap written out: per replicate, one draw of problem indices per benchmark, applied to
+    every transition; the median and mean over transitions of 100 · offnull / full."""
+    rng = np.random.default_rng(seed)
+    benchmarks = scores[0].benchmarks
+    med, mean = np.empty(replicates), np.empty(replicates)
+    for j in range(replicates):
+        idx = {b: rng.integers(0, scores[0].n_problems[b], scores[0].n_problems[b]) for b in benchmarks}
+        ret = []
+        for ts in scores:
+            f = np.mean([ts.per_problem[b][idx[b], ts.variants.index("full")].mean() for b in benchmarks])
+            o = np.mean([ts.per_problem[b][idx[b], ts.variants.index("offnull")].mean() for b in benchmarks])
+            ret.append(100 * o / f)
+        med[j], mean[j] = np.median(ret), np.mean(ret)
+    return {"retention_median_pct": med, "retention_mean_pct": mean}
+
+
+def test_intervals_across_transitions_resample_problems_jointly():
+    scores = _shared_difficulty(10, {"a": 150, "b": 250})
+    rows = claims_sets.claims_rows(scores, claims_sets.ClaimSettings(resamples=2000, seed=7))
+    brute = _brute_force_joint(scores, 2000, seed=1)
+    # the old way: each transition's own replicates (stream paired:{transition}), independent of the others
+    ret_indep = 100 * np.stack([ts.rep("offnull") / ts.rep("full") for ts in scores], axis=1)
+    indep = {"retention_median_pct": np.median(ret_indep, axis=1), "retention_mean_pct": ret_indep.mean(axis=1)}
+    for stat in ("retention_median_pct", "retention_mean_pct"):
+        row = _claim(rows, "offnull", "all evaluated", "all", stat)
+        assert row["resampling"] == "joint"
+        b_lo, b_hi = np.percentile(brute[stat], [2.5, 97.5])
+        i_lo, i_hi = np.percentile(indep[stat], [2.5, 97.5])
+        print(f"{stat}: joint [{row['ci_lo']:.2f}, {row['ci_hi']:.2f}], brute force [{b_lo:.2f}, {b_hi:.2f}], "
+              f"independent [{i_lo:.2f}, {i_hi:.2f}]")
+        tol = 0.1 * (b_hi - b_lo)  # Monte Carlo error of a 2.5 % quantile of 2000 replicates is ~0.03 of the width
+        assert abs(row["ci_lo"] - b_lo) <= tol and abs(row["ci_hi"] - b_hi) <= tol
+        assert (i_hi - i_lo) < 0.6 * (row["ci_hi"] - row["ci_lo"])
+
+
+def test_joint_draws_are_shared_and_differing_problem_sets_are_said():
+    same = answers(100, 40, offset=3)
+    a = claims.transition_scores({"full": {"m": same}}, transition="a", resamples=300)
+    b = claims.transition_scores({"full": {"m": same.copy()}}, transition="b", resamples=300)
+    ra, rb = claims_sets.joint_replicates([a, b], resamples=300, seed=0)
+    assert np.array_equal(ra, rb) and not np.array_equal(a.reps, b.reps)  # one draw for both; the old: two
+    c = claims.transition_scores({"full": {"m": answers(120, 40)}}, transition="c", resamples=300)
+    ra2, _, rc = claims_sets.joint_replicates([a, b, c], resamples=300, seed=0)
+    assert np.array_equal(ra, ra2) and rc.shape == (300, 1)  # a draw depends on the benchmark and its size only
+    note = claims_sets.resampling_note([a, c])
+    assert note.startswith("joint per problem count") and "m: n = 100, 120" in note
 
 
 def test_informative_by_less_than_its_interval_is_flagged():
@@ -127,3 +258,10 @@ def test_retention_and_removal_tables():
     assert info["gain"] == 40.0 and info["informative"] and info["full_minus_proj"] == 10.0
     assert "note" not in info
     assert "proj equals full" in retention_tables(acc, rest_from="post")[2]["note"]
+
+
+def test_informative_threshold_is_the_claims_setting():
+    acc = [{"variant": "base", "average": 40.0}, {"variant": "full", "average": 41.5}]
+    assert retention_tables(acc)[2]["informative"]  # 1.5 ≥ 1 point, the paper's threshold
+    info = retention_tables(acc, informative_points=2.0)[2]
+    assert not info["informative"] and info["informative_points"] == 2.0

@@ -87,6 +87,34 @@ def test_report_reader_types_numbers_and_writes_the_same_text_back(tmp_path):
     assert read_rows(tmp_path / "missing.csv") == []
 
 
+def test_transitions_table_has_the_papers_table_3_4_columns_and_the_rank_change(tmp_path):
+    """A store's tables as decompose writes them, from planted per-matrix values: SR_Δ, SV cos and δ_max are
+    their means over matrices, and the rank change W0 → W1 at each threshold its mean and largest magnitude,
+    computed here by hand (changes +3, −10, 0 at 1e-3; +1439, 0, +2 at 1e-7)."""
+    from grrr_stream.decompose import summarize
+    from grrr_stream.files import to_csv
+    from grrr_stream.sweep.report import transition_row
+    from grrr_stream.sweep.units import Transition
+
+    planted = [(100, 103, 3000, 4439, 12.0, 0.9990, 0.011), (200, 190, 4000, 4000, 30.0, 0.9994, 0.020),
+               (300, 300, 4096, 4098, 6.6, 0.9980, 0.004)]
+    rows = [{"name": f"m{i}", "layer": i, "module": "q_proj", "f_diag": 0.1, "f_off": 0.5, "f_null": 0.4,
+             "r_delta": 1e-3, "sv_cos": cos, "delta_max": dmax, "sr_w0": 50.0, "sr_delta": sr, "sr_w1": 50.5,
+             "dsr_pct": 1.0, "alpha": 0.0, "nrank_w0_1e-07": a7, "nrank_w0_0.001": a3, "nrank_w1_1e-07": b7,
+             "nrank_w1_0.001": b3}
+            for i, (a3, b3, a7, b7, sr, cos, dmax) in enumerate(planted)]
+    _, summary = summarize(rows)
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "metrics.csv").write_text(to_csv(rows))
+    row = transition_row(Transition("a-to-b", "c", "a", "b", "cumulative", "SFT", None), tmp_path)
+    assert row["sr_delta_mean"] == pytest.approx((12.0 + 30.0 + 6.6) / 3)
+    assert row["sv_cos_mean"] == pytest.approx((0.9990 + 0.9994 + 0.9980) / 3)
+    assert row["delta_max_mean"] == pytest.approx((0.011 + 0.020 + 0.004) / 3)
+    assert row["nrank_change_0.001_mean"] == pytest.approx(-7 / 3) and row["nrank_change_0.001_maxabs"] == 10
+    assert row["nrank_change_1e-07_mean"] == pytest.approx(1441 / 3) and row["nrank_change_1e-07_maxabs"] == 1439
+    assert row["method"] == "SFT" and row["n"] == 3
+
+
 def _keys(name: str, tmp_path: Path) -> dict[str, str]:
     return {u.id: u.key for u in plan_sweep(load_sweep_config(ROOT / "configs" / name, workdir=tmp_path / "w")).units}
 

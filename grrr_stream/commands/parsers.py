@@ -128,6 +128,8 @@ def evaluate_parser(sub) -> None:
                    help="as for `variants` (default base)")
     p.add_argument("--resamples", type=int, default=10_000,
                    help="paired bootstrap resamples for the differences between variants (default 10000)")
+    p.add_argument("--informative-points", type=float, default=1.0,
+                   help="the transition is informative when full − base ≥ this many points (default 1, the paper's)")
     g = p.add_argument_group("sampling (default: greedy, one answer per problem, as the paper)")
     g.add_argument("--samples", type=int, dest="n", help="answers per problem, drawn in one request each")
     g.add_argument("--temperature", type=float, help="sampling temperature (needed > 0 with --samples > 1)")

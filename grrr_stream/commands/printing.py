@@ -34,8 +34,9 @@ def print_evaluation(res, out=None) -> None:
         out.write(f"{r['variant']:<12} {cells} {avg} {ci:>24} {r['truncated']:>8}\n")
     info = res.info
     if "gain" in info:
+        call = "informative" if info["informative"] else f"NOT informative: < {info.get('informative_points', 1.0):g} point"
         out.write(f"gain full − base: {info['gain']:+.2f} points [95 % CI {info['gain_ci_lo']:+.2f}, "
-                  f"{info['gain_ci_hi']:+.2f}] ({'informative' if info['informative'] else 'NOT informative: < 1 point'}"
+                  f"{info['gain_ci_hi']:+.2f}] ({call}"
                   + ("; by less than its interval" if info.get("informative_within_ci") else "") + ")\n")
     if "full_minus_proj" in info:
         out.write(f"full − proj (what the tensors that are not decomposed carry): {info['full_minus_proj']:+.2f} "
@@ -188,6 +189,8 @@ def _print_accuracy(acc: list[dict], claims: dict, out) -> None:
 
 
 def _print_claims(res, out) -> None:
+    from ..claims_sets import sentences
+
     for suite, s in res.claims.items():
         name = f" ({suite})" if suite else ""
         out.write(f"\ninformative transitions{name} (full − base ≥ {res.plan.config.claims.informative_points:g} "
@@ -199,10 +202,11 @@ def _print_claims(res, out) -> None:
                         f"{r['full_minus_proj_ci_hi']:+.2f}]" if "full_minus_proj" in r else "")
                 out.write(f"  {r['transition']:<26} {r['kind']:<12} gain {r['gain']:+6.2f} [{r['gain_ci_lo']:+6.2f}, "
                           f"{r['gain_ci_hi']:+6.2f}]{proj}\n")
-        if s["claims"]:
-            from ..claims import sentence
-
-            out.write(f"claims{name}:\n")
-            for r in s["claims"]:
-                if r["reference"] == "full":
-                    out.write(f"  {sentence(r, s['counts']['informative'])}\n")
+        lines = sentences(s["claims"])
+        if lines:
+            notes = sorted({r["resampling"] for r in s["claims"] if r["resampling"] != "joint"})
+            out.write(f"claims{name} over the evaluated transitions (selector: {s.get('selector') or '?'}; "
+                      f"{res.plan.config.claims.level:.0%} intervals resample the problems jointly across "
+                      "transitions):\n")
+            out.writelines(f"  {line}\n" for line in lines)
+            out.writelines(f"  note: {n}\n" for n in notes)

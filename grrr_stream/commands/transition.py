@@ -148,7 +148,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                 args.benchmark or list(FIVE), args.bench_dir, settings=settings, sampling=sampling,
                                 metric=args.metric, materialize=args.materialize, keep_variants=args.keep_variants,
                                 limit=args.limit, lenient=args.lenient_benchmarks, template=args.template,
-                                instruction=args.instruction, rest_from=args.rest_from, resamples=args.resamples)
+                                instruction=args.instruction, rest_from=args.rest_from, resamples=args.resamples,
+                                informative_points=args.informative_points)
     res = run_evaluation(request, tracking=tracking_from_args(args))
     print_evaluation(res)
     return 0

@@ -59,6 +59,7 @@ class EvaluationRequest:
     rest_from: str = "base"
     resamples: int = 10_000
     bootstrap_seed: int = 0
+    informative_points: float = 1.0  # informative: full − base ≥ this (the sweep's claims.informative_points)
     nest_sampled: bool = True
 
 
@@ -256,7 +257,8 @@ def _tabulate(ev: _Evaluation, scores: _Scores, log) -> EvaluationResult:
     flat = [r for n in ev.names for r in scores.results[n]]
     acc = accuracy_table(flat, [b.name for b in ev.benches], req.metric)
     used = {builders[n].rest_from for n in ev.names if builders[n].spec.composed}
-    t56, t8, info = retention_tables(acc, rest_from=used.pop() if len(used) == 1 else None)
+    t56, t8, info = retention_tables(acc, rest_from=used.pop() if len(used) == 1 else None,
+                                     informative_points=req.informative_points)
     fallbacks = sorted({builders[n].rest_fallback for n in ev.names if builders[n].rest_fallback})
     info["rest_from_requested"] = req.rest_from
     if fallbacks:
@@ -265,7 +267,7 @@ def _tabulate(ev: _Evaluation, scores: _Scores, log) -> EvaluationResult:
                                            transition=ev.transition.label, resamples=req.resamples,
                                            seed=req.bootstrap_seed)
     diffs = claims.difference_rows(per_problem)
-    informative = claims.informative_rows([per_problem])[0]
+    informative = claims.informative_rows([per_problem], informative_points=req.informative_points)[0]
     info.update({k: v for k, v in informative.items() if k not in ("transition", "kind")})
     warn_truncated(acc, req.settings.max_new_tokens, log)
     return EvaluationResult(ev.out, flat, acc, t56, t8, info, scores.fidelity, [], [], diffs, ev.prompt,

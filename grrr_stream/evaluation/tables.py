@@ -68,15 +68,20 @@ def accuracy_columns(acc_rows: Sequence[dict]) -> list[str]:
 TABLE56 = ("base", "full", "proj", "diag", "off", "null", "offnull")
 
 
-def retention_tables(acc_rows: Sequence[dict], *, rest_from: Optional[str] = None) -> tuple[list[dict], list[dict], dict]:
+def retention_tables(acc_rows: Sequence[dict], *, rest_from: Optional[str] = None,
+                     informative_points: float = 1.0) -> tuple[list[dict], list[dict], dict]:
     """Tables 5/6 (component retention, against full as the paper and against proj) and 8
-    (diagonal vs random removal; Δ = remove − reference, negative when removal hurts)."""
+    (diagonal vs random removal; Δ = remove − reference, negative when removal hurts); the transition is
+    informative when full − base ≥ ``informative_points`` (the claims' setting; a tie counts)."""
+    from ..claims import TIE
+
     avg = {r["variant"]: r["average"] for r in acc_rows if r["average"] is not None}
     full, base, proj = avg.get("full"), avg.get("base"), avg.get("proj")
     info: dict[str, Any] = {"full": full, "base": base, "proj": proj, "rest_from": rest_from}
     if full is not None and base is not None:
         info["gain"] = full - base
-        info["informative"] = info["gain"] >= 1.0
+        info["informative"] = info["gain"] >= informative_points - TIE
+        info["informative_points"] = informative_points
     if full is not None and proj is not None:
         info["full_minus_proj"] = full - proj
     if rest_from == "post":

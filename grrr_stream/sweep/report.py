@@ -24,7 +24,8 @@ Row = dict[str, Cell]
 
 # columns that name things: text even when a name looks like a number (a variant called "100")
 _TEXT_COLUMNS = frozenset({"transition", "kind", "from", "to", "variant", "label", "verdict", "metric",
-                           "comparison", "suite", "benchmark", "reference", "method", "domain", "chain"})
+                           "comparison", "suite", "benchmark", "reference", "method", "domain", "chain",
+                           "selector", "set", "group", "statistic", "resampling"})
 
 # report table → the file each evaluation unit keeps it in
 _EVALUATION_TABLES = {"accuracy": "accuracy.csv", "retention": "table_retention.csv",
@@ -108,22 +109,41 @@ def _unit_rows(plan: Plan, states: dict[str, str], records: dict[str, Optional[d
 
 
 def _transition_rows(plan: Plan, done: list[Unit]) -> list[Row]:
-    rows = []
-    for u in done:
-        if u.kind != "decompose":
-            continue
-        tr = plan.transitions[u.params.transition]
-        summary = json.loads((Path(u.out) / "summary.json").read_text())["scopes"]["all"]
-        # paper Tables 3 and 4: energy shares, relative size, stable ranks and their change, α, numerical ranks
-        cols = ["f_diag", "f_off", "f_null", "r_delta", "sr_w0", "sr_w1", "dsr_pct", "alpha"]
-        cols += sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
-        # beyond the paper: principal bands, subspace angles, sparsity, component survival
-        cols += [k[:-5] for k in summary if k.endswith("_mean")
-                 and k.startswith(("band", "angle", "frac_", "bfloat16_kept_", "float16_kept_"))]
-        rows.append({"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
-                     "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
-                     **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols}, "store": u.out})
-    return rows
+    return [transition_row(plan.transitions[u.params.transition], Path(u.out)) for u in done if u.kind == "decompose"]
+
+
+def transition_row(tr: Transition, store: Path) -> Row:
+    """One row of transitions.csv: the store's summary means (summary.json) and, per rank threshold T,
+    the change of numerical rank W0 → W1 (its mean over matrices and largest magnitude, from metrics.csv)."""
+    summary = json.loads((store / "summary.json").read_text())["scopes"]["all"]
+    # paper Tables 3 and 4: energy shares, relative size, SV cosine, δ_max, stable ranks and their change, α,
+    # numerical ranks
+    cols = ["f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max", "sr_w0", "sr_delta", "sr_w1", "dsr_pct",
+            "alpha"]
+    ranks = sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
+    # beyond the paper: principal bands, subspace angles, sparsity, component survival
+    beyond = [k[:-5] for k in summary if k.endswith("_mean")
+              and k.startswith(("band", "angle", "frac_", "bfloat16_kept_", "float16_kept_"))]
+    row: Row = {"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
+                "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
+                **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols + ranks}}
+    row.update(_rank_changes(store, [k[len("nrank_w0_"):] for k in ranks if k.startswith("nrank_w0_")]))
+    row.update({f"{k}_mean": summary.get(f"{k}_mean") for k in beyond})
+    row["store"] = str(store)
+    return row
+
+
+def _rank_changes(store: Path, thresholds: list[str]) -> Row:
+    """Per threshold T (as the store names it, e.g. '0.001'): nrank(W1) − nrank(W0) per matrix, its mean
+    and its largest magnitude. The paper reads the rank change at T = 1e-3; at 1e-7 it counts rounding."""
+    rows = read_rows(store / "metrics.csv")
+    out: Row = {}
+    for t in thresholds:
+        d = [r[f"nrank_w1_{t}"] - r[f"nrank_w0_{t}"] for r in rows
+             if isinstance(r.get(f"nrank_w1_{t}"), int) and isinstance(r.get(f"nrank_w0_{t}"), int)]
+        out[f"nrank_change_{t}_mean"] = sum(d) / len(d) if d else None
+        out[f"nrank_change_{t}_maxabs"] = max(abs(x) for x in d) if d else None
+    return out
 
 
 def _read_evaluations(plan: Plan, done: list[Unit], report: Report) -> None:
@@ -179,23 +199,32 @@ def _transition_scores(u: Unit, tr: Transition, c):
             if not values:
                 return None
             correct.setdefault(name, {})[b] = values
-    return claims.transition_scores(correct, transition=tr.id, kind=tr.kind, resamples=c.resamples, seed=c.seed)
+    return claims.transition_scores(correct, transition=tr.id, kind=tr.kind, resamples=c.resamples, seed=c.seed,
+                                    method=tr.method)
 
 
 def _summarise_claims(plan: Plan, scores_by_suite: dict[str, list], rest: dict, report: Report) -> None:
     from .. import claims
+    from ..claims_sets import ClaimSettings
 
-    c = plan.config.claims
+    settings = ClaimSettings.of(plan.config.claims)
     for suite, scores in scores_by_suite.items():
-        s = claims.summarise(scores, within_points=c.within_points, informative_points=c.informative_points,
-                             retention_floor_pct=c.retention_floor_pct, level=c.level)
+        s = claims.summarise(scores, settings, selector=selector_name(plan, suite))
         report.claims[suite] = s
         tag = {"suite": suite or "main"}
         report.differences += [{**tag, **r} for r in s["differences"]]
         for r in s["informative"]:
             r.update(rest.get((suite, r["transition"]), {}))
         report.informative += [{**tag, **r} for r in s["informative"]]
-        report.claim_rows += [{**tag, "informative_transitions": s["counts"]["informative"], **r} for r in s["claims"]]
+        report.claim_rows += [{**tag, **r} for r in s["claims"]]
+
+
+def selector_name(plan: Plan, suite: str) -> str:
+    """The evaluated set of a suite as its ``transitions`` setting names it: a selector word, or
+    ``ids:a,b`` for a list of transition ids."""
+    ev = next((e for e in plan.config.extra_evaluations if e.suite == suite), None) if suite else None
+    chosen = (ev or plan.config.evaluation).transitions
+    return "ids:" + ",".join(chosen) if isinstance(chosen, list) else str(chosen)
 
 
 def _write(report: Report) -> None:

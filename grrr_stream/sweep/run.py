@@ -69,7 +69,8 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
 
             prepare(tracking.uri, tracking.experiment)
         stores = {u.params.transition: u.out for u in plan.units if isinstance(u.params, DecomposeParams)}
-        ctx = RunContext(str(plan.workdir), tracking, progress, device, threads=None, stores=stores)
+        ctx = RunContext(str(plan.workdir), tracking, progress, device, threads=None, stores=stores,
+                         informative_points=plan.config.claims.informative_points)
         ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))

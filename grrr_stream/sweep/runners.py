@@ -32,6 +32,9 @@ class RunContext:
     device: Optional[str]
     threads: Optional[int]                # torch threads of a worker process (its share of the cores)
     stores: dict[str, str] = field(default_factory=dict)  # transition id → its decomposition's store
+    # claims.informative_points, for an evaluation's own informative flag (recorded beside it in evaluation.json;
+    # the report's informative.csv recomputes it with the current setting)
+    informative_points: float = 1.0
     client: Any = None                    # the Dask client, for units run in the scheduler's process
 
     def for_worker(self) -> "RunContext":
@@ -151,7 +154,8 @@ def _run_evaluate(u: Unit, ctx: RunContext) -> dict:
                                 Path(p.bench_dir) if not p.bench_dir.startswith("hub") else p.bench_dir,
                                 settings=p.engine, materialize=p.materialize, limit=p.limit, lenient=p.lenient,
                                 template=p.template, instruction=p.instruction, sampling=p.sampling,
-                                metric=p.metric, nest_sampled=False, rest_from=p.rest_from)
+                                metric=p.metric, nest_sampled=False, rest_from=p.rest_from,
+                                informative_points=ctx.informative_points)
     res = run_evaluation(request, tracking=ctx.tracking, log=log)
     return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
 
