@@ -24,7 +24,8 @@ Row = dict[str, Cell]
 
 # columns that name things: text even when a name looks like a number (a variant called "100")
 _TEXT_COLUMNS = frozenset({"transition", "kind", "from", "to", "variant", "label", "verdict", "metric",
-                           "comparison", "suite", "benchmark", "reference", "method", "domain", "chain"})
+                           "comparison", "suite", "benchmark", "reference", "method", "domain", "chain",
+                           "sparsity_compare"})
 
 # report table → the file each evaluation unit keeps it in
 _EVALUATION_TABLES = {"accuracy": "accuracy.csv", "retention": "table_retention.csv",
@@ -119,10 +120,14 @@ def _transition_rows(plan: Plan, done: list[Unit]) -> list[Row]:
         cols += sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
         # beyond the paper: principal bands, subspace angles, sparsity, component survival
         cols += [k[:-5] for k in summary if k.endswith("_mean")
-                 and k.startswith(("band", "angle", "frac_", "bfloat16_kept_", "float16_kept_"))]
+                 and k.startswith(("band", "angle", "bfloat16_kept_", "float16_kept_"))]
+        # update sparsity: pooled over the transition's entries, with the per-matrix spread (not a mean)
+        sparsity = [k for k in summary if k.startswith("frac_") and k.endswith(("_pooled", "_min", "_median", "_max"))]
+        sparsity += ["sparsity_compare"] if "sparsity_compare" in summary else []
         rows.append({"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
                      "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
-                     **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols}, "store": u.out})
+                     **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols}, **{k: summary[k] for k in sparsity},
+                     "store": u.out})
     return rows
 
 
