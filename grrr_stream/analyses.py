@@ -96,7 +96,8 @@ def principal_angles(frame: Frame, U1: torch.Tensor, V1: torch.Tensor, edges: Se
 def common_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
     """The narrowest float dtype that holds every value of ``a`` and of ``b`` exactly: one of them when it
     holds the other (bfloat16 → float32: float32), else float32 (float16 and bfloat16: neither holds the
-    other — float16 lacks bfloat16's range, bfloat16 float16's precision), float64 beyond that.
+    other — float16 lacks bfloat16's range, bfloat16 float16's precision), float64 beyond that; for two
+    8-bit floats the 16-bit one that holds both (float16 first).
     A dtype X holds Y when X's precision is at least Y's (eps), its largest value at least Y's and its
     smallest subnormal at most Y's: every IEEE-style value of Y is then a value of X."""
     def holds(x: torch.dtype, y: torch.dtype) -> bool:
@@ -104,7 +105,8 @@ def common_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
         return (fx.eps <= fy.eps and fx.max >= fy.max
                 and fx.smallest_normal * fx.eps <= fy.smallest_normal * fy.eps)
 
-    for cand in sorted({a, b, torch.float32, torch.float64}, key=lambda d: torch.finfo(d).bits):
+    candidates = {a, b, torch.float16, torch.bfloat16, torch.float32, torch.float64}
+    for cand in sorted(candidates, key=lambda d: (torch.finfo(d).bits, torch.finfo(d).eps)):  # ties: finer first
         if holds(cand, a) and holds(cand, b):
             return cand
     raise TypeError(f"no float dtype holds both {a} and {b} exactly")
