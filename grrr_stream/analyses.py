@@ -125,10 +125,13 @@ _INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 def _ordered(bits: torch.Tensor) -> torch.Tensor:
     """Float bit patterns (as signed integers) mapped to integers in the order of their values, one step
-    per representable value, with +0 and −0 both mapped to 0: a pattern with the sign bit set, MIN + mag,
-    becomes −mag = MIN − bits. In the patterns' own width: −mag never overflows."""
-    low = torch.iinfo(bits.dtype).min
-    return torch.where(bits < 0, low - bits, bits)
+    per representable value, with +0 and −0 both mapped to 0: a pattern with the sign bit set (sign s =
+    −1 from the arithmetic shift) has its magnitude bits flipped, −1 − mag, then + 1: −mag. In the
+    patterns' own width: nothing overflows. A new tensor; ``bits`` is not modified."""
+    sign = bits >> (torch.iinfo(bits.dtype).bits - 1)  # −1 where the sign bit is set, else 0
+    key = bits ^ (sign & torch.iinfo(bits.dtype).max)
+    key -= sign
+    return key
 
 
 def update_sparsity(w0: torch.Tensor, w1: torch.Tensor) -> dict:
@@ -161,9 +164,11 @@ def update_sparsity(w0: torch.Tensor, w1: torch.Tensor) -> dict:
     for i in range(0, n, step):  # blocks: bounded temporaries (the upcast of a mixed pair included)
         x, y = (t[i:i + step].to(common).view(ints) for t in (a, b))
         bitwise += int((x == y).sum())
-        d = _ordered(x) - _ordered(y)  # may wrap; see the docstring
-        same += int((d == 0).sum())
-        within += int(((d >= -1) & (d <= 1)).sum())
+        d = _ordered(x)
+        d -= _ordered(y)  # may wrap; see the docstring
+        d += 1  # d + 1 ∈ {0, 1, 2}: it wraps only from the largest integer, to a negative one
+        same += int((d == 1).sum())
+        within += int(((d >= 0) & (d <= 2)).sum())
     return {"frac_unchanged": same / n, "frac_bitwise_unchanged": bitwise / n, "frac_within_ulp": within / n, **out}
 
 
