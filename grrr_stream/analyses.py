@@ -5,10 +5,12 @@ round trip through a narrower dtype. Pure torch, no I/O, like :mod:`grrr_stream.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Optional, Sequence
 
 import torch
 
+from .dtypes import name_of
 from .frame import Frame, Projection
 
 DEFAULT_BAND_EDGES = (16, 64, 256)
@@ -91,29 +93,113 @@ def principal_angles(frame: Frame, U1: torch.Tensor, V1: torch.Tensor, edges: Se
     return out
 
 
-def update_sparsity(w0: torch.Tensor, w1: torch.Tensor) -> dict[str, float]:
-    """In the checkpoints' own dtype: the fraction of entries bitwise unchanged, and the fraction that
-    moved by at most one representable step (a neighbour in the dtype: one ulp; unchanged included).
+def common_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+    """The narrowest float dtype that holds every value of ``a`` and of ``b`` exactly: one of them when it
+    holds the other (bfloat16 → float32: float32), else float32 (float16 and bfloat16: neither holds the
+    other — float16 lacks bfloat16's range, bfloat16 float16's precision), float64 beyond that; for two
+    8-bit floats the 16-bit one that holds both (float16 first).
+    A dtype X holds Y when X's precision is at least Y's (eps), its largest value at least Y's and its
+    smallest subnormal at most Y's: every IEEE-style value of Y is then a value of X."""
+    def holds(x: torch.dtype, y: torch.dtype) -> bool:
+        fx, fy = torch.finfo(x), torch.finfo(y)
+        return (fx.eps <= fy.eps and fx.max >= fy.max
+                and fx.smallest_normal * fx.eps <= fy.smallest_normal * fy.eps)
 
-    Floats of one sign are ordered like their bit patterns, so a neighbour differs by 1 as an integer;
-    with the sign bit set the other way round, by 1 as well. Integer work only: a 14M-entry matrix in
-    well under a second."""
-    if w0.dtype != w1.dtype:
-        raise TypeError("the two tensors must share their checkpoint dtype")
+    candidates = {a, b, torch.float16, torch.bfloat16, torch.float32, torch.float64}
+    for cand in sorted(candidates, key=lambda d: (torch.finfo(d).bits, torch.finfo(d).eps)):  # ties: finer first
+        if holds(cand, a) and holds(cand, b):
+            return cand
+    raise TypeError(f"no float dtype holds both {a} and {b} exactly")
+
+
+def sparsity_compare(base: torch.dtype, post: torch.dtype) -> str:
+    """How :func:`update_sparsity` compares a pair, as recorded with its numbers: the dtype the values are
+    compared in, and for a pair whose checkpoints differ in dtype which two were upcast to it
+    ('bfloat16'; 'float32 (bfloat16→float32)'; 'float32 (float16→bfloat16)')."""
+    common = name_of(common_dtype(base, post))
+    return common if base == post else f"{common} ({name_of(base)}→{name_of(post)})"
+
+
+_INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _ordered(bits: torch.Tensor) -> torch.Tensor:
+    """Float bit patterns (as signed integers) mapped to integers in the order of their values, one step
+    per representable value, with +0 and −0 both mapped to 0: a pattern with the sign bit set (sign s =
+    −1 from the arithmetic shift) has its magnitude bits flipped, −1 − mag, then + 1: −mag. In the
+    patterns' own width: nothing overflows. A new tensor; ``bits`` is not modified."""
+    sign = bits >> (torch.iinfo(bits.dtype).bits - 1)  # −1 where the sign bit is set, else 0
+    key = bits ^ (sign & torch.iinfo(bits.dtype).max)
+    key -= sign
+    return key
+
+
+def update_sparsity(w0: torch.Tensor, w1: torch.Tensor) -> dict:
+    """How many entries the update left alone, compared as VALUES in the common dtype: the narrowest
+    float dtype that holds both checkpoints' values exactly (:func:`common_dtype`; the pair's own dtype
+    when they share one, float32 for bfloat16 vs float32 or vs float16). Both are upcast to it, which is
+    exact, so for a bf16 W0 and a float32 W1 an entry is unchanged when W1 equals W0 upcast.
+
+    - ``frac_unchanged``: entries with W1 == W0 as values (+0 and −0 are equal, as in sparsity_in_rl);
+    - ``frac_bitwise_unchanged``: entries whose bit patterns in the common dtype are identical (+0 → −0
+      counts as changed here);
+    - ``frac_within_ulp``: entries that moved by at most one representable step of the COMMON dtype (a
+      neighbouring value, unchanged ones included; ±0 are one value, so +0 to the smallest negative
+      subnormal is one step). For a mixed pair that is a float32 (or float64) ulp, not the narrower one's;
+    - ``sparsity_compare``: which comparison was made (:func:`sparsity_compare`).
+
+    Values, not NaNs: the pipeline refuses non-finite matrices before this. Integer work only, in
+    blocks (a 14M-entry matrix in well under a second): ordered as in :func:`_ordered`, the values
+    differ by d = key(W0) − key(W1); computed with wrap-around in the patterns' width, d ∈ {−1, 0, 1}
+    exactly when the true difference is (the true one never reaches ±(2^w − 1))."""
+    common = common_dtype(w0.dtype, w1.dtype)
+    out = {"sparsity_compare": sparsity_compare(w0.dtype, w1.dtype)}
     n = w0.numel()
     if n == 0:
-        return {"frac_unchanged": 1.0, "frac_within_ulp": 1.0}
-    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[w0.element_size()]
-    a, b = w0.reshape(-1).view(ints), w1.reshape(-1).view(ints)
+        return {"frac_unchanged": 1.0, "frac_bitwise_unchanged": 1.0, "frac_within_ulp": 1.0, **out}
+    ints = _INTS[torch.finfo(common).bits // 8]
+    a, b = w0.reshape(-1), w1.reshape(-1)
     step = 1 << 22
-    same = within = 0
-    for i in range(0, n, step):  # blocks: bounded temporaries, in the patterns' own width
-        x, y = a[i:i + step], b[i:i + step]
-        same += int((x == y).sum())
-        # same sign bit, at most one step apart. With equal signs x − y cannot overflow; with unequal
-        # ones it may wrap (even to the minimum, whose abs stays negative), but the sign test masks it
-        within += int((((x ^ y) >= 0) & ((x - y).abs() <= 1)).sum())
-    return {"frac_unchanged": same / n, "frac_within_ulp": within / n}
+    same = bitwise = within = 0
+    for i in range(0, n, step):  # blocks: bounded temporaries (the upcast of a mixed pair included)
+        x, y = (t[i:i + step].to(common).view(ints) for t in (a, b))
+        bitwise += int((x == y).sum())
+        d = _ordered(x)
+        d -= _ordered(y)  # may wrap; see the docstring
+        d += 1  # d + 1 ∈ {0, 1, 2}: it wraps only from the largest integer, to a negative one
+        same += int((d == 1).sum())
+        within += int(((d >= 0) & (d <= 2)).sum())
+    return {"frac_unchanged": same / n, "frac_bitwise_unchanged": bitwise / n, "frac_within_ulp": within / n, **out}
+
+
+# update_sparsity's fractions; a transition reports them pooled over entries (pooled_sparsity)
+SPARSITY_FRACTIONS = ("frac_unchanged", "frac_bitwise_unchanged", "frac_within_ulp")
+
+
+def pooled_sparsity(rows: Sequence[dict]) -> dict:
+    """The figures of a set of matrices (a transition, a module): for each sparsity fraction, ``{k}_pooled``
+    = Σ entries counted / Σ entries over the matrices (as sparsity_in_rl pools over the model: a large
+    MLP matrix weighs more than a small k_proj, unlike a mean of per-matrix fractions), and its per-matrix
+    spread ``{k}_min``, ``{k}_median``, ``{k}_max``. ``rows``: metrics rows with ``rows`` and ``cols``.
+    Each count is recovered exactly as round(fraction · entries): the stored fraction is count/entries
+    correctly rounded, off by far less than half an entry below 2^52 entries. ``sparsity_compare``: the
+    comparisons made (one, unless the matrices' dtypes differ), joined by "; "."""
+    out: dict = {}
+    compared = sorted({str(r["sparsity_compare"]) for r in rows if r.get("sparsity_compare")})
+    if compared:
+        out["sparsity_compare"] = "; ".join(compared)
+    for k in SPARSITY_FRACTIONS:
+        have = [r for r in rows if r.get(k) is not None]
+        if not have:
+            continue
+        sizes = [int(r["rows"]) * int(r["cols"]) for r in have]
+        counted = sum(round(float(r[k]) * n) for r, n in zip(have, sizes))  # Python ints: exact
+        fractions = [float(r[k]) for r in have]
+        out[f"{k}_pooled"] = counted / sum(sizes) if sum(sizes) else 1.0
+        out[f"{k}_min"] = min(fractions)
+        out[f"{k}_median"] = float(statistics.median(fractions))
+        out[f"{k}_max"] = max(fractions)
+    return out
 
 
 def round_trip_survival(w0_rows: torch.Tensor, components: dict[str, torch.Tensor],

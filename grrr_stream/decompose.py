@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import __version__
+from .analyses import SPARSITY_FRACTIONS, pooled_sparsity
 from .arch import MatrixName
 from .checkpoint import Checkpoint, resolve_source, tensor_digest
 from .cluster import parse_scheduler, require
@@ -35,8 +36,9 @@ from .store import StoreLock, TransitionStore
 from .streaming import compute_threads, stream_matrices, torch_threads
 from .transition_plan import TransitionPlan, plan_transition
 
-# Columns of the per-matrix table that are aggregated (mean ± std) per transition.
-SUMMARY_EXCLUDE = {"rows", "cols", "layer", "expert", "e_diag", "e_off", "e_null", "w0_fro"}
+# Columns of the per-matrix table that are not aggregated as mean ± std per transition (the sparsity
+# fractions are pooled over entries instead: analyses.pooled_sparsity).
+SUMMARY_EXCLUDE = {"rows", "cols", "layer", "expert", "e_diag", "e_off", "e_null", "w0_fro", *SPARSITY_FRACTIONS}
 
 
 @dataclass
@@ -242,7 +244,8 @@ def _changed_since_recorded(plan: TransitionPlan, done: dict[str, dict]) -> list
 def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
     """Mean ± std (sample std, 0 for a single matrix) of every metric, overall, per module (a module of a
     mixture of experts aggregates all its experts) and, for expert matrices, per expert index
-    (scope ``expert-<e>``, aggregating layers and modules)."""
+    (scope ``expert-<e>``, aggregating layers and modules); the update-sparsity fractions instead
+    pooled over the scope's entries, with their per-matrix min, median and max (analyses.pooled_sparsity)."""
     # every numeric column of any row: a metric that only some matrices have (a subspace angle for a k
     # above a small matrix's rank) is summarised over those that have it
     metrics: list[str] = []
@@ -263,6 +266,7 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
                 continue
             row[f"{k}_mean"] = float(vals.mean())
             row[f"{k}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+        row.update(pooled_sparsity(rs))
         out_rows.append(row)
     return out_rows, {"metrics": metrics, "scopes": {r["scope"]: r for r in out_rows}}
 
@@ -288,5 +292,6 @@ def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = ""
     top = sorted(rows, key=lambda r: r["r_delta"], reverse=True)[:4]
     spectra = [(r["name"], *store.read_sigmas(r["name"])) for r in top]
     plots.normalized_spectra(spectra, fig_dir / "spectra_most_changed.png", title)
-    store.mark_complete()
+    # the transition's record of which comparison its sparsity figures made (mixed dtypes: README)
+    store.mark_complete({"sparsity_compare": summary["scopes"]["all"].get("sparsity_compare")})
     return rows, summary_rows, summary

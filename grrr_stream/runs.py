@@ -97,6 +97,8 @@ def _decomposition_metrics(rows: list[dict], summary: dict) -> list[tuple[str, f
             if f"{k}_mean" in srow:  # a metric some modules lack (an angle above their size)
                 metrics.append((f"mean/{k}{suffix}", srow[f"{k}_mean"], 0))
                 metrics.append((f"std/{k}{suffix}", srow[f"{k}_std"], 0))
+        # update sparsity: pooled over the scope's entries (analyses.pooled_sparsity), not a mean
+        metrics += [(f"pooled/{k[:-7]}{suffix}", v, 0) for k, v in srow.items() if k.endswith("_pooled")]
     return metrics
 
 

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .analyses import pooled_sparsity
 from .store import StoredTransition
 
 # paper Tables 3/4/7; the numerical ranks (nrank_w0_T, nrank_w1_T per rank threshold T) join them
@@ -126,7 +127,8 @@ def bootstrap_ci(values: np.ndarray, *, resamples: int = 10_000, seed: int = 0, 
 def summary_tables(transitions: Sequence[StoredTransition], *, resamples: int = 10_000, seed: int = 0,
                    scheduler: Any = None, metrics: Optional[Sequence[str]] = None) -> list[dict]:
     """Long table: one row per (transition, scope, metric) with n, mean, std, median and
-    bootstrap 95 % CIs of the mean and the median. Scopes: 'all', 'module:<m>', 'layer:<i>', and for
+    bootstrap 95 % CIs of the mean and the median (over matrices), and for the update-sparsity fractions
+    ``pooled``, the scope's entry-pooled fraction (analyses.pooled_sparsity; empty for other metrics). Scopes: 'all', 'module:<m>', 'layer:<i>', and for
     mixture-of-experts stores 'expert:<e>'."""
     import dask
 
@@ -147,10 +149,10 @@ def summary_tables(transitions: Sequence[StoredTransition], *, resamples: int = 
             values = np.array([[float(r[m]) for m in cols] for r in rs])
             stream = f"{t.manifest['identity']['post_fingerprint']}:{scope}"
             jobs.append(bootstrap_ci(values, resamples=resamples, seed=seed, stream=stream, delayed=True))
-            keys.append((t, scope, values, cols))
+            keys.append((t, scope, values, cols, pooled_sparsity(rs)))
     results = _compute([dask.delayed(list)(jobs)], scheduler)[0]
     out = []
-    for (t, scope, values, cols), ci in zip(keys, results):
+    for (t, scope, values, cols, pooled), ci in zip(keys, results):
         for j, m in enumerate(cols):
             col = values[:, j]
             out.append({
@@ -159,6 +161,8 @@ def summary_tables(transitions: Sequence[StoredTransition], *, resamples: int = 
                 "median": float(np.median(col)),
                 "mean_ci_lo": float(ci["mean"][0][j]), "mean_ci_hi": float(ci["mean"][1][j]),
                 "median_ci_lo": float(ci["median"][0][j]), "median_ci_hi": float(ci["median"][1][j]),
+                # update sparsity: the scope's figure is pooled over its entries (mean and CIs: over matrices)
+                "pooled": pooled.get(f"{m}_pooled"),
             })
     return out
 
@@ -174,6 +178,8 @@ def wide_table(long_rows: Sequence[dict], scope_prefix: str) -> list[dict]:
         row[r["metric"]] = r["mean"]
         row[f"{r['metric']}_ci_lo"] = r["mean_ci_lo"]
         row[f"{r['metric']}_ci_hi"] = r["mean_ci_hi"]
+        if r.get("pooled") is not None:  # update sparsity: the entry-pooled figure next to the mean over matrices
+            row[f"{r['metric']}_pooled"] = r["pooled"]
     return list(rows.values())
 
 

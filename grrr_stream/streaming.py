@@ -2,8 +2,8 @@
 
 Data flow per matrix (three stages overlap, each bounded to one item)::
 
-    reader thread:  mmap-read W0, W1 (checkpoint dtype) → digests, finiteness,
-                    cached base frame if any
+    reader thread:  mmap-read W0, W1 (each in its checkpoint's dtype: they may differ) → digests,
+                    finiteness, update sparsity, cached base frame if any
     main thread:    upcast on the compute device → svdvals(W1), ΔW, SVD(W0) unless
                     cached, ‖ΔW‖₂, P and null residual, metrics
     writer thread:  new frame → frame cache; P, null, σ → store; completion record
@@ -27,6 +27,7 @@ from .analyses import survival_sample, update_sparsity
 from .arch import MatrixName
 from .checkpoint import tensor_digest
 from .config import DecomposeConfig
+from .dtypes import name_of
 from .frame import Frame
 from .kernel import MatrixResult, decompose_matrix
 from .phases import PhaseTimer
@@ -48,6 +49,7 @@ class _Loaded:
     problems: list[str]
     shape: tuple[int, int] = (0, 0)
     sparsity: dict = field(default_factory=dict)  # checkpoint-precision sparsity of the update
+    dtypes: dict = field(default_factory=dict)  # each side's checkpoint dtype: a pair may mix them
     survival: Optional[tuple] = None  # (axis, indices, W0 sample in checkpoint dtype, target dtype)
     frame_deferred: bool = False  # a large cached frame is read when its matrix is computed, not ahead
 
@@ -171,8 +173,9 @@ class _Pipeline:
         if not problems and not deferred:
             with timer.phase("frame_read"):
                 frame = self.frames.get(key, self.dtype, shape=tuple(w0.shape))
-        item = _Loaded(m, w0, w1, d0, d1, key, frame, problems, tuple(w0.shape), frame_deferred=deferred)
-        if not problems:  # in the checkpoints' own dtype, while the reader thread has them
+        item = _Loaded(m, w0, w1, d0, d1, key, frame, problems, tuple(w0.shape), frame_deferred=deferred,
+                       dtypes={"base": name_of(w0.dtype), "post": name_of(w1.dtype)})
+        if not problems:  # in the checkpoints' own dtypes (compared in the one holding both), while the reader has them
             with timer.phase("sparsity_sample"):
                 item.sparsity = update_sparsity(w0, w1)
                 if cfg.survival_dtype is not None:
@@ -217,7 +220,7 @@ class _Pipeline:
         m = item.matrix
         attrs = {
             "name": m.name, "layer": m.layer, "module": m.module, **m.record(),
-            "shape": list(item.shape), "rank": res.frame.rank,
+            "shape": list(item.shape), "rank": res.frame.rank, "dtypes": item.dtypes,
             "base_digest": item.digest0, "post_digest": item.digest1, "frame_key": item.frame_key,
             "null_stored": "null" in arrays, "null_kept": null_kept,
             "metrics": {**res.metrics.as_row(), **item.sparsity},

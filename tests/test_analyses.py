@@ -118,14 +118,18 @@ def test_sparsity_at_checkpoint_precision_is_exact():
 
 
 def test_sparsity_in_native_width_equals_the_wide_reference():
-    """Bit patterns at the extremes (where x − y wraps in 16 bits) against the same rule in int64."""
+    """Bit patterns at the extremes (where the difference of ordered keys wraps in 16 bits) against the
+    rule written out in int64: sign-magnitude → ±magnitude (so +0 and −0 are one value), neighbours 1 apart."""
     edge = torch.tensor([0, 1, 2, -1, -2, 32767, 32766, -32768, -32767, 16256, 16257, -16512, -16511],
                         dtype=torch.int16)
     x, y = torch.cartesian_prod(edge, edge).unbind(1)
     got = update_sparsity(x.contiguous().view(torch.bfloat16), y.contiguous().view(torch.bfloat16))
-    xl, yl = x.long(), y.long()
-    want = float((((xl ^ yl) >= 0) & ((xl - yl).abs() <= 1)).double().mean())
-    assert got["frac_within_ulp"] == want and got["frac_unchanged"] == float((xl == yl).double().mean())
+    xl, yl = x.long() & 0xFFFF, y.long() & 0xFFFF  # the unsigned patterns
+    kx = torch.where(xl >= 0x8000, -(xl - 0x8000), xl)
+    ky = torch.where(yl >= 0x8000, -(yl - 0x8000), yl)
+    assert got["frac_within_ulp"] == float(((kx - ky).abs() <= 1).double().mean())
+    assert got["frac_unchanged"] == float((kx == ky).double().mean())
+    assert got["frac_bitwise_unchanged"] == float((xl == yl).double().mean())
 
 
 def test_sparsity_and_survival_land_in_the_store(tmp_path):

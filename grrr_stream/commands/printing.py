@@ -141,17 +141,20 @@ def _print_transitions(trs: list[dict], out) -> None:
         for r in trs:
             out.write(f"{r['transition']:<28} {r['kind']:<12} {r['method']:<12} {r['f_diag_mean']:>8.4f} "
                       f"{r['f_off_mean']:>8.4f} {r['f_null_mean']:>8.4f} {r['r_delta_mean']:>9.2e}\n")
-    beyond = [r for r in trs if r.get("frac_unchanged_mean") is not None]
+    beyond = [r for r in trs if r.get("frac_unchanged_pooled") is not None]
     if not beyond:
         return
     kept = next((k[:-len("_kept_diag_mean")] for k in beyond[0] if k.endswith("_kept_diag_mean")), None)
     edge = next((e for e in ("64", "16", "256") if f"band{e}_off_principal_mean" in beyond[0]), None)
-    out.write("\nbeyond the paper (means over matrices): bitwise-unchanged entries, entries within one ulp"
-              + (f"; share of ‖ΔW‖² in the top-{edge} block of P; largest angle between top-{edge} subspaces"
-                 if edge else "") + (f"; energy of each component kept through {kept}" if kept else "") + "\n")
+    means = ([f"share of ‖ΔW‖² in the top-{edge} block of P", f"largest angle between top-{edge} subspaces"]
+             if edge else []) + ([f"energy of each component kept through {kept}"] if kept else [])
+    out.write("\nbeyond the paper: unchanged entries, entries within one ulp (as values, pooled over the "
+              "transition's entries)" + ("; means over matrices: " + "; ".join(means) if means else "") + "\n")
     for r in beyond:
-        line = (f"  {r['transition']:<26} unchanged {r['frac_unchanged_mean']:6.3f}  "
-                f"≤1 ulp {r['frac_within_ulp_mean']:6.3f}")
+        line = (f"  {r['transition']:<26} unchanged {r['frac_unchanged_pooled']:6.3f}  "
+                f"≤1 ulp {r['frac_within_ulp_pooled']:6.3f}")
+        if "(" in str(r.get("sparsity_compare") or ""):  # a mixed-dtype pair: compared in the wider dtype
+            line += f" [{r['sparsity_compare']}]"
         if edge:
             top = r[f"band{edge}_diag_principal_mean"] + r[f"band{edge}_off_principal_mean"]
             line += f"  top-{edge} {top:6.3f}"

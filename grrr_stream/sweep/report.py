@@ -25,7 +25,7 @@ Row = dict[str, Cell]
 # columns that name things: text even when a name looks like a number (a variant called "100")
 _TEXT_COLUMNS = frozenset({"transition", "kind", "from", "to", "variant", "label", "verdict", "metric",
                            "comparison", "suite", "benchmark", "reference", "method", "domain", "chain",
-                           "selector", "set", "group", "statistic", "resampling"})
+                           "selector", "set", "group", "statistic", "resampling", "sparsity_compare"})
 
 # report table → the file each evaluation unit keeps it in
 _EVALUATION_TABLES = {"accuracy": "accuracy.csv", "retention": "table_retention.csv",
@@ -121,14 +121,18 @@ def transition_row(tr: Transition, store: Path) -> Row:
     cols = ["f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max", "sr_w0", "sr_delta", "sr_w1", "dsr_pct",
             "alpha"]
     ranks = sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
-    # beyond the paper: principal bands, subspace angles, sparsity, component survival
+    # beyond the paper: principal bands, subspace angles, component survival (means over matrices)
     beyond = [k[:-5] for k in summary if k.endswith("_mean")
-              and k.startswith(("band", "angle", "frac_", "bfloat16_kept_", "float16_kept_"))]
+              and k.startswith(("band", "angle", "bfloat16_kept_", "float16_kept_"))]
+    # update sparsity: pooled over the transition's entries, with the per-matrix spread (not a mean)
+    sparsity = [k for k in summary if k.startswith("frac_") and k.endswith(("_pooled", "_min", "_median", "_max"))]
+    sparsity += ["sparsity_compare"] if "sparsity_compare" in summary else []
     row: Row = {"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
                 "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
                 **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols + ranks}}
     row.update(_rank_changes(store, [k[len("nrank_w0_"):] for k in ranks if k.startswith("nrank_w0_")]))
     row.update({f"{k}_mean": summary.get(f"{k}_mean") for k in beyond})
+    row.update({k: summary[k] for k in sparsity})
     row["store"] = str(store)
     return row
 
