@@ -1,5 +1,8 @@
 """The one dtype table: safetensors codes, names, torch dtypes, item sizes, which are 16-bit floats.
 
+Every safetensors code with a whole number of bytes per value is in the table (what variants copy
+through byte for byte); only the decomposed matrices need a floating dtype.
+
 A name is torch's own (``torch.bfloat16`` → ``'bfloat16'``), the spelling that settings, configs
 and ``config.json`` use; numpy spells the types it has the same way. numpy has no bfloat16: the
 store keeps its bit pattern as uint16 (``store.to_store_array``), a store format, not a dtype here.
@@ -38,13 +41,23 @@ TABLE = (
     DType("bfloat16", "BF16", 2, True),
     DType("float8_e4m3fn", "F8_E4M3", 1, True),
     DType("float8_e5m2", "F8_E5M2", 1, True),
+    DType("float8_e4m3fnuz", "F8_E4M3FNUZ", 1, True),
+    DType("float8_e5m2fnuz", "F8_E5M2FNUZ", 1, True),
+    DType("float8_e8m0fnu", "F8_E8M0", 1, True),
     DType("int64", "I64", 8, False),
     DType("int32", "I32", 4, False),
     DType("int16", "I16", 2, False),
     DType("int8", "I8", 1, False),
+    DType("uint64", "U64", 8, False),
+    DType("uint32", "U32", 4, False),
+    DType("uint16", "U16", 2, False),
     DType("uint8", "U8", 1, False),
     DType("bool", "BOOL", 1, False),
+    DType("complex64", "C64", 8, False),
 )
+# Not in the table: the sub-byte codes F4, F6_E2M3 and F6_E3M2 (their header shape counts values, several to
+# a byte, which no torch dtype matches one to one). A checkpoint holding one is readable where those
+# tensors are not read; a variant refuses it when it plans its layout (variants.VariantBuilder).
 BY_CODE = {d.code: d for d in TABLE}
 BY_NAME = {d.name: d for d in TABLE}
 ITEMSIZE = {d.name: d.itemsize for d in TABLE}

@@ -26,6 +26,7 @@ from .phases import PhaseTimer
 from .store import StoredTransition
 from .variant_fidelity import FidelityReport, MatrixFidelity, casts_exactly
 from .variant_spec import VariantSpec
+from .variant_store_error import combine, rounding
 
 
 @dataclass
@@ -104,11 +105,16 @@ class MatrixComposer:
             del w1
         removed = 0.0
         frame = None
+        rounded: list = []  # (weight, store rounding) of each stored part used: see variant_store_error
         if s.diag != s.off or s.random_removal_seed is not None or s.band is not None:
-            frame, removed = self._add_frame_terms(name, attrs, w0, intended)
+            frame, removed = self._add_frame_terms(name, attrs, w0, intended, rounded)
         if s.null != s.off and attrs.get("null_stored"):
             with self.timer.phase("null_read"):
-                intended.add_(self.transition.read_tensor(name, "null").to(device=dev, dtype=cd), alpha=s.null - s.off)
+                null = self.transition.read_tensor(name, "null")
+                intended.add_(null.to(device=dev, dtype=cd), alpha=s.null - s.off)
+            with self.timer.phase("store_error"):
+                rounded.append((s.null - s.off, rounding(null, cd)))
+            del null
         elif recompute_null:
             # exactly as the decomposition did: ΔW − U0 (U0ᵀ ΔW V0) V0ᵀ, from the checkpoints and the frame
             if frame is None:
@@ -123,13 +129,14 @@ class MatrixComposer:
         out = torch.empty(w0.shape, dtype=out_dtype)
         with self.timer.phase("fidelity"):  # also forms out = cast(W0 + intended)
             self.report.account(name, attrs["layer"], attrs["module"], w0, out, intended, removed, fill=True,
-                                expert=attrs.get("expert"))
+                                expert=attrs.get("expert"), store=combine(rounded))
         return out
 
-    def _add_frame_terms(self, name: str, attrs: dict, w0: torch.Tensor,
-                         intended: torch.Tensor) -> tuple[Frame, float]:
+    def _add_frame_terms(self, name: str, attrs: dict, w0: torch.Tensor, intended: torch.Tensor,
+                         rounded: list) -> tuple[Frame, float]:
         """Add to ``intended`` the terms in the base frame: the band block, (w_diag − w_off)·U0 diag(P) V0ᵀ and
-        minus the random control. Returns the frame and the norm of what a band or control variant removes."""
+        minus the random control. Returns the frame and the norm of what a band or control variant removes;
+        appends to ``rounded`` the store's rounding of the parts of P used."""
         s, cd, dev, timer = self.spec, self.compute_dtype, self.device, self.timer
         removed = 0.0
         with timer.phase("frame_read"):
@@ -137,6 +144,8 @@ class MatrixComposer:
             U, V = frame.U.to(dev), frame.V.to(dev)
         with timer.phase("p_read"):
             P = self.transition.read_tensor(name, "P")
+        with timer.phase("store_error"):
+            rounded += _p_rounding(s, P, cd)
         # the honest CPU floor of a variant: m·r·n multiply-adds per rank-r product
         with timer.phase("rank_r_product"):
             p = torch.diagonal(P).to(device=dev, dtype=cd)
@@ -158,6 +167,26 @@ class MatrixComposer:
                 intended.addmm_(U @ Q, V.T, alpha=-1.0)
             del U, V, p
         return frame, removed
+
+
+def _p_rounding(s: VariantSpec, P: torch.Tensor, cd: torch.dtype) -> list:
+    """(weight, store rounding) of the parts of the stored P a variant uses: its diagonal (weighted
+    w_diag − w_off), the band block off its diagonal, and ‖diag P‖ that scales the random control (an error
+    of ⟨p, δp⟩/‖p‖, at most ‖δp‖)."""
+    out = []
+    p = torch.diagonal(P)
+    if s.diag != s.off:
+        out.append((s.diag - s.off, rounding(p, cd)))
+    if s.band is not None:
+        k = min(s.band, P.shape[0])
+        off_diagonal = 1.0 - torch.eye(k, dtype=torch.float64)
+        out.append((s.band_weight, rounding(P[:k, :k], cd, off_diagonal)))
+    if s.random_removal_seed is not None:
+        norm = float(torch.linalg.vector_norm(p.double()))
+        if norm > 0:
+            expected = rounding(p, cd, p.double() / norm)[0]
+            out.append((1.0, (expected, rounding(p, cd)[1])))
+    return out
 
 
 # Tensors whose digest was checked in this process, keyed by (shard, size, mtime, offset, digest): every

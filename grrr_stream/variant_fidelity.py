@@ -3,6 +3,15 @@
 Each matrix is compared *after* its cast to the output dtype with the intended update,
 in float64 sums: a bf16 variant of an RL-sized update (‖ΔW‖ ≈ 3e-4 ‖W0‖, below bf16's
 rounding of W0) silently loses most of it, and the report says so.
+
+Two more things the report states, both from what the build reads anyway:
+
+- the store's own rounding (:mod:`.variant_store_error`): a store kept in bfloat16/float16
+  rounds P and the null residual that composed variants use, an error the cast comparison
+  cannot see (it measures against the update as the store holds it). Each row carries the
+  estimated norm of that error and a hard bound on it; the summary adds them to the cast
+  error (``total_error``: against the update computed exactly from the two checkpoints);
+- the dtypes of the two checkpoints' decomposed matrices, and whether the sides differ.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from typing import Optional
 
 import torch
 
+from .dtypes import SIXTEEN_BIT
 from .files import to_csv
 
 FIDELITY_WARN = 0.01  # warn when more than 1 % of an intended update is lost to the cast
@@ -45,6 +55,11 @@ class MatrixFidelity:
     energy_survived: float  # ⟨realised, intended⟩² / ‖intended‖⁴: share of the intended update kept
     removed_norm: float = 0.0  # ‖R‖ of the random control (= ‖diag P‖), or ‖band block‖ of a band variant
     expert: Optional[int] = None  # expert index of a mixture-of-experts matrix (empty otherwise)
+    # the store's rounding of the parts this variant takes from it (P, the null residual): estimated norm
+    # (root of its expected square), its ratio to ‖intended‖, and a bound that always holds
+    store_error_norm: float = 0.0
+    store_error: float = 0.0
+    store_error_bound: float = 0.0
 
 
 @dataclass
@@ -53,17 +68,31 @@ class FidelityReport:
     dtype: str
     rows: list[MatrixFidelity] = field(default_factory=list)
     _dot: float = 0.0
+    store_dtype: str = "float32"
+    base_dtype: str = ""  # dtype(s) of the decomposed matrices in the base checkpoint ('bfloat16')
+    post_dtype: str = ""
 
     def summary(self) -> dict:
         i2 = sum(r.intended_norm ** 2 for r in self.rows)
         e2 = sum(r.error_norm ** 2 for r in self.rows)
-        overall = math.sqrt(e2 / i2) if i2 > 0 else (0.0 if e2 == 0 else math.inf)
+        s2 = sum(r.store_error_norm ** 2 for r in self.rows)
+        b2 = sum(r.store_error_bound ** 2 for r in self.rows)  # ‖E‖² = Σ‖E_m‖² ≤ Σ bound_m²
+        differ = self.base_dtype != self.post_dtype
         return {
             "variant": self.variant, "dtype": self.dtype, "matrices": len(self.rows),
-            "fidelity": overall,
+            "fidelity": _ratio(e2, i2),
             "fidelity_max": max((r.fidelity for r in self.rows), default=0.0),
             "energy_survived": (self._dot ** 2 / i2 ** 2) if i2 > 0 else 1.0,
             "intended_norm": math.sqrt(i2),
+            "store_dtype": self.store_dtype,
+            "store_error": _ratio(s2, i2),
+            "store_error_max": max((r.store_error for r in self.rows), default=0.0),
+            "store_error_bound": _ratio(b2, i2),
+            # cast and store rounding are independent roundings: their squares add
+            "total_error": _ratio(e2 + s2, i2),
+            "base_dtype": self.base_dtype, "post_dtype": self.post_dtype, "sides_differ": differ,
+            "sides": (f"base {self.base_dtype}, post {self.post_dtype}: the sides differ in dtype" if differ
+                      else f"base and post {self.base_dtype}"),
         }
 
     def add(self, row: MatrixFidelity, dot: float) -> None:
@@ -75,12 +104,15 @@ class FidelityReport:
 
     def account(self, name: str, layer: int, module: str, w0: torch.Tensor, out: torch.Tensor,
                 intended: Optional[torch.Tensor], removed: float, source: Optional[torch.Tensor] = None,
-                fill: bool = False, expert: Optional[int] = None) -> None:
+                fill: bool = False, expert: Optional[int] = None,
+                store: tuple[float, float] = (0.0, 0.0)) -> None:
         """Add the row of one matrix: fidelity of the cast variant against the intended update, by row blocks.
 
         ``intended`` is the update relative to W0; for copied matrices pass ``source`` (W0 or
         W1) instead, the intended update then being source − W0 exactly. With ``fill`` the
         same pass also writes out = cast(W0 + intended), formed in float64 (bounded memory).
+        ``store``: (expected square, bound) of the store's rounding in ``intended``
+        (:func:`.variant_store_error.rounding`).
         """
         step = max(1, (1 << 22) // max(1, w0.shape[1]))
         if fill and intended is not None and out.dtype == torch.float32 and intended.dtype == torch.float32 \
@@ -88,9 +120,15 @@ class FidelityReport:
             i2, e2, dot = _twosum_pass(w0, out, intended, step)
         else:
             i2, e2, dot = _float64_pass(w0, out, intended, source, fill, step)
-        fid = math.sqrt(e2 / i2) if i2 > 0 else (0.0 if e2 == 0 else math.inf)
-        self.add(MatrixFidelity(name, layer, module, math.sqrt(i2), math.sqrt(e2), fid,
-                                (dot * dot / (i2 * i2)) if i2 > 0 else 1.0, removed, expert), dot)
+        s2, bound = store
+        self.add(MatrixFidelity(name, layer, module, math.sqrt(i2), math.sqrt(e2), _ratio(e2, i2),
+                                (dot * dot / (i2 * i2)) if i2 > 0 else 1.0, removed, expert,
+                                math.sqrt(s2), _ratio(s2, i2), bound), dot)
+
+
+def _ratio(e2: float, i2: float) -> float:
+    """sqrt(e2 / i2): an error relative to the intended update (0 when both are 0)."""
+    return math.sqrt(e2 / i2) if i2 > 0 else (0.0 if e2 == 0 else math.inf)
 
 
 def _twosum_pass(w0: torch.Tensor, out: torch.Tensor, intended: torch.Tensor,
@@ -147,4 +185,21 @@ def warn_if_lossy(summary: dict, stream=None) -> None:
                f"{100 * summary['fidelity_max']:.1f} %; energy kept {100 * summary['energy_survived']:.1f} %). "
                "Use variant dtype float32 to keep small updates.")
         warnings.warn(msg, stacklevel=2)
+        print(msg, file=stream or sys.stderr)
+
+
+def store_warning(summary: dict) -> Optional[str]:
+    """One line when the variant took parts rounded by a 16-bit store, with the error that implies."""
+    if summary.get("store_dtype") not in SIXTEEN_BIT or not summary.get("store_error_bound"):
+        return None
+    return (f"WARNING: variant '{summary['variant']}': the store keeps P and the null residual in "
+            f"{summary['store_dtype']}; their rounding puts an estimated {summary['store_error']:.2g} relative error "
+            f"(at most {summary['store_error_bound']:.2g}) into the variant's update, beyond the cast's "
+            f"{summary['fidelity']:.2g} (a store in the compute dtype adds none). Decompose with store_dtype "
+            "float32 for exact components.")
+
+
+def warn_if_store_rounded(summary: dict, stream=None) -> None:
+    msg = store_warning(summary)
+    if msg:
         print(msg, file=stream or sys.stderr)

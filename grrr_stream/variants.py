@@ -38,13 +38,13 @@ import torch
 from .checkpoint import Checkpoint
 from .checkpoint_writer import TensorSpec, companion_files, write_checkpoint
 from .dtypes import BY_CODE, FLOAT_NAMES, name_of, torch_dtype
-from .errors import ConfigError
+from .errors import CheckpointError, ConfigError
 from .files import atomic_write_text
 from .phases import PhaseTimer
 from .runtime import bound_heap_growth, resolve_device
 from .store import StoredTransition
 from .variant_compose import MatrixComposer
-from .variant_fidelity import FidelityReport, casts_exactly, warn_if_lossy
+from .variant_fidelity import FidelityReport, warn_if_lossy, warn_if_store_rounded
 from .variant_rest import REST_FROM, config_differences, resolve_rest, rest_problems
 from .variant_spec import VariantSpec
 
@@ -71,7 +71,9 @@ class VariantBuilder:
         self.base = Checkpoint.open(Path(m["base_folder"]))
         self.post = Checkpoint.open(Path(m["post_folder"]))
         self.compute_dtype = torch_dtype(m["settings"]["compute_dtype"])
-        self.report = FidelityReport(spec.name, dtype)
+        self.report = FidelityReport(spec.name, dtype, store_dtype=self.transition.store_dtype(),
+                                     base_dtype=self._matrix_dtypes(self.base),
+                                     post_dtype=self._matrix_dtypes(self.post))
         self.rest_requested = rest_from
         if spec.composed:
             self.rest_from, self.rest_fallback = resolve_rest(rest_from, rest_problems(self.base, self.post))
@@ -79,6 +81,7 @@ class VariantBuilder:
         else:  # a checkpoint itself: no rest to choose
             self.rest_from, self.rest_fallback = None, None
             self.home = self.base if spec.is_base else self.post
+        _refuse_uncopyable(self.home)
         self._layout: Optional[list[TensorSpec]] = None
         self.timer = PhaseTimer()  # seconds per step of the build (tools/bench_variants.py prints them)
         # checkpoint tensor → its decomposed parts (experts of a 3-D tensor, blocks of a split fused one): the
@@ -95,21 +98,27 @@ class VariantBuilder:
         """'base' or 'post': the checkpoint that supplies this variant's layout, config and other tensors."""
         return "base" if self.home is self.base else "post"
 
-    def _out_dtype(self, stored: torch.dtype) -> torch.dtype:
-        want = torch_dtype(self.dtype)
-        if self.spec.composed or casts_exactly(stored, want):
-            return want
-        return stored  # base/full stay bit for bit: never round a checkpoint tensor
+    def _matrix_dtypes(self, ckpt: Checkpoint) -> str:
+        """The dtype(s) of the decomposed matrices in one checkpoint ('bfloat16'; 'bfloat16+float32' if mixed)."""
+        codes = {ckpt.tensors[a.get("tensor") or k].dtype for k, a in self.transition.matrices.items()}
+        return "+".join(sorted(BY_CODE[c].name for c in codes))
+
+    def _out_dtype(self, name: str, code: str) -> torch.dtype:
+        """base/full: the checkpoint's own dtype, every tensor (bit for bit, whatever ``dtype`` is). A composed
+        variant: its decomposed matrices in ``dtype``, other tensors of a variant dtype (float64/32/16,
+        bfloat16) in ``dtype``, every other dtype (integers, float8, bool, complex) copied as it is."""
+        own = BY_CODE[code]
+        if not self.spec.composed:
+            return own.torch
+        if name in self.transition.matrices or name in self._parts or own.name in FLOAT_NAMES:
+            return torch_dtype(self.dtype)
+        return own.torch
 
     def layout(self) -> list[TensorSpec]:
         """Every tensor of the output, in the home checkpoint's on-disk order."""
         if self._layout is None:
             infos = sorted(self.home.tensors.values(), key=lambda i: (str(i.shard), i.start))
-            out = []
-            for info in infos:
-                dt = BY_CODE[info.dtype]
-                out.append(TensorSpec(info.name, info.shape, self._out_dtype(dt.torch) if dt.floating else dt.torch))
-            self._layout = out
+            self._layout = [TensorSpec(i.name, i.shape, self._out_dtype(i.name, i.dtype)) for i in infos]
         return self._layout
 
     def config(self) -> dict:
@@ -159,10 +168,21 @@ class VariantBuilder:
             elif attrs is None:
                 with self.timer.phase("other_tensors"):
                     t = self.home.read(spec.name)
-                    t = t.to(spec.dtype) if t.is_floating_point() else t
+                    t = t if t.dtype == spec.dtype else t.to(spec.dtype)  # same dtype: the bytes as read
                 yield spec.name, t
             else:
                 yield spec.name, self._composer.matrix(spec.name, attrs, spec.dtype)
+
+
+def _refuse_uncopyable(ckpt: Checkpoint) -> None:
+    """Refuse, before anything is built, a checkpoint with a tensor whose dtype has no torch counterpart
+    (the sub-byte safetensors codes F4, F6_*): a variant could neither copy nor write it."""
+    bad = sorted((i.name, i.dtype) for i in ckpt.tensors.values() if i.dtype not in BY_CODE)
+    if bad:
+        listed = ", ".join(f"'{n}' ({d})" for n, d in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        codes = ", ".join(sorted({d for _, d in bad}))
+        raise CheckpointError(f"{ckpt.folder}: variants cannot copy tensors of dtype {codes}: {listed}. "
+                              f"Supported: {', '.join(BY_CODE)}")
 
 
 def variant_folder_done(folder: Path, metadata: dict) -> bool:
@@ -206,4 +226,5 @@ def write_variant(builder: VariantBuilder, folder: Path, *, max_shard_bytes: int
     atomic_write_text(folder.with_name(folder.name + ".fidelity.csv"), builder.report.csv())
     summary = builder.report.summary()
     warn_if_lossy(summary, stream)
+    warn_if_store_rounded(summary, stream)
     return summary

@@ -218,6 +218,11 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
         active.load_weights(builder.tensors(), scratch=ev.out / "_swap", layout=builder.layout(),
                             config=builder.config())
         scores.fidelity[name] = builder.report.summary()
+        from ..variant_fidelity import store_warning
+
+        warning = store_warning(scores.fidelity[name])  # a 16-bit store's rounding (write_variant prints its own)
+        if warning:
+            log(warning)
         scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log)
         return
     from ..variants import write_variant
