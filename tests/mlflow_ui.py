@@ -302,7 +302,8 @@ class Chromium:
     One page; ``evaluate`` runs JavaScript in it, ``screenshot`` writes a PNG. Use as a context manager:
     the browser's process group is always stopped on exit."""
 
-    def __init__(self, exe: str, profile: Path, *, width: int = 1600, height: int = 1200, log: Optional[Path] = None):
+    def __init__(self, exe: str, profile: Path, *, width: int = 1600, height: int = 1200, log: Optional[Path] = None,
+                 extra_args: Sequence[str] = ()):
         self._id = 0
         self._buf = b""
         self.events: list[dict] = []  # DevTools events received so far (console messages, exceptions, ...)
@@ -315,7 +316,7 @@ class Chromium:
         args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                 "--no-default-browser-check", "--hide-scrollbars", "--mute-audio", "--disable-extensions",
                 "--remote-debugging-pipe", f"--user-data-dir={profile}", f"--window-size={width},{height}",
-                "about:blank"]
+                *extra_args, "about:blank"]
         self.log = log or profile / "chromium.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
@@ -428,6 +429,10 @@ class Chromium:
         if "exceptionDetails" in r:
             raise RuntimeError(f"JavaScript failed: {r['exceptionDetails']}")
         return r["result"].get("value")
+
+    # keep sandboxed iframes (MLflow's HTML artifact view) in the page's process, where Page.getFrameTree and
+    # Page.createIsolatedWorld reach them; Chromium isolates them in a process of their own by default
+    SAME_PROCESS_FRAMES = ("--disable-features=IsolateSandboxedIframes",)
 
     def child_frames(self) -> list[dict]:
         """The page's child frames (id, url, name), depth first."""
