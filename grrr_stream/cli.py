@@ -13,9 +13,9 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from .commands.parsers import (bands_parser, compare_parser, decompose_parser, evaluate_parser, stats_parser,
-                               status_parser, sweep_parser, variants_parser)
-from .commands.sweep import cmd_status, cmd_sweep
+from .commands.parsers import (bands_parser, compare_parser, decompose_parser, evaluate_parser, report_parser,
+                               stats_parser, status_parser, sweep_parser, variants_parser)
+from .commands.sweep import cmd_report, cmd_status, cmd_sweep
 from .commands.transition import cmd_bands, cmd_compare, cmd_decompose, cmd_evaluate, cmd_stats, cmd_variants
 from .errors import GrrrError
 
@@ -35,13 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_parser(sub)
     sweep_parser(sub, demo=True)
     status_parser(sub)
+    report_parser(sub)
     return parser
 
 
 COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "bands": cmd_bands,
             "variants": cmd_variants,
             "evaluate": cmd_evaluate, "demo": cmd_sweep,
-            "sweep": cmd_sweep, "status": cmd_status}
+            "sweep": cmd_sweep, "status": cmd_status, "report": cmd_report}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -159,3 +159,85 @@ def band_energy_by_transition(rows: Sequence[dict], edge: int, path: Path, title
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=7, loc="upper right")
     return _save(fig, path)
+
+
+HEATMAP_KEYS = (("f_diag", "f_diag (reshaping)", (0.0, 1.0)), ("f_off", "f_off (rotation)", (0.0, 1.0)),
+                ("f_null", "f_null (routing)", (0.0, 1.0)), ("r_delta", "r_Δ = ‖ΔW‖/‖W0‖", None))
+
+
+def layer_module_heatmaps(rows: Sequence[dict], path: Path, title: str = "") -> Path:
+    """One transition's per-matrix f_diag, f_off, f_null and r_Δ as layer × module heatmaps (``rows``: its
+    store's metrics.csv; matrices of experts are averaged per layer and module)."""
+    plt = _plt()
+    modules = list(dict.fromkeys(r["module"] for r in rows))
+    layers = sorted({int(r["layer"]) for r in rows})
+    fig, axes = plt.subplots(1, 4, figsize=(3.2 * 4 + 1, 0.28 * len(layers) + 2.4), squeeze=False)
+    for ax, (key, label, limits) in zip(axes[0], HEATMAP_KEYS):
+        grid = np.full((len(layers), len(modules)), np.nan)
+        for i, layer in enumerate(layers):
+            for j, m in enumerate(modules):
+                vals = [float(r[key]) for r in rows if int(r["layer"]) == layer and r["module"] == m
+                        and r.get(key) is not None]
+                if vals:
+                    grid[i, j] = np.mean(vals)
+        lo, hi = limits or (np.nanmin(grid), np.nanmax(grid))
+        im = ax.imshow(grid, aspect="auto", origin="lower", cmap="viridis", vmin=lo, vmax=hi, interpolation="nearest")
+        ax.set_title(label, fontsize=9)
+        ax.set_xticks(range(len(modules)))
+        ax.set_xticklabels(modules, rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(len(layers)))
+        ax.set_yticklabels(layers, fontsize=7)
+        ax.set_ylabel("layer")
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)
+
+
+def accuracy_bars(rows: Sequence[dict], path: Path, title: str = "") -> Path:
+    """Per evaluated transition, each variant's score (bars, %) with the paired bootstrap 95 % CI of its
+    difference to full drawn around the score (``rows``: the report's differences table: transition,
+    variant, score, minus_full, minus_full_ci_lo, minus_full_ci_hi)."""
+    plt = _plt()
+    groups = list(dict.fromkeys(r["transition"] for r in rows))
+    fig, axes = plt.subplots(1, len(groups), figsize=(max(4.0, 0.55 * len(rows) + 2.5), 3.8), squeeze=False,
+                             sharey=True)
+    for ax, g in zip(axes[0], groups):
+        mine = [r for r in rows if r["transition"] == g]
+        xs = np.arange(len(mine))
+        score = np.array([float(r["score"]) for r in mine])
+        ax.bar(xs, score, color=["tab:gray" if r["variant"] in ("full", "base") else "tab:blue" for r in mine])
+        have = [i for i, r in enumerate(mine) if r.get("minus_full_ci_lo") is not None]
+        if have:
+            lo = np.array([float(mine[i]["minus_full"]) - float(mine[i]["minus_full_ci_lo"]) for i in have])
+            hi = np.array([float(mine[i]["minus_full_ci_hi"]) - float(mine[i]["minus_full"]) for i in have])
+            ax.errorbar(xs[have], score[have], yerr=[lo, hi], fmt="none", color="k", capsize=3)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([r["variant"] for r in mine], rotation=45, ha="right", fontsize=8)
+        ax.set_title(g, fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0][0].set_ylabel("score (%)\nwhiskers: paired 95 % CI of − full")
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)
+
+
+def grouped_fractions(rows: Sequence[dict], columns: Sequence[tuple[str, str]], path: Path, title: str = "") -> Path:
+    """Fractions in [0, 1] per transition as grouped bars (``columns``: (key, legend label) pairs; a missing
+    value is left out)."""
+    plt = _plt()
+    labels = [r["transition"] for r in rows]
+    width = 0.8 / max(len(columns), 1)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(labels) + 3), 3.8))
+    for k, (key, label) in enumerate(columns):
+        xs = [i + (k - (len(columns) - 1) / 2) * width for i, r in enumerate(rows) if r.get(key) is not None]
+        ax.bar(xs, [float(r[key]) for r in rows if r.get(key) is not None], width, label=label)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("fraction")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7, loc="upper right")
+    if title:
+        ax.set_title(title)
+    return _save(fig, path)

@@ -262,9 +262,10 @@ def _evaluation_metrics(res, name: str) -> list[tuple[str, float, int]]:
 # sweep
 
 
-def log_sweep(plan, result, tracking: TrackingConfig, started: float) -> str:
+def log_sweep(plan, result, tracking: TrackingConfig, started: float, html=None) -> str:
     """One MLflow run per sweep (keyed by its plan), with the unit counts and the report; it spans
-    this invocation from ``started`` (a resumed sweep's run spans all invocations)."""
+    this invocation from ``started`` (a resumed sweep's run spans all invocations). ``html(run_id)``:
+    writes the HTML report, which names the run, before the report's files are logged."""
     counts = {s: sum(1 for v in result.states.values() if v == s) for s in ("done", "failed", "blocked", "pending")}
     run = _open(tracking, key="sweep-" + plan.key, name=f"sweep {plan.config.name}", tags={"grrr.kind": "sweep"},
                 start_ms=int(started * 1000))
@@ -275,10 +276,29 @@ def log_sweep(plan, result, tracking: TrackingConfig, started: float) -> str:
                     "config": json.dumps(plan.config.model_dump(mode="json"), sort_keys=True)})
     metrics = [(f"units_{k}", v, 0) for k, v in counts.items()] + [("work_seconds", time.time() - started, 0)]
     run.log_metrics(metrics + _claim_metrics(result.claims))
+    if html is not None:
+        html(run.run_id)
     run.log_artifacts(result.report_files, "report")
     if result.ok:
         run.finish()
     return run.run_id
+
+
+def sweep_runs(tracking: TrackingConfig) -> list[dict]:
+    """The runs tagged with the sweep (``tracking.sweep``): run_id, experiment_id, name, kind and status, for
+    the HTML report's provenance; [] when the store cannot be read."""
+    from mlflow.tracking import MlflowClient
+
+    try:
+        uri = trk.resolve_uri(tracking.uri)
+        exp_id = trk.prepare(uri, tracking.experiment)
+        found = MlflowClient(tracking_uri=uri).search_runs(
+            [exp_id], filter_string=f"tags.`{trk.SWEEP_TAG}` = '{tracking.sweep}'", max_results=5000)
+    except Exception:  # noqa: BLE001 - provenance only: the page is written without the list
+        return []
+    return sorted(({"run_id": r.info.run_id, "experiment_id": exp_id, "name": r.info.run_name,
+                    "kind": r.data.tags.get("grrr.kind", ""), "status": r.info.status} for r in found),
+                  key=lambda r: (r["kind"], r["name"]))
 
 
 def _claim_metrics(claims: dict[str, Any]) -> list[tuple[str, float, int]]:

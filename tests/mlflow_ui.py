@@ -302,9 +302,11 @@ class Chromium:
     One page; ``evaluate`` runs JavaScript in it, ``screenshot`` writes a PNG. Use as a context manager:
     the browser's process group is always stopped on exit."""
 
-    def __init__(self, exe: str, profile: Path, *, width: int = 1600, height: int = 1200, log: Optional[Path] = None):
+    def __init__(self, exe: str, profile: Path, *, width: int = 1600, height: int = 1200, log: Optional[Path] = None,
+                 extra_args: Sequence[str] = ()):
         self._id = 0
         self._buf = b""
+        self.events: list[dict] = []  # DevTools events received so far (console messages, exceptions, ...)
         profile = Path(profile)
         profile.mkdir(parents=True, exist_ok=True)
         # pipes at fds >= 10, so that the 3< and 4> redirections cannot clobber them (bash: dash
@@ -314,7 +316,7 @@ class Chromium:
         args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                 "--no-default-browser-check", "--hide-scrollbars", "--mute-audio", "--disable-extensions",
                 "--remote-debugging-pipe", f"--user-data-dir={profile}", f"--window-size={width},{height}",
-                "about:blank"]
+                *extra_args, "about:blank"]
         self.log = log or profile / "chromium.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
@@ -357,6 +359,8 @@ class Chromium:
             while b"\0" in self._buf:
                 raw, self._buf = self._buf.split(b"\0", 1)
                 reply = json.loads(raw)
+                if "method" in reply:
+                    self.events.append(reply)
                 if reply.get("id") == self._id:  # events and stale replies are skipped
                     if "error" in reply:
                         raise RuntimeError(f"{method}: {reply['error']}")
@@ -397,6 +401,47 @@ class Chromium:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"still false after {timeout:.0f} s ({error or 'no error'}): {expression}")
             time.sleep(interval)
+
+    def watch_console(self) -> None:
+        """Collect the page's console messages, log entries and uncaught exceptions as events from now on."""
+        for domain in ("Runtime.enable", "Log.enable"):
+            self.call(domain, session=True)
+
+    def console_errors(self) -> list[str]:
+        """The errors among the events: uncaught exceptions, console.error calls and error log entries."""
+        out = []
+        for e in self.events:
+            m, p = e["method"], e.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                out.append(f"exception: {p['exceptionDetails'].get('text')} {p['exceptionDetails'].get('url', '')}")
+            elif m == "Runtime.consoleAPICalled" and p.get("type") == "error":
+                out.append("console.error: " + " ".join(str(a.get("value", a.get("description"))) for a in p["args"]))
+            elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
+                out.append(f"log: {p['entry'].get('text')} {p['entry'].get('url', '')}")
+        return out
+
+    def evaluate_in_frame(self, frame_id: str, expression: str, *, timeout: float = 30.0) -> Any:
+        """Evaluate in a child frame (e.g. a sandboxed iframe, whose document the page's scripts cannot reach)."""
+        ctx = self.call("Page.createIsolatedWorld", {"frameId": frame_id, "worldName": "grrr-test"},
+                        session=True)["executionContextId"]
+        r = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True,
+                                           "contextId": ctx}, session=True, timeout=timeout)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"JavaScript failed: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    # keep sandboxed iframes (MLflow's HTML artifact view) in the page's process, where Page.getFrameTree and
+    # Page.createIsolatedWorld reach them; Chromium isolates them in a process of their own by default
+    SAME_PROCESS_FRAMES = ("--disable-features=IsolateSandboxedIframes",)
+
+    def child_frames(self) -> list[dict]:
+        """The page's child frames (id, url, name), depth first."""
+        out, todo = [], list(self.call("Page.getFrameTree", session=True)["frameTree"].get("childFrames", []))
+        while todo:
+            node = todo.pop(0)
+            out.append(node["frame"])
+            todo += node.get("childFrames", [])
+        return out
 
     def text(self) -> str:
         return self.evaluate("document.body ? document.body.innerText : ''") or ""
@@ -521,3 +566,38 @@ def parse_duration(text: str) -> tuple[float, float]:
             value = float(text[: -len(unit)])
             return value * _UNITS[unit], (0.5e-3 if unit == "ms" else 0.05 * _UNITS[unit])
     raise ValueError(f"not a duration: {text!r}")
+
+
+# JavaScript for the HTML report (grrr_stream/report): what a reader sees of it. Every image's decoded width,
+# the tables by id, and every cell that names its CSV source: [data-src, data-value, shown text].
+READ_REPORT = r"""
+(() => ({
+  images: [...document.images].map((i) => [i.alt, i.complete ? i.naturalWidth : 0]),
+  tables: [...document.querySelectorAll('table[data-table]')].map((t) => t.dataset.table),
+  cells: [...document.querySelectorAll('td[data-src]')].map((c) => [c.dataset.src, c.dataset.value,
+                                                                    c.innerText.trim()]),
+  groups: [...document.querySelectorAll('tr.group th')].map((t) => t.innerText.trim()),
+  external: [...document.querySelectorAll('script, link, iframe, img:not([src^="data:"])')].length,
+  title: document.title,
+}))()
+"""
+
+
+def check_report_cells(cells: list, read_csv_rows) -> int:
+    """Every [data-src, data-value, shown] cell of the report against the CSV it names (``read_csv_rows(name)``:
+    that file's rows as text): the same text, and the shown number within its rounding. Returns how many."""
+    import math
+
+    for src, value, shown in cells:
+        name, _, where = src.partition("#")
+        row, _, column = where.partition(":")
+        expected = read_csv_rows(name)[int(row)][column]
+        assert value == expected, (src, value, expected)
+        try:
+            number = float(expected)
+        except ValueError:
+            assert shown == expected, (src, shown, expected)
+            continue
+        if math.isfinite(number) and expected not in ("True", "False"):
+            assert float(shown) == __import__("pytest").approx(number, rel=1e-3, abs=1e-12), (src, shown, expected)
+    return len(cells)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import hashlib
 import io
 import json
 import math
+import time
 import urllib.parse
 from collections import Counter
 from pathlib import Path
@@ -20,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from grrr_stream.tracking import runs_page
-from mlflow_ui import (DEMO_EXPERIMENT, Chromium, Rest, Run, artifacts_dir, compare_runs_url, evaluate,
-                       find_chromium, parse_duration, populate, runs_table, scroll_to_metric, search_runs, serve)
+from mlflow_ui import (DEMO_EXPERIMENT, READ_REPORT, Chromium, Rest, Run, artifacts_dir, check_report_cells,
+                       compare_runs_url, evaluate, find_chromium, parse_duration, populate, runs_table,
+                       scroll_to_metric, search_runs, serve)
 
 NO_CHROMIUM = ("Debian chromium not found at /usr/bin/chromium or on PATH; "
                ".ci/run installs it with apt-get install chromium")
@@ -310,3 +313,49 @@ def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_fil
     # filtering by the sweep's tag finds the sweep and every unit run of it, nested ones included
     assert search_box == SWEEP_FILTER
     assert set(filtered) == in_sweep, (filtered, in_sweep)
+
+
+@pytest.mark.skipif(find_chromium() is None, reason=NO_CHROMIUM)
+def test_sweep_report_page_is_logged_and_opens_in_the_mlflow_artifact_view(server, populated, tmp_path):
+    rest = Rest(server.uri)
+    exp_id = rest.experiment(DEMO_EXPERIMENT)["experiment_id"]
+    (sweep,) = _by_kind(rest.runs([exp_id]))["sweep"]
+    local = populated / "sweep" / "report"
+    page = rest.artifact(sweep.id, "report/index.html")
+    assert page == (local / "index.html").read_bytes()  # the page the sweep wrote, named by its run
+    assert sweep.id in page.decode() and f"{server.uri}/#/experiments/{exp_id}/runs/{sweep.id}" in page.decode()
+    url = f"{server.uri}/#/experiments/{exp_id}/runs/{sweep.id}/artifacts/report/index.html"
+    with Chromium(find_chromium(), tmp_path / "chromium", width=1600, height=1400,
+                  extra_args=Chromium.SAME_PROCESS_FRAMES) as browser:
+        browser.navigate(url)
+        browser.wait_for("!!document.querySelector('iframe.mlflow-html-iframe')", timeout=90)
+        _close_assistant(browser)
+        browser.watch_console()  # from here on: the page's own errors (the report frame's included)
+        browser.navigate("about:blank")
+        browser.navigate(url)
+        browser.wait_for("!!document.querySelector('iframe.mlflow-html-iframe')", timeout=90)
+        frame = None
+        for _ in range(120):
+            frame = next((f for f in browser.child_frames() if f.get("url", "").startswith("blob:")), None)
+            if frame is not None:
+                break
+            time.sleep(0.25)
+        assert frame is not None, browser.child_frames()
+        ready = "document.readyState === 'complete' && [...document.images].every((i) => i.complete)"
+        for _ in range(120):
+            if browser.evaluate_in_frame(frame["id"], f"(() => {ready})()"):
+                break
+            time.sleep(0.25)
+        seen = browser.evaluate_in_frame(frame["id"], READ_REPORT)
+        errors = browser.console_errors()
+    # the MLflow UI asks its server for features this server does not have (404s of its own ajax-api calls):
+    # the UI's noise, not the report's
+    assert [e for e in errors if f"{server.uri}/ajax-api/" not in e] == [], errors
+    assert {"table34", "table7", "comparisons", "units"} <= set(seen["tables"]), seen["tables"]
+    assert len(seen["images"]) >= 4 and all(w > 0 for _, w in seen["images"]), seen["images"]
+    assert seen["external"] == 0
+
+    def served(name: str) -> list[dict]:  # the CSV as the server holds it, beside the page
+        return list(csv.DictReader(io.StringIO(rest.artifact(sweep.id, f"report/{name}").decode())))
+
+    assert check_report_cells(seen["cells"], functools.lru_cache(None)(served)) > 50

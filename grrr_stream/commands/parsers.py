@@ -188,6 +188,21 @@ def sweep_parser(sub, *, demo: bool = False) -> None:
     add_common(p)
 
 
+def report_parser(sub) -> None:
+    p = sub.add_parser("report", help="rewrite a sweep's HTML report (WORKDIR/report/index.html), running nothing",
+                       description="Read the finished units of a sweep and write its report folder again: the CSV "
+                                   "tables, the figures and the self-contained HTML page. TARGET is the sweep's "
+                                   "WORKDIR (its report/config.json holds the config the last sweep ran with) or "
+                                   "its config YAML. No unit runs and nothing is logged to MLflow; with a tracking "
+                                   "URI (flag, config or $MLFLOW_TRACKING_URI) the page links the sweep's runs.")
+    p.add_argument("target", type=Path, help="the sweep's WORKDIR or its config YAML")
+    p.add_argument("--workdir", type=Path, help="with a config: override its workdir")
+    p.add_argument("--math-subset", type=int, metavar="N", help="with a config: as given to `sweep`")
+    p.add_argument("--bench-dir", default="bundled", help="with a config: as given to `sweep`")
+    add_tracking(p, experiment_default=None)
+    add_common(p)
+
+
 def status_parser(sub) -> None:
     p = sub.add_parser("status", help="what a sweep has done, what is pending and what failed",
                        description="Plan the sweep and print the state of every unit: done, pending, running, "

@@ -125,6 +125,7 @@ def print_sweep_summary(res, out=None) -> None:
             out.write(f"  {r['label']:<44} {r['median_cos_off']:+.4f} [{r['ci_lo']:+.4f}, "
                       f"{r['ci_hi']:+.4f}]  p = {r['p_value']:.3g} → {r['verdict']}\n")
     _print_accuracy(res.report.accuracy, res.claims, out)
+    _print_sampled(res.report.sampled, out)
     _print_claims(res, out)
     bad = [(u, res.records.get(u) or {}) for u, s in res.states.items() if s in ("failed", "blocked")]
     if bad:
@@ -189,6 +190,19 @@ def _print_accuracy(acc: list[dict], claims: dict, out) -> None:
                   + " ".join(f"{r[b]:>12.1f}" if r[b] is not None else f"{'':>12}" for b in benches)
                   + (f" {r['average']:>8.2f}" if r["average"] is not None else f" {'':>8}")
                   + f" {ci:>24} {truncated:>8}\n")
+
+
+def _print_sampled(rows: list[dict], out) -> None:
+    """pass@k, maj@k and avg@n (%) per variant and benchmark, where answers were sampled."""
+    fixed = ("transition", "kind", "from", "to", "variant", "benchmark", "samples", "problems")
+    metrics = list(dict.fromkeys(k for r in rows for k in r if k not in fixed))
+    if not rows or not metrics:
+        return
+    out.write(f"\nsampled answers (%, n answers per problem)\n{'transition':<28} {'variant':<12} {'benchmark':<14} "
+              f"{'n':>3} " + " ".join(f"{m:>8}" for m in metrics) + "\n")
+    for r in rows:
+        out.write(f"{r['transition']:<28} {r['variant']:<12} {r['benchmark']:<14} {r['samples']:>3} "
+                  + " ".join(f"{r[m]:>8.1f}" if r.get(m) is not None else f"{'':>8}" for m in metrics) + "\n")
 
 
 def _print_claims(res, out) -> None:

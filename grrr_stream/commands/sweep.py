@@ -59,6 +59,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               f"  mlflow ui --backend-store-uri {uri}\nand its runs at {runs_page('http://127.0.0.1:5000', exp_id)}"
               if not uri.startswith("http") else
               f"\nLogged to MLflow at {uri} (experiment {experiment}); its runs: {runs_page(uri, exp_id)}")
+    print(f"\nreport: {res.html} (one self-contained page: open it in a browser)")
     return 0 if res.ok else 1
 
 
@@ -75,3 +76,49 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"\n{r['unit']} failed on {rec.get('host')} (pid {rec.get('pid')}):\n  {rec.get('error')}")
         print(f"  full traceback in {Records(plan.workdir).path(plan.unit(r['unit']))}")
     return 1 if failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Rewrite WORKDIR/report (tables, figures, index.html) from the units that are done; run nothing."""
+    import os
+
+    from ..sweep import Records, plan_sweep, sweep_status
+    from ..sweep.report import write_report
+    from ..sweep.run import SweepResult, write_pages
+
+    cfg = _report_config(args)
+    plan = plan_sweep(cfg)
+    states = {r["unit"]: r["state"] for r in sweep_status(plan)}
+    records = {u.id: Records(plan.workdir).read(u) for u in plan.units}
+    tracking = tracking_from_args(args, cfg.tracking)
+    # without a tracking URI given anywhere there is no store to ask (and none is created for asking)
+    known = bool(tracking.uri or os.environ.get("MLFLOW_TRACKING_URI"))
+    tracking = tracking.model_copy(update={"enabled": tracking.enabled and known,
+                                           "sweep": tracking.sweep or cfg.name})
+    res = SweepResult(plan, states, records, [], write_report(plan, states, records))
+    page = write_pages(res, tracking)
+    print(f"sweep {cfg.name}: {totals([{'state': s} for s in states.values()])}; report: {page}")
+    return 0
+
+
+def _report_config(args: argparse.Namespace):
+    """The sweep config of ``report TARGET``: a WORKDIR's report/config.json (with that workdir) or a YAML."""
+    import json
+
+    from pydantic import ValidationError
+
+    from ..config import format_validation_error
+    from ..report import CONFIG_FILE
+    from ..sweep.config import SweepConfig
+
+    if not args.target.is_dir():
+        return load_sweep(argparse.Namespace(**{**vars(args), "config": args.target}))
+    saved = args.target / "report" / CONFIG_FILE
+    if not saved.is_file():
+        raise ConfigError(f"{args.target} holds no {saved.relative_to(args.target)}: not the workdir of a sweep run "
+                          "by this version; give the sweep's config YAML instead")
+    try:
+        return SweepConfig.model_validate({**json.loads(saved.read_text()), "workdir": str(args.target)})
+    except (ValueError, ValidationError) as e:
+        msg = format_validation_error(e, str(saved)) if isinstance(e, ValidationError) else str(e)
+        raise ConfigError(f"{saved}: {msg}") from None

@@ -76,6 +76,10 @@ class Report:
     informative: list[Row] = field(default_factory=list)
     claim_rows: list[Row] = field(default_factory=list)
     claims: dict = field(default_factory=dict)   # evaluation suite → claims.summarise(...)
+    # pass@k, maj@k and avg@n per transition, variant and benchmark, where answers were sampled (n > 1)
+    sampled: list[Row] = field(default_factory=list)
+    # transition id → its store's per-matrix rows (metrics.csv), for the HTML report's heatmaps
+    matrices: dict[str, list[Row]] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
 
 
@@ -90,8 +94,8 @@ def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional
 
 def read_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> Report:
     done = [u for u in plan.units if states.get(u.id) == "done"]
-    report = Report(plan.workdir / "report", units=_unit_rows(plan, states, records),
-                    transitions=rectangular(_transition_rows(plan, done)))
+    report = Report(plan.workdir / "report", units=_unit_rows(plan, states, records))
+    report.transitions = rectangular(_transition_rows(plan, done, report.matrices))
     report.comparisons = rectangular([{"comparison": u.id.split("/", 1)[1], **r} for u in done
                                       if u.kind == "compare" for r in read_rows(Path(u.out) / "comparisons.csv")])
     stats = [u for u in done if u.kind == "stats"]
@@ -108,13 +112,20 @@ def _unit_rows(plan: Plan, states: dict[str, str], records: dict[str, Optional[d
              "out": u.out} for u in plan.units]
 
 
-def _transition_rows(plan: Plan, done: list[Unit]) -> list[Row]:
-    return [transition_row(plan.transitions[u.params.transition], Path(u.out)) for u in done if u.kind == "decompose"]
+def _transition_rows(plan: Plan, done: list[Unit], matrices: dict[str, list[Row]]) -> list[Row]:
+    out = []
+    for u in done:
+        if u.kind == "decompose":
+            tr = plan.transitions[u.params.transition]
+            matrices[tr.id] = read_rows(Path(u.out) / "metrics.csv")
+            out.append(transition_row(tr, Path(u.out), matrices[tr.id]))
+    return out
 
 
-def transition_row(tr: Transition, store: Path) -> Row:
+def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]] = None) -> Row:
     """One row of transitions.csv: the store's summary means (summary.json) and, per rank threshold T,
-    the change of numerical rank W0 → W1 (its mean over matrices and largest magnitude, from metrics.csv)."""
+    the change of numerical rank W0 → W1 (its mean over matrices and largest magnitude, from metrics.csv;
+    ``matrix_rows``: those rows when the caller has read them already)."""
     summary = json.loads((store / "summary.json").read_text())["scopes"]["all"]
     # paper Tables 3 and 4: energy shares, relative size, SV cosine, δ_max, stable ranks and their change, α,
     # numerical ranks
@@ -130,17 +141,18 @@ def transition_row(tr: Transition, store: Path) -> Row:
     row: Row = {"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
                 "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
                 **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols + ranks}}
-    row.update(_rank_changes(store, [k[len("nrank_w0_"):] for k in ranks if k.startswith("nrank_w0_")]))
+    if matrix_rows is None:
+        matrix_rows = read_rows(store / "metrics.csv")
+    row.update(_rank_changes(matrix_rows, [k[len("nrank_w0_"):] for k in ranks if k.startswith("nrank_w0_")]))
     row.update({f"{k}_mean": summary.get(f"{k}_mean") for k in beyond})
     row.update({k: summary[k] for k in sparsity})
     row["store"] = str(store)
     return row
 
 
-def _rank_changes(store: Path, thresholds: list[str]) -> Row:
+def _rank_changes(rows: list[Row], thresholds: list[str]) -> Row:
     """Per threshold T (as the store names it, e.g. '0.001'): nrank(W1) − nrank(W0) per matrix, its mean
     and its largest magnitude. The paper reads the rank change at T = 1e-3; at 1e-7 it counts rounding."""
-    rows = read_rows(store / "metrics.csv")
     out: Row = {}
     for t in thresholds:
         d = [r[f"nrank_w1_{t}"] - r[f"nrank_w0_{t}"] for r in rows
@@ -164,13 +176,30 @@ def _read_evaluations(plan: Plan, done: list[Unit], report: Report) -> None:
                  "to": tr.child}
         for name, file in _EVALUATION_TABLES.items():
             tables[name] += [{**label, **r} for r in read_rows(Path(u.out) / file)]
+        report.sampled += [{**label, **r} for r in sampled_rows(read_rows(Path(u.out) / "metrics.csv"))]
         scores = _transition_scores(u, tr, plan.config.claims)
         if scores is not None:
             scores_by_suite.setdefault(suite, []).append(scores)
             rest[(suite, tr.id)] = _rest_source(u)
     for name, rows in tables.items():
         setattr(report, name, rectangular(rows))
+    report.sampled = rectangular(report.sampled)
     _summarise_claims(plan, scores_by_suite, rest, report)
+
+
+def sampled_rows(long: list[Row]) -> list[Row]:
+    """An evaluation's metrics.csv (one row per variant, benchmark and metric) as one row per variant and
+    benchmark with a column per metric (percent): avg@n (the mean accuracy of the n sampled answers),
+    pass@k and maj@k; only where answers were sampled (n > 1): with one answer, avg is the accuracy table's."""
+    out: dict[tuple, Row] = {}
+    for r in long:
+        n = r.get("samples")
+        if not isinstance(n, int) or n < 2:
+            continue
+        row = out.setdefault((r["variant"], r["benchmark"]), {"variant": r["variant"], "benchmark": r["benchmark"],
+                                                              "samples": n, "problems": r.get("problems")})
+        row[f"avg@{n}" if r["metric"] == "avg" else r["metric"]] = r["value"]
+    return list(out.values())
 
 
 def _rest_source(u: Unit) -> dict:
@@ -258,5 +287,5 @@ def _write(report: Report) -> None:
     for name, table in (("accuracy.csv", report.accuracy), ("retention.csv", report.retention),
                         ("removal.csv", report.removal), ("solved_lost.csv", report.solved_lost),
                         ("differences.csv", report.differences), ("informative.csv", report.informative),
-                        ("claims.csv", report.claim_rows)):
+                        ("claims.csv", report.claim_rows), ("sampled.csv", report.sampled)):
         put(name, table)

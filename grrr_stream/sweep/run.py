@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Optional, TextIO
 
 from ..config import TrackingConfig
@@ -13,7 +14,7 @@ from .execute import DaskExecutor, LocalExecutor, execute_units, make_client
 from .plan import Plan
 from .records import Records, SweepLock, unit_state
 from .report import Report, write_report
-from ..runs import log_sweep
+from ..runs import log_sweep, sweep_runs
 from .runners import RunContext
 from .units import DecomposeParams, Unit
 
@@ -26,6 +27,7 @@ class SweepResult:
     ran: list[str]                       # units executed in this call
     report: Report
     run_id: Optional[str] = None
+    html: Optional[Path] = None          # WORKDIR/report/index.html
 
     @property
     def report_files(self) -> list:
@@ -74,9 +76,26 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
-        if tracking.enabled:
-            result.run_id = log_sweep(plan, result, tracking, started)
+        write_pages(result, tracking, started)
     return result
+
+
+def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional[float] = None) -> Path:
+    """The HTML report, named by the sweep's MLflow run when tracked (it is logged with the run's other report
+    files: log_sweep calls back once the run's id is known); ``started``: None to only rewrite the page."""
+    from ..report import write_html
+
+    def page(run_id: Optional[str]) -> Path:
+        runs = sweep_runs(tracking) if tracking.enabled else []
+        result.html = write_html(result.plan, result.report, result.records, tracking=tracking, run_id=run_id,
+                                 runs=runs)
+        return result.html
+
+    if tracking.enabled and started is not None:
+        result.run_id = log_sweep(result.plan, result, tracking, started, html=page)
+    if result.html is None:  # not tracked, or the sweep's run was finished already (nothing new to log)
+        page(result.run_id)
+    return result.html
 
 
 def _run(todo: list[Unit], states: dict[str, str], display: Display, scheduler: Optional[str],

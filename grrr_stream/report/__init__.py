@@ -1,0 +1,10 @@
+"""The sweep's HTML report (WORKDIR/report/index.html): the one owner of that page's format.
+
+- :mod:`.tables`: the paper's tables and the others, as cells that name their CSV source;
+- :mod:`.figures`: the figures, drawn by :mod:`grrr_stream.plots`, embedded as data: URIs;
+- :mod:`.build`: the page (Jinja2 templates in ``templates/``), provenance included.
+"""
+
+from .build import CONFIG_FILE, PAGE, write_html
+
+__all__ = ["CONFIG_FILE", "PAGE", "write_html"]

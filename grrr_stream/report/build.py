@@ -1,0 +1,160 @@
+"""WORKDIR/report/index.html: the sweep's results in one self-contained page (tables, claims, figures,
+provenance), rendered with Jinja2 from the sweep report's typed rows (:class:`grrr_stream.sweep.report.Report`).
+
+One file to mail or attach: figures are data: URIs, the style sheet is inline, there is no script and no
+address outside the page except links to MLflow's UI. Tables and figures appear only when the sweep has
+their results, so a page written mid-sweep shows what is done.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Optional
+
+from ..files import atomic_write_text
+from . import figures as figs
+from . import tables as tbl
+
+PAGE = "index.html"
+# the report folder's files that sections show already; any other CSV there is an extra table
+KNOWN_CSV = {"units.csv", "transitions.csv", "comparisons.csv", "stats_overall.csv", "accuracy.csv", "retention.csv",
+             "removal.csv", "solved_lost.csv", "differences.csv", "informative.csv", "claims.csv", "sampled.csv"}
+CONFIG_FILE = "config.json"   # the sweep's config, for `grrr-stream report WORKDIR`
+
+
+def write_html(plan, report, records: dict, *, tracking=None, run_id: Optional[str] = None,
+               runs: Optional[list[dict]] = None) -> Path:
+    """Write WORKDIR/report/index.html (and the sweep's config beside it) from ``report``; ``tracking``,
+    ``run_id``, ``runs``: the sweep's MLflow settings, its run and the runs tagged with the sweep, for the
+    provenance. Returns the page's path (also appended to ``report.files``)."""
+    folder = report.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    config = plan.config.model_dump(mode="json")
+    atomic_write_text(folder / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    sft = list(plan.config.claims.sft_methods)
+
+    def method_of(row: dict) -> Optional[str]:
+        tr = plan.transitions.get(str(row.get("transition", "")).split(" [")[0])
+        return tr.method if tr is not None else row.get("method")
+
+    shown = figs.figures(report, report.matrices, folder / "figures")
+    extras = _extra_tables(folder)
+    loose = figs.loose_images(folder, {f.path.resolve() for f in shown})
+    context = {
+        "name": plan.config.name, "workdir": str(plan.workdir), "written": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "counts": _counts(report.units), "paper_tables": tbl.paper_tables(report, method_of, sft),
+        "other_tables": tbl.other_tables(report, method_of, sft), "claims": _claims(report, plan),
+        "figures": shown, "extra_tables": extras, "extra_figures": loose,
+        "provenance": _provenance(plan, report, records, config, tracking, run_id, runs or []),
+    }
+    page = folder / PAGE
+    atomic_write_text(page, _environment().get_template("report.html.j2").render(**context))
+    written = [f.path for f in shown if f.path.parent == folder / "figures"] + [folder / CONFIG_FILE, page]
+    report.files += [p for p in written if p not in report.files]
+    return page
+
+
+def _environment():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("grrr_stream.report", "templates"),
+                             autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    return env
+
+
+def _counts(units: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for u in units:
+        out[u["state"]] = out.get(u["state"], 0) + 1
+    return out
+
+
+def _claims(report, plan) -> list[dict]:
+    """Per evaluation suite: the claims as the paper's sentences (each names the set it is over), the
+    informative count and the settings the intervals come from."""
+    from ..claims_sets import sentences
+
+    c = plan.config.claims
+    out = []
+    for suite, s in report.claims.items():
+        notes = sorted({r["resampling"] for r in s["claims"] if r["resampling"] != "joint"})
+        out.append({"suite": suite or "main", "selector": s.get("selector") or "", "counts": s["counts"],
+                    "sentences": sentences(s["claims"]), "notes": notes,
+                    "settings": f"{c.level:.0%} intervals from {c.resamples} bootstrap resamples of the problems, "
+                                f"drawn jointly across transitions (seed {c.seed}); informative: full − base ≥ "
+                                f"{c.informative_points:g} point; within: {c.within_points:g} points"})
+    return out
+
+
+def _extra_tables(folder: Path) -> list:
+    """Every CSV in the report folder that no section shows: the hook for analyses this page does not know
+    yet (the residual-channel analysis writes its table there and it appears here as it is)."""
+    from ..sweep.report import read_rows
+
+    out = []
+    for i, p in enumerate(sorted(folder.glob("*.csv"))):
+        if p.name not in KNOWN_CSV:
+            out.append(tbl.plain_table(f"extra-{i}", p.stem.replace("_", " "), f"{p.name} (found in the report "
+                                       "folder)", read_rows(p), p.name))
+    return out
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in ("grrr-stream", "torch", "numpy", "zarr", "mlflow", "dask", "scipy", "matplotlib", "jinja2",
+                 "vllm", "math-verify"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _provenance(plan, report, records: dict, config: dict, tracking, run_id, runs: list[dict]) -> dict:
+    import yaml
+
+    units = []
+    for i, (u, row) in enumerate(zip(plan.units, report.units)):
+        rec = records.get(u.id) or {}
+        started = rec.get("started")
+        units.append({"row": i, "unit": u.id, "kind": u.kind, "state": row["state"], "seconds": row["seconds"],
+                      "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else "",
+                      "key": u.key, "out": u.out, "error": row["error"]})
+    return {"config_yaml": yaml.safe_dump(config, sort_keys=False), "plan_key": plan.key, "versions": _versions(),
+            "units": units, "settings": _settings_hashes(report), "mlflow": _mlflow(tracking, run_id, runs)}
+
+
+def _settings_hashes(report) -> list[dict]:
+    """Each decomposed transition's store and the identity its manifest records (fingerprints, settings hash)."""
+    from ..store import TransitionStore
+
+    out = []
+    for r in report.transitions:
+        ident = (TransitionStore.read_manifest(Path(str(r["store"]))) or {}).get("identity", {})
+        out.append({"transition": r["transition"], "store": r["store"], **{k: ident[k] for k in sorted(ident)}})
+    return out
+
+
+def _mlflow(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[dict]:
+    """The sweep's MLflow run, the runs tagged with the sweep, and their UI addresses: the server's for an
+    http(s) tracking URI, else the local UI that `mlflow ui --backend-store-uri URI` serves."""
+    if tracking is None or not tracking.enabled:
+        return None
+    from ..tracking import resolve_uri
+
+    uri = resolve_uri(tracking.uri)
+    served = uri.startswith(("http://", "https://"))
+    ui = uri.rstrip("/") if served else "http://127.0.0.1:5000"
+    exp = next((r["experiment_id"] for r in runs if r.get("experiment_id")), None)
+    run_id = run_id or next((r["run_id"] for r in runs if r.get("kind") == "sweep"), None)
+    link = (lambda rid: f"{ui}/#/experiments/{exp}/runs/{rid}") if exp else (lambda rid: "")
+    return {"uri": uri, "experiment": tracking.experiment, "ui": ui, "served": served, "run_id": run_id or "",
+            "run_link": link(run_id) if run_id else "",
+            "runs": [{**r, "link": link(r["run_id"])} for r in runs],
+            "start_ui": "" if served else f"mlflow ui --backend-store-uri {uri}"}
