@@ -143,6 +143,19 @@ def test_zero_update_is_all_zeros_without_nans():
     assert float(res.projection.P.abs().max()) == 0.0
 
 
+def test_identical_spectra_give_exact_identities_whatever_the_rounding():
+    """A spectrum compared with itself: dsr_pct, α and δ_max are exactly 0 and sv_cos exactly 1 for every
+    spectrum, not only for those where √(Σσ²)² happens to round back to Σσ² (28 of these 50 do not)."""
+    from grrr_stream.metrics import matrix_metrics
+
+    for seed in range(50):
+        s = np.sort(np.random.default_rng(seed).random(40))[::-1] * 3
+        m = matrix_metrics(s, s.copy(), delta_fro=0.0, delta_spec=0.0, energies=(0.0, 0.0, 0.0), rows=40,
+                           cols=40, rank=40, rank_thresholds=(1e-3,))
+        assert (m.dsr_pct, m.alpha, m.delta_max, m.sv_cos) == (0.0, 0.0, 0.0, 1.0), seed
+        assert m.sr_w0 == m.sr_w1 and m.w0_fro == pytest.approx(np.linalg.norm(s), rel=1e-15)
+
+
 @pytest.mark.parametrize("shape", [(96, 40), (40, 96), (64, 64)])
 def test_float32_matches_float64_at_rl_sized_update(shape):
     """r_Δ = 3e-4: the float32 pipeline's fractions agree with float64 to 1e-4 absolute."""
