@@ -119,9 +119,15 @@ def update_sparsity(w0: torch.Tensor, w1: torch.Tensor) -> dict[str, float]:
 def round_trip_survival(w0_rows: torch.Tensor, components: dict[str, torch.Tensor],
                         dtype: torch.dtype = torch.bfloat16) -> dict[str, float]:
     """How much of each component survives W0 + component stored in ``dtype``: the share of its energy
-    kept, ⟨realised, c⟩² / ‖c‖⁴ with realised = cast(W0 + c) − W0, as the variants' fidelity report
-    defines it (1 for a zero component). ``w0_rows`` and each component: the same sample of entries
-    (rows or columns) of W0 and of the component.
+    that is left once the rounding error is taken out, max(0, 1 − ‖realised − c‖² / ‖c‖²) with realised
+    = cast(W0 + c) − W0 (1 for a zero component). ``w0_rows`` and each component: the same sample of
+    entries (rows or columns) of W0 and of the component.
+
+    Why this and not ⟨realised, c⟩²/‖c‖⁴: the error realised − c has a part along c (a component of
+    0.6 ulp per entry is realised as 1 ulp: overshoot, which the projection counted as more than
+    everything kept) and a part orthogonal to c (noise the projection ignored); ‖realised − c‖²
+    counts both. It is 1 − fidelity² of the variants' fidelity report (fidelity = ‖error‖/‖c‖),
+    clipped at 0 where the error is as large as the component itself.
 
     W0 + c is formed in float64 when W0 is wider than float32 or c is float64, else in float32 (the
     sums are accumulated in float64 either way): rounding W0 + c to float32 before ``dtype`` can
@@ -132,10 +138,10 @@ def round_trip_survival(w0_rows: torch.Tensor, components: dict[str, torch.Tenso
     out = {}
     for name, c in components.items():
         c = c.to(work)
-        realised = (base + c).to(dtype).to(work) - base
+        realised = (base + c).to(dtype).to(work) - base  # nearby floats: exact or nearly
         cc = float(torch.sum((c * c).double()))
-        dot = float(torch.sum((realised * c).double()))
-        out[name] = dot * dot / (cc * cc) if cc > 0 else 1.0
+        err = float(torch.sum((realised.double() - c.double()).square()))
+        out[name] = max(0.0, 1.0 - err / cc) if cc > 0 else 1.0
     return out
 
 def survival_sample(shape: tuple[int, int], target: int = 256) -> tuple[int, torch.Tensor]:

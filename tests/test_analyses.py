@@ -150,7 +150,8 @@ def test_sparsity_and_survival_land_in_the_store(tmp_path):
         b = VariantBuilder(store, parse_variant(c), dtype="bfloat16")
         for _ in b.tensors():
             pass
-        variants[c] = {r.name: r.energy_survived for r in b.report.rows}
+        # the share left after the cast's error, from the variant's own fidelity (‖error‖/‖c‖, whole matrix)
+        variants[c] = {r.name: max(0.0, 1.0 - r.fidelity ** 2) for r in b.report.rows}
     for name, attrs in t.matrices.items():
         m = attrs["metrics"]
         a, b = ck0.read(name).numpy().view(np.int32), ck1.read(name).numpy().view(np.int32)
@@ -170,6 +171,43 @@ def test_round_trip_survival_of_a_component_below_bf16_rounding():
     big = torch.full((8, 64), 0.5)    # exactly representable: everything survives
     got = round_trip_survival(w0, {"tiny": tiny, "big": big, "zero": torch.zeros(8, 64)})
     assert got == {"tiny": 0.0, "big": 1.0, "zero": 1.0}
+
+
+def _planted_ulps(k_ulps: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """W0 in bf16 with magnitudes (1 + j/128)·2^e, j in [16, 64) (10 ulps either way stay in the binade,
+    where one ulp is 2^(e−7)), and a component of k_ulps[i, j] ulps per entry with random signs.
+    Returns W0 (bf16), c (float32, exact) and each entry's ulp (float64)."""
+    g = np.random.default_rng(5)
+    shape = k_ulps.shape
+    e = g.choice([-8, -4, 0], size=shape)
+    mant = 1 + g.integers(16, 64, size=shape) / 128
+    w0 = g.choice([-1.0, 1.0], size=shape) * mant * 2.0 ** e
+    ulp = 2.0 ** (e - 7)
+    c = g.choice([-1.0, 1.0], size=shape) * k_ulps * ulp
+    return torch.from_numpy(w0).to(torch.bfloat16), torch.from_numpy(c).float(), ulp
+
+
+@pytest.mark.parametrize("k, want", [(0.0, 1.0), (0.4, 0.0), (0.6, 1 - (0.4 / 0.6) ** 2), (10.0, 1.0)])
+def test_survival_of_components_of_known_size_in_ulps(k, want):
+    """Round to nearest: 0.4 ulp per entry is lost (share 0), 0.6 ulp becomes 1 ulp (error 0.4 ulp per entry:
+    share 1 − (0.4/0.6)² = 5/9, where ⟨realised, c⟩²/‖c‖⁴ said 1/0.36 = 2.78), 10 ulps survive whole, and a
+    zero component keeps everything by convention."""
+    w0, c, _ = _planted_ulps(np.full((16, 48), k))
+    got = round_trip_survival(w0, {"c": c})["c"]
+    assert 0.0 <= got <= 1.0
+    assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_survival_counts_the_error_orthogonal_to_the_component():
+    """Half the entries 10 ulps, half 0.4 ulp (lost): the error is orthogonal to what survives. The share is the
+    energy of the 10-ulp part over the whole, computed here from the planted sizes without any cast."""
+    k = np.where(np.random.default_rng(6).random((16, 48)) < 0.5, 10.0, 0.4)
+    w0, c, ulp = _planted_ulps(k)
+    energy = (k * ulp) ** 2
+    want = energy[k == 10.0].sum() / energy.sum()
+    got = round_trip_survival(w0, {"c": c})["c"]
+    print(f"kept {got:.6f}, planted {want:.6f}")
+    assert got == pytest.approx(want, rel=1e-9)
 
 
 @pytest.fixture(scope="module")
