@@ -12,7 +12,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from .analyses import band_energies, component_samples, principal_angles, round_trip_survival, top_singular_subspaces
+from .analyses import (AnglePair, angle_columns, band_energies, component_samples, principal_angles_in_frame,
+                       principal_angles_of_w1, round_trip_survival)
 from .dtypes import name_of
 from .frame import Frame, Projection, compute_frame, project, spectral_norm, split_energies, svdvals
 from .metrics import MatrixMetrics, matrix_metrics, ratio_or_zero
@@ -41,8 +42,8 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     the frame exists, to keep at most a few m×n buffers alive. Pass a cached ``frame``
     to skip the SVD of W0. Beyond the paper, in the same pass: ``band_edges`` splits the
     energy of P by principal band; ``angle_edges`` measures the principal angles between the
-    top-k singular subspaces of W0 and W1 for each k (W1's by block subspace iteration, no
-    full SVD); ``survival`` = (axis, indices, W0 on those rows/columns in the
+    top-k singular subspaces of W0 and W1 for each k (block Krylov in W0's frame, no full SVD of
+    W1: :func:`grrr_stream.analyses.principal_angles_in_frame`); ``survival`` = (axis, indices, W0 on those rows/columns in the
     checkpoint dtype, target dtype) estimates how much of each component survives a round
     trip of W0 + component through the target dtype. ``timer`` collects the seconds of each
     step (see :mod:`grrr_stream.phases`).
@@ -53,15 +54,19 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
         sigma1 = svdvals(W1, svd_driver)
     m, n = W1.shape
     # the frame first, while W1 is intact: the same peak memory as forming ΔW first (W1 takes ΔW's place
-    # during the SVD), and W1's top-k subspaces can start from W0's
+    # during the SVD), and a truncated core's angles, which iterate on W1 itself, start from W0's
     if frame is None:
         with timer.phase("svd_w0"):
             frame = compute_frame(W0, core_rel_threshold, svd_driver)
     ks = sorted({int(k) for k in angle_edges if int(k) < min(m, n, frame.rank)})
     # (k ≥ min(m, n) is not measured: the longer side's top-k subspaces are then the row or column
     # spaces, which differ between W0 and W1 and would need W1's full SVD)
-    with timer.phase("angles"):
-        top1, angles_failed = _top_subspaces_of_w1(W1, frame, ks)
+    in_frame = frame.rank == min(m, n)  # untruncated core: the angles come from P and the null residual
+    angles: Optional[dict[int, AnglePair]] = None
+    angles_failed = False
+    if ks and not in_frame:  # truncated core: W0's tail is in W1 but not in the frame; iterate on W1 itself
+        with timer.phase("angles"):
+            angles, angles_failed = _guarded(lambda: principal_angles_of_w1(W1, frame, ks)[0])
     with timer.phase("delta"):
         delta = W1.sub_(W0)
         del W1, W0  # W0 freed here when the caller passed it without keeping a reference
@@ -79,8 +84,11 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     with timer.phase("projection"):
         proj = project(delta, frame, in_place=True)
         energies = split_energies(proj.P, proj.null)
+    if ks and in_frame:
+        with timer.phase("angles"):
+            angles, angles_failed = _guarded(lambda: principal_angles_in_frame(frame, proj, ks)[0])
     with timer.phase("analyses"):
-        extra = _beyond_the_paper(proj, frame, delta_fro, band_edges, ks, top1, angles_failed, survival, delta_sample)
+        extra = _beyond_the_paper(proj, frame, delta_fro, band_edges, ks, angles, angles_failed, survival, delta_sample)
     metrics = matrix_metrics(frame.S.double().cpu().numpy(), sigma1.double().cpu().numpy(), delta_fro=delta_fro,
                              delta_spec=delta_spec, energies=energies, rows=m, cols=n, rank=frame.rank,
                              rank_thresholds=rank_thresholds)
@@ -89,25 +97,24 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics)
 
 
-def _top_subspaces_of_w1(W1: torch.Tensor, frame: Frame, ks: list[int]
-                         ) -> tuple[Optional[tuple[torch.Tensor, torch.Tensor]], bool]:
-    """(W1's top-max(ks) left and right singular vectors or None, whether computing them failed)."""
+def _guarded(compute) -> tuple[Optional[dict[int, AnglePair]], bool]:
+    """(the angles or None, whether computing them failed)."""
     try:
-        return (top_singular_subspaces(W1, ks[-1], start=frame.V[:, :ks[-1] + 16]) if ks else None), False
+        return compute(), False
     except torch.linalg.LinAlgError:  # products that overflow (weights near the dtype's limit): the angles
         return None, True             # are NaN, and the caller refuses the matrix as non-finite
 
 
 def _beyond_the_paper(proj: Projection, frame: Frame, delta_fro: float, band_edges: Sequence[int], ks: list[int],
-                      top1: Optional[tuple[torch.Tensor, torch.Tensor]], angles_failed: bool,
+                      angles: Optional[dict[int, AnglePair]], angles_failed: bool,
                       survival: Optional[Survival], delta_sample: Optional[torch.Tensor]) -> dict[str, float]:
     """The extra metric columns: band shares of ‖ΔW‖², principal angles, round-trip survival."""
     extra: dict[str, float] = {}
     if band_edges:
         d2 = delta_fro ** 2
         extra.update({f"band{k}": ratio_or_zero(v, d2) for k, v in band_energies(proj.P, band_edges).items()})
-    if top1 is not None:
-        extra.update({f"angle{k}": v for k, v in principal_angles(frame, top1[0], top1[1], ks).items()})
+    if angles is not None:
+        extra.update(angle_columns(angles))
     elif angles_failed:
         extra.update({f"angle{k}_{side}_max_deg": math.nan for k in ks for side in ("left", "right")})
     if survival is not None:
