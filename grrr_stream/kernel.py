@@ -15,7 +15,8 @@ import torch
 from .analyses import (AnglePair, angle_columns, band_energies, component_samples, principal_angles_in_frame,
                        principal_angles_of_w1, round_trip_survival)
 from .dtypes import name_of
-from .frame import Frame, Projection, compute_frame, project, spectral_norm, split_energies, svdvals
+from .frame import (DEGENERATE_GAP, Frame, Projection, compute_frame, degenerate_clusters, project, spectral_norm,
+                    split_energies, svdvals)
 from .metrics import MatrixMetrics, matrix_metrics, ratio_or_zero
 from .phases import NO_TIMER, PhaseTimer
 
@@ -35,7 +36,8 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
                      core_rel_threshold: Optional[float] = None, rank_thresholds: Sequence[float] = (1e-7, 1e-3),
                      band_edges: Sequence[int] = (), angle_edges: Sequence[int] = (),
                      survival: Optional[Survival] = None, timer: PhaseTimer = NO_TIMER,
-                     svd_driver: Optional[str] = None) -> MatrixResult:
+                     svd_driver: Optional[str] = None,
+                     degenerate_gap: Optional[float] = DEGENERATE_GAP) -> MatrixResult:
     """Full GRRR treatment of one matrix pair, given already upcast (float32/64) tensors.
 
     Consumes ``W1`` (it becomes ΔW, then the null residual) and drops ``W0`` as soon as
@@ -46,7 +48,9 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     W1: :func:`grrr_stream.analyses.principal_angles_in_frame`); ``survival`` = (axis, indices, W0 on those rows/columns in the
     checkpoint dtype, target dtype) estimates how much of each component survives a round
     trip of W0 + component through the target dtype. ``timer`` collects the seconds of each
-    step (see :mod:`grrr_stream.phases`).
+    step (see :mod:`grrr_stream.phases`). ``degenerate_gap``: see :func:`grrr_stream.frame.compute_frame`
+    (a new frame of a float32 W0 with near-equal singular values is computed in float64) and the
+    ``f_degenerate`` column (None: neither).
     """
     if W0.dtype != W1.dtype or W0.dtype not in (torch.float32, torch.float64):
         raise TypeError("decompose_matrix expects two float32 or two float64 tensors")
@@ -57,7 +61,7 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     # during the SVD), and a truncated core's angles, which iterate on W1 itself, start from W0's
     if frame is None:
         with timer.phase("svd_w0"):
-            frame = compute_frame(W0, core_rel_threshold, svd_driver)
+            frame = compute_frame(W0, core_rel_threshold, svd_driver, degenerate_gap)
     ks = sorted({int(k) for k in angle_edges if int(k) < min(m, n, frame.rank)})
     # (k ≥ min(m, n) is not measured: the longer side's top-k subspaces are then the row or column
     # spaces, which differ between W0 and W1 and would need W1's full SVD)
@@ -92,9 +96,18 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     metrics = matrix_metrics(frame.S.double().cpu().numpy(), sigma1.double().cpu().numpy(), delta_fro=delta_fro,
                              delta_spec=delta_spec, energies=energies, rows=m, cols=n, rank=frame.rank,
                              rank_thresholds=rank_thresholds)
+    if degenerate_gap is not None:
+        extra["f_degenerate"] = ratio_or_zero(degenerate_energy(proj.P, frame.S, degenerate_gap), delta_fro ** 2)
     if extra:
         metrics = replace(metrics, extra=extra)
     return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics)
+
+
+def degenerate_energy(P: torch.Tensor, S: torch.Tensor, gap: float) -> float:
+    """Σ over the clusters C of near-equal singular values of W0 (neighbours within gap·σ₁) of ‖P_CC‖²,
+    diagonal entries included: the energy whose diag/off split depends on the basis chosen inside each
+    cluster (a rotation Q of a cluster turns P_CC into Qᵀ P_CC Q, keeping only ‖P_CC‖)."""
+    return sum(float(P[a:b, a:b].double().square().sum()) for a, b in degenerate_clusters(S, P.shape[0], gap))
 
 
 def _guarded(compute) -> tuple[Optional[dict[int, AnglePair]], bool]:
