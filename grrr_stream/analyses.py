@@ -65,8 +65,13 @@ def principal_angles_in_frame(frame: Frame, proj: Projection, ks: Sequence[int])
     r, wd = V.shape[1], P.dtype
     s = S[:r].double()[:, None]
     null = None if proj.null_is_structural_zero else N
+    q = min(max(ks) + ANGLE_OVERSAMPLE, r)
+    start = torch.eye(r, q, dtype=torch.float64, device=P.device)
 
     def forward(y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if y is start:  # the first q unit vectors: columns, no products
+            top = s * y + P[:, :q].double()
+            return (top,) if null is None else (top, null @ V[:, :q])
         top = s * y + (P @ y.to(wd)).double()
         return (top,) if null is None else (top, null @ (V @ y.to(wd)))
 
@@ -76,9 +81,7 @@ def principal_angles_in_frame(frame: Frame, proj: Projection, ks: Sequence[int])
             out += (V.mT @ (null.mT @ parts[1])).double()
         return out
 
-    q = min(max(ks) + ANGLE_OVERSAMPLE, r)
-    start = torch.eye(r, q, dtype=torch.float64, device=P.device)
-    got, blocks = _block_krylov_angles(forward, adjoint, start, ks, left=lambda parts, k: parts[0][:k],
+    got, blocks = _block_krylov_angles(forward, adjoint, start, ks, left=lambda X0, k: X0[:k],
                                        right=lambda Y, k: Y[:k])
     return ({k: (a[1], a[0]) for k, a in got.items()} if flip else got), blocks
 
@@ -91,47 +94,59 @@ def principal_angles_of_w1(W1: torch.Tensor, frame: Frame, ks: Sequence[int]) ->
     U, V, wd = frame.U, frame.V, W1.dtype
     q = min(max(ks) + ANGLE_OVERSAMPLE, V.shape[1])
     return _block_krylov_angles(lambda y: (W1 @ y.to(wd),), lambda parts: (W1.mT @ parts[0]).double(),
-                                V[:, :q].double(), ks, left=lambda parts, k: U[:, :k].double().mT @ parts[0],
+                                V[:, :q].double(), ks, left=lambda X0, k: U[:, :k].double().mT @ X0,
                                 right=lambda Y, k: V[:, :k].double().mT @ Y)
 
 
 def _block_krylov_angles(forward, adjoint, start: torch.Tensor, ks: Sequence[int], *, left, right
                          ) -> tuple[dict[int, AnglePair], int]:
     """Block Krylov (Musco & Musco 2015) on BᵀB from ``start`` (orthonormal columns, float64), with
-    Rayleigh–Ritz after each block, until every angle quantity changes by at most ANGLE_TOL of itself.
-    ``forward(y)`` gives the parts of B·y (‖By‖² = Σ‖part‖²), ``adjoint(parts)`` Bᵀ of them; ``left(parts,
-    k)`` the coordinates of B·y on W0's top-k left vectors, ``right(Y, k)`` those of Y on its top-k right
-    vectors. Krylov instead of subspace iteration: its error falls with √gap per block, which is what a
-    spectrum without a gap at k needs (2 subspace iterations left 1 − cos² 1–13 % low)."""
-    kmax = max(ks)
-    K, images, blk = start, [], start
+    Rayleigh–Ritz after each block from the second, until every angle quantity changes by at most
+    ANGLE_TOL of itself.
+    ``forward(y)`` gives the parts of B·y (‖By‖² = Σ‖part‖²), ``adjoint(parts)`` Bᵀ of them; ``left(X0,
+    k)`` the coordinates on W0's top-k left vectors of X0 = the first part of B·Y, ``right(Y, k)`` those
+    of Y on its top-k right vectors. Krylov instead of subspace iteration: its error falls with √gap
+    per block, which is what a spectrum without a gap at k needs (2 subspace iterations left 1 − cos²
+    1–13 % low). The Gram matrix (BK)ᵀ(BK) grows by one block row per block, each part's products in
+    its own dtype (the null residual's in the compute dtype: it is small next to Σ0)."""
+    K, blocks, blk = start, [], start
+    G = torch.zeros(0, 0, dtype=torch.float64, device=start.device)
     prev: Optional[dict[int, AnglePair]] = None
-    for block in range(1, ANGLE_MAX_BLOCKS + 1):
+    for count in range(1, ANGLE_MAX_BLOCKS + 1):
         parts = forward(blk)
-        images.append(parts)
-        stacked = [torch.cat([im[i] for im in images], 1) for i in range(len(parts))]
-        G = sum(x.double().mT @ x.double() for x in stacked)  # (BK)ᵀ(BK): small, float64
-        lam, Z = torch.linalg.eigh(G)
-        order = torch.argsort(lam, descending=True)[:kmax]
-        lam, Z = lam[order].clamp_min(torch.finfo(torch.float64).tiny), Z[:, order]
-        Y = K @ Z                                          # Ritz right vectors, orthonormal
-        Xparts = tuple(x.double() @ Z for x in stacked)    # B·Y = Ritz left vectors × σ
-        got = {}
-        for k in ks:
-            cl = torch.linalg.svdvals(left(Xparts, k)[:, :k] / lam[:k].sqrt())
-            cr = torch.linalg.svdvals(right(Y[:, :k], k))
-            got[k] = (_angle_pair(cl), _angle_pair(cr))
-        if prev is not None and all(_settled(prev[k], got[k]) for k in ks):
-            return got, block
-        prev = got
-        if K.shape[1] + start.shape[1] > K.shape[0]:
-            return got, block  # the next block would fill the whole space: what we have is exact
+        cross = [sum((x.mT @ y).double() for x, y in zip(old, parts)) for old in blocks + [parts]]
+        blocks.append(parts)
+        col = torch.cat(cross, 0)
+        G = torch.cat([torch.cat([G, col[:-blk.shape[1]]], 1), col.mT], 0)
+        full = K.shape[1] + start.shape[1] > K.shape[0]  # the next block would fill the whole space
+        if count > 1 or full:  # (the start alone is never settled: its Rayleigh–Ritz would only cost)
+            got = _ritz_angles(G, K, blocks, ks, left, right)
+            if full or (prev is not None and all(_settled(prev[k], got[k]) for k in ks)):
+                return got, count  # settled, or exact: the Krylov space is the whole space
+            prev = got
         nxt = adjoint(parts)
         for _ in range(2):  # twice is enough (Giraud et al.), and keeps K orthonormal to rounding
             nxt -= K @ (K.mT @ nxt)
         blk, _ = torch.linalg.qr(nxt)
         K = torch.cat([K, blk], 1)
     return prev, ANGLE_MAX_BLOCKS
+
+
+def _ritz_angles(G: torch.Tensor, K: torch.Tensor, blocks: list, ks: Sequence[int], left, right
+                 ) -> dict[int, AnglePair]:
+    """Rayleigh–Ritz on the Krylov space K with Gram matrix G = (BK)ᵀ(BK): the angles of each k."""
+    kmax = max(ks)
+    lam, Z = torch.linalg.eigh(G)
+    order = torch.argsort(lam, descending=True)[:kmax]
+    lam, Z = lam[order].clamp_min(torch.finfo(torch.float64).tiny), Z[:, order]
+    Y = K @ Z                                                  # Ritz right vectors, orthonormal
+    X0 = torch.cat([bl[0] for bl in blocks], 1).double() @ Z   # first part of B·Y = Ritz left vectors × σ
+    got = {}
+    for k in ks:
+        cl = torch.linalg.svdvals(left(X0[:, :k], k) / lam[:k].sqrt())
+        cr = torch.linalg.svdvals(right(Y[:, :k], k))
+        got[k] = (_angle_pair(cl), _angle_pair(cr))
+    return got
 
 
 def _angle_pair(c: torch.Tensor) -> tuple[float, float]:

@@ -88,7 +88,9 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     with timer.phase("projection"):
         proj = project(delta, frame, in_place=True)
         energies = split_energies(proj.P, proj.null)
-    if ks and in_frame:
+    if ks and in_frame and delta_fro == 0.0:  # W1 == W0: the subspaces coincide, exactly
+        angles = {k: ((0.0, 1.0), (0.0, 1.0)) for k in ks}
+    elif ks and in_frame:
         with timer.phase("angles"):
             angles, angles_failed = _guarded(lambda: principal_angles_in_frame(frame, proj, ks)[0])
     with timer.phase("analyses"):
