@@ -40,34 +40,127 @@ def band_energies(P: torch.Tensor, edges: Sequence[int]) -> dict[str, float]:
     return out
 
 
-def top_singular_subspaces(X: torch.Tensor, k: int, *, start: Optional[torch.Tensor] = None, oversample: int = 16,
-                           iters: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Approximate top-k left and right singular vectors of X (m×k, n×k), without a full SVD.
+ANGLE_TOL = 1e-2        # stop when no reported angle quantity changes by more than this share between blocks
+ANGLE_MAX_BLOCKS = 12   # a cap far above the 4 blocks that power-law spectra without a gap need
+ANGLE_OVERSAMPLE = 16   # block size k + 16
 
-    Block subspace iteration (Halko, Martinsson & Tropp 2011): ``iters`` power iterations of a block
-    of k + ``oversample`` columns, re-orthonormalised each time, then Rayleigh–Ritz on the small
-    projected matrix. Cost about (2·iters + 2)·m·n·(k + oversample). ``start`` (n×j, j ≤ k +
-    oversample) seeds the block — for W1, the top right singular vectors of W0, which a post-training
-    update moves little — and seeded Gaussian columns fill the rest. From a start that close the error
-    left after the iterations is a small fraction of the true angle, even where the spectrum has no gap
-    at k (a random start leaves an error of its own size there).
-    """
-    m, n = X.shape
-    q = min(k + oversample, m, n)
-    gen = torch.Generator(device=X.device).manual_seed(seed)
-    block = torch.randn(n, q, generator=gen, device=X.device, dtype=X.dtype)
-    if start is not None:
-        j = min(start.shape[1], q)
-        block[:, :j] = start[:, :j].to(X.dtype)
-    Y = X @ block
-    Q, _ = torch.linalg.qr(Y)
-    for _ in range(iters):
-        Z, _ = torch.linalg.qr(X.T @ Q)
-        Q, _ = torch.linalg.qr(X @ Z)
-    B = Q.T @ X  # q×n
-    Ub, _, Vh = torch.linalg.svd(B, full_matrices=False)
-    k = min(k, q)
-    return (Q @ Ub[:, :k]).contiguous(), Vh[:k].T.contiguous()
+# (left max°, left mean cos²), (right max°, right mean cos²) for one k
+AnglePair = tuple[tuple[float, float], tuple[float, float]]
+
+
+def principal_angles_in_frame(frame: Frame, proj: Projection, ks: Sequence[int]) -> tuple[dict[int, AnglePair], int]:
+    """Angles between the top-k singular subspaces of W0 and W1 from the projection, in W0's frame (for an
+    untruncated core, r = min(m, n)). Returns ({k: angles}, Krylov blocks used).
+
+    Oriented so that m ≥ n (transposed otherwise, the sides swapped back at the end), V0 is complete
+    and W1 = U0 (Σ0 + P) V0ᵀ + N with U0ᵀN = 0: W1 = [U0 Q]·B·V0ᵀ with B = [[Σ0 + P], [R]], NV0 = QR. So
+    σ(W1) = σ(B), W1's right singular vectors are V0 times B's and its left ones [U0 Q] times B's: the
+    cosines of the top-k angles are the singular values of the first k coordinates of B's top-k
+    singular vectors. B is never formed: B y = (Σ0y + Py, N·V0y), Σ0 applied elementwise in float64,
+    P, N and V0 in the compute dtype, so rounding is relative to ‖ΔW‖ rather than ‖W0‖ — which lets a
+    float32 run resolve the angles of a 3e-4 update (an SVD of W1 in float32 could not: its own
+    rounding, eps·σ₁ over the gaps of a spectrum without a gap, is as large as those angles)."""
+    U, S, V, P, N = frame.U, frame.S, frame.V, proj.P, proj.null
+    flip = N.shape[0] < N.shape[1]
+    if flip:
+        U, V, P, N = V, U, P.mT, N.mT
+    r, wd = V.shape[1], P.dtype
+    s = S[:r].double()[:, None]
+    null = None if proj.null_is_structural_zero else N
+    q = min(max(ks) + ANGLE_OVERSAMPLE, r)
+    start = torch.eye(r, q, dtype=torch.float64, device=P.device)
+
+    def forward(y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if y is start:  # the first q unit vectors: columns, no products
+            top = s * y + P[:, :q].double()
+            return (top,) if null is None else (top, null @ V[:, :q])
+        top = s * y + (P @ y.to(wd)).double()
+        return (top,) if null is None else (top, null @ (V @ y.to(wd)))
+
+    def adjoint(parts: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        out = s * parts[0] + (P.mT @ parts[0].to(wd)).double()
+        if null is not None:
+            out += (V.mT @ (null.mT @ parts[1])).double()
+        return out
+
+    got, blocks = _block_krylov_angles(forward, adjoint, start, ks, left=lambda X0, k: X0[:k],
+                                       right=lambda Y, k: Y[:k])
+    return ({k: (a[1], a[0]) for k, a in got.items()} if flip else got), blocks
+
+
+def principal_angles_of_w1(W1: torch.Tensor, frame: Frame, ks: Sequence[int]) -> tuple[dict[int, AnglePair], int]:
+    """The same angles from W1 itself, for a truncated core (W0's tail outside the core is then part of
+    W1 but not of the frame): the same Krylov iteration on W1ᵀW1, started from V0's top columns. No
+    algorithmic bias either, but rounding relative to ‖W1‖: in float32 the angles of updates below
+    about 1e-3 of ‖W0‖ carry the SVD's own rounding error (README, "Beyond the paper")."""
+    U, V, wd = frame.U, frame.V, W1.dtype
+    q = min(max(ks) + ANGLE_OVERSAMPLE, V.shape[1])
+    return _block_krylov_angles(lambda y: (W1 @ y.to(wd),), lambda parts: (W1.mT @ parts[0]).double(),
+                                V[:, :q].double(), ks, left=lambda X0, k: U[:, :k].double().mT @ X0,
+                                right=lambda Y, k: V[:, :k].double().mT @ Y)
+
+
+def _block_krylov_angles(forward, adjoint, start: torch.Tensor, ks: Sequence[int], *, left, right
+                         ) -> tuple[dict[int, AnglePair], int]:
+    """Block Krylov (Musco & Musco 2015) on BᵀB from ``start`` (orthonormal columns, float64), with
+    Rayleigh–Ritz after each block from the second, until every angle quantity changes by at most
+    ANGLE_TOL of itself.
+    ``forward(y)`` gives the parts of B·y (‖By‖² = Σ‖part‖²), ``adjoint(parts)`` Bᵀ of them; ``left(X0,
+    k)`` the coordinates on W0's top-k left vectors of X0 = the first part of B·Y, ``right(Y, k)`` those
+    of Y on its top-k right vectors. Krylov instead of subspace iteration: its error falls with √gap
+    per block, which is what a spectrum without a gap at k needs (2 subspace iterations left 1 − cos²
+    1–13 % low). The Gram matrix (BK)ᵀ(BK) grows by one block row per block, each part's products in
+    its own dtype (the null residual's in the compute dtype: it is small next to Σ0)."""
+    K, blocks, blk = start, [], start
+    G = torch.zeros(0, 0, dtype=torch.float64, device=start.device)
+    prev: Optional[dict[int, AnglePair]] = None
+    for count in range(1, ANGLE_MAX_BLOCKS + 1):
+        parts = forward(blk)
+        cross = [sum((x.mT @ y).double() for x, y in zip(old, parts)) for old in blocks + [parts]]
+        blocks.append(parts)
+        col = torch.cat(cross, 0)
+        G = torch.cat([torch.cat([G, col[:-blk.shape[1]]], 1), col.mT], 0)
+        full = K.shape[1] + start.shape[1] > K.shape[0]  # the next block would fill the whole space
+        if count > 1 or full:  # (the start alone is never settled: its Rayleigh–Ritz would only cost)
+            got = _ritz_angles(G, K, blocks, ks, left, right)
+            if full or (prev is not None and all(_settled(prev[k], got[k]) for k in ks)):
+                return got, count  # settled, or exact: the Krylov space is the whole space
+            prev = got
+        nxt = adjoint(parts)
+        for _ in range(2):  # twice is enough (Giraud et al.), and keeps K orthonormal to rounding
+            nxt -= K @ (K.mT @ nxt)
+        blk, _ = torch.linalg.qr(nxt)
+        K = torch.cat([K, blk], 1)
+    return prev, ANGLE_MAX_BLOCKS
+
+
+def _ritz_angles(G: torch.Tensor, K: torch.Tensor, blocks: list, ks: Sequence[int], left, right
+                 ) -> dict[int, AnglePair]:
+    """Rayleigh–Ritz on the Krylov space K with Gram matrix G = (BK)ᵀ(BK): the angles of each k."""
+    kmax = max(ks)
+    lam, Z = torch.linalg.eigh(G)
+    order = torch.argsort(lam, descending=True)[:kmax]
+    lam, Z = lam[order].clamp_min(torch.finfo(torch.float64).tiny), Z[:, order]
+    Y = K @ Z                                                  # Ritz right vectors, orthonormal
+    X0 = torch.cat([bl[0] for bl in blocks], 1).double() @ Z   # first part of B·Y = Ritz left vectors × σ
+    got = {}
+    for k in ks:
+        cl = torch.linalg.svdvals(left(X0[:, :k], k) / lam[:k].sqrt())
+        cr = torch.linalg.svdvals(right(Y[:, :k], k))
+        got[k] = (_angle_pair(cl), _angle_pair(cr))
+    return got
+
+
+def _angle_pair(c: torch.Tensor) -> tuple[float, float]:
+    """(largest angle in degrees, mean cos²) from the cosines."""
+    c = c.clamp(0.0, 1.0)
+    return math.degrees(math.acos(float(c.min()))), float((c * c).mean())
+
+
+def _settled(a: AnglePair, b: AnglePair) -> bool:
+    """Whether the largest angle and 1 − mean cos² of both sides changed by at most ANGLE_TOL of themselves."""
+    return all(abs(x[0] - y[0]) <= ANGLE_TOL * y[0] and abs(x[1] - y[1]) <= ANGLE_TOL * (1.0 - y[1])
+               for x, y in zip(a, b))
 
 
 def subspace_angles(A: torch.Tensor, B: torch.Tensor) -> tuple[float, float]:
@@ -79,17 +172,13 @@ def subspace_angles(A: torch.Tensor, B: torch.Tensor) -> tuple[float, float]:
     return math.degrees(math.acos(float(c.min()))), float((c * c).mean())
 
 
-def principal_angles(frame: Frame, U1: torch.Tensor, V1: torch.Tensor, edges: Sequence[int]) -> dict[str, float]:
-    """For each k: the angles between the top-k left (right) singular subspaces of W0 and W1."""
+def angle_columns(angles: dict[int, AnglePair]) -> dict[str, float]:
+    """The metric columns angle{k}_{left,right}_{max_deg,cos2}."""
     out: dict[str, float] = {}
-    r = min(frame.U.shape[1], U1.shape[1])
-    for k in edges:
-        if k > r:  # beyond the core or the computed subspace: not measured
-            continue
-        for side, A, B in (("left", frame.U, U1), ("right", frame.V, V1)):
-            worst, cos2 = subspace_angles(A[:, :k].to(B.dtype), B[:, :k])
-            out[f"{k}_{side}_max_deg"] = worst
-            out[f"{k}_{side}_cos2"] = cos2
+    for k, sides in angles.items():
+        for side, (worst, cos2) in zip(("left", "right"), sides):
+            out[f"angle{k}_{side}_max_deg"] = worst
+            out[f"angle{k}_{side}_cos2"] = cos2
     return out
 
 
@@ -205,9 +294,15 @@ def pooled_sparsity(rows: Sequence[dict]) -> dict:
 def round_trip_survival(w0_rows: torch.Tensor, components: dict[str, torch.Tensor],
                         dtype: torch.dtype = torch.bfloat16) -> dict[str, float]:
     """How much of each component survives W0 + component stored in ``dtype``: the share of its energy
-    kept, ⟨realised, c⟩² / ‖c‖⁴ with realised = cast(W0 + c) − W0, as the variants' fidelity report
-    defines it (1 for a zero component). ``w0_rows`` and each component: the same sample of entries
-    (rows or columns) of W0 and of the component.
+    that is left once the rounding error is taken out, max(0, 1 − ‖realised − c‖² / ‖c‖²) with realised
+    = cast(W0 + c) − W0 (1 for a zero component). ``w0_rows`` and each component: the same sample of
+    entries (rows or columns) of W0 and of the component.
+
+    Why this and not ⟨realised, c⟩²/‖c‖⁴: the error realised − c has a part along c (a component of
+    0.6 ulp per entry is realised as 1 ulp: overshoot, which the projection counted as more than
+    everything kept) and a part orthogonal to c (noise the projection ignored); ‖realised − c‖²
+    counts both. It is 1 − fidelity² of the variants' fidelity report (fidelity = ‖error‖/‖c‖),
+    clipped at 0 where the error is as large as the component itself.
 
     W0 + c is formed in float64 when W0 is wider than float32 or c is float64, else in float32 (the
     sums are accumulated in float64 either way): rounding W0 + c to float32 before ``dtype`` can
@@ -218,10 +313,10 @@ def round_trip_survival(w0_rows: torch.Tensor, components: dict[str, torch.Tenso
     out = {}
     for name, c in components.items():
         c = c.to(work)
-        realised = (base + c).to(dtype).to(work) - base
+        realised = (base + c).to(dtype).to(work) - base  # nearby floats: exact or nearly
         cc = float(torch.sum((c * c).double()))
-        dot = float(torch.sum((realised * c).double()))
-        out[name] = dot * dot / (cc * cc) if cc > 0 else 1.0
+        err = float(torch.sum((realised.double() - c.double()).square()))
+        out[name] = max(0.0, 1.0 - err / cc) if cc > 0 else 1.0
     return out
 
 def survival_sample(shape: tuple[int, int], target: int = 256) -> tuple[int, torch.Tensor]:

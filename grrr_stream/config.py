@@ -34,6 +34,10 @@ DEFAULT_MODULES: tuple[str, ...] = (
 FloatDtype = Literal[COMPUTE_NAMES]
 StoreDtype = Literal[FLOAT_NAMES]
 
+# Near-degenerate singular values (grrr_stream.frame.compute_frame): neighbours of W0's spectrum within this
+# share of σ₁ make a float32 frame be computed in float64, and bound the clusters of the f_degenerate column
+DEGENERATE_GAP = 1e-6
+
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -99,6 +103,10 @@ class DecompositionSettings(StrictModel):
     # cuSOLVER routine for the SVDs on a GPU (None: torch's choice); ignored on CPU. tools/gpu_check.sh
     # times them on the largest shapes and names the fastest one that meets the accuracy bar.
     svd_driver: Optional[Literal["gesvd", "gesvdj", "gesvda"]] = None
+    # Neighbouring singular values of W0 within degenerate_gap·σ₁ form a near-degenerate cluster: f_degenerate
+    # reports P's energy inside such clusters, and a float32 run computes that matrix's frame in float64
+    # (README, "Near-degenerate singular values"). None: neither.
+    degenerate_gap: Optional[float] = DEGENERATE_GAP
     # torch's intra-op threads for the math on a CPU (None: automatic, see streaming.compute_threads).
     # Not a result setting: LAPACK's results do not depend on it beyond rounding.
     cpu_threads: Optional[int] = Field(None, ge=1)
@@ -120,6 +128,13 @@ class DecompositionSettings(StrictModel):
     def _threshold(cls, v: Optional[float]) -> Optional[float]:
         if v is not None and not (0.0 < v < 1.0):
             raise ValueError("must lie strictly between 0 and 1 (a fraction of sigma_1)")
+        return v
+
+    @field_validator("degenerate_gap")
+    @classmethod
+    def _degenerate_gap(cls, v: Optional[float]) -> Optional[float]:
+        if v is not None and not (0.0 < v < 1.0):
+            raise ValueError("must lie strictly between 0 and 1 (a fraction of sigma_1), or be null")
         return v
 
     @field_validator("rank_thresholds")
@@ -208,6 +223,8 @@ def result_settings(cfg: DecompositionSettings) -> dict[str, Any]:
         out["null_storage"] = cfg.null_storage
     if cfg.svd_driver is not None:
         out["svd_driver"] = cfg.svd_driver
+    if cfg.degenerate_gap != DEGENERATE_GAP:  # the default stays out: earlier stores and sweep keys keep theirs
+        out["degenerate_gap"] = cfg.degenerate_gap
     return out
 
 

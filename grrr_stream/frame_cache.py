@@ -18,6 +18,7 @@ import torch
 # write_array is called through its module so that one monkeypatch reaches every array writer
 # (tests/test_resilience.py injects a disk fault there)
 from . import zarr_arrays
+from .config import DEGENERATE_GAP
 from .errors import StoreError
 from .files import atomic_write_text, fsync_path, fsync_tree, remove_tree
 from .frame import Frame
@@ -43,9 +44,12 @@ class FrameCache:
         self.path = Path(path)
 
     @staticmethod
-    def key(base_digest: str, compute_dtype: str, core_rel_threshold: Optional[float]) -> str:
+    def key(base_digest: str, compute_dtype: str, core_rel_threshold: Optional[float],
+            degenerate_gap: Optional[float] = DEGENERATE_GAP) -> str:
         thr = "full" if core_rel_threshold is None else f"t{core_rel_threshold:g}"
-        return f"{base_digest}-{compute_dtype}-{thr}"
+        # a non-default degenerate_gap can change a float32 frame (computed in float64 instead): its own key
+        gap = "" if degenerate_gap == DEGENERATE_GAP else ("-gnone" if degenerate_gap is None else f"-g{degenerate_gap:g}")
+        return f"{base_digest}-{compute_dtype}-{thr}{gap}"
 
     # -- the cache folder -----------------------------------------------------------
 
@@ -137,7 +141,7 @@ class FrameCache:
                 remove_tree(tmp, within=self.path)
 
 
-_FRAME_KEY_RE = re.compile(r"^[0-9a-f]{8,}-float(32|64)-(full|t[0-9.e+-]+)$")
+_FRAME_KEY_RE = re.compile(r"^[0-9a-f]{8,}-float(32|64)-(full|t[0-9.e+-]+)(-g(none|[0-9.e+-]+))?$")
 
 
 def _read_frame(d: Path, shape: Optional[tuple[int, int]], *, load: bool = True) -> Optional[Frame]:

@@ -54,6 +54,11 @@ def ratio_or_zero(a: float, b: float) -> float:
     return a / b if b > 0 else 0.0
 
 
+def _sum_of_products(a: np.ndarray, b: np.ndarray) -> float:
+    """Σ a_i·b_i, correctly rounded (each product is an IEEE operation, the sum exact before one rounding)."""
+    return math.fsum((a * b).tolist())
+
+
 def numerical_rank(s: np.ndarray, rel: float) -> int:
     return int((s > rel * s[0]).sum()) if s.size and s[0] > 0 else 0
 
@@ -76,14 +81,18 @@ def matrix_metrics(
     """
     s0 = np.asarray(s0, dtype=np.float64)
     s1 = np.asarray(s1, dtype=np.float64)
-    w0_fro = math.sqrt(float(np.dot(s0, s0)))
-    w1_fro2 = float(np.dot(s1, s1))
+    # ‖W‖² = Σσ² as a correctly rounded sum (math.fsum): the same spectrum gives the same bits on every
+    # machine, whatever BLAS's summation order, so a model compared with itself gives exact zeros.
+    # Every quantity below is built from these sums, never from a square root squared again.
+    w0_fro2, w1_fro2 = _sum_of_products(s0, s0), _sum_of_products(s1, s1)
+    w0_fro = math.sqrt(w0_fro2)
     e_diag, e_off, e_null = energies
     d2 = delta_fro**2
-    sr_w0 = ratio_or_zero(w0_fro**2, s0[0] ** 2) if s0.size else 0.0
+    sr_w0 = ratio_or_zero(w0_fro2, s0[0] ** 2) if s0.size else 0.0
     sr_w1 = ratio_or_zero(w1_fro2, s1[0] ** 2) if s1.size else 0.0
     sr_delta = ratio_or_zero(d2, delta_spec**2)
-    n0, n1 = math.sqrt(float(np.dot(s0, s0))), math.sqrt(w1_fro2)
+    # sqrt(x·x) is x exactly in IEEE arithmetic: identical spectra give sv_cos = 1 exactly
+    sv_norm = math.sqrt(w0_fro2 * w1_fro2)
     return MatrixMetrics(
         rows=rows,
         cols=cols,
@@ -97,7 +106,7 @@ def matrix_metrics(
         f_diag=ratio_or_zero(e_diag, d2),
         f_off=ratio_or_zero(e_off, d2),
         f_null=ratio_or_zero(e_null, d2),
-        sv_cos=ratio_or_zero(float(np.dot(s0, s1)), n0 * n1),
+        sv_cos=ratio_or_zero(_sum_of_products(s0, s1), sv_norm),
         delta_max=ratio_or_zero(float(np.max(np.abs(s1 - s0))) if s0.size else 0.0, s0[0] if s0.size else 0.0),
         sr_w0=sr_w0,
         sr_delta=sr_delta,

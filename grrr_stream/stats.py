@@ -24,7 +24,7 @@ SUMMARY_METRICS = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max"
                    "sr_w0", "sr_delta", "sr_w1", "dsr_pct", "alpha")
 
 
-_EXTRA_PREFIXES = ("nrank_", "band", "angle", "frac_", "bfloat16_kept_", "float16_kept_")
+_EXTRA_PREFIXES = ("nrank_", "band", "angle", "frac_", "bfloat16_kept_", "float16_kept_", "f_degenerate")
 
 
 def summary_metrics(rows: Sequence[dict]) -> list[str]:

@@ -167,7 +167,7 @@ class _Pipeline:
             problems = [p for p in (_nonfinite(w0, m.name, "base"), _nonfinite(w1, m.name, "post")) if p]
         with timer.phase("digest"):
             d0, d1 = tensor_digest(w0), tensor_digest(w1)
-        key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold)
+        key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold, cfg.degenerate_gap)
         deferred = not problems and frame_bytes(tuple(w0.shape), self.dtype) > PREFETCH_FRAME_BYTES
         frame = None
         if not problems and not deferred:
@@ -204,7 +204,7 @@ class _Pipeline:
                                frame=frame, core_rel_threshold=cfg.core_rel_threshold,
                                rank_thresholds=cfg.rank_thresholds, band_edges=cfg.band_edges,
                                angle_edges=cfg.angle_edges, survival=survival, timer=timer,
-                               svd_driver=cfg.svd_driver)
+                               svd_driver=cfg.svd_driver, degenerate_gap=cfg.degenerate_gap)
         return res, frame_is_new
 
     def write(self, item: _Loaded, res: MatrixResult, frame_is_new: bool) -> None:

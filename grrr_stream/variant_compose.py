@@ -21,6 +21,7 @@ import torch
 
 from .checkpoint import Checkpoint, tensor_digest
 from .errors import StoreMismatchError
+from .config import DEGENERATE_GAP
 from .frame import Frame, compute_frame, project, random_core_coefficients
 from .phases import PhaseTimer
 from .store import StoredTransition
@@ -47,7 +48,9 @@ class MatrixComposer:
         frame = cache.get(attrs["frame_key"], self.compute_dtype, shape=tuple(w0.shape)) if cache else None
         if frame is None:
             warnings.warn(f"base frame of {name} not in the frame cache; recomputing its SVD", stacklevel=3)
-            frame = compute_frame(w0.to(self.compute_dtype), self.transition.manifest["settings"]["core_rel_threshold"])
+            settings = self.transition.manifest["settings"]
+            frame = compute_frame(w0.to(self.compute_dtype), settings["core_rel_threshold"],
+                                  degenerate_gap=settings.get("degenerate_gap", DEGENERATE_GAP))
         return frame
 
     def matrix(self, name: str, attrs: dict, out_dtype: torch.dtype) -> torch.Tensor:

@@ -143,6 +143,19 @@ def test_zero_update_is_all_zeros_without_nans():
     assert float(res.projection.P.abs().max()) == 0.0
 
 
+def test_identical_spectra_give_exact_identities_whatever_the_rounding():
+    """A spectrum compared with itself: dsr_pct, α and δ_max are exactly 0 and sv_cos exactly 1 for every
+    spectrum, not only for those where √(Σσ²)² happens to round back to Σσ² (28 of these 50 do not)."""
+    from grrr_stream.metrics import matrix_metrics
+
+    for seed in range(50):
+        s = np.sort(np.random.default_rng(seed).random(40))[::-1] * 3
+        m = matrix_metrics(s, s.copy(), delta_fro=0.0, delta_spec=0.0, energies=(0.0, 0.0, 0.0), rows=40,
+                           cols=40, rank=40, rank_thresholds=(1e-3,))
+        assert (m.dsr_pct, m.alpha, m.delta_max, m.sv_cos) == (0.0, 0.0, 0.0, 1.0), seed
+        assert m.sr_w0 == m.sr_w1 and m.w0_fro == pytest.approx(np.linalg.norm(s), rel=1e-15)
+
+
 @pytest.mark.parametrize("shape", [(96, 40), (40, 96), (64, 64)])
 def test_float32_matches_float64_at_rl_sized_update(shape):
     """r_Δ = 3e-4: the float32 pipeline's fractions agree with float64 to 1e-4 absolute."""
@@ -156,3 +169,47 @@ def test_float32_matches_float64_at_rl_sized_update(shape):
     for k in ("f_diag", "f_off", "f_null"):
         assert abs(getattr(got, k) - getattr(ref, k)) < 1e-4, k
     assert got.r_delta == pytest.approx(ref.r_delta, rel=1e-3)
+
+
+def _near_degenerate_pair(seed: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """A float32 W0 (96×64) whose σ_5, σ_6 are 4.5e-9·σ₁ apart before rounding (about 1e-7 after) and an
+    update planted in the exact float64 frame of that float32 W0: P = diag(x, −x) on the pair (a rotation of
+    the pair's basis by 45° would turn it into off-diagonal energy) plus a small dense P elsewhere.
+    Returns W0, W1 (float32) and the planted share of ‖ΔW‖² inside the pair."""
+    g = np.random.default_rng(seed)
+    U = np.linalg.qr(g.standard_normal((96, 64)))[0]
+    V = np.linalg.qr(g.standard_normal((64, 64)))[0]
+    s = np.linspace(1.0, 0.1, 64)
+    s[5] = s[4] - 4.5e-9
+    W0 = torch.from_numpy((U * s) @ V.T).float()
+    U0, _, V0h = np.linalg.svd(W0.double().numpy(), full_matrices=False)  # the exact frame of the stored W0
+    P = 1e-5 * g.standard_normal((64, 64))
+    P[4:6, 4:6] = [[3e-3, 0.0], [0.0, -3e-3]]
+    W1 = torch.from_numpy(W0.double().numpy() + U0 @ P @ V0h).float()
+    share = float((P[4:6, 4:6] ** 2).sum() / (P ** 2).sum())
+    return W0, W1, share
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_near_degenerate_pair_splits_as_in_float64(seed):
+    """float32 alone cannot tell the pair's vectors apart and moves energy between diag and off at random; the
+    frame is then computed in float64, and f_diag agrees with a float64 run on the same stored weights.
+    f_degenerate reports the planted share of ‖ΔW‖² inside the pair."""
+    W0, W1, share = _near_degenerate_pair(seed)
+    ref = decompose_matrix(W0.double(), W1.double()).metrics
+    got = decompose_matrix(W0.clone(), W1.clone()).metrics
+    plain = decompose_matrix(W0.clone(), W1.clone(), degenerate_gap=None).metrics  # float32's own frame
+    print(f"f_diag: float64 {ref.f_diag:.8f}, float32 {got.f_diag:.8f}, float32 frame {plain.f_diag:.8f}; "
+          f"f_degenerate {got.extra['f_degenerate']:.6f} (planted {share:.6f})")
+    assert abs(got.f_diag - ref.f_diag) < 1e-5 and abs(got.f_off - ref.f_off) < 1e-5
+    assert got.extra["f_degenerate"] == pytest.approx(share, rel=1e-3)
+    assert ref.extra["f_degenerate"] == pytest.approx(share, rel=1e-3)
+    assert "f_degenerate" not in plain.extra
+
+
+def test_degenerate_gap_stays_out_of_default_settings_hashes():
+    from grrr_stream.config import DecompositionSettings, result_settings
+
+    assert "degenerate_gap" not in result_settings(DecompositionSettings())
+    assert result_settings(DecompositionSettings(degenerate_gap=1e-5))["degenerate_gap"] == 1e-5
+    assert result_settings(DecompositionSettings(degenerate_gap=None))["degenerate_gap"] is None
