@@ -82,7 +82,7 @@ class MatrixComposer:
             # norm, ‖W1 − W0‖ or 0, is on record from the decomposition (no pass over the matrix)
             norm = 0.0 if src is w0 else float(attrs["metrics"]["delta_fro"])
             self.report.add(MatrixFidelity(name, attrs["layer"], attrs["module"], norm, 0.0, 0.0, 1.0, 0.0,
-                                           attrs.get("expert")), norm * norm)
+                                           attrs.get("expert")))
         else:
             with self.timer.phase("fidelity"):
                 self.report.account(name, attrs["layer"], attrs["module"], w0, out, None, 0.0, source=src,

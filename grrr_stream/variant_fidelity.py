@@ -52,7 +52,7 @@ class MatrixFidelity:
     intended_norm: float
     error_norm: float
     fidelity: float  # ‖cast(W_variant) − W0 − intended‖ / ‖intended‖ (0 when both are 0)
-    energy_survived: float  # ⟨realised, intended⟩² / ‖intended‖⁴: share of the intended update kept
+    energy_survived: float  # max(0, 1 − fidelity²): share of the intended update's energy kept, in [0, 1]
     removed_norm: float = 0.0  # ‖R‖ of the random control (= ‖diag P‖), or ‖band block‖ of a band variant
     expert: Optional[int] = None  # expert index of a mixture-of-experts matrix (empty otherwise)
     # the store's rounding of the parts this variant takes from it (P, the null residual): estimated norm
@@ -67,7 +67,6 @@ class FidelityReport:
     variant: str
     dtype: str
     rows: list[MatrixFidelity] = field(default_factory=list)
-    _dot: float = 0.0
     store_dtype: str = "float32"
     base_dtype: str = ""  # dtype(s) of the decomposed matrices in the base checkpoint ('bfloat16')
     post_dtype: str = ""
@@ -82,7 +81,7 @@ class FidelityReport:
             "variant": self.variant, "dtype": self.dtype, "matrices": len(self.rows),
             "fidelity": _ratio(e2, i2),
             "fidelity_max": max((r.fidelity for r in self.rows), default=0.0),
-            "energy_survived": (self._dot ** 2 / i2 ** 2) if i2 > 0 else 1.0,
+            "energy_survived": _kept(e2, i2),
             "intended_norm": math.sqrt(i2),
             "store_dtype": self.store_dtype,
             "store_error": _ratio(s2, i2),
@@ -95,9 +94,8 @@ class FidelityReport:
                       else f"base and post {self.base_dtype}"),
         }
 
-    def add(self, row: MatrixFidelity, dot: float) -> None:
+    def add(self, row: MatrixFidelity) -> None:
         self.rows.append(row)
-        self._dot += dot
 
     def csv(self) -> str:
         return to_csv(asdict(r) for r in self.rows)
@@ -117,13 +115,22 @@ class FidelityReport:
         step = max(1, (1 << 22) // max(1, w0.shape[1]))
         if fill and intended is not None and out.dtype == torch.float32 and intended.dtype == torch.float32 \
                 and casts_exactly(w0.dtype, torch.float32):
-            i2, e2, dot = _twosum_pass(w0, out, intended, step)
+            i2, e2 = _twosum_pass(w0, out, intended, step)
         else:
-            i2, e2, dot = _float64_pass(w0, out, intended, source, fill, step)
+            i2, e2 = _float64_pass(w0, out, intended, source, fill, step)
         s2, bound = store
         self.add(MatrixFidelity(name, layer, module, math.sqrt(i2), math.sqrt(e2), _ratio(e2, i2),
-                                (dot * dot / (i2 * i2)) if i2 > 0 else 1.0, removed, expert,
-                                math.sqrt(s2), _ratio(s2, i2), bound), dot)
+                                _kept(e2, i2), removed, expert,
+                                math.sqrt(s2), _ratio(s2, i2), bound))
+
+
+def _kept(e2: float, i2: float) -> float:
+    """max(0, 1 − e2 / i2): the share of the intended energy that survives the cast, in [0, 1] (1 when
+    nothing was intended). The error counts both what is lost or overshot along the intended update and
+    the rounding noise orthogonal to it; the same definition as the decomposition's ``{dtype}_kept_*``
+    (:func:`grrr_stream.analyses.round_trip_survival`). ⟨realised, intended⟩²/‖intended‖⁴, used before,
+    could exceed 1 and called an update buried in noise 98 % kept."""
+    return max(0.0, 1.0 - e2 / i2) if i2 > 0 else 1.0
 
 
 def _ratio(e2: float, i2: float) -> float:
@@ -132,14 +139,14 @@ def _ratio(e2: float, i2: float) -> float:
 
 
 def _twosum_pass(w0: torch.Tensor, out: torch.Tensor, intended: torch.Tensor,
-                 step: int) -> tuple[float, float, float]:
-    """Fill out = fl(W0 + intended) in float32; ‖intended‖², ‖error‖², ⟨realised, intended⟩ by row blocks.
+                 step: int) -> tuple[float, float]:
+    """Fill out = fl(W0 + intended) in float32; ‖intended‖² and ‖error‖² by row blocks.
 
     float32 out of float32 arithmetic: the rounding error of out = fl(W0 + intended) is
     obtained exactly in float32 by Knuth's TwoSum (a + b = s + e, exactly), so no float64
     pass is needed; only the sums are accumulated in float64.
     """
-    i2 = e2 = dot = 0.0
+    i2 = e2 = 0.0
     for i in range(0, w0.shape[0], step):
         a = w0[i:i + step].float()
         b = intended[i:i + step].cpu()
@@ -148,20 +155,18 @@ def _twosum_pass(w0: torch.Tensor, out: torch.Tensor, intended: torch.Tensor,
         e = (a - (s_ - bb)) + (b - bb)  # realised = s − a = b − e; error = −e
         out[i:i + step] = s_
         # per block, BLAS dot products (float32, blocked accumulation: relative error ~1e-7 on
-        # blocks of 4 M entries), summed across blocks in float64; ⟨realised, b⟩ = ‖b‖² − ⟨e, b⟩
+        # blocks of 4 M entries), summed across blocks in float64
         b, e = b.reshape(-1), e.reshape(-1)
-        bb2 = float(torch.dot(b, b))
-        i2 += bb2
+        i2 += float(torch.dot(b, b))
         e2 += float(torch.dot(e, e))
-        dot += bb2 - float(torch.dot(e, b))
-    return i2, e2, dot
+    return i2, e2
 
 
 def _float64_pass(w0: torch.Tensor, out: torch.Tensor, intended: Optional[torch.Tensor],
-                  source: Optional[torch.Tensor], fill: bool, step: int) -> tuple[float, float, float]:
-    """‖intended‖², ‖realised − intended‖², ⟨realised, intended⟩ in float64, by row blocks (where a
+                  source: Optional[torch.Tensor], fill: bool, step: int) -> tuple[float, float]:
+    """‖intended‖² and ‖realised − intended‖² in float64, by row blocks (where a
     cast to a narrower dtype is measured)."""
-    i2 = e2 = dot = 0.0
+    i2 = e2 = 0.0
     for i in range(0, w0.shape[0], step):
         base = w0[i:i + step].double()
         if intended is None:
@@ -174,8 +179,7 @@ def _float64_pass(w0: torch.Tensor, out: torch.Tensor, intended: Optional[torch.
         err = realised - want
         i2 += float((want * want).sum())
         e2 += float((err * err).sum())
-        dot += float((realised * want).sum())
-    return i2, e2, dot
+    return i2, e2
 
 
 def warn_if_lossy(summary: dict, stream=None) -> None:
