@@ -72,7 +72,8 @@ def _decode_bfloat16(ds):
 def read_metrics(path: Path | str):
     """The per-matrix metrics of a finished store as a ``pandas.DataFrame``: one row per matrix in
     plan order (as metrics.csv), columns name, layer, module and every numeric metric, read from
-    the store's ``metrics`` arrays (one (matrix,) array per column, names in its attrs)."""
+    the store's ``metrics`` arrays (one (matrix,) array per column, names in its attrs), then the
+    text metrics (``sparsity_compare``) from the matrices' records."""
     import pandas as pd
 
     from .store import StoredTransition
@@ -95,7 +96,12 @@ def read_metrics(path: Path | str):
     df["expert"] = pd.array([None if pd.isna(e) else int(e) for e in df["expert"]] if "expert" in columns
                             else [records[n].get("expert") for n in names], dtype="Int64")
     rest = [c for c in columns if c not in ("layer", "expert")]
-    return df[["name", "layer", "module", "expert", *rest]]
+    # text metrics (sparsity_compare) are not column arrays: from each matrix's record, as in the csv
+    text = list(dict.fromkeys(k for n in names for k, v in records[n].get("metrics", {}).items()
+                              if isinstance(v, str)))
+    for k in text:
+        df[k] = [records[n].get("metrics", {}).get(k) for n in names]
+    return df[["name", "layer", "module", "expert", *rest, *text]]
 
 
 def metrics_dataset(path: Path | str):
