@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Optional, TextIO
 
 from ..config import TrackingConfig
@@ -26,6 +26,9 @@ class SweepResult:
     ran: list[str]                       # units executed in this call
     report: Report
     run_id: Optional[str] = None
+    # units (and "sweep", its own run) whose MLflow logging was missed in this call: recorded in
+    # WORKDIR/.sweep/tracking for a rerun or `grrr-stream track`
+    tracking_missed: list[str] = field(default_factory=list)
 
     @property
     def report_files(self) -> list:
@@ -51,7 +54,9 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
     tracking = tracking or TrackingConfig(enabled=False)
     # every unit's run carries the sweep's tag: one search finds the whole sweep (not a result key)
-    tracking = tracking.model_copy(update={"sweep": tracking.sweep or plan.config.name})
+    # what cannot be logged is recorded with the unit records, for a rerun or `grrr-stream track WORKDIR`
+    tracking = tracking.model_copy(update={"sweep": tracking.sweep or plan.config.name,
+                                           "pending_dir": str(plan.workdir / ".sweep" / "tracking")})
     from ..files import ensure_folder
 
     ensure_folder(plan.workdir, "workdir")
@@ -64,17 +69,20 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream)
         display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
                     f"{len(todo)} to run")
-        if tracking.enabled:
-            from ..tracking import prepare
+        if tracking.enabled:  # once, before any unit: unreachable → refuse (required) or record only
+            from ..run_log import preflight
 
-            prepare(tracking.uri, tracking.experiment)
+            tracking = preflight(tracking, stream)
         stores = {u.params.transition: u.out for u in plan.units if isinstance(u.params, DecomposeParams)}
         ctx = RunContext(str(plan.workdir), tracking, progress, device, threads=None, stores=stores)
         ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
+        result.tracking_missed = [u for u in ran if (recs.get(u) or {}).get("tracking")]
         if tracking.enabled:
             result.run_id = log_sweep(plan, result, tracking, started)
+            if result.run_id is None:
+                result.tracking_missed.append("sweep")
     return result
 
 

@@ -1,0 +1,156 @@
+"""A tracking failure never costs the work (issue 23): an unreachable target is found in seconds,
+the work is done and kept, the missed logging is recorded beside the result and logged later into
+the run an uninterrupted command would have made; a fresh SQLite store opened by several processes
+at once. Real SQLite files and real processes; the only server address is a closed loopback port."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from grrr_stream.cli import EXIT_TRACKING, main
+
+CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens on loopback here
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def _decompose(pair, store, *extra) -> list[str]:
+    base, post = pair
+    return ["decompose", "--base", str(base), "--post", str(post), "--store", str(store), "--no-progress",
+            "--method", "SFT", "--chain", "toy", *map(str, extra)]
+
+
+def _only_run(uri: str):
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("grrr_stream")
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    assert len(runs) == 1, [r.info.run_name for r in runs]
+    return client, runs[0]
+
+
+def test_unreachable_server_costs_seconds_and_keeps_the_work(planted_f64, tmp_path, capsys):
+    t0 = time.monotonic()
+    rc = main(_decompose(planted_f64, tmp_path / "s", "--tracking-uri", CLOSED))
+    seconds = time.monotonic() - t0
+    _, err = capsys.readouterr()
+    assert rc == EXIT_TRACKING, err
+    assert seconds < 60, seconds  # MLflow's own retries took 4 min 12 s here
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if "tracking: not logged" in line]
+    assert lines == ["base → post: tracking: not logged (tracking target unreachable at start); will retry"], err
+    from grrr_stream.store import TransitionStore
+
+    assert TransitionStore.read_manifest(tmp_path / "s")["complete"] is True and (tmp_path / "s" / "metrics.csv").is_file()
+    (pending,) = (tmp_path / "s" / ".tracking").glob("*.json")
+    (log,) = json.loads(pending.read_text())
+    assert log["uri"] == CLOSED and log["key"].startswith("transition-") and log["end_ms"] > log["start_ms"]
+    # artifacts are recorded by path, not copied
+    assert str(tmp_path / "s" / "metrics.csv") in [a[0] for a in log["artifacts"]]
+    # the same command again: nothing recomputed, still recorded once, same exit status
+    assert main(_decompose(planted_f64, tmp_path / "s", "--tracking-uri", CLOSED)) == EXIT_TRACKING
+    assert len(list((tmp_path / "s" / ".tracking").glob("*.json"))) == 2  # the rerun's own, kept apart
+    # required: refused before any work, one message
+    rc = main(_decompose(planted_f64, tmp_path / "r", "--tracking-uri", CLOSED, "--tracking-required"))
+    _, err = capsys.readouterr()
+    assert rc == 2 and "cannot be reached (connection refused)" in err and "Traceback" not in err
+    assert not (tmp_path / "r" / "metrics.csv").exists()
+
+
+def _fields(client: MlflowClient, run) -> dict:
+    """Everything of a run a user sees, less what differs between two executions (ids, work_seconds)."""
+    rid = run.info.run_id
+    histories = {k: sorted((m.step, m.value) for m in client.get_metric_history(rid, k))
+                 for k in run.data.metrics if k != "work_seconds"}
+
+    def artifacts(path=None):
+        out = []
+        for a in client.list_artifacts(rid, path):
+            out += artifacts(a.path) if a.is_dir else [a.path]
+        return out
+
+    return {"name": run.info.run_name, "status": run.info.status, "params": run.data.params,
+            "tags": {k: v for k, v in run.data.tags.items()}, "metrics": histories,
+            "artifacts": sorted(artifacts())}
+
+
+def test_outage_then_rerun_logs_the_run_an_uninterrupted_command_logs(planted_f64, tmp_path, capsys):
+    # uninterrupted
+    on_time = f"sqlite:///{tmp_path / 'a' / 'mlflow.db'}"
+    (tmp_path / "a").mkdir()
+    assert main(_decompose(planted_f64, tmp_path / "s", "--tracking-uri", on_time)) == 0
+    # an outage: the SQLite file's folder cannot be opened (a file stands in its place), then it can
+    later = f"sqlite:///{tmp_path / 'b' / 'mlflow.db'}"
+    (tmp_path / "b").write_text("not a folder")
+    store = tmp_path / "s2"
+    assert main(_decompose(planted_f64, store, "--tracking-uri", later)) == EXIT_TRACKING
+    (pending,) = (store / ".tracking").glob("*.json")
+    (recorded,) = json.loads(pending.read_text())
+    capsys.readouterr()
+    (tmp_path / "b").unlink()
+    replayed_at = time.time() * 1000
+    assert main(_decompose(planted_f64, store, "--tracking-uri", later)) == 0  # the same command again
+    assert not list((store / ".tracking").glob("*.json"))
+    ca, a = _only_run(on_time)
+    cb, b = _only_run(later)
+    fa, fb = _fields(ca, a), _fields(cb, b)
+    fa["params"].pop("store"), fb["params"].pop("store")  # the two stores' paths
+    assert fa == fb
+    # the replayed run spans the recorded work, not the replay
+    assert (b.info.start_time, b.info.end_time) == (recorded["start_ms"], recorded["end_ms"]) < (replayed_at,) * 2
+    assert b.info.end_time - b.info.start_time >= 1000 * b.data.metrics["work_seconds"] > 0
+    assert [m.timestamp for m in cb.get_metric_history(b.info.run_id, "f_null/gate_proj")] == [recorded["end_ms"]] * 2
+    # once logged, nothing again: no duplicate run, no second history point
+    assert main(_decompose(planted_f64, store, "--tracking-uri", later)) == 0
+    cb, b2 = _only_run(later)
+    assert b2.info.run_id == b.info.run_id and _fields(cb, b2)["metrics"] == fb["metrics"]
+
+
+def test_track_verb_logs_what_was_recorded(planted_f64, tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'gone' / 'mlflow.db'}"
+    (tmp_path / "gone").write_text("not a folder")
+    assert main(_decompose(planted_f64, tmp_path / "s", "--tracking-uri", uri)) == EXIT_TRACKING
+    assert main(["track", str(tmp_path / "s")]) == EXIT_TRACKING  # still gone: kept
+    assert len(list((tmp_path / "s" / ".tracking").glob("*.json"))) == 1
+    elsewhere = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    capsys.readouterr()
+    assert main(["track", str(tmp_path / "s"), "--tracking-uri", elsewhere]) == 0
+    assert "logged 1 recorded logging(s)" in capsys.readouterr().out
+    _, run = _only_run(elsewhere)
+    assert run.info.status == "FINISHED" and run.data.tags["grrr.complete"] == "true"
+    assert main(["track", str(tmp_path / "s")]) == 0  # nothing left
+
+
+_OPEN_AND_LOG = """
+import sys
+from grrr_stream.config import TrackingConfig
+from grrr_stream.run_log import RunLog, deliver
+t = TrackingConfig(uri=sys.argv[1])
+ids = deliver([RunLog.of(t, key="k" + sys.argv[2], name=sys.argv[2], metrics=[("m", 1.0, 0)])], t)
+sys.exit(0 if ids else 1)
+"""
+
+
+def test_processes_opening_a_fresh_sqlite_store_at_once_all_succeed(tmp_path):
+    """Four processes, one fresh SQLite file: MLflow creates its schema in whichever opens it first."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_AND_LOG, uri, str(i)], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(4)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, outs
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("grrr_stream").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["0", "1", "2", "3"]
