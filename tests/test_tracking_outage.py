@@ -135,22 +135,40 @@ def test_track_verb_logs_what_was_recorded(planted_f64, tmp_path, capsys):
 
 _OPEN_AND_LOG = """
 import sys
-from grrr_stream.config import TrackingConfig
-from grrr_stream.run_log import RunLog, deliver
-t = TrackingConfig(uri=sys.argv[1])
-ids = deliver([RunLog.of(t, key="k" + sys.argv[2], name=sys.argv[2], metrics=[("m", 1.0, 0)])], t)
-sys.exit(0 if ids else 1)
+from grrr_stream import tracking
+run = tracking.open_run(uri=sys.argv[1], experiment="grrr_stream", key="k" + sys.argv[2], run_name=sys.argv[2])
+run.log_metrics([("m", 1.0, 0)])
+run.finish()
 """
+
+
+def _all_at_once(commands: list[list[str]], cwd: Path) -> list[tuple[int, str]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    procs = [subprocess.Popen(c, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for c in commands]
+    return [(p.wait(timeout=600), p.communicate()[0][-3000:]) for p in procs]
 
 
 def test_processes_opening_a_fresh_sqlite_store_at_once_all_succeed(tmp_path):
     """Four processes, one fresh SQLite file: MLflow creates its schema in whichever opens it first."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_AND_LOG, uri, str(i)], env=env, cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(4)]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0] * 4, outs
+    done = _all_at_once([[sys.executable, "-c", _OPEN_AND_LOG, uri, str(i)] for i in range(4)], tmp_path)
+    assert [rc for rc, _ in done] == [0] * 4, done
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("grrr_stream").experiment_id])
     assert sorted(r.info.run_name for r in runs) == ["0", "1", "2", "3"]
+
+
+@pytest.mark.slow  # four decompose processes (torch and MLflow imports each): ~40 s on two cores
+def test_decompose_processes_on_one_fresh_sqlite_store_all_succeed(planted_f64, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    modules = ["q_proj", "k_proj", "v_proj", "o_proj"]  # four transitions: one run each
+    done = _all_at_once([[sys.executable, "-m", "grrr_stream.cli", *_decompose(planted_f64, tmp_path / m,
+                                                                                "--tracking-uri", uri, "--modules", m)]
+                         for m in modules], tmp_path)
+    assert [rc for rc, _ in done] == [0] * 4, done
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("grrr_stream").experiment_id])
+    assert sorted(r.data.params["modules"] for r in runs) == sorted(modules)
+    assert all(r.info.status == "FINISHED" for r in runs)
