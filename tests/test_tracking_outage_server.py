@@ -5,6 +5,7 @@ every wait is bounded."""
 from __future__ import annotations
 
 import os
+import re
 import select
 import socket
 import subprocess
@@ -81,11 +82,16 @@ def _runs(uri: str, workdir: Path) -> dict:
         out = []
         for a in client.list_artifacts(rid, path):
             out += artifacts(rid, a.path) if a.is_dir else [a.path]
-        return sorted(out)
+        # file stems carry a hash of their stores' paths (another workdir, another hash)
+        return sorted(re.sub(r"_[0-9a-f]{8}(?=[._])", "_HASH", a) for a in out)
 
+    keys = [r.data.tags["grrr.key"] for r in runs]
+    assert len(set(keys)) == len(keys), "a run logged twice"
     out = {}
     for r in runs:
-        tags = {k: norm(v) for k, v in r.data.tags.items() if not k.startswith("mlflow.") or k == "mlflow.runName"}
+        # grrr.key: a variant's hashes its store's path, which differs between the two workdirs
+        tags = {k: norm(v) for k, v in r.data.tags.items()
+                if (not k.startswith("mlflow.") or k == "mlflow.runName") and k != "grrr.key"}
         key = (r.data.tags.get("grrr.kind"), r.info.run_name)
         assert key not in out, f"duplicate run {key}"
         out[key] = {"status": r.info.status, "tags": tags,
