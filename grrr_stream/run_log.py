@@ -263,6 +263,10 @@ def preflight(tracking: TrackingConfig, stream: Optional[TextIO] = None) -> Trac
         raise
     except Exception as e:  # noqa: BLE001 - whatever MLflow raises, the answer is "unreachable"
         why, uri = reason(e), trk.resolve_uri(tracking.uri)
+        if SHOW_TRACEBACKS:
+            import traceback
+
+            traceback.print_exc(file=stream or sys.stderr)
     if tracking.required:
         from .errors import TrackingUnavailableError
 

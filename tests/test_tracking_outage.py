@@ -172,3 +172,40 @@ def test_decompose_processes_on_one_fresh_sqlite_store_all_succeed(planted_f64, 
     runs = client.search_runs([client.get_experiment_by_name("grrr_stream").experiment_id])
     assert sorted(r.data.params["modules"] for r in runs) == sorted(modules)
     assert all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_a_failure_after_the_check_is_one_line_and_recorded(tmp_path, capsys):
+    """The server goes away between the start's check and a unit's logging."""
+    from grrr_stream import run_log
+    from grrr_stream.config import TrackingConfig
+
+    t = TrackingConfig(uri=CLOSED)
+    log = run_log.RunLog.of(t, key="k", name="unit", params={"a": (1, 2)}, metrics=[("m", 1, 3)])
+    before = len(run_log.missed())
+    t0 = time.monotonic()
+    assert run_log.deliver([log], t, tmp_path) is None
+    assert time.monotonic() - t0 < 10
+    err = capsys.readouterr().err
+    assert err == "unit: tracking: not logged (connection refused); will retry\n"
+    assert run_log.missed()[before:] == ["unit: connection refused"]
+    (f,) = (tmp_path / ".tracking").glob("*.json")
+    (d,) = json.loads(f.read_text())
+    assert d["params"] == {"a": "(1, 2)"} and d["metrics"] == [["m", 1.0, 3]]  # as MLflow will keep them
+
+
+def test_a_half_logged_run_is_completed_without_logging_a_point_twice(tmp_path):
+    from grrr_stream import run_log, tracking
+    from grrr_stream.config import TrackingConfig
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    t = TrackingConfig(uri=uri)
+    points = [("f/q", 0.5, 0), ("f/q", 0.25, 1), ("g", 2.0, 0)]
+    log = run_log.RunLog.of(t, key="k", name="unit", start_ms=tracking.now_ms() - 1000, metrics=points)
+    half = tracking.open_run(uri=uri, experiment=t.experiment, key="k", run_name="unit")
+    half.log_metrics(points[:2])  # then the server died
+    (rid,) = run_log.deliver([log], t, tmp_path)
+    client = MlflowClient(tracking_uri=uri)
+    assert sorted((m.step, m.value) for m in client.get_metric_history(rid, "f/q")) == [(0, 0.5), (1, 0.25)]
+    assert [m.value for m in client.get_metric_history(rid, "g")] == [2.0]
+    run = client.get_run(rid)
+    assert run.info.status == "FINISHED" and run.info.end_time == log.end_ms

@@ -100,4 +100,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         rec = Records(plan.workdir).read(plan.unit(r["unit"])) or {}
         print(f"\n{r['unit']} failed on {rec.get('host')} (pid {rec.get('pid')}):\n  {rec.get('error')}")
         print(f"  full traceback in {Records(plan.workdir).path(plan.unit(r['unit']))}")
+    from ..run_log import pending_files
+
+    pending = pending_files(plan.workdir / ".sweep" / "tracking")
+    if pending:
+        print(f"\ntracking: {len(pending)} recorded MLflow logging(s) not yet logged; rerun the sweep or "
+              f"`grrr-stream track {plan.workdir}`")
     return 1 if failed else 0
