@@ -50,7 +50,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     progress=cfg.progress and not args.no_progress, device=args.device)
     print_sweep_summary(res)
     if res.tracking_missed:
-        print(f"\ntracking: {len(res.tracking_missed)} unit(s) not logged to MLflow (recorded in "
+        print(f"\ntracking: {len(res.tracking_missed)} run(s) not logged to MLflow (units, and 'sweep' for its own; recorded in "
               f"{plan.workdir / '.sweep' / 'tracking'}); rerun the sweep or `grrr-stream track {plan.workdir}`")
     if tracking.enabled and not res.tracking_missed:
         from ..tracking import limits, prepare, runs_page
