@@ -68,7 +68,9 @@ class RunLog:
 
     @classmethod
     def of(cls, tracking: TrackingConfig, **fields) -> "RunLog":
-        return cls(uri=tracking.uri, experiment=tracking.experiment, sweep=tracking.sweep, **fields)
+        # the target resolved now ($MLFLOW_TRACKING_URI, the working directory): a replay from elsewhere
+        # logs where this command would have
+        return cls(uri=trk.resolve_uri(tracking.uri), experiment=tracking.experiment, sweep=tracking.sweep, **fields)
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -208,3 +208,13 @@ def test_a_half_logged_run_is_completed_without_logging_a_point_twice(tmp_path):
     assert [m.value for m in client.get_metric_history(rid, "g")] == [2.0]
     run = client.get_run(rid)
     assert run.info.status == "FINISHED" and run.info.end_time == log.end_ms
+
+
+def test_a_recorded_log_names_the_target_resolved_when_recorded(tmp_path, monkeypatch):
+    from grrr_stream import run_log
+    from grrr_stream.config import TrackingConfig
+
+    log = run_log.RunLog.of(TrackingConfig(), key="k", name="unit")  # no URI: the working directory's file
+    assert log.uri == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", CLOSED)
+    assert run_log.RunLog.of(TrackingConfig(), key="k", name="unit").uri == CLOSED
