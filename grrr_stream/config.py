@@ -73,6 +73,9 @@ class TrackingConfig(StrictModel):
     # Where missed logging is recorded (None: a `.tracking` folder in the result's folder; a sweep
     # uses WORKDIR/.sweep/tracking).
     pending_dir: Optional[str] = None
+    # Set by a sweep for its units: record what to log in pending_dir and go on; the sweep's process
+    # logs it in the background, so a slow server never holds up the next unit's work.
+    defer: bool = False
 
 
 class DecompositionSettings(StrictModel):

@@ -141,18 +141,28 @@ def missed() -> list[str]:
         return list(_MISSED)
 
 
+def record(logs: Sequence[RunLog], pending: Path) -> None:
+    """Write ``logs`` into the pending folder, named so that a name sort is the order of recording."""
+    from .files import atomic_write_text
+
+    pending.mkdir(parents=True, exist_ok=True)
+    name = f"{trk.now_ms()}-{os.getpid()}-{stable_hash([l.key for l in logs], 8)}.json"
+    atomic_write_text(pending / name, json.dumps([l.to_json() for l in logs], indent=1))
+
+
+def say_missed(names: Sequence[str], why: str, stream: Optional[TextIO] = None, later: str = "will retry") -> None:
+    """One line per unit of work whose logging was missed, noted for the exit status."""
+    for name in names:
+        (stream or sys.stderr).write(f"{name}: tracking: not logged ({why}); {later}\n")
+    with _LOCK:
+        _MISSED.extend(f"{name}: {why}" for name in names)
+
+
 def _miss(logs: Sequence[RunLog], why: str, pending: Optional[Path], stream: TextIO) -> None:
     if pending is not None:
-        from .files import atomic_write_text
-
-        pending.mkdir(parents=True, exist_ok=True)
-        name = f"{trk.now_ms()}-{os.getpid()}-{stable_hash([l.key for l in logs], 8)}.json"
-        atomic_write_text(pending / name, json.dumps([l.to_json() for l in logs], indent=1))
+        record(logs, pending)
     later = "will retry" if pending is not None else "not recorded"
-    for log in logs[:1]:  # one line per unit of work (its runs are logged together)
-        stream.write(f"{log.name}: tracking: not logged ({why}); {later}\n")
-    with _LOCK:
-        _MISSED.extend(f"{log.name}: {why}" for log in logs[:1])
+    say_missed([log.name for log in logs[:1]], why, stream, later)  # one line per unit of work
 
 
 def deliver(logs: Sequence[RunLog], tracking: TrackingConfig, folder: Optional[Path] = None, *,
@@ -161,6 +171,9 @@ def deliver(logs: Sequence[RunLog], tracking: TrackingConfig, folder: Optional[P
     for MLflow; what was pending in that folder is applied first (so a parent keeps its recorded times)."""
     stream = stream or sys.stderr
     pending = pending_dir(tracking, folder)
+    if tracking.defer and pending is not None:  # a sweep's unit: its sweep logs it in the background
+        record(logs, pending)
+        return None
     if tracking.record_only:
         _miss(logs, "tracking target unreachable at start", pending, stream)
         return None
@@ -255,7 +268,7 @@ def preflight(tracking: TrackingConfig, stream: Optional[TextIO] = None) -> Trac
     """Check the tracking target once, before heavy work. Reachable: ``tracking`` as it is. Unreachable:
     refuse if ``tracking.required``, else say so and return it set to record only (the work goes on, what
     it would log is recorded for ``grrr-stream track``)."""
-    if not tracking.enabled or tracking.record_only:
+    if not tracking.enabled or tracking.record_only or tracking.defer:
         return tracking
     try:
         with trk.limits(tracking.timeout_s, tracking.retries):

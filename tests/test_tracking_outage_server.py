@@ -217,3 +217,27 @@ def test_slow_server_delays_only_the_logging(planted_f64, tmp_path, monkeypatch)
             assert list((tmp_path / "s2" / ".tracking").glob("*.json"))
         finally:
             proxy.close()
+
+
+def test_slow_server_does_not_hold_up_a_sweeps_units(tmp_path):
+    """Every MLflow answer 2 s late: each unit's logging (10+ requests) would take 20 s or more; the units
+    record it and go on, and the sweep's tracker logs it all the same."""
+    import json
+
+    delay = 2.0
+    models = _models(tmp_path / "models")
+    with serve(tmp_path / "server") as server:
+        proxy = DelayingProxy(server.port, delay)
+        try:
+            p = _sweep(models, tmp_path / "w", f"http://127.0.0.1:{proxy.port}")
+            out = p.communicate(timeout=900)[0]
+        finally:
+            proxy.close()
+        assert p.returncode == 0, out[-3000:]
+        recs = [json.loads(f.read_text()) for f in (tmp_path / "w" / ".sweep" / "units").glob("*.json")]
+        assert len(recs) == 6 and all(r["status"] == "done" for r in recs)
+        slowest = max(recs, key=lambda r: r["seconds"])
+        assert slowest["seconds"] < 4 * delay, slowest  # its work, not its logging
+        runs = _runs(server.uri, tmp_path / "w")
+    assert sorted(k for k, _ in runs) == ["comparison", "sweep", "transition", "transition", "variant", "variant"]
+    assert all(r["status"] == "FINISHED" and r["span_covers_work"] for r in runs.values())

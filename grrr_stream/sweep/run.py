@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Optional, TextIO
 
 from ..config import TrackingConfig
@@ -15,6 +17,7 @@ from .records import Records, SweepLock, unit_state
 from .report import Report, write_report
 from ..runs import log_sweep
 from .runners import RunContext
+from .tracker import Tracker
 from .units import DecomposeParams, Unit
 
 
@@ -74,11 +77,21 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
 
             tracking = preflight(tracking, stream)
         stores = {u.params.transition: u.out for u in plan.units if isinstance(u.params, DecomposeParams)}
-        ctx = RunContext(str(plan.workdir), tracking, progress, device, threads=None, stores=stores)
-        ran = _run(todo, states, display, scheduler, ctx)
+        # reachable: the units record what to log and the tracker logs it while they compute
+        tracker = (Tracker(Path(tracking.pending_dir), tracking)
+                   if tracking.enabled and not tracking.record_only else None)
+        units_tracking = tracking.model_copy(update={"defer": True}) if tracker else tracking
+        ctx = RunContext(str(plan.workdir), units_tracking, progress, device, threads=None, stores=stores)
+        with tracker or contextlib.nullcontext():
+            ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
         result.tracking_missed = [u for u in ran if (recs.get(u) or {}).get("tracking")]
+        if tracker is not None and tracker.left():  # the server went away during the sweep
+            from ..run_log import say_missed
+
+            say_missed(tracker.left(), tracker.last.error or "still pending", stream)
+            result.tracking_missed += tracker.left()
         if tracking.enabled:
             result.run_id = log_sweep(plan, result, tracking, started)
             if result.run_id is None:
