@@ -1,7 +1,8 @@
 """Command line: thin wrappers over library functions.
 
 Errors a user can cause (bad paths, mismatched checkpoints, bad config) print one
-paragraph and exit with status 2; ``--debug`` shows the traceback instead.
+paragraph and exit with status 2; ``--debug`` shows the traceback instead. Status 3: the work
+is done, only its MLflow logging was missed (recorded; ``grrr-stream track`` logs it later).
 
 This module is the entry point (``grrr-stream``, ``python -m grrr_stream.cli``): it assembles the
 parser and maps errors to exit statuses; the subcommands live in :mod:`grrr_stream.commands`.
@@ -14,12 +15,13 @@ import sys
 from typing import Optional, Sequence
 
 from .commands.parsers import (bands_parser, compare_parser, decompose_parser, evaluate_parser, report_parser,
-                               stats_parser, status_parser, sweep_parser, variants_parser)
-from .commands.sweep import cmd_report, cmd_status, cmd_sweep
+                               stats_parser, status_parser, sweep_parser, track_parser, variants_parser)
+from .commands.sweep import cmd_report, cmd_status, cmd_sweep, cmd_track
 from .commands.transition import cmd_bands, cmd_compare, cmd_decompose, cmd_evaluate, cmd_stats, cmd_variants
 from .errors import GrrrError
 
 EXIT_USAGE = 2
+EXIT_TRACKING = 3  # everything succeeded except MLflow logging (recorded for `grrr-stream track`)
 EXIT_INTERRUPTED = 130
 
 
@@ -36,19 +38,31 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_parser(sub, demo=True)
     status_parser(sub)
     report_parser(sub)
+    track_parser(sub)
     return parser
 
 
 COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "bands": cmd_bands,
             "variants": cmd_variants,
             "evaluate": cmd_evaluate, "demo": cmd_sweep,
-            "sweep": cmd_sweep, "status": cmd_status, "report": cmd_report}
+            "sweep": cmd_sweep, "status": cmd_status, "report": cmd_report, "track": cmd_track}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    from . import run_log
+
+    run_log.SHOW_TRACEBACKS = bool(args.debug)
     try:
-        return COMMANDS[args.command](args)
+        missed_before = len(run_log.missed())
+        rc = COMMANDS[args.command](args)
+        missed = run_log.missed()[missed_before:]
+        if rc == 0 and missed:
+            print(f"grrr-stream: the work is done, but {len(missed)} MLflow logging(s) were missed and recorded "
+                  "beside their results; rerun the same command or `grrr-stream track PATH` to log them "
+                  f"(exit status {EXIT_TRACKING})", file=sys.stderr)
+            return EXIT_TRACKING
+        return rc
     except GrrrError as e:
         if args.debug:
             raise

@@ -64,6 +64,22 @@ class TrackingConfig(StrictModel):
     # The sweep a run belongs to (tag grrr.sweep); a sweep sets it to its name for its units.
     # A label only: it never enters a result key.
     sweep: Optional[str] = None
+    # Refuse to start when the tracking target cannot be reached (default: say so, do the work, and
+    # record what was not logged for a later `grrr-stream track`).
+    required: bool = False
+    # Seconds to connect to a tracking server and to wait for each answer, and further attempts after
+    # a failed request (1 s, 2 s, ... apart): an unreachable server costs seconds, not MLflow's minutes.
+    timeout_s: int = Field(10, ge=1, le=600)
+    retries: int = Field(1, ge=0, le=10)
+    # Contact no server: record what each run would log (beside its result) for `grrr-stream track`.
+    # Commands switch to it when the target was unreachable at their start.
+    record_only: bool = False
+    # Where missed logging is recorded (None: a `.tracking` folder in the result's folder; a sweep
+    # uses WORKDIR/.sweep/tracking).
+    pending_dir: Optional[str] = None
+    # Set by a sweep for its units: record what to log in pending_dir and go on; the sweep's process
+    # logs it in the background, so a slow server never holds up the next unit's work.
+    defer: bool = False
 
 
 class DecompositionSettings(StrictModel):

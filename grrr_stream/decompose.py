@@ -92,6 +92,10 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
     t_plan = time.perf_counter()
     bound_heap_growth()
     plan, folders = _open_and_plan(cfg)
+    if cfg.tracking.enabled:  # once, before the work: an unreachable server is known now, not after it
+        from .run_log import preflight
+
+        cfg = cfg.model_copy(update={"tracking": preflight(cfg.tracking, stream)})
     device = resolve_device(cfg.device)
     dtype = torch_dtype(cfg.compute_dtype)
     manifest = _manifest(cfg, plan, folders)

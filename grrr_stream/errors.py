@@ -53,3 +53,7 @@ class WorkdirBusyError(GrrrError, RuntimeError):
 
 class MissingDependencyError(GrrrError, ImportError):
     """An optional dependency is not installed."""
+
+
+class TrackingUnavailableError(GrrrError, RuntimeError):
+    """The tracking target cannot be reached and ``tracking.required`` is set."""

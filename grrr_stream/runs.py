@@ -1,7 +1,9 @@
 """Every MLflow run grrr_stream logs, one function per kind: transition (its decomposition), stats,
 comparison, variant, evaluation and sweep. Each takes the typed results and settings of its work and
-a config.TrackingConfig; nothing else builds MLflow run names, tags, params or metrics. The MLflow
-client itself (find-or-create by key, batching, finishing) is tracking.py."""
+a config.TrackingConfig; nothing else builds MLflow run names, tags, params or metrics. Each builds
+run_log.RunLog s (the intent: params, metrics, tags, artifact paths, measured times) and hands them to
+run_log.deliver, which logs them now or records them beside the result for later (``folder``): a
+tracking failure never fails the work. The MLflow client itself is tracking.py."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from . import tracking as trk
 from .config import TrackingConfig, stable_hash
 from .files import atomic_write_text, read_csv, to_csv
+from .run_log import RunLog, deliver
 from .runtime import resolve_device
 
 
@@ -26,10 +28,10 @@ def transition_key(identity: dict) -> str:
     return "transition-" + stable_hash(identity, 24)
 
 
-def _open(tracking: TrackingConfig, *, key: str, name: str, tags: dict, parent: Optional[str] = None,
-          start_ms: Optional[int] = None) -> trk.TrackedRun:
-    return trk.open_run(uri=tracking.uri, experiment=tracking.experiment, key=key, run_name=name, tags=tags,
-                        parent_run_id=parent, start_ms=start_ms, sweep=tracking.sweep)
+def _one(logs: list[RunLog], tracking: TrackingConfig, folder: Optional[Path]) -> Optional[str]:
+    """Deliver ``logs``; the last one's run id (None when it was recorded for later)."""
+    ids = deliver(logs, tracking, folder)
+    return ids[-1] if ids else None
 
 
 def _numbers(items) -> list[tuple[str, float, int]]:
@@ -42,25 +44,20 @@ def _numbers(items) -> list[tuple[str, float, int]]:
 # transition (decomposition)
 
 
-def transition_run(t, tracking: TrackingConfig) -> trk.TrackedRun:
-    """The MLflow run of a stored transition (created, unfinished, if the decomposition was not tracked;
-    a later tracked `decompose` of the same transition completes it)."""
+def transition_ref(t) -> dict:
+    """Key, name and tags of a stored transition's run: found, or created unfinished if the decomposition
+    was not tracked (a later tracked `decompose` of the same transition completes it)."""
     m = t.manifest
-    return _open(tracking, key=transition_key(m["identity"]), name=f"{m['base']} → {m['post']}",
-                 tags={"grrr.kind": "transition", "grrr.chain": m.get("chain") or "",
-                       "grrr.method": m.get("method") or ""})
+    return {"key": transition_key(m["identity"]), "name": f"{m['base']} → {m['post']}",
+            "tags": {"grrr.kind": "transition", "grrr.chain": m.get("chain") or "",
+                     "grrr.method": m.get("method") or ""}}
 
 
 def log_decomposition(cfg, store, manifest: dict, rows: list[dict], summary: dict, started_ms: int,
                       seconds: float) -> str:
-    """The transition's run from its decomposition (``cfg``: its DecomposeConfig, whose ``tracking`` it uses)."""
-    run = _open(cfg.tracking, key=transition_key(manifest["identity"]),
-                name=f"{Path(cfg.base).name} → {Path(cfg.post).name}",
-                tags={"grrr.kind": "transition", "grrr.chain": cfg.chain or "", "grrr.method": cfg.method or ""},
-                start_ms=started_ms)
-    if run.complete:
-        return run.run_id
-    run.log_params({
+    """The transition's run from its decomposition (``cfg``: its DecomposeConfig, whose ``tracking`` it uses);
+    missed logging is recorded in the store's ``.tracking/``."""
+    params = {
         "base": cfg.base, "post": cfg.post, "method": cfg.method, "chain": cfg.chain,
         "device": str(resolve_device(cfg.device)), "compute_dtype": cfg.compute_dtype,
         "store_dtype": cfg.store_dtype, "core_rel_threshold": cfg.core_rel_threshold,
@@ -69,14 +66,16 @@ def log_decomposition(cfg, store, manifest: dict, rows: list[dict], summary: dic
         "model_type": manifest["model_type"], "n_matrices": len(rows),
         **manifest["identity"],
         **{f"version.{k}": v for k, v in manifest["versions"].items()},
-    })
+    }
     metrics = _decomposition_metrics(rows, summary)
     metrics.append(("work_seconds", seconds, 0))  # this attempt's decomposition, before any logging
-    run.log_metrics(metrics)
-    run.log_artifacts([store.path / "metrics.csv", store.path / "summary.csv", store.path / "summary.json"])
-    run.log_artifacts(sorted((store.path / "figures").glob("*.png")), "figures")
-    run.finish()
-    return run.run_id
+    artifacts = [(store.path / f, None) for f in ("metrics.csv", "summary.csv", "summary.json")]
+    artifacts += [(f, "figures") for f in sorted((store.path / "figures").glob("*.png"))]
+    log = RunLog.of(cfg.tracking, key=transition_key(manifest["identity"]),
+                    name=f"{Path(cfg.base).name} → {Path(cfg.post).name}",
+                    tags={"grrr.kind": "transition", "grrr.chain": cfg.chain or "", "grrr.method": cfg.method or ""},
+                    start_ms=started_ms, params=params, metrics=metrics, artifacts=artifacts)
+    return _one([log], cfg.tracking, store.path)
 
 
 _PER_MATRIX = ("f_diag", "f_off", "f_null", "r_delta", "delta_fro", "sv_cos", "delta_max",
@@ -109,13 +108,16 @@ def _decomposition_metrics(rows: list[dict], summary: dict) -> list[tuple[str, f
 def log_stats(transitions: Sequence, long_rows: list[dict], out: Path, tracking: TrackingConfig, *,
               resamples: int, seed: int) -> None:
     """Each transition's bootstrap summaries as artifacts of its run."""
+    logs = []
     for t in transitions:
-        run = transition_run(t, tracking)
+        ref = transition_ref(t)
         mine = [r for r in long_rows if r["store"] == str(t.path)]
         tdir = out / f"per_transition_{stable_hash(str(t.path), 8)}"
         tdir.mkdir(exist_ok=True)
         atomic_write_text(tdir / f"stats_summary_resamples{resamples}_seed{seed}.csv", to_csv(mine))
-        run.log_artifacts(sorted(tdir.iterdir()), "stats")
+        logs.append(RunLog.of(tracking, **ref, once=False, finish=False,
+                              artifacts=[(f, "stats") for f in sorted(tdir.iterdir())]))
+    deliver(logs, tracking, out)
 
 
 def log_comparison(comp, a, b, c, summary: dict, files: Sequence[Path], tracking: TrackingConfig, *,
@@ -128,25 +130,21 @@ def log_comparison(comp, a, b, c, summary: dict, files: Sequence[Path], tracking
                 "seed": seed, "alpha": alpha}
     if c is not None:
         settings["ancestor"] = c.manifest["identity"]
-    run = _open(tracking, key="comparison-" + stable_hash(settings, 24), name=summary["label"],
-                tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind}, start_ms=int(started * 1000))
-    if run.complete:
-        return run.run_id
-    run.log_params({"kind": comp.kind, "a": a.label, "b": b.label, "a_store": str(a.path),
+    params = {"kind": comp.kind, "a": a.label, "b": b.label, "a_store": str(a.path),
                     "b_store": str(b.path), "ancestor": comp.ancestor_label or "",
                     "ancestor_store": str(c.path) if c is not None else "",
                     "frame": a.manifest["identity"]["base_fingerprint"],
                     "frame_settings": json.dumps(a.manifest["settings"], sort_keys=True),
                     "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
-                    "seed": seed, "alpha": alpha})
-    run.log_metrics([(k, v, 0) for k, v in summary.items()
-                     if isinstance(v, (int, float)) and not isinstance(v, bool)]
-                    + [(f"cos_off/{r['module']}", r["cos_off"], r["layer"]) for r in comp.rows]
-                    + [("work_seconds", seconds, 0)])
-    run.set_tags({"grrr.verdict": comp.null.verdict})
-    run.log_artifacts(files)
-    run.finish()
-    return run.run_id
+                    "seed": seed, "alpha": alpha}
+    metrics = ([(k, v, 0) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+               + [(f"cos_off/{r['module']}", r["cos_off"], r["layer"]) for r in comp.rows]
+               + [("work_seconds", seconds, 0)])
+    log = RunLog.of(tracking, key="comparison-" + stable_hash(settings, 24), name=summary["label"],
+                    tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind}, start_ms=int(started * 1000),
+                    params=params, metrics=metrics,
+                    set_tags={"grrr.verdict": comp.null.verdict}, artifacts=[(f, None) for f in files])
+    return _one([log], tracking, Path(files[0]).parent if files else None)
 
 
 # ---------------------------------------------------------------------------
@@ -168,14 +166,7 @@ def log_variant(builder, folder: Path, summary: dict, tracking: TrackingConfig, 
     """The variant's run, nested in its transition's; ``started`` (epoch seconds) and ``seconds``: when its
     build began and how long it took (a build skipped as already done takes no time)."""
     t = builder.transition
-    parent = transition_run(t, tracking)
-    run = _open(tracking, key="variant-" + stable_hash(builder.metadata(), 24),
-                name=f"{t.label} [{builder.spec.name}]",
-                tags={"grrr.kind": "variant", "grrr.variant": builder.spec.name},
-                parent=parent.run_id, start_ms=int(started * 1000))
-    if run.complete:
-        return run.run_id
-    run.log_params({**variant_params(builder), "store": str(t.path), "folder": str(folder.resolve())})
+    params = {**variant_params(builder), "store": str(t.path), "folder": str(folder.resolve())}
     rows = read_csv(folder.with_name(folder.name + ".fidelity.csv"))  # also there when the build was skipped
     metrics = _numbers(summary.items())
     # per-matrix series for matrices outside the experts only (as in decompose's tracking: E experts a layer do
@@ -183,10 +174,12 @@ def log_variant(builder, folder: Path, summary: dict, tracking: TrackingConfig, 
     metrics += [(f"fidelity/{r['module']}", float(r["fidelity"]), int(r["layer"])) for r in rows
                 if math.isfinite(float(r["fidelity"])) and not r.get("expert")]
     metrics.append(("work_seconds", seconds, 0))
-    run.log_metrics(metrics)
-    run.log_artifacts([folder.with_name(folder.name + ".fidelity.csv")])
-    run.finish()
-    return run.run_id
+    log = RunLog.of(tracking, key="variant-" + stable_hash(builder.metadata(), 24),
+                    name=f"{t.label} [{builder.spec.name}]",
+                    tags={"grrr.kind": "variant", "grrr.variant": builder.spec.name}, parent=transition_ref(t),
+                    start_ms=int(started * 1000), params=params, metrics=metrics,
+                    artifacts=[(folder.with_name(folder.name + ".fidelity.csv"), None)])
+    return _one([log], tracking, folder.parent)
 
 
 def log_evaluation(t, builders: Sequence, benches: Sequence, res, settings, template: str, sampling,
@@ -195,41 +188,34 @@ def log_evaluation(t, builders: Sequence, benches: Sequence, res, settings, temp
     (one engine), so each run spans the whole evaluation and records its ``work_seconds``."""
     from .evaluation import engine as ev
 
-    parent = transition_run(t, tracking)
-    parent.log_artifacts(res.files, "evaluation")
+    ref = transition_ref(t)
+    logs = [RunLog.of(tracking, **ref, once=False, finish=False, artifacts=[(f, "evaluation") for f in res.files])]
     versions = ev.engine_versions()
-    run_ids = []
     for builder in builders:
         name = builder.spec.name
         settings_key = {"transition": t.manifest["identity"], "variant": builder.metadata(),
                         "engine": settings.result_fields(), "template": template, "prompt": res.prompt}
         if sampling.key_fields() is not None:
             settings_key["sampling"] = sampling.key_fields()
-        run = _open(tracking, key="evaluation-" + stable_hash(settings_key, 24), name=f"{t.label} [{name}] eval",
-                    tags={"grrr.kind": "evaluation", "grrr.variant": name}, parent=parent.run_id,
-                    start_ms=int(started * 1000))
         params = {**variant_params(builder), "template": template, "prompt_format": res.prompt["digest"],
                   "metric": res.metric, **{f"sampling.{k}": v for k, v in sampling.model_dump().items()},
                   **{f"engine.{k}": v for k, v in settings.model_dump().items()},
                   **{f"version.{k}": v for k, v in versions.items()}}
         params.update({f"sha256.{b.name}": b.sha256 for b in benches})
         params.update({f"n.{b.name}": len(b.problems) for b in benches})
-        run.log_params(params)
-        # the benchmark files as dataset inputs: the runs table's Dataset column
-        run.log_datasets([(b.name, b.sha256, b.path, len(b.problems)) for b in benches], context="evaluation")
-        have = run.logged_metrics()
-        metrics = _evaluation_metrics(res, name)
-        if not run.complete:  # the first evaluation's time; a rerun (scoring nothing new) is not it
-            metrics.append(("work_seconds", seconds, 0))
-        # a metric already logged with this value is not logged again (reruns add no history)
-        run.log_metrics([m for m in metrics if have.get(m[0]) != m[1]])
-        run.log_artifacts(sorted((res.out / name).glob("*.jsonl")), "generations")
-        problems = res.out / name / "problems.csv"
-        if problems.is_file() and not run.complete:
-            run.log_table(read_csv(problems), "problems.json")
-        run.finish()
-        run_ids.append(run.run_id)
-    return run_ids
+        logs.append(RunLog.of(
+            tracking, key="evaluation-" + stable_hash(settings_key, 24), name=f"{t.label} [{name}] eval",
+            tags={"grrr.kind": "evaluation", "grrr.variant": name}, parent=ref, start_ms=int(started * 1000),
+            once=False, params=params,
+            # the benchmark files as dataset inputs: the runs table's Dataset column
+            datasets=[(b.name, b.sha256, b.path, len(b.problems), "evaluation") for b in benches],
+            # a metric already logged with this value is not logged again (reruns add no history); the
+            # first evaluation's time only to a new run (a rerun, scoring nothing new, is not it)
+            metrics=_evaluation_metrics(res, name), changed_metrics_only=True,
+            first_metrics=[("work_seconds", seconds, 0)],
+            artifacts=[(f, "generations") for f in sorted((res.out / name).glob("*.jsonl"))],
+            tables=[(res.out / name / "problems.csv", "problems.json")]))
+    return (deliver(logs, tracking, res.out) or [None])[1:]
 
 
 _ACCURACY_METRICS = ("wait_per_answer", "wait_per_1k_tokens", "truncated_pct", "tokens_mean", "tokens_median",
@@ -262,26 +248,28 @@ def _evaluation_metrics(res, name: str) -> list[tuple[str, float, int]]:
 # sweep
 
 
-def log_sweep(plan, result, tracking: TrackingConfig, started: float, html=None) -> str:
+def log_sweep(plan, result, tracking: TrackingConfig, started: float, html=None) -> Optional[str]:
     """One MLflow run per sweep (keyed by its plan), with the unit counts and the report; it spans
     this invocation from ``started`` (a resumed sweep's run spans all invocations). ``html(run_id)``:
     writes the HTML report, which names the run, before the report's files are logged."""
     counts = {s: sum(1 for v in result.states.values() if v == s) for s in ("done", "failed", "blocked", "pending")}
-    run = _open(tracking, key="sweep-" + plan.key, name=f"sweep {plan.config.name}", tags={"grrr.kind": "sweep"},
-                start_ms=int(started * 1000))
-    if run.complete:
-        return run.run_id
-    run.log_params({"name": plan.config.name, "workdir": str(plan.workdir), "units": len(plan.units),
-                    "transitions": ",".join(plan.transitions),
-                    "config": json.dumps(plan.config.model_dump(mode="json"), sort_keys=True)})
+    params = {"name": plan.config.name, "workdir": str(plan.workdir), "units": len(plan.units),
+              "transitions": ",".join(plan.transitions),
+              "config": json.dumps(plan.config.model_dump(mode="json"), sort_keys=True)}
     metrics = [(f"units_{k}", v, 0) for k, v in counts.items()] + [("work_seconds", time.time() - started, 0)]
-    run.log_metrics(metrics + _claim_metrics(result.claims))
-    if html is not None:
-        html(run.run_id)
-    run.log_artifacts(result.report_files, "report")
-    if result.ok:
-        run.finish()
-    return run.run_id
+    ref = {"key": "sweep-" + plan.key, "name": f"sweep {plan.config.name}", "tags": {"grrr.kind": "sweep"},
+           "start_ms": int(started * 1000)}
+    # the report's files first (the run stays open), then the HTML page, which names the run it is logged
+    # with: once its id is known, or without it when the logging is recorded for later
+    before = [f for f in result.report_files if f != result.html]
+    first = RunLog.of(tracking, **ref, params=params, metrics=metrics + _claim_metrics(result.claims),
+                      artifacts=[(f, "report") for f in before], finish=False)
+    run_id = _one([first], tracking, plan.workdir)
+    if html is None:
+        return run_id
+    page = html(run_id)
+    return _one([RunLog.of(tracking, **ref, artifacts=[(page, "report")], finish=result.ok)], tracking,
+                plan.workdir) or run_id
 
 
 def sweep_runs(tracking: TrackingConfig) -> list[dict]:
@@ -290,10 +278,11 @@ def sweep_runs(tracking: TrackingConfig) -> list[dict]:
     from mlflow.tracking import MlflowClient
 
     try:
-        uri = trk.resolve_uri(tracking.uri)
-        exp_id = trk.prepare(uri, tracking.experiment)
-        found = MlflowClient(tracking_uri=uri).search_runs(
-            [exp_id], filter_string=f"tags.`{trk.SWEEP_TAG}` = '{tracking.sweep}'", max_results=5000)
+        with trk.limits(tracking.timeout_s, tracking.retries):  # provenance: never a long wait
+            uri = trk.resolve_uri(tracking.uri)
+            exp_id = trk.prepare(uri, tracking.experiment)
+            found = MlflowClient(tracking_uri=uri).search_runs(
+                [exp_id], filter_string=f"tags.`{trk.SWEEP_TAG}` = '{tracking.sweep}'", max_results=5000)
     except Exception:  # noqa: BLE001 - provenance only: the page is written without the list
         return []
     return sorted(({"run_id": r.info.run_id, "experiment_id": exp_id, "name": r.info.run_name,

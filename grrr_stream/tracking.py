@@ -6,14 +6,21 @@ unfinished by a crash is resumed rather than duplicated. A run's start and end
 times span the work it records (callers pass the measured start), the units of a
 sweep carry the sweep's tag ``grrr.sweep``, and the experiment is marked as a
 model-training one so that MLflow's UI shows it as runs rather than as GenAI traces.
+
+Every request runs under the limits of a TrackingConfig (:func:`limits`: seconds per request,
+retries), so an unreachable server costs seconds, not MLflow's default minutes; a fresh SQLite
+file is created under a file lock (:func:`client`), so processes starting together do not race
+on its schema. What to log, and what happens when it cannot be logged, is :mod:`.run_log`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from .errors import MissingDependencyError
 
@@ -51,8 +58,50 @@ def resolve_uri(uri: Optional[str]) -> str:
 
 
 def now_ms() -> int:
-    """Wall-clock time as MLflow stores run times (milliseconds since the epoch)."""
-    return int(time.time() * 1000)
+    """Wall-clock time as MLflow stores run times (milliseconds since the epoch), rounded up: an end
+    read after a measured span is never before it."""
+    return math.ceil(time.time() * 1000)
+
+
+@contextlib.contextmanager
+def limits(timeout_s: int, retries: int) -> Iterator[None]:
+    """MLflow's HTTP client reads its time limits from the environment at every request: set them
+    for the requests made inside the block (then restore them). ``timeout_s``: seconds to connect and
+    to wait for each answer; ``retries``: further attempts after a failed one, 1 s, 2 s, ... apart
+    (MLflow's defaults, 120 s and 7 retries with backoff 2, took 4 min 12 s on a closed port)."""
+    values = {"MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(timeout_s)), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(int(retries)),
+              "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0"}
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+_OPENED: set[str] = set()  # SQLite URIs this process has opened (their schema exists)
+
+
+def client(uri: str):
+    """An MlflowClient for ``uri``. MLflow creates a SQLite store's schema when a process first opens
+    it; processes doing that at once on a fresh file collide ('table runs already exists'), so the
+    first open in each process holds an exclusive lock on a file beside the database."""
+    _, MlflowClient = _mlflow()
+    if not uri.startswith("sqlite:///") or uri in _OPENED:
+        return MlflowClient(tracking_uri=uri)
+    from .locks import FileLock
+
+    db = Path(uri[len("sqlite:///"):])
+    if not db.parent.is_dir():  # not there (a share not mounted): MLflow says so, the lock creates nothing
+        return MlflowClient(tracking_uri=uri)
+    with FileLock(db.with_name(db.name + ".grrr-lock"), wait=True):
+        made = MlflowClient(tracking_uri=uri)
+    _OPENED.add(uri)
+    return made
 
 
 def _experiment_id(client, name: str, uri: str) -> str:
@@ -68,17 +117,25 @@ def _experiment_id(client, name: str, uri: str) -> str:
         # keep artifacts beside the database instead of in whatever cwd is current
         db = Path(uri[len("sqlite:///"):])
         artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
-    return client.create_experiment(name, artifact_location=artifact_location, tags={KIND_TAG: TRAINING_KIND})
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location, tags={KIND_TAG: TRAINING_KIND})
+    except Exception:  # noqa: BLE001 - another process created it first: use theirs
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
 
 
 class TrackedRun:
     """A handle on the MLflow run of one unit of work (transition, comparison, ...)."""
 
-    def __init__(self, client, run_id: str, complete: bool, existing_params: dict[str, str]):
+    def __init__(self, client, run_id: str, complete: bool, existing_params: dict[str, str],
+                 existing_metrics: Iterable[str] = ()):
         self.client = client
         self.run_id = run_id
         self.complete = complete
         self._params = dict(existing_params)
+        self._metric_keys = set(existing_metrics)  # metrics an earlier, interrupted attempt logged
         self._added = False  # whether this handle logged a param, metric or dataset
 
     def log_params(self, params: dict[str, Any]) -> None:
@@ -92,15 +149,22 @@ class TrackedRun:
         self._added |= bool(new)
         self._params.update({p.key: p.value for p in new})
 
-    def log_metrics(self, metrics: Iterable[tuple[str, float, int]]) -> None:
-        """(name, value, step) triples, batched."""
+    def log_metrics(self, metrics: Iterable[tuple[str, float, int]], timestamp_ms: Optional[int] = None) -> None:
+        """(name, value, step) triples, batched, stamped ``timestamp_ms`` (default now). A point an
+        interrupted earlier attempt already logged to this run is not logged twice."""
         from mlflow.entities import Metric
 
-        ts = int(time.time() * 1000)
-        batch = [Metric(k, float(v), ts, int(s)) for k, v, s in metrics]
+        ts = now_ms() if timestamp_ms is None else int(timestamp_ms)
+        metrics = list(metrics)
+        logged = self._logged_points({k for k, _, _ in metrics} & self._metric_keys)
+        batch = [Metric(k, float(v), ts, int(s)) for k, v, s in metrics if (k, int(s), float(v)) not in logged]
         for i in range(0, len(batch), _BATCH):
             self.client.log_batch(self.run_id, metrics=batch[i:i + _BATCH])
         self._added |= bool(batch)
+
+    def _logged_points(self, keys: set[str]) -> set[tuple[str, int, float]]:
+        """(name, step, value) of every point logged to these metrics (only asked on a resumed run)."""
+        return {(k, m.step, m.value) for k in keys for m in self.client.get_metric_history(self.run_id, k)}
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
         for p in paths:
@@ -146,22 +210,21 @@ class TrackedRun:
             self.client.log_inputs(self.run_id, datasets=new)
             self._added = True
 
-    def finish(self) -> None:
-        """Mark the run complete; its end time is now, after the work and its logging. A finished run
-        that this rerun added nothing to keeps its end time (a rerun is no work of the run's)."""
+    def finish(self, end_ms: Optional[int] = None) -> None:
+        """Mark the run complete; it ends at ``end_ms`` (when its work ended; default now). A finished
+        run that this rerun added nothing to keeps its end time (a rerun is no work of the run's)."""
         if self.complete and not self._added:
             return
         self.client.set_tag(self.run_id, COMPLETE_TAG, "true")
-        self.client.set_terminated(self.run_id, "FINISHED", end_time=now_ms())
+        self.client.set_terminated(self.run_id, "FINISHED", end_time=now_ms() if end_ms is None else end_ms)
 
 
 def prepare(uri: Optional[str], experiment: str) -> str:
     """Create the tracking store and the experiment now, in this process. Several worker
     processes opening a fresh SQLite store at once would all run its schema migrations
     and collide ('duplicate column name'); after this they only read and append."""
-    _, MlflowClient = _mlflow()
     uri = resolve_uri(uri)
-    return _experiment_id(MlflowClient(tracking_uri=uri), experiment, uri)
+    return _experiment_id(client(uri), experiment, uri)
 
 
 def runs_page(ui: str, experiment_id: str) -> str:
@@ -181,26 +244,25 @@ def open_run(*, uri: Optional[str], experiment: str, key: str, run_name: str,
     callers log after the work). A resumed run keeps the start of its first attempt, so its span
     covers every attempt. ``sweep``: the sweep this work belongs to, the tag ``grrr.sweep``; it is
     set on a found run too (finished or not), so that a sweep that reuses earlier work finds it."""
-    _, MlflowClient = _mlflow()
     uri = resolve_uri(uri)
-    client = MlflowClient(tracking_uri=uri)
-    exp_id = _experiment_id(client, experiment, uri)
-    found = client.search_runs([exp_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'", max_results=10)
+    mlc = client(uri)
+    exp_id = _experiment_id(mlc, experiment, uri)
+    found = mlc.search_runs([exp_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'", max_results=10)
     if found:
         # prefer a finished one; several can only exist if created outside this tool
         found.sort(key=lambda r: (r.data.tags.get(COMPLETE_TAG) != "true", r.info.start_time))
         run = found[0]
         complete = run.data.tags.get(COMPLETE_TAG) == "true"
         if not complete and run.info.status != "RUNNING":
-            client.update_run(run.info.run_id, status="RUNNING")
+            mlc.update_run(run.info.run_id, status="RUNNING")
         if sweep and run.data.tags.get(SWEEP_TAG) != sweep:
-            client.set_tag(run.info.run_id, SWEEP_TAG, sweep)
-        return TrackedRun(client, run.info.run_id, complete, run.data.params)
+            mlc.set_tag(run.info.run_id, SWEEP_TAG, sweep)
+        return TrackedRun(mlc, run.info.run_id, complete, run.data.params, set(run.data.metrics))
     all_tags = {KEY_TAG: key, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     if sweep:
         all_tags[SWEEP_TAG] = sweep
-    run = client.create_run(exp_id, start_time=start_ms, run_name=run_name, tags=all_tags)
-    return TrackedRun(client, run.info.run_id, False, {})
+    run = mlc.create_run(exp_id, start_time=start_ms, run_name=run_name, tags=all_tags)
+    return TrackedRun(mlc, run.info.run_id, False, {})
 

@@ -16,6 +16,9 @@ def add_tracking(p: argparse.ArgumentParser, *, experiment: bool = True,
                        help=f"MLflow experiment (default {experiment_default})" if experiment_default else
                        "MLflow experiment (default: the config's tracking.experiment)")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    p.add_argument("--tracking-required", action="store_true",
+                   help="refuse to start when the tracking target cannot be reached (default: work without it "
+                        "and record what to log for `grrr-stream track`)")
 
 
 def positive_float(text: str) -> float:
@@ -51,6 +54,8 @@ def tracking_flags(args) -> dict:
         flags["experiment"] = args.experiment
     if args.no_track:
         flags["enabled"] = False
+    if getattr(args, "tracking_required", False):
+        flags["required"] = True
     return flags
 
 

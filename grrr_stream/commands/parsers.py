@@ -214,3 +214,16 @@ def status_parser(sub) -> None:
     p.add_argument("--bench-dir", default="bundled", help="as given to `sweep`")
     p.add_argument("--all", action="store_true", help="list done units too (default: totals and the rest)")
     add_common(p)
+
+
+def track_parser(sub) -> None:
+    p = sub.add_parser("track", help="log to MLflow what earlier commands recorded as not logged",
+                       description="Apply the MLflow logging that was recorded because the tracking target could "
+                                   "not be reached: from PATH/.tracking (a store or output folder), "
+                                   "PATH/.sweep/tracking (a sweep's workdir) and PATH/*/.tracking. Runs are found by "
+                                   "key (no duplicates) and keep the recorded start and end. Exit status 3 when "
+                                   "some could still not be logged.")
+    p.add_argument("paths", nargs="+", type=Path, metavar="WORKDIR|STORE", help="a sweep workdir or result folder")
+    p.add_argument("--tracking-uri", help="log there instead of the recorded tracking URI")
+    p.add_argument("--timeout", type=int, default=10, help="seconds per MLflow request (default 10)")
+    add_common(p)

@@ -49,18 +49,44 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     res = run_sweep(plan, scheduler=args.scheduler or cfg.scheduler, tracking=tracking,
                     progress=cfg.progress and not args.no_progress, device=args.device)
     print_sweep_summary(res)
-    if tracking.enabled:
-        from ..tracking import prepare, runs_page
+    if res.tracking_missed:
+        print(f"\ntracking: {len(res.tracking_missed)} run(s) not logged to MLflow (units, and 'sweep' for its own; recorded in "
+              f"{plan.workdir / '.sweep' / 'tracking'}); rerun the sweep or `grrr-stream track {plan.workdir}`")
+    if tracking.enabled and not res.tracking_missed:
+        from ..tracking import limits, prepare, runs_page
 
         uri = resolve_uri(tracking.uri)
         experiment = tracking.experiment
-        exp_id = prepare(uri, experiment)
+        with limits(tracking.timeout_s, 0):
+            exp_id = prepare(uri, experiment)
         print(f"\nLogged to MLflow ({uri}, experiment {experiment}). Open the UI with:\n"
               f"  mlflow ui --backend-store-uri {uri}\nand its runs at {runs_page('http://127.0.0.1:5000', exp_id)}"
               if not uri.startswith("http") else
               f"\nLogged to MLflow at {uri} (experiment {experiment}); its runs: {runs_page(uri, exp_id)}")
     print(f"\nreport: {res.html} (one self-contained page: open it in a browser)")
-    return 0 if res.ok else 1
+    return 1 if not res.ok else (3 if res.tracking_missed else 0)
+
+
+def cmd_track(args: argparse.Namespace) -> int:
+    from ..run_log import find_pending, flush, pending_files
+    from ..tracking import limits
+
+    for p in args.paths:
+        if not p.is_dir():
+            raise ConfigError(f"{p} is not a folder (give a sweep workdir, a store or an output folder)")
+    folders = find_pending(args.paths)
+    logged = left = 0
+    with limits(max(1, args.timeout), 1):
+        for folder in folders:
+            res = flush(folder, uri=args.tracking_uri)
+            logged, left = logged + res.logged, left + res.left
+            if res.error:
+                print(f"{folder}: {res.left} not logged ({res.error})")
+    if not folders or not (logged or left):
+        print("nothing recorded to log in " + ", ".join(map(str, args.paths)))
+        return 0
+    print(f"logged {logged} recorded logging(s) to MLflow" + (f"; {left} still pending" if left else ""))
+    return 3 if left or any(pending_files(f) for f in folders) else 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -75,6 +101,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         rec = Records(plan.workdir).read(plan.unit(r["unit"])) or {}
         print(f"\n{r['unit']} failed on {rec.get('host')} (pid {rec.get('pid')}):\n  {rec.get('error')}")
         print(f"  full traceback in {Records(plan.workdir).path(plan.unit(r['unit']))}")
+    from ..run_log import pending_files
+
+    pending = pending_files(plan.workdir / ".sweep" / "tracking")
+    if pending:
+        print(f"\ntracking: {len(pending)} recorded MLflow logging(s) not yet logged; rerun the sweep or "
+              f"`grrr-stream track {plan.workdir}`")
     return 1 if failed else 0
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, TextIO
 
@@ -16,6 +17,7 @@ from .records import Records, SweepLock, unit_state
 from .report import Report, write_report
 from ..runs import log_sweep, sweep_runs
 from .runners import RunContext
+from .tracker import Tracker
 from .units import DecomposeParams, Unit
 
 
@@ -28,6 +30,9 @@ class SweepResult:
     report: Report
     run_id: Optional[str] = None
     html: Optional[Path] = None          # WORKDIR/report/index.html
+    # units (and "sweep", its own run) whose MLflow logging was missed in this call: recorded in
+    # WORKDIR/.sweep/tracking for a rerun or `grrr-stream track`
+    tracking_missed: list[str] = field(default_factory=list)
 
     @property
     def report_files(self) -> list:
@@ -53,7 +58,9 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
     tracking = tracking or TrackingConfig(enabled=False)
     # every unit's run carries the sweep's tag: one search finds the whole sweep (not a result key)
-    tracking = tracking.model_copy(update={"sweep": tracking.sweep or plan.config.name})
+    # what cannot be logged is recorded with the unit records, for a rerun or `grrr-stream track WORKDIR`
+    tracking = tracking.model_copy(update={"sweep": tracking.sweep or plan.config.name,
+                                           "pending_dir": str(plan.workdir / ".sweep" / "tracking")})
     from ..files import ensure_folder
 
     ensure_folder(plan.workdir, "workdir")
@@ -66,27 +73,42 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream)
         display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
                     f"{len(todo)} to run")
-        if tracking.enabled:
-            from ..tracking import prepare
+        if tracking.enabled:  # once, before any unit: unreachable → refuse (required) or record only
+            from ..run_log import preflight
 
-            prepare(tracking.uri, tracking.experiment)
+            tracking = preflight(tracking, stream)
         stores = {u.params.transition: u.out for u in plan.units if isinstance(u.params, DecomposeParams)}
-        ctx = RunContext(str(plan.workdir), tracking, progress, device, threads=None, stores=stores,
+        # reachable: the units record what to log and the tracker logs it while they compute
+        tracker = (Tracker(Path(tracking.pending_dir), tracking)
+                   if tracking.enabled and not tracking.record_only else None)
+        units_tracking = tracking.model_copy(update={"defer": True}) if tracker else tracking
+        ctx = RunContext(str(plan.workdir), units_tracking, progress, device, threads=None, stores=stores,
                          informative_points=plan.config.claims.informative_points)
-        ran = _run(todo, states, display, scheduler, ctx)
+        with tracker or contextlib.nullcontext():
+            ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
+        result.tracking_missed = [u for u in ran if (recs.get(u) or {}).get("tracking")]
+        if tracker is not None and tracker.left():  # the server went away during the sweep
+            from ..run_log import say_missed
+
+            say_missed(tracker.left(), tracker.last.error or "still pending", stream)
+            result.tracking_missed += tracker.left()
         write_pages(result, tracking, started)
+        if tracking.enabled and result.run_id is None:
+            result.tracking_missed.append("sweep")
     return result
 
 
 def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional[float] = None) -> Path:
-    """The HTML report, named by the sweep's MLflow run when tracked (it is logged with the run's other report
-    files: log_sweep calls back once the run's id is known); ``started``: None to only rewrite the page."""
+    """The HTML report, named by the sweep's MLflow run when tracked (log_sweep logs the report's other files,
+    then calls back with the run's id — None when its logging was recorded for later — and logs the page);
+    ``started``: None to only rewrite the page."""
     from ..report import write_html
 
     def page(run_id: Optional[str]) -> Path:
-        runs = sweep_runs(tracking) if tracking.enabled else []
+        # not asked when the target was found unreachable before the work (nothing to wait on twice)
+        runs = sweep_runs(tracking) if tracking.enabled and not tracking.record_only else []
         result.html = write_html(result.plan, result.report, result.records, tracking=tracking, run_id=run_id,
                                  runs=runs)
         return result.html

@@ -55,6 +55,9 @@ def run_unit(u: Unit, ctx: RunContext) -> dict:
         import torch
 
         torch.set_num_threads(int(ctx.threads))
+    from ..run_log import missed
+
+    missed_before = len(missed())
     try:
         result = _RUNNERS[u.kind](u, ctx)
     except KeyboardInterrupt:
@@ -68,6 +71,9 @@ def run_unit(u: Unit, ctx: RunContext) -> dict:
         return rec
     rec = {"id": u.id, "key": u.key, "status": "done", "started": started, "seconds": time.time() - started,
            "result": result or {}, **where}
+    tracking_missed = missed()[missed_before:]  # done all the same: recorded in WORKDIR/.sweep/tracking
+    if tracking_missed:
+        rec["tracking"] = "not logged: " + "; ".join(tracking_missed)
     records.write(u, rec)
     return rec
 
