@@ -152,3 +152,22 @@ def test_cli_bad_input_is_one_line_error(tmp_path, capsys):
 
     assert main(["channels", str(tmp_path / "missing")]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_zeroed_channels_are_zero_wherever_the_model_reads_the_residual(planted):
+    """Every decoder layer and the final norm receive the residual with the channels at exactly 0."""
+    root, _ = planted
+    cal = calibration_ids(root / "base", vocab_size=VOCAB, sequences=1, seq_len=SEQ_LEN)
+    seen = []
+
+    def grab(module, args, kwargs, output):  # forward hooks see the inputs after the pre-hooks replaced them
+        seen.append((args[0] if args else kwargs["hidden_states"]).detach().clone())
+
+    with load_model(root / "base", max_memory=None) as loaded:
+        handles = [m.register_forward_hook(grab, with_kwargs=True) for m in [*loaded.layers, loaded.final_norm]]
+        calibration_pass(loaded, cal.ids, zero_channels=np.array(PLANTED))
+        for h in handles:
+            h.remove()
+    assert len(seen) == LAYERS + 1
+    for x in seen:
+        assert torch.all(x[..., PLANTED] == 0) and torch.all(x[..., [0, 1, 2]] != 0)

@@ -32,7 +32,8 @@ def _need(module: str):
     try:
         return __import__(module)
     except ImportError as e:
-        raise MissingDependencyError(f"'grrr-stream channels' needs {module} (pip install 'grrr-stream[channels]'): {e}") from e
+        raise MissingDependencyError(f"'grrr-stream channels' needs {module} "
+                                     f"(pip install 'grrr-stream[channels]'): {e}") from e
 
 
 def checkpoint_bytes(model_dir: Path) -> int:
