@@ -48,6 +48,7 @@ def cmd_channels(args) -> int:
         from transformers.utils import logging as tf_logging
 
         tf_logging.disable_progress_bar()
+        tf_logging.set_verbosity_error()  # "sequence longer than the model maximum": the text is cut into windows
     except ImportError:
         pass
     result = run_channels(args.model, args.out, post_dir=args.post,
