@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from .commands.parsers import (bands_parser, compare_parser, decompose_parser, evaluate_parser, report_parser,
                                stats_parser, status_parser, sweep_parser, track_parser, variants_parser)
+from .commands.channels import channels_parser, cmd_channels
 from .commands.sweep import cmd_report, cmd_status, cmd_sweep, cmd_track
 from .commands.transition import cmd_bands, cmd_compare, cmd_decompose, cmd_evaluate, cmd_stats, cmd_variants
 from .errors import GrrrError
@@ -39,13 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     status_parser(sub)
     report_parser(sub)
     track_parser(sub)
+    channels_parser(sub)
     return parser
 
 
 COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "bands": cmd_bands,
             "variants": cmd_variants,
             "evaluate": cmd_evaluate, "demo": cmd_sweep,
-            "sweep": cmd_sweep, "status": cmd_status, "report": cmd_report, "track": cmd_track}
+            "sweep": cmd_sweep, "status": cmd_status, "report": cmd_report, "track": cmd_track,
+            "channels": cmd_channels}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

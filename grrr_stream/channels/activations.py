@@ -1,0 +1,232 @@
+"""Per-channel activation RMS of the residual stream at every decoder layer's input.
+
+The model is built by transformers from its config on the meta device
+(``accelerate.init_empty_weights``) and its weights are placed by accelerate's
+``load_checkpoint_and_dispatch``: with a resident-weights budget (``max_memory``) smaller
+than the checkpoint, the decoder layers that do not fit go to an offload folder on disk
+and accelerate's hooks load each one for its own forward and drop it afterwards, so one
+layer's weights (plus the embedding / LM head when they run) are in memory at a time.
+No forward pass is written here: the model's own ``forward`` runs; forward pre-hooks on the
+decoder layers read their input (the residual stream) and accumulate Σx² per channel in
+float64.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from ..errors import CheckpointNotFoundError, ConfigError, MissingDependencyError
+
+DEFAULT_MAX_MEMORY = "1GiB"  # resident weights; the rest is offloaded to disk layer by layer
+
+
+def _need(module: str):
+    try:
+        return __import__(module)
+    except ImportError as e:
+        raise MissingDependencyError(f"'grrr-stream channels' needs {module} "
+                                     f"(pip install 'grrr-stream[channels]'): {e}") from e
+
+
+def checkpoint_bytes(model_dir: Path) -> int:
+    return sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
+
+
+def _parse_bytes(text: str) -> int:
+    units = {"gib": 2**30, "mib": 2**20, "kib": 2**10, "gb": 10**9, "mb": 10**6, "kb": 10**3, "b": 1}
+    t = str(text).strip().lower()
+    for u, f in units.items():
+        if t.endswith(u) and t[:-len(u)].strip().replace(".", "", 1).isdigit():
+            return int(float(t[:-len(u)]) * f)
+    if t.isdigit():
+        return int(t)
+    raise ConfigError(f"memory size {text!r}: write e.g. 1GiB, 512MiB or a number of bytes")
+
+
+@dataclass
+class Loaded:
+    model: torch.nn.Module
+    layers: torch.nn.ModuleList
+    final_norm: torch.nn.Module
+    offloaded: bool
+    config: object
+
+
+def decoder_layers(model: torch.nn.Module, n_layers: int) -> tuple[torch.nn.ModuleList, torch.nn.Module]:
+    """The decoder's layer list (the ModuleList named ``*layers`` of length n_layers) and its final norm."""
+    for name, mod in model.named_modules():
+        if name.endswith("layers") and isinstance(mod, torch.nn.ModuleList) and len(mod) == n_layers:
+            parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+            norm = getattr(parent, "norm", None)
+            if norm is None:
+                raise ConfigError(f"{type(model).__name__}: no final norm next to {name}")
+            return mod, norm
+    raise ConfigError(f"{type(model).__name__}: no decoder layer list of {n_layers} layers found")
+
+
+def layerwise_device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype) -> dict[str, str]:
+    """One entry per decoder layer and per other top-level block; blocks stay on "cpu" in order while
+    their weights fit ``budget`` bytes, the rest go to "disk" (read by accelerate when they run).
+
+    accelerate's ``infer_auto_device_map`` returns ``{"": "disk"}`` when nothing fits, which would
+    load the whole model for every forward; this map keeps the unit of loading one layer.
+    """
+    from accelerate.utils import compute_module_sizes
+
+    sizes = compute_module_sizes(model, dtype=dtype)
+    layers_name = next(n for n, m in model.named_modules()
+                       if n.endswith("layers") and isinstance(m, torch.nn.ModuleList) and len(m) > 0)
+    blocks: list[str] = []
+
+    def walk(prefix: str, module: torch.nn.Module) -> None:
+        for name, child in module.named_children():
+            full = f"{prefix}{name}"
+            if full == layers_name:
+                blocks.extend(f"{full}.{i}" for i in range(len(child)))
+            elif layers_name.startswith(full + "."):
+                walk(full + ".", child)
+            else:
+                blocks.append(full)
+
+    walk("", model)
+    device_map, used = {}, 0
+    for b in blocks:
+        used += sizes.get(b, 0)
+        device_map[b] = "cpu" if used <= budget else "disk"
+    return device_map
+
+
+def text_config(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+@contextlib.contextmanager
+def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_MEMORY,
+               dtype: torch.dtype = torch.float32) -> Iterator[Loaded]:
+    """The model of ``model_dir``, in memory if it fits ``max_memory`` (None: always), else offloaded."""
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise CheckpointNotFoundError(f"{model_dir}: no config.json (a Hugging Face model folder is needed)")
+    if not list(model_dir.glob("*.safetensors")):
+        raise CheckpointNotFoundError(f"{model_dir}: no .safetensors files")
+    accelerate = _need("accelerate")
+    transformers = _need("transformers")
+    from accelerate import init_empty_weights
+
+    config = transformers.AutoConfig.from_pretrained(str(model_dir))
+    with init_empty_weights():
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.tie_weights()
+    budget = None if max_memory is None else _parse_bytes(max_memory) if isinstance(max_memory, str) else max_memory
+    with tempfile.TemporaryDirectory(prefix="grrr-offload-") as offload:
+        device_map = {"": "cpu"} if budget is None else layerwise_device_map(model, budget, dtype)
+        offloaded = "disk" in set(device_map.values())
+        del model  # only its shapes were needed; transformers loads tensor by tensor and dispatches
+        # through accelerate (dispatch_model: AlignDevicesHook per offloaded module, weights read on use)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), device_map=device_map,
+                                                                  offload_folder=offload, dtype=dtype)
+        model.eval()
+        del accelerate
+        tc = text_config(config)
+        layers, norm = decoder_layers(model, tc.num_hidden_layers)
+        yield Loaded(model, layers, norm, offloaded, config)
+
+
+def _hidden(args, kwargs) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+@contextlib.contextmanager
+def residual_hooks(loaded: Loaded, fn: Callable[[int, torch.Tensor], torch.Tensor | None]):
+    """Call ``fn(depth, x)`` on the residual stream x at each decoder layer's input (depth 0..L-1)
+    and at the final norm's input (depth L); a returned tensor replaces x."""
+    def make(depth):
+        def pre(module, args, kwargs):
+            x = _hidden(args, kwargs)
+            y = fn(depth, x)
+            if y is None:
+                return None
+            if args:
+                return (y, *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": y}
+        return pre
+
+    handles = [layer.register_forward_pre_hook(make(i), with_kwargs=True) for i, layer in enumerate(loaded.layers)]
+    handles.append(loaded.final_norm.register_forward_pre_hook(make(len(loaded.layers)), with_kwargs=True))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@dataclass
+class PassResult:
+    rms: np.ndarray  # (layers, hidden) float64: RMS over all calibration tokens at each layer's input
+    nll_sum: float   # Σ −log p(next token), float64
+    n_predicted: int
+
+    @property
+    def perplexity(self) -> float:
+        return float(np.exp(self.nll_sum / self.n_predicted))
+
+
+@torch.no_grad()
+def calibration_pass(loaded: Loaded, ids: torch.Tensor, *, batch_size: int = 1,
+                     zero_channels: np.ndarray | None = None) -> PassResult:
+    """One pass over ``ids``: RMS at every layer input and the next-token NLL.
+
+    With ``zero_channels``, those residual channels are set to 0 at every decoder layer's input
+    (= after the embedding and after every layer but the last) and at the final norm's input
+    (= after the last layer), so the channel is absent from everything the model reads.
+    The recorded RMS is taken before the zeroing.
+    """
+    n_layers = len(loaded.layers)
+    hidden = text_config(loaded.config).hidden_size
+    sq = torch.zeros(n_layers, hidden, dtype=torch.float64)
+    counts = [0]
+    zero = None if zero_channels is None or len(zero_channels) == 0 else torch.as_tensor(np.asarray(zero_channels))
+
+    def on_residual(depth, x):
+        if depth < n_layers:
+            sq[depth] += x.detach().to(torch.float64).pow(2).reshape(-1, x.shape[-1]).sum(0).cpu()
+        if zero is None:
+            return None
+        y = x.clone()
+        y[..., zero.to(x.device)] = 0
+        return y
+
+    nll, n_pred = 0.0, 0
+    with residual_hooks(loaded, on_residual):
+        for start in range(0, ids.shape[0], batch_size):
+            batch = ids[start:start + batch_size]
+            counts[0] += batch.numel()
+            logits = loaded.model(input_ids=batch, use_cache=False).logits
+            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+            picked = logp.gather(-1, batch[:, 1:, None].to(logp.device)).squeeze(-1)
+            nll -= float(picked.double().sum())
+            n_pred += picked.numel()
+            del logits, logp
+    rms = np.sqrt(sq.numpy() / counts[0])
+    return PassResult(rms, nll, n_pred)
+
+
+def write_rms_csv(path: Path, rms: np.ndarray) -> None:
+    """One row per channel: channel, rms_layer0 … rms_layer{L-1}."""
+    from ..files import atomic_write_text, to_csv
+
+    rows = [{"channel": c, **{f"rms_layer{l}": float(rms[l, c]) for l in range(rms.shape[0])}}
+            for c in range(rms.shape[1])]
+    atomic_write_text(path, to_csv(rows))
+
+
+def config_summary(model_dir: Path) -> dict:
+    return json.loads((Path(model_dir) / "config.json").read_text())

@@ -1,0 +1,73 @@
+"""``grrr-stream channels``: outlier residual channels of a model (and its post-trained child)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .options import add_common
+
+
+def channels_parser(sub) -> None:
+    from ..channels.activations import DEFAULT_MAX_MEMORY
+    from ..channels.calibration import DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
+
+    p = sub.add_parser("channels", help="label-free outlier residual channels, their weight proxy and ablation",
+                       description="Per-channel activation RMS at every decoder layer's input on the packaged "
+                                   "calibration text (accelerate-offloaded when the model exceeds --max-memory), "
+                                   "the robust-z outlier rule, the weight-only proxy and its Jaccard overlap, "
+                                   "and with --ablate the perplexity with the outliers zeroed against random sets.")
+    p.add_argument("model", type=Path, help="base model folder (config.json + safetensors)")
+    p.add_argument("--post", type=Path, help="post-trained model folder, analysed the same way for comparison")
+    p.add_argument("--out", type=Path, default=Path("channels"), help="folder for channels.json and the CSVs "
+                                                                       "(default ./channels)")
+    p.add_argument("--sequences", type=int, default=DEFAULT_SEQUENCES,
+                   help=f"calibration sequences (default {DEFAULT_SEQUENCES})")
+    p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens each (default {DEFAULT_SEQ_LEN})")
+    p.add_argument("--threshold", type=float, default=2.5, help="robust z threshold (default 2.5)")
+    p.add_argument("--aggregate", choices=["median", "max", "mean"], default="median",
+                   help="how the per-layer z-scores are aggregated (default median)")
+    p.add_argument("--ablate", action="store_true", help="also measure perplexity with channels zeroed")
+    p.add_argument("--batch-size", type=int, default=1, help="sequences per forward (default 1)")
+    p.add_argument("--max-memory", default=DEFAULT_MAX_MEMORY,
+                   help=f"resident weights; larger models are offloaded layer by layer (default {DEFAULT_MAX_MEMORY})")
+    add_common(p)
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def cmd_channels(args) -> int:
+    from ..channels.analysis import run_channels
+    from ..channels.rule import OutlierRule
+    from ..errors import ConfigError
+
+    if args.batch_size < 1:
+        raise ConfigError("--batch-size must be at least 1")
+    try:
+        from transformers.utils import logging as tf_logging
+
+        tf_logging.disable_progress_bar()
+        tf_logging.set_verbosity_error()  # "sequence longer than the model maximum": the text is cut into windows
+    except ImportError:
+        pass
+    result = run_channels(args.model, args.out, post_dir=args.post,
+                          rule=OutlierRule(threshold=args.threshold, aggregate=args.aggregate),
+                          sequences=args.sequences, seq_len=args.seq_len, batch_size=args.batch_size,
+                          max_memory=args.max_memory, do_ablate=args.ablate)
+    for role in ("base", "post"):
+        r = result.get(role)
+        if r is None:
+            continue
+        print(f"{role}: {len(r['channels'])}/{r['hidden_size']} channels = {100 * r['fraction']:.2f} % "
+              f"(paper: ~5 %); proxy Jaccard {_fmt(r['jaccard'])}; perplexity {_fmt(r['perplexity'])}"
+              + (f" ({r['proxy_note']})" if r.get("proxy_note") else ""))
+        a = r.get("ablation")
+        if a:
+            rnd = ", ".join(_fmt(x["perplexity"]) for x in a["random"])
+            print(f"  ablation: outliers zeroed {_fmt(a['perplexity_outliers_zeroed'])}; "
+                  f"{a['n_channels_zeroed']} random channels zeroed (seeds 0,1,2) {rnd}")
+    if "base_post_jaccard" in result:
+        print(f"base vs post outlier sets: Jaccard {_fmt(result['base_post_jaccard'])}")
+    print(f"wrote {Path(args.out) / 'channels.json'}")
+    return 0
