@@ -223,7 +223,8 @@ def test_update_that_overflows_the_compute_dtype_is_refused_with_the_matrix_name
     assert _completed(tmp_path / "s") == 7 * TINY.layers - 1
     for meta in (tmp_path / "s" / "matrices").glob("*/zarr.json"):
         attrs = json.loads(meta.read_text())["attributes"]
-        assert all(np.isfinite(v) for v in attrs["metrics"].values()), attrs["name"]
+        # every number finite (sparsity_compare is the one text metric)
+        assert all(np.isfinite(v) for v in attrs["metrics"].values() if not isinstance(v, str)), attrs["name"]
 
 
 # -- environment faults and damaged results: one message, nothing partial marked done, resumable ----
