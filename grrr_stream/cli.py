@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 from .commands.parsers import (bands_parser, compare_parser, decompose_parser, evaluate_parser, report_parser,
                                stats_parser, status_parser, sweep_parser, variants_parser)
+from .commands.channel_stats import channel_stats_parser, cmd_channel_stats
 from .commands.sweep import cmd_report, cmd_status, cmd_sweep
 from .commands.transition import cmd_bands, cmd_compare, cmd_decompose, cmd_evaluate, cmd_stats, cmd_variants
 from .errors import GrrrError
@@ -36,13 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_parser(sub, demo=True)
     status_parser(sub)
     report_parser(sub)
+    channel_stats_parser(sub)
     return parser
 
 
 COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "bands": cmd_bands,
             "variants": cmd_variants,
             "evaluate": cmd_evaluate, "demo": cmd_sweep,
-            "sweep": cmd_sweep, "status": cmd_status, "report": cmd_report}
+            "sweep": cmd_sweep, "status": cmd_status, "report": cmd_report,
+            "channel-stats": cmd_channel_stats}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

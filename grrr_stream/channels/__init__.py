@@ -1,0 +1,1 @@
+"""Residual channels: per-channel update energy and its statistics given a channel set (issue 24)."""
