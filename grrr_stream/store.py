@@ -45,7 +45,7 @@ from .files import atomic_write_text, fsync_path, fsync_tree, remove_tree, to_cs
 from .frame_cache import FrameCache
 from .locks import FileLock
 from .phases import NO_TIMER, PhaseTimer
-from .zarr_arrays import DIMENSIONS, FORMAT_VERSION, METRICS_DIM, zarr_module
+from .zarr_arrays import CHANNEL_DIMENSIONS, DIMENSIONS, FORMAT_VERSION, METRICS_DIM, zarr_module
 
 MANIFEST_KEY = "grrr_stream"
 
@@ -379,7 +379,9 @@ def name_dimensions(path: Path) -> int:
         doc = json.loads(meta.read_text())
         if doc.get("node_type") != "array" or doc.get("dimension_names"):
             continue
-        dims = (METRICS_DIM,) if len(rel) == 3 and rel[0] == "metrics" else DIMENSIONS.get(meta.parent.name)
+        dims = (METRICS_DIM,) if len(rel) == 3 and rel[0] == "metrics" else \
+            CHANNEL_DIMENSIONS.get(meta.parent.name) if len(rel) == 3 and rel[0] == "channels" else \
+            DIMENSIONS.get(meta.parent.name)
         if dims is None or len(dims) != len(doc["shape"]):  # checked for all before any is changed
             raise StoreError(f"{meta.parent} is not an array grrr_stream writes; cannot name its dimensions")
         todo.append((meta, {**doc, "dimension_names": list(dims)}))

@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ..arch import MatrixName
+from ..zarr_arrays import CHANNEL_DIMENSIONS as DIMS
 from .energy import COMPONENTS
 
 GROUP = "channels"
@@ -40,7 +41,7 @@ def channel_tables(matrices: list[MatrixName], done: dict[str, dict], read: Call
     kept = [m for m in with_energy if m.name not in left_out]
     layers = sorted({m.layer for m in kept})
     li = {v: i for i, v in enumerate(layers)}
-    arrays: dict[str, tuple[np.ndarray, tuple[str, ...]]] = {"layer": (np.array(layers, dtype=np.int64), ("layer",))}
+    arrays: dict[str, tuple[np.ndarray, tuple[str, ...]]] = {"layer": (np.array(layers, dtype=np.int64), DIMS["layer"])}
     dense = [m for m in kept if m.expert is None]
     experts = [m for m in kept if m.expert is not None]
     modules = list(dict.fromkeys(m.module for m in dense))
@@ -49,14 +50,14 @@ def channel_tables(matrices: list[MatrixName], done: dict[str, dict], read: Call
         grid = np.full((len(layers), len(modules), hidden, len(COMPONENTS)), np.nan)
         for m in dense:
             grid[li[m.layer], modules.index(m.module)] = data[m.name]
-        arrays["energy"] = (grid, ("layer", "module", "channel", "component"))
+        arrays["energy"] = (grid, DIMS["energy"])
     if experts:
         ids = sorted({m.expert for m in experts})
         grid = np.full((len(layers), len(expert_modules), len(ids), hidden, len(COMPONENTS)), np.nan)
         for m in experts:
             grid[li[m.layer], expert_modules.index(m.module), ids.index(m.expert)] = data[m.name]
-        arrays["expert_energy"] = (grid, ("layer", "expert_module", "expert", "channel", "component"))
-        arrays["expert"] = (np.array(ids, dtype=np.int64), ("expert",))
+        arrays["expert_energy"] = (grid, DIMS["expert_energy"])
+        arrays["expert"] = (np.array(ids, dtype=np.int64), DIMS["expert"])
     attrs = {"modules": modules, "expert_modules": expert_modules, "components": list(COMPONENTS),
              "sides": {m.module: done[m.name]["channels"]["side"] for m in kept}, "channels": int(hidden),
              "left_out": left_out}
