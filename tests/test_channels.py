@@ -80,6 +80,25 @@ def check_against_reference(store: Path, base: Path, post: Path, hidden: int) ->
     return n
 
 
+@pytest.mark.parametrize("shape", [(50, 20), (20, 50)])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_kernel_formula_in_blocks_of_channels(monkeypatch, shape, axis):
+    """channel_energies over several blocks of channels (ROWS = 3) equals the explicit float64 components."""
+    import torch
+
+    from grrr_stream.channels import energy
+
+    monkeypatch.setattr(energy, "ROWS", 3)
+    rng = np.random.default_rng(5)
+    W0 = rng.standard_normal(shape)
+    W1 = W0 + 0.1 * rng.standard_normal(shape)
+    U, _, Vt = np.linalg.svd(W0, full_matrices=False)
+    dW = W1 - W0
+    P = U.T @ dW @ Vt.T
+    got = energy.channel_energies(*(torch.from_numpy(x) for x in (P, dW - U @ P @ Vt, U, Vt.T)), axis)
+    np.testing.assert_allclose(got.numpy(), reference(W0, W1, axis), rtol=1e-10, atol=1e-14)
+
+
 @pytest.fixture(scope="module")
 def dense(tmp_path_factory):
     """A tiny float32 Llama-layout pair (q/o square, k/v wide, gate/up tall, down wide) and its store."""

@@ -28,6 +28,7 @@ import torch
 from ..arch import MatrixName
 
 COMPONENTS = ("diag", "off", "null")
+ROWS = 1024  # channels per block of the products below
 READERS = frozenset({"q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "gate_up_proj",
                      "gate", "router", "w1", "w3"})
 WRITERS = frozenset({"o_proj", "down_proj", "w2"})
@@ -54,11 +55,14 @@ def channel_energies(P: torch.Tensor, null: torch.Tensor, U: torch.Tensor, V: to
 
     P is r×r in the frame (U m×r, V n×r); ``null`` the m×n null residual, in the compute dtype."""
     F = V if axis == 1 else U
-    p = torch.diagonal(P)
+    p2 = torch.diagonal(P).square()
     off = P.clone()
     off.diagonal().zero_()
-    e_diag = F.square() @ p.square()
-    rows = F @ off.mT if axis == 1 else F @ off  # the one r×r-by-n product
-    e_off = rows.square().sum(dim=1)
-    e_null = null.square().sum(dim=0 if axis == 1 else 1)
+    off = off.mT if axis == 1 else off  # rows of V0 (P−D)ᵀ, or of U0 (P−D)
+    e_diag, e_off = torch.empty_like(F[:, 0]), torch.empty_like(F[:, 0])
+    for a in range(0, F.shape[0], ROWS):  # blocks of channels: no n×r temporary beside the frame (14B: 100 MB)
+        block = F[a:a + ROWS]
+        e_diag[a:a + ROWS] = block.square() @ p2
+        e_off[a:a + ROWS] = (block @ off).square().sum(dim=1)  # the one r×r-by-n product, in blocks
+    e_null = torch.linalg.vector_norm(null, dim=0 if axis == 1 else 1).square()  # a reduction, no m×n temporary
     return torch.stack([e_diag, e_off, e_null], dim=1).to(torch.float64)
