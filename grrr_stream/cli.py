@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from .commands.parsers import (bands_parser, compare_parser, decompose_parser, evaluate_parser, report_parser,
                                stats_parser, status_parser, sweep_parser, track_parser, variants_parser)
+from .commands.channel_stats import channel_stats_parser, cmd_channel_stats
 from .commands.channels import channels_parser, cmd_channels
 from .commands.sweep import cmd_report, cmd_status, cmd_sweep, cmd_track
 from .commands.transition import cmd_bands, cmd_compare, cmd_decompose, cmd_evaluate, cmd_stats, cmd_variants
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_parser(sub)
     track_parser(sub)
     channels_parser(sub)
+    channel_stats_parser(sub)
     return parser
 
 
@@ -48,7 +50,7 @@ COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compa
             "variants": cmd_variants,
             "evaluate": cmd_evaluate, "demo": cmd_sweep,
             "sweep": cmd_sweep, "status": cmd_status, "report": cmd_report, "track": cmd_track,
-            "channels": cmd_channels}
+            "channels": cmd_channels, "channel-stats": cmd_channel_stats}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

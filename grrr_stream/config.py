@@ -123,6 +123,10 @@ class DecompositionSettings(StrictModel):
     # reports P's energy inside such clusters, and a float32 run computes that matrix's frame in float64
     # (README, "Near-degenerate singular values"). None: neither.
     degenerate_gap: Optional[float] = DEGENERATE_GAP
+    # Each component's energy per residual channel (columns of readers, rows of writers), stored per matrix
+    # and as channels/ arrays for channel statistics (README, "Residual channels"); measured at most a few
+    # percent of a decomposition
+    channel_energy: bool = True
     # torch's intra-op threads for the math on a CPU (None: automatic, see streaming.compute_threads).
     # Not a result setting: LAPACK's results do not depend on it beyond rounding.
     cpu_threads: Optional[int] = Field(None, ge=1)
@@ -241,6 +245,8 @@ def result_settings(cfg: DecompositionSettings) -> dict[str, Any]:
         out["svd_driver"] = cfg.svd_driver
     if cfg.degenerate_gap != DEGENERATE_GAP:  # the default stays out: earlier stores and sweep keys keep theirs
         out["degenerate_gap"] = cfg.degenerate_gap
+    if not cfg.channel_energy:  # the default (on) stays out: earlier stores and sweep keys keep theirs
+        out["channel_energy"] = False
     return out
 
 

@@ -278,6 +278,7 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
 def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = "") -> tuple[list[dict], list[dict], dict]:
     """Build the per-matrix table and summary from the completion records; write tables and figures."""
     from . import plots
+    from .channels.tables import write_channel_tables
 
     done = store.completed()
     rows = []
@@ -287,6 +288,7 @@ def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = ""
         rows.append({"name": m.name, "layer": m.layer, "module": m.module, "expert": m.expert, **attrs["metrics"]})
     summary_rows, summary = summarize(rows)
     store.write_tables(rows, summary_rows, summary)
+    write_channel_tables(store, matrices, done)
     fig_dir = store.path / "figures"
     fig_dir.mkdir(exist_ok=True)
     plots.energy_fractions_by_layer(rows, fig_dir / "energy_fractions.png", title)

@@ -14,6 +14,7 @@ import torch
 
 from .analyses import (AnglePair, angle_columns, band_energies, component_samples, principal_angles_in_frame,
                        principal_angles_of_w1, round_trip_survival)
+from .channels.energy import channel_energies
 from .dtypes import name_of
 from .frame import (DEGENERATE_GAP, Frame, Projection, compute_frame, degenerate_clusters, project, spectral_norm,
                     split_energies, svdvals)
@@ -30,6 +31,8 @@ class MatrixResult:
     projection: Projection
     sigma1: torch.Tensor
     metrics: MatrixMetrics
+    # (channels, 3) float64 diag/off/null energy per residual channel (grrr_stream.channels.energy), or None
+    channel_energy: Optional[torch.Tensor] = None
 
 
 def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Frame] = None,
@@ -37,7 +40,8 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
                      band_edges: Sequence[int] = (), angle_edges: Sequence[int] = (),
                      survival: Optional[Survival] = None, timer: PhaseTimer = NO_TIMER,
                      svd_driver: Optional[str] = None,
-                     degenerate_gap: Optional[float] = DEGENERATE_GAP) -> MatrixResult:
+                     degenerate_gap: Optional[float] = DEGENERATE_GAP,
+                     channel_axis: Optional[int] = None) -> MatrixResult:
     """Full GRRR treatment of one matrix pair, given already upcast (float32/64) tensors.
 
     Consumes ``W1`` (it becomes ΔW, then the null residual) and drops ``W0`` as soon as
@@ -50,7 +54,8 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     trip of W0 + component through the target dtype. ``timer`` collects the seconds of each
     step (see :mod:`grrr_stream.phases`). ``degenerate_gap``: see :func:`grrr_stream.frame.compute_frame`
     (a new frame of a float32 W0 with near-equal singular values is computed in float64) and the
-    ``f_degenerate`` column (None: neither).
+    ``f_degenerate`` column (None: neither). ``channel_axis`` (0: rows, 1: columns) adds each component's
+    energy per residual channel along that axis (:func:`grrr_stream.channels.energy.channel_energies`).
     """
     if W0.dtype != W1.dtype or W0.dtype not in (torch.float32, torch.float64):
         raise TypeError("decompose_matrix expects two float32 or two float64 tensors")
@@ -102,7 +107,11 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
         extra["f_degenerate"] = ratio_or_zero(degenerate_energy(proj.P, frame.S, degenerate_gap), delta_fro ** 2)
     if extra:
         metrics = replace(metrics, extra=extra)
-    return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics)
+    per_channel = None
+    if channel_axis is not None:
+        with timer.phase("channel_energy"):
+            per_channel = channel_energies(proj.P, proj.null, frame.U, frame.V, channel_axis)
+    return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics, channel_energy=per_channel)
 
 
 def degenerate_energy(P: torch.Tensor, S: torch.Tensor, gap: float) -> float:

@@ -45,7 +45,7 @@ from .files import atomic_write_text, fsync_path, fsync_tree, remove_tree, to_cs
 from .frame_cache import FrameCache
 from .locks import FileLock
 from .phases import NO_TIMER, PhaseTimer
-from .zarr_arrays import DIMENSIONS, FORMAT_VERSION, METRICS_DIM, zarr_module
+from .zarr_arrays import CHANNEL_DIMENSIONS, DIMENSIONS, FORMAT_VERSION, METRICS_DIM, zarr_module
 
 MANIFEST_KEY = "grrr_stream"
 
@@ -243,6 +243,18 @@ class TransitionStore:
                                                        dtype=np.float64), dims=(METRICS_DIM,))
         fsync_tree(self.path / "metrics")
 
+    def read_matrix_array(self, name: str, key: str) -> np.ndarray:
+        """One array of a completed matrix (e.g. its channel_energy), as stored."""
+        return np.asarray(zarr_module().open_array(str(self._matrix_dir(name) / key), mode="r")[...])
+
+    def write_group(self, group: str, arrays: dict[str, tuple[np.ndarray, tuple[str, ...]]], attrs: dict) -> None:
+        """A group of arrays with named dimensions beside the matrices (``channels``), replaced whole."""
+        grp = zarr_module().open_group(str(self.path), mode="a", zarr_format=3).create_group(
+            group, overwrite=True, attributes=attrs)
+        for key, (data, dims) in arrays.items():
+            zarr_arrays.write_array(grp, key, data, dims=dims)
+        fsync_tree(self.path / group)
+
     def mark_complete(self, extra: Optional[dict] = None) -> None:
         manifest = dict(self.root.attrs[MANIFEST_KEY])
         manifest["complete"] = True
@@ -265,7 +277,8 @@ def _complete_attrs(d: Path) -> Optional[dict]:
     except json.JSONDecodeError:
         return None  # torn write from a killed run: redone
     arrays = ["P", "sigma0", "sigma1"] + (["null"] if attrs.get("null_stored") else []) \
-        + (["null_row_norms", "null_col_norms"] if attrs.get("null_kept") == "norms" else [])
+        + (["null_row_norms", "null_col_norms"] if attrs.get("null_kept") == "norms" else []) \
+        + (["channel_energy"] if attrs.get("channels") else [])
     # a record without its arrays (files removed by hand) is not done either
     if attrs.get("complete") and all((d / a / "zarr.json").is_file() for a in arrays):
         return attrs
@@ -340,6 +353,14 @@ class StoredTransition:
             return torch.from_numpy(data.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(data)
 
+    def read_group(self, group: str) -> tuple[dict[str, np.ndarray], dict]:
+        """Every array of a group beside the matrices (``channels``) and the group's attributes."""
+        if not (self.path / group / "zarr.json").is_file():
+            raise StoreError(f"store {self.path} has no {group}/ arrays: it was decomposed with channel_energy off or "
+                             "before grrr_stream computed them; decompose it again (another --store, or --overwrite)")
+        grp = zarr_module().open_group(str(self.path / group), mode="r")
+        return {k: np.asarray(a[...]) for k, a in grp.arrays()}, dict(grp.attrs)
+
     def frame_cache(self) -> Optional[FrameCache]:
         path = self.manifest.get("frame_cache")
         return FrameCache(Path(path)) if path else None
@@ -358,7 +379,9 @@ def name_dimensions(path: Path) -> int:
         doc = json.loads(meta.read_text())
         if doc.get("node_type") != "array" or doc.get("dimension_names"):
             continue
-        dims = (METRICS_DIM,) if len(rel) == 3 and rel[0] == "metrics" else DIMENSIONS.get(meta.parent.name)
+        dims = (METRICS_DIM,) if len(rel) == 3 and rel[0] == "metrics" else \
+            CHANNEL_DIMENSIONS.get(meta.parent.name) if len(rel) == 3 and rel[0] == "channels" else \
+            DIMENSIONS.get(meta.parent.name)
         if dims is None or len(dims) != len(doc["shape"]):  # checked for all before any is changed
             raise StoreError(f"{meta.parent} is not an array grrr_stream writes; cannot name its dimensions")
         todo.append((meta, {**doc, "dimension_names": list(dims)}))

@@ -25,6 +25,7 @@ import torch
 
 from .analyses import survival_sample, update_sparsity
 from .arch import MatrixName
+from .channels.energy import COMPONENTS, residual_axis, side
 from .checkpoint import tensor_digest
 from .config import DecomposeConfig
 from .dtypes import name_of
@@ -204,7 +205,8 @@ class _Pipeline:
                                frame=frame, core_rel_threshold=cfg.core_rel_threshold,
                                rank_thresholds=cfg.rank_thresholds, band_edges=cfg.band_edges,
                                angle_edges=cfg.angle_edges, survival=survival, timer=timer,
-                               svd_driver=cfg.svd_driver, degenerate_gap=cfg.degenerate_gap)
+                               svd_driver=cfg.svd_driver, degenerate_gap=cfg.degenerate_gap,
+                               channel_axis=residual_axis(item.matrix) if cfg.channel_energy else None)
         return res, frame_is_new
 
     def write(self, item: _Loaded, res: MatrixResult, frame_is_new: bool) -> None:
@@ -223,6 +225,7 @@ class _Pipeline:
             "shape": list(item.shape), "rank": res.frame.rank, "dtypes": item.dtypes,
             "base_digest": item.digest0, "post_digest": item.digest1, "frame_key": item.frame_key,
             "null_stored": "null" in arrays, "null_kept": null_kept,
+            **({"channels": {"side": side(m.module), "axis": residual_axis(m)}} if "channel_energy" in arrays else {}),
             "metrics": {**res.metrics.as_row(), **item.sparsity},
         }
         self.store.write_matrix(m.name, arrays, attrs, array_attrs, timer=self.timer)
@@ -243,6 +246,9 @@ def _store_arrays(res: MatrixResult, null_storage: str, store_dtype: str
         arrays["null_col_norms"] = torch.linalg.vector_norm(proj.null, dim=0).double().cpu().numpy()
     arrays["sigma0"] = res.frame.S.detach().double().cpu().numpy()
     arrays["sigma1"] = res.sigma1.detach().double().cpu().numpy()
+    if res.channel_energy is not None:  # (channel, component): float64, a few KiB
+        arrays["channel_energy"] = res.channel_energy.cpu().numpy()
+        array_attrs["channel_energy"] = {"components": list(COMPONENTS)}
     return arrays, array_attrs, null_kept
 
 

@@ -43,7 +43,14 @@ def _compressors(dtype: np.dtype) -> Optional[list]:
 DIMENSIONS: dict[str, tuple[str, ...]] = {
     "P": ("r_out", "r_in"), "null": ("out", "in"), "sigma0": ("sv",), "sigma1": ("sv",),  # matrices/<name>/
     "null_row_norms": ("out",), "null_col_norms": ("in",),  # instead of null with null_storage: norms
+    "channel_energy": ("channel", "component"),  # per residual channel: diag, off, null (channels.energy)
     "U": ("out", "r"), "S": ("sv",), "V": ("in", "r"),                                    # frames/<key>/
+}
+# channels/<name>: every matrix's channel_energy on one grid (grrr_stream.channels.tables)
+CHANNEL_DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "energy": ("layer", "module", "channel", "component"),
+    "expert_energy": ("layer", "expert_module", "expert", "channel", "component"),
+    "layer": ("layer",), "expert": ("expert",),
 }
 METRICS_DIM = "matrix"  # metrics/<column>: one entry per matrix, in the order of attrs["names"]
 

@@ -122,7 +122,7 @@ CODEC = textwrap.dedent("""
 
 PHASES = [("reader", ["read", "digest", "checks", "frame_read", "sparsity_sample"]),
           ("compute", ["upcast", "svdvals_w1", "svd_w0", "angles", "delta", "spectral_norm", "projection",
-                       "analyses", "wait_read", "wait_write"]),
+                       "analyses", "channel_energy", "wait_read", "wait_write"]),
           ("writer", ["frame_write", "store_write", "fsync"]),
           ("run", ["plan", "matrices_wall", "tables_figures"])]
 

@@ -1,1 +1,2 @@
-"""Residual-stream channels: outlier channels, their weight proxy, ablation and per-channel update energies."""
+"""Residual-stream channels (issue 24): outlier channels from activations and their weight proxy,
+channel ablation, per-channel update energies and their enrichment statistics."""
