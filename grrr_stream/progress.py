@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Optional, TextIO
+
+from .unit_log import console
 
 
 def fmt_seconds(s: float) -> str:
@@ -31,7 +32,7 @@ class Progress:
         self.done = done
         self.label = label
         self.enabled = enabled
-        self.stream = stream or sys.stderr
+        self.stream = stream or console()  # the terminal, also while a sweep unit's output goes to its log
         self._start = time.monotonic()
         self._processed = 0
         self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()

@@ -47,7 +47,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.")
     tracking = tracking_from_args(args, cfg.tracking)
     res = run_sweep(plan, scheduler=args.scheduler or cfg.scheduler, tracking=tracking,
-                    progress=cfg.progress and not args.no_progress, device=args.device)
+                    progress=cfg.progress and not args.no_progress, device=args.device,
+                    verbose=getattr(args, "verbose", False))
     print_sweep_summary(res)
     if tracking.enabled:
         from ..tracking import prepare, runs_page

@@ -14,6 +14,7 @@ from .plan import Plan
 from .records import Records, SweepLock, unit_state
 from .report import Report, write_report
 from ..runs import log_sweep
+from ..unit_log import log_path, unit_log
 from .runners import RunContext
 from .units import DecomposeParams, Unit
 
@@ -45,7 +46,8 @@ class SweepResult:
 
 
 def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional[TrackingConfig] = None,
-              progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None) -> SweepResult:
+              progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None,
+              verbose: bool = False) -> SweepResult:
     """Execute every unit that is not done; record failures and go on with what does not depend on them."""
     stream = stream or sys.stderr
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
@@ -67,15 +69,17 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         if tracking.enabled:
             from ..tracking import prepare
 
-            prepare(tracking.uri, tracking.experiment)
+            with unit_log(log_path(plan.workdir, "sweep"), verbose=verbose):  # MLflow's database migrations
+                prepare(tracking.uri, tracking.experiment)
         stores = {u.params.transition: u.out for u in plan.units if isinstance(u.params, DecomposeParams)}
         ctx = RunContext(str(plan.workdir), tracking, progress, device, threads=None, stores=stores,
-                         informative_points=plan.config.claims.informative_points)
+                         informative_points=plan.config.claims.informative_points, verbose=verbose)
         ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
         if tracking.enabled:
-            result.run_id = log_sweep(plan, result, tracking, started)
+            with unit_log(log_path(plan.workdir, "sweep"), verbose=verbose):
+                result.run_id = log_sweep(plan, result, tracking, started)
     return result
 
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 from ..config import TrackingConfig
 from ..errors import GrrrError
 from ..progress import Progress
+from ..unit_log import log_path, unit_log
 from .records import Records
 from .units import CompareParams, DecomposeParams, EvaluateParams, GenerateParams, StatsParams, Unit, VariantParams
 
@@ -36,6 +37,7 @@ class RunContext:
     # the report's informative.csv recomputes it with the current setting)
     informative_points: float = 1.0
     client: Any = None                    # the Dask client, for units run in the scheduler's process
+    verbose: bool = False                 # third-party output live on the terminal too, not only in its log
 
     def for_worker(self) -> "RunContext":
         return replace(self, client=None)
@@ -55,19 +57,29 @@ def run_unit(u: Unit, ctx: RunContext) -> dict:
         import torch
 
         torch.set_num_threads(int(ctx.threads))
+    log = log_path(ctx.workdir, u.id)
     try:
-        result = _RUNNERS[u.kind](u, ctx)
+        # vLLM's, transformers' and MLflow's own output (logging, warnings, progress bars, C++ prints)
+        # goes to the unit's log; this package's progress lines stay on the terminal (unit_log.console)
+        with unit_log(log, verbose=ctx.verbose):
+            try:
+                result = _RUNNERS[u.kind](u, ctx)
+            except KeyboardInterrupt:
+                raise
+            except BaseException:
+                traceback.print_exc()  # into the log, after what the libraries said before the failure
+                raise
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - recorded, reported, and the sweep goes on
         expected = isinstance(e, GrrrError)
         rec = {"id": u.id, "key": u.key, "status": "failed", "started": started, "seconds": time.time() - started,
-               "error": f"{type(e).__name__}: {e}", "expected": expected,
-               "traceback": traceback.format_exc()[-6000:], **where}
+               "error": f"{type(e).__name__}: {e} (its output: {log})", "expected": expected,
+               "traceback": traceback.format_exc()[-6000:], "log": str(log), **where}
         records.write(u, rec)
         return rec
     rec = {"id": u.id, "key": u.key, "status": "done", "started": started, "seconds": time.time() - started,
-           "result": result or {}, **where}
+           "result": result or {}, "log": str(log), **where}
     records.write(u, rec)
     return rec
 
@@ -144,9 +156,9 @@ def _run_variant(u: Unit, ctx: RunContext) -> dict:
 def _run_evaluate(u: Unit, ctx: RunContext) -> dict:
     from ..evaluation.pipeline import EvaluationRequest, run_evaluation
 
-    # vLLM logs every weight swap at INFO and dozens of harmless kernel-registration
-    # warnings per engine; a sweep shows its errors only (set VLLM_LOGGING_LEVEL to see more)
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    # vLLM logs every weight swap at INFO and dozens of harmless kernel-registration warnings per
+    # engine: kept at WARNING (set VLLM_LOGGING_LEVEL=INFO for more); they go to the unit's log
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     p: EvaluateParams = u.params
     reporter = Progress(0, enabled=ctx.progress)
     log = lambda msg: reporter.message(f"  [{u.id}] {msg}")  # noqa: E731 (a one-line callback)
