@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..errors import ConfigError
 from .options import tracking_from_args
@@ -40,12 +41,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     to_run = [u for u in plan.units if rows[u.id]["state"] != "done"]
     disk = unit_disk_needs(plan)
     needs = [n for u in to_run for n in (disk.get(u.id) or [])]
+    from ..sweep.forecast import forecast_plan, print_forecast
+
     if args.dry_run:
         print_plan(plan, rows, disk, to_run, needs)
+        print_forecast(forecast_plan(plan), {u.id for u in to_run})
         return 0
     check_space(needs, f"the {len(to_run)} sweep unit(s) still to run",
                 "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.")
     tracking = tracking_from_args(args, cfg.tracking)
+    fc = forecast_plan(plan)  # units.csv puts each unit's estimate next to its measured time
+    fc.write_json(plan.workdir / ".sweep" / "forecast.json")
+    print(f"[sweep] forecast: {fc.headline({u.id for u in to_run})} (per unit: --dry-run)", file=sys.stderr)
     res = run_sweep(plan, scheduler=args.scheduler or cfg.scheduler, tracking=tracking,
                     progress=cfg.progress and not args.no_progress, device=args.device,
                     verbose=getattr(args, "verbose", False))
