@@ -21,13 +21,13 @@ def fmt_seconds(s: float) -> str:
 class Progress:
     """Prints ``[done/total] pct | item | s/it | ETA`` to stderr; :meth:`message` prints a line as given.
 
-    On a terminal the line is rewritten in place; elsewhere (logs, CI) one line is
-    printed per update. ETA uses only items processed in this run, so resumed runs
+    On a terminal the line is rewritten in place; elsewhere (logs, CI) a line is printed
+    at most every ``every`` seconds, and for the last item. ETA uses only items processed in this run, so resumed runs
     do not count skipped work as instant.
     """
 
     def __init__(self, total: int, *, done: int = 0, label: str = "", enabled: bool = True,
-                 stream: Optional[TextIO] = None):
+                 stream: Optional[TextIO] = None, every: float = 10.0):
         self.total = total
         self.done = done
         self.label = label
@@ -36,6 +36,8 @@ class Progress:
         self._start = time.monotonic()
         self._processed = 0
         self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.every = every
+        self._last: Optional[float] = None  # when the last line of advance() was printed (off a terminal)
 
     def message(self, text: str) -> None:
         if self.enabled:
@@ -59,10 +61,14 @@ class Progress:
         remaining = max(self.total - self.done, 0)
         pct = 100.0 * self.done / self.total if self.total else 100.0
         eta = fmt_seconds(rate * remaining) if self._processed else "?"
+        final = self.done >= self.total
+        if not self._tty and not final and self._last is not None and time.monotonic() - self._last < self.every:
+            return  # a log or CI: not one line per matrix of a 300-matrix model
+        self._last = time.monotonic()
         width = len(str(self.total))
         text = (f"{self.label}[{self.done:>{width}}/{self.total}] {pct:5.1f}% | {item} | "
                 f"{rate:.2f} s/it | ETA {eta}")
-        self._emit(text, final=self.done >= self.total)
+        self._emit(text, final=final)
 
     def _emit(self, text: str, final: bool) -> None:
         if self._tty:

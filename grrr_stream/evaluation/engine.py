@@ -65,6 +65,8 @@ class Engine:
     transition is prompted and stopped as the post model is.
     """
 
+    progress = False  # generation shows prompts done / total with an ETA on the terminal (unit_log.console)
+
     def __init__(self, model: Path, settings: EngineSettings, *, prompt_format: Optional[Path] = None):
         vllm = _import_vllm()
         import torch
@@ -140,7 +142,7 @@ class Engine:
         todo = [(p, k) for p, k, ok in zip(prompts, lengths, fits) if ok]
         params = self.sampling_params(sampling)
         outs = iter([o for batch in self._batches(todo, s)
-                     for o in self.llm.generate(batch, params, use_tqdm=False)])
+                     for o in self.llm.generate(batch, params, use_tqdm=self._progress_bar())])
         res: list[list[Generation]] = []
         for ok in fits:
             if not ok:
@@ -148,6 +150,19 @@ class Engine:
                 continue
             res.append([Generation(o.text, len(o.token_ids), str(o.finish_reason or "")) for o in next(outs).outputs])
         return res
+
+    def _progress_bar(self):
+        """vLLM's own tqdm bar (prompts done / total, rate, ETA), written to the terminal rather than the unit's
+        log; False (none) unless :attr:`progress`."""
+        if not self.progress:
+            return False
+        from functools import partial
+
+        from tqdm import tqdm
+
+        from ..unit_log import console
+
+        return partial(tqdm, file=console(), mininterval=5.0, desc="  generating", unit="prompt")
 
     def _batches(self, todo: list[tuple[str, int]], sampling: SamplingSettings) -> list[list[str]]:
         """Prompts in one batch, except for seeded sampling on the CPU backend: there a prompt whose prefill

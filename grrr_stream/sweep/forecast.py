@@ -40,6 +40,7 @@ class UnitForecast:
     ram: Optional[int]        # peak bytes; None: unknown
     seconds: Optional[float]  # None: unknown
     basis: str                # how it was estimated
+    flops: Optional[float] = None  # the modelled work (None: a constant or unknown)
 
 
 @dataclass
@@ -83,7 +84,7 @@ class _Models:
         self.generated = gen.out if gen else None
         self.online = hub_reachable() if online is None else online
         self.facts: dict[str, ModelFacts] = {}
-        self.counted: set[str] = set()
+        self.counted: set[tuple[str, Optional[str]]] = set()
 
     def get(self, source: str, revision: Optional[str]) -> ModelFacts:
         if source not in self.facts:
@@ -99,9 +100,9 @@ class _Models:
 
     def fetch(self, source: str, revision: Optional[str]) -> Optional[int]:
         """Bytes still to download for this source, the first time a unit needs it; 0 afterwards."""
-        if source in self.counted:
+        if (source, revision) in self.counted:  # one repo at two revisions is two downloads
             return 0
-        self.counted.add(source)
+        self.counted.add((source, revision))
         return self.get(source, revision).download
 
 
@@ -145,7 +146,7 @@ def _unit(u: Unit, plan: Plan, models: _Models, dec: dict[str, Unit], rates: Opt
                 core_truncated=st.core_rel_threshold is not None, frames_cached_fraction=1.0 if u.after else 0.0))
         ram = work.decompose_ram(base.shapes, ITEMSIZE[p.settings.compute_dtype])
         return UnitForecast(u.id, u.kind, download, write, ram, flops / rates.decompose_flops_s + DECOMPOSE_OVERHEAD_S,
-                            f"{len(base.shapes)} matrices ({base.where}), {flops / 1e12:.3g} TFLOP")
+                            f"{len(base.shapes)} matrices ({base.where}), {flops / 1e12:.3g} TFLOP", flops)
     if isinstance(p, (VariantParams, EvaluateParams)):
         d = dec[p.transition].params
         base = models.get(d.base, d.base_revision)
@@ -156,7 +157,7 @@ def _unit(u: Unit, plan: Plan, models: _Models, dec: dict[str, Unit], rates: Opt
                 write = base.params * ITEMSIZE[p.dtype]
             flops = sum(work.variant_flops(s) for s in base.shapes)
             return UnitForecast(u.id, u.kind, 0, write, work.variant_ram(base.shapes, ITEMSIZE[p.dtype]),
-                                flops / rates.gemm_flops_s + VARIANT_OVERHEAD_S, f"{flops / 1e12:.3g} TFLOP")
+                                flops / rates.gemm_flops_s + VARIANT_OVERHEAD_S, f"{flops / 1e12:.3g} TFLOP", flops)
         return _evaluate(u, p, base, rates, plan)
     if u.kind == "generate":
         key = "generate_quick" if getattr(p, "quick", False) else "generate"
@@ -175,7 +176,7 @@ def _evaluate(u: Unit, p: EvaluateParams, base: ModelFacts, rates: Rates, plan: 
     flops = n * work.generation_flops(base.params, prompts, p.engine.max_new_tokens, p.sampling.n)
     seconds = ENGINE_START_S + n * ENGINE_SWAP_S + flops / rates.gemm_flops_s
     return UnitForecast(u.id, u.kind, 0, 0, ram, seconds,
-                        f"{n} variants × {prompts} prompts × {p.sampling.n} × ≤{p.engine.max_new_tokens} tokens")
+                        f"{n} variants × {prompts} prompts × {p.sampling.n} × ≤{p.engine.max_new_tokens} tokens", flops)
 
 
 def _prompts(p: EvaluateParams, plan: Plan) -> Optional[int]:
@@ -232,6 +233,9 @@ def print_forecast(fc: Forecast, todo: set[str], out=None) -> None:
     peak = max((u.ram for u in rows if u.ram is not None), default=None)
     out.write(f"total: download {total('download', _size)}, write {total('write', _size)}, peak RAM {_size(peak)} "
               f"(largest unit), time {total('seconds', _secs)} one unit after another\n")
+    work_by_kind = {k: sum(u.flops or 0.0 for u in rows if u.kind == k) for k in ("decompose", "variant", "evaluate")}
+    out.write("  work (any device: divide by its rate): " + ", ".join(
+        f"{k} {v / 1e15:.3g} PFLOP" for k, v in work_by_kind.items() if v) + "\n")
     kinds = sorted({w for w in fc.sources.values()})
     out.write(f"  shapes and downloads from: {', '.join(kinds) or 'nothing'}"
               + (" (built-in table: the published configs of those Hub ids, bf16 downloads)"

@@ -147,7 +147,8 @@ def _run_variant(u: Unit, ctx: RunContext) -> dict:
                              rest_from=p.rest_from, device=str(resolve_device(ctx.device or p.device)))
     started = time.time()
     # a half-written folder of a killed build is replaced (its completion marker is written last)
-    summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p.shard_gb * 2**30), overwrite=True)
+    summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p.shard_gb * 2**30), overwrite=True,
+                            progress=ctx.progress)
     if ctx.tracking.enabled:
         log_variant(builder, Path(u.out), summary, ctx.tracking, started=started, seconds=time.time() - started)
     return {k: summary[k] for k in ("fidelity", "fidelity_max", "energy_survived")}
@@ -167,7 +168,7 @@ def _run_evaluate(u: Unit, ctx: RunContext) -> dict:
                                 settings=p.engine, materialize=p.materialize, limit=p.limit, lenient=p.lenient,
                                 template=p.template, instruction=p.instruction, sampling=p.sampling,
                                 metric=p.metric, nest_sampled=False, rest_from=p.rest_from,
-                                informative_points=ctx.informative_points)
+                                informative_points=ctx.informative_points, progress=ctx.progress)
     res = run_evaluation(request, tracking=ctx.tracking, log=log)
     return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
 

@@ -1,0 +1,25 @@
+"""The progress reporter off a terminal: at most one line per interval, and always the last item."""
+
+from __future__ import annotations
+
+import io
+
+from grrr_stream.progress import Progress
+
+
+def test_off_a_terminal_lines_are_throttled_and_the_last_is_printed():
+    s = io.StringIO()
+    p = Progress(5, label="[m] ", stream=s, every=1000.0)
+    for i in range(5):
+        p.advance(f"matrix {i}")
+    lines = s.getvalue().splitlines()
+    assert [ln.split(" | ")[1] for ln in lines] == ["matrix 0", "matrix 4"]
+    assert lines[-1].startswith("[m] [5/5] 100.0%") and "ETA 0s" in lines[-1]
+
+
+def test_every_zero_prints_each_update():
+    s = io.StringIO()
+    p = Progress(3, stream=s, every=0.0)
+    for i in range(3):
+        p.advance(str(i))
+    assert len(s.getvalue().splitlines()) == 3
