@@ -100,4 +100,6 @@ def unit_log(path: Path, *, verbose: bool = False) -> Iterator[Path]:
             own.close()
         if tee is None or not tee.is_alive():
             log.close()
+            if path.stat().st_size == 0:
+                path.unlink()  # a unit whose libraries said nothing leaves no log
         _capturing.release()

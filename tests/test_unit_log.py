@@ -78,3 +78,9 @@ def test_failed_unit_names_its_log_and_the_error_reaches_the_user(tmp_path, capf
     out, err = capfd.readouterr()
     assert "FAILED generate/tinychain" in err and str(log) in err and "the engine died" in err
     assert "NUMA" not in out + err and "FutureWarning" not in out + err
+
+
+def test_a_quiet_unit_leaves_no_log(tmp_path, capfd):
+    with unit_log(tmp_path / "q.log"):
+        pass
+    assert not (tmp_path / "q.log").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,8 @@ def main() -> None:
         est = [sum(work.decompose_flops(s, frame_cached=c) for s in facts.shapes) / rates.decompose_flops_s
                + DECOMPOSE_OVERHEAD_S for c in (False, True)]
         frames = str(models / "frames")
+        for old in ("frames", "store_post_a", "store_post_b"):  # a rerun must measure, not resume
+            shutil.rmtree(models / old, ignore_errors=True)
         measured = [run_child(CHILD, str(models / "base"), str(models / post), str(models / f"store_{post}"),
                               frames)["wall_s"] for post in ("post_a", "post_b")]
         print(json.dumps({"shapes": key, "layers": args.layers, "matrices": len(facts.shapes),

@@ -1,10 +1,11 @@
 """Rates of this machine for the work model: one decomposition and one matrix product, timed, cached.
 
-The decomposition rate is :func:`.work.decompose_flops` of a shape over the seconds the real kernel
-(:func:`grrr_stream.kernel.decompose_matrix`) takes on a random pair of that shape; the product rate
-is that of a float32 m×n by n×n product. The shape is the sweep's largest matrix when one decomposition
-of it fits in a few seconds (judged from a quick probe), else the largest scaled copy of it that does
-(same aspect ratio): the result says which. On the GPU when torch sees one.
+The decomposition rate is :func:`.work.decompose_flops` of a shape over the seconds that work (thin SVD,
+singular values, projection and null residual, in torch as the kernel does it) takes on a random pair of
+that shape; the product rate
+is that of a float32 m×n by n×n product. Both are measured at the sweep's largest matrix shape when its
+decomposition fits in the budget (a few seconds), else at the largest halved copy of it that does (same
+aspect ratio; see :func:`calibrate`): the result says which. On the GPU when torch sees one.
 
 Cached in ``GRRR_STREAM_CACHE`` (default ``~/.cache/grrr_stream``)/calibration.json by device, torch
 version, threads and shape: a second forecast measures nothing.
@@ -21,7 +22,7 @@ from typing import Callable, Optional, Sequence
 
 from . import work
 
-BUDGET_S = 3.0  # one calibration decomposition takes about this long at most
+BUDGET_S = 8.0  # a calibration takes about this long at most (a few seconds more on a slow first call)
 
 
 @dataclass(frozen=True)
@@ -60,17 +61,23 @@ def _key(device: str, shape: tuple[int, int]) -> str:
 
 
 def _time_decompose(shape: tuple[int, int]) -> float:
+    """Seconds of exactly the work :func:`.work.decompose_flops` counts, on a random tall pair: W0's thin SVD,
+    W1's singular values, P = Uᵀ ΔW V and ΔW − U P Vᵀ (the kernel's extras, such as the Lanczos ‖ΔW‖₂, are not
+    timed: on random matrices their iteration counts say nothing about real updates)."""
     import torch
 
-    from ..kernel import decompose_matrix
-
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    m, n = max(shape), min(shape)
     g = torch.Generator(device="cpu").manual_seed(0)
-    W0 = torch.randn(*shape, generator=g).to(dev)
-    W1 = W0 + 1e-3 * torch.randn(*shape, generator=g).to(dev)
+    W0 = torch.randn(m, n, generator=g).to(dev)
+    W1 = W0 + 1e-3 * torch.randn(m, n, generator=g).to(dev)
     _sync(dev)
     t = time.perf_counter()
-    decompose_matrix(W0, W1)
+    U, _, Vh = torch.linalg.svd(W0, full_matrices=False)
+    torch.linalg.svdvals(W1)
+    D = W1 - W0
+    P = U.mT @ D @ Vh.mT
+    D -= (U @ P) @ Vh
     _sync(dev)
     return time.perf_counter() - t
 
@@ -96,18 +103,23 @@ def _sync(dev) -> None:
         torch.cuda.synchronize()
 
 
-def measurement_shape(largest: Sequence[int], probe_rate: float, budget_s: float = BUDGET_S) -> tuple[int, int]:
-    """``largest`` if its decomposition fits the budget at ``probe_rate``, else a scaled copy that does."""
+def ladder(largest: Sequence[int], smallest_side: int = 64) -> list[tuple[int, int]]:
+    """``largest`` halved (both sides) until its shorter side is near ``smallest_side``: small to large."""
     m, n = int(largest[0]), int(largest[1])
-    scale = 1.0
-    while scale > 1 / 64 and work.decompose_flops((max(8, int(m * scale)), max(8, int(n * scale)))) / probe_rate > budget_s:
-        scale /= 1.25
-    return max(8, int(m * scale)), max(8, int(n * scale))
+    out = [(m, n)]
+    while min(out[-1]) // 2 >= smallest_side:
+        out.append((out[-1][0] // 2, out[-1][1] // 2))
+    return out[::-1]
 
 
 def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] = None,
-              cache: Optional[Path] = None) -> Rates:
-    """This machine's rates near ``largest`` (m, n), from the cache or measured now (a few seconds)."""
+              cache: Optional[Path] = None, budget_s: float = BUDGET_S) -> Rates:
+    """This machine's rates near ``largest`` (m, n), from the cache or measured now.
+
+    Small matrices run far below a machine's rate (call overheads; LAPACK's blocking pays off with size),
+    so the shape climbs :func:`ladder` (each step 8× the work) while the next step fits what is left of
+    ``budget_s`` at the rate just measured; the rates are those of the largest shape measured (the sweep's
+    largest when it fits: otherwise an overestimate of the time, by the efficiency still to gain)."""
     timers = timers or {"decompose": _time_decompose, "gemm": _time_gemm, "device": device_name}
     device = timers["device"]()
     path = cache or cache_file()
@@ -116,12 +128,16 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
     if wanted in stored:
         return Rates(**{**stored[wanted], "shape": tuple(stored[wanted]["shape"]), "cached": True})
     t0 = time.perf_counter()
-    probe = (256, 256)
-    timers["decompose"](probe)  # first call: kernels loaded, threads started
-    probe_rate = work.decompose_flops(probe) / max(timers["decompose"](probe), 1e-6)
-    shape = measurement_shape(largest, probe_rate)
-    dec = work.decompose_flops(shape) / max(timers["decompose"](shape), 1e-9)
-    gemm = 2.0 * shape[0] * shape[1] * shape[1] / max(timers["gemm"](shape), 1e-9)
+    steps = ladder(largest)
+    timers["decompose"](steps[0])  # first call: kernels loaded, threads started
+    shape, dec = steps[0], 0.0
+    for step in steps:
+        if dec and time.perf_counter() - t0 + work.decompose_flops(step) / dec > budget_s:
+            break
+        shape, dec = step, work.decompose_flops(step) / max(timers["decompose"](step), 1e-9)
+    if time.perf_counter() - t0 + work.decompose_flops(shape) / dec <= budget_s:  # once more: the faster of two
+        dec = max(dec, work.decompose_flops(shape) / max(timers["decompose"](shape), 1e-9))
+    gemm = 2.0 * shape[0] * shape[1] * shape[1] / max(min(timers["gemm"](shape) for _ in range(3)), 1e-9)
     rates = Rates(device, shape, dec, gemm, time.perf_counter() - t0)
     stored[wanted] = {k: v for k, v in asdict(rates).items() if k != "cached"}
     try:
