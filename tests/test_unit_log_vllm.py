@@ -14,8 +14,9 @@ from grrr_stream.sweep import plan_sweep, run_sweep  # noqa: E402
 from grrr_stream.sweep.config import SweepConfig  # noqa: E402
 from grrr_stream.unit_log import log_path  # noqa: E402
 
-SETTINGS = EngineSettings(max_new_tokens=32, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
-NOISE = ("FutureWarning", "NUMA", "Loading safetensors", "WARNING", "INFO")
+SETTINGS = EngineSettings(max_new_tokens=64, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
+# vLLM's log lines carry "(MainProcess pid=…) LEVEL date [file.py:line]"; the rest as printed by torch / vLLM
+NOISE = ("FutureWarning", "NUMA", "Loading safetensors", "pid=", "Triton", "[arg_utils.py")
 
 
 def _config(models, workdir, bench_dir) -> SweepConfig:
@@ -36,10 +37,10 @@ def test_evaluation_unit_output_goes_to_its_log(tiny_chain, tmp_path, capfd):
     out, err = capfd.readouterr()
     assert res.ok, {u: (res.records.get(u) or {}).get("error") for u in res.failed}
     for said in NOISE:
-        assert said not in out + err, said
+        assert said not in out + err, (said, out + err)
     assert "done evaluate/base-to-sft" in err and "generating" in err  # own lines and prompts done / total
     log = log_path(tmp_path / "w", "evaluate/base-to-sft").read_text()
-    assert "NUMA" in log or "INFO" in log or "WARNING" in log  # vLLM's own output is kept, in the log
+    assert "pid=" in log  # vLLM's own output is kept, in the log
 
     # a benchmark folder that is not there: the unit fails, and its error names the log
     res = run_sweep(plan_sweep(_config(models, tmp_path / "w2", tmp_path / "nowhere")), progress=True)

@@ -152,17 +152,21 @@ class Engine:
         return res
 
     def _progress_bar(self):
-        """vLLM's own tqdm bar (prompts done / total, rate, ETA), written to the terminal rather than the unit's
-        log; False (none) unless :attr:`progress`."""
+        """vLLM's own tqdm bar of finished prompts (done / total, rate, ETA), written to the terminal rather than
+        the unit's log and labelled ``generating``; its other bars (adding requests) off. False unless
+        :attr:`progress`."""
         if not self.progress:
             return False
-        from functools import partial
-
         from tqdm import tqdm
 
         from ..unit_log import console
 
-        return partial(tqdm, file=console(), mininterval=5.0, desc="  generating", unit="prompt")
+        def bar(*args, **kwargs):
+            shown = kwargs.get("desc") == "Processed prompts"  # vLLM's name for the generation loop's bar
+            kwargs.update(desc="  generating", unit="prompt", file=console(), mininterval=5.0, disable=not shown)
+            return tqdm(*args, **kwargs)
+
+        return bar
 
     def _batches(self, todo: list[tuple[str, int]], sampling: SamplingSettings) -> list[list[str]]:
         """Prompts in one batch, except for seeded sampling on the CPU backend: there a prompt whose prefill
