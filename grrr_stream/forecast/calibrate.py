@@ -22,6 +22,7 @@ from typing import Callable, Optional, Sequence
 
 from . import work
 
+METHOD = 2  # bumped when what is timed changes: older cached rates are not reused
 BUDGET_S = 8.0  # a calibration takes about this long at most (a few seconds more on a slow first call)
 
 
@@ -57,7 +58,7 @@ def device_name() -> str:
 def _key(device: str, shape: tuple[int, int]) -> str:
     import torch
 
-    return f"{device}|torch {torch.__version__}|{shape[0]}x{shape[1]}"
+    return f"v{METHOD}|{device}|torch {torch.__version__}|{shape[0]}x{shape[1]}"
 
 
 def _time_decompose(shape: tuple[int, int]) -> float:
