@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -119,15 +120,24 @@ def from_checkpoint(folder: Path, download: int = 0) -> Optional[ModelFacts]:
 
 
 def hub_reachable(timeout: float = 2.0) -> bool:
-    """One TCP connection to the Hub's endpoint within ``timeout`` (HF_HUB_OFFLINE=1: no)."""
+    """One TCP connection to the Hub's endpoint within ``timeout``, name lookup included (in a thread: a
+    resolver without network can block far longer than a socket timeout). HF_HUB_OFFLINE=1: no."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         return False
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    answer: list[bool] = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+                answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    probe = threading.Thread(target=connect, daemon=True)
+    probe.start()
+    probe.join(timeout)
+    return bool(answer and answer[0])
 
 
 def from_hub(repo: str, revision: Optional[str], timeout: float = 10.0) -> Optional[ModelFacts]:
