@@ -23,3 +23,24 @@ def test_every_zero_prints_each_update():
     for i in range(3):
         p.advance(str(i))
     assert len(s.getvalue().splitlines()) == 3
+
+
+def test_vllm_prompt_bar_adapter_counts_prompts(capsys):
+    """The object handed to vLLM as use_tqdm: the generation loop's bar becomes a progress line; the bar over
+    requests being added passes the iterable through; nothing at all unless the engine's progress is on."""
+    from grrr_stream.evaluation.engine import Engine
+
+    engine = Engine.__new__(Engine)  # no vLLM needed: only the progress hook
+    assert engine._progress_bar() is False
+    engine.progress = True
+    make = engine._progress_bar()
+    items = [1, 2, 3]
+    assert make(items, desc="Adding requests") is items
+    bar = make(total=4, desc="Processed prompts", dynamic_ncols=True, postfix="")
+    for _ in range(4):
+        bar.update(1)
+        assert bar.format_dict["elapsed"] > 0
+    bar.refresh()
+    bar.close()
+    err = capsys.readouterr().err
+    assert bar.n == 4 and "  generating [4/4] 100.0% | prompts" in err

@@ -152,19 +152,16 @@ class Engine:
         return res
 
     def _progress_bar(self):
-        """vLLM's own tqdm bar of finished prompts (done / total, rate, ETA), written to the terminal rather than
-        the unit's log and labelled ``generating``; its other bars (adding requests) off. False unless
-        :attr:`progress`."""
+        """For vLLM's ``use_tqdm``: its bar of finished prompts as this package's progress line (done / total,
+        ETA; on the terminal, not in the unit's log; throttled off a terminal), its other bars off. False
+        unless :attr:`progress`."""
         if not self.progress:
             return False
-        from tqdm import tqdm
 
-        from ..unit_log import console
-
-        def bar(*args, **kwargs):
-            shown = kwargs.get("desc") == "Processed prompts"  # vLLM's name for the generation loop's bar
-            kwargs.update(desc="  generating", unit="prompt", file=console(), mininterval=5.0, disable=not shown)
-            return tqdm(*args, **kwargs)
+        def bar(iterable=None, **kwargs):
+            if iterable is not None or kwargs.get("desc") != "Processed prompts":
+                return iterable if iterable is not None else _PromptBar(0, shown=False)
+            return _PromptBar(int(kwargs.get("total") or 0), shown=True)
 
         return bar
 
@@ -197,3 +194,31 @@ class Engine:
 
         del self.llm
         gc.collect()
+
+
+class _PromptBar:
+    """What vLLM's generation loop uses of a tqdm bar (``update``, ``n``, ``format_dict['elapsed']``,
+    ``postfix``, ``refresh``, ``close``), printed by :class:`~grrr_stream.progress.Progress`."""
+
+    def __init__(self, total: int, shown: bool):
+        import time
+
+        from ..progress import Progress
+
+        self.n, self.postfix, self._time = 0, "", time.monotonic
+        self._start = self._time()
+        self._progress = Progress(total, label="  generating ", enabled=shown)
+
+    @property
+    def format_dict(self) -> dict:
+        return {"elapsed": max(self._time() - self._start, 1e-9)}
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self._progress.advance("prompts", n)
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
