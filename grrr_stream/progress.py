@@ -22,7 +22,8 @@ class Progress:
     """Prints ``[done/total] pct | item | s/it | ETA`` to stderr; :meth:`message` prints a line as given.
 
     On a terminal the line is rewritten in place; elsewhere (logs, CI) a line is printed
-    at most every ``every`` seconds, and for the last item. ETA uses only items processed in this run, so resumed runs
+    once ``every`` seconds have passed since the start or the last line, and for the last item
+    when an earlier line was printed (a step shorter than ``every`` prints none). ETA uses only items processed in this run, so resumed runs
     do not count skipped work as instant.
     """
 
@@ -37,7 +38,7 @@ class Progress:
         self._processed = 0
         self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.every = every
-        self._last: Optional[float] = None  # when the last line of advance() was printed (off a terminal)
+        self._last: Optional[float] = None  # when advance() last printed, off a terminal
 
     def message(self, text: str) -> None:
         if self.enabled:
@@ -62,9 +63,12 @@ class Progress:
         pct = 100.0 * self.done / self.total if self.total else 100.0
         eta = fmt_seconds(rate * remaining) if self._processed else "?"
         final = self.done >= self.total
-        if not self._tty and not final and self._last is not None and time.monotonic() - self._last < self.every:
-            return  # a log or CI: not one line per matrix of a 300-matrix model
-        self._last = time.monotonic()
+        if not self._tty:  # a log or CI: not one line per matrix of a 300-matrix model, none for a short step
+            now = time.monotonic()
+            waited = now - (self._start if self._last is None else self._last)
+            if not (waited >= self.every or (final and self._last is not None)):
+                return
+            self._last = now
         width = len(str(self.total))
         text = (f"{self.label}[{self.done:>{width}}/{self.total}] {pct:5.1f}% | {item} | "
                 f"{rate:.2f} s/it | ETA {eta}")

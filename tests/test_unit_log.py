@@ -32,7 +32,7 @@ def test_third_party_output_goes_to_the_log_and_own_lines_to_the_terminal(tmp_pa
     log = tmp_path / "logs" / "u.log"
     with unit_log(log):
         _noise()
-        Progress(2, label="[own] ").advance("matrix 1")
+        Progress(2).message("[own] matrix 1 of 2")
     after = "printed after the unit"
     print(after)
     out, err = capfd.readouterr()
@@ -40,7 +40,7 @@ def test_third_party_output_goes_to_the_log_and_own_lines_to_the_terminal(tmp_pa
     for said in ("FutureWarning: `foo`", "Loading safetensors", "NUMA node(s)", "child out", "child NUMA err",
                  "FutureWarning: child says"):
         assert said in text and said not in out + err
-    assert "[own] [1/2]" in err and "[own]" not in text  # the package's own progress stays on the terminal
+    assert "[own] matrix 1 of 2" in err and "[own]" not in text  # the package's own progress stays on the terminal
     assert after in out and after not in text           # descriptors restored after the unit
     assert console() is sys.stderr
 
