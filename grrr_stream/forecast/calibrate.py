@@ -22,7 +22,7 @@ from typing import Callable, Optional, Sequence
 
 from . import work
 
-METHOD = 2  # bumped when what is timed changes: older cached rates are not reused
+METHOD = 3  # bumped when what is timed changes: older cached rates are not reused
 BUDGET_S = 8.0  # a calibration takes about this long at most (a few seconds more on a slow first call)
 
 
@@ -135,9 +135,10 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
     for step in steps:
         if dec and time.perf_counter() - t0 + work.decompose_flops(step) / dec > budget_s:
             break
-        shape, dec = step, work.decompose_flops(step) / max(timers["decompose"](step), 1e-9)
-    if time.perf_counter() - t0 + work.decompose_flops(shape) / dec <= budget_s:  # once more: the faster of two
-        dec = max(dec, work.decompose_flops(shape) / max(timers["decompose"](shape), 1e-9))
+        seconds = timers["decompose"](step)
+        if seconds < 1.0:  # once more, the faster of two: a core shared with other work stalls a run at times
+            seconds = min(seconds, timers["decompose"](step))
+        shape, dec = step, work.decompose_flops(step) / max(seconds, 1e-9)
     gemm = 2.0 * shape[0] * shape[1] * shape[1] / max(min(timers["gemm"](shape) for _ in range(3)), 1e-9)
     rates = Rates(device, shape, dec, gemm, time.perf_counter() - t0)
     stored[wanted] = {k: v for k, v in asdict(rates).items() if k != "cached"}
