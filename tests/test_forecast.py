@@ -126,3 +126,13 @@ def test_dry_run_prints_the_forecast(tmp_path, monkeypatch, capsys):
     assert "times assume seeded" in out and "(cached)" in out
     assert "shapes and downloads from: local headers" in out
     assert not (tmp_path / "w").exists()
+
+
+def test_calibration_keeps_the_best_rate_when_a_step_stalls(tmp_path):
+    """A step slowed by other work (here the largest, 10× slower) does not set the rate."""
+    calls: list = []
+    timers = _fake_timers(calls)
+    plain = timers["decompose"]
+    timers["decompose"] = lambda shape: plain(shape) * (10.0 if shape == (600, 400) else 1.0)
+    rates = cal.calibrate((600, 400), timers=timers, cache=tmp_path / "c.json")
+    assert rates.shape == (300, 200) and rates.decompose_flops_s == pytest.approx(1e9)

@@ -22,7 +22,7 @@ from typing import Callable, Optional, Sequence
 
 from . import work
 
-METHOD = 3  # bumped when what is timed changes: older cached rates are not reused
+METHOD = 4  # bumped when what is timed changes: older cached rates are not reused
 BUDGET_S = 8.0  # a calibration takes about this long at most (a few seconds more on a slow first call)
 
 
@@ -119,8 +119,9 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
 
     Small matrices run far below a machine's rate (call overheads; LAPACK's blocking pays off with size),
     so the shape climbs :func:`ladder` (each step 8× the work) while the next step fits what is left of
-    ``budget_s`` at the rate just measured; the rates are those of the largest shape measured (the sweep's
-    largest when it fits: otherwise an overestimate of the time, by the efficiency still to gain)."""
+    ``budget_s`` at the best rate measured so far; the rates are the best measured, normally at the largest
+    shape (the sweep's largest when it fits: otherwise an overestimate of the time, by the efficiency still
+    to gain)."""
     timers = timers or {"decompose": _time_decompose, "gemm": _time_gemm, "device": device_name}
     device = timers["device"]()
     path = cache or cache_file()
@@ -138,7 +139,9 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
         seconds = timers["decompose"](step)
         if seconds < 1.0:  # once more, the faster of two: a core shared with other work stalls a run at times
             seconds = min(seconds, timers["decompose"](step))
-        shape, dec = step, work.decompose_flops(step) / max(seconds, 1e-9)
+        rate = work.decompose_flops(step) / max(seconds, 1e-9)
+        if rate >= dec:  # the best rate seen, and its shape (a step stalled by other work does not count)
+            shape, dec = step, rate
     gemm = 2.0 * shape[0] * shape[1] * shape[1] / max(min(timers["gemm"](shape) for _ in range(3)), 1e-9)
     rates = Rates(device, shape, dec, gemm, time.perf_counter() - t0)
     stored[wanted] = {k: v for k, v in asdict(rates).items() if k != "cached"}
