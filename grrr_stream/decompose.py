@@ -10,7 +10,6 @@ the tables, figures and the MLflow run once every matrix is done.
 from __future__ import annotations
 
 import platform
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +86,9 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
                                                                              "address"), "decompose").distributed
     t_start = time.monotonic()
     started_ms = int(time.time() * 1000)  # the MLflow run, opened after the work, starts here
-    stream = stream or sys.stderr
+    from .unit_log import console
+
+    stream = stream or console()  # the terminal, also inside a sweep unit whose output goes to its log
     timer = PhaseTimer(resolve_device(cfg.device) if cfg.sync_timing else None)
     t_plan = time.perf_counter()
     bound_heap_growth()

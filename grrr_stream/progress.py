@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Optional, TextIO
+
+from .unit_log import console
 
 
 def fmt_seconds(s: float) -> str:
@@ -20,21 +21,24 @@ def fmt_seconds(s: float) -> str:
 class Progress:
     """Prints ``[done/total] pct | item | s/it | ETA`` to stderr; :meth:`message` prints a line as given.
 
-    On a terminal the line is rewritten in place; elsewhere (logs, CI) one line is
-    printed per update. ETA uses only items processed in this run, so resumed runs
+    On a terminal the line is rewritten in place; elsewhere (logs, CI) a line is printed
+    once ``every`` seconds have passed since the start or the last line, and for the last item
+    when an earlier line was printed (a step shorter than ``every`` prints none). ETA uses only items processed in this run, so resumed runs
     do not count skipped work as instant.
     """
 
     def __init__(self, total: int, *, done: int = 0, label: str = "", enabled: bool = True,
-                 stream: Optional[TextIO] = None):
+                 stream: Optional[TextIO] = None, every: float = 10.0):
         self.total = total
         self.done = done
         self.label = label
         self.enabled = enabled
-        self.stream = stream or sys.stderr
+        self.stream = stream or console()  # the terminal, also while a sweep unit's output goes to its log
         self._start = time.monotonic()
         self._processed = 0
         self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.every = every
+        self._last: Optional[float] = None  # when advance() last printed, off a terminal
 
     def message(self, text: str) -> None:
         if self.enabled:
@@ -58,10 +62,17 @@ class Progress:
         remaining = max(self.total - self.done, 0)
         pct = 100.0 * self.done / self.total if self.total else 100.0
         eta = fmt_seconds(rate * remaining) if self._processed else "?"
+        final = self.done >= self.total
+        if not self._tty:  # a log or CI: not one line per matrix of a 300-matrix model, none for a short step
+            now = time.monotonic()
+            waited = now - (self._start if self._last is None else self._last)
+            if not (waited >= self.every or (final and self._last is not None)):
+                return
+            self._last = now
         width = len(str(self.total))
         text = (f"{self.label}[{self.done:>{width}}/{self.total}] {pct:5.1f}% | {item} | "
                 f"{rate:.2f} s/it | ETA {eta}")
-        self._emit(text, final=self.done >= self.total)
+        self._emit(text, final=final)
 
     def _emit(self, text: str, final: bool) -> None:
         if self._tty:

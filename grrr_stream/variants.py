@@ -197,7 +197,7 @@ def variant_folder_done(folder: Path, metadata: dict) -> bool:
 
 
 def write_variant(builder: VariantBuilder, folder: Path, *, max_shard_bytes: int = 2 * 2**30,
-                  overwrite: bool = False, stream=None, within: Optional[Path] = None) -> dict:
+                  overwrite: bool = False, stream=None, within: Optional[Path] = None, progress: bool = False) -> dict:
     """Write the variant as a Hugging Face folder plus ``<folder>.fidelity.csv`` beside it.
 
     Returns the fidelity summary. An existing finished folder with the same settings is
@@ -215,13 +215,20 @@ def write_variant(builder: VariantBuilder, folder: Path, *, max_shard_bytes: int
     # one prompt format per transition: tokenizer, chat template and generation config of the post model
     extra = companion_files(builder.post.folder)
 
+    from .progress import Progress
+
+    layout = builder.layout()
+    shown = Progress(len(layout), label=f"  [variant {folder.name}] ", enabled=progress)
+
     def tensors():
-        yield from builder.tensors()
+        for name, t in builder.tensors():
+            yield name, t
+            shown.advance(name)  # tensors built and handed to the writer, with an ETA
         # the summary is final only once every matrix went through; store it inside the folder
         extra["grrr_variant.json"] = json.dumps({"settings": meta, "fidelity": builder.report.summary()},
                                                 indent=2).encode()
 
-    write_checkpoint(folder, tensors(), layout=builder.layout(), config=builder.config(),
+    write_checkpoint(folder, tensors(), layout=layout, config=builder.config(),
                      max_shard_bytes=max_shard_bytes, extra_files=extra, overwrite=True, within=within)
     atomic_write_text(folder.with_name(folder.name + ".fidelity.csv"), builder.report.csv())
     summary = builder.report.summary()

@@ -9,6 +9,8 @@ import pytest
 
 # Keep the two-core CI machine responsive and results reproducible.
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+# The sweep forecast's calibration cache: not the user's home, and kept across sessions (measured once)
+os.environ.setdefault("GRRR_STREAM_CACHE", str(Path(__import__("tempfile").gettempdir()) / "grrr_stream_test_cache"))
 
 from grrr_stream.config import build_config
 from grrr_stream.fixtures.synthetic import TINY, ModelShape, Update, make_transition

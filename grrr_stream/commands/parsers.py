@@ -184,6 +184,8 @@ def sweep_parser(sub, *, demo: bool = False) -> None:
                    help="with --math-subset: folder with <name>/test.jsonl, 'bundled' (default: the copies shipped "
                         "with grrr_stream) or 'hub[:OWNER/REPO]' (download)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines")
+    p.add_argument("--verbose", action="store_true",
+                   help="show vLLM's, transformers' and MLflow's own output live (it always goes to WORKDIR/logs/UNIT.log)")
     add_tracking(p, experiment_default=None)
     add_common(p)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..errors import ConfigError
 from .options import tracking_from_args
@@ -40,14 +41,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     to_run = [u for u in plan.units if rows[u.id]["state"] != "done"]
     disk = unit_disk_needs(plan)
     needs = [n for u in to_run for n in (disk.get(u.id) or [])]
+    from ..sweep.forecast import forecast_plan, print_forecast
+
     if args.dry_run:
         print_plan(plan, rows, disk, to_run, needs)
+        print_forecast(forecast_plan(plan), {u.id for u in to_run})
         return 0
     check_space(needs, f"the {len(to_run)} sweep unit(s) still to run",
                 "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.")
     tracking = tracking_from_args(args, cfg.tracking)
+    try:  # units.csv puts each unit's estimate next to its measured time; a forecast never stops a sweep
+        fc = forecast_plan(plan)
+        fc.write_json(plan.workdir / ".sweep" / "forecast.json")
+        print(f"[sweep] forecast: {fc.headline({u.id for u in to_run})} (per unit: --dry-run)", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - reported, and the sweep runs
+        print(f"[sweep] no forecast ({type(e).__name__}: {e})", file=sys.stderr)
     res = run_sweep(plan, scheduler=args.scheduler or cfg.scheduler, tracking=tracking,
-                    progress=cfg.progress and not args.no_progress, device=args.device)
+                    progress=cfg.progress and not args.no_progress, device=args.device,
+                    verbose=getattr(args, "verbose", False))
     print_sweep_summary(res)
     if res.tracking_missed:
         print(f"\ntracking: {len(res.tracking_missed)} run(s) not logged to MLflow (units, and 'sweep' for its own; recorded in "

@@ -65,6 +65,8 @@ class Engine:
     transition is prompted and stopped as the post model is.
     """
 
+    progress = False  # generation shows prompts done / total with an ETA on the terminal (unit_log.console)
+
     def __init__(self, model: Path, settings: EngineSettings, *, prompt_format: Optional[Path] = None):
         vllm = _import_vllm()
         import torch
@@ -140,7 +142,7 @@ class Engine:
         todo = [(p, k) for p, k, ok in zip(prompts, lengths, fits) if ok]
         params = self.sampling_params(sampling)
         outs = iter([o for batch in self._batches(todo, s)
-                     for o in self.llm.generate(batch, params, use_tqdm=False)])
+                     for o in self.llm.generate(batch, params, use_tqdm=self._progress_bar())])
         res: list[list[Generation]] = []
         for ok in fits:
             if not ok:
@@ -148,6 +150,20 @@ class Engine:
                 continue
             res.append([Generation(o.text, len(o.token_ids), str(o.finish_reason or "")) for o in next(outs).outputs])
         return res
+
+    def _progress_bar(self):
+        """For vLLM's ``use_tqdm``: its bar of finished prompts as this package's progress line (done / total,
+        ETA; on the terminal, not in the unit's log; throttled off a terminal), its other bars off. False
+        unless :attr:`progress`."""
+        if not self.progress:
+            return False
+
+        def bar(iterable=None, **kwargs):
+            if iterable is not None or kwargs.get("desc") != "Processed prompts":
+                return iterable if iterable is not None else _PromptBar(0, shown=False)
+            return _PromptBar(int(kwargs.get("total") or 0), shown=True)
+
+        return bar
 
     def _batches(self, todo: list[tuple[str, int]], sampling: SamplingSettings) -> list[list[str]]:
         """Prompts in one batch, except for seeded sampling on the CPU backend: there a prompt whose prefill
@@ -178,3 +194,31 @@ class Engine:
 
         del self.llm
         gc.collect()
+
+
+class _PromptBar:
+    """What vLLM's generation loop uses of a tqdm bar (``update``, ``n``, ``format_dict['elapsed']``,
+    ``postfix``, ``refresh``, ``close``), printed by :class:`~grrr_stream.progress.Progress`."""
+
+    def __init__(self, total: int, shown: bool):
+        import time
+
+        from ..progress import Progress
+
+        self.n, self.postfix, self._time = 0, "", time.monotonic
+        self._start = self._time()
+        self._progress = Progress(total, label="  generating ", enabled=shown)
+
+    @property
+    def format_dict(self) -> dict:
+        return {"elapsed": max(self._time() - self._start, 1e-9)}
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self._progress.advance("prompts", n)
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

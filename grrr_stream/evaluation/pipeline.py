@@ -61,6 +61,7 @@ class EvaluationRequest:
     bootstrap_seed: int = 0
     informative_points: float = 1.0  # informative: full − base ≥ this (the sweep's claims.informative_points)
     nest_sampled: bool = True
+    progress: bool = False  # generation progress (prompts done / total, ETA) on the terminal; not in any key
 
 
 @dataclass
@@ -181,6 +182,7 @@ class _EngineSlot:
                     f"model's ({', '.join(ev.builders[name].config_differences()) or 'tensor names/shapes'}); "
                     f"running it in an engine on {home}")
             self.engine, self.home = self.make_engine(home, ev.request.settings, prompt_format=ev.post_folder), home
+            self.engine.progress = ev.request.progress
         return self.engine
 
     def close(self) -> None:
@@ -230,6 +232,7 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
     folder = ev.out / "_variants" / name
     scores.fidelity[name] = write_variant(builder, folder, overwrite=True, within=ev.out / "_variants")
     active = slot.make_engine(folder, req.settings, prompt_format=ev.post_folder)
+    active.progress = req.progress
     try:
         scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log)
     finally:

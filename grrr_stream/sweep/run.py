@@ -16,6 +16,7 @@ from .plan import Plan
 from .records import Records, SweepLock, unit_state
 from .report import Report, write_report
 from ..runs import log_sweep, sweep_runs
+from ..unit_log import console, log_path, unit_log
 from .runners import RunContext
 from .tracker import Tracker
 from .units import DecomposeParams, Unit
@@ -52,7 +53,8 @@ class SweepResult:
 
 
 def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional[TrackingConfig] = None,
-              progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None) -> SweepResult:
+              progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None,
+              verbose: bool = False) -> SweepResult:
     """Execute every unit that is not done; record failures and go on with what does not depend on them."""
     stream = stream or sys.stderr
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
@@ -76,14 +78,16 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         if tracking.enabled:  # once, before any unit: unreachable → refuse (required) or record only
             from ..run_log import preflight
 
-            tracking = preflight(tracking, stream)
+            # MLflow's database migrations go to the sweep's log; what the check says, to the terminal
+            with unit_log(log_path(plan.workdir, "sweep"), verbose=verbose):
+                tracking = preflight(tracking, console() if stream is sys.stderr else stream)
         stores = {u.params.transition: u.out for u in plan.units if isinstance(u.params, DecomposeParams)}
         # reachable: the units record what to log and the tracker logs it while they compute
         tracker = (Tracker(Path(tracking.pending_dir), tracking)
                    if tracking.enabled and not tracking.record_only else None)
         units_tracking = tracking.model_copy(update={"defer": True}) if tracker else tracking
         ctx = RunContext(str(plan.workdir), units_tracking, progress, device, threads=None, stores=stores,
-                         informative_points=plan.config.claims.informative_points)
+                         informative_points=plan.config.claims.informative_points, verbose=verbose)
         with tracker or contextlib.nullcontext():
             ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
@@ -94,7 +98,8 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
 
             say_missed(tracker.left(), tracker.last.error or "still pending", stream)
             result.tracking_missed += tracker.left()
-        write_pages(result, tracking, started)
+        with unit_log(log_path(plan.workdir, "sweep"), verbose=verbose):  # MLflow's own output
+            write_pages(result, tracking, started)
         if tracking.enabled and result.run_id is None:
             result.tracking_missed.append("sweep")
     return result

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 from ..config import TrackingConfig
 from ..errors import GrrrError
 from ..progress import Progress
+from ..unit_log import log_path, unit_log
 from .records import Records
 from .units import CompareParams, DecomposeParams, EvaluateParams, GenerateParams, StatsParams, Unit, VariantParams
 
@@ -36,6 +37,7 @@ class RunContext:
     # the report's informative.csv recomputes it with the current setting)
     informative_points: float = 1.0
     client: Any = None                    # the Dask client, for units run in the scheduler's process
+    verbose: bool = False                 # third-party output live on the terminal too, not only in its log
 
     def for_worker(self) -> "RunContext":
         return replace(self, client=None)
@@ -58,19 +60,29 @@ def run_unit(u: Unit, ctx: RunContext) -> dict:
     from ..run_log import missed
 
     missed_before = len(missed())
+    log = log_path(ctx.workdir, u.id)
     try:
-        result = _RUNNERS[u.kind](u, ctx)
+        # vLLM's, transformers' and MLflow's own output (logging, warnings, progress bars, C++ prints)
+        # goes to the unit's log; this package's progress lines stay on the terminal (unit_log.console)
+        with unit_log(log, verbose=ctx.verbose):
+            try:
+                result = _RUNNERS[u.kind](u, ctx)
+            except KeyboardInterrupt:
+                raise
+            except BaseException:
+                traceback.print_exc()  # into the log, after what the libraries said before the failure
+                raise
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - recorded, reported, and the sweep goes on
         expected = isinstance(e, GrrrError)
         rec = {"id": u.id, "key": u.key, "status": "failed", "started": started, "seconds": time.time() - started,
-               "error": f"{type(e).__name__}: {e}", "expected": expected,
-               "traceback": traceback.format_exc()[-6000:], **where}
+               "error": f"{type(e).__name__}: {e} (its output: {log})", "expected": expected,
+               "traceback": traceback.format_exc()[-6000:], "log": str(log), **where}
         records.write(u, rec)
         return rec
     rec = {"id": u.id, "key": u.key, "status": "done", "started": started, "seconds": time.time() - started,
-           "result": result or {}, **where}
+           "result": result or {}, "log": str(log), **where}
     tracking_missed = missed()[missed_before:]  # done all the same: recorded in WORKDIR/.sweep/tracking
     if tracking_missed:
         rec["tracking"] = "not logged: " + "; ".join(tracking_missed)
@@ -141,7 +153,8 @@ def _run_variant(u: Unit, ctx: RunContext) -> dict:
                              rest_from=p.rest_from, device=str(resolve_device(ctx.device or p.device)))
     started = time.time()
     # a half-written folder of a killed build is replaced (its completion marker is written last)
-    summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p.shard_gb * 2**30), overwrite=True)
+    summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p.shard_gb * 2**30), overwrite=True,
+                            progress=ctx.progress)
     if ctx.tracking.enabled:
         log_variant(builder, Path(u.out), summary, ctx.tracking, started=started, seconds=time.time() - started)
     return {k: summary[k] for k in ("fidelity", "fidelity_max", "energy_survived")}
@@ -150,9 +163,9 @@ def _run_variant(u: Unit, ctx: RunContext) -> dict:
 def _run_evaluate(u: Unit, ctx: RunContext) -> dict:
     from ..evaluation.pipeline import EvaluationRequest, run_evaluation
 
-    # vLLM logs every weight swap at INFO and dozens of harmless kernel-registration
-    # warnings per engine; a sweep shows its errors only (set VLLM_LOGGING_LEVEL to see more)
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    # vLLM logs every weight swap at INFO and dozens of harmless kernel-registration warnings per
+    # engine: kept at WARNING (set VLLM_LOGGING_LEVEL=INFO for more); they go to the unit's log
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     p: EvaluateParams = u.params
     reporter = Progress(0, enabled=ctx.progress)
     log = lambda msg: reporter.message(f"  [{u.id}] {msg}")  # noqa: E731 (a one-line callback)
@@ -161,7 +174,7 @@ def _run_evaluate(u: Unit, ctx: RunContext) -> dict:
                                 settings=p.engine, materialize=p.materialize, limit=p.limit, lenient=p.lenient,
                                 template=p.template, instruction=p.instruction, sampling=p.sampling,
                                 metric=p.metric, nest_sampled=False, rest_from=p.rest_from,
-                                informative_points=ctx.informative_points)
+                                informative_points=ctx.informative_points, progress=ctx.progress)
     res = run_evaluation(request, tracking=ctx.tracking, log=log)
     return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
 

@@ -1,0 +1,161 @@
+"""Rates of this machine for the work model: one decomposition and one matrix product, timed, cached.
+
+The decomposition rate is :func:`.work.decompose_flops` of a shape over the seconds that work (thin SVD,
+singular values, projection and null residual, in torch as the kernel does it) takes on a random pair of
+that shape; the product rate
+is that of a float32 m×n by n×n product. Both are measured at the sweep's largest matrix shape when its
+decomposition fits in the budget (a few seconds), else at the largest halved copy of it that does (same
+aspect ratio; see :func:`calibrate`): the result says which. On the GPU when torch sees one.
+
+Cached in ``GRRR_STREAM_CACHE`` (default ``~/.cache/grrr_stream``)/calibration.json by device, torch
+version, threads and shape: a second forecast measures nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from . import work
+
+METHOD = 4  # bumped when what is timed changes: older cached rates are not reused
+BUDGET_S = 8.0  # a calibration takes about this long at most (a few seconds more on a slow first call)
+
+
+@dataclass(frozen=True)
+class Rates:
+    device: str             # e.g. 'cpu (2 threads)', 'cuda (NVIDIA H200)'
+    shape: tuple[int, int]  # where the rates were measured
+    decompose_flops_s: float
+    gemm_flops_s: float
+    measured_s: float       # wall seconds the measurement took
+    cached: bool = False
+
+    def describe(self) -> str:
+        m, n = self.shape
+        how = "cached" if self.cached else f"measured now in {self.measured_s:.1f} s"
+        return (f"{self.device}: decomposition {self.decompose_flops_s / 1e9:.1f} GFLOP/s, products "
+                f"{self.gemm_flops_s / 1e9:.1f} GFLOP/s, at {m}×{n} ({how})")
+
+
+def cache_file() -> Path:
+    root = os.environ.get("GRRR_STREAM_CACHE") or Path.home() / ".cache" / "grrr_stream"
+    return Path(root) / "calibration.json"
+
+
+def device_name() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda ({torch.cuda.get_device_name(0)})"
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def _key(device: str, shape: tuple[int, int]) -> str:
+    import torch
+
+    return f"v{METHOD}|{device}|torch {torch.__version__}|{shape[0]}x{shape[1]}"
+
+
+def _time_decompose(shape: tuple[int, int]) -> float:
+    """Seconds of exactly the work :func:`.work.decompose_flops` counts, on a random tall pair: W0's thin SVD,
+    W1's singular values, P = Uᵀ ΔW V and ΔW − U P Vᵀ (the kernel's extras, such as the Lanczos ‖ΔW‖₂, are not
+    timed: on random matrices their iteration counts say nothing about real updates)."""
+    import torch
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    m, n = max(shape), min(shape)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    W0 = torch.randn(m, n, generator=g).to(dev)
+    W1 = W0 + 1e-3 * torch.randn(m, n, generator=g).to(dev)
+    _sync(dev)
+    t = time.perf_counter()
+    U, _, Vh = torch.linalg.svd(W0, full_matrices=False)
+    torch.linalg.svdvals(W1)
+    D = W1 - W0
+    P = U.mT @ D @ Vh.mT
+    D -= (U @ P) @ Vh
+    _sync(dev)
+    return time.perf_counter() - t
+
+
+def _time_gemm(shape: tuple[int, int]) -> float:
+    import torch
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    m, n = shape
+    A, B = torch.randn(m, n, device=dev), torch.randn(n, n, device=dev)
+    A @ B  # warm-up
+    _sync(dev)
+    t = time.perf_counter()
+    A @ B
+    _sync(dev)
+    return time.perf_counter() - t
+
+
+def _sync(dev) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def ladder(largest: Sequence[int], smallest_side: int = 64) -> list[tuple[int, int]]:
+    """``largest`` halved (both sides) until its shorter side is near ``smallest_side``: small to large."""
+    m, n = int(largest[0]), int(largest[1])
+    out = [(m, n)]
+    while min(out[-1]) // 2 >= smallest_side:
+        out.append((out[-1][0] // 2, out[-1][1] // 2))
+    return out[::-1]
+
+
+def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] = None,
+              cache: Optional[Path] = None, budget_s: float = BUDGET_S) -> Rates:
+    """This machine's rates near ``largest`` (m, n), from the cache or measured now.
+
+    Small matrices run far below a machine's rate (call overheads; LAPACK's blocking pays off with size),
+    so the shape climbs :func:`ladder` (each step 8× the work) while the next step fits what is left of
+    ``budget_s`` at the best rate measured so far; the rates are the best measured, normally at the largest
+    shape (the sweep's largest when it fits: otherwise an overestimate of the time, by the efficiency still
+    to gain)."""
+    timers = timers or {"decompose": _time_decompose, "gemm": _time_gemm, "device": device_name}
+    device = timers["device"]()
+    path = cache or cache_file()
+    stored = _read(path)
+    wanted = _key(device, (int(largest[0]), int(largest[1])))
+    if wanted in stored:
+        return Rates(**{**stored[wanted], "shape": tuple(stored[wanted]["shape"]), "cached": True})
+    t0 = time.perf_counter()
+    steps = ladder(largest)
+    timers["decompose"](steps[0])  # first call: kernels loaded, threads started
+    shape, dec = steps[0], 0.0
+    for step in steps:
+        if dec and time.perf_counter() - t0 + work.decompose_flops(step) / dec > budget_s:
+            break
+        seconds = timers["decompose"](step)
+        if seconds < 1.0:  # once more, the faster of two: a core shared with other work stalls a run at times
+            seconds = min(seconds, timers["decompose"](step))
+        rate = work.decompose_flops(step) / max(seconds, 1e-9)
+        if rate >= dec:  # the best rate seen, and its shape (a step stalled by other work does not count)
+            shape, dec = step, rate
+    gemm = 2.0 * shape[0] * shape[1] * shape[1] / max(min(timers["gemm"](shape) for _ in range(3)), 1e-9)
+    rates = Rates(device, shape, dec, gemm, time.perf_counter() - t0)
+    stored[wanted] = {k: v for k, v in asdict(rates).items() if k != "cached"}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(stored, indent=1))
+    except OSError:
+        pass  # a read-only home: measured again next time
+    return rates
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,71 @@
+"""A model of a sweep's work: floating-point operations per step, and peak memory, from matrix shapes.
+
+Per matrix, oriented tall (m ≥ n, r = n = min(m, n)), with the textbook costs of Golub & Van Loan
+(Matrix Computations, 4th ed., Fig. 8.6.1, R-SVD):
+- ``svd_w0``: thin SVD of W0, Σ, U and V: 6mn² + 20n³ (skipped when W0's frame is cached);
+- ``svdvals_w1``: singular values of W1 only: 2mn² + 2n³;
+- ``projection``: P = Uᵀ ΔW V (2mn² + 2n³), then the null residual ΔW − U P Vᵀ (U P: 2mn², (U P) Vᵀ: 2mn²).
+A variant build forms, per matrix, one rank-r product U X Vᵀ (4mn²). Generation: 2 × parameters per token.
+The seconds come from these counts at rates measured on this machine (:mod:`.calibrate`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+GIB = 2**30
+BASELINE_RAM = int(0.8 * GIB)  # Python, torch and the package imported: measured ~0.6-0.8 GiB RSS
+
+
+def _tall(shape: Sequence[int]) -> tuple[int, int]:
+    m, n = int(shape[0]), int(shape[1])
+    return (m, n) if m >= n else (n, m)
+
+
+def svd_flops(shape: Sequence[int]) -> float:
+    m, n = _tall(shape)
+    return 6.0 * m * n * n + 20.0 * n ** 3
+
+
+def svdvals_flops(shape: Sequence[int]) -> float:
+    m, n = _tall(shape)
+    return 2.0 * m * n * n + 2.0 * n ** 3
+
+
+def projection_flops(shape: Sequence[int]) -> float:
+    m, n = _tall(shape)
+    return 2.0 * m * n * n + 2.0 * n ** 3 + 4.0 * m * n * n
+
+
+def decompose_flops(shape: Sequence[int], *, frame_cached: bool = False) -> float:
+    """One matrix pair's decomposition."""
+    return (0.0 if frame_cached else svd_flops(shape)) + svdvals_flops(shape) + projection_flops(shape)
+
+
+def variant_flops(shape: Sequence[int]) -> float:
+    """One matrix of a variant: a rank-r product U X Vᵀ."""
+    m, n = _tall(shape)
+    return 4.0 * m * n * n
+
+
+def generation_flops(params: int, prompts: int, max_tokens: int, samples: int = 1) -> float:
+    """Every answer running to ``max_tokens`` (an upper bound: answers that stop early cost less)."""
+    return 2.0 * params * prompts * samples * max_tokens
+
+
+def decompose_ram(shapes: Iterable[Sequence[int]], itemsize: int) -> int:
+    """Peak bytes of a decomposition: the largest pair upcast (W0, W1), U, V, P and ΔW / null, plus the
+    reader's next pair in flight, about 6 m×n buffers of the compute dtype, and the process itself."""
+    worst = max((_tall(s)[0] * _tall(s)[1] for s in shapes), default=0)
+    return BASELINE_RAM + 6 * worst * itemsize
+
+
+def variant_ram(shapes: Iterable[Sequence[int]], itemsize: int) -> int:
+    """A variant build: U, V, P and the output matrix of the largest matrix, plus one output shard (2 GiB max)."""
+    worst = max((_tall(s)[0] * _tall(s)[1] for s in shapes), default=0)
+    return BASELINE_RAM + 4 * worst * itemsize
+
+
+def evaluate_ram(params: int, itemsize: int, kv_cache_bytes: int) -> int:
+    """The engine's weights, the variant streamed into it (one copy in flight), its KV cache, vLLM itself."""
+    return 2 * BASELINE_RAM + 2 * params * itemsize + kv_cache_bytes
