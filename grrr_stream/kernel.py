@@ -49,8 +49,8 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     to skip the SVD of W0. Beyond the paper, in the same pass: ``band_edges`` splits the
     energy of P by principal band; ``angle_edges`` measures the principal angles between the
     top-k singular subspaces of W0 and W1 for each k (block Krylov in W0's frame, no full SVD of
-    W1: :func:`grrr_stream.analyses.principal_angles_in_frame`); ``survival`` = (axis, indices, W0 on those rows/columns in the
-    checkpoint dtype, target dtype) estimates how much of each component survives a round
+    W1: :func:`grrr_stream.analyses.principal_angles_in_frame`); ``survival`` = (axis, indices, W0 on
+    those rows/columns in the checkpoint dtype, target dtype) estimates how much of each component survives a round
     trip of W0 + component through the target dtype. ``timer`` collects the seconds of each
     step (see :mod:`grrr_stream.phases`). ``degenerate_gap``: see :func:`grrr_stream.frame.compute_frame`
     (a new frame of a float32 W0 with near-equal singular values is computed in float64) and the
@@ -93,18 +93,15 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     with timer.phase("projection"):
         proj = project(delta, frame, in_place=True)
         energies = split_energies(proj.P, proj.null)
-    if ks and in_frame and delta_fro == 0.0:  # W1 == W0: the subspaces coincide, exactly
-        angles = {k: ((0.0, 1.0), (0.0, 1.0)) for k in ks}
-    elif ks and in_frame:
-        with timer.phase("angles"):
-            angles, angles_failed = _guarded(lambda: principal_angles_in_frame(frame, proj, ks)[0])
+    if ks and in_frame:
+        angles, angles_failed = _angles_in_frame(frame, proj, ks, delta_fro, timer)
     with timer.phase("analyses"):
         extra = _beyond_the_paper(proj, frame, delta_fro, band_edges, ks, angles, angles_failed, survival, delta_sample)
+    if degenerate_gap is not None:
+        extra["f_degenerate"] = ratio_or_zero(degenerate_energy(proj.P, frame.S, degenerate_gap), delta_fro ** 2)
     metrics = matrix_metrics(frame.S.double().cpu().numpy(), sigma1.double().cpu().numpy(), delta_fro=delta_fro,
                              delta_spec=delta_spec, energies=energies, rows=m, cols=n, rank=frame.rank,
                              rank_thresholds=rank_thresholds)
-    if degenerate_gap is not None:
-        extra["f_degenerate"] = ratio_or_zero(degenerate_energy(proj.P, frame.S, degenerate_gap), delta_fro ** 2)
     if extra:
         metrics = replace(metrics, extra=extra)
     per_channel = None
@@ -112,6 +109,16 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
         with timer.phase("channel_energy"):
             per_channel = channel_energies(proj.P, proj.null, frame.U, frame.V, channel_axis)
     return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics, channel_energy=per_channel)
+
+
+def _angles_in_frame(frame: Frame, proj: Projection, ks: list[int], delta_fro: float,
+                     timer: PhaseTimer) -> tuple[Optional[dict[int, AnglePair]], bool]:
+    """The angles of an untruncated core, from P and the null residual (exactly 0° and cos² 1 when W1 == W0:
+    the subspaces coincide)."""
+    if delta_fro == 0.0:
+        return {k: ((0.0, 1.0), (0.0, 1.0)) for k in ks}, False
+    with timer.phase("angles"):
+        return _guarded(lambda: principal_angles_in_frame(frame, proj, ks)[0])
 
 
 def degenerate_energy(P: torch.Tensor, S: torch.Tensor, gap: float) -> float:
