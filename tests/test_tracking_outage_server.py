@@ -203,9 +203,10 @@ def test_slow_server_delays_only_the_logging(planted_f64, tmp_path, monkeypatch)
             uri = f"http://127.0.0.1:{proxy.port}"
             cfg = no_track_config(base=str(base), post=str(post), store=tmp_path / "s", tracking={"uri": uri})
             res = run_transition(cfg)
-            # the matrices were computed at full speed; the delay fell on the logging after them
-            assert res.run_id is not None and res.timings["matrices_wall"] < delay, res.timings
-            assert res.timings["tracking"] >= delay, res.timings
+            # the delay fell on the logging after the matrices, not on them (compared within this run, not
+            # with a machine-speed threshold: the logging's requests take ≥ delay each)
+            assert res.run_id is not None and res.timings["tracking"] >= delay, res.timings
+            assert res.timings["matrices_wall"] < res.timings["tracking"], res.timings
             # slower than the time limit: found at the start, the work goes on, logging recorded
             before = len(missed())
             cfg = no_track_config(base=str(base), post=str(post), store=tmp_path / "s2",
@@ -237,7 +238,8 @@ def test_slow_server_does_not_hold_up_a_sweeps_units(tmp_path):
         recs = [json.loads(f.read_text()) for f in (tmp_path / "w" / ".sweep" / "units").glob("*.json")]
         assert len(recs) == 6 and all(r["status"] == "done" for r in recs)
         slowest = max(recs, key=lambda r: r["seconds"])
-        assert slowest["seconds"] < 4 * delay, slowest  # its work, not its logging
+        # its work, not its logging: a unit that logged itself would spend its 10+ requests × delay on it
+        assert slowest["seconds"] < 10 * delay, slowest
         runs = _runs(server.uri, tmp_path / "w")
     assert sorted(k for k, _ in runs) == ["comparison", "sweep", "transition", "transition", "variant", "variant"]
     assert all(r["status"] == "FINISHED" and r["span_covers_work"] for r in runs.values())
