@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from . import tracking as trk
 from .config import TrackingConfig, stable_hash
 from .files import atomic_write_text, read_csv, to_csv
 from .run_log import RunLog, deliver
@@ -268,8 +269,11 @@ def log_sweep(plan, result, tracking: TrackingConfig, started: float, html=None)
     if html is None:
         return run_id
     page = html(run_id)
-    return _one([RunLog.of(tracking, **ref, artifacts=[(page, "report")], finish=result.ok)], tracking,
-                plan.workdir) or run_id
+    # the page is logged on every run (a rerun rewrites it: the logged copy stays the one on disk), then the
+    # run is finished if it was not before (a finished run keeps its end)
+    logs = [RunLog.of(tracking, **ref, once=False, finish=False, artifacts=[(page, "report")]),
+            RunLog.of(tracking, **ref, finish=result.ok)]
+    return _one(logs, tracking, plan.workdir) or run_id
 
 
 def sweep_runs(tracking: TrackingConfig) -> list[dict]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import no_track_config
-from grrr_stream.analyses import band_energies, round_trip_survival, subspace_angles, update_sparsity
+from grrr_stream.analyses import band_energies, round_trip_survival, update_sparsity
 from grrr_stream.kernel import decompose_matrix
 
 

@@ -46,4 +46,4 @@ def test_evaluation_unit_output_goes_to_its_log(tiny_chain, tmp_path, capfd):
     res = run_sweep(plan_sweep(_config(models, tmp_path / "w2", tmp_path / "nowhere")), progress=True)
     out, err = capfd.readouterr()
     failed = log_path(tmp_path / "w2", "evaluate/base-to-sft")
-    assert res.failed == ["evaluate/base-to-sft"] and f"FAILED evaluate/base-to-sft" in err and str(failed) in err
+    assert res.failed == ["evaluate/base-to-sft"] and "FAILED evaluate/base-to-sft" in err and str(failed) in err

@@ -50,13 +50,13 @@ def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequenc
 
 def run_channels(model_dir: Path, out: Path, *, post_dir: Path | None = None, **settings) -> dict:
     """Analyse the base (and post) model; write ``channels.json`` and ``rms_<role>.csv`` under ``out``."""
-    torch.set_grad_enabled(False)
     out = ensure_folder(Path(out), "--out")
     result = {}
     for role, folder in (("base", model_dir), ("post", post_dir)):
         if folder is None:
             continue
-        record, rms = analyse_model(Path(folder), **settings)
+        with torch.no_grad():  # forward passes only (not set globally: a caller may train afterwards)
+            record, rms = analyse_model(Path(folder), **settings)
         write_rms_csv(out / f"rms_{role}.csv", rms)
         record["rms_per_layer"] = f"rms_{role}.csv"
         result[role] = record

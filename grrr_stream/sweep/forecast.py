@@ -133,7 +133,8 @@ def _unit(u: Unit, plan: Plan, models: _Models, dec: dict[str, Unit], rates: Opt
           write: Optional[int]) -> UnitForecast:
     p = u.params
     if isinstance(p, DecomposeParams):
-        base, post = models.get(p.base, p.base_revision), models.get(p.post, p.post_revision)
+        base = models.get(p.base, p.base_revision)
+        models.get(p.post, p.post_revision)  # the post's shapes are looked up too: the forecast names its source
         down = [models.fetch(p.base, p.base_revision), models.fetch(p.post, p.post_revision)]
         download = None if None in down else sum(down)
         if base.shapes is None or rates is None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Optional
 
 from ..config import TrackingConfig
 from ..run_log import FlushResult, flush, pending_files
