@@ -38,7 +38,9 @@ def test_evaluation_unit_output_goes_to_its_log(tiny_chain, tmp_path, capfd):
     assert res.ok, {u: (res.records.get(u) or {}).get("error") for u in res.failed}
     for said in NOISE:
         assert said not in out + err, (said, out + err)
-    assert "done evaluate/base-to-sft" in err and "generating" in err  # own lines and prompts done / total
+    # the sweep's own lines (the generation's prompts-done line appears off a terminal only for a step
+    # longer than 10 s, which a quick machine does not reach: tests/test_progress.py covers it by clock)
+    assert "done evaluate/base-to-sft" in err
     log = log_path(tmp_path / "w", "evaluate/base-to-sft").read_text()
     assert "pid=" in log  # vLLM's own output is kept, in the log
 
