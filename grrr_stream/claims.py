@@ -174,13 +174,12 @@ def informative_rows(scores: Sequence[TransitionScores], *, informative_points: 
 def summarise(scores: Sequence[TransitionScores], settings=None, *, selector: str = "", **overrides) -> dict:
     """All three tables at once: differences, informative, claims (:func:`grrr_stream.claims_sets.claims_rows`).
 
-    ``settings``: a :class:`grrr_stream.claims_sets.ClaimSettings` (default: the paper's thresholds);
+    ``settings``: a :class:`grrr_stream.config.ClaimSettings` (default: the paper's thresholds);
     ``overrides`` replace its fields (``within_points=…``); ``selector`` names the evaluated set."""
-    from dataclasses import replace
+    from .claims_sets import claims_rows
+    from .config import ClaimSettings
 
-    from .claims_sets import ClaimSettings, claims_rows
-
-    cs = replace(settings or ClaimSettings(), **overrides)
+    cs = (settings or ClaimSettings()).model_copy(update=overrides)
     diffs = [r for ts in scores for r in difference_rows(ts, level=cs.level)]
     info = informative_rows(scores, informative_points=cs.informative_points, level=cs.level)
     claims = claims_rows(scores, cs, selector=selector)

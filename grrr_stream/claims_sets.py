@@ -19,43 +19,16 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from .claims import TIE, TransitionScores, _interval, _ratio, is_informative
+from .config import DEFAULT_SFT_METHODS, ClaimSettings
 from .stats import block_rng, blocks
 
 SETS = ("informative", "all evaluated")
 GROUPS = ("all", "SFT", "RL")
-DEFAULT_SFT_METHODS = ("SFT", "distillation", "distill")
-
-
-@dataclass(frozen=True)
-class ClaimSettings:
-    """The thresholds of the claims (the paper's values by default) and the bootstrap's settings;
-    the sweep's ``claims`` section has the same fields."""
-
-    within_points: float = 4.3               # "stays within k points of full"
-    informative_points: float = 1.0          # informative: full − base ≥ this
-    retention_floor_pct: float = 95.0        # "retention ≥ 95 % in 22 of 28"
-    retention_second_floor_pct: float = 92.0  # "≥ 92 % in 25 of 28"
-    retention_ceiling_pct: float = 25.0      # "the diagonal alone retains at most 25 % in 6 of 11"
-    sft_methods: tuple[str, ...] = DEFAULT_SFT_METHODS
-    resamples: int = 10_000
-    seed: int = 0
-    level: float = 0.95
-
-    @classmethod
-    def of(cls, config) -> "ClaimSettings":
-        """From any object with these attributes (the sweep's ``SweepClaims``)."""
-        values = {f: getattr(config, f) for f in cls.__dataclass_fields__ if hasattr(config, f)}
-        if "sft_methods" in values:
-            values["sft_methods"] = tuple(values["sft_methods"])
-        return cls(**values)
-
-
 def method_group(method: Optional[str], sft_methods: Sequence[str] = DEFAULT_SFT_METHODS) -> Optional[str]:
     """'SFT' when the method is one of ``sft_methods`` (case and surrounding spaces ignored), 'RL' for
     any other named method (DPO, PPO, GRPO, GPPO, PRIME, …, as the paper counts them), None without one."""

