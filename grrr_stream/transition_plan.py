@@ -76,6 +76,15 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
     return TransitionPlan(base=base, post=post, matrices=in_base)
 
 
+def default_selection(ckpt: Checkpoint) -> list[MatrixName]:
+    """The matrices a decomposition with the default settings selects in ``ckpt`` (its family's pattern and
+    modules; fused tensors as stored, the default), e.g. for the sweep's forecast; raises ConfigError for an
+    unknown family."""
+    pattern = pattern_for(ckpt.model_type, None)
+    return _selected_matrices(ckpt, pattern, default_modules(ckpt.model_type, DEFAULT_MODULES, DEFAULT_MODULES),
+                              split=False)
+
+
 def _selected_matrices(ckpt: Checkpoint, pattern: str, modules, split: bool) -> list[MatrixName]:
     shapes = {n: i.shape for n, i in ckpt.tensors.items()}
     found = select_matrices(ckpt.tensors, pattern, modules, shapes=shapes)

@@ -104,15 +104,14 @@ def from_arch(arch: Arch, where: str, download: Optional[int]) -> ModelFacts:
 
 def from_checkpoint(folder: Path, download: int = 0) -> Optional[ModelFacts]:
     """Shapes and parameters from a local checkpoint's safetensors headers (None: not readable)."""
-    from ..arch import STANDARD_PATTERN, select_matrices
     from ..checkpoint import Checkpoint
-    from ..config import DEFAULT_MODULES
     from ..errors import GrrrError
+    from ..transition_plan import default_selection
 
     try:
         ck = Checkpoint.open(Path(folder))
-        names = select_matrices(list(ck.tensors), STANDARD_PATTERN, DEFAULT_MODULES)
-        shapes = [tuple(ck.matrix_shape(m))[-2:] for m in names]
+        # the decomposition's own selection: the family's pattern and modules (experts, fused tensors)
+        shapes = [tuple(ck.matrix_shape(m))[-2:] for m in default_selection(ck)]
     except (GrrrError, OSError, ValueError, KeyError, TypeError):
         return None
     params = sum(math.prod(t.shape) for t in ck.tensors.values())
