@@ -24,9 +24,10 @@ FLAG = re.compile(r"(?<![\w-])(--[A-Za-z][A-Za-z0-9-]*)")
 
 
 def doc_files(root: Path = ROOT) -> List[Path]:
-    """README.md and every Markdown page under docs/ (docs/incoming/ holds drafts being folded in)."""
+    """README.md, every Markdown page under docs/ (not docs/incoming/: drafts being folded in) and
+    the tracking server's README."""
     pages = [p for p in sorted((root / "docs").rglob("*.md")) if "incoming" not in p.relative_to(root).parts]
-    return [root / "README.md"] + pages
+    return [root / "README.md"] + pages + sorted((root / "tracking").glob("*.md"))
 
 
 def split_code(text: str) -> Tuple[List[str], str]:
