@@ -57,6 +57,7 @@ def planted(tmp_path_factory):
         for p in post.parameters():
             p.add_(1e-2 * p.abs().mean() * torch.randn(p.shape, generator=g))
     post.save_pretrained(root / "post")
+    base.save_pretrained(root / "base_sharded", max_shard_size="40KB")  # many shards, same weights
     return root, base
 
 
@@ -86,15 +87,35 @@ def test_rms_matches_output_hidden_states_in_float64(planted):
     assert res.perplexity == pytest.approx(float(torch.exp(-logp.mean())), rel=1e-5)
 
 
-def test_offloaded_pass_equals_in_memory(planted):
+def _offload_sources(model) -> set[str]:
+    """The checkpoint files accelerate's hooks read offloaded weights from (its offload index)."""
+    files = set()
+    for module in model.modules():
+        wm = getattr(getattr(module, "_hf_hook", None), "weights_map", None)
+        index = getattr(getattr(wm, "dataset", None), "index", None) or {}
+        files |= {info["safetensors_file"] for info in index.values() if "safetensors_file" in info}
+    return files
+
+
+@pytest.mark.parametrize("folder", ["base", "base_sharded"])
+def test_offloaded_pass_equals_in_memory(planted, folder):
+    """Offloaded layer by layer, straight from the checkpoint's safetensors file(s): the same RMS and
+    perplexity as in memory, and no weight is copied to the offload folder."""
     root, _ = planted
-    cal = calibration_ids(root / "base", vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
+    shards = sorted((root / folder).glob("*.safetensors"))
+    assert (len(shards) > 2) == (folder == "base_sharded")
+    cal = calibration_ids(root / folder, vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
     with load_model(root / "base", max_memory=None) as loaded:
         assert not loaded.offloaded
         mem = calibration_pass(loaded, cal.ids)
-    with load_model(root / "base", max_memory=100_000) as loaded:  # embeddings fit, the layers go to disk
+    with load_model(root / folder, max_memory=100_000) as loaded:  # embeddings fit, the layers go to disk
         assert loaded.offloaded
         assert {"cpu", "disk"} <= set(loaded.model.hf_device_map.values())
+        assert loaded.offload_copied_bytes == 0
+        sources = _offload_sources(loaded.model)
+        assert sources and sources <= {str(f) for f in shards}
+        if folder == "base_sharded":
+            assert len(sources) > 1  # the offloaded layers live in several shards, each read in place
         off = calibration_pass(loaded, cal.ids)
     np.testing.assert_allclose(off.rms, mem.rms, rtol=1e-6)
     assert off.perplexity == pytest.approx(mem.perplexity, rel=1e-6)
