@@ -192,3 +192,45 @@ def test_zeroed_channels_are_zero_wherever_the_model_reads_the_residual(planted)
     assert len(seen) == LAYERS + 1
     for x in seen:
         assert torch.all(x[..., PLANTED] == 0) and torch.all(x[..., [0, 1, 2]] != 0)
+
+
+_PEAK_CHILD = r"""
+import json, sys, transformers
+from transformers.utils import logging; logging.set_verbosity_error(); logging.disable_progress_bar()
+from grrr_stream.channels.activations import calibration_pass, load_model
+def rss(key):
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
+transformers.AutoConfig.from_pretrained(sys.argv[1])  # transformers' lazy imports belong to the baseline
+base = rss("VmRSS")
+import torch
+with load_model(sys.argv[1], max_memory=None if sys.argv[2] == "none" else int(sys.argv[2])) as loaded:
+    calibration_pass(loaded, torch.arange(64).reshape(2, 32) % 97)
+    off = loaded.offloaded
+print(json.dumps({"growth": rss("VmHWM") - base, "offloaded": off}))
+"""
+
+
+@pytest.mark.slow  # ~15 s of CPU (a child process importing transformers), over a minute on a loaded machine
+def test_offloaded_peak_rss_growth_is_a_fraction_of_the_checkpoint(tmp_path):
+    """Machine-independent memory bound: 12 decoder layers of ~13 MB and a small vocabulary, so the
+    checkpoint dominates every other cost. Offloaded with nothing resident, the peak RSS (VmHWM of a
+    fresh child process, /proc) grows by less than half the checkpoint over the process's
+    post-import baseline (in memory it grows by about the checkpoint: tools/bench_channels.py)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("needs Linux /proc")
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8,
+                         num_key_value_heads=2, vocab_size=128, max_position_embeddings=64)
+    tf.LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    ckpt = sum(f.stat().st_size for f in tmp_path.glob("*.safetensors"))
+    assert ckpt > 150 * 2**20
+    out = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(tmp_path), "0"], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["offloaded"]
+    assert r["growth"] < ckpt / 2, (r, ckpt)
