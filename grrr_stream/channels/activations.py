@@ -137,8 +137,17 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         offloaded = "disk" in set(device_map.values())
         del model  # only its shapes were needed; transformers loads tensor by tensor and dispatches
         # through accelerate (dispatch_model: AlignDevicesHook per offloaded module, weights read on use)
+        # Offloaded, transformers loads in the checkpoint's own dtype ("auto"): asked for another dtype,
+        # it materialises and converts every weight, the "disk" ones too, during loading (a bf16
+        # checkpoint loaded as float32 peaked at 1.5x the whole checkpoint). The parameters are then
+        # cast (meta ones only change dtype) and accelerate's hook casts each offloaded weight it reads
+        # to its parameter's dtype (set_module_tensor_to_device), so the forward runs in ``dtype``
+        # with the same values as an in-memory load.
         model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), device_map=device_map,
-                                                                  offload_folder=offload, dtype=dtype)
+                                                                  offload_folder=offload,
+                                                                  dtype="auto" if offloaded else dtype)
+        if offloaded:
+            _cast_floating(model, dtype)
         model.eval()
         del accelerate
         # Non-zero only when transformers had to convert an offloaded weight at load time (its
@@ -147,6 +156,18 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         tc = text_config(config)
         layers, norm = decoder_layers(model, tc.num_hidden_layers)
         yield Loaded(model, layers, norm, offloaded, config, copied)
+
+
+def _cast_floating(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Floating parameters and buffers to ``dtype`` in place (accelerate forbids ``model.to`` on an
+    offloaded model); ``param.data`` is replaced, so tied parameters stay one object."""
+    for module in model.modules():
+        for p in module._parameters.values():
+            if p is not None and p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
+        for name, b in module._buffers.items():
+            if b is not None and b.is_floating_point() and b.dtype != dtype:
+                module._buffers[name] = b.to(dtype)
 
 
 def _hidden(args, kwargs) -> torch.Tensor:
