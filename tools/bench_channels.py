@@ -1,12 +1,24 @@
-"""Peak RSS and time of the channels calibration pass, in memory and offloaded layer by layer.
+"""Peak RSS and time of the channels calibration pass (in memory and offloaded layer by layer),
+against the peak RSS of decomposing a transition of the same model.
 
     python tools/bench_channels.py [--hidden 1024 --layers 6 --intermediate 2816 --vocab 32000]
-                                   [--sequences 8 --seq-len 128] [--max-memory 200MiB]
+                                   [--sequences 8 --seq-len 128] [--max-memory 200MiB] [--shard-size 2GB]
+                                   [--no-decompose]
 
-Builds a synthetic LlamaForCausalLM with transformers' own classes (float32 safetensors, a few
-hundred MB; nothing is downloaded), then runs the calibration pass (per-channel RMS at every
-layer's input + perplexity) in a fresh child process per mode, each reporting its own peak RSS
-(ru_maxrss) and wall time. Measurement only, no assertion.
+Builds a synthetic LlamaForCausalLM with transformers' own classes (float32 safetensors; nothing is
+downloaded) and a post model = base + a small relative Gaussian step, written with the project's
+checkpoint writer. Each measurement runs in a fresh child process:
+
+- the calibration pass (per-channel RMS at every layer's input + perplexity) in memory, offloaded
+  with ``--max-memory`` of resident weights, and offloaded with nothing resident (``0``);
+- ``decompose`` (run_transition, tracking off) of base → post.
+
+Peak RSS is the child's VmHWM (/proc/self/status), not ``ru_maxrss``: Linux carries a process's
+``ru_maxrss`` across fork + exec, so a child of a parent that built the model reported the parent's
+peak (the 1057 MiB "in memory = offloaded" of an earlier version of this tool). Each child also
+reports its RSS after its imports ("baseline": python, torch, and for the calibration pass
+transformers, whose import chain alone is ~0.3 GB here), so growth = peak - baseline.
+Measurement only, no assertion.
 """
 
 from __future__ import annotations
@@ -16,22 +28,88 @@ import json
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
-CHILD = r"""
-import json, resource, sys, time, torch
+PROC = r"""
+def rss_mib(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+"""
+
+CALIBRATION = PROC + r"""
+import json, sys, time, torch, transformers
 from grrr_stream.channels.activations import load_model, calibration_pass, checkpoint_bytes
 from grrr_stream.channels.calibration import calibration_ids
-from transformers.utils import logging; logging.disable_progress_bar()
+from transformers.utils import logging; logging.disable_progress_bar(); logging.set_verbosity_error()
 folder, seqs, seq_len, budget = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+transformers.AutoConfig.from_pretrained(folder)  # finishes transformers' lazy imports: part of the baseline
+baseline = rss_mib("VmRSS")
 t = time.perf_counter()
 with load_model(folder, max_memory=None if budget == "none" else budget) as loaded:
     cal = calibration_ids(folder, vocab_size=loaded.config.vocab_size, sequences=seqs, seq_len=seq_len)
     res = calibration_pass(loaded, cal.ids)
-    off = loaded.offloaded
-print(json.dumps({"offloaded": off, "seconds": time.perf_counter() - t, "perplexity": res.perplexity,
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "checkpoint_mib": checkpoint_bytes(folder) / 2**20}))
+    off, copied = loaded.offloaded, loaded.offload_copied_bytes
+print(json.dumps({"offloaded": off, "copied_mib": copied / 2**20, "seconds": time.perf_counter() - t,
+                  "perplexity": res.perplexity, "rms_sum": float(res.rms.sum()), "baseline_mib": baseline,
+                  "peak_mib": rss_mib("VmHWM"), "checkpoint_mib": checkpoint_bytes(folder) / 2**20}))
 """
+
+DECOMPOSE = PROC + r"""
+import json, sys, time
+from grrr_stream.config import build_config
+from grrr_stream.decompose import run_transition
+base, post, store, frames = sys.argv[1:5]
+baseline = rss_mib("VmRSS")
+t = time.perf_counter()
+res = run_transition(build_config({"base": base, "post": post, "store": store, "frame_cache": frames,
+                                   "progress": False, "tracking": {"enabled": False}}))
+print(json.dumps({"seconds": time.perf_counter() - t, "baseline_mib": baseline, "peak_mib": rss_mib("VmHWM"),
+                  "computed": res.computed}))
+"""
+
+
+def child(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"child failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def build_pair(tmp: Path, a: argparse.Namespace) -> tuple[Path, Path]:
+    """base: transformers' LlamaForCausalLM; post: every tensor of base plus 1e-3 · mean|w| · N(0, 1),
+    streamed tensor by tensor through grrr_stream.checkpoint_writer."""
+    import torch
+    import transformers as tf
+    from safetensors import safe_open
+
+    from grrr_stream.checkpoint_writer import TensorSpec, write_checkpoint
+
+    base, post = tmp / "base", tmp / "post"
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
+                         num_attention_heads=a.hidden // 64, num_key_value_heads=max(1, a.hidden // 256),
+                         vocab_size=a.vocab, max_position_embeddings=max(512, a.seq_len))
+    model = tf.LlamaForCausalLM(cfg)
+    model.save_pretrained(base, max_shard_size=a.shard_size)
+    del model
+    files = sorted(base.glob("*.safetensors"))
+    where = {k: f for f in files for k in safe_open(f, framework="pt").keys()}
+    layout = []
+    for k, f in where.items():
+        with safe_open(f, framework="pt") as h:
+            s = h.get_slice(k)
+            layout.append(TensorSpec(k, tuple(s.get_shape()), torch.float32))
+
+    def tensors():
+        g = torch.Generator().manual_seed(1)
+        for spec in layout:
+            with safe_open(where[spec.name], framework="pt") as h:
+                w = h.get_tensor(spec.name).clone()
+            yield spec.name, w + 1e-3 * w.abs().mean() * torch.randn(w.shape, generator=g)
+
+    write_checkpoint(post, tensors(), layout=layout, config=json.loads((base / "config.json").read_text()))
+    return base, post
 
 
 def main() -> None:
@@ -42,28 +120,36 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--sequences", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--max-memory", default="200MiB", help="resident-weight budget of the offloaded run")
+    ap.add_argument("--max-memory", default="200MiB", help="resident-weight budget of the first offloaded run")
+    ap.add_argument("--shard-size", default="2GB", help="max_shard_size of the synthetic base checkpoint")
+    ap.add_argument("--no-decompose", action="store_true", help="skip the decomposition's measurement")
     a = ap.parse_args()
-    import torch
-    import transformers as tf
 
     with tempfile.TemporaryDirectory(prefix="bench-channels-") as tmp:
-        torch.manual_seed(0)
-        cfg = tf.LlamaConfig(hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
-                             num_attention_heads=a.hidden // 64, num_key_value_heads=max(1, a.hidden // 256),
-                             vocab_size=a.vocab, max_position_embeddings=max(512, a.seq_len))
-        model = tf.LlamaForCausalLM(cfg)
-        model.save_pretrained(tmp)
-        del model
-        print(f"synthetic Llama: hidden {a.hidden}, {a.layers} layers, MLP {a.intermediate}, vocab {a.vocab}; "
-              f"{a.sequences} × {a.seq_len} tokens")
-        for budget in ("none", a.max_memory):
-            out = subprocess.run([sys.executable, "-c", CHILD, tmp, str(a.sequences), str(a.seq_len), budget],
-                                 capture_output=True, text=True, check=True)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
+        base, post = build_pair(Path(tmp), a)
+        n_shards = len(list(base.glob("*.safetensors")))
+        print(f"synthetic Llama: hidden {a.hidden}, {a.layers} layers, MLP {a.intermediate}, vocab {a.vocab}, "
+              f"{n_shards} shard(s); {a.sequences} × {a.seq_len} tokens")
+        calib = {}
+        for budget in ("none", a.max_memory, "0"):
+            r = child(CALIBRATION, str(base), str(a.sequences), str(a.seq_len), budget)
+            calib[budget] = r
             mode = "in memory" if budget == "none" else f"offloaded (--max-memory {budget})"
-            print(f"{mode:36s} checkpoint {r['checkpoint_mib']:.0f} MiB  peak RSS {r['peak_rss_mib']:.0f} MiB  "
-                  f"{r['seconds']:.1f} s  offloaded={r['offloaded']}  perplexity {r['perplexity']:.2f}")
+            print(f"calibration {mode:32s} checkpoint {r['checkpoint_mib']:.0f} MiB  peak RSS {r['peak_mib']:.0f} MiB "
+                  f"(baseline {r['baseline_mib']:.0f}, growth {r['peak_mib'] - r['baseline_mib']:.0f})  "
+                  f"{r['seconds']:.1f} s  offloaded={r['offloaded']}  copied {r['copied_mib']:.0f} MiB  "
+                  f"perplexity {r['perplexity']:.4f}  ΣRMS {r['rms_sum']:.6f}")
+        if a.no_decompose:
+            return
+        d = child(DECOMPOSE, str(base), str(post), str(Path(tmp) / "store.zarr"), str(Path(tmp) / "frames"))
+        print(f"decompose base → post ({d['computed']} matrices){'':10s} peak RSS {d['peak_mib']:.0f} MiB "
+              f"(baseline {d['baseline_mib']:.0f}, growth {d['peak_mib'] - d['baseline_mib']:.0f})  "
+              f"{d['seconds']:.1f} s")
+        for budget in (a.max_memory, "0"):
+            r = calib[budget]
+            print(f"offloaded calibration (--max-memory {budget}) / decompose, peak RSS: "
+                  f"{r['peak_mib'] / d['peak_mib']:.2f}; growth over each baseline: "
+                  f"{(r['peak_mib'] - r['baseline_mib']) / (d['peak_mib'] - d['baseline_mib']):.2f}")
 
 
 if __name__ == "__main__":

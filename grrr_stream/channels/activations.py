@@ -1,11 +1,16 @@
 """Per-channel activation RMS of the residual stream at every decoder layer's input.
 
-The model is built by transformers from its config on the meta device
-(``accelerate.init_empty_weights``) and its weights are placed by accelerate's
-``load_checkpoint_and_dispatch``: with a resident-weights budget (``max_memory``) smaller
-than the checkpoint, the decoder layers that do not fit go to an offload folder on disk
-and accelerate's hooks load each one for its own forward and drop it afterwards, so one
-layer's weights (plus the embedding / LM head when they run) are in memory at a time.
+The model is loaded by transformers' ``from_pretrained`` with an explicit accelerate
+``device_map`` (one entry per decoder layer and per other top-level block): blocks stay in
+memory while their weights fit a resident-weights budget (``max_memory``), the rest are "disk".
+For a safetensors checkpoint, transformers points accelerate's offload index at the original
+files (``{"safetensors_file", "weight_name"}`` per weight, one or many shards), so nothing is
+copied into the offload folder and the "disk" weights are never materialised while loading;
+accelerate's ``AlignDevicesHook`` then reads each offloaded block's weights (memory-mapped) for
+its own forward and drops them afterwards. The peak is therefore the process baseline (python,
+torch, transformers' imports: ~0.55 GB here) + the resident blocks + the largest offloaded block
+(the embedding or the LM head, in the compute dtype) + the activations and logits of one batch;
+see tools/bench_channels.py.
 No forward pass is written here: the model's own ``forward`` runs; forward pre-hooks on the
 decoder layers read their input (the residual stream) and accumulate Σx² per channel in
 float64.
@@ -58,6 +63,7 @@ class Loaded:
     final_norm: torch.nn.Module
     offloaded: bool
     config: object
+    offload_copied_bytes: int = 0  # bytes written to the offload folder (0: weights read from the checkpoint)
 
 
 def decoder_layers(model: torch.nn.Module, n_layers: int) -> tuple[torch.nn.ModuleList, torch.nn.Module]:
@@ -131,13 +137,37 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         offloaded = "disk" in set(device_map.values())
         del model  # only its shapes were needed; transformers loads tensor by tensor and dispatches
         # through accelerate (dispatch_model: AlignDevicesHook per offloaded module, weights read on use)
+        # Offloaded, transformers loads in the checkpoint's own dtype ("auto"): asked for another dtype,
+        # it materialises and converts every weight, the "disk" ones too, during loading (a bf16
+        # checkpoint loaded as float32 peaked at 1.5x the whole checkpoint). The parameters are then
+        # cast (meta ones only change dtype) and accelerate's hook casts each offloaded weight it reads
+        # to its parameter's dtype (set_module_tensor_to_device), so the forward runs in ``dtype``
+        # with the same values as an in-memory load.
         model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), device_map=device_map,
-                                                                  offload_folder=offload, dtype=dtype)
+                                                                  offload_folder=offload,
+                                                                  dtype="auto" if offloaded else dtype)
+        if offloaded:
+            _cast_floating(model, dtype)
         model.eval()
         del accelerate
+        # Non-zero only when transformers had to convert an offloaded weight at load time (its
+        # WeightConverter families) and so re-saved it: then the disk holds a copy, RAM still does not.
+        copied = sum(f.stat().st_size for f in Path(offload).rglob("*") if f.is_file())
         tc = text_config(config)
         layers, norm = decoder_layers(model, tc.num_hidden_layers)
-        yield Loaded(model, layers, norm, offloaded, config)
+        yield Loaded(model, layers, norm, offloaded, config, copied)
+
+
+def _cast_floating(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Floating parameters and buffers to ``dtype`` in place (accelerate forbids ``model.to`` on an
+    offloaded model); ``param.data`` is replaced, so tied parameters stay one object."""
+    for module in model.modules():
+        for p in module._parameters.values():
+            if p is not None and p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
+        for name, b in module._buffers.items():
+            if b is not None and b.is_floating_point() and b.dtype != dtype:
+                module._buffers[name] = b.to(dtype)
 
 
 def _hidden(args, kwargs) -> torch.Tensor:
