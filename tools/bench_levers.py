@@ -8,7 +8,8 @@
 2. The Lanczos ‖ΔW‖₂ (grrr_stream.frame.spectral_norm): seconds at its tolerance, and the share of
    its time a warm start from P's top right singular vector would have to save to pay for itself.
 
-Prints seconds per call (median of --repeat) and the largest relative difference of σ(B) vs σ(W1).
+Prints the process's CPU seconds per call (median of --repeat; on a machine shared with other jobs run it
+with OMP_NUM_THREADS=1, where CPU seconds are the work, unlike wall seconds) and the largest relative difference of σ(B) vs σ(W1).
 
     python tools/bench_levers.py [--shapes smollm2-135m,qwen25-1.5b] [--repeat 3]
 """
@@ -43,9 +44,9 @@ def pair(m: int, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 def timed(fn, repeat: int) -> tuple[float, object]:
     out, ts = None, []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = time.process_time()
         out = fn()
-        ts.append(time.perf_counter() - t)
+        ts.append(time.process_time() - t)
     return statistics.median(ts), out
 
 
