@@ -49,6 +49,7 @@ class TransitionResult:
     frames_reused: int
     run_id: Optional[str] = None
     timings: dict[str, float] = field(default_factory=dict)
+    cpu_timings: dict[str, float] = field(default_factory=dict)  # the same phases' thread CPU seconds
     workers: dict[str, int] = field(default_factory=dict)  # Dask worker → matrices it computed (spread runs)
 
 
@@ -133,6 +134,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
             result.run_id = log_decomposition(cfg, store, manifest, rows, summary, started_ms,
                                               time.monotonic() - t_start)
     result.timings = {**timer.seconds(), "total_s": time.monotonic() - t_start}
+    result.cpu_timings = timer.cpu_seconds()
     return result
 
 

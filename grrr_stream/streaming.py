@@ -146,6 +146,14 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _side_thread() -> None:
+    """Initializer of the reader and writer threads: one torch thread for their own tensor work
+    (finiteness, sparsity, upcasts to numpy). A new thread takes the process's intra-op count at its first
+    torch call and starts an OpenMP team of its own, so with two compute threads on two cores the reader
+    and writer each added a second spinning thread beside the math's team (three teams, six threads)."""
+    torch.set_num_threads(1)  # per thread: the compute thread's count is unchanged
+
+
 @dataclass(frozen=True)
 class _Pipeline:
     """What the three stages of one run share: the settings, the inputs and where results go."""
@@ -267,8 +275,8 @@ def stream_matrices(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[Ma
     if not pending:
         return computed, reused, failures
     pipe = _Pipeline(cfg, plan, store, frames, device, dtype, timer, base_fingerprint)
-    with ThreadPoolExecutor(1, thread_name_prefix="grrr-read") as reader, \
-            ThreadPoolExecutor(1, thread_name_prefix="grrr-write") as writer:
+    with ThreadPoolExecutor(1, thread_name_prefix="grrr-read", initializer=_side_thread) as reader, \
+            ThreadPoolExecutor(1, thread_name_prefix="grrr-write", initializer=_side_thread) as writer:
         next_load: Optional[Future] = reader.submit(pipe.read, pending[0])
         in_flight: Optional[Future] = None
         for i, m in enumerate(pending):
