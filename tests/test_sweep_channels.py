@@ -142,3 +142,20 @@ def test_sweep_channel_tables_match_the_stored_arrays_then_resume_computes_nothi
     third = run_sweep(plan_sweep(cfg), progress=False)
     assert third.ok and third.ran == ["channel-stats/sft-to-rl"] and marker.stat().st_mtime_ns == stamp
     assert third.report.channels == rep.channels
+
+
+def test_no_outlier_channel_gives_zero_shares_and_no_ratio():
+    from grrr_stream.sweep.runners_channels import stats_rows
+
+    rng = np.random.default_rng(0)
+    e = rng.random((4, 16, 3))
+    records = [{"layer": i // 2, "module": m, "expert": None, "side": s}
+               for i, (m, s) in enumerate([("q_proj", "reader"), ("o_proj", "writer")] * 2)]
+    rows = stats_rows(e, records, np.array([], dtype=np.int64), resamples=100, seed=0)
+    assert {(r["group"], r["component"]) for r in rows} == {(g, c) for g in ("all", "reader", "writer",
+                                                                             "module=q_proj", "module=o_proj")
+                                                            for c in ("diag", "off", "null", "total")}
+    for r in rows:
+        assert r["energy_share"] == 0.0 and r["channels"] == 0 and np.isnan(r["ratio"])
+    total = next(r for r in rows if r["group"] == "writer" and r["component"] == "total")
+    assert total["energy"] == pytest.approx(e[[1, 3]].sum(), rel=1e-12)
