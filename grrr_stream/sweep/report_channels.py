@@ -106,7 +106,7 @@ def sft_rl_text(report: "Report") -> str:
     lines = ["outlier residual channels (each W0's, label-free rule): share of each component's update energy "
              "on them, next to their share of channels; ratio = energy share / channel share, 95 % bootstrap "
              "interval over matrices, p against count-matched random channel sets",
-             f"  {'':<30} {'comp':<6} {'channels':>8} {'energy':>8} {'ratio':>7} {'interval':>17} {'p':>7}"]
+             f"  {'':<30} {'comp':<6} {'ch.share':>8} {'E share':>8} {'ratio':>7} {'interval':>17} {'p':>7}"]
     for g in report.channels_sft_rl:
         lines.append(f"  {g['group'] + ' (' + str(g['n']) + ' step' + ('s' if g['n'] != 1 else '') + ', mean)':<30} "
                      f"{g['component']:<6} {g['channel_share']:>8.4f} {g['energy_share']:>8.4f} {g['ratio']:>7.3f} "
