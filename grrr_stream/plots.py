@@ -241,3 +241,37 @@ def grouped_fractions(rows: Sequence[dict], columns: Sequence[tuple[str, str]], 
     if title:
         ax.set_title(title)
     return _save(fig, path)
+
+
+SFT_RL_COLORS = {"SFT": "#1f77b4", "RL": "#d62728"}
+
+
+def channel_layer_shares(rows: Sequence[dict], path: Path, title: str = "") -> Path:
+    """Per decoder layer, the share of each component's update energy on W0's outlier channels, one line per
+    transition (blue SFT, red RL, grey other; dashed: not a training step, e.g. base → grandchild), the
+    channels' own share dotted (``rows``:
+    the sweep report's channel_layers table)."""
+    plt = _plt()
+    comps = [c for c in ("diag", "off", "null") if any(r["component"] == c for r in rows)]
+    fig, axes = plt.subplots(1, len(comps), figsize=(4.2 * len(comps), 3.6), squeeze=False, sharey=True)
+    for ax, comp in zip(axes[0], comps):
+        mine = [r for r in rows if r["component"] == comp]
+        for tid in dict.fromkeys(r["transition"] for r in mine):
+            pts = sorted((int(r["layer"]), float(r["energy_share"]) if r["energy_share"] is not None else np.nan)
+                         for r in mine if r["transition"] == tid)
+            first = next(r for r in mine if r["transition"] == tid)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
+                    color=SFT_RL_COLORS.get(first.get("group_sft_rl") or "", "grey"),
+                    ls="-" if first.get("step") in (True, "True") else "--",
+                    label=f"{tid} ({first.get('group_sft_rl') or 'no method'})")
+        shares = sorted({float(r["channel_share"]) for r in mine})
+        for s in shares:
+            ax.axhline(s, color="black", ls=":", lw=0.8)
+        ax.set_title(f"{comp}: share on outlier channels")
+        ax.set_xlabel("layer")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0][0].set_ylabel("share of the component's ‖ΔW‖²")
+    axes[0][-1].legend(fontsize=6, loc="upper right")
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)

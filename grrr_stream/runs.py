@@ -148,6 +148,27 @@ def log_comparison(comp, a, b, c, summary: dict, files: Sequence[Path], tracking
     return _one([log], tracking, Path(files[0]).parent if files else None)
 
 
+def log_channel_stats(store: Path, rows: list[dict], layer_rows: list[dict], files: Sequence[Path],
+                      tracking: TrackingConfig) -> None:
+    """A transition's energy on its W0's outlier channels, on the transition's run: per group (all, reader,
+    writer, module=NAME) and component, ``channels/GROUP/COMPONENT/{energy_share,ratio,ci_lo,ci_hi,p_value}``;
+    ``channels/channel_share`` and ``channels/count``; per layer ``channels/layer/COMPONENT/energy_share``
+    (step: the layer); the two CSV files as artifacts under ``channels/``."""
+    from .store import StoredTransition
+
+    t = StoredTransition(Path(store))
+    metrics = _numbers((f"channels/{r['group']}/{r['component']}/{k}", r[k]) for r in rows
+                       for k in ("energy_share", "ratio", "ci_lo", "ci_hi", "p_value"))
+    if rows:
+        metrics += _numbers([("channels/channel_share", rows[0]["channel_share"]),
+                             ("channels/count", rows[0]["channels"])])
+    metrics += [(f"channels/layer/{r['component']}/energy_share", r["energy_share"], int(r["layer"]))
+                for r in layer_rows if math.isfinite(r["energy_share"])]
+    log = RunLog.of(tracking, **transition_ref(t), once=False, finish=False, metrics=metrics,
+                    changed_metrics_only=True, artifacts=[(Path(f), "channels") for f in files])
+    deliver([log], tracking, Path(files[0]).parent if files else None)
+
+
 # ---------------------------------------------------------------------------
 # variants and their evaluation
 

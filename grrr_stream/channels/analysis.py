@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..files import atomic_write_text, ensure_folder
-from .ablation import ablate
+from .ablation import SEEDS, ablate
 from .activations import DEFAULT_MAX_MEMORY, calibration_pass, load_model, text_config, write_rms_csv
 from .calibration import DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES, calibration_ids
 from .proxy import proxy_inputs
@@ -19,8 +19,9 @@ from .rule import OutlierRule, channel_scores, jaccard, proxy_channels, select
 
 def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequences: int = DEFAULT_SEQUENCES,
                   seq_len: int = DEFAULT_SEQ_LEN, batch_size: int = 1, max_memory=DEFAULT_MAX_MEMORY,
-                  do_ablate: bool = False) -> tuple[dict, np.ndarray]:
-    """(the channels.json record of ``model_dir``, its (layers, hidden) RMS array)."""
+                  do_ablate: bool = False, ablation_seeds=SEEDS) -> tuple[dict, np.ndarray]:
+    """(the channels.json record of ``model_dir``, its (layers, hidden) RMS array); ``ablation_seeds``: one
+    count-matched random channel set per seed when ``do_ablate``."""
     model_dir = Path(model_dir)
     t0 = time.perf_counter()
     with load_model(model_dir, max_memory=max_memory) as loaded:
@@ -37,7 +38,7 @@ def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequenc
                   "score_max": float(scores.max())}
         if do_ablate:
             record["ablation"] = ablate(loaded, cal.ids, channels, tc.hidden_size, batch_size=batch_size,
-                                        baseline=res.perplexity)
+                                        seeds=tuple(ablation_seeds), baseline=res.perplexity)
     inputs = proxy_inputs(model_dir)
     if isinstance(inputs, str):
         record.update(proxy_channels=None, jaccard=None, proxy_note=inputs)

@@ -125,6 +125,11 @@ def print_sweep_summary(res, out=None) -> None:
             out.write(f"  {r['label']:<44} {r['median_cos_off']:+.4f} [{r['ci_lo']:+.4f}, "
                       f"{r['ci_hi']:+.4f}]  p = {r['p_value']:.3g} → {r['verdict']}\n")
     _print_accuracy(res.report.accuracy, res.claims, out)
+    from ..sweep.report_channels import sft_rl_text
+
+    text = sft_rl_text(res.report)
+    if text:
+        out.write("\n" + text)
     _print_sampled(res.report.sampled, out)
     _print_claims(res, out)
     bad = [(u, res.records.get(u) or {}) for u, s in res.states.items() if s in ("failed", "blocked")]

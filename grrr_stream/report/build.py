@@ -21,7 +21,8 @@ from . import tables as tbl
 PAGE = "index.html"
 # the report folder's files that sections show already; any other CSV there is an extra table
 KNOWN_CSV = {"units.csv", "transitions.csv", "comparisons.csv", "stats_overall.csv", "accuracy.csv", "retention.csv",
-             "removal.csv", "solved_lost.csv", "differences.csv", "informative.csv", "claims.csv", "sampled.csv"}
+             "removal.csv", "solved_lost.csv", "differences.csv", "informative.csv", "claims.csv", "sampled.csv",
+             "channels.csv", "channels_sft_rl.csv", "channel_layers.csv", "channel_models.csv"}
 CONFIG_FILE = "config.json"   # the sweep's config, for `grrr-stream report WORKDIR`
 
 

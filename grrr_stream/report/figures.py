@@ -40,6 +40,10 @@ SWEEP_FIGURES = {
                                    "isotropic null's ±2σ envelope."),
     "band_energy.png": ("fig-bands", "Band energies",
                         "Mean share of ‖ΔW‖² per transition by the top-k principal band of W0."),
+    "channel_layers.png": ("fig-channels", "Outlier channels per layer, SFT vs RL",
+                           "Per decoder layer, the share of each component's ‖ΔW‖² on W0's outlier residual "
+                           "channels (blue SFT, red RL; dashed: a transition that is not one training step, "
+                           "e.g. base → grandchild); dotted: the channels' own share."),
 }
 
 BEYOND = (("frac_unchanged_pooled", "unchanged entries"), ("frac_within_ulp_pooled", "entries within 1 ulp"))

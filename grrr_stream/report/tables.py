@@ -149,9 +149,40 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
     return tables
 
 
-def other_tables(report, method_of, sft) -> list[Table]:
-    """Comparisons, the informative set, the claims' rows, the beyond-the-paper means."""
+def channel_tables(report) -> list[Table]:
+    """Residual channels: SFT vs RL, each transition's shares (all matrices, readers, writers) and the
+    analysed models' outlier sets (sweep/report_channels.py)."""
     tables = []
+    if report.channels_sft_rl:
+        cols = list(report.channels_sft_rl[0])
+        tables.append(Table("channels-sft-rl", "Outlier residual channels — SFT vs RL",
+                            "Share of each component's ‖ΔW‖² on W0's outlier channels (label-free rule) next to "
+                            "their share of channels, and the enrichment ratio; means over each group's training "
+                            "steps (by method), with the envelope of their 95 % bootstrap intervals and the "
+                            "largest p against count-matched random channel sets (channels_sft_rl.csv).", cols,
+                            [("", [c for _, c in _cells(report.channels_sft_rl, "channels_sft_rl.csv", cols)])]))
+    if report.channels:
+        cols = _present(report.channels, ("transition", "kind", "method", "group", "component", "channels", "hidden",
+                                          "channel_share", "energy_share", "ratio", "ci_lo", "ci_hi", "null_q975",
+                                          "p_value", "post_jaccard"))
+        keep = [(i, r) for i, r in enumerate(report.channels) if r["group"] in ("all", "reader", "writer")]
+        rows = [[Cell(r.get(c), f"channels.csv#{i}:{c}" if c in r else "") for c in cols] for i, r in keep]
+        tables.append(Table("channels", "Outlier channels per transition",
+                            "All matrices, readers (residual = input) and writers (residual = output); per module "
+                            "in channels.csv.", cols, [("", rows)]))
+    if report.channel_models:
+        cols = list(report.channel_models[0])
+        tables.append(Table("channel-models", "Outlier channels per model",
+                            "Channels the rule selects (fraction against the paper's ~5 %), the weight proxy's "
+                            "Jaccard overlap, calibration perplexity and, when run, the ablation "
+                            "(channel_models.csv).", cols,
+                            [("", [c for _, c in _cells(report.channel_models, "channel_models.csv", cols)])]))
+    return tables
+
+
+def other_tables(report, method_of, sft) -> list[Table]:
+    """Residual channels, comparisons, the informative set, the claims' rows, the beyond-the-paper means."""
+    tables = channel_tables(report)
     if report.comparisons:
         cols = _present(report.comparisons, ("comparison", "label", "kind", "median_cos_off", "ci_lo", "ci_hi",
                                              "null_lo", "null_hi", "p_value", "verdict", "n_matrices"))

@@ -151,6 +151,29 @@ class SweepEvaluation(StrictModel):
         return v
 
 
+class SweepChannels(StrictModel):
+    """The ``channels`` section: outlier residual channels of each transition's W0 (the calibration pass, the
+    rule, the weight proxy and, if asked, the ablation: ``grrr-stream channels``), and per transition the share
+    of each component's energy on them (``grrr-stream channel-stats``). Off by default: it loads every W0
+    for a forward pass."""
+
+    enabled: bool = False
+    transitions: TransitionSelector = "all"   # whose channel statistics are computed (W0s analysed as needed)
+    post_models: bool = False  # also analyse each selected transition's W1, for comparison (Jaccard with W0's set)
+    threshold: float = 2.5     # the rule (channels/rule.py): robust z of log-RMS, aggregated over layers
+    aggregate: Literal["median", "max", "mean"] = "median"
+    sequences: int = Field(256, ge=1)   # calibration text: sequences of seq_len tokens
+    seq_len: int = Field(256, ge=2)
+    batch_size: int = Field(1, ge=1)    # sequences per forward (not in keys)
+    max_memory: str = "1GiB"            # resident weights; the rest offloaded layer by layer (not in keys)
+    ablation: bool = False              # perplexity with the outliers zeroed against random sets
+    ablation_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    resamples: int = Field(2000, ge=100)  # random channel sets (null) and bootstrap resamples (interval)
+    seed: int = 0
+
+    _transitions = field_validator("transitions", mode="before")(_selector)
+
+
 class SweepClaims(ClaimSettings):
     """The sweep's ``claims`` section (sweep report only: changing it recomputes the report, never a unit)."""
 
@@ -172,6 +195,7 @@ class SweepConfig(StrictModel):
     variants: SweepVariants = SweepVariants()
     evaluation: SweepEvaluation = SweepEvaluation()
     extra_evaluations: list[SweepEvaluation] = Field(default_factory=list)
+    channels: SweepChannels = SweepChannels()
     claims: SweepClaims = SweepClaims()
     tracking: TrackingConfig = TrackingConfig()
     # Dask: None/'threads' (this process), 'local:N' (a LocalCluster of N worker processes),

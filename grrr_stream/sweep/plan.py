@@ -15,6 +15,7 @@ from ..config import DecompositionSettings, clip, stable_hash
 from ..dtypes import SIXTEEN_BIT
 from ..errors import ConfigError
 from .config import SweepConfig, SweepEvaluation, TinyChainSpec
+from .plan_channels import channel_units
 from .sources import Sources, benchmarks
 from .units import (KIND_ORDER, CompareParams, DecomposeParams, EvaluateParams, GenerateParams, PlannedModel,
                     StatsParams, Transition, Unit, VariantParams)
@@ -64,7 +65,7 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
     specs, found = _variant_specs(cfg)
     problems += found
     context = _Context(cfg, transitions, dec_key, specs, sources, gen, workdir)
-    for planner in (_variant_units, _evaluate_units):
+    for planner in (_variant_units, _evaluate_units, channel_units):
         planned, found = planner(context)
         units, problems = units + planned, problems + found
     _raise_problems(cfg, problems)

@@ -56,7 +56,8 @@ class SweepLock(FileLock):
 
 # the file each kind of unit writes last: a unit is done only when its record says so *and* this is there
 _COMPLETION = {"generate": "chain.json", "stats": "table_overall.csv", "compare": "comparisons.csv",
-               "variant": "grrr_variant.json", "evaluate": "evaluation.json"}
+               "variant": "grrr_variant.json", "evaluate": "evaluation.json", "channels": "channels.json",
+               "channel-stats": "channel_stats.csv"}
 
 
 def output_complete(unit: Unit) -> bool:

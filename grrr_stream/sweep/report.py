@@ -17,6 +17,7 @@ from typing import Optional, Union
 
 from ..files import read_csv
 from .plan import Plan
+from .report_channels import read_channel_report, write_channel_report
 from .units import EvaluateParams, Transition, Unit
 
 Cell = Union[None, int, float, str]
@@ -25,7 +26,8 @@ Row = dict[str, Cell]
 # columns that name things: text even when a name looks like a number (a variant called "100")
 _TEXT_COLUMNS = frozenset({"transition", "kind", "from", "to", "variant", "label", "verdict", "metric",
                            "comparison", "suite", "benchmark", "reference", "method", "domain", "chain",
-                           "selector", "set", "group", "statistic", "resampling", "sparsity_compare"})
+                           "selector", "set", "group", "statistic", "resampling", "sparsity_compare",
+                           "model", "component", "group_sft_rl", "transitions", "outlier_channels"})
 
 # report table → the file each evaluation unit keeps it in
 _EVALUATION_TABLES = {"accuracy": "accuracy.csv", "retention": "table_retention.csv",
@@ -78,6 +80,11 @@ class Report:
     claims: dict = field(default_factory=dict)   # evaluation suite → claims.summarise(...)
     # pass@k, maj@k and avg@n per transition, variant and benchmark, where answers were sampled (n > 1)
     sampled: list[Row] = field(default_factory=list)
+    # residual channels (report_channels.py): analysed models, per-transition shares, SFT vs RL, per layer
+    channel_models: list[Row] = field(default_factory=list)
+    channels: list[Row] = field(default_factory=list)
+    channels_sft_rl: list[Row] = field(default_factory=list)
+    channel_layers: list[Row] = field(default_factory=list)
     # transition id → its store's per-matrix rows (metrics.csv), for the HTML report's heatmaps
     matrices: dict[str, list[Row]] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
@@ -102,6 +109,7 @@ def read_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[
     if stats:
         report.stats_overall = read_rows(Path(stats[0].out) / "table_overall.csv")
     _read_evaluations(plan, done, report)
+    read_channel_report(plan, done, report)
     return report
 
 
@@ -292,3 +300,4 @@ def _write(report: Report) -> None:
                         ("differences.csv", report.differences), ("informative.csv", report.informative),
                         ("claims.csv", report.claim_rows), ("sampled.csv", report.sampled)):
         put(name, table)
+    write_channel_report(report, put)

@@ -20,6 +20,7 @@ from ..errors import GrrrError
 from ..progress import Progress
 from ..unit_log import log_path, unit_log
 from .records import Records
+from .runners_channels import run_channel_stats_unit, run_channels_unit
 from .units import CompareParams, DecomposeParams, EvaluateParams, GenerateParams, StatsParams, Unit, VariantParams
 
 
@@ -181,5 +182,6 @@ def _run_evaluate(u: Unit, ctx: RunContext) -> dict:
 
 _RUNNERS: dict[str, Callable[[Unit, RunContext], dict]] = {
     "generate": _run_generate, "decompose": _run_decompose, "stats": _run_stats, "compare": _run_compare,
-    "variant": _run_variant, "evaluate": _run_evaluate,
+    "variant": _run_variant, "evaluate": _run_evaluate, "channels": run_channels_unit,
+    "channel-stats": run_channel_stats_unit,
 }

@@ -20,8 +20,8 @@ from ..config import DecomposeConfig, DecompositionSettings, build_config, resul
 from ..eval_settings import EngineSettings, SamplingSettings
 
 SWEEP_FORMAT = 1
-WORKER_KINDS = ("generate", "decompose", "variant", "evaluate")  # the heavy, GPU-bound kinds
-KIND_ORDER = ("generate", "decompose", "stats", "compare", "variant", "evaluate")
+WORKER_KINDS = ("generate", "decompose", "channels", "variant", "evaluate")  # the heavy, GPU-bound kinds
+KIND_ORDER = ("generate", "decompose", "channels", "channel-stats", "stats", "compare", "variant", "evaluate")
 KEY_LENGTH = 24
 
 
@@ -198,7 +198,51 @@ class EvaluateParams(UnitParams):
                 **({"sampling": sampling} if sampling else {})}
 
 
-AnyParams = Union[GenerateParams, DecomposeParams, StatsParams, CompareParams, VariantParams, EvaluateParams]
+class ChannelsParams(UnitParams):
+    """One model's outlier residual channels (``grrr-stream channels`` on it alone): keyed by the model's
+    identity, the rule, the calibration text and its cut, and the ablation's seeds (when it is run); where
+    the model is read, the batch size and the memory budget change no result."""
+
+    kind: ClassVar[str] = "channels"
+    model: str                         # model id
+    source: str                        # path or Hub id of the checkpoint
+    revision: Optional[str]
+    model_id: dict[str, Any]           # what identifies it in keys (see plan.Sources)
+    threshold: Any
+    aggregate: str
+    sequences: int
+    seq_len: int
+    text_sha256: str                   # the calibration text's checksum: another text, other channels
+    ablation_seeds: Optional[tuple[int, ...]]  # None: no ablation
+    batch_size: int
+    max_memory: str
+
+    def key_content(self) -> dict:
+        return {"channels": self.model_id, "rule": {"threshold": self.threshold, "aggregate": self.aggregate},
+                "calibration": {"sequences": self.sequences, "seq_len": self.seq_len, "text": self.text_sha256},
+                **({"ablation": list(self.ablation_seeds)} if self.ablation_seeds is not None else {})}
+
+
+class ChannelStatsParams(UnitParams):
+    """One transition's update energy on its W0's outlier channels: keyed by its decomposition's and that
+    channels unit's keys and the resampling; ``channels_out`` only says where the channels file is."""
+
+    kind: ClassVar[str] = "channel-stats"
+    transition: str
+    store_key: str
+    channels_key: str
+    channels_out: str
+    post_channels_out: Optional[str]   # W1's channels unit, for the Jaccard of the two sets (not in the key)
+    resamples: int
+    seed: int
+
+    def key_content(self) -> dict:
+        return {"store": self.store_key, "channels": self.channels_key, "resamples": self.resamples,
+                "seed": self.seed}
+
+
+AnyParams = Union[GenerateParams, DecomposeParams, StatsParams, CompareParams, VariantParams, EvaluateParams,
+                  ChannelsParams, ChannelStatsParams]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,137 @@
+"""The sweep report's residual-channel tables: SFT vs RL, the outlier channels' share of each component.
+
+Read from the finished channels and channel-stats units (never recomputed here):
+
+* ``channel_models.csv``: per analysed model, the outlier set the rule chose (count, fraction against
+  the paper's ~5 %, the weight proxy's Jaccard, perplexity, and the ablation when it ran);
+* ``channels.csv``: per transition, group (all, reader, writer, module=NAME) and component (diag, off,
+  null, total), the share of the update's energy on W0's outlier channels next to their share of
+  channels, the enrichment ratio with its bootstrap interval over matrices and its p-value against
+  count-matched random channel sets (:mod:`grrr_stream.channels.enrichment`);
+* ``channels_sft_rl.csv`` / ``.txt``: the table answering "SFT reshapes the outlier channels, RL adapts
+  the others": the training steps (parent → child transitions) grouped SFT / RL by ``method`` as the
+  claims group them (:func:`grrr_stream.claims_sets.method_group`); per group and component the mean
+  over its transitions of the energy share, channel share and ratio, and the envelope of their
+  intervals (lowest ci_lo, highest ci_hi) and the largest p-value;
+* ``channel_layers.csv`` and ``channel_layers.png``: the share per decoder layer, SFT vs RL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .plan_channels import channels_file
+from .runners_channels import LAYERS_FILE, STATS_FILE
+
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .report import Report, Row
+    from .units import Unit
+
+COMPONENTS = ("diag", "off", "null", "total")
+
+
+def read_channel_report(plan: "Plan", done: list["Unit"], report: "Report") -> None:
+    """Fill the report's channel tables from the finished channel units."""
+    from ..claims_sets import method_group
+    from .report import read_rows, rectangular
+
+    sft = plan.config.claims.sft_methods
+    for u in done:
+        if u.kind == "channels":
+            report.channel_models.append(_model_row(u))
+        elif u.kind == "channel-stats":
+            tr = plan.transitions[u.params.transition]
+            step = plan.models[tr.child].parent == tr.parent
+            label = {"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "method": tr.method or "",
+                     "group_sft_rl": method_group(tr.method, sft) or "", "step": step}
+            report.channels += [{**label, **{k: v for k, v in r.items() if k != "transition"}}
+                                for r in read_rows(Path(u.out) / STATS_FILE)]
+            report.channel_layers += [{**label, **{k: v for k, v in r.items() if k != "transition"}}
+                                      for r in read_rows(Path(u.out) / LAYERS_FILE)]
+    report.channel_models = rectangular(report.channel_models)
+    report.channels = rectangular(report.channels)
+    report.channel_layers = rectangular(report.channel_layers)
+    report.channels_sft_rl = sft_rl_rows(report.channels)
+
+
+def _model_row(u: "Unit") -> "Row":
+    r = json.loads(channels_file(u.out).read_text())["base"]
+    a = r.get("ablation") or {}
+    return {"model": u.params.model, "hidden": r["hidden_size"], "channels": len(r["channels"]),
+            "fraction": r["fraction"], "paper_fraction": 0.05, "jaccard_proxy": r.get("jaccard"),
+            "perplexity": r.get("perplexity"), "perplexity_outliers_zeroed": a.get("perplexity_outliers_zeroed"),
+            "perplexity_random_median": a.get("perplexity_random_median"),
+            "outlier_channels": " ".join(str(c) for c in r["channels"])}
+
+
+def _num(x) -> float:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
+
+
+def _mean(xs: list[float]) -> float:
+    xs = [x for x in xs if math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def sft_rl_rows(rows: list["Row"]) -> list["Row"]:
+    """Per group (SFT, RL) and component: the means over the group's training steps (all matrices' row of
+    each), the envelope of their intervals and their largest p-value."""
+    out = []
+    for group in ("SFT", "RL"):
+        mine = [r for r in rows if r["group"] == "all" and r.get("step") in (True, "True")
+                and r["group_sft_rl"] == group]
+        for comp in COMPONENTS:
+            rs = [r for r in mine if r["component"] == comp]
+            if not rs:
+                continue
+            lo, hi, p = ([_num(r[k]) for r in rs] for k in ("ci_lo", "ci_hi", "p_value"))
+            out.append({"group": group, "component": comp, "transitions": " ".join(r["transition"] for r in rs),
+                        "n": len(rs), "channel_share": _mean([_num(r["channel_share"]) for r in rs]),
+                        "energy_share": _mean([_num(r["energy_share"]) for r in rs]),
+                        "ratio": _mean([_num(r["ratio"]) for r in rs]),
+                        "ci_lo_min": min((x for x in lo if math.isfinite(x)), default=math.nan),
+                        "ci_hi_max": max((x for x in hi if math.isfinite(x)), default=math.nan),
+                        "p_max": max((x for x in p if math.isfinite(x)), default=math.nan)})
+    return out
+
+
+def sft_rl_text(report: "Report") -> str:
+    """The SFT vs RL table and every transition's overall row, as text (the summary and channels_sft_rl.txt)."""
+    if not report.channels:
+        return ""
+    lines = ["outlier residual channels (each W0's, label-free rule): share of each component's update energy "
+             "on them, next to their share of channels; ratio = energy share / channel share, 95 % bootstrap "
+             "interval over matrices, p against count-matched random channel sets",
+             f"  {'':<30} {'comp':<6} {'ch.share':>8} {'E share':>8} {'ratio':>7} {'interval':>17} {'p':>7}"]
+    for g in report.channels_sft_rl:
+        lines.append(f"  {g['group'] + ' (' + str(g['n']) + ' step' + ('s' if g['n'] != 1 else '') + ', mean)':<30} "
+                     f"{g['component']:<6} {g['channel_share']:>8.4f} {g['energy_share']:>8.4f} {g['ratio']:>7.3f} "
+                     f"[{g['ci_lo_min']:>6.3f}, {g['ci_hi_max']:>6.3f}] {g['p_max']:>7.4f}")
+    for r in report.channels:
+        if r["group"] == "all":
+            name = f"{r['transition']} ({r['method'] or 'no method'})"
+            lines.append(f"  {name:<30} {r['component']:<6} {_num(r['channel_share']):>8.4f} "
+                         f"{_num(r['energy_share']):>8.4f} {_num(r['ratio']):>7.3f} [{_num(r['ci_lo']):>6.3f}, "
+                         f"{_num(r['ci_hi']):>6.3f}] {_num(r['p_value']):>7.4f}")
+    return "\n".join(lines) + "\n"
+
+
+def write_channel_report(report: "Report", put) -> None:
+    """channel_models.csv, channels.csv, channels_sft_rl.csv/.txt, channel_layers.csv and its figure."""
+    from .. import plots
+    from ..files import atomic_write_text
+
+    put("channel_models.csv", report.channel_models)
+    put("channels.csv", report.channels)
+    put("channels_sft_rl.csv", report.channels_sft_rl)
+    put("channel_layers.csv", report.channel_layers)
+    if report.channels:
+        path = report.folder / "channels_sft_rl.txt"
+        atomic_write_text(path, sft_rl_text(report))
+        report.files.append(path)
+    if report.channel_layers:
+        report.files.append(plots.channel_layer_shares(report.channel_layers, report.folder / "channel_layers.png"))
