@@ -114,6 +114,11 @@ class ChannelRestriction:
         idx = self._indices("kept", w0.device)
         return w0.to(dtype, copy=True).index_copy_(axis, idx, w1.index_select(axis, idx).to(dtype))
 
+    def kept_update_norm(self, name: str, w0: torch.Tensor, w1: torch.Tensor) -> float:
+        """‖M ⊙ (W1 − W0)‖ in float64, from the kept channels' entries only."""
+        a, b = self.kept(name, w0).double(), self.kept(name, w1).double()
+        return float(torch.linalg.vector_norm(b.sub_(a)))
+
     def kept(self, name: str, t: torch.Tensor) -> torch.Tensor:
         """The entries of an m×n matrix ``t`` (e.g. a stored null residual) on the kept channels."""
         return t.index_select(self.axes[name], self._indices("kept", t.device))

@@ -103,12 +103,18 @@ class MatrixComposer:
         w0, w1 = self._read_verified(name, attrs)
         with self.timer.phase("cast"):
             src = self.channels.merge(name, w0, w1)
-            del w1
             out = src.to(out_dtype)
         self.report.unrestricted[name] = float(attrs["metrics"]["delta_fro"]) ** 2
         with self.timer.phase("fidelity"):  # also the restricted update's norm, needed for the channel share
-            self.report.account(name, attrs["layer"], attrs["module"], w0, out, None, 0.0, source=src,
-                                expert=attrs.get("expert"))
+            if casts_exactly(src.dtype, out_dtype):
+                # the intended update is realised exactly: only its norm, from the kept channels alone
+                norm = self.channels.kept_update_norm(name, w0, w1)
+                self.report.add(MatrixFidelity(name, attrs["layer"], attrs["module"], norm, 0.0, 0.0, 1.0, 0.0,
+                                               attrs.get("expert")))
+            else:
+                del w1
+                self.report.account(name, attrs["layer"], attrs["module"], w0, out, None, 0.0, source=src,
+                                    expert=attrs.get("expert"))
         return out
 
     def _composed(self, name: str, attrs: dict, out_dtype: torch.dtype) -> torch.Tensor:

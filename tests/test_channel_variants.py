@@ -160,6 +160,18 @@ def test_outlier_plus_rest_minus_base_is_proj(f64):
     assert shares[0] > 0.5 * len(CHANNELS) / H
 
 
+def test_a_rounding_cast_is_measured_on_the_kept_channels(f64):
+    """float64 checkpoints written as a float32 channels-outlier: the report measures the cast against the
+    restricted update (the float64 reference), and the channel share does not depend on the cast."""
+    store, base, post, path = f64
+    got, b = build(store, "channels-outlier", path, dtype="float32")
+    want, kept2, all2 = expected(base, post, CHANNELS, "outlier", (1, 1, 1))
+    e2 = sum(float(((got[n] - want[n]) ** 2).sum()) for n in want if role(n))
+    s = b.report.summary()
+    assert 0 < s["fidelity"] == pytest.approx((e2 / kept2) ** 0.5, rel=1e-6)
+    assert s["channel_share"] == pytest.approx(kept2 / all2, rel=1e-9)
+
+
 @pytest.mark.parametrize("name,keep,weights", [
     ("channels-rest-offnull", "rest", WEIGHTS["offnull"]), ("channels-outlier-diag", "outlier", WEIGHTS["diag"]),
     ("channels-outlier-null", "outlier", WEIGHTS["null"]), ("channels-rest-off", "rest", WEIGHTS["off"]),
@@ -391,3 +403,36 @@ def test_sweep_builds_a_channel_variant(chain, tmp_path):
     check({n: t.astype(np.float64) for n, t in got.items()}, want, {n: t.astype(np.float64) for n, t in base.items()},
           post, 1e-12)
     assert json.loads((folder / "grrr_variant.json").read_text())["settings"]["channels"]["file"] == str(path.absolute())
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+def test_evaluation_takes_channel_variants(tmp_path):
+    """The evaluation pipeline evaluates channel variants like any other (a stand-in engine, no vLLM): each
+    streamed into the engine, its channel set on record; without a channels.json it refuses before starting."""
+    pytest.importorskip("math_verify")
+    from test_evaluate import SETTINGS, StandInEngine
+
+    from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
+
+    base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=2e-2))
+    store = tmp_path / "s"
+    run_transition(no_track_config(base=str(base), post=str(post), store=store))
+    bench = tmp_path / "bench" / "sums"
+    bench.mkdir(parents=True)
+    bench.joinpath("test.jsonl").write_text("".join(
+        json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n" for a in range(3) for b in range(4)))
+    names = ["full", "channels-outlier", "channels-rest-offnull"]
+    StandInEngine.started = []
+    with pytest.raises(ConfigError, match="--channels PATH"):
+        run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench.parent, settings=SETTINGS),
+                       engine_factory=StandInEngine, log=lambda m: None)
+    assert StandInEngine.started == []
+    path = channels_file(tmp_path / "c.json", CHANNELS)
+    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench.parent, settings=SETTINGS,
+                                           channels=path), engine_factory=StandInEngine, log=lambda m: None)
+    assert {r["variant"] for r in res.accuracy_rows} == set(names)
+    saved = json.loads((tmp_path / "e" / "evaluation.json").read_text())["variants"]
+    assert saved["channels-rest-offnull"]["channels"]["digest"] == load_channels(path).digest
+    assert "channels" not in saved["full"]
