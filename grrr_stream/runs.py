@@ -180,7 +180,10 @@ def variant_params(builder) -> dict:
             "seed": comps.get("random_removal_seed"), "dtype": builder.dtype,
             "rest_from": builder.rest_from or "-", "rest_from_requested": builder.rest_requested,
             "rest_fallback": builder.rest_fallback or "", "config_from": builder.home_side,
-            "prompt_format_from": "post"}
+            "prompt_format_from": "post",
+            # a channel variant: which channel set it keeps (other variants' params stay as they were)
+            **({"channels_" + k: v for k, v in builder.channels.metadata().items()}
+               if getattr(builder, "channels", None) is not None else {})}
 
 
 def log_variant(builder, folder: Path, summary: dict, tracking: TrackingConfig, *, started: float,

@@ -6,7 +6,8 @@ Only one rank-r product is needed per matrix: with ΔW exact from the checkpoint
     intended = w_off·ΔW + (w_diag − w_off)·U0 diag(P) V0ᵀ + (w_null − w_off)·ΔW_null,
 
 and the variant's matrix is cast(W0 + intended), measured against ``intended`` by the
-fidelity report as it is formed.
+fidelity report as it is formed. A channel variant keeps ``intended`` only on one set of residual
+channels (:mod:`.variant_channels`): M ⊙ intended, M the 0/1 mask of the set's columns or rows.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -25,6 +27,7 @@ from .config import DEGENERATE_GAP
 from .frame import Frame, compute_frame, project, random_core_coefficients
 from .phases import PhaseTimer
 from .store import StoredTransition
+from .variant_channels import ChannelRestriction
 from .variant_fidelity import FidelityReport, MatrixFidelity, casts_exactly
 from .variant_spec import VariantSpec
 from .variant_store_error import combine, rounding
@@ -42,6 +45,7 @@ class MatrixComposer:
     device: torch.device
     timer: PhaseTimer
     report: FidelityReport
+    channels: Optional[ChannelRestriction] = None  # a channel variant's channel set (None: every channel)
 
     def _frame(self, name: str, attrs: dict, w0: torch.Tensor) -> Frame:
         cache = self.transition.frame_cache()
@@ -57,10 +61,14 @@ class MatrixComposer:
         """The variant's matrix ``name`` in ``out_dtype``; its fidelity row is added to the report."""
         s = self.spec
         weights = (s.diag, s.off, s.null)
-        if s.random_removal_seed is None and s.band is None and weights in ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)):
+        if self.channels is None and s.random_removal_seed is None and s.band is None \
+                and weights in ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)):
             # W0 or W1 itself (base, full, proj, a zero mix): copied, never recomputed, so that
             # proj's decomposed matrices equal full's bit for bit
             return self._copied(name, attrs, out_dtype, from_post=weights == (1.0, 1.0, 1.0))
+        if self.channels is not None and s.random_removal_seed is None and s.band is None \
+                and weights == (1.0, 1.0, 1.0):
+            return self._copied_on_channels(name, attrs, out_dtype)
         return self._composed(name, attrs, out_dtype)
 
     def _read_verified(self, name: str, attrs: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,6 +93,26 @@ class MatrixComposer:
                                            attrs.get("expert")))
         else:
             with self.timer.phase("fidelity"):
+                self.report.account(name, attrs["layer"], attrs["module"], w0, out, None, 0.0, source=src,
+                                    expert=attrs.get("expert"))
+        return out
+
+    def _copied_on_channels(self, name: str, attrs: dict, out_dtype: torch.dtype) -> torch.Tensor:
+        """channels-outlier / channels-rest: W1's entries on the kept channels and W0's on the others, copied,
+        never recomputed, so that outlier + rest − W0 = W1 = proj entry by entry (before the cast)."""
+        w0, w1 = self._read_verified(name, attrs)
+        with self.timer.phase("cast"):
+            src = self.channels.merge(name, w0, w1)
+            out = src.to(out_dtype)
+        self.report.unrestricted[name] = float(attrs["metrics"]["delta_fro"]) ** 2
+        with self.timer.phase("fidelity"):  # also the restricted update's norm, needed for the channel share
+            if casts_exactly(src.dtype, out_dtype):
+                # the intended update is realised exactly: only its norm, from the kept channels alone
+                norm = self.channels.kept_update_norm(name, w0, w1)
+                self.report.add(MatrixFidelity(name, attrs["layer"], attrs["module"], norm, 0.0, 0.0, 1.0, 0.0,
+                                               attrs.get("expert")))
+            else:
+                del w1
                 self.report.account(name, attrs["layer"], attrs["module"], w0, out, None, 0.0, source=src,
                                     expert=attrs.get("expert"))
         return out
@@ -115,8 +143,9 @@ class MatrixComposer:
             with self.timer.phase("null_read"):
                 null = self.transition.read_tensor(name, "null")
                 intended.add_(null.to(device=dev, dtype=cd), alpha=s.null - s.off)
-            with self.timer.phase("store_error"):
-                rounded.append((s.null - s.off, rounding(null, cd)))
+            with self.timer.phase("store_error"):  # of the entries the variant keeps
+                kept = null if self.channels is None else self.channels.kept(name, null)
+                rounded.append((s.null - s.off, rounding(kept, cd)))
             del null
         elif recompute_null:
             # exactly as the decomposition did: ΔW − U0 (U0ᵀ ΔW V0) V0ᵀ, from the checkpoints and the frame
@@ -129,6 +158,11 @@ class MatrixComposer:
             del delta, null
         del frame
         del W0
+        if self.channels is not None:
+            self.channels.restrict(name, intended)
+            m = attrs["metrics"]  # the components are orthogonal: ‖Σ w_c ΔW_c‖² = Σ w_c² e_c
+            self.report.unrestricted[name] = s.diag ** 2 * m["e_diag"] + s.off ** 2 * m["e_off"] \
+                + s.null ** 2 * m["e_null"]
         out = torch.empty(w0.shape, dtype=out_dtype)
         with self.timer.phase("fidelity"):  # also forms out = cast(W0 + intended)
             self.report.account(name, attrs["layer"], attrs["module"], w0, out, intended, removed, fill=True,
@@ -148,7 +182,8 @@ class MatrixComposer:
         with timer.phase("p_read"):
             P = self.transition.read_tensor(name, "P")
         with timer.phase("store_error"):
-            rounded += _p_rounding(s, P, cd)
+            kept = None if self.channels is None else self.channels.frame_weights(name, U, V)
+            rounded += _p_rounding(s, P, cd, kept)
         # the honest CPU floor of a variant: m·r·n multiply-adds per rank-r product
         with timer.phase("rank_r_product"):
             p = torch.diagonal(P).to(device=dev, dtype=cd)
@@ -172,14 +207,15 @@ class MatrixComposer:
         return frame, removed
 
 
-def _p_rounding(s: VariantSpec, P: torch.Tensor, cd: torch.dtype) -> list:
+def _p_rounding(s: VariantSpec, P: torch.Tensor, cd: torch.dtype, kept: Optional[torch.Tensor] = None) -> list:
     """(weight, store rounding) of the parts of the stored P a variant uses: its diagonal (weighted
     w_diag − w_off), the band block off its diagonal, and ‖diag P‖ that scales the random control (an error
-    of ⟨p, δp⟩/‖p‖, at most ‖δp‖)."""
+    of ⟨p, δp⟩/‖p‖, at most ‖δp‖). ``kept``: a channel variant's weight of each diagonal entry in its
+    restricted update (:meth:`.variant_channels.ChannelRestriction.frame_weights`)."""
     out = []
     p = torch.diagonal(P)
     if s.diag != s.off:
-        out.append((s.diag - s.off, rounding(p, cd)))
+        out.append((s.diag - s.off, rounding(p, cd, kept)))
     if s.band is not None:
         k = min(s.band, P.shape[0])
         off_diagonal = 1.0 - torch.eye(k, dtype=torch.float64)

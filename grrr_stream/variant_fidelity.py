@@ -12,6 +12,13 @@ Two more things the report states, both from what the build reads anyway:
   estimated norm of that error and a hard bound on it; the summary adds them to the cast
   error (``total_error``: against the update computed exactly from the two checkpoints);
 - the dtypes of the two checkpoints' decomposed matrices, and whether the sides differ.
+
+A channel variant (:mod:`.variant_channels`) intends only the part of its update on its channel set, and
+is measured against that. Its report also says how much of the unrestricted update that part is:
+``channel_share`` = ‖M ⊙ X‖² / ‖X‖² summed over matrices, X the variant's update on every channel
+(ΔW for channels-outlier/-rest, Σ w_c ΔW_c for a component: Σ w_c² e_c, the components being
+orthogonal), per matrix in the CSV's ``unrestricted_norm`` column. The shares of the ``outlier`` and
+``rest`` variants of one update add up to 1.
 """
 
 from __future__ import annotations
@@ -70,6 +77,10 @@ class FidelityReport:
     store_dtype: str = "float32"
     base_dtype: str = ""  # dtype(s) of the decomposed matrices in the base checkpoint ('bfloat16')
     post_dtype: str = ""
+    # a channel variant: its channel set (ChannelRestriction.metadata), and per matrix ‖X‖² of the update
+    # it restricts (see the module doc); empty for every other variant
+    channels: Optional[dict] = None
+    unrestricted: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
         i2 = sum(r.intended_norm ** 2 for r in self.rows)
@@ -77,7 +88,7 @@ class FidelityReport:
         s2 = sum(r.store_error_norm ** 2 for r in self.rows)
         b2 = sum(r.store_error_bound ** 2 for r in self.rows)  # ‖E‖² = Σ‖E_m‖² ≤ Σ bound_m²
         differ = self.base_dtype != self.post_dtype
-        return {
+        out = {
             "variant": self.variant, "dtype": self.dtype, "matrices": len(self.rows),
             "fidelity": _ratio(e2, i2),
             "fidelity_max": max((r.fidelity for r in self.rows), default=0.0),
@@ -93,12 +104,22 @@ class FidelityReport:
             "sides": (f"base {self.base_dtype}, post {self.post_dtype}: the sides differ in dtype" if differ
                       else f"base and post {self.base_dtype}"),
         }
+        if self.channels is not None:
+            u2 = sum(self.unrestricted.values())
+            c = self.channels
+            out.update(channels=c["set"], outlier_channels=c["count"],
+                       kept_channels=c["count"] if c["set"] == "outlier" else c["hidden"] - c["count"],
+                       channel_share=i2 / u2 if u2 > 0 else 0.0, unrestricted_norm=math.sqrt(u2))
+        return out
 
     def add(self, row: MatrixFidelity) -> None:
         self.rows.append(row)
 
     def csv(self) -> str:
-        return to_csv(asdict(r) for r in self.rows)
+        if self.channels is None:
+            return to_csv(asdict(r) for r in self.rows)
+        return to_csv({**asdict(r), "unrestricted_norm": math.sqrt(self.unrestricted.get(r.name, 0.0))}
+                      for r in self.rows)
 
     def account(self, name: str, layer: int, module: str, w0: torch.Tensor, out: torch.Tensor,
                 intended: Optional[torch.Tensor], removed: float, source: Optional[torch.Tensor] = None,

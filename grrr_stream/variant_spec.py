@@ -3,7 +3,9 @@
 ``base`` and ``full`` *are* the two checkpoints; every other variant is composed on the
 decomposed matrices, W0 + w_diag·ΔW_diag + w_off·ΔW_off + w_null·ΔW_null (optionally minus
 a random core component, the control, or plus/minus a principal band of the off-diagonal
-update); see :mod:`grrr_stream.variants`.
+update); see :mod:`grrr_stream.variants`. A *channel* variant keeps its update only on one set of
+residual channels, the outlier channels of a channels.json or their complement
+(:mod:`grrr_stream.variant_channels`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class VariantSpec:
     # of P (U0[:, :k] P_off[:k, :k] V0[:, :k]ᵀ), e.g. +1 on the base ('off-principal-k')
     band: Optional[int] = None
     band_weight: float = 0.0
+    # channel variants: the update kept only on the residual channels of this set, 'outlier' (the channels
+    # of a channels.json) or 'rest' (every other channel); the set itself is given to the builder
+    channels: Optional[str] = None
 
     @property
     def is_base(self) -> bool:
@@ -56,6 +61,8 @@ class VariantSpec:
             d["checkpoint"] = self.checkpoint
         if self.band is not None:
             d["band"], d["band_weight"] = self.band, self.band_weight
+        if self.channels is not None:  # absent otherwise: the components (and sweep keys) of other variants stay
+            d["channels"] = self.channels
         return d
 
 
@@ -75,11 +82,23 @@ _RANDRM_RE = re.compile(r"randrm-(\d+)")
 _BAND_RE = re.compile(r"(off-principal|off-nonprincipal|no-off-principal)-(\d+)")
 _BAND_SPECS = {"off-principal": ((0.0, 0.0, 0.0), 1.0), "off-nonprincipal": ((0.0, 1.0, 0.0), -1.0),
                "no-off-principal": ((1.0, 1.0, 1.0), -1.0)}
+# channels-outlier / channels-rest: the whole update (as proj) on the outlier channels or on every other
+# channel; channels-SET-COMPONENT: that component (diag, off, null, offnull) restricted the same way
+CHANNEL_SETS = ("outlier", "rest")
+_CHANNEL_COMPONENTS = {"": (1.0, 1.0, 1.0), "diag": (1.0, 0.0, 0.0), "off": (0.0, 1.0, 0.0),
+                       "null": (0.0, 0.0, 1.0), "offnull": (0.0, 1.0, 1.0)}
+_CHANNELS_RE = re.compile(r"channels-(outlier|rest)(?:-(diag|off|null|offnull))?")
+
+
+def _reserved(name: str) -> bool:
+    return bool(name in BUILTIN or _RANDRM_RE.fullmatch(name) or _BAND_RE.fullmatch(name)
+                or _CHANNELS_RE.fullmatch(name))
 
 
 def parse_variant(text: str) -> VariantSpec:
-    """'offnull', 'randrm-2' (proj minus a random core component, seed 2), or
-    'NAME=diag:0.5,off:1,null:1' for arbitrary weights (missing components weigh 0)."""
+    """'offnull', 'randrm-2' (proj minus a random core component, seed 2), 'channels-rest-offnull' (off + null
+    on the channels outside the outlier set), or 'NAME=diag:0.5,off:1,null:1' for arbitrary weights (missing
+    components weigh 0; ',channels:outlier' or ',channels:rest' restricts the mix to that channel set)."""
     text = text.strip()
     if text in BUILTIN:
         return BUILTIN[text]
@@ -92,17 +111,25 @@ def parse_variant(text: str) -> VariantSpec:
         if int(m.group(2)) < 1:
             raise ConfigError(f"variant '{text}': the band edge must be at least 1")
         return VariantSpec(text, wd, wo, wn, band=int(m.group(2)), band_weight=bw)
+    m = _CHANNELS_RE.fullmatch(text)
+    if m:
+        return VariantSpec(text, *_CHANNEL_COMPONENTS[m.group(2) or ""], channels=m.group(1))
     if "=" in text:
         name, _, body = text.partition("=")
         name = check_component(name.strip(), "variant name")
-        if name in BUILTIN or _RANDRM_RE.fullmatch(name) or _BAND_RE.fullmatch(name):
-            raise ConfigError(f"variant name '{name}' is reserved for the built-in variant; choose another name")
-        weights = {}
+        if _reserved(name):
+            raise ConfigError(f"variant name '{name}' is reserved for the built-in variants; choose another name")
+        weights: dict = {}
         for part in body.split(","):
             key, _, val = part.partition(":")
             key = key.strip()
+            if key == "channels":
+                if val.strip() not in CHANNEL_SETS:
+                    raise ConfigError(f"variant '{text}': channels must be one of {', '.join(CHANNEL_SETS)}")
+                weights["channels"] = val.strip()
+                continue
             if key not in ("diag", "off", "null"):
-                raise ConfigError(f"variant '{text}': unknown component '{key}' (use diag, off, null)")
+                raise ConfigError(f"variant '{text}': unknown component '{key}' (use diag, off, null, channels)")
             try:
                 weights[key] = float(val)
             except ValueError:
@@ -112,7 +139,8 @@ def parse_variant(text: str) -> VariantSpec:
         return VariantSpec(name, **weights)
     raise ConfigError(
         f"unknown variant '{text}': use one of {', '.join(BUILTIN)}, randrm-SEED, off-principal-K, "
-        "off-nonprincipal-K, no-off-principal-K, or NAME=diag:W,off:W,null:W"
+        "off-nonprincipal-K, no-off-principal-K, channels-outlier, channels-rest, channels-SET-COMPONENT "
+        "(SET outlier or rest, COMPONENT diag, off, null or offnull), or NAME=diag:W,off:W,null:W[,channels:SET]"
     )
 
 

@@ -22,6 +22,10 @@ frame, P, null residual) and exposed as a stream of ``(name, tensor)`` pairs in
 checkpoint naming, or written as a folder; :mod:`.variant_compose` rebuilds each
 decomposed matrix (one rank-r product per matrix).
 
+A *channel variant* (``channels-outlier``, ``channels-rest``, ``channels-rest-offnull``, ...) keeps
+its update only on the outlier residual channels of a channels.json, or on all the others
+(:mod:`.variant_channels`); its other tensors come from the rest source like any composed variant's.
+
 The variant specs and their parser are in :mod:`.variant_spec`, the choice of rest source
 in :mod:`.variant_rest`, and the dtype fidelity report (the variant *after* its cast to the
 output dtype against the intended update) in :mod:`.variant_fidelity`.
@@ -43,6 +47,7 @@ from .files import atomic_write_text
 from .phases import PhaseTimer
 from .runtime import bound_heap_growth, resolve_device
 from .store import StoredTransition
+from .variant_channels import ChannelSet, channel_restriction
 from .variant_compose import MatrixComposer
 from .variant_fidelity import FidelityReport, warn_if_lossy, warn_if_store_rounded
 from .variant_rest import REST_FROM, config_differences, resolve_rest, rest_problems
@@ -53,11 +58,13 @@ class VariantBuilder:
     """Builds one variant of one stored transition as a tensor stream.
 
     Refusals happen here, before anything is built or written: a dtype or rest source
-    that does not exist, or ``rest_from='base'`` when the base cannot supply the rest.
+    that does not exist, ``rest_from='base'`` when the base cannot supply the rest, or a channel
+    variant without a channel set that fits the transition. ``channels``: the outlier channels (a
+    :class:`.variant_channels.ChannelSet` or the path of a channels.json), used by channel variants only.
     """
 
     def __init__(self, store: Path, spec: VariantSpec, *, dtype: str = "float32", rest_from: str = "base",
-                 device: str = "auto"):
+                 device: str = "auto", channels: ChannelSet | Path | str | None = None):
         if dtype not in FLOAT_NAMES:
             raise ConfigError(f"variant dtype must be one of {', '.join(FLOAT_NAMES)}")
         if rest_from not in REST_FROM:
@@ -65,6 +72,7 @@ class VariantBuilder:
         bound_heap_growth()
         self.transition = StoredTransition(Path(store))
         self.spec = spec
+        self.channels = channel_restriction(spec.channels, channels, self.transition.matrices, spec.name)
         self.dtype = dtype
         self.device = resolve_device(device)
         m = self.transition.manifest
@@ -73,7 +81,8 @@ class VariantBuilder:
         self.compute_dtype = torch_dtype(m["settings"]["compute_dtype"])
         self.report = FidelityReport(spec.name, dtype, store_dtype=self.transition.store_dtype(),
                                      base_dtype=self._matrix_dtypes(self.base),
-                                     post_dtype=self._matrix_dtypes(self.post))
+                                     post_dtype=self._matrix_dtypes(self.post),
+                                     channels=self.channels.metadata() if self.channels else None)
         self.rest_requested = rest_from
         if spec.composed:
             self.rest_from, self.rest_fallback = resolve_rest(rest_from, rest_problems(self.base, self.post))
@@ -91,7 +100,7 @@ class VariantBuilder:
             if attrs.get("tensor"):
                 self._parts.setdefault(attrs["tensor"], []).append((key, attrs))
         self._composer = MatrixComposer(spec, self.transition, self.base, self.post, self.compute_dtype,
-                                        self.device, self.timer, self.report)
+                                        self.device, self.timer, self.report, self.channels)
 
     @property
     def home_side(self) -> str:
@@ -144,11 +153,14 @@ class VariantBuilder:
         return not rest_problems(self.base, self.post) and not self.config_differences()
 
     def metadata(self) -> dict:
-        return {"variant": self.spec.name, "components": self.spec.components(), "dtype": self.dtype,
+        meta = {"variant": self.spec.name, "components": self.spec.components(), "dtype": self.dtype,
                 "rest_from": self.rest_from, "rest_from_requested": self.rest_requested,
                 "rest_fallback": self.rest_fallback, "config_from": self.home_side,
                 "prompt_format_from": "post", "config_differences": self.config_differences(),
                 "store": str(self.transition.path), "transition": self.transition.manifest["identity"]}
+        if self.channels is not None:  # only here: other variants' settings (and their MLflow keys) stay as they were
+            meta["channels"] = self.channels.metadata()
+        return meta
 
     def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         for spec in self.layout():

@@ -144,16 +144,21 @@ class VariantsResult:
 
 def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str = "float32",
                  rest_from: str = "base", device: str = "auto", overwrite: bool = False,
-                 max_shard_bytes: int = 2 * 2**30, tracking: Optional[TrackingConfig] = None, stream=None) -> VariantsResult:
+                 max_shard_bytes: int = 2 * 2**30, tracking: Optional[TrackingConfig] = None, stream=None,
+                 channels: Optional[Path] = None) -> VariantsResult:
     """Build each variant of the transition in ``store`` as ``out/<variant>/`` (HF folder) plus
-    ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant."""
+    ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant. ``channels``: a
+    channels.json, needed by the channel variants (read once for all of them)."""
+    from .variant_channels import load_channels
     from .variant_spec import parse_variants
     from .variants import VariantBuilder, write_variant
 
     specs = parse_variants(variants)
     summaries, folders, run_ids = [], [], []
     # every refusal (rest source, dtype) before the first folder is written
-    builders = [VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device) for spec in specs]
+    channel_set = load_channels(channels) if channels is not None and any(s.channels for s in specs) else None
+    builders = [VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device,
+                               channels=channel_set) for spec in specs]
     out = ensure_folder(Path(out), "--out")
     _check_variant_space(builders, out, overwrite, stream)
     for spec, builder in zip(specs, builders):

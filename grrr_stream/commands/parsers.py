@@ -82,15 +82,23 @@ def compare_parser(sub) -> None:
     add_stats_common(p)
 
 
+def add_channels(p) -> None:
+    p.add_argument("--channels", type=Path,
+                   help="channels.json (written by `grrr-stream channels`) whose base.channels are the outlier "
+                        "residual channels; needed by the channel variants (channels-outlier, channels-rest, ...)")
+
+
 def variants_parser(sub) -> None:
     p = sub.add_parser("variants", help="build ablated variant models of a decomposed transition",
                        description="Write W0 + chosen GRRR components of every decomposed matrix as Hugging Face "
                                    "folders OUT/<variant>/, with a dtype fidelity report OUT/<variant>.fidelity.csv.")
     p.add_argument("--store", type=Path, required=True, help="finished transition store")
     p.add_argument("--variant", action="append", default=[],
-                   help="base, full, diag, off, null, offnull, randrm-SEED, or NAME=diag:W,off:W,null:W "
+                   help="base, full, diag, off, null, offnull, randrm-SEED, channels-outlier, channels-rest, "
+                        "channels-SET-COMPONENT, or NAME=diag:W,off:W,null:W[,channels:SET] "
                         "(repeatable; default: base full diag off null offnull randrm-0 randrm-1 randrm-2)")
     p.add_argument("--out", type=Path, required=True, help="folder receiving one sub-folder per variant")
+    add_channels(p)
     p.add_argument("--dtype", default="float32", choices=FLOAT_NAMES,
                    help="dtype of the written weights (default float32: keeps RL-sized updates)")
     p.add_argument("--rest-from", default="base", choices=["base", "post", "auto"],
@@ -126,6 +134,7 @@ def evaluate_parser(sub) -> None:
     p.add_argument("--keep-variants", action="store_true", help="with --materialize folder: keep the folders")
     p.add_argument("--rest-from", default="base", choices=["base", "post", "auto"],
                    help="as for `variants` (default base)")
+    add_channels(p)
     p.add_argument("--resamples", type=int, default=10_000,
                    help="paired bootstrap resamples for the differences between variants (default 10000)")
     p.add_argument("--informative-points", type=float, default=1.0,

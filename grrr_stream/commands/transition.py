@@ -113,11 +113,17 @@ def cmd_variants(args: argparse.Namespace) -> int:
 
     res = run_variants(args.store, args.out, args.variant or list(DEFAULT_VARIANTS), dtype=args.dtype,
                        rest_from=args.rest_from, device=str(resolve_device(args.device)), overwrite=args.overwrite,
+                       channels=args.channels,
                        max_shard_bytes=int(args.shard_gb * 2**30), tracking=tracking_from_args(args))
-    print(f"{'variant':<14} {'dtype':<9} {'fidelity err':>12} {'worst':>10} {'energy kept':>12}  folder")
+    w = max([14] + [len(s["variant"]) for s in res.summaries])  # channel variants' names are longer
+    print(f"{'variant':<{w}} {'dtype':<9} {'fidelity err':>12} {'worst':>10} {'energy kept':>12}  folder")
     for s, folder in zip(res.summaries, res.folders):
-        print(f"{s['variant']:<14} {s['dtype']:<9} {s['fidelity']:>12.3e} {s['fidelity_max']:>10.3e} "
+        print(f"{s['variant']:<{w}} {s['dtype']:<9} {s['fidelity']:>12.3e} {s['fidelity_max']:>10.3e} "
               f"{100 * s['energy_survived']:>11.2f}%  {folder}")
+    for s in res.summaries:  # channel variants: how much of their unrestricted update the channel set holds
+        if "channel_share" in s:
+            print(f"{s['variant']}: its {s['kept_channels']} '{s['channels']}' channels hold "
+                  f"{100 * s['channel_share']:.2f}% of the energy of its update on every channel")
     return 0
 
 
@@ -149,6 +155,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                 metric=args.metric, materialize=args.materialize, keep_variants=args.keep_variants,
                                 limit=args.limit, lenient=args.lenient_benchmarks, template=args.template,
                                 instruction=args.instruction, rest_from=args.rest_from, resamples=args.resamples,
+                                channels=args.channels,
                                 informative_points=args.informative_points)
     res = run_evaluation(request, tracking=tracking_from_args(args))
     print_evaluation(res)

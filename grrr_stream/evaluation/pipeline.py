@@ -57,6 +57,7 @@ class EvaluationRequest:
     template: str = "chat"
     instruction: Optional[str] = None
     rest_from: str = "base"
+    channels: Optional[Path] = None  # channels.json of the outlier channels (channel variants only)
     resamples: int = 10_000
     bootstrap_seed: int = 0
     informative_points: float = 1.0  # informative: full − base ≥ this (the sweep's claims.informative_points)
@@ -122,6 +123,7 @@ class _Evaluation:
 
 def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     """Every refusal (settings, variant names, a rest source the base cannot supply) before an engine starts."""
+    from ..variant_channels import load_channels
     from ..variant_spec import parse_variants
     from ..variants import VariantBuilder
 
@@ -141,8 +143,10 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     post_folder = Path(t.manifest["post_folder"])
     prompt = prompt_format(post_folder, request.template, instruction)
     # on the CPU, not the "auto" default: the vLLM engine holds the GPU's memory while variants are built
-    builders = {s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=request.rest_from, device="cpu")
-                for s in specs}
+    channel_set = load_channels(request.channels) if request.channels is not None and any(s.channels for s in specs) \
+        else None
+    builders = {s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=request.rest_from, device="cpu",
+                                       channels=channel_set) for s in specs}
     homes = {n: post_folder if builders[n].runs_in_post_engine() else Path(builders[n].home.folder) for n in names}
     return _Evaluation(request, t, out, instruction, benches, names, builders, post_folder, prompt, homes)
 

@@ -102,6 +102,11 @@ class SweepVariants(StrictModel):
     # default in large sweeps; evaluation streams variants into the engine either way).
     write_folders: bool = True
     shard_gb: float = Field(2.0, gt=0.0)
+    # The outlier residual channels the channel variants (channels-outlier, channels-rest, channels-rest-offnull,
+    # ...) keep or drop: a channels.json written by `grrr-stream channels` (its base.channels) for every
+    # transition, or a mapping model id → channels.json; a transition takes its parent's (W0's) entry, else its
+    # chain base's. Only units of channel variants read it (other units' keys do not change).
+    channels: Optional[Union[str, dict[str, str]]] = None
 
     _names = field_validator("names", mode="before")(_yaml_variant_names)
     _transitions = field_validator("transitions", mode="before")(_selector)

@@ -331,6 +331,32 @@ class _Context:
         return [rest_refusal(bad, f"{where}: {tid}: ").replace("Set rest_from", "Set variants.rest_from")] if bad \
             else []
 
+    def channels(self, tid: str, names: list[str], where: str) -> tuple[dict[str, Any], Problems]:
+        """The channels.json fields of units with channel variants among ``names`` on transition ``tid``: its
+        path and the key of its channel set (empty when no name is a channel variant), or the problem."""
+        from ..variant_channels import load_channels
+
+        wanting = [n for n in names if n in self.specs and self.specs[n].channels]
+        if not wanting:
+            return {}, []
+        given, tr = self.cfg.variants.channels, self.transitions[tid]
+        if isinstance(given, dict):
+            chain_base = self.sources.models[tr.parent].base
+            given = given.get(tr.parent, given.get(chain_base))
+            if given is None:
+                return {}, [f"{where}: {tid}: variants.channels has no channels.json for {tr.parent} (or its chain's "
+                            f"base {chain_base}), needed by {', '.join(wanting)}"]
+        if given is None:
+            return {}, [f"{where}: {tid}: variant(s) {', '.join(wanting)} need the outlier channels: set "
+                        "variants.channels to a channels.json written by `grrr-stream channels`"]
+        path = Path(given).expanduser().absolute()
+        try:
+            found = load_channels(path)
+        except ConfigError as e:
+            return {}, [f"{where}: {tid}: {e}"]
+        # keyed by the set it holds, not by where the file lies
+        return {"channels": str(path), "channels_key": found.digest}, []
+
 
 def _variant_specs(cfg: SweepConfig) -> tuple[dict[str, Any], Problems]:
     from ..variant_spec import parse_variant
@@ -355,11 +381,15 @@ def _variant_units(ctx: _Context) -> tuple[list[Unit], Problems]:
         problems += refused
         if tid not in ctx.dec_key or refused:
             continue
+        channels, found = ctx.channels(tid, v.names, "variants")
+        problems += found
         for name in (n for n in v.names if n in ctx.specs):
             spec = ctx.specs[name]
+            if spec.channels and not channels:
+                continue
             params = VariantParams(transition=tid, variant=name, store_key=ctx.dec_key[tid],
                                    components=spec.components(), dtype=v.dtype, rest_from=v.rest_from,
-                                   shard_gb=v.shard_gb, device=d.device)
+                                   shard_gb=v.shard_gb, device=d.device, **(channels if spec.channels else {}))
             units.append(Unit.of(f"variant/{tid}/{spec.name}", f"build {spec.name} of {tid}", params,
                                  _keyed(ctx.workdir / "variants" / tid, spec.name), (f"decompose/{tid}",)))
     return units, problems
@@ -391,13 +421,15 @@ def _suite_units(ctx: _Context, e: SweepEvaluation) -> tuple[list[Unit], Problem
     for tid in selected:
         refused = ctx.rest_problems(tid, names, where) if tid in ctx.dec_key else []
         problems += refused
-        if tid not in ctx.dec_key or refused:
+        channels, found = ctx.channels(tid, names, where) if tid in ctx.dec_key else ({}, [])
+        problems += found
+        if tid not in ctx.dec_key or refused or found:
             continue
         params = EvaluateParams(
             transition=tid, suite=e.suite, store_key=ctx.dec_key[tid], variants=tuple(names), components=components,
             benchmarks=tuple(e.benchmarks), bench_dir=bench_dir, bench_id=bench_id, limit=e.limit, lenient=e.lenient,
             template=e.template, instruction=e.instruction, materialize=e.materialize, rest_from=v.rest_from,
-            engine=e.engine, sampling=e.sampling, metric=e.metric)
+            engine=e.engine, sampling=e.sampling, metric=e.metric, **channels)
         deps = (f"decompose/{tid}",) + (("generate/tinychain",) if e.bench_dir == "tinychain" else ())
         label = f"evaluate {len(names)} variant(s) of {tid} on {', '.join(e.benchmarks)}{limit}"
         units.append(Unit.of(f"evaluate/{tid}{suffix}", label, params,

@@ -151,7 +151,8 @@ def _run_variant(u: Unit, ctx: RunContext) -> dict:
 
     p: VariantParams = u.params
     builder = VariantBuilder(Path(ctx.stores[p.transition]), parse_variant(p.variant), dtype=p.dtype,
-                             rest_from=p.rest_from, device=str(resolve_device(ctx.device or p.device)))
+                             rest_from=p.rest_from, device=str(resolve_device(ctx.device or p.device)),
+                             channels=p.channels)
     started = time.time()
     # a half-written folder of a killed build is replaced (its completion marker is written last)
     summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p.shard_gb * 2**30), overwrite=True,
@@ -175,6 +176,7 @@ def _run_evaluate(u: Unit, ctx: RunContext) -> dict:
                                 settings=p.engine, materialize=p.materialize, limit=p.limit, lenient=p.lenient,
                                 template=p.template, instruction=p.instruction, sampling=p.sampling,
                                 metric=p.metric, nest_sampled=False, rest_from=p.rest_from,
+                                channels=Path(p.channels) if p.channels else None,
                                 informative_points=ctx.informative_points, progress=ctx.progress)
     res = run_evaluation(request, tracking=ctx.tracking, log=log)
     return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}

@@ -156,10 +156,14 @@ class VariantParams(UnitParams):
     rest_from: str
     shard_gb: float
     device: str
+    # a channel variant only: the channels.json it reads and what identifies its channel set (the set's digest,
+    # or the key of the unit that writes the file); None for every other variant, whose key stays as it was
+    channels: Optional[str] = None
+    channels_key: Optional[str] = None
 
     def key_content(self) -> dict:
         return {"store": self.store_key, "components": self.components, "dtype": self.dtype,
-                "rest_from": self.rest_from}
+                "rest_from": self.rest_from, **({"channels": self.channels_key} if self.channels_key else {})}
 
 
 class EvaluateParams(UnitParams):
@@ -185,6 +189,8 @@ class EvaluateParams(UnitParams):
     engine: EngineSettings
     sampling: SamplingSettings
     metric: str
+    channels: Optional[str] = None       # as in VariantParams: set only when channel variants are evaluated
+    channels_key: Optional[str] = None
 
     def key_content(self) -> dict:
         sampling = self.sampling.key_fields()
@@ -193,6 +199,7 @@ class EvaluateParams(UnitParams):
                 **({"lenient": True} if self.lenient else {}),  # absent when off: keys stay as they were
                 "template": self.template, "instruction": self.instruction, "rest_from": self.rest_from,
                 "engine": self.engine.result_fields(),
+                **({"channels": self.channels_key} if self.channels_key else {}),
                 # how answers are drawn; pass@k, maj@k and the table metric are computed from the
                 # answers and never regenerate them (see records.output_complete)
                 **({"sampling": sampling} if sampling else {})}
