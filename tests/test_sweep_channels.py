@@ -159,3 +159,22 @@ def test_no_outlier_channel_gives_zero_shares_and_no_ratio():
         assert r["energy_share"] == 0.0 and r["channels"] == 0 and np.isnan(r["ratio"])
     total = next(r for r in rows if r["group"] == "writer" and r["component"] == "total")
     assert total["energy"] == pytest.approx(e[[1, 3]].sum(), rel=1e-12)
+
+
+def test_channel_variants_take_the_sweeps_own_channels_unit(models, tmp_path):
+    """Without variants.channels, channel variants (and their evaluation) wait for the channels unit of their
+    transition's W0 and read its channels.json; a transition outside channels.transitions is a plan problem."""
+    cfg = config(models, tmp_path / "w", statistics={"enabled": False}, channels={**CHANNELS},
+                 variants={"names": ["proj", "channels-outlier", "channels-rest-offnull"], "transitions": ["sft-to-rl"]},
+                 evaluation={"enabled": False})
+    plan = plan_sweep(SweepConfig.model_validate(cfg))
+    unit = plan.unit("variant/sft-to-rl/channels-outlier")
+    assert unit.deps == ("decompose/sft-to-rl", "channels/sft")
+    assert Path(unit.params.channels) == channels_file(plan.unit("channels/sft").out)
+    assert unit.params.channels_key == plan.unit("channels/sft").key
+    assert plan.unit("variant/sft-to-rl/proj").deps == ("decompose/sft-to-rl",)  # no channel: no wait
+    order = [u.id for u in plan.units]
+    assert order.index("channels/sft") < order.index("variant/sft-to-rl/channels-outlier")
+    cfg["channels"] = {**CHANNELS, "transitions": ["base-to-sft"]}
+    with pytest.raises(ConfigError, match="add sft-to-rl to channels.transitions"):
+        plan_sweep(SweepConfig.model_validate(cfg))

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Optional
 from .units import ChannelsParams, ChannelStatsParams, Unit
 
 if TYPE_CHECKING:
-    from .plan import Problems, _Context
+    from .plan import Problems
+    from .plan_variants import PlanContext
 
 CHANNELS_FILE = "channels.json"   # the file a channels unit writes last (its completion marker)
 
@@ -31,7 +32,7 @@ def channels_file(unit_out: str | Path) -> Path:
     return Path(unit_out) / CHANNELS_FILE
 
 
-def channels_unit(ctx: "_Context", model: str) -> Unit:
+def channels_unit(ctx: "PlanContext", model: str) -> Unit:
     """The channels unit of one model of the sweep, with the ``channels`` section's settings."""
     from ..channels.calibration import TEXT_SHA256
     from .plan import _keyed
@@ -48,7 +49,7 @@ def channels_unit(ctx: "_Context", model: str) -> Unit:
     return Unit.of(channels_unit_id(model), label, params, _keyed(ctx.workdir / "channels", model), deps)
 
 
-def channel_units(ctx: "_Context") -> tuple[list[Unit], "Problems"]:
+def channel_units(ctx: "PlanContext") -> tuple[list[Unit], "Problems"]:
     """The channels units of the selected transitions' W0s (and W1s) and one channel-stats unit each."""
     from .plan import _keyed, _select
 
