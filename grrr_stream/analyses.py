@@ -92,7 +92,7 @@ def principal_angles_of_w1(W1: torch.Tensor, frame: Frame, ks: Sequence[int]) ->
     """The same angles from W1 itself, for a truncated core (W0's tail outside the core is then part of
     W1 but not of the frame): the same Krylov iteration on W1ᵀW1, started from V0's top columns. No
     algorithmic bias either, but rounding relative to ‖W1‖: in float32 the angles of updates below
-    about 1e-3 of ‖W0‖ carry the SVD's own rounding error (README, "Beyond the paper")."""
+    about 1e-3 of ‖W0‖ carry the SVD's own rounding error (docs/statistics.md, "Beyond the paper")."""
     U, V, wd = frame.U, frame.V, W1.dtype
     q = min(max(ks) + ANGLE_OVERSAMPLE, V.shape[1])
     return _block_krylov_angles(lambda y: (W1 @ y.to(wd),), lambda parts: (W1.mT @ parts[0]).double(),

@@ -116,7 +116,7 @@ class DecompositionSettings(StrictModel):
     module_pattern: Optional[str] = None
     # Phi-3-style fused qkv_proj / gate_up_proj: decomposed as stored (False), or split into their
     # logical q/k/v and gate/up row blocks (from config.json head counts and intermediate size)
-    # for comparison with unfused models (README, "Architectures")
+    # for comparison with unfused models (docs/architectures.md)
     split_fused: bool = False
     # On resume, re-read and digest the tensors of completed matrices to prove the inputs
     # are unchanged (the checkpoint fingerprint only samples the files). Costs one read.
@@ -127,7 +127,7 @@ class DecompositionSettings(StrictModel):
     # An empty tuple skips bands or angles.
     band_edges: tuple[int, ...] = (16, 64, 256)
     # k of the subspace angles (the cost grows with the largest k: (16, 64) measured 8.6 % of a
-    # decomposition on Qwen2.5-1.5B shapes; README, "Beyond the paper")
+    # decomposition on Qwen2.5-1.5B shapes; docs/statistics.md, "Beyond the paper")
     angle_edges: tuple[int, ...] = (16, 64)
     survival_dtype: Optional[Literal[SIXTEEN_BIT]] = "bfloat16"
     # 'array' keeps the null residual ΔW − U0 P V0ᵀ as an m×n array (the default: it is part of what
@@ -140,10 +140,10 @@ class DecompositionSettings(StrictModel):
     svd_driver: Optional[Literal["gesvd", "gesvdj", "gesvda"]] = None
     # Neighbouring singular values of W0 within degenerate_gap·σ₁ form a near-degenerate cluster: f_degenerate
     # reports P's energy inside such clusters, and a float32 run computes that matrix's frame in float64
-    # (README, "Near-degenerate singular values"). None: neither.
+    # (docs/statistics.md, "Near-degenerate singular values"). None: neither.
     degenerate_gap: Optional[float] = DEGENERATE_GAP
     # Each component's energy per residual channel (columns of readers, rows of writers), stored per matrix
-    # and as channels/ arrays for channel statistics (README, "Residual channels"); measured at most a few
+    # and as channels/ arrays for channel statistics (docs/channels.md); measured at most a few
     # percent of a decomposition
     channel_energy: bool = True
     # torch's intra-op threads for the math on a CPU (None: automatic, see streaming.compute_threads).
@@ -285,7 +285,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         loc = clip(".".join(str(p) for p in e["loc"]) or "(top level)", 120)
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (check its spelling; see README for the options)"
+            msg = "unknown key (check its spelling; see docs/decomposition.md and docs/sweeps.md for the options)"
         lines.append(f"  - {loc}: {clip(msg, 300)}")
     if err.error_count() > 30:
         lines.append(f"  ... and {err.error_count() - 30} more")

@@ -301,6 +301,6 @@ def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = ""
     top = sorted(rows, key=lambda r: r["r_delta"], reverse=True)[:4]
     spectra = [(r["name"], *store.read_sigmas(r["name"])) for r in top]
     plots.normalized_spectra(spectra, fig_dir / "spectra_most_changed.png", title)
-    # the transition's record of which comparison its sparsity figures made (mixed dtypes: README)
+    # the transition's record of which comparison its sparsity figures made (mixed dtypes: docs/statistics.md)
     store.mark_complete({"sparsity_compare": summary["scopes"]["all"].get("sparsity_compare")})
     return rows, summary_rows, summary

@@ -59,7 +59,7 @@ def canonical_signs(U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, tor
 
 # Relative gap (to σ₁) below which two neighbouring singular values of W0 count as near-degenerate: their
 # singular vectors, and so the diag/off split of P inside the pair, are fixed by W0 only up to a rotation of
-# about eps·σ₁/gap, which in float32 (eps 6e-8) is ≥ 6 % below this gap (README, "Near-degenerate singular
+# about eps·σ₁/gap, which in float32 (eps 6e-8) is ≥ 6 % below this gap (docs/statistics.md, "Near-degenerate singular
 # values"). Below DEGENERATE_FLOOR·σ₁ float32's singular values are rounding noise and the frame stays as it is.
 DEGENERATE_FLOOR = 1e-5
 

@@ -113,7 +113,7 @@ def frame_bytes(shape: tuple[int, int], dtype: torch.dtype) -> int:
 
 
 # Below this many entries per matrix, a second LAPACK thread is not worth the core it takes from the
-# reader and writer threads (measured on 2 cores, tools/bench_decompose.py; README "Benchmarks").
+# reader and writer threads (measured on 2 cores, tools/bench_decompose.py; docs/benchmarks.md).
 SMALL_MATRIX = 4 << 20
 
 

@@ -35,7 +35,7 @@ def open_store(path: Path | str, *, decode_bfloat16: bool = True):
     and the matrix's record as attrs; ``metrics`` with one (matrix,) variable per metric column;
     ``frames/<key>`` with U (out, r), S (sv), V (in, r) when the frame cache is inside the store;
     ``channels`` with the per-channel energies (layer, module, [expert,] channel, component) and
-    ``matrices/<name>/channel_energy`` (channel, component): README, "Residual channels".
+    ``matrices/<name>/channel_energy`` (channel, component): docs/channels.md.
     Tensor names containing '/' or odd characters appear %-escaped (``store.node_key``).
     P and null stored as bfloat16 (uint16 bit patterns) are decoded to float32 unless
     ``decode_bfloat16`` is false."""

@@ -196,7 +196,7 @@ def other_tables(report, method_of, sft) -> list[Table]:
         tables.append(Table("beyond", "Beyond the paper",
                             "Update sparsity (pooled over entries, with the per-matrix spread), principal-band "
                             "energies, subspace angles and component survival through 16-bit rounding "
-                            "(means over matrices; README: 'Beyond the paper').", cols,
+                            "(means over matrices; docs/statistics.md: 'Beyond the paper').", cols,
                             grouped(report.transitions, "transitions.csv", cols, method_of, sft)))
     if report.informative:
         cols = list(report.informative[0])
