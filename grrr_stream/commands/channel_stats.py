@@ -13,7 +13,8 @@ def channel_stats_parser(sub) -> None:
                        description="Per component (diag, off, null) and for all matrices, readers, writers and each "
                                    "module: the share of the update's energy on the given residual channels, its "
                                    "enrichment over their share of channels, a bootstrap interval over matrices and "
-                                   "a p-value against count-matched random channel sets (docs/channels.md). Reads the store's channels/ arrays only.")
+                                   "a p-value against count-matched random channel sets (docs/channels.md). "
+                                   "Reads the store's channels/ arrays only.")
     p.add_argument("store", type=Path, help="a finished transition store")
     p.add_argument("--channels", required=True,
                    help="channels.json ({\"channels\": [...], \"hidden_size\": H}) or a comma-separated list")
