@@ -119,10 +119,61 @@ def test_offloaded_pass_equals_in_memory(planted, folder):
         assert sources and sources <= {str(f) for f in shards}
         if folder != "base":
             assert len(sources) > 1  # the offloaded layers live in several shards, each read in place
-        assert all(p.dtype == torch.float32 for p in loaded.model.parameters())
+        io = {id(loaded.model.get_input_embeddings().weight), id(loaded.model.get_output_embeddings().weight)}
+        # a bf16 checkpoint keeps its embedding and LM head in bf16 (test below), the rest is cast
+        assert all(p.dtype == (torch.bfloat16 if folder == "base_bf16" and id(p) in io else torch.float32)
+                   for p in loaded.model.parameters())
         off = calibration_pass(loaded, cal.ids)
     np.testing.assert_allclose(off.rms, mem.rms, rtol=1e-6)
     assert off.perplexity == pytest.approx(mem.perplexity, rel=1e-6)
+
+
+def _tied_bf16(folder):
+    torch.manual_seed(2)
+    cfg = tf.LlamaConfig(hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
+                         tie_word_embeddings=True)
+    model = tf.LlamaForCausalLM(cfg).to(torch.bfloat16)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    model.save_pretrained(folder, max_shard_size="40KB")
+    return model
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_offloaded_bf16_keeps_embedding_and_head_in_bf16(planted, tmp_path, monkeypatch, tied):
+    """Offloaded, a bf16 checkpoint's embedding and LM head stay bf16 (one tensor when tied) while the
+    pass computes in float32: the same RMS and perplexity as the whole model upcast to float32 in
+    memory, and as an independent float64 forward of the bf16 weights. The LM head is upcast 10 rows
+    at a time here (many chunks and a partial last one)."""
+    from grrr_stream.channels import activations
+
+    root, _ = planted
+    if tied:
+        folder, ref_model = tmp_path / "tied", _tied_bf16(tmp_path / "tied")
+    else:
+        folder, ref_model = root / "base_bf16", _planted_model().to(torch.bfloat16)
+    monkeypatch.setattr(activations, "HEAD_CHUNK_BYTES", 10 * HIDDEN * 4)
+    cal = calibration_ids(folder, vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
+    with load_model(folder, max_memory=None) as loaded:  # the previous behaviour: float32 everywhere
+        assert not loaded.offloaded and all(p.dtype == torch.float32 for p in loaded.model.parameters())
+        mem = calibration_pass(loaded, cal.ids)
+    with torch.no_grad():
+        out = ref_model.double()(input_ids=cal.ids, output_hidden_states=True)
+    ref_rms = torch.stack(out.hidden_states[:LAYERS]).pow(2).mean(dim=(1, 2)).sqrt().numpy()
+    ref_ppl = float(torch.exp(-torch.log_softmax(out.logits[:, :-1], -1).gather(-1, cal.ids[:, 1:, None]).mean()))
+    for budget in (100_000, 0):  # embedding resident / everything on disk
+        with load_model(folder, max_memory=budget) as loaded:
+            assert loaded.offloaded
+            emb, head = loaded.model.get_input_embeddings(), loaded.model.get_output_embeddings()
+            assert emb.weight.dtype == head.weight.dtype == torch.bfloat16
+            assert (emb.weight is head.weight) == tied
+            assert all(p.dtype == torch.float32 for p in loaded.model.parameters()
+                       if p is not emb.weight and p is not head.weight)
+            off = calibration_pass(loaded, cal.ids)
+        np.testing.assert_allclose(off.rms, mem.rms, rtol=1e-6)
+        assert off.perplexity == pytest.approx(mem.perplexity, rel=1e-6)
+        np.testing.assert_allclose(off.rms, ref_rms, rtol=1e-5)
+        assert off.perplexity == pytest.approx(ref_ppl, rel=1e-5)
 
 
 def test_rule_and_proxy_find_exactly_the_planted_channels(planted):

@@ -3,10 +3,10 @@ against the peak RSS of decomposing a transition of the same model.
 
     python tools/bench_channels.py [--hidden 1024 --layers 6 --intermediate 2816 --vocab 32000]
                                    [--sequences 8 --seq-len 128] [--max-memory 200MiB] [--shard-size 2GB]
-                                   [--no-decompose]
+                                   [--dtype bfloat16] [--no-decompose]
 
-Builds a synthetic LlamaForCausalLM with transformers' own classes (float32 safetensors; nothing is
-downloaded) and a post model = base + a small relative Gaussian step, written with the project's
+Builds a synthetic LlamaForCausalLM with transformers' own classes (safetensors stored in ``--dtype``,
+float32 by default; the pass always computes in float32; nothing is downloaded) and a post model = base + a small relative Gaussian step, written with the project's
 checkpoint writer. Each measurement runs in a fresh child process:
 
 - the calibration pass (per-channel RMS at every layer's input + perplexity) in memory, offloaded
@@ -90,7 +90,7 @@ def build_pair(tmp: Path, a: argparse.Namespace) -> tuple[Path, Path]:
     cfg = tf.LlamaConfig(hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
                          num_attention_heads=a.hidden // 64, num_key_value_heads=max(1, a.hidden // 256),
                          vocab_size=a.vocab, max_position_embeddings=max(512, a.seq_len))
-    model = tf.LlamaForCausalLM(cfg)
+    model = tf.LlamaForCausalLM(cfg).to(getattr(torch, a.dtype))
     model.save_pretrained(base, max_shard_size=a.shard_size)
     del model
     files = sorted(base.glob("*.safetensors"))
@@ -99,14 +99,16 @@ def build_pair(tmp: Path, a: argparse.Namespace) -> tuple[Path, Path]:
     for k, f in where.items():
         with safe_open(f, framework="pt") as h:
             s = h.get_slice(k)
-            layout.append(TensorSpec(k, tuple(s.get_shape()), torch.float32))
+            layout.append(TensorSpec(k, tuple(s.get_shape()), getattr(torch, a.dtype)))
 
     def tensors():
         g = torch.Generator().manual_seed(1)
         for spec in layout:
             with safe_open(where[spec.name], framework="pt") as h:
                 w = h.get_tensor(spec.name).clone()
-            yield spec.name, w + 1e-3 * w.abs().mean() * torch.randn(w.shape, generator=g)
+            w32 = w.float()  # the step is drawn in float32, then stored in the checkpoint's dtype
+            step = 1e-3 * w32.abs().mean() * torch.randn(w.shape, generator=g)
+            yield spec.name, (w32 + step).to(spec.dtype)
 
     write_checkpoint(post, tensors(), layout=layout, config=json.loads((base / "config.json").read_text()))
     return base, post
@@ -122,6 +124,8 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--max-memory", default="200MiB", help="resident-weight budget of the first offloaded run")
     ap.add_argument("--shard-size", default="2GB", help="max_shard_size of the synthetic base checkpoint")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="storage dtype of the synthetic checkpoints (the calibration pass computes in float32)")
     ap.add_argument("--no-decompose", action="store_true", help="skip the decomposition's measurement")
     a = ap.parse_args()
 
@@ -129,7 +133,7 @@ def main() -> None:
         base, post = build_pair(Path(tmp), a)
         n_shards = len(list(base.glob("*.safetensors")))
         print(f"synthetic Llama: hidden {a.hidden}, {a.layers} layers, MLP {a.intermediate}, vocab {a.vocab}, "
-              f"{n_shards} shard(s); {a.sequences} × {a.seq_len} tokens")
+              f"{n_shards} shard(s), stored in {a.dtype}; {a.sequences} × {a.seq_len} tokens")
         calib = {}
         for budget in ("none", a.max_memory, "0"):
             r = child(CALIBRATION, str(base), str(a.sequences), str(a.seq_len), budget)

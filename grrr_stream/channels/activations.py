@@ -9,8 +9,10 @@ copied into the offload folder and the "disk" weights are never materialised whi
 accelerate's ``AlignDevicesHook`` then reads each offloaded block's weights (memory-mapped) for
 its own forward and drops them afterwards. The peak is therefore the process baseline (python,
 torch, transformers' imports: ~0.55 GB here) + the resident blocks + the largest offloaded block
-(the embedding or the LM head, in the compute dtype) + the activations and logits of one batch;
-see tools/bench_channels.py.
++ the activations and logits of one batch; see tools/bench_channels.py. A 16-bit checkpoint computed
+in float32 keeps its embedding and LM head (vocab × hidden, the largest blocks of an LLM) in its own
+dtype, upcast row by row / a slice of rows at a time (:func:`_storage_dtype_io`); every other
+weight is cast to the compute dtype.
 No forward pass is written here: the model's own ``forward`` runs; forward pre-hooks on the
 decoder layers read their input (the residual stream) and accumulate Σx² per channel in
 float64.
@@ -107,6 +109,20 @@ def layerwise_device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype
     for b in blocks:
         used += sizes.get(b, 0)
         device_map[b] = "cpu" if used <= budget else "disk"
+    # A weight tied across blocks (tied embeddings: lm_head.weight is embed_tokens.weight) is stored
+    # once, under the first name: every block holding it follows the first one's device (accelerate's
+    # offload index has no entry under the other name, so a "disk" lm_head next to a resident
+    # embedding failed with KeyError 'lm_head.weight'); it costs no memory, being the same tensor.
+    from accelerate.utils import find_tied_parameters
+
+    def block_of(param: str) -> str | None:
+        return next((b for b in blocks if param == b or param.startswith(b + ".")), None)
+
+    for group in find_tied_parameters(model):
+        owners = [b for b in dict.fromkeys(map(block_of, group)) if b is not None]
+        first = min(owners, key=blocks.index) if owners else None
+        for b in owners:
+            device_map[b] = device_map[first]
     return device_map
 
 
@@ -147,7 +163,9 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
                                                                   offload_folder=offload,
                                                                   dtype="auto" if offloaded else dtype)
         if offloaded:
-            _cast_floating(model, dtype)
+            kept = _storage_dtype_io(model, dtype)
+            _cast_floating(model, dtype, keep={id(p) for m in kept for p in m.parameters()})
+            _compute_in(kept, dtype)
         model.eval()
         del accelerate
         # Non-zero only when transformers had to convert an offloaded weight at load time (its
@@ -158,16 +176,75 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         yield Loaded(model, layers, norm, offloaded, config, copied)
 
 
-def _cast_floating(model: torch.nn.Module, dtype: torch.dtype) -> None:
-    """Floating parameters and buffers to ``dtype`` in place (accelerate forbids ``model.to`` on an
-    offloaded model); ``param.data`` is replaced, so tied parameters stay one object."""
+def _cast_floating(model: torch.nn.Module, dtype: torch.dtype, keep: set[int] = frozenset()) -> None:
+    """Floating parameters (but those whose id is in ``keep``) and buffers to ``dtype`` in place
+    (accelerate forbids ``model.to`` on an offloaded model); ``param.data`` is replaced, so tied
+    parameters stay one object."""
     for module in model.modules():
         for p in module._parameters.values():
-            if p is not None and p.is_floating_point() and p.dtype != dtype:
+            if p is not None and p.is_floating_point() and p.dtype != dtype and id(p) not in keep:
                 p.data = p.data.to(dtype)
         for name, b in module._buffers.items():
             if b is not None and b.is_floating_point() and b.dtype != dtype:
                 module._buffers[name] = b.to(dtype)
+
+
+_HALF = (torch.bfloat16, torch.float16)
+HEAD_CHUNK_BYTES = 64 * 2**20  # LM head rows upcast at a time (a float32 slice of the weight)
+
+
+def _storage_dtype_io(model: torch.nn.Module, dtype: torch.dtype) -> list[torch.nn.Module]:
+    """The input embedding and LM head that can keep a 16-bit checkpoint's weights while computing
+    in float32/float64 with the same values: the largest blocks of an LLM (vocab × hidden; 2.9 GiB
+    each in float32 for a 14B model), which a float32 copy would double next to their bf16 pages.
+
+    Only plain ``nn.Embedding`` / bias-free ``nn.Linear`` modules qualify (a subclass may compute on
+    its weight in its own dtype, e.g. an embedding scaled in bf16); a weight tied to any other module
+    qualifies only if that module is one of the two (tied embeddings: one stored tensor)."""
+    if dtype not in (torch.float32, torch.float64):
+        return []
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    kept = [m for m in (emb, head)
+            if m is not None and type(m) in (torch.nn.Embedding, torch.nn.Linear)
+            and getattr(m, "bias", None) is None and m.weight.dtype in _HALF]
+    while True:  # drop a module whose weight another module (outside the kept ones) also holds
+        ids = {id(m.weight) for m in kept}
+        shared = {id(p) for m in model.modules() if all(m is not k for k in kept)
+                  for p in m._parameters.values() if p is not None and id(p) in ids}
+        if not shared:
+            return kept
+        kept = [m for m in kept if id(m.weight) not in shared]
+
+
+def _compute_in(modules: list[torch.nn.Module], dtype: torch.dtype) -> None:
+    """Make the kept 16-bit embedding / LM head return ``dtype`` with the values of a ``dtype`` copy.
+
+    Embedding: rows are looked up in the stored dtype and upcast (exact, so bit-identical to a
+    lookup in an upcast copy). LM head: logits = h @ Wᵀ in ``dtype``, W upcast a slice of rows at a
+    time (each logit is the same dot product as with an upcast copy; only BLAS blocking may differ)."""
+    for m in modules:
+        if isinstance(m, torch.nn.Embedding):
+            m.register_forward_hook(lambda mod, args, out: out.to(dtype))
+            continue
+        forward = _chunked_upcast_linear(m, dtype)
+        # accelerate's hook on an offloaded module loads the weight, calls ``_old_forward``, drops it
+        if hasattr(m, "_hf_hook") and hasattr(m, "_old_forward"):
+            m._old_forward = forward
+        else:
+            m.forward = forward
+
+
+def _chunked_upcast_linear(m: torch.nn.Linear, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+    rows = max(1, HEAD_CHUNK_BYTES // (m.in_features * torch.empty((), dtype=dtype).element_size()))
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        x = x.to(dtype)
+        w = m.weight
+        out = x.new_empty(*x.shape[:-1], w.shape[0])
+        for s in range(0, w.shape[0], rows):
+            out[..., s:s + rows] = torch.nn.functional.linear(x, w[s:s + rows].to(dtype))
+        return out
+    return forward
 
 
 def _hidden(args, kwargs) -> torch.Tensor:
