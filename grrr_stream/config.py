@@ -6,7 +6,7 @@ Settings split into two kinds: those that change results (they enter
 (device, progress display, tracking). Changing the first kind makes a resumed run
 refuse to mix old and new results; changing the second reuses them.
 
-The settings of an evaluation's engine and sampling live in :mod:`.eval_settings`, a sweep's
+The settings of an evaluation's engine and sampling live in :mod:`.evaluation.settings`, a sweep's
 in :mod:`.sweep.config`; both build on :class:`StrictModel` and the loaders here.
 """
 
@@ -34,7 +34,7 @@ DEFAULT_MODULES: tuple[str, ...] = (
 FloatDtype = Literal[COMPUTE_NAMES]
 StoreDtype = Literal[FLOAT_NAMES]
 
-# Near-degenerate singular values (grrr_stream.frame.compute_frame): neighbours of W0's spectrum within this
+# Near-degenerate singular values (grrr_stream.geometry.frame.compute_frame): neighbours of W0's spectrum within this
 # share of σ₁ make a float32 frame be computed in float64, and bound the clusters of the f_degenerate column
 DEGENERATE_GAP = 1e-6
 
@@ -58,7 +58,7 @@ DEFAULT_SFT_METHODS = ("SFT", "distillation", "distill")
 
 
 class ClaimSettings(StrictModel):
-    """The paper's headline statistics over evaluated transitions (:mod:`grrr_stream.claims_sets`): their
+    """The paper's headline statistics over evaluated transitions (:mod:`grrr_stream.stats.claims_sets`): their
     thresholds (the paper's values by default) and the joint bootstrap's settings; a sweep's ``claims``."""
 
     within_points: float = Field(4.3, ge=0.0)        # "stays within k points of full" (informative set)
@@ -146,7 +146,7 @@ class DecompositionSettings(StrictModel):
     # and as channels/ arrays for channel statistics (docs/channels.md); measured at most a few
     # percent of a decomposition
     channel_energy: bool = True
-    # torch's intra-op threads for the math on a CPU (None: automatic, see streaming.compute_threads).
+    # torch's intra-op threads for the math on a CPU (None: automatic, see decompose.streaming.compute_threads).
     # Not a result setting: LAPACK's results do not depend on it beyond rounding.
     cpu_threads: Optional[int] = Field(None, ge=1)
 
@@ -226,7 +226,7 @@ class DecomposeConfig(DecompositionSettings):
 
     overwrite: bool = False
     progress: bool = True
-    # Where the matrices are computed (grrr_stream.cluster): threads (this process, default), local:N (a
+    # Where the matrices are computed (grrr_stream.runtime.cluster): threads (this process, default), local:N (a
     # LocalCluster of N worker processes) or the address of a running Dask scheduler. Not a result setting:
     # a spread run writes what a one-process run with the same compute threads writes.
     scheduler: Optional[str] = None

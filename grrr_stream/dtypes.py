@@ -5,7 +5,7 @@ through byte for byte); only the decomposed matrices need a floating dtype.
 
 A name is torch's own (``torch.bfloat16`` → ``'bfloat16'``), the spelling that settings, configs
 and ``config.json`` use; numpy spells the types it has the same way. numpy has no bfloat16: the
-store keeps its bit pattern as uint16 (``store.to_store_array``), a store format, not a dtype here.
+store keeps its bit pattern as uint16 (``store.transition_store.to_store_array``), a store format, not a dtype here.
 
 torch is imported on first use of a torch dtype only: the settings (``grrr_stream.config``) take
 their dtype choices from this table and must validate a config without loading torch.
@@ -57,7 +57,7 @@ TABLE = (
 )
 # Not in the table: the sub-byte codes F4, F6_E2M3 and F6_E3M2 (their header shape counts values, several to
 # a byte, which no torch dtype matches one to one). A checkpoint holding one is readable where those
-# tensors are not read; a variant refuses it when it plans its layout (variants.VariantBuilder).
+# tensors are not read; a variant refuses it when it plans its layout (variants.builder.VariantBuilder).
 BY_CODE = {d.code: d for d in TABLE}
 BY_NAME = {d.name: d for d in TABLE}
 ITEMSIZE = {d.name: d.itemsize for d in TABLE}

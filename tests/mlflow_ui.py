@@ -1,4 +1,4 @@
-"""Helpers for the tracking-server test (tests/test_tracking_server.py).
+"""Helpers for the tracking-server test (tests/tracking/test_tracking_server.py).
 
 - ``serve``: start ``tracking/serve.sh`` on a free loopback port and stop its whole process group;
 - ``populate``: fill a tracking server with runs through the ``grrr-stream`` CLI, over HTTP;
@@ -176,12 +176,12 @@ def populate(tracking_uri: str, workdir: Path) -> None:
 
 def evaluate(tracking_uri: str, workdir: Path) -> Path:
     """Evaluations of the variants full and diag of base → rl (stored by ``populate`` in ``workdir``),
-    logged over HTTP, outside the sweep, with tests/test_evaluate.py's stand-in engine (no vLLM); the
+    logged over HTTP, outside the sweep, with tests/evaluation/test_evaluate.py's stand-in engine (no vLLM); the
     benchmark file becomes the runs' dataset input. Returns that file."""
     from test_evaluate import StandInEngine
 
     from grrr_stream.config import TrackingConfig
-    from grrr_stream.eval_settings import EngineSettings
+    from grrr_stream.evaluation.settings import EngineSettings
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
 
     workdir = Path(workdir)

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
-from grrr_stream.cli import build_parser
+from grrr_stream.cli.entry import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 

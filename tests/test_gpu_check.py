@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import ROOT, no_track_config
-from grrr_stream.decompose import run_transition
+from grrr_stream.decompose.run import run_transition
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_fails_loudly_without_a_gpu():
 
 
 def test_reference_recovers_planted_shares(gc, planted_f64):
-    from grrr_stream.checkpoint import Checkpoint
+    from grrr_stream.checkpoints.reader import Checkpoint
 
     base, post = planted_f64  # shares (0.2, 0.5, 0.3) planted in W0's own frame
     b, p = Checkpoint.open(base), Checkpoint.open(post)
@@ -73,7 +73,7 @@ def test_table_is_aligned(gc):
 
 def test_svd_driver_applies_to_cuda_tensors_only():
     """`svd_driver` picks a cuSOLVER routine; CPU LAPACK has one path and torch refuses a driver there."""
-    from grrr_stream.frame import _driver, compute_frame
+    from grrr_stream.geometry.frame import _driver, compute_frame
 
     A = torch.randn(12, 5, dtype=torch.float64)
     assert _driver(A, "gesvdj") == {} and _driver(A, None) == {}

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("vllm", reason="needs vLLM (install with tools/install.sh)")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-from grrr_stream.eval_settings import EngineSettings  # noqa: E402
+from grrr_stream.evaluation.settings import EngineSettings  # noqa: E402
 from grrr_stream.sweep import plan_sweep, run_sweep  # noqa: E402
 from grrr_stream.sweep.config import SweepConfig  # noqa: E402
 from grrr_stream.unit_log import log_path  # noqa: E402

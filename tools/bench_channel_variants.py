@@ -24,10 +24,10 @@ NAMES = ("proj", "offnull", "channels-outlier", "channels-rest", "channels-outli
 
 def main() -> None:
     from grrr_stream.config import build_config
-    from grrr_stream.decompose import run_transition
+    from grrr_stream.decompose.run import run_transition
     from grrr_stream.fixtures.synthetic import DEMO, Update, make_transition
-    from grrr_stream.variant_spec import parse_variant
-    from grrr_stream.variants import VariantBuilder
+    from grrr_stream.variants.spec import parse_variant
+    from grrr_stream.variants.builder import VariantBuilder
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)

@@ -58,7 +58,7 @@ print(json.dumps({"offloaded": off, "copied_mib": copied / 2**20, "seconds": tim
 DECOMPOSE = PROC + r"""
 import json, sys, time
 from grrr_stream.config import build_config
-from grrr_stream.decompose import run_transition
+from grrr_stream.decompose.run import run_transition
 base, post, store, frames = sys.argv[1:5]
 baseline = rss_mib("VmRSS")
 t = time.perf_counter()
@@ -78,12 +78,12 @@ def child(code: str, *args: str) -> dict:
 
 def build_pair(tmp: Path, a: argparse.Namespace) -> tuple[Path, Path]:
     """base: transformers' LlamaForCausalLM; post: every tensor of base plus 1e-3 · mean|w| · N(0, 1),
-    streamed tensor by tensor through grrr_stream.checkpoint_writer."""
+    streamed tensor by tensor through grrr_stream.checkpoints.writer."""
     import torch
     import transformers as tf
     from safetensors import safe_open
 
-    from grrr_stream.checkpoint_writer import TensorSpec, write_checkpoint
+    from grrr_stream.checkpoints.writer import TensorSpec, write_checkpoint
 
     base, post = tmp / "base", tmp / "post"
     torch.manual_seed(0)

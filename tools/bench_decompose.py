@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from grrr_stream.checkpoint import Checkpoint
+from grrr_stream.checkpoints.reader import Checkpoint
 from grrr_stream.fixtures.synthetic import ModelShape, Update, qwen3_14b_like, write_model
 
 # Each child's own peak RSS: VmHWM, the high-water mark of the process's address space since its exec.
@@ -56,7 +56,7 @@ PEAK_RSS = textwrap.dedent("""
 CHILD = PEAK_RSS + textwrap.dedent("""
     import json, sys, time
     from grrr_stream.config import build_config
-    from grrr_stream.decompose import run_transition
+    from grrr_stream.decompose.run import run_transition
     base, post, store, frames = sys.argv[1:5]
     extra = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
     t, c = time.perf_counter(), time.process_time()
@@ -73,8 +73,8 @@ CHILD = PEAK_RSS + textwrap.dedent("""
 # (V0 is complete in the tall orientation): what the method itself needs (the floor).
 BARE = textwrap.dedent("""
     import json, sys, time, torch
-    from grrr_stream.checkpoint import Checkpoint
-    from grrr_stream.arch import STANDARD_PATTERN, select_matrices
+    from grrr_stream.checkpoints.reader import Checkpoint
+    from grrr_stream.checkpoints.arch import STANDARD_PATTERN, select_matrices
     from grrr_stream.config import DEFAULT_MODULES
     b, p = Checkpoint.open(sys.argv[1]), Checkpoint.open(sys.argv[2])
     bare = rest = bare_cpu = rest_cpu = 0.0
@@ -109,7 +109,7 @@ PEER = PEAK_RSS + textwrap.dedent("""
     import json, os, sys, time, numpy as np, torch
     from pathlib import Path
     from safetensors.torch import load_file
-    from grrr_stream.arch import STANDARD_PATTERN, select_matrices
+    from grrr_stream.checkpoints.arch import STANDARD_PATTERN, select_matrices
     from grrr_stream.config import DEFAULT_MODULES
     out = Path(sys.argv[3]); out.mkdir(parents=True, exist_ok=True)
     t, c = time.perf_counter(), time.process_time()

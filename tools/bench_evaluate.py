@@ -27,13 +27,13 @@ def main() -> None:
     args = ap.parse_args()
 
     from grrr_stream.config import build_config
-    from grrr_stream.eval_settings import EngineSettings
-    from grrr_stream.decompose import run_transition
+    from grrr_stream.evaluation.settings import EngineSettings
+    from grrr_stream.decompose.run import run_transition
     from grrr_stream.evaluation.benchmarks import load_benchmark
     from grrr_stream.evaluation.engine import Engine
     from grrr_stream.fixtures.tinychain import build_chain
-    from grrr_stream.variant_spec import parse_variant
-    from grrr_stream.variants import VariantBuilder, write_variant
+    from grrr_stream.variants.spec import parse_variant
+    from grrr_stream.variants.builder import VariantBuilder, write_variant
 
     models = build_chain(args.work / "chain", quick=args.quick, progress=False)
     store = args.work / "store"

@@ -5,7 +5,7 @@
    computes anyway), against svdvals(W1) in the tall orientation. For a full-rank core (r = n after
    orienting tall), σ(W1) = σ(B); the extra cost is N V0 and its QR, the saving a smaller svdvals.
    A square matrix has N = 0: B = Σ0 + P, the same size as W1.
-2. The Lanczos ‖ΔW‖₂ (grrr_stream.frame.spectral_norm): seconds at its tolerance, and the share of
+2. The Lanczos ‖ΔW‖₂ (grrr_stream.geometry.frame.spectral_norm): seconds at its tolerance, and the share of
    its time a warm start from P's top right singular vector would have to save to pay for itself.
 
 Prints the process's CPU seconds per call (median of --repeat; on a machine shared with other jobs run it
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from grrr_stream.frame import compute_frame, project, spectral_norm, svdvals
+from grrr_stream.geometry.frame import compute_frame, project, spectral_norm, svdvals
 
 SHAPES = {  # (rows, cols) as stored: MLP up (tall), k/v (wide, GQA), q/o (square)
     "smollm2-135m": {"mlp": (1536, 576), "kv": (192, 576), "qo": (576, 576)},

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Benchmark: one transition spread over 1 vs 2 Dask workers (grrr_stream.spread), as ratios.
+"""Benchmark: one transition spread over 1 vs 2 Dask workers (grrr_stream.decompose.spread), as ratios.
 
 On one synthetic pair with real model shapes (the presets of bench_decompose.py), each in a
 fresh subprocess with empty store and frame cache (first transition: every SVD is computed):
 
   threads   the one-process run (reader, compute and writer threads; compute threads as chosen
-            by streaming.compute_threads)
+            by decompose.streaming.compute_threads)
   local:1   a LocalCluster of 1 worker process (all cores): the cost of going through Dask
   local:2   a LocalCluster of 2 worker processes (each half the cores)
 

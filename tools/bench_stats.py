@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grrr_stream import comparisons, stats
-from grrr_stream.store import StoredTransition
+from grrr_stream.stats import comparisons, summaries as stats
+from grrr_stream.store.transition_store import StoredTransition
 
 
 def main() -> None:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 READ = textwrap.dedent("""
     import json, sys, time
-    from grrr_stream.checkpoint import Checkpoint
-    from grrr_stream.store import StoredTransition
+    from grrr_stream.checkpoints.reader import Checkpoint
+    from grrr_stream.store.transition_store import StoredTransition
     m = StoredTransition(sys.argv[1]).manifest
     t = time.perf_counter()
     for folder in (m["base_folder"], m["post_folder"]):
@@ -40,8 +40,8 @@ READ = textwrap.dedent("""
 
 BUILD = textwrap.dedent("""
     import json, resource, sys, time
-    from grrr_stream.variant_spec import parse_variant
-    from grrr_stream.variants import VariantBuilder, write_variant
+    from grrr_stream.variants.spec import parse_variant
+    from grrr_stream.variants.builder import VariantBuilder, write_variant
     t = time.perf_counter()
     s = write_variant(VariantBuilder(sys.argv[1], parse_variant(sys.argv[2]), dtype=sys.argv[4]), sys.argv[3])
     print(json.dumps({"build_s": time.perf_counter() - t, "fidelity": s["fidelity"],
@@ -53,9 +53,9 @@ BUILD = textwrap.dedent("""
 # consumes) in one process, as an evaluation does, and time each, with the builder's phases.
 SWAP = textwrap.dedent("""
     import json, sys, time
-    from grrr_stream.store import StoredTransition
-    from grrr_stream.variant_spec import parse_variant
-    from grrr_stream.variants import VariantBuilder
+    from grrr_stream.store.transition_store import StoredTransition
+    from grrr_stream.variants.spec import parse_variant
+    from grrr_stream.variants.builder import VariantBuilder
     out = []
     t = StoredTransition(sys.argv[1])
     flops = sum(2 * a["shape"][0] * a["shape"][1] * a["rank"] for a in t.matrices.values())

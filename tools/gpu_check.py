@@ -61,8 +61,8 @@ def float64_reference(w0: np.ndarray, w1: np.ndarray) -> dict[str, float]:
 
 def max_fraction_error(store: Path, names: Sequence[str]) -> tuple[float, dict]:
     """Max abs error of the stored f_diag/f_off/f_null against the float64 reference, over ``names``."""
-    from grrr_stream.checkpoint import Checkpoint
-    from grrr_stream.store import StoredTransition
+    from grrr_stream.checkpoints.reader import Checkpoint
+    from grrr_stream.store.transition_store import StoredTransition
 
     t = StoredTransition(store)
     base = Checkpoint.open(Path(t.manifest["base_folder"]))
@@ -148,13 +148,13 @@ def vllm_swap(work: Path) -> str:
     except ImportError:
         return "skipped (vllm not installed: pip install -e '.[vllm]')"
     from grrr_stream.config import build_config
-    from grrr_stream.eval_settings import EngineSettings
-    from grrr_stream.decompose import run_transition
+    from grrr_stream.evaluation.settings import EngineSettings
+    from grrr_stream.decompose.run import run_transition
     from grrr_stream.evaluation.benchmarks import load_benchmark
     from grrr_stream.evaluation.engine import Engine
     from grrr_stream.fixtures.tinychain import build_chain
-    from grrr_stream.variant_spec import parse_variant
-    from grrr_stream.variants import VariantBuilder
+    from grrr_stream.variants.spec import parse_variant
+    from grrr_stream.variants.builder import VariantBuilder
 
     models = build_chain(work / "chain", quick=True, progress=False)
     store = work / "chain_store"
@@ -184,7 +184,7 @@ def main() -> None:
     device = require_cuda()
 
     from grrr_stream.config import build_config
-    from grrr_stream.decompose import run_transition
+    from grrr_stream.decompose.run import run_transition
     from grrr_stream.fixtures.synthetic import ModelShape, Update, write_model
 
     shape = ModelShape(hidden=1536, intermediate=8960, layers=args.layers, heads=12, kv_heads=2, head_dim=128,

@@ -1,7 +1,7 @@
 """How much of one transition's update lands on a given set of residual channels (issue 24, §3).
 
 For a group of matrices (all, readers, writers, one module) and a component c (diag, off, null), with
-e_m[j, c] the energy of matrix m's component on residual channel j (:mod:`grrr_stream.channels.energy`),
+e_m[j, c] the energy of matrix m's component on residual channel j (:mod:`grrr_stream.geometry.channel_energy`),
 T[j, c] = Σ_m e_m[j, c] over the group, S the channel set (k of the H channels):
 
     energy share   s_c = Σ_{j∈S} T[j, c] / Σ_j T[j, c]
@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import ConfigError, StoreError
-from .energy import COMPONENTS
+from ..geometry.channel_energy import COMPONENTS
 
 CHUNK_DRAWS = 256  # null draws per block: a draws×H indicator is never built whole
 
@@ -129,7 +129,7 @@ def _null_shares(per_group: np.ndarray, k: int, draws: int, rng: np.random.Gener
 def store_energies(path: Path) -> tuple[np.ndarray, list[dict]]:
     """(matrices, H, 3) energies and each matrix's record (layer, module, expert, side), from a finished
     store's ``channels/`` arrays alone (no checkpoint)."""
-    from ..store import StoredTransition
+    from ..store.transition_store import StoredTransition
 
     arrays, attrs = StoredTransition(Path(path)).read_group("channels")
     sides = attrs["sides"]

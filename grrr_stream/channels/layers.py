@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .energy import COMPONENTS
+from ..geometry.channel_energy import COMPONENTS
 
 
 def layer_shares(energies: np.ndarray, records: list[dict], channels: np.ndarray) -> list[dict]:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from ..eval_settings import EngineSettings, SamplingSettings
 from ..errors import ConfigError, MissingDependencyError
 from .benchmarks import Problem
 from .prompts import DEFAULT_INSTRUCTION
+from .settings import EngineSettings, SamplingSettings
 
 
 def _import_vllm():
@@ -105,7 +105,7 @@ class Engine:
         if self.in_process:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors)})
         else:  # worker processes: hand over a folder (tensors in RPC kwargs do not survive pickling)
-            from ..checkpoint_writer import write_checkpoint
+            from ..checkpoints.writer import write_checkpoint
 
             if scratch is None or layout is None:
                 raise ConfigError("multi-process vLLM needs a scratch folder to swap weights")

@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from .. import runs
 from ..config import TrackingConfig
-from ..eval_settings import EngineSettings, SamplingSettings, check_metric
 from ..errors import ConfigError
 from ..files import atomic_write_text, ensure_folder, remove_tree, to_csv
-from ..store import StoredTransition
+from ..store.transition_store import StoredTransition
+from ..tracking import runs
 from .benchmarks import Benchmark, load_benchmark, resolve_bench_dir
 from .engine import Engine
 from .prompts import DEFAULT_INSTRUCTION, prompt_format
 from .scoring import BenchmarkResult, evaluation_key, problem_rows, score_benchmark, scored
+from .settings import EngineSettings, SamplingSettings, check_metric
 from .tables import accuracy_table, diagnostics_table, retention_tables, solved_lost
 
 
@@ -123,9 +123,9 @@ class _Evaluation:
 
 def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     """Every refusal (settings, variant names, a rest source the base cannot supply) before an engine starts."""
-    from ..variant_channels import load_channels
-    from ..variant_spec import parse_variants
-    from ..variants import VariantBuilder
+    from ..variants.channels import load_channels
+    from ..variants.spec import parse_variants
+    from ..variants.builder import VariantBuilder
 
     check_metric(request.metric, request.sampling)
     instruction = request.instruction if request.instruction is not None else DEFAULT_INSTRUCTION
@@ -224,14 +224,14 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
         active.load_weights(builder.tensors(), scratch=ev.out / "_swap", layout=builder.layout(),
                             config=builder.config())
         scores.fidelity[name] = builder.report.summary()
-        from ..variant_fidelity import store_warning
+        from ..variants.fidelity import store_warning
 
         warning = store_warning(scores.fidelity[name])  # a 16-bit store's rounding (write_variant prints its own)
         if warning:
             log(warning)
         scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log)
         return
-    from ..variants import write_variant
+    from ..variants.builder import write_variant
 
     folder = ev.out / "_variants" / name
     scores.fidelity[name] = write_variant(builder, folder, overwrite=True, within=ev.out / "_variants")
@@ -263,7 +263,7 @@ def _score_benchmarks(ev: _Evaluation, name: str, active: Any, keys: dict[str, s
 
 def _tabulate(ev: _Evaluation, scores: _Scores, log) -> EvaluationResult:
     """The tables (accuracy, retention, removal, solved/lost) and the paired differences between variants."""
-    from .. import claims
+    from ..stats import claims
 
     req, builders = ev.request, ev.builders
     flat = [r for n in ev.names for r in scores.results[n]]

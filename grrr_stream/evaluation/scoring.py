@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..config import stable_hash
-from ..eval_settings import EngineSettings, SamplingSettings
 from .benchmarks import Benchmark
 from .engine import Engine, Generation
 from .grading import Grade, answers_equivalent, count_wait, grade
 from .prompts import DEFAULT_INSTRUCTION
+from .settings import EngineSettings, SamplingSettings
 
 
 @dataclass

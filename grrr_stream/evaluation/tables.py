@@ -73,7 +73,7 @@ def retention_tables(acc_rows: Sequence[dict], *, rest_from: Optional[str] = Non
     """Tables 5/6 (component retention, against full as the paper and against proj) and 8
     (diagonal vs random removal; Δ = remove − reference, negative when removal hurts); the transition is
     informative when full − base ≥ ``informative_points`` (the claims' setting; a tie counts)."""
-    from ..claims import TIE
+    from ..stats.claims import TIE
 
     avg = {r["variant"]: r["average"] for r in acc_rows if r["average"] is not None}
     full, base, proj = avg.get("full"), avg.get("base"), avg.get("proj")

@@ -104,9 +104,9 @@ def from_arch(arch: Arch, where: str, download: Optional[int]) -> ModelFacts:
 
 def from_checkpoint(folder: Path, download: int = 0) -> Optional[ModelFacts]:
     """Shapes and parameters from a local checkpoint's safetensors headers (None: not readable)."""
-    from ..checkpoint import Checkpoint
+    from ..checkpoints.reader import Checkpoint
     from ..errors import GrrrError
-    from ..transition_plan import default_selection
+    from ..decompose.plan import default_selection
 
     try:
         ck = Checkpoint.open(Path(folder))

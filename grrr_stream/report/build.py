@@ -77,7 +77,7 @@ def _counts(units: list[dict]) -> dict[str, int]:
 def _claims(report, plan) -> list[dict]:
     """Per evaluation suite: the claims as the paper's sentences (each names the set it is over), the
     informative count and the settings the intervals come from."""
-    from ..claims_sets import sentences
+    from ..stats.claims_sets import sentences
 
     c = plan.config.claims
     out = []
@@ -133,7 +133,7 @@ def _provenance(plan, report, records: dict, config: dict, tracking, run_id, run
 
 def _settings_hashes(report) -> list[dict]:
     """Each decomposed transition's store and the identity its manifest records (fingerprints, settings hash)."""
-    from ..store import TransitionStore
+    from ..store.transition_store import TransitionStore
 
     out = []
     for r in report.transitions:
@@ -147,7 +147,7 @@ def _mlflow(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[dict]
     http(s) tracking URI, else the local UI that `mlflow ui --backend-store-uri URI` serves."""
     if tracking is None or not tracking.enabled:
         return None
-    from ..tracking import resolve_uri
+    from ..tracking.mlflow_client import resolve_uri
 
     uri = resolve_uri(tracking.uri)
     served = uri.startswith(("http://", "https://"))

@@ -4,7 +4,7 @@ Every cell keeps where it comes from: the CSV file in WORKDIR/report, the row's 
 column (``Cell.src``, rendered as ``data-src``), and the exact text that file holds (``Cell.text``,
 rendered as ``data-value``), so a reader (and the browser test) can check any number against its file.
 Rows are grouped SFT / RL by the child's post-training method as the claims group them
-(:func:`grrr_stream.claims_sets.method_group`); the ``kind`` column says cumulative or incremental.
+(:func:`grrr_stream.stats.claims_sets.method_group`); the ``kind`` column says cumulative or incremental.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from ..claims_sets import method_group
+from ..stats.claims_sets import method_group
 
 Row = dict
 

@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, field_validator
 from ..config import ClaimSettings, DecompositionSettings, StrictModel, TrackingConfig, format_validation_error, load_yaml
 from ..dtypes import FLOAT_NAMES
 from ..errors import ConfigError
-from ..eval_settings import EngineSettings, SamplingSettings
+from ..evaluation.settings import EngineSettings, SamplingSettings
 from ..files import COMPONENT_RE
 
 _ID_RE = COMPONENT_RE  # ids, suite and benchmark names become folder names

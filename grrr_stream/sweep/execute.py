@@ -158,7 +158,7 @@ def execute_units(todo: list[Unit], states: dict[str, str], executor: LocalExecu
 
 def make_client(address: Optional[str]):
     """(client or None, cluster to close or None, torch threads per worker or None)."""
-    from ..cluster import open_client, parse_scheduler, require, threads_per_local_worker
+    from ..runtime.cluster import open_client, parse_scheduler, require, threads_per_local_worker
 
     spec = require(parse_scheduler(address), ("threads", "synchronous", "local", "address"), "a sweep")
     if not spec.distributed:

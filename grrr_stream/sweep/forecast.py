@@ -141,7 +141,7 @@ def _unit(u: Unit, plan: Plan, models: _Models, dec: dict[str, Unit], rates: Opt
             return UnitForecast(u.id, u.kind, download, write, None, None, f"shapes {base.where}")
         flops = sum(work.decompose_flops(s, frame_cached=bool(u.after)) for s in base.shapes)
         if write is None:  # checkpoints not here yet: the same disk model from the shapes known now
-            from ..diskplan import transition_needs
+            from ..runtime.diskplan import transition_needs
 
             st = p.settings
             write = sum(n.bytes for n in transition_needs(

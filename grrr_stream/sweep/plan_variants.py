@@ -28,7 +28,7 @@ class PlanContext:
 
     def rest_problems(self, tid: str, names: list[str], where: str) -> Problems:
         """A plan problem when rest_from: base meets a base that cannot supply the rest."""
-        from ..variant_rest import rest_refusal
+        from ..variants.rest import rest_refusal
 
         composed = [n for n in names if n in self.specs and self.specs[n].composed]
         if not composed or self.cfg.variants.rest_from != "base":
@@ -40,7 +40,7 @@ class PlanContext:
     def channels(self, tid: str, names: list[str], where: str) -> tuple[dict[str, Any], Problems]:
         """The channels.json fields of units with channel variants among ``names`` on transition ``tid``: its
         path and the key of its channel set (empty when no name is a channel variant), or the problem."""
-        from ..variant_channels import load_channels
+        from ..variants.channels import load_channels
 
         wanting = [n for n in names if n in self.specs and self.specs[n].channels]
         if not wanting:
@@ -90,7 +90,7 @@ class PlanContext:
 
 
 def variant_specs(cfg: SweepConfig) -> tuple[dict[str, Any], Problems]:
-    from ..variant_spec import parse_variant
+    from ..variants.spec import parse_variant
 
     specs, problems = {}, []
     for name in cfg.variants.names + [n for e in (cfg.evaluation, *cfg.extra_evaluations) for n in (e.variants or [])]:

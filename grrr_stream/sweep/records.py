@@ -64,7 +64,7 @@ def output_complete(unit: Unit) -> bool:
     """A cheap check that a unit's result folder still holds a finished result."""
     out = Path(unit.out)
     if unit.kind == "decompose":
-        from ..store import TransitionStore
+        from ..store.transition_store import TransitionStore
 
         manifest = TransitionStore.read_manifest(out) or {}
         matrices = out / "matrices"

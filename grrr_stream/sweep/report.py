@@ -77,7 +77,7 @@ class Report:
     differences: list[Row] = field(default_factory=list)
     informative: list[Row] = field(default_factory=list)
     claim_rows: list[Row] = field(default_factory=list)
-    claims: dict = field(default_factory=dict)   # evaluation suite → claims.summarise(...)
+    claims: dict = field(default_factory=dict)   # evaluation suite → stats.claims.summarise(...)
     # pass@k, maj@k and avg@n per transition, variant and benchmark, where answers were sampled (n > 1)
     sampled: list[Row] = field(default_factory=list)
     # residual channels (report_channels.py): analysed models, per-transition shares, SFT vs RL, per layer
@@ -92,7 +92,7 @@ class Report:
 
 def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> Report:
     """Sweep-level tables and figures in WORKDIR/report from the units that are done; the report
-    carries the files written and the claims summary (:func:`grrr_stream.claims.summarise`, one per
+    carries the files written and the claims summary (:func:`grrr_stream.stats.claims.summarise`, one per
     evaluation suite)."""
     report = read_report(plan, states, records)
     _write(report)
@@ -227,7 +227,7 @@ def _rest_source(u: Unit) -> dict:
 def _transition_scores(u: Unit, tr: Transition, c):
     """Paired bootstrap scores of an evaluation unit's variants from its per-problem results
     (None for results written before per-problem correctness was recorded)."""
-    from .. import claims
+    from ..stats import claims
     from ..evaluation.scoring import result_path
 
     p: EvaluateParams = u.params
@@ -249,7 +249,7 @@ def _transition_scores(u: Unit, tr: Transition, c):
 
 
 def _summarise_claims(plan: Plan, scores_by_suite: dict[str, list], rest: dict, report: Report) -> None:
-    from .. import claims
+    from ..stats import claims
 
     settings = plan.config.claims
     for suite, scores in scores_by_suite.items():

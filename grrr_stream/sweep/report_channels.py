@@ -10,7 +10,7 @@ Read from the finished channels and channel-stats units (never recomputed here):
   count-matched random channel sets (:mod:`grrr_stream.channels.enrichment`);
 * ``channels_sft_rl.csv`` / ``.txt``: the table answering "SFT reshapes the outlier channels, RL adapts
   the others": the training steps (parent → child transitions) grouped SFT / RL by ``method`` as the
-  claims group them (:func:`grrr_stream.claims_sets.method_group`); per group and component the mean
+  claims group them (:func:`grrr_stream.stats.claims_sets.method_group`); per group and component the mean
   over its transitions of the energy share, channel share and ratio, and the envelope of their
   intervals (lowest ci_lo, highest ci_hi) and the largest p-value;
 * ``channel_layers.csv`` and ``channel_layers.png``: the share per decoder layer, SFT vs RL.
@@ -36,7 +36,7 @@ COMPONENTS = ("diag", "off", "null", "total")
 
 def read_channel_report(plan: "Plan", done: list["Unit"], report: "Report") -> None:
     """Fill the report's channel tables from the finished channel units."""
-    from ..claims_sets import method_group
+    from ..stats.claims_sets import method_group
     from .report import read_rows, rectangular
 
     sft = plan.config.claims.sft_methods

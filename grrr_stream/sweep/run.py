@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 from ..config import TrackingConfig
+from ..tracking.runs import log_sweep, sweep_runs
+from ..unit_log import console, log_path, unit_log
 from .display import Display
 from .execute import DaskExecutor, LocalExecutor, execute_units, make_client
 from .plan import Plan
 from .records import Records, SweepLock, unit_state
 from .report import Report, write_report
-from ..runs import log_sweep, sweep_runs
-from ..unit_log import console, log_path, unit_log
 from .runners import RunContext
 from .tracker import Tracker
 from .units import DecomposeParams, Unit
@@ -40,7 +40,7 @@ class SweepResult:
         return self.report.files
 
     @property
-    def claims(self) -> dict:            # evaluation suite → claims.summarise(...)
+    def claims(self) -> dict:            # evaluation suite → stats.claims.summarise(...)
         return self.report.claims
 
     @property
@@ -76,7 +76,7 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
                     f"{len(todo)} to run")
         if tracking.enabled:  # once, before any unit: unreachable → refuse (required) or record only
-            from ..run_log import preflight
+            from ..tracking.run_log import preflight
 
             # MLflow's database migrations go to the sweep's log; what the check says, to the terminal
             with unit_log(log_path(plan.workdir, "sweep"), verbose=verbose):
@@ -94,7 +94,7 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
         result.tracking_missed = [u for u in ran if (recs.get(u) or {}).get("tracking")]
         if tracker is not None and tracker.left():  # the server went away during the sweep
-            from ..run_log import say_missed
+            from ..tracking.run_log import say_missed
 
             say_missed(tracker.left(), tracker.last.error or "still pending", stream)
             result.tracking_missed += tracker.left()

@@ -58,7 +58,7 @@ def run_unit(u: Unit, ctx: RunContext) -> dict:
         import torch
 
         torch.set_num_threads(int(ctx.threads))
-    from ..run_log import missed
+    from ..tracking.run_log import missed
 
     missed_before = len(missed())
     log = log_path(ctx.workdir, u.id)
@@ -101,12 +101,12 @@ def _run_generate(u: Unit, ctx: RunContext) -> dict:
 
 
 def _run_decompose(u: Unit, ctx: RunContext) -> dict:
-    from ..decompose import run_transition
+    from ..decompose.run import run_transition
 
     p: DecomposeParams = u.params
     run = {"progress": ctx.progress, "tracking": ctx.tracking, **({"device": ctx.device} if ctx.device else {})}
     cfg = p.config(u.out, source=u.id, **run)
-    from ..spread import in_dask_worker
+    from ..decompose.spread import in_dask_worker
 
     if in_dask_worker() is not None:  # a sweep on a cluster: the transition's matrices go to all its workers
         from distributed import worker_client
@@ -122,7 +122,7 @@ def _run_decompose(u: Unit, ctx: RunContext) -> dict:
 
 
 def _run_stats(u: Unit, ctx: RunContext) -> dict:
-    from ..workflows import run_stats
+    from ..stats.run import run_stats
 
     p: StatsParams = u.params
     stores = [Path(ctx.stores[t]) for t in p.transitions]
@@ -132,7 +132,7 @@ def _run_stats(u: Unit, ctx: RunContext) -> dict:
 
 
 def _run_compare(u: Unit, ctx: RunContext) -> dict:
-    from ..workflows import run_comparisons
+    from ..stats.run import run_comparisons
 
     p: CompareParams = u.params
     ancestor = Path(ctx.stores[p.ancestor]) if p.ancestor else None
@@ -144,10 +144,10 @@ def _run_compare(u: Unit, ctx: RunContext) -> dict:
 
 
 def _run_variant(u: Unit, ctx: RunContext) -> dict:
-    from ..runtime import resolve_device
-    from ..variant_spec import parse_variant
-    from ..variants import VariantBuilder, write_variant
-    from ..runs import log_variant
+    from ..runtime.device import resolve_device
+    from ..variants.spec import parse_variant
+    from ..variants.builder import VariantBuilder, write_variant
+    from ..tracking.runs import log_variant
 
     p: VariantParams = u.params
     builder = VariantBuilder(Path(ctx.stores[p.transition]), parse_variant(p.variant), dtype=p.dtype,

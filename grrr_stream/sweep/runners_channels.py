@@ -24,7 +24,7 @@ def run_channels_unit(u: Unit, ctx: "RunContext") -> dict:
     """``grrr-stream channels`` on one model, into the unit's folder (channels.json written last)."""
     from ..channels.analysis import run_channels
     from ..channels.rule import OutlierRule
-    from ..checkpoint import resolve_source
+    from ..checkpoints.reader import resolve_source
 
     p: ChannelsParams = u.params
     try:  # transformers' "sequence longer than the model maximum": the text is cut into windows on purpose
@@ -58,7 +58,7 @@ def stats_rows(energies: np.ndarray, records: list[dict], channels: np.ndarray, 
     the three components' energies summed per channel, with the same null draws and resamples); with no
     outlier channel, rows with zero shares and no ratio (the rule found none: nothing to enrich)."""
     from ..channels.enrichment import enrichment, groups_of
-    from ..channels.energy import COMPONENTS
+    from ..geometry.channel_energy import COMPONENTS
 
     e = np.asarray(energies, dtype=np.float64)
     total = np.repeat(e.sum(axis=2, keepdims=True), 3, axis=2)  # one component's rows are the total's
@@ -111,7 +111,7 @@ def run_channel_stats_unit(u: Unit, ctx: "RunContext") -> dict:
     atomic_write_text(out / LAYERS_FILE, to_csv(layers))
     atomic_write_text(out / STATS_FILE, to_csv(rows))
     if ctx.tracking.enabled:
-        from ..runs import log_channel_stats
+        from ..tracking.runs import log_channel_stats
 
         log_channel_stats(store, rows, layers, [out / STATS_FILE, out / LAYERS_FILE], ctx.tracking)
     overall = {r["component"]: r for r in rows if r["group"] == "all"}

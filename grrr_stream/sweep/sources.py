@@ -51,7 +51,7 @@ class Sources:
 
     def problem(self, mid: str) -> Optional[str]:
         """Why ``decompose`` would refuse a local checkpoint, found by the checks it makes itself
-        (:func:`~grrr_stream.checkpoint.resolve_source`, then :meth:`Checkpoint.open`: a missing folder, a
+        (:func:`~grrr_stream.checkpoints.reader.resolve_source`, then :meth:`Checkpoint.open`: a missing folder, a
         FIFO or truncated shard, a bad index or config). None for a readable one, a Hub id or a generated model."""
         if not self.is_local(mid):
             return None  # never fetched at plan time
@@ -61,7 +61,7 @@ class Sources:
     def _open(self, mid: str):
         """The local checkpoint opened once (a Checkpoint), or the error message decompose would give."""
         if mid not in self._opened:
-            from ..checkpoint import Checkpoint, resolve_source
+            from ..checkpoints.reader import Checkpoint, resolve_source
 
             try:
                 folder = str(Path(self.models[mid].source).expanduser().absolute())  # as the unit is given it
@@ -79,7 +79,7 @@ class Sources:
         return self._rest[tr.id]
 
     def _rest_problems(self, tr: Transition) -> list[str]:
-        from ..variant_rest import rest_problems
+        from ..variants.rest import rest_problems
 
         if not (self.is_local(tr.parent) and self.is_local(tr.child)):
             return []

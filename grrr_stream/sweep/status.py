@@ -53,7 +53,7 @@ def _partial_progress(u: Unit) -> str:
     """What a unit already holds from an earlier, unfinished run (it resumes from there)."""
     out = Path(u.out)
     if u.kind == "decompose" and (out / "matrices").is_dir():
-        from ..store import TransitionStore
+        from ..store.transition_store import TransitionStore
 
         manifest = TransitionStore.read_manifest(out) or {}
         total = len(manifest.get("matrices", []))
@@ -72,7 +72,7 @@ class _Checkpoints:
         self._opened: dict[str, object] = {}
 
     def get(self, src: str):
-        from ..checkpoint import Checkpoint
+        from ..checkpoints.reader import Checkpoint
 
         if src not in self._opened:
             try:
@@ -83,7 +83,7 @@ class _Checkpoints:
 
 
 def unit_disk_needs(plan: Plan) -> dict[str, Optional[list]]:
-    """unit id → what it will write (a list of diskplan.DiskNeed), from the checkpoint headers, for the
+    """unit id → what it will write (a list of runtime.diskplan.DiskNeed), from the checkpoint headers, for the
     decompositions and variant builds whose checkpoints are on this machine; None where the size is not
     known before the checkpoints are (Hub downloads, the generated tiny chain). Other units write little."""
     checkpoints = _Checkpoints()
@@ -99,8 +99,8 @@ def unit_disk_needs(plan: Plan) -> dict[str, Optional[list]]:
 
 
 def _decompose_needs(u: Unit, checkpoints: _Checkpoints) -> Optional[list]:
-    from ..transition_plan import plan_transition
-    from ..diskplan import transition_needs
+    from ..decompose.plan import plan_transition
+    from ..runtime.diskplan import transition_needs
 
     p: DecomposeParams = u.params
     ck, post = checkpoints.get(p.base), checkpoints.get(p.post)
@@ -120,7 +120,7 @@ def _decompose_needs(u: Unit, checkpoints: _Checkpoints) -> Optional[list]:
 
 
 def _variant_needs(u: Unit, ck) -> Optional[list]:
-    from ..diskplan import DiskNeed
+    from ..runtime.diskplan import DiskNeed
     from ..dtypes import ITEMSIZE
 
     if ck is None:

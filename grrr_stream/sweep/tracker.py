@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 
 from ..config import TrackingConfig
-from ..run_log import FlushResult, flush, pending_files
-from ..tracking import limits
+from ..tracking.mlflow_client import limits
+from ..tracking.run_log import FlushResult, flush, pending_files
 
 _QUIET_S = 0.5  # between looks at an empty folder
 _BACKOFF_S = (2.0, 5.0, 15.0, 30.0)  # after failures in a row: a server that is down is not hammered

@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict
 
 from ..config import DecomposeConfig, DecompositionSettings, build_config, result_settings, stable_hash
-from ..eval_settings import EngineSettings, SamplingSettings
+from ..evaluation.settings import EngineSettings, SamplingSettings
 
 SWEEP_FORMAT = 1
 WORKER_KINDS = ("generate", "decompose", "channels", "variant", "evaluate")  # the heavy, GPU-bound kinds

@@ -1,0 +1,94 @@
+"""Command line: thin wrappers over library functions.
+
+Errors a user can cause (bad paths, mismatched checkpoints, bad config) print one
+paragraph and exit with status 2; ``--debug`` shows the traceback instead. Status 3: the work
+is done, only its MLflow logging was missed (recorded; ``grrr-stream track`` logs it later).
+
+This module is the entry point (``grrr-stream``, ``python -m grrr_stream.cli``): it assembles the
+parser and maps errors to exit statuses; the subcommands live in :mod:`grrr_stream.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from ..errors import GrrrError
+from .channel_stats import channel_stats_parser, cmd_channel_stats
+from .channels import channels_parser, cmd_channels
+from .parsers import (bands_parser, compare_parser, decompose_parser, evaluate_parser, report_parser, stats_parser,
+                      status_parser, sweep_parser, track_parser, variants_parser)
+from .sweep import cmd_report, cmd_status, cmd_sweep, cmd_track
+from .transition import cmd_bands, cmd_compare, cmd_decompose, cmd_evaluate, cmd_stats, cmd_variants
+
+EXIT_USAGE = 2
+EXIT_TRACKING = 3  # everything succeeded except MLflow logging (recorded for `grrr-stream track`)
+EXIT_INTERRUPTED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grrr-stream", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    decompose_parser(sub)
+    stats_parser(sub)
+    compare_parser(sub)
+    bands_parser(sub)
+    variants_parser(sub)
+    evaluate_parser(sub)
+    sweep_parser(sub)
+    sweep_parser(sub, demo=True)
+    status_parser(sub)
+    report_parser(sub)
+    track_parser(sub)
+    channels_parser(sub)
+    channel_stats_parser(sub)
+    return parser
+
+
+COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "bands": cmd_bands,
+            "variants": cmd_variants,
+            "evaluate": cmd_evaluate, "demo": cmd_sweep,
+            "sweep": cmd_sweep, "status": cmd_status, "report": cmd_report, "track": cmd_track,
+            "channels": cmd_channels, "channel-stats": cmd_channel_stats}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from ..tracking import run_log
+
+    run_log.SHOW_TRACEBACKS = bool(args.debug)
+    try:
+        missed_before = len(run_log.missed())
+        rc = COMMANDS[args.command](args)
+        missed = run_log.missed()[missed_before:]
+        if rc == 0 and missed:
+            print(f"grrr-stream: the work is done, but {len(missed)} MLflow logging(s) were missed and recorded "
+                  "beside their results; rerun the same command or `grrr-stream track PATH` to log them "
+                  f"(exit status {EXIT_TRACKING})", file=sys.stderr)
+            return EXIT_TRACKING
+        return rc
+    except GrrrError as e:
+        if args.debug:
+            raise
+        from ..config import clip
+
+        print(f"grrr-stream: error: {clip(str(e), 8000)}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
+    except OSError as e:  # an environment fault (disk full, read-only, permissions): one sentence
+        if args.debug:
+            raise
+        from ..files import describe_os_error
+
+        print(f"grrr-stream: error: {describe_os_error(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("grrr-stream: interrupted; rerun the same command to resume where it stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

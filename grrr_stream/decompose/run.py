@@ -1,0 +1,306 @@
+"""Run one transition: validate, plan, stream matrix pairs through the frame kernel
+into the store, summarise, track.
+
+The plan and its refusals are in :mod:`grrr_stream.decompose.plan`, the reader → math →
+writer pipeline in :mod:`grrr_stream.decompose.streaming` (or spread over Dask workers by
+:mod:`grrr_stream.decompose.spread`); this module opens or resumes the store around them and writes
+the tables, figures and the MLflow run once every matrix is done.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+import numpy as np
+import torch
+
+from .. import __version__
+from ..checkpoints.arch import MatrixName
+from ..checkpoints.reader import Checkpoint, resolve_source, tensor_digest
+from ..config import DecomposeConfig, result_settings, settings_hash
+from ..dtypes import torch_dtype
+from ..errors import NonFiniteWeightError, StoreMismatchError
+from ..geometry.analyses import SPARSITY_FRACTIONS, pooled_sparsity
+from ..progress import Progress
+from ..runtime.cluster import parse_scheduler, require
+from ..runtime.device import bound_heap_growth, resolve_device
+from ..runtime.phases import PhaseTimer
+from ..store.frame_cache import FrameCache
+from ..store.transition_store import StoreLock, TransitionStore
+from ..tracking.runs import log_decomposition
+from .plan import TransitionPlan, plan_transition
+from .streaming import compute_threads, stream_matrices, torch_threads
+
+# Columns of the per-matrix table that are not aggregated as mean ± std per transition (the sparsity
+# fractions are pooled over entries instead: geometry.analyses.pooled_sparsity).
+SUMMARY_EXCLUDE = {"rows", "cols", "layer", "expert", "e_diag", "e_off", "e_null", "w0_fro", *SPARSITY_FRACTIONS}
+
+
+@dataclass
+class TransitionResult:
+    store: Path
+    rows: list[dict]
+    summary_rows: list[dict]
+    computed: int  # matrices computed in this call (0 when everything was already done)
+    frames_reused: int
+    run_id: Optional[str] = None
+    timings: dict[str, float] = field(default_factory=dict)
+    cpu_timings: dict[str, float] = field(default_factory=dict)  # the same phases' thread CPU seconds
+    workers: dict[str, int] = field(default_factory=dict)  # Dask worker → matrices it computed (spread runs)
+
+
+def _identity(cfg: DecomposeConfig, base: Checkpoint, post: Checkpoint) -> dict:
+    return {
+        "base_fingerprint": base.fingerprint(),
+        "post_fingerprint": post.fingerprint(),
+        "settings_hash": settings_hash(cfg),
+    }
+
+
+def versions() -> dict[str, str]:
+    import zarr
+
+    return {
+        "grrr_stream": __version__,
+        "torch": torch.__version__,
+        "zarr": zarr.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+
+
+def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, client: Any = None) -> TransitionResult:
+    """Decompose every selected matrix of ``cfg.base`` → ``cfg.post`` into ``cfg.store``.
+
+    Resumable: matrices already complete in the store are skipped. With ``cfg.scheduler`` local:N or
+    a scheduler address, or a dask.distributed ``client``, the matrices are spread over the cluster's
+    workers (grrr_stream.decompose.spread); the results are the same. Raises a
+    :class:`~grrr_stream.errors.GrrrError` subclass for bad inputs before any SVD.
+    """
+    spreads = client is not None or require(parse_scheduler(cfg.scheduler), ("threads", "synchronous", "local",
+                                                                             "address"), "decompose").distributed
+    t_start = time.monotonic()
+    started_ms = int(time.time() * 1000)  # the MLflow run, opened after the work, starts here
+    from ..unit_log import console
+
+    stream = stream or console()  # the terminal, also inside a sweep unit whose output goes to its log
+    timer = PhaseTimer(resolve_device(cfg.device) if cfg.sync_timing else None)
+    t_plan = time.perf_counter()
+    bound_heap_growth()
+    plan, folders = _open_and_plan(cfg)
+    if cfg.tracking.enabled:  # once, before the work: an unreachable server is known now, not after it
+        from ..tracking.run_log import preflight
+
+        cfg = cfg.model_copy(update={"tracking": preflight(cfg.tracking, stream)})
+    device = resolve_device(cfg.device)
+    dtype = torch_dtype(cfg.compute_dtype)
+    manifest = _manifest(cfg, plan, folders)
+    base_fingerprint = manifest["identity"]["base_fingerprint"]
+    TransitionStore.check_writable(cfg.store)  # before the lock file is created in it
+    frames = FrameCache(cfg.frame_cache_path()).prepare()  # refuses a folder that is not a frame cache
+    with StoreLock(cfg.store):
+        store, done = _open_store(cfg, plan, manifest, stream)
+        pending = [m for m in plan.matrices if m.name not in done]
+        progress = Progress(len(plan.matrices), done=len(plan.matrices) - len(pending),
+                            enabled=cfg.progress, stream=stream)
+        if pending:
+            _check_disk_space(cfg, plan, pending, frames, progress, base_fingerprint)
+        if done:
+            progress.message(f"resuming {cfg.store}: {len(done)} of {len(plan.matrices)} matrices already done")
+        timer.add("plan", time.perf_counter() - t_plan)
+        t_matrices = time.perf_counter()
+        workers: dict[str, int] = {}
+        if pending and spreads:
+            from .spread import run_spread
+
+            computed, reused, failures, workers = run_spread(cfg, plan, pending, progress, base_fingerprint,
+                                                             folders, client=client)
+        else:
+            computed, reused, failures = _stream_here(cfg, plan, pending, store, frames, device, dtype, progress,
+                                                      timer, base_fingerprint)
+        timer.add("matrices_wall", time.perf_counter() - t_matrices)
+        _refuse_failures(failures, len(plan.matrices))
+        with timer.phase("tables_figures"):
+            rows, summary_rows, summary = finalize(store, plan.matrices, f"{cfg.base} → {cfg.post}")
+    result = TransitionResult(cfg.store, rows, summary_rows, computed, reused, workers=workers)
+    if cfg.tracking.enabled:
+        with timer.phase("tracking"):
+            result.run_id = log_decomposition(cfg, store, manifest, rows, summary, started_ms,
+                                              time.monotonic() - t_start)
+    result.timings = {**timer.seconds(), "total_s": time.monotonic() - t_start}
+    result.cpu_timings = timer.cpu_seconds()
+    return result
+
+
+def _open_and_plan(cfg: DecomposeConfig) -> tuple[TransitionPlan, tuple[str, str]]:
+    """The checkpoints (fetched from the Hub if need be) paired and checked; their absolute folders."""
+    base_dir = resolve_source(cfg.base, cfg.base_revision)
+    post_dir = resolve_source(cfg.post, cfg.post_revision)
+    plan = plan_transition(Checkpoint.open(base_dir), Checkpoint.open(post_dir), cfg)
+    # absolute: variants and statistics read the checkpoints from wherever they are run
+    return plan, (str(Path(base_dir).absolute()), str(Path(post_dir).absolute()))
+
+
+def _manifest(cfg: DecomposeConfig, plan: TransitionPlan, folders: tuple[str, str]) -> dict:
+    """The store's manifest: what its results were computed from and with."""
+    return {
+        "identity": _identity(cfg, plan.base, plan.post),
+        "base": cfg.base,
+        "post": cfg.post,
+        "base_folder": folders[0],
+        "post_folder": folders[1],
+        "model_type": plan.base.model_type,
+        "method": cfg.method,
+        "chain": cfg.chain,
+        "settings": result_settings(cfg),
+        "matrices": [m.name for m in plan.matrices],
+        "frame_cache": str(cfg.frame_cache_path().resolve()),
+        "versions": versions(),
+    }
+
+
+def _open_store(cfg: DecomposeConfig, plan: TransitionPlan, manifest: dict, stream: TextIO
+                ) -> tuple[TransitionStore, dict[str, dict]]:
+    """The store opened or resumed, and the completion records of its matrices still valid."""
+    store = TransitionStore.open(cfg.store, manifest, overwrite=cfg.overwrite)
+    done = store.completed()
+    if done and store.adopted:
+        # an unfinished run over inputs that changed since (a NaN repaired): keep what still matches
+        changed = _changed_since_recorded(plan, done)
+        names = {c.rsplit(" (", 1)[0] for c in changed}
+        for name in names:
+            store.remove_matrix(name)
+        done = {k: v for k, v in done.items() if k not in names}
+        Progress(0, enabled=cfg.progress, stream=stream).message(
+            f"{cfg.store}: the inputs changed since the unfinished run; {len(done)} matrices whose tensors are "
+            f"unchanged are kept, {len(names)} changed ones are recomputed")
+    elif done and cfg.verify_resume:
+        changed = _changed_since_recorded(plan, done)
+        if changed and not cfg.overwrite:
+            raise StoreMismatchError(
+                f"{len(changed)} tensor(s) differ from those the stored results were computed from, e.g. "
+                + ", ".join(changed[:5]) + f". The checkpoint was modified in place since {cfg.store} was "
+                "written. Use another --store, or pass --overwrite to recompute everything."
+            )
+        if changed:
+            TransitionStore.clear(cfg.store)
+            store = TransitionStore.open(cfg.store, manifest)
+            done = {}
+    return store, done
+
+
+def _stream_here(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[MatrixName], store: TransitionStore,
+                 frames: FrameCache, device: torch.device, dtype: torch.dtype, progress: Progress,
+                 timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
+    """The pipeline in this process, with torch's thread count set for its math and restored after."""
+    with torch_threads(compute_threads(cfg, device, plan)):
+        return stream_matrices(cfg, plan, pending, store, frames, device, dtype, progress, timer, base_fingerprint)
+
+
+def _refuse_failures(failures: list[str], total: int) -> None:
+    """Refuse a transition some of whose matrices could not be decomposed (the others are kept)."""
+    if failures:
+        raise NonFiniteWeightError(
+            f"{len(failures)} matrix pair(s) hold non-finite weights or give non-finite results and were not "
+            f"decomposed (the other {total - len(failures)} are done and kept; a rerun after the "
+            "fix computes only these):\n  " + "\n  ".join(failures)
+        )
+
+
+def _check_disk_space(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[MatrixName], frames: FrameCache,
+                      progress: Progress, base_fingerprint: str) -> None:
+    """Say what the pending matrices will write, and refuse to start when it cannot fit."""
+    from ..runtime.diskplan import check_space, describe, transition_needs
+
+    # frames of this base in these settings already cached (a sweep shares one cache between bases)
+    cached = frames.count(base_fingerprint, cfg.compute_dtype, cfg.core_rel_threshold)
+    needs = transition_needs(
+        (plan.base.matrix_shape(m) for m in pending), cfg.store, frames.path,
+        store_dtype=cfg.store_dtype, compute_dtype=cfg.compute_dtype, null_storage=cfg.null_storage,
+        core_truncated=cfg.core_rel_threshold is not None,
+        frames_cached_fraction=min(1.0, cached / max(1, len(plan.matrices))))
+    progress.message(f"disk: {describe(needs)} for {len(pending)} matrices")
+    check_space(needs, f"{len(pending)} matrices of {cfg.store}",
+                "Free space or point --store / --frame-cache at another disk; a rerun resumes where it stopped.")
+
+
+def _changed_since_recorded(plan: TransitionPlan, done: dict[str, dict]) -> list[str]:
+    """Names (with side) of completed matrices whose current tensor digest differs from the record."""
+    changed = []
+    for m in plan.matrices:
+        attrs = done.get(m.name)
+        if attrs is None:
+            continue
+        for side, ckpt, key in (("base", plan.base, "base_digest"), ("post", plan.post, "post_digest")):
+            if tensor_digest(ckpt.read_matrix(m)) != attrs.get(key):
+                changed.append(f"{m.name} ({side})")
+    return changed
+
+
+
+# ---------------------------------------------------------------------------
+# tables and tracking
+
+
+def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
+    """Mean ± std (sample std, 0 for a single matrix) of every metric, overall, per module (a module of a
+    mixture of experts aggregates all its experts) and, for expert matrices, per expert index
+    (scope ``expert-<e>``, aggregating layers and modules); the update-sparsity fractions instead
+    pooled over the scope's entries, with their per-matrix min, median and max (geometry.analyses.pooled_sparsity)."""
+    # every numeric column of any row: a metric that only some matrices have (a subspace angle for a k
+    # above a small matrix's rank) is summarised over those that have it
+    metrics: list[str] = []
+    for r in rows:
+        metrics += [k for k, v in r.items() if k not in metrics and isinstance(v, (int, float))
+                    and not isinstance(v, bool) and k not in SUMMARY_EXCLUDE]
+    scopes: dict[str, list[dict]] = {"all": rows}
+    for r in rows:
+        scopes.setdefault(r["module"], []).append(r)
+    for r in sorted((r for r in rows if r.get("expert") is not None), key=lambda r: r["expert"]):
+        scopes.setdefault(f"expert-{r['expert']}", []).append(r)
+    out_rows = []
+    for scope, rs in scopes.items():
+        row: dict[str, Any] = {"scope": scope, "n": len(rs)}
+        for k in metrics:
+            vals = np.array([float(r[k]) for r in rs if k in r])
+            if not len(vals):
+                continue
+            row[f"{k}_mean"] = float(vals.mean())
+            row[f"{k}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+        row.update(pooled_sparsity(rs))
+        out_rows.append(row)
+    return out_rows, {"metrics": metrics, "scopes": {r["scope"]: r for r in out_rows}}
+
+
+def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = "") -> tuple[list[dict], list[dict], dict]:
+    """Build the per-matrix table and summary from the completion records; write tables and figures."""
+    from .. import plots
+    from ..store.channel_tables import write_channel_tables
+
+    done = store.completed()
+    rows = []
+    for m in matrices:
+        attrs = done[m.name]
+        # expert: empty for a matrix outside the experts (every matrix of a dense model)
+        rows.append({"name": m.name, "layer": m.layer, "module": m.module, "expert": m.expert, **attrs["metrics"]})
+    summary_rows, summary = summarize(rows)
+    store.write_tables(rows, summary_rows, summary)
+    write_channel_tables(store, matrices, done)
+    fig_dir = store.path / "figures"
+    fig_dir.mkdir(exist_ok=True)
+    plots.energy_fractions_by_layer(rows, fig_dir / "energy_fractions.png", title)
+    edges = sorted({int(k[4:].split("_")[0]) for k in rows[0] if k.startswith("band") and "_" in k})
+    if edges:
+        plots.band_energy_by_module(rows, edges, fig_dir / "band_energy_by_module.png", title)
+    top = sorted(rows, key=lambda r: r["r_delta"], reverse=True)[:4]
+    spectra = [(r["name"], *store.read_sigmas(r["name"])) for r in top]
+    plots.normalized_spectra(spectra, fig_dir / "spectra_most_changed.png", title)
+    # the transition's record of which comparison its sparsity figures made (mixed dtypes: docs/statistics.md)
+    store.mark_complete({"sparsity_compare": summary["scopes"]["all"].get("sparsity_compare")})
+    return rows, summary_rows, summary

@@ -1,0 +1,314 @@
+"""The streaming pipeline of one transition: matrix pairs through the frame kernel into the store.
+
+Data flow per matrix (three stages overlap, each bounded to one item)::
+
+    reader thread:  mmap-read W0, W1 (each in its checkpoint's dtype: they may differ) → digests,
+                    finiteness, update sparsity, cached base frame if any
+    main thread:    upcast on the compute device → svdvals(W1), ΔW, SVD(W0) unless
+                    cached, ‖ΔW‖₂, P and null residual, metrics
+    writer thread:  new frame → frame cache; P, null, σ → store; completion record
+
+So at most three matrices' worth of data are alive at once, whatever the model size. One process
+runs it over a whole transition (grrr_stream.decompose.run), a Dask worker over a batch (grrr_stream.decompose.spread).
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+
+from ..checkpoints.arch import MatrixName
+from ..checkpoints.reader import tensor_digest
+from ..config import DecomposeConfig
+from ..dtypes import name_of
+from ..geometry.analyses import survival_sample, update_sparsity
+from ..geometry.channel_energy import COMPONENTS, residual_axis, side
+from ..geometry.frame import Frame
+from ..geometry.kernel import MatrixResult, decompose_matrix
+from ..progress import Progress
+from ..runtime.phases import PhaseTimer
+from ..store.frame_cache import FrameCache
+from ..store.transition_store import TransitionStore, to_store_array
+from .plan import TransitionPlan
+
+
+@dataclass
+class _Loaded:
+    matrix: MatrixName
+    w0: torch.Tensor
+    w1: torch.Tensor
+    digest0: str
+    digest1: str
+    frame_key: str
+    frame: Optional[Frame]
+    problems: list[str]
+    shape: tuple[int, int] = (0, 0)
+    sparsity: dict = field(default_factory=dict)  # checkpoint-precision sparsity of the update
+    dtypes: dict = field(default_factory=dict)  # each side's checkpoint dtype: a pair may mix them
+    survival: Optional[tuple] = None  # (axis, indices, W0 sample in checkpoint dtype, target dtype)
+    frame_deferred: bool = False  # a large cached frame is read when its matrix is computed, not ahead
+
+    def take(self, attr: str, timer: PhaseTimer, **to_kwargs) -> torch.Tensor:
+        """Hand over w0/w1 upcast and drop this item's reference, so the checkpoint-dtype copy
+        is freed as soon as the compute-dtype copy exists (one m×n buffer less at peak)."""
+        t = getattr(self, attr)
+        setattr(self, attr, None)
+        with timer.phase("upcast"):
+            return t.to(**to_kwargs)
+
+
+def _nonfinite(t: torch.Tensor, name: str, where: str) -> Optional[str]:
+    finite = torch.isfinite(t)
+    if bool(finite.all()):
+        return None
+    n_nan = int(torch.isnan(t).sum())
+    n_inf = int(t.numel() - finite.sum() - n_nan)
+    return f"{name} in {where}: {n_nan} NaN and {n_inf} Inf value(s)"
+
+
+def _nonfinite_result(res: MatrixResult, name: str, compute_dtype: str) -> Optional[str]:
+    """Why a matrix's results cannot be stored (a NaN or Inf metric or array), or None."""
+    bad = sorted(k for k, v in res.metrics.as_row().items() if isinstance(v, float) and not math.isfinite(v))
+    arrays = {"P": res.projection.P, "sigma1": res.sigma1}
+    if not res.projection.null_is_structural_zero:
+        arrays["null"] = res.projection.null
+    bad += [k for k, t in arrays.items() if not bool(torch.isfinite(t).all())]
+    if not bad:
+        return None
+    return (f"{name}: non-finite result in {compute_dtype} ({', '.join(bad[:6])}): the update W1 − W0 overflows or "
+            "the weights are too large for the compute dtype; try compute_dtype float64")
+
+
+# A cached frame larger than this is read when its matrix is computed instead of by the reader thread
+# ahead of time: on 14B shapes the next MLP frame (U and V of 17408×5120, 0.46 GiB) would otherwise sit
+# in memory during the whole current matrix. Reading it is well under 1 % of that matrix's compute.
+PREFETCH_FRAME_BYTES = 256 << 20
+
+
+# Likewise the next pair of checkpoint tensors: above this (both tensors, checkpoint dtype) it is read
+# once the current matrix's math is done, overlapping its write instead (14B MLP pair in bf16: 356 MiB).
+PREFETCH_PAIR_BYTES = 256 << 20
+
+
+def pair_bytes(plan: TransitionPlan, m: MatrixName) -> int:
+    """Bytes of the W0 and W1 matrices of ``m`` as stored (a slice of a 3-D expert tensor: its share)."""
+    total = 0
+    for ckpt in (plan.base, plan.post):
+        info = ckpt.tensors[m.source]
+        total += info.nbytes * math.prod(ckpt.matrix_shape(m)) // max(1, math.prod(info.shape))
+    return total
+
+
+def frame_bytes(shape: tuple[int, int], dtype: torch.dtype) -> int:
+    """Bytes of a full-rank frame of an m×n matrix: U (m×r), S (r) and V (n×r), r = min(m, n)."""
+    m, n = shape
+    r = min(m, n)
+    return (m * r + r + n * r) * torch.empty((), dtype=dtype).element_size()
+
+
+# Below this many entries per matrix, a second LAPACK thread is not worth the core it takes from the
+# reader and writer threads (measured on 2 cores, tools/bench_decompose.py; docs/benchmarks.md).
+SMALL_MATRIX = 4 << 20
+
+
+def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: TransitionPlan,
+                    available: Optional[int] = None) -> int:
+    """torch's intra-op threads for this run's math. On a GPU, or when the user set cpu_threads, as
+    given. On a CPU the reader and writer threads need a core of their own while the math runs:
+    MKL's OpenMP team spins at its barriers, so a team that shares its cores with them runs at the
+    pace of its slowest member (measured: LAPACK 3x slower inside the pipeline than alone with two
+    threads on two cores). Small matrices keep all cores but one for the math; large ones, whose
+    SVDs dwarf the reading and writing, keep every core. ``available``: the cores this process may use
+    (a Dask worker's share of its host), default torch's current thread count."""
+    current = available or torch.get_num_threads()
+    if cfg.cpu_threads is not None:
+        return cfg.cpu_threads
+    if device.type != "cpu" or current <= 1 or not plan.matrices:
+        return current
+    largest = max(math.prod(plan.base.matrix_shape(m)) for m in plan.matrices)
+    return current - 1 if largest < SMALL_MATRIX else current
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` for the block and restored after (it is per process)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _side_thread() -> None:
+    """Initializer of the reader and writer threads: one torch thread for their own tensor work
+    (finiteness, sparsity, upcasts to numpy). A new thread takes the process's intra-op count at its first
+    torch call and starts an OpenMP team of its own, so with two compute threads on two cores the reader
+    and writer each added a second spinning thread beside the math's team (three teams, six threads)."""
+    torch.set_num_threads(1)  # per thread: the compute thread's count is unchanged
+
+
+@dataclass(frozen=True)
+class _Pipeline:
+    """What the three stages of one run share: the settings, the inputs and where results go."""
+
+    cfg: DecomposeConfig
+    plan: TransitionPlan
+    store: TransitionStore
+    frames: FrameCache
+    device: torch.device
+    dtype: torch.dtype
+    timer: PhaseTimer
+    base_fingerprint: str
+
+    def read(self, m: MatrixName) -> _Loaded:
+        """The reader thread: one pair in the checkpoints' dtype, checked and digested, its cached frame."""
+        cfg, timer = self.cfg, self.timer
+        with timer.phase("read"):
+            w0, w1 = self.plan.base.read_matrix(m), self.plan.post.read_matrix(m)
+        with timer.phase("checks"):
+            problems = [p for p in (_nonfinite(w0, m.name, "base"), _nonfinite(w1, m.name, "post")) if p]
+        with timer.phase("digest"):
+            d0, d1 = tensor_digest(w0), tensor_digest(w1)
+        key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold, cfg.degenerate_gap)
+        deferred = not problems and frame_bytes(tuple(w0.shape), self.dtype) > PREFETCH_FRAME_BYTES
+        frame = None
+        if not problems and not deferred:
+            with timer.phase("frame_read"):
+                frame = self.frames.get(key, self.dtype, shape=tuple(w0.shape))
+        item = _Loaded(m, w0, w1, d0, d1, key, frame, problems, tuple(w0.shape), frame_deferred=deferred,
+                       dtypes={"base": name_of(w0.dtype), "post": name_of(w1.dtype)})
+        if not problems:  # in the checkpoints' own dtypes (compared in the one holding both), while the reader has them
+            with timer.phase("sparsity_sample"):
+                item.sparsity = update_sparsity(w0, w1)
+                if cfg.survival_dtype is not None:
+                    axis, idx = survival_sample(tuple(w0.shape))
+                    sample = (w0[idx] if axis == 0 else w0[:, idx]).clone()
+                    item.survival = (axis, idx, sample, getattr(torch, cfg.survival_dtype))
+        return item
+
+    def compute(self, item: _Loaded) -> tuple[MatrixResult, bool]:
+        """The main thread: (the matrix's result, whether its frame is new rather than from the cache)."""
+        cfg, device, dtype, timer = self.cfg, self.device, self.dtype, self.timer
+        if item.frame_deferred:
+            with timer.phase("frame_read"):
+                item.frame = self.frames.get(item.frame_key, dtype, shape=item.shape)
+        frame = item.frame
+        frame_is_new = frame is None
+        item.frame = None  # the CPU copy: the writer must not keep it alive
+        if frame is not None:
+            frame = Frame(U=frame.U.to(device), S=frame.S.to(device), V=frame.V.to(device))
+        # no local names for the inputs: decompose_matrix frees W0 once the frame exists
+        survival = item.survival
+        if survival is not None:
+            survival = (survival[0], survival[1].to(device), survival[2].to(device), survival[3])
+        res = decompose_matrix(item.take("w0", timer, device=device, dtype=dtype),
+                               item.take("w1", timer, device=device, dtype=dtype, copy=True),
+                               frame=frame, core_rel_threshold=cfg.core_rel_threshold,
+                               rank_thresholds=cfg.rank_thresholds, band_edges=cfg.band_edges,
+                               angle_edges=cfg.angle_edges, survival=survival, timer=timer,
+                               svd_driver=cfg.svd_driver, degenerate_gap=cfg.degenerate_gap,
+                               channel_axis=residual_axis(item.matrix) if cfg.channel_energy else None)
+        return res, frame_is_new
+
+    def write(self, item: _Loaded, res: MatrixResult, frame_is_new: bool) -> None:
+        """The writer thread: a new frame to the cache, then the matrix's arrays and its completion record."""
+        cfg = self.cfg
+        if frame_is_new:
+            with self.timer.phase("frame_write"):
+                self.frames.put(item.frame_key, res.frame, {"shape": list(item.shape), "dtype": cfg.compute_dtype,
+                                                            "core_rel_threshold": cfg.core_rel_threshold,
+                                                            "base_digest": item.digest0,
+                                                            "base_fingerprint": self.base_fingerprint})
+        arrays, array_attrs, null_kept = _store_arrays(res, cfg.null_storage, cfg.store_dtype)
+        m = item.matrix
+        attrs = {
+            "name": m.name, "layer": m.layer, "module": m.module, **m.record(),
+            "shape": list(item.shape), "rank": res.frame.rank, "dtypes": item.dtypes,
+            "base_digest": item.digest0, "post_digest": item.digest1, "frame_key": item.frame_key,
+            "null_stored": "null" in arrays, "null_kept": null_kept,
+            **({"channels": {"side": side(m.module), "axis": residual_axis(m)}} if "channel_energy" in arrays else {}),
+            "metrics": {**res.metrics.as_row(), **item.sparsity},
+        }
+        self.store.write_matrix(m.name, arrays, attrs, array_attrs, timer=self.timer)
+
+
+def _store_arrays(res: MatrixResult, null_storage: str, store_dtype: str
+                  ) -> tuple[dict[str, np.ndarray], dict[str, dict], str]:
+    """(arrays, their attributes, how the null residual is kept) of one matrix's result."""
+    arrays: dict[str, np.ndarray] = {}
+    array_attrs: dict[str, dict] = {}
+    proj = res.projection
+    null_kept = "none" if proj.null_is_structural_zero else null_storage
+    arrays["P"], array_attrs["P"] = to_store_array(proj.P, store_dtype)
+    if null_kept == "array":
+        arrays["null"], array_attrs["null"] = to_store_array(proj.null, store_dtype)
+    elif null_kept == "norms":  # the user chose to keep only these (null_storage: norms)
+        arrays["null_row_norms"] = torch.linalg.vector_norm(proj.null, dim=1).double().cpu().numpy()
+        arrays["null_col_norms"] = torch.linalg.vector_norm(proj.null, dim=0).double().cpu().numpy()
+    arrays["sigma0"] = res.frame.S.detach().double().cpu().numpy()
+    arrays["sigma1"] = res.sigma1.detach().double().cpu().numpy()
+    if res.channel_energy is not None:  # (channel, component): float64, a few KiB
+        arrays["channel_energy"] = res.channel_energy.cpu().numpy()
+        array_attrs["channel_energy"] = {"components": list(COMPONENTS)}
+    return arrays, array_attrs, null_kept
+
+
+def _sigma_only(res: MatrixResult) -> MatrixResult:
+    """The writer needs only σ of a cached frame: U and V are not kept alive."""
+    r = res.frame.rank
+    return replace(res, frame=Frame(U=res.frame.U.new_empty(0, r), S=res.frame.S, V=res.frame.V.new_empty(0, r)))
+
+
+def stream_matrices(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[MatrixName], store: TransitionStore,
+                    frames: FrameCache, device: torch.device, dtype: torch.dtype, progress: Progress,
+                    timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
+    """Decompose ``pending`` into ``store``: (matrices computed, frames reused, why the others were refused)."""
+    computed = reused = 0
+    failures: list[str] = []
+    if not pending:
+        return computed, reused, failures
+    pipe = _Pipeline(cfg, plan, store, frames, device, dtype, timer, base_fingerprint)
+    with ThreadPoolExecutor(1, thread_name_prefix="grrr-read", initializer=_side_thread) as reader, \
+            ThreadPoolExecutor(1, thread_name_prefix="grrr-write", initializer=_side_thread) as writer:
+        next_load: Optional[Future] = reader.submit(pipe.read, pending[0])
+        in_flight: Optional[Future] = None
+        for i, m in enumerate(pending):
+            with timer.phase("wait_read"):
+                item = next_load.result()
+            nxt = pending[i + 1] if i + 1 < len(pending) else None
+            # a large pair is read while this matrix's result is written, not during its math (peak memory)
+            late = nxt is not None and pair_bytes(plan, nxt) > PREFETCH_PAIR_BYTES
+            next_load = reader.submit(pipe.read, nxt) if nxt is not None and (not late or item.problems) else None
+            if item.problems:
+                failures.extend(item.problems)
+                progress.advance(f"{m.name} SKIPPED (non-finite)")
+                continue
+            res, frame_is_new = pipe.compute(item)
+            reused += int(not frame_is_new)
+            if next_load is None and nxt is not None:
+                next_load = reader.submit(pipe.read, nxt)
+            bad = _nonfinite_result(res, m.name, cfg.compute_dtype)
+            if bad:  # finite inputs can still overflow (|W1 − W0| beyond the compute dtype): never stored
+                failures.append(bad)
+                del res, item
+                progress.advance(f"{m.name} SKIPPED (non-finite result)")
+                continue
+            if in_flight is not None:
+                with timer.phase("wait_write"):
+                    in_flight.result()  # at most one write queued; surfaces writer errors
+            if not frame_is_new:
+                res = _sigma_only(res)
+            in_flight = writer.submit(pipe.write, item, res, frame_is_new)
+            del res, item
+            computed += 1
+            progress.advance(m.name)
+        if in_flight is not None:
+            in_flight.result()
+    return computed, reused, failures

@@ -1,0 +1,99 @@
+"""Validated settings of an evaluation: the vLLM engine, and how answers are sampled.
+
+Like :mod:`..config`, imports neither torch nor vLLM, so that a config is validated instantly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field, ValidationError, field_validator
+
+from ..config import StrictModel, format_validation_error, sorted_positive
+from ..errors import ConfigError
+
+
+class EngineSettings(StrictModel):
+    """vLLM engine and decoding options; every field is recorded with each evaluation result."""
+
+    # float32 by default: a bf16 engine rounds W0 + ΔW_component and can erase RL-sized updates.
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    max_new_tokens: int = Field(3000, ge=1)
+    seed: int = 0
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    max_model_len: Optional[int] = Field(None, ge=16)
+    enforce_eager: bool = False
+    # CPU backend only: KV cache size in GiB (vLLM's default sizing fails on small machines)
+    cpu_kv_cache_gib: float = Field(1.0, gt=0.0)
+
+    def result_fields(self) -> dict:
+        """Settings that can change generations (everything but memory knobs)."""
+        return {"dtype": self.dtype, "max_new_tokens": self.max_new_tokens, "seed": self.seed,
+                "tensor_parallel_size": self.tensor_parallel_size, "max_model_len": self.max_model_len,
+                "enforce_eager": self.enforce_eager}
+
+
+class SamplingSettings(StrictModel):
+    """How many answers per problem and how they are drawn; greedy (one answer at temperature 0) by
+    default, as the paper evaluates. ``pass_k`` and ``maj_k`` choose the pass@k and maj@k reported
+    besides avg@n (mean accuracy over the n samples)."""
+
+    n: int = Field(1, ge=1, le=1024)
+    temperature: float = Field(0.0, ge=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int = 0
+    pass_k: tuple[int, ...] = ()
+    maj_k: tuple[int, ...] = ()
+
+    @field_validator("pass_k", "maj_k")
+    @classmethod
+    def _ks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        return sorted_positive(v, "every k must be at least 1")
+
+    def model_post_init(self, _ctx: Any) -> None:
+        too_big = [k for k in (*self.pass_k, *self.maj_k) if k > self.n]
+        if too_big:
+            raise ValueError(f"k must not exceed n = {self.n}: got {too_big}")
+        if self.n > 1 and self.temperature == 0.0:
+            raise ValueError("n > 1 samples need temperature > 0 (greedy samples are all the same answer)")
+
+    @property
+    def greedy(self) -> bool:
+        return self.n == 1 and self.temperature == 0.0
+
+    def metrics(self) -> list[str]:
+        """Names of every metric computed: 'avg' (avg@n), 'pass@k', 'maj@k'."""
+        return ["avg"] + [f"pass@{k}" for k in self.pass_k] + [f"maj@{k}" for k in self.maj_k]
+
+    def folder_name(self) -> str:
+        """A folder name that tells sampled results of these settings apart."""
+        return f"sampled-n{self.n}-T{self.temperature:g}-p{self.top_p:g}-s{self.seed}"
+
+    def key_fields(self) -> Optional[dict]:
+        """What enters result keys: nothing for greedy decoding (keys of greedy results stay as they were)."""
+        if self.greedy:
+            return None
+        return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+
+
+def check_metric(metric: str, sampling: "SamplingSettings") -> str:
+    """``metric`` if the sampling settings compute it ('avg', 'pass@k', 'maj@k'), else a ConfigError."""
+    if metric not in sampling.metrics():
+        raise ConfigError(f"metric {metric!r} is not computed with these sampling settings; choose one of "
+                          f"{', '.join(sampling.metrics())} (pass@k and maj@k need sampling.pass_k / maj_k)")
+    return metric
+
+
+def build_sampling_settings(values: dict[str, Any]) -> SamplingSettings:
+    try:
+        return SamplingSettings.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, "sampling settings")) from None
+
+
+def build_engine_settings(values: dict[str, Any]) -> EngineSettings:
+    try:
+        return EngineSettings.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, "engine settings")) from None

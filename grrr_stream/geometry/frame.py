@@ -1,0 +1,250 @@
+"""Pure GRRR math on tensors: the SVD frame of W0, ΔW projected into it, the three-way split.
+
+No I/O. Shapes: W0, W1, ΔW are m×n; the frame holds U0 (m×r), V0 (n×r) and the
+full spectrum σ(W0) (min(m, n)); P = U0ᵀ ΔW V0 is r×r.
+
+Everything here runs in the dtype of its inputs (float32 or float64, on CPU or
+GPU); the caller upcasts checkpoint tensors before calling. The analyses beyond the
+paper are in :mod:`grrr_stream.geometry.analyses`, the scalar metrics in :mod:`grrr_stream.geometry.metrics`,
+and one matrix pair's whole treatment in :mod:`grrr_stream.geometry.kernel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..config import DEGENERATE_GAP
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Singular frame of a reference matrix: W0 ≈ U diag(S[:r]) Vᵀ."""
+
+    U: torch.Tensor  # m×r, orthonormal columns
+    S: torch.Tensor  # min(m, n) singular values of W0, descending (full spectrum, not truncated)
+    V: torch.Tensor  # n×r, orthonormal columns
+
+    @property
+    def rank(self) -> int:
+        return self.U.shape[1]
+
+
+def _driver(X: torch.Tensor, driver: Optional[str]) -> dict:
+    """torch's ``driver=`` (cuSOLVER's gesvd, gesvdj or gesvda) on CUDA tensors; CPU LAPACK has one."""
+    return {"driver": driver} if driver is not None and X.is_cuda else {}
+
+
+def svdvals(X: torch.Tensor, driver: Optional[str] = None) -> torch.Tensor:
+    """Singular values, computed on the tall orientation (faster in LAPACK, same values)."""
+    X = X.mT if X.shape[0] < X.shape[1] else X
+    return torch.linalg.svdvals(X, **_driver(X, driver))
+
+
+def canonical_signs(U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flip (u_i, v_i) pairs so the largest-magnitude entry of each u_i is positive.
+
+    SVD fixes singular vectors only up to a joint sign; fixing it makes stored
+    frames (and the signs of off-diagonal P entries) reproducible across LAPACK
+    builds and devices. Diagonal entries of P are sign-invariant anyway.
+    """
+    idx = U.abs().argmax(dim=0)
+    signs = torch.sign(U.gather(0, idx.unsqueeze(0))).squeeze(0)
+    signs[signs == 0] = 1
+    return U * signs, V * signs
+
+
+# Relative gap (to σ₁) below which two neighbouring singular values of W0 count as near-degenerate: their
+# singular vectors, and so the diag/off split of P inside the pair, are fixed by W0 only up to a rotation of
+# about eps·σ₁/gap, which in float32 (eps 6e-8) is ≥ 6 % below this gap (docs/statistics.md, "Near-degenerate singular
+# values"). Below DEGENERATE_FLOOR·σ₁ float32's singular values are rounding noise and the frame stays as it is.
+DEGENERATE_FLOOR = 1e-5
+
+
+def degenerate_clusters(S: torch.Tensor, r: int, gap: Optional[float]) -> list[tuple[int, int]]:
+    """[start, end) index ranges of the core's clusters of near-equal singular values: maximal runs of
+    σ_1 ≥ … ≥ σ_r whose neighbours differ by at most gap·σ₁ (2 or more values each)."""
+    if gap is None or r < 2 or not bool(S[0] > 0):
+        return []
+    s = S[:r].double()
+    close = ((s[:-1] - s[1:]) <= gap * s[0]).tolist()
+    out, start = [], None
+    for i, c in enumerate(close):
+        if c and start is None:
+            start = i
+        elif not c and start is not None:
+            out.append((start, i + 1))
+            start = None
+    if start is not None:
+        out.append((start, r))
+    return out
+
+
+def _thin_svd(W0: torch.Tensor, driver: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U, S, V) of W0, computed on the tall orientation."""
+    if W0.shape[0] < W0.shape[1]:
+        # LAPACK is 2-3x faster on tall than on wide inputs (measured on CPU); the
+        # SVD of W0ᵀ gives the same frame with U and V swapped.
+        V, S, Uh = torch.linalg.svd(W0.mT, full_matrices=False, **_driver(W0, driver))
+        return Uh.mT, S, V
+    U, S, Vh = torch.linalg.svd(W0, full_matrices=False, **_driver(W0, driver))
+    return U, S, Vh.mT
+
+
+def compute_frame(W0: torch.Tensor, core_rel_threshold: Optional[float] = None,
+                  driver: Optional[str] = None, degenerate_gap: Optional[float] = DEGENERATE_GAP) -> Frame:
+    """Thin SVD of W0 with canonical signs; optionally keep only σ_i > threshold·σ_1 in the core.
+    ``driver`` picks cuSOLVER's routine on a GPU (tools/gpu_check.py times them).
+
+    A float32 W0 whose core (above DEGENERATE_FLOOR·σ₁) has neighbouring singular values within
+    ``degenerate_gap``·σ₁ is decomposed again in float64 (None: never), and the frame is stored back
+    in float32: float32's SVD fixes such a pair's vectors only up to an arbitrary rotation, which
+    moves P's energy between diag and off; float64's resolves gaps down to about 1e-13·σ₁. The rule
+    looks at W0 alone, so every transition from one base shares the frame (and the frame cache)."""
+    U, S, V = _thin_svd(W0, driver)
+    if W0.dtype == torch.float32 and _needs_float64(S, degenerate_gap):
+        U, S, V = (x.to(torch.float32) for x in _thin_svd(W0.double(), driver))
+    U, V = canonical_signs(U, V)
+    if core_rel_threshold is not None and S.numel():
+        r = int((S > core_rel_threshold * S[0]).sum().item())
+        U, V = U[:, :r].contiguous(), V[:, :r].contiguous()
+    return Frame(U=U.contiguous(), S=S, V=V.contiguous())
+
+
+def _needs_float64(S: torch.Tensor, gap: Optional[float]) -> bool:
+    """Whether float32's spectrum has a near-degenerate pair above the floor where it is rounding noise."""
+    if gap is None or S.numel() < 2 or not bool(S[0] > 0):
+        return False
+    above = int((S > DEGENERATE_FLOOR * S[0]).sum())
+    return bool(degenerate_clusters(S, above, gap))
+
+
+def spectral_norm(X: torch.Tensor, *, tol: Optional[float] = None, max_steps: int = 300,
+                  exact_below: int = 512, seed: int = 0) -> float:
+    """‖X‖₂ by Golub–Kahan–Lanczos bidiagonalisation with full reorthogonalisation.
+
+    A full ``svdvals`` of a large ΔW would cost as much as the frame SVD itself;
+    Lanczos needs a few dozen mat-vecs (convergence depends on √gap rather than the
+    gap as in power iteration, which matters for noise-like updates whose top
+    singular values are close). Small matrices (min side ≤ ``exact_below``) use
+    ``svdvals`` directly. ``tol`` is the relative change between checks at which
+    the estimate is accepted (default 1e-7 in float32, 1e-12 in float64).
+    """
+    m, n = X.shape
+    k_max = min(m, n)
+    if k_max == 0:
+        return 0.0
+    if k_max <= exact_below:
+        return float(torch.linalg.svdvals(X)[0].item()) if X.any() else 0.0
+    if tol is None:
+        tol = 1e-12 if X.dtype == torch.float64 else 1e-7
+    steps = min(max_steps, k_max)
+    gen = torch.Generator(device=X.device).manual_seed(seed)
+    v = torch.randn(n, generator=gen, device=X.device, dtype=X.dtype)
+    v /= torch.linalg.vector_norm(v)
+    Us = torch.zeros(m, steps, device=X.device, dtype=X.dtype)
+    Vs = torch.zeros(n, steps + 1, device=X.device, dtype=X.dtype)
+    Vs[:, 0] = v
+    alphas: list[float] = []
+    betas: list[float] = []
+    u_prev = None
+    beta = 0.0
+    last = -1.0
+    for j in range(steps):
+        u = X @ Vs[:, j]
+        if u_prev is not None:
+            u -= beta * u_prev
+        if j:  # full reorthogonalisation: cheap next to the mat-vecs, and keeps σ_max honest
+            u -= Us[:, :j] @ (Us[:, :j].T @ u)
+        alpha = float(torch.linalg.vector_norm(u).item())
+        if alpha == 0.0:
+            break
+        u /= alpha
+        Us[:, j] = u
+        alphas.append(alpha)
+        w = X.T @ u - alpha * Vs[:, j]
+        w -= Vs[:, : j + 1] @ (Vs[:, : j + 1].T @ w)
+        beta = float(torch.linalg.vector_norm(w).item())
+        if j % 4 == 3 or beta == 0.0 or j == steps - 1:
+            B = np.diag(alphas) + np.diag(betas, 1)
+            est = float(np.linalg.svd(B, compute_uv=False)[0])
+            if beta == 0.0 or abs(est - last) <= tol * est:
+                return est
+            last = est
+        if beta == 0.0:
+            break
+        betas.append(beta)
+        Vs[:, j + 1] = w / beta
+        u_prev = u
+    B = np.diag(alphas) + np.diag(betas[: len(alphas) - 1], 1)
+    return float(np.linalg.svd(B, compute_uv=False)[0]) if alphas else 0.0
+
+
+@dataclass(frozen=True)
+class Projection:
+    """ΔW in the frame: P (r×r) and the explicit null residual (m×n)."""
+
+    P: torch.Tensor
+    null: torch.Tensor
+    # True when U0 and V0 span the whole domain and range (square W0, untruncated
+    # core): the null part is then zero by construction and ``null`` is rounding noise.
+    null_is_structural_zero: bool
+
+
+def project(delta: torch.Tensor, frame: Frame, *, in_place: bool = False) -> Projection:
+    """P = U0ᵀ ΔW V0 and ΔW_null = ΔW − U0 P V0ᵀ, the latter computed explicitly.
+
+    With ``in_place`` the null residual overwrites ``delta`` (saves one m×n buffer).
+    When one side of the frame is a complete basis the residual simplifies
+    (e.g. V0 square ⇒ U0 P V0ᵀ = U0 U0ᵀ ΔW), which saves a matmul without
+    changing the result beyond rounding.
+    """
+    U, V = frame.U, frame.V
+    m, n = delta.shape
+    r = U.shape[1]
+    out = delta if in_place else delta.clone()
+    if m >= n:
+        A = U.T @ delta  # r×n
+        P = A @ V
+        if r == n:  # V complete: U P Vᵀ = U A
+            out.addmm_(U, A, alpha=-1)
+        else:
+            out.addmm_(U, P @ V.T, alpha=-1)
+    else:
+        B = delta @ V  # m×r
+        P = U.T @ B
+        if r == m:  # U complete: U P Vᵀ = B Vᵀ
+            out.addmm_(B, V.T, alpha=-1)
+        else:
+            out.addmm_(U @ P, V.T, alpha=-1)
+    return Projection(P=P, null=out, null_is_structural_zero=(r == m == n))
+
+
+def split_energies(P: torch.Tensor, null: torch.Tensor) -> tuple[float, float, float]:
+    """(‖diag P‖², ‖P − diag P‖², ‖ΔW_null‖²), each summed directly (no differences of squares)."""
+    d = torch.diagonal(P)
+    e_diag = float(torch.dot(d, d).item())
+    sq = P.square()
+    sq.diagonal().zero_()
+    e_off = float(sq.sum(dtype=torch.float64).item())
+    e_null = float(torch.linalg.vector_norm(null).item()) ** 2
+    return e_diag, e_off, e_null
+
+
+
+def random_core_coefficients(r: int, norm: float, generator: torch.Generator, *,
+                             dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Q: standard Gaussian r×r scaled to Frobenius norm ``norm``.
+
+    R = U0 Q V0ᵀ is then a random component of exactly that norm lying entirely inside
+    span(U0) ⊗ span(V0) (‖U0 Q V0ᵀ‖_F = ‖Q‖_F for orthonormal U0, V0): the control
+    for removing the diagonal part, with ``norm`` = ‖diag P‖.
+    """
+    Q = torch.randn(r, r, generator=generator, dtype=torch.float64)
+    q = float(torch.linalg.matrix_norm(Q))
+    Q *= (norm / q) if q > 0 else 0.0
+    return Q.to(device=device, dtype=dtype)
+

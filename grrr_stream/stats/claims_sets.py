@@ -1,0 +1,198 @@
+"""The paper's headline statistics over sets of evaluated transitions, with joint bootstrap intervals.
+
+The paper states its claims over two sets (GRRR, §5 and the appendix summary):
+- **informative** (full − base ≥ ``informative_points``, fixed at the point estimates): "OffNull
+  stays within 4.3 points of Full in 24 of 25" (``within_k``);
+- **all evaluated**: retention = 100 · variant / reference, its median, mean and range, how many
+  transitions reach ``retention_floor_pct`` (95) and ``retention_second_floor_pct`` (92), and how
+  many retain at most ``retention_ceiling_pct`` (25: "in 6 of 11 SFT chains the diagonal alone
+  retains at most 25 %").
+Each statistic is given for the group ``all`` and for the groups ``SFT`` and ``RL`` (:func:`method_group`).
+
+Intervals: every transition answers the same benchmark problems, so one bootstrap replicate of a
+statistic across transitions draws one resample of problem indices per benchmark and applies it to
+every transition and variant (:func:`joint_replicates`). Resampling each transition on its own would
+treat shared problem difficulty as independent noise and give too narrow an interval.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ..config import DEFAULT_SFT_METHODS, ClaimSettings
+from .claims import TIE, TransitionScores, _interval, _ratio, is_informative
+from .summaries import block_rng, blocks
+
+SETS = ("informative", "all evaluated")
+GROUPS = ("all", "SFT", "RL")
+def method_group(method: Optional[str], sft_methods: Sequence[str] = DEFAULT_SFT_METHODS) -> Optional[str]:
+    """'SFT' when the method is one of ``sft_methods`` (case and surrounding spaces ignored), 'RL' for
+    any other named method (DPO, PPO, GRPO, GPPO, PRIME, …, as the paper counts them), None without one."""
+    m = (method or "").strip().lower()
+    if not m:
+        return None
+    return "SFT" if m in {s.strip().lower() for s in sft_methods} else "RL"
+
+
+def joint_replicates(scores: Sequence[TransitionScores], *, resamples: int, seed: int) -> list[np.ndarray]:
+    """Per transition, its (R, V) scores on problems resampled jointly: replicate j draws one resample of
+    each benchmark's problems (stream ``joint:{benchmark}:{n}``) and every transition with that benchmark
+    and problem count, and every variant, is scored on it. Transitions whose copies of a benchmark have
+    different problem counts are different problem sets: each count gets its own draw (see
+    :func:`resampling_note`)."""
+    by_set: dict[tuple[str, int], list[int]] = {}
+    for i, ts in enumerate(scores):
+        if set(ts.per_problem) != set(ts.benchmarks):
+            raise ValueError(f"{ts.transition}: no per-problem values kept, cannot resample it jointly")
+        for b in ts.benchmarks:
+            by_set.setdefault((b, ts.n_problems[b]), []).append(i)
+    reps = [np.zeros((resamples, len(ts.variants))) for ts in scores]
+    for (b, n), members in sorted(by_set.items()):
+        stacked = np.concatenate([scores[i].per_problem[b] for i in members], axis=1)  # n × (all their variants)
+        cuts = np.cumsum([0] + [scores[i].per_problem[b].shape[1] for i in members])
+        start = 0
+        for k, size in enumerate(blocks(resamples)):
+            rng = block_rng(seed, f"joint:{b}:{n}", k)
+            # one resample of the problems per row, as multiplicities (float: a float matmul is much faster)
+            counts = rng.multinomial(n, np.full(n, 1.0 / n), size=size).astype(np.float64)
+            acc = counts @ stacked / n
+            for j, i in enumerate(members):
+                reps[i][start:start + size] += acc[:, cuts[j]:cuts[j + 1]]
+            start += size
+    return [100.0 * r / len(ts.benchmarks) for r, ts in zip(reps, scores)]
+
+
+def resampling_note(scores: Sequence[TransitionScores]) -> str:
+    """'joint', or which benchmarks could not be resampled jointly because their problem counts differ."""
+    counts: dict[str, set[int]] = {}
+    for ts in scores:
+        for b, n in ts.n_problems.items():
+            counts.setdefault(b, set()).add(n)
+    split = {b: sorted(ns) for b, ns in sorted(counts.items()) if len(ns) > 1}
+    if not split:
+        return "joint"
+    return ("joint per problem count (" + "; ".join(f"{b}: n = {', '.join(map(str, ns))}" for b, ns in split.items())
+            + "): transitions with different counts of a benchmark are resampled independently there")
+
+
+# statistic → (set, function of (variant, reference) scores along the last axis → value, threshold setting)
+def _statistics(cs: ClaimSettings) -> list[tuple[str, str, Optional[float], Callable]]:
+    def count(mask):
+        return np.sum(mask, axis=-1)
+
+    def ret(v, r):
+        return _ratio(v, r)
+
+    def nanstat(f):
+        def g(v, r):
+            x = ret(v, r)
+            with np.errstate(all="ignore"), warnings.catch_warnings():  # all-NaN slices give NaN, quietly
+                warnings.simplefilter("ignore", RuntimeWarning)
+                return f(np.where(np.isfinite(x), x, np.nan), axis=-1)
+        return g
+
+    k, f1, f2, c = (cs.within_points, cs.retention_floor_pct, cs.retention_second_floor_pct,
+                    cs.retention_ceiling_pct)
+    return [
+        ("within_k", "informative", k, lambda v, r: count(v - r >= -k - TIE)),
+        ("retention_median_pct", "all evaluated", None, nanstat(np.nanmedian)),
+        ("retention_mean_pct", "all evaluated", None, nanstat(np.nanmean)),
+        ("retention_min_pct", "all evaluated", None, nanstat(np.nanmin)),
+        ("retention_max_pct", "all evaluated", None, nanstat(np.nanmax)),
+        ("at_floor", "all evaluated", f1, lambda v, r: count(ret(v, r) >= f1 - TIE)),
+        ("at_second_floor", "all evaluated", f2, lambda v, r: count(ret(v, r) >= f2 - TIE)),
+        ("at_most_ceiling", "all evaluated", c, lambda v, r: count(ret(v, r) <= c + TIE)),
+    ]
+
+
+_COUNTS = ("within_k", "at_floor", "at_second_floor", "at_most_ceiling")
+_NO_INTERVAL = ("retention_min_pct", "retention_max_pct")  # a percentile bootstrap of an extreme is no interval
+
+
+def claims_rows(scores: Sequence[TransitionScores], settings: Optional[ClaimSettings] = None, *,
+                selector: str = "") -> list[dict]:
+    """One row per statistic, variant, reference (full, as the paper, and proj), set and group: the
+    statistic at the point estimates, its joint bootstrap interval, how many transitions it is over,
+    its threshold, the evaluated set's ``selector`` and how the problems were resampled."""
+    cs = settings or ClaimSettings()
+    scores = list(scores)
+    if not scores:
+        return []
+    reps = joint_replicates(scores, resamples=cs.resamples, seed=cs.seed)
+    members = {("all evaluated", g): [] for g in GROUPS}
+    members.update({("informative", g): [] for g in GROUPS})
+    for i, ts in enumerate(scores):
+        group = method_group(ts.method, cs.sft_methods)
+        for s in SETS:
+            if s == "informative" and not is_informative(ts, cs.informative_points):
+                continue
+            members[(s, "all")].append(i)
+            if group:
+                members[(s, group)].append(i)
+    variants = list(dict.fromkeys(v for ts in scores for v in ts.variants if v not in ("base", "full")))
+    rows = []
+    for v in variants:
+        for ref in ("full", "proj"):
+            if v == ref:
+                continue
+            for stat, set_name, threshold, fn in _statistics(cs):
+                for group in GROUPS:
+                    have = [i for i in members[(set_name, group)] if scores[i].has(v) and scores[i].has(ref)]
+                    if have:
+                        rows.append(_row(stat, set_name, group, v, ref, threshold, fn, scores, reps, have, cs,
+                                         selector))
+    return rows
+
+
+def _row(stat, set_name, group, v, ref, threshold, fn, scores, reps, have, cs, selector) -> dict:
+    pt_v = np.array([scores[i].score(v) for i in have])
+    pt_r = np.array([scores[i].score(ref) for i in have])
+    rp_v = np.stack([reps[i][:, scores[i].variants.index(v)] for i in have], axis=1)  # R × T
+    rp_r = np.stack([reps[i][:, scores[i].variants.index(ref)] for i in have], axis=1)
+    value = fn(pt_v, pt_r)
+    value = int(value) if stat in _COUNTS else float(value)
+    lo = hi = math.nan
+    if stat not in _NO_INTERVAL:
+        rep = np.asarray(fn(rp_v, rp_r), dtype=np.float64)
+        lo, hi = _interval(rep[np.isfinite(rep)], cs.level)
+    return {"selector": selector, "set": set_name, "group": group, "statistic": stat, "variant": v,
+            "reference": ref, "transitions": len(have), "threshold": threshold, "value": value,
+            "ci_lo": lo, "ci_hi": hi, "resampling": resampling_note([scores[i] for i in have])}
+
+
+def sentences(rows: Sequence[dict], reference: str = "full") -> list[str]:
+    """The claims rows against ``reference`` as the paper writes them: per variant, the within-k count
+    over the informative transitions, then the retention statistics over all evaluated transitions for
+    each group that has any."""
+    by = {(r["variant"], r["set"], r["group"], r["statistic"]): r for r in rows if r["reference"] == reference}
+    out = []
+    for v in dict.fromkeys(r["variant"] for r in rows if r["reference"] == reference):
+        w = by.get((v, "informative", "all", "within_k"))
+        if w:
+            out.append(f"{v}: within {w['threshold']:g} points of {reference} in {w['value']:.0f} of "
+                       f"{w['transitions']} informative transitions {_ci(w, '.0f', '–')}")
+        for g in GROUPS:
+            med = by.get((v, "all evaluated", g, "retention_median_pct"))
+            if not med:
+                continue
+            n = med["transitions"]
+            stat = lambda name: by[(v, "all evaluated", g, name)]  # noqa: E731
+            counts = ", ".join(f"{sign} {stat(name)['threshold']:g} % in {stat(name)['value']:.0f} of {n} "
+                               f"{_ci(stat(name), '.0f', '–')}"
+                               for name, sign in (("at_floor", "≥"), ("at_second_floor", "≥"),
+                                                  ("at_most_ceiling", "≤")))
+            who = f"all {n} evaluated transitions" if g == "all" else f"the {n} evaluated {g} transitions"
+            out.append(f"{v}: retention vs {reference} over {who}: median {med['value']:.1f} % "
+                       f"{_ci(med, '.1f', ', ')}, mean {stat('retention_mean_pct')['value']:.1f} % "
+                       f"{_ci(stat('retention_mean_pct'), '.1f', ', ')}, range "
+                       f"{stat('retention_min_pct')['value']:.1f}–{stat('retention_max_pct')['value']:.1f} %; "
+                       f"{counts}")
+    return out
+
+
+def _ci(row: dict, fmt: str, sep: str) -> str:
+    return f"[{row['ci_lo']:{fmt}}{sep}{row['ci_hi']:{fmt}}]"

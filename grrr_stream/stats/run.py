@@ -1,0 +1,131 @@
+"""The runs behind ``grrr-stream stats``, ``bands`` and ``compare``: they run the statistics over
+finished stores, write tables and figures, and log to MLflow."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from ..config import TrackingConfig, stable_hash
+from ..files import atomic_write_text, ensure_folder, to_csv
+from ..store.transition_store import StoredTransition
+from ..tracking import runs
+
+
+@dataclass
+class StatsResult:
+    out: Path
+    long_rows: list[dict]
+    files: list[Path]
+
+
+def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, seed: int = 0,
+              scheduler: Any = None, tracking: Optional[TrackingConfig] = None) -> StatsResult:
+    """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``."""
+    from . import summaries as stats
+
+    transitions = [StoredTransition(Path(s)) for s in stores]
+    long_rows = stats.summary_tables(transitions, resamples=resamples, seed=seed, scheduler=scheduler)
+    out = ensure_folder(Path(out), "--out")
+    files = []
+    for name, rows in (("summary_long.csv", long_rows),
+                       ("table_overall.csv", stats.wide_table(long_rows, "all")),
+                       ("table_by_module.csv", stats.wide_table(long_rows, "module")),
+                       ("table_by_layer.csv", stats.wide_table(long_rows, "layer"))):
+        atomic_write_text(out / name, to_csv(rows))
+        files.append(out / name)
+    if runs.enabled(tracking):
+        runs.log_stats(transitions, long_rows, out, tracking, resamples=resamples, seed=seed)
+    return StatsResult(out, long_rows, files)
+
+
+def run_bands(stores: Sequence[Path], out: Path, *, edges: Sequence[int] = (16, 64, 256),
+              scheduler: Any = None) -> list[Path]:
+    """Principal-band energies of finished stores from their stored P (``grrr-stream bands``): per matrix,
+    mean per module and per layer, and a figure per transition, in ``out``."""
+    from .. import plots
+    from . import summaries as stats
+
+    out = ensure_folder(Path(out), "--out")
+    files = []
+    all_rows = []
+    for path in stores:
+        t = StoredTransition(Path(path))
+        rows = [{"transition": t.label, **r} for r in stats.band_rows(t, edges, scheduler=scheduler)]
+        all_rows += rows
+        stem = stable_hash(str(t.path), 8)
+        files.append(plots.band_energy_by_module(rows, list(edges), out / f"band_energy_by_module_{stem}.png",
+                                                 t.label))
+    cols = [k for k in all_rows[0] if k.startswith("band") or k == "f_null"] if all_rows else []
+    for scope in ("module", "layer"):
+        groups: dict[tuple, list[dict]] = {}
+        for r in all_rows:
+            groups.setdefault((r["transition"], r[scope]), []).append(r)
+        table = [{"transition": tr, scope: s, "n": len(rs), **{c: sum(r[c] for r in rs) / len(rs) for c in cols}}
+                 for (tr, s), rs in groups.items()]
+        atomic_write_text(out / f"bands_by_{scope}.csv", to_csv(table))
+        files.append(out / f"bands_by_{scope}.csv")
+    atomic_write_text(out / "bands.csv", to_csv(all_rows))
+    files.append(out / "bands.csv")
+    return files
+
+
+@dataclass
+class CompareResult:
+    out: Path
+    comparisons: list
+    summaries: list[dict]
+    files: list[Path]
+    run_ids: list[str]
+
+
+def comparison_label(kind: str, a: StoredTransition, b: StoredTransition, ancestor_label: Optional[str]) -> str:
+    if kind == "sequential":
+        return f"{a.label} then incr. to {b.label}"
+    if kind == "cumulative":
+        return f"{a.label} vs {b.label} (cumulative)"
+    return f"{a.label} vs {b.label} (from {ancestor_label})"
+
+
+def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_000,
+                    null_draws: int = 10_000, seed: int = 0, alpha: float = 0.05, scheduler: Any = None,
+                    tracking: Optional[TrackingConfig] = None) -> CompareResult:
+    """Off-diagonal cosine geometry for each (kind, a, b) or (kind, a, b, ancestor) of stores;
+    CSV/JSON + Figures 4/5 in ``out``. ``ancestor``: the store of base → C, C the nearest common
+    ancestor of an independent pair (None or absent: C is the base)."""
+    from .. import plots
+    from .comparisons import compare
+
+    out = ensure_folder(Path(out), "--out")
+    comparisons, summaries, files = [], [], []
+    for pair in pairs:
+        kind, a_path, b_path = pair[:3]
+        c_path = pair[3] if len(pair) > 3 else None
+        a, b = StoredTransition(Path(a_path)), StoredTransition(Path(b_path))
+        c = StoredTransition(Path(c_path)) if c_path is not None else None
+        started = time.time()
+        comp = compare(a, b, kind, ancestor=c, resamples=resamples, null_draws=null_draws, seed=seed,
+                       alpha=alpha, scheduler=scheduler)
+        summary = {"label": comparison_label(kind, a, b, comp.ancestor_label), **comp.summary()}
+        stem = f"{kind}_{stable_hash([str(a.path), str(b.path)] + ([str(c.path)] if c else []), 8)}"
+        atomic_write_text(out / f"{stem}_per_matrix.csv", to_csv(comp.rows))
+        atomic_write_text(out / f"{stem}.json", json.dumps(summary, indent=2))
+        files += [out / f"{stem}_per_matrix.csv", out / f"{stem}.json"]
+        comparisons.append((comp, a, b, c, stem, started, time.time() - started))
+        summaries.append(summary)
+    atomic_write_text(out / "comparisons.csv", to_csv(summaries))
+    files.append(out / "comparisons.csv")
+    figs = [plots.cosine_medians(summaries, out / "offdiag_cosine_medians.png"),
+            plots.norm_bars(summaries, out / "update_norms.png")]
+    files += figs
+    run_ids = []
+    if runs.enabled(tracking):
+        run_ids = [runs.log_comparison(comp, a, b, c, summary, [out / f"{stem}_per_matrix.csv", out / f"{stem}.json",
+                                                              *figs], tracking, resamples=resamples,
+                                       null_draws=null_draws, seed=seed, alpha=alpha, started=started,
+                                       seconds=seconds)
+                   for (comp, a, b, c, stem, started, seconds), summary in zip(comparisons, summaries)]
+    return CompareResult(out, [c[0] for c in comparisons], summaries, files, run_ids)

@@ -1,0 +1,100 @@
+"""Low-level Zarr array writing, shared by the transition store (store/transition_store.py) and the frame cache
+(store/frame_cache.py): codecs, chunk shapes, dimension names and the direct chunk writer. These three
+modules are the only ones that touch Zarr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+FORMAT_VERSION = 1  # of transition stores and frame caches alike
+CHUNK = 1024  # 1024×1024 float32 chunks (4 MiB): good for dask, small enough to stream
+
+
+def zarr_module():
+    import zarr  # heavy import kept inside the owner modules
+
+    return zarr
+
+
+def _compressors(dtype: np.dtype) -> Optional[list]:
+    """The codec of an array of this dtype: none for 32- and 64-bit floats, zstd for 16-bit ones.
+
+    Measured (tools/bench_decompose.py; blosc zstd-1 with byte shuffle on 2 cores): float32 P,
+    null and frames are noise-like and shrink by 8 % (ratio 1.08) at 120-180 MB/s, i.e. seconds per
+    GB written and again per GB of cached frames read, for 8 % of disk. bfloat16 bit patterns
+    shrink by 23 % (ratio 1.29: the exponent byte repeats), which is worth it. Stores written with
+    the earlier always-zstd codec read the same (zarr records each array's codecs).
+    """
+    if np.dtype(dtype).itemsize > 2:
+        return None
+    from zarr.codecs import BloscCodec
+
+    return [BloscCodec(cname="zstd", clevel=1, shuffle="shuffle")]
+
+
+# Zarr v3 dimension names of every array written, so that xarray.open_datatree(store, engine="zarr")
+# opens a store or frame cache with named axes. xarray needs equal names to mean equal lengths within
+# a group: P is r×r with r the frame's core rank (≤ min(m, n) with a truncated core), indexed by U's
+# columns (r_out) and V's (r_in); the singular values have min(m, n) entries (sv) whatever the core.
+DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "P": ("r_out", "r_in"), "null": ("out", "in"), "sigma0": ("sv",), "sigma1": ("sv",),  # matrices/<name>/
+    "null_row_norms": ("out",), "null_col_norms": ("in",),  # instead of null with null_storage: norms
+    "channel_energy": ("channel", "component"),  # per residual channel: diag, off, null (channels.energy)
+    "U": ("out", "r"), "S": ("sv",), "V": ("in", "r"),                                    # frames/<key>/
+}
+# channels/<name>: every matrix's channel_energy on one grid (grrr_stream.store.channel_tables)
+CHANNEL_DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "energy": ("layer", "module", "channel", "component"),
+    "expert_energy": ("layer", "expert_module", "expert", "channel", "component"),
+    "layer": ("layer",), "expert": ("expert",),
+}
+METRICS_DIM = "matrix"  # metrics/<column>: one entry per matrix, in the order of attrs["names"]
+
+
+def chunk_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """At most CHUNK per axis, tiling the array with (almost) no padding. Zarr stores edge chunks at
+    full chunk size: with 1024-row chunks a 1536-row array took 2048 rows on disk, which compression
+    used to hide. ceil(s / ceil(s / CHUNK)) per axis pads fewer than ceil(s / CHUNK) entries (8960 →
+    9 chunks of 996: 4 rows of padding)."""
+    return tuple(-(-s // -(-s // CHUNK)) if s else 1 for s in shape)
+
+
+def write_array(group, name: str, data: np.ndarray, attrs: Optional[dict] = None,
+                dims: Optional[tuple[str, ...]] = None):
+    chunks = chunk_shape(data.shape)
+    compressors = _compressors(data.dtype)
+    arr = group.create_array(
+        name, shape=data.shape, chunks=chunks, dtype=data.dtype, compressors=compressors,
+        overwrite=True, attributes=attrs or {}, fill_value=0, dimension_names=dims or DIMENSIONS[name],
+    )
+    store = arr.store_path.store
+    if compressors is None and data.size and hasattr(store, "root"):
+        _write_raw_chunks(Path(store.root) / arr.store_path.path, data, chunks)
+    else:
+        arr[...] = data
+    return arr
+
+
+def _write_raw_chunks(folder: Path, data: np.ndarray, chunks: tuple[int, ...]) -> None:
+    """The chunk files zarr itself writes for an array without compressors (codec chain: bytes,
+    little endian; default chunk key encoding c/i/j; edge chunks padded with the fill value 0),
+    written directly: zarr's own path costs about three times a plain file write per array, which
+    on a model of 200 small matrices was seconds of the writer thread (tests/store/test_store.py checks
+    the files are byte-identical to zarr's)."""
+    data = np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<"))
+    grid = [range(0, s, c) for s, c in zip(data.shape, chunks)]
+    for corner in np.ndindex(*[len(g) for g in grid]):
+        lo = [g[i] for g, i in zip(grid, corner)]
+        block = data[tuple(slice(a, a + c) for a, c in zip(lo, chunks))]
+        if block.shape != chunks:  # an edge chunk: zarr stores it at full size
+            full = np.zeros(chunks, dtype=data.dtype)
+            full[tuple(slice(0, n) for n in block.shape)] = block
+            block = full
+        path = folder.joinpath("c", *map(str, corner))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(np.ascontiguousarray(block).data)

@@ -1,0 +1,3 @@
+"""MLflow, its one owner: the client (:mod:`.mlflow_client`: experiments, runs found again by key, artifacts),
+every kind of run (:mod:`.runs`), and a run's logging as data, delivered now or later (:mod:`.run_log`).
+The server itself is started by the repository's tracking/serve.sh."""

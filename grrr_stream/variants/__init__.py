@@ -1,0 +1,3 @@
+"""Variants of a stored transition (W0 + chosen parts): the spec (:mod:`.spec`), the rest source (:mod:`.rest`),
+the composer (:mod:`.compose`), fidelity (:mod:`.fidelity`) and the builder (:mod:`.builder`: ``VariantBuilder``,
+``write_variant``); :func:`.run.run_variants`, behind ``grrr-stream variants``."""

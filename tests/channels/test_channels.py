@@ -1,0 +1,295 @@
+"""Outlier residual channels (issue 24 §2, §4 ablation) on a planted pair built by transformers' own classes.
+
+The planted base model: a LlamaForCausalLM (hidden 64, 3 layers, byte vocabulary) whose embedding
+carries a constant massive value M in channels PLANTED for every token, whose input-norm gains are
+raised on those channels, whose final norm ignores them (gain 0) and whose LM head is large. The
+massive channels then set the scale of every RMSNorm, as massive activations do in real LLMs:
+intact, the normalised other channels are tiny and the logits near uniform; with the massive
+channels zeroed, the normalisation scale collapses, the logits blow up and perplexity explodes,
+while zeroing as many other channels barely changes it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+tf = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+from grrr_stream.channels.ablation import ablate, random_sets  # noqa: E402
+from grrr_stream.channels.activations import calibration_pass, load_model  # noqa: E402
+from grrr_stream.channels.calibration import TEXT_SHA256, calibration_ids, text_path  # noqa: E402
+from grrr_stream.channels.proxy import proxy_inputs  # noqa: E402
+from grrr_stream.channels.rule import OutlierRule, jaccard, outlier_channels, proxy_channels, robust_z  # noqa: E402
+
+PLANTED = [5, 17, 40]
+HIDDEN, LAYERS, VOCAB = 64, 3, 256
+SEQS, SEQ_LEN = 4, 32
+
+
+def _planted_model(seed: int = 0, massive: float = 30.0):
+    torch.manual_seed(seed)
+    cfg = tf.LlamaConfig(hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
+                         tie_word_embeddings=False)
+    model = tf.LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, PLANTED] = massive
+        for layer in model.model.layers:
+            layer.input_layernorm.weight[PLANTED] = 2.0
+        model.model.norm.weight[PLANTED] = 0.0
+        model.lm_head.weight.normal_(0.0, 1.0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("planted")
+    base = _planted_model()
+    base.save_pretrained(root / "base")
+    post = _planted_model()
+    with torch.no_grad():  # a post model: every weight moved by a small relative step
+        g = torch.Generator().manual_seed(1)
+        for p in post.parameters():
+            p.add_(1e-2 * p.abs().mean() * torch.randn(p.shape, generator=g))
+    post.save_pretrained(root / "post")
+    base.save_pretrained(root / "base_sharded", max_shard_size="40KB")  # many shards, same weights
+    base_bf16 = _planted_model().to(torch.bfloat16)  # stored in bf16, computed in float32
+    base_bf16.save_pretrained(root / "base_bf16", max_shard_size="40KB")
+    return root, base
+
+
+def test_calibration_text_checksum_and_sequences(planted):
+    import hashlib
+
+    assert hashlib.sha256(text_path().read_bytes()).hexdigest() == TEXT_SHA256
+    root, _ = planted
+    cal = calibration_ids(root / "base", vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
+    raw = text_path().read_bytes()
+    assert cal.ids.shape == (SEQS, SEQ_LEN)
+    # the byte fallback: consecutive windows of the text's UTF-8 bytes
+    assert bytes(cal.ids[1].tolist()) == raw[SEQ_LEN:2 * SEQ_LEN]
+
+
+def test_rms_matches_output_hidden_states_in_float64(planted):
+    """Independent path: the model's own output_hidden_states (inputs of layers 0..L-1) in float64."""
+    root, base = planted
+    cal = calibration_ids(root / "base", vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
+    with load_model(root / "base", max_memory=None) as loaded:
+        res = calibration_pass(loaded, cal.ids, batch_size=3)
+    with torch.no_grad():
+        out = base.double()(input_ids=cal.ids, output_hidden_states=True)
+    ref = torch.stack(out.hidden_states[:LAYERS]).pow(2).mean(dim=(1, 2)).sqrt().numpy()
+    np.testing.assert_allclose(res.rms, ref, rtol=1e-5)
+    logp = torch.log_softmax(out.logits[:, :-1], -1).gather(-1, cal.ids[:, 1:, None])
+    assert res.perplexity == pytest.approx(float(torch.exp(-logp.mean())), rel=1e-5)
+
+
+def _offload_sources(model) -> set[str]:
+    """The checkpoint files accelerate's hooks read offloaded weights from (its offload index)."""
+    files = set()
+    for module in model.modules():
+        wm = getattr(getattr(module, "_hf_hook", None), "weights_map", None)
+        index = getattr(getattr(wm, "dataset", None), "index", None) or {}
+        files |= {info["safetensors_file"] for info in index.values() if "safetensors_file" in info}
+    return files
+
+
+@pytest.mark.parametrize("folder", ["base", "base_sharded", "base_bf16"])
+def test_offloaded_pass_equals_in_memory(planted, folder):
+    """Offloaded layer by layer, straight from the checkpoint's safetensors file(s): the same RMS and
+    perplexity as the same checkpoint in memory (float32 compute, also from a bf16 checkpoint), and
+    no weight is copied to the offload folder."""
+    root, _ = planted
+    shards = sorted((root / folder).glob("*.safetensors"))
+    assert (len(shards) > 2) == (folder != "base")
+    cal = calibration_ids(root / folder, vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
+    with load_model(root / folder, max_memory=None) as loaded:
+        assert not loaded.offloaded
+        mem = calibration_pass(loaded, cal.ids)
+    with load_model(root / folder, max_memory=100_000) as loaded:  # embeddings fit, the layers go to disk
+        assert loaded.offloaded
+        assert {"cpu", "disk"} <= set(loaded.model.hf_device_map.values())
+        assert loaded.offload_copied_bytes == 0
+        sources = _offload_sources(loaded.model)
+        assert sources and sources <= {str(f) for f in shards}
+        if folder != "base":
+            assert len(sources) > 1  # the offloaded layers live in several shards, each read in place
+        io = {id(loaded.model.get_input_embeddings().weight), id(loaded.model.get_output_embeddings().weight)}
+        # a bf16 checkpoint keeps its embedding and LM head in bf16 (test below), the rest is cast
+        assert all(p.dtype == (torch.bfloat16 if folder == "base_bf16" and id(p) in io else torch.float32)
+                   for p in loaded.model.parameters())
+        off = calibration_pass(loaded, cal.ids)
+    np.testing.assert_allclose(off.rms, mem.rms, rtol=1e-6)
+    assert off.perplexity == pytest.approx(mem.perplexity, rel=1e-6)
+
+
+def _tied_bf16(folder):
+    torch.manual_seed(2)
+    cfg = tf.LlamaConfig(hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
+                         tie_word_embeddings=True)
+    model = tf.LlamaForCausalLM(cfg).to(torch.bfloat16)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    model.save_pretrained(folder, max_shard_size="40KB")
+    return model
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_offloaded_bf16_keeps_embedding_and_head_in_bf16(planted, tmp_path, monkeypatch, tied):
+    """Offloaded, a bf16 checkpoint's embedding and LM head stay bf16 (one tensor when tied) while the
+    pass computes in float32: the same RMS and perplexity as the whole model upcast to float32 in
+    memory, and as an independent float64 forward of the bf16 weights. The LM head is upcast 10 rows
+    at a time here (many chunks and a partial last one)."""
+    from grrr_stream.channels import activations
+
+    root, _ = planted
+    if tied:
+        folder, ref_model = tmp_path / "tied", _tied_bf16(tmp_path / "tied")
+    else:
+        folder, ref_model = root / "base_bf16", _planted_model().to(torch.bfloat16)
+    monkeypatch.setattr(activations, "HEAD_CHUNK_BYTES", 10 * HIDDEN * 4)
+    cal = calibration_ids(folder, vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
+    with load_model(folder, max_memory=None) as loaded:  # the previous behaviour: float32 everywhere
+        assert not loaded.offloaded and all(p.dtype == torch.float32 for p in loaded.model.parameters())
+        mem = calibration_pass(loaded, cal.ids)
+    with torch.no_grad():
+        out = ref_model.double()(input_ids=cal.ids, output_hidden_states=True)
+    ref_rms = torch.stack(out.hidden_states[:LAYERS]).pow(2).mean(dim=(1, 2)).sqrt().numpy()
+    ref_ppl = float(torch.exp(-torch.log_softmax(out.logits[:, :-1], -1).gather(-1, cal.ids[:, 1:, None]).mean()))
+    for budget in (100_000, 0):  # embedding resident / everything on disk
+        with load_model(folder, max_memory=budget) as loaded:
+            assert loaded.offloaded
+            emb, head = loaded.model.get_input_embeddings(), loaded.model.get_output_embeddings()
+            assert emb.weight.dtype == head.weight.dtype == torch.bfloat16
+            assert (emb.weight is head.weight) == tied
+            assert all(p.dtype == torch.float32 for p in loaded.model.parameters()
+                       if p is not emb.weight and p is not head.weight)
+            off = calibration_pass(loaded, cal.ids)
+        np.testing.assert_allclose(off.rms, mem.rms, rtol=1e-6)
+        assert off.perplexity == pytest.approx(mem.perplexity, rel=1e-6)
+        np.testing.assert_allclose(off.rms, ref_rms, rtol=1e-5)
+        assert off.perplexity == pytest.approx(ref_ppl, rel=1e-5)
+
+
+def test_rule_and_proxy_find_exactly_the_planted_channels(planted):
+    root, _ = planted
+    cal = calibration_ids(root / "base", vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
+    rule = OutlierRule()
+    for name in ("base", "post"):
+        with load_model(root / name, max_memory=None) as loaded:
+            rms = calibration_pass(loaded, cal.ids).rms
+        assert outlier_channels(rms, rule) == PLANTED
+        gains, cols = proxy_inputs(root / name)
+        assert gains.shape == (LAYERS, HIDDEN)
+        assert proxy_channels(gains, cols, rule) == PLANTED
+
+
+def test_robust_z_and_jaccard_definitions():
+    v = np.array([1.0, 2.0, 3.0, 4.0, 100.0])  # median 3, MAD 1
+    np.testing.assert_allclose(robust_z(v), (v - 3.0) / 1.4826)
+    assert jaccard([1, 2, 3], [2, 3, 4]) == 0.5 and jaccard([], []) == 1.0
+
+
+def test_ablating_planted_channels_explodes_perplexity(planted):
+    root, _ = planted
+    cal = calibration_ids(root / "base", vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
+    with load_model(root / "base", max_memory=None) as loaded:
+        out = ablate(loaded, cal.ids, PLANTED, HIDDEN)
+    intact = out["perplexity_intact"]
+    assert out["perplexity_outliers_zeroed"] > 100 * intact
+    for r in out["random"]:
+        assert len(r["channels"]) == len(PLANTED) and not set(r["channels"]) & set(PLANTED)
+        assert r["perplexity"] < 1.5 * intact
+    assert random_sets(HIDDEN, PLANTED) == random_sets(HIDDEN, PLANTED)  # seeded
+
+
+def test_cli_channels_writes_json(planted, tmp_path, capsys):
+    from grrr_stream.cli.entry import main
+
+    root, _ = planted
+    rc = main(["channels", str(root / "base"), "--post", str(root / "post"), "--out", str(tmp_path),
+               "--sequences", str(SEQS), "--seq-len", str(SEQ_LEN), "--ablate"])
+    assert rc == 0
+    data = json.loads((tmp_path / "channels.json").read_text())
+    assert data["base"]["channels"] == PLANTED and data["post"]["channels"] == PLANTED
+    assert data["base"]["fraction"] == pytest.approx(3 / 64) and data["base"]["jaccard"] == 1.0
+    assert (tmp_path / "rms_base.csv").read_text().count("\n") == HIDDEN + 1
+    printed = capsys.readouterr().out
+    assert "4.69 %" in printed and "proxy Jaccard 1" in printed
+
+
+def test_cli_bad_input_is_one_line_error(tmp_path, capsys):
+    from grrr_stream.cli.entry import main
+
+    assert main(["channels", str(tmp_path / "missing")]) == 2
+    assert "no config.json" in capsys.readouterr().err
+
+
+def test_zeroed_channels_are_zero_wherever_the_model_reads_the_residual(planted):
+    """Every decoder layer and the final norm receive the residual with the channels at exactly 0."""
+    root, _ = planted
+    cal = calibration_ids(root / "base", vocab_size=VOCAB, sequences=1, seq_len=SEQ_LEN)
+    seen = []
+
+    def grab(module, args, kwargs, output):  # forward hooks see the inputs after the pre-hooks replaced them
+        seen.append((args[0] if args else kwargs["hidden_states"]).detach().clone())
+
+    with load_model(root / "base", max_memory=None) as loaded:
+        handles = [m.register_forward_hook(grab, with_kwargs=True) for m in [*loaded.layers, loaded.final_norm]]
+        calibration_pass(loaded, cal.ids, zero_channels=np.array(PLANTED))
+        for h in handles:
+            h.remove()
+    assert len(seen) == LAYERS + 1
+    for x in seen:
+        assert torch.all(x[..., PLANTED] == 0) and torch.all(x[..., [0, 1, 2]] != 0)
+
+
+_PEAK_CHILD = r"""
+import json, sys, transformers
+from transformers.utils import logging; logging.set_verbosity_error(); logging.disable_progress_bar()
+from grrr_stream.channels.activations import calibration_pass, load_model
+def rss(key):
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
+transformers.AutoConfig.from_pretrained(sys.argv[1])  # transformers' lazy imports belong to the baseline
+base = rss("VmRSS")
+import torch
+with load_model(sys.argv[1], max_memory=None if sys.argv[2] == "none" else int(sys.argv[2])) as loaded:
+    calibration_pass(loaded, torch.arange(64).reshape(2, 32) % 97)
+    off = loaded.offloaded
+print(json.dumps({"growth": rss("VmHWM") - base, "offloaded": off}))
+"""
+
+
+@pytest.mark.slow  # ~15 s of CPU each (a child process importing transformers), over a minute on a loaded machine
+@pytest.mark.parametrize("stored", ["float32", "bfloat16"])
+def test_offloaded_peak_rss_growth_is_a_fraction_of_the_checkpoint(tmp_path, stored):
+    """Machine-independent memory bound: 12 decoder layers of ~13 MB and a small vocabulary, so the
+    checkpoint dominates every other cost. Offloaded with nothing resident, the peak RSS (VmHWM of a
+    fresh child process, /proc) of a float32 pass grows by less than half the model's float32 size
+    over the process's post-import baseline (in memory it grows by about that size:
+    tools/bench_channels.py). Stored in bf16, transformers used to convert every weight while loading."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("needs Linux /proc")
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8,
+                         num_key_value_heads=2, vocab_size=128, max_position_embeddings=64)
+    model = tf.LlamaForCausalLM(cfg)
+    f32_bytes = sum(p.numel() * 4 for p in model.parameters())
+    assert f32_bytes > 150 * 2**20
+    model.to(getattr(torch, stored)).save_pretrained(tmp_path)
+    del model
+    out = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(tmp_path), "0"], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["offloaded"]
+    assert r["growth"] < f32_bytes / 2, (r, f32_bytes)

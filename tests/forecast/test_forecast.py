@@ -1,0 +1,138 @@
+"""The sweep forecast: the flop model against hand-computed counts, the shape sources' fallback chain with no
+network, the calibration cache, and `sweep --dry-run`'s forecast for a small local config. No test depends on
+this machine's speed: rates are seeded or faked."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+
+from grrr_stream.cli import entry as cli
+from grrr_stream.fixtures.synthetic import TINY, write_model
+from grrr_stream.forecast import calibrate as cal
+from grrr_stream.forecast import shapes, work
+
+
+def test_flop_model_against_hand_counts():
+    # m=6, n=4 (tall): svd 6·6·16 + 20·64 = 1856; svdvals 2·6·16 + 2·64 = 320;
+    # projection 2·6·16 + 2·64 + 4·6·16 = 704; total 2880, 1024 with W0's frame cached
+    assert work.decompose_flops((6, 4)) == 2880
+    assert work.decompose_flops((4, 6)) == 2880  # orientation does not matter
+    assert work.decompose_flops((6, 4), frame_cached=True) == 1024
+    assert work.variant_flops((4, 6)) == 4 * 6 * 16
+    assert work.generation_flops(10, prompts=3, max_tokens=5, samples=2) == 2 * 10 * 3 * 5 * 2
+    # peak RAM: 6 m×n buffers of the largest matrix, plus the process
+    assert work.decompose_ram([(6, 4), (2, 2)], 4) == work.BASELINE_RAM + 6 * 24 * 4
+
+
+@pytest.mark.parametrize("repo, published", [
+    ("Qwen/Qwen3-14B-Base", 14.8e9), ("Qwen/Qwen3-8B-Base", 8.2e9), ("meta-llama/Meta-Llama-3-8B", 8.03e9),
+    ("mistralai/Mistral-7B-v0.1", 7.24e9), ("Qwen/Qwen2.5-Math-1.5B", 1.54e9), ("Qwen/Qwen2.5-Math-7B", 7.62e9)])
+def test_builtin_table_matches_published_parameter_counts(repo, published):
+    """The table's shapes against the parameter counts the model cards state (an independent number)."""
+    assert shapes.KNOWN[repo].params() == pytest.approx(published, rel=0.01)
+
+
+def test_builtin_table_matrices_qwen3_14b():
+    mats = shapes.KNOWN["Qwen/Qwen3-14B-Base"].matrices()
+    assert len(mats) == 40 * 7
+    assert set(mats) == {(5120, 5120), (1024, 5120), (17408, 5120), (5120, 17408)}
+
+
+def test_fallback_chain_without_network(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))      # nothing cached
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")      # a closed port: refused at once
+    t = time.perf_counter()
+    assert not shapes.hub_reachable(timeout=2)
+    assert shapes.from_hub("Qwen/Qwen3-14B-Base", None, timeout=2) is None
+    known = shapes.hub_model("Qwen/Qwen3-14B-Base", None, online=True)  # the Hub fails: the built-in table
+    unknown = shapes.hub_model("someone/not-in-the-table", None, online=True)
+    assert time.perf_counter() - t < 15
+    assert known.where == "built-in table" and known.download == known.params * 2
+    assert unknown.where == "unknown" and unknown.shapes is None and unknown.download is None
+    # local headers: a checkpoint on disk gives its own shapes and nothing to download
+    folder = write_model(tmp_path / "m", TINY, family="qwen2", dtype="float32", seed=0)
+    local = shapes.from_checkpoint(folder)
+    expected = shapes.Arch(TINY.hidden, TINY.intermediate, TINY.layers, TINY.heads, TINY.kv_heads, TINY.vocab)
+    assert local.where == "local headers" and local.download == 0
+    assert sorted(local.shapes) == sorted(expected.matrices())
+
+
+def _fake_timers(calls: list, seconds_per_gflop: float = 1.0):
+    def decompose(shape):
+        calls.append(("decompose", shape))
+        return work.decompose_flops(shape) / 1e9 * seconds_per_gflop
+
+    def gemm(shape):
+        calls.append(("gemm", shape))
+        return 2.0 * shape[0] * shape[1] ** 2 / 1e9 * seconds_per_gflop
+
+    return {"decompose": decompose, "gemm": gemm, "device": lambda: "fake"}
+
+
+def test_calibration_is_cached(tmp_path):
+    calls: list = []
+    cache = tmp_path / "calibration.json"
+    first = cal.calibrate((300, 200), timers=_fake_timers(calls), cache=cache)
+    assert not first.cached and first.shape == (300, 200)          # fits the budget at 1 GFLOP/s: measured there
+    assert first.decompose_flops_s == pytest.approx(1e9) and first.gemm_flops_s == pytest.approx(1e9)
+    n = len(calls)
+    again = cal.calibrate((300, 200), timers=_fake_timers(calls), cache=cache)
+    assert again.cached and len(calls) == n and again.decompose_flops_s == first.decompose_flops_s
+    assert cal.calibrate((30, 20), timers=_fake_timers(calls), cache=cache).cached is False  # another shape
+    assert len(json.loads(cache.read_text())) == 2
+
+
+def test_calibration_scales_a_shape_too_large_for_the_budget(tmp_path):
+    calls: list = []
+    big = (17408, 5120)  # ~4.6 TFLOP: hours at 1 GFLOP/s, so a scaled copy is measured
+    rates = cal.calibrate(big, timers=_fake_timers(calls), cache=tmp_path / "c.json")
+    m, n = rates.shape
+    assert m < big[0] and work.decompose_flops(rates.shape) <= cal.BUDGET_S * 1e9
+    assert m / n == pytest.approx(big[0] / big[1], rel=0.02)       # the same aspect ratio
+
+
+def test_dry_run_prints_the_forecast(tmp_path, monkeypatch, capsys):
+    """A local pair of TINY models: per-unit and total time from the seeded rate, by hand."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("GRRR_STREAM_CACHE", str(tmp_path / "cache"))
+    for name, seed in (("base", 0), ("post", 1)):
+        write_model(tmp_path / name, TINY, family="qwen2", dtype="float32", seed=seed)
+    largest = (160, 64)  # TINY's gate/up (160×64) and down (64×160): the most flops
+    key = cal._key(cal.device_name(), largest)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "calibration.json").write_text(json.dumps({key: {
+        "device": "seeded", "shape": list(largest), "decompose_flops_s": 1e6, "gemm_flops_s": 1e6,
+        "measured_s": 1.0}}))
+    cfg = {"name": "t", "workdir": str(tmp_path / "w"),
+           "chains": [{"name": "c", "base": {"id": "base", "source": str(tmp_path / "base")},
+                       "models": [{"id": "post", "source": str(tmp_path / "post")}]}],
+           "decomposition": {"device": "cpu"}, "evaluation": {"enabled": False}, "tracking": {"enabled": False}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
+    assert cli.main(["sweep", str(tmp_path / "s.yaml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    # per layer (m, n tall): q, o (64, 64); k, v (64, 32); gate, up, down (160, 64); each 14mn² + 24n³
+    per_layer = (2 * (14 * 64 * 64**2 + 24 * 64**3) + 2 * (14 * 64 * 32**2 + 24 * 32**3)
+                 + 3 * (14 * 160 * 64**2 + 24 * 64**3))
+    seconds = 2 * per_layer / 1e6 + 8.0  # two layers at the seeded 1 MFLOP/s, plus the per-transition constant
+    line = next(x for x in out.splitlines() if x.strip().startswith("decompose/base-to-post"))
+    from grrr_stream.progress import fmt_seconds
+
+    assert f"time {fmt_seconds(seconds):>7}" in line and "14 matrices (local headers)" in line
+    assert "download       0 B" in line
+    assert "times assume seeded" in out and "(cached)" in out
+    assert "shapes and downloads from: local headers" in out
+    assert not (tmp_path / "w").exists()
+
+
+def test_calibration_keeps_the_best_rate_when_a_step_stalls(tmp_path):
+    """A step slowed by other work (here the largest, 10× slower) does not set the rate."""
+    calls: list = []
+    timers = _fake_timers(calls)
+    plain = timers["decompose"]
+    timers["decompose"] = lambda shape: plain(shape) * (10.0 if shape == (600, 400) else 1.0)
+    rates = cal.calibrate((600, 400), timers=timers, cache=tmp_path / "c.json")
+    assert rates.shape == (300, 200) and rates.decompose_flops_s == pytest.approx(1e9)

@@ -1,0 +1,304 @@
+"""Beyond the paper, against planted answers: principal bands of P, principal subspace angles between W0
+and W1, checkpoint-precision sparsity, component survival through bf16, and band variants."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import no_track_config
+from grrr_stream.geometry.analyses import band_energies, round_trip_survival, update_sparsity
+from grrr_stream.geometry.kernel import decompose_matrix
+
+
+def _orthogonal(n: int, seed: int) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    return q
+
+
+def test_update_in_the_tail_block_has_no_principal_band_energy():
+    n, k = 96, 16
+    U, V = _orthogonal(n, 1), _orthogonal(n, 2)
+    s = torch.linspace(10.0, 1.0, n, dtype=torch.float64)
+    W0 = U @ torch.diag(s) @ V.T
+    P = torch.zeros(n, n, dtype=torch.float64)
+    P[k:, k:] = 1e-2 * torch.randn(n - k, n - k, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    res = decompose_matrix(W0.clone(), (W0 + U @ P @ V.T).clone(), band_edges=(k, 64))
+    row = res.metrics.as_row()
+    print({key: f"{v:.3g}" for key, v in row.items() if key.startswith(f"band{k}_")})
+    for part in ("diag_principal", "off_principal", "off_mixed"):
+        assert row[f"band{k}_{part}"] < 1e-20
+    assert row[f"band{k}_diag_tail"] + row[f"band{k}_off_tail"] == pytest.approx(1.0, abs=1e-12)
+    assert row[f"band{k}_diag_tail"] == pytest.approx(float((torch.diagonal(P) ** 2).sum() / (P ** 2).sum()),
+                                                      rel=1e-9)
+    # every edge splits the same total: f_diag + f_off
+    for edge in (k, 64):
+        total = sum(row[f"band{edge}_{p}"] for p in ("diag_principal", "diag_tail", "off_principal", "off_mixed",
+                                                     "off_tail"))
+        assert total == pytest.approx(row["f_diag"] + row["f_off"], rel=1e-12)
+
+
+def test_band_energies_match_a_direct_numpy_split():
+    P = torch.randn(40, 40, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    got = band_energies(P, (8, 100))
+    a = P.numpy()
+    off = a - np.diag(np.diag(a))
+    assert got["8_diag_principal"] == pytest.approx((np.diag(a)[:8] ** 2).sum())
+    assert got["8_off_principal"] == pytest.approx((off[:8, :8] ** 2).sum())
+    assert got["8_off_mixed"] == pytest.approx((a[:8, 8:] ** 2).sum() + (a[8:, :8] ** 2).sum())
+    assert got["8_off_tail"] == pytest.approx((off[8:, 8:] ** 2).sum())
+    assert got["100_off_principal"] == pytest.approx((off ** 2).sum()) and got["100_off_mixed"] == 0.0
+
+
+@pytest.mark.parametrize("theta_deg", [3.0, 25.0])
+def test_rotating_the_top_k_subspace_by_a_known_angle_is_reported(theta_deg):
+    """W1 = W0 with its top-k left singular vectors rotated by θ into tail directions: every principal angle
+    of the left top-k subspaces is θ, the right ones are 0."""
+    m, n, k = 160, 120, 16
+    U, V = _orthogonal(m, 4)[:, :n], _orthogonal(n, 5)
+    s = torch.cat([torch.linspace(20.0, 12.0, k), torch.linspace(3.0, 0.5, n - k)]).double()  # a clear gap
+    th = math.radians(theta_deg)
+    U1 = U.clone()
+    U1[:, :k] = math.cos(th) * U[:, :k] + math.sin(th) * U[:, k:2 * k]
+    U1[:, k:2 * k] = -math.sin(th) * U[:, :k] + math.cos(th) * U[:, k:2 * k]
+    W0, W1 = U @ torch.diag(s) @ V.T, U1 @ torch.diag(s) @ V.T
+    row = decompose_matrix(W0.clone(), W1.clone(), band_edges=(k,), angle_edges=(k,)).metrics.as_row()
+    print(f"planted {theta_deg}°: left {row[f'angle{k}_left_max_deg']:.6f}°, "
+          f"right {row[f'angle{k}_right_max_deg']:.2e}°")
+    # W1's subspaces come from 2 power iterations started at W0's, not an exact SVD: agreement to 0.001°
+    assert row[f"angle{k}_left_max_deg"] == pytest.approx(theta_deg, abs=1e-3)
+    assert row[f"angle{k}_left_cos2"] == pytest.approx(math.cos(th) ** 2, abs=1e-6)
+    assert row[f"angle{k}_right_max_deg"] < 0.05 and row[f"angle{k}_right_cos2"] == pytest.approx(1.0, abs=1e-6)
+
+
+def _power_law_pair(shape: tuple[int, int], alpha: float, rel: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """W0 with σ_i = i^−α (no gap anywhere, as trained weights decay) and W1 = W0 + a Gaussian update of
+    relative size ``rel``, in float64."""
+    g = np.random.default_rng(seed)
+    m, n = shape
+    r = min(m, n)
+    U, V = np.linalg.qr(g.standard_normal((m, r)))[0], np.linalg.qr(g.standard_normal((n, r)))[0]
+    W0 = (U * np.arange(1, r + 1, dtype=np.float64) ** -alpha) @ V.T
+    D = g.standard_normal((m, n))
+    return W0, W0 + D * (rel * np.linalg.norm(W0) / np.linalg.norm(D))
+
+
+def _exact_angles(W0: np.ndarray, W1: np.ndarray, k: int) -> dict[str, tuple[float, float]]:
+    """(largest angle °, 1 − mean cos²) per side from numpy's exact float64 SVDs of W0 and W1."""
+    U0, _, V0h = np.linalg.svd(W0, full_matrices=False)
+    U1, _, V1h = np.linalg.svd(W1, full_matrices=False)
+    out = {}
+    for side, A, B in (("left", U0, U1), ("right", V0h.T, V1h.T)):
+        c = np.clip(np.linalg.svd(A[:, :k].T @ B[:, :k], compute_uv=False), 0.0, 1.0)
+        out[side] = (math.degrees(math.acos(c.min())), 1.0 - float(np.mean(c * c)))
+    return out
+
+
+@pytest.mark.parametrize("shape", [(384, 256), (256, 384), (256, 256)])
+@pytest.mark.parametrize("alpha", [0.3, 0.6])
+@pytest.mark.parametrize("rel", [3e-4, 1e-2])
+def test_angles_match_an_exact_svd_on_power_law_spectra_without_a_gap(shape, alpha, rel):
+    """The float32 pipeline's angles (k = 16, 64) against numpy's exact float64 SVDs of W0 and W1: 1 − mean cos²
+    and the largest angle within 2 % on every side (2 subspace iterations were 1–13 % low here)."""
+    W0, W1 = _power_law_pair(shape, alpha, rel, seed=shape[0] + shape[1])
+    row = decompose_matrix(torch.from_numpy(W0).float(), torch.from_numpy(W1).float(),
+                           angle_edges=(16, 64)).metrics.as_row()
+    for k in (16, 64):
+        want = _exact_angles(W0, W1, k)
+        for side in ("left", "right"):
+            worst, one_minus = row[f"angle{k}_{side}_max_deg"], 1.0 - row[f"angle{k}_{side}_cos2"]
+            print(f"{shape} α {alpha} rel {rel} top-{k} {side}: max {worst:.4f}° vs {want[side][0]:.4f}°, "
+                  f"1 − cos² {one_minus:.4e} vs {want[side][1]:.4e}")
+            assert worst == pytest.approx(want[side][0], rel=0.02)
+            assert one_minus == pytest.approx(want[side][1], rel=0.02)
+
+
+@pytest.mark.parametrize("shape", [(320, 256), (256, 320)])
+def test_angles_with_a_truncated_core_match_an_exact_svd(shape):
+    """A truncated core (W0's tail outside the frame) takes the path on W1 itself; float64 there, against exact
+    SVDs: the same 2 %."""
+    W0, W1 = _power_law_pair(shape, 0.3, 1e-2, seed=3)
+    res = decompose_matrix(torch.from_numpy(W0), torch.from_numpy(W1.copy()), core_rel_threshold=0.2,
+                           angle_edges=(16, 64))
+    assert res.frame.rank < min(shape)
+    row = res.metrics.as_row()
+    for k in (16, 64):
+        want = _exact_angles(W0, W1, k)
+        for side in ("left", "right"):
+            assert row[f"angle{k}_{side}_max_deg"] == pytest.approx(want[side][0], rel=0.02)
+            assert 1.0 - row[f"angle{k}_{side}_cos2"] == pytest.approx(want[side][1], rel=0.02)
+
+
+def _bf16_with_changes(n_rows: int, n_cols: int, changed: int, one_ulp: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(11)
+    w0 = torch.randn(n_rows, n_cols, generator=g).to(torch.bfloat16)
+    w1 = w0.clone()
+    flat0, flat1 = w0.view(-1), w1.view(-1)
+    idx = torch.randperm(flat0.numel(), generator=g)
+    bits = flat1.view(torch.int16)
+    # the first `one_ulp` of the chosen entries move to the next representable magnitude, the rest by 5 ulps
+    bits[idx[:one_ulp]] += 1
+    bits[idx[one_ulp:changed]] += 5
+    assert int((flat0.view(torch.int16) != flat1.view(torch.int16)).sum()) == changed
+    return w0, w1
+
+
+def test_sparsity_at_checkpoint_precision_is_exact():
+    w0, w1 = _bf16_with_changes(64, 96, changed=2000, one_ulp=700)
+    got = update_sparsity(w0, w1)
+    n = 64 * 96
+    assert got["frac_unchanged"] == (n - 2000) / n  # exactly
+    assert got["frac_within_ulp"] == (n - 2000 + 700) / n
+
+
+def test_sparsity_in_native_width_equals_the_wide_reference():
+    """Bit patterns at the extremes (where the difference of ordered keys wraps in 16 bits) against the
+    rule written out in int64: sign-magnitude → ±magnitude (so +0 and −0 are one value), neighbours 1 apart."""
+    edge = torch.tensor([0, 1, 2, -1, -2, 32767, 32766, -32768, -32767, 16256, 16257, -16512, -16511],
+                        dtype=torch.int16)
+    x, y = torch.cartesian_prod(edge, edge).unbind(1)
+    got = update_sparsity(x.contiguous().view(torch.bfloat16), y.contiguous().view(torch.bfloat16))
+    xl, yl = x.long() & 0xFFFF, y.long() & 0xFFFF  # the unsigned patterns
+    kx = torch.where(xl >= 0x8000, -(xl - 0x8000), xl)
+    ky = torch.where(yl >= 0x8000, -(yl - 0x8000), yl)
+    assert got["frac_within_ulp"] == float(((kx - ky).abs() <= 1).double().mean())
+    assert got["frac_unchanged"] == float((kx == ky).double().mean())
+    assert got["frac_bitwise_unchanged"] == float((xl == yl).double().mean())
+
+
+def test_sparsity_and_survival_land_in_the_store(tmp_path):
+    """Through a real decomposition: per-matrix sparsity equals a direct bit comparison of the checkpoint
+    tensors, and each component's bf16 survival matches the bf16 variant's own fidelity report."""
+    from grrr_stream.checkpoints.reader import Checkpoint
+    from grrr_stream.decompose.run import run_transition
+    from grrr_stream.store.transition_store import StoredTransition
+    from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
+    from grrr_stream.variants.spec import parse_variant
+    from grrr_stream.variants.builder import VariantBuilder
+
+    shape = ModelShape(hidden=96, intermediate=256, layers=1, heads=6, kv_heads=2)
+    base, post = make_transition(tmp_path / "m", shape, family="llama", dtype="float32",
+                                 update=Update(r_delta=3e-4, plant=(0.1, 0.6, 0.3)))
+    store = tmp_path / "s"
+    run_transition(no_track_config(base=str(base), post=str(post), store=store))
+    t = StoredTransition(store)
+    ck0, ck1 = Checkpoint.open(base), Checkpoint.open(post)
+    variants = {}
+    for c in ("diag", "off", "null"):
+        b = VariantBuilder(store, parse_variant(c), dtype="bfloat16")
+        for _ in b.tensors():
+            pass
+        # the share left after the cast's error, from the variant's own fidelity (‖error‖/‖c‖, whole matrix)
+        variants[c] = {r.name: max(0.0, 1.0 - r.fidelity ** 2) for r in b.report.rows}
+    for name, attrs in t.matrices.items():
+        m = attrs["metrics"]
+        a, b = ck0.read(name).numpy().view(np.int32), ck1.read(name).numpy().view(np.int32)
+        assert m["frac_unchanged"] == float((a == b).mean())
+        for c in ("diag", "off", "null"):
+            if c == "null" and not attrs["null_stored"]:
+                continue
+            assert m[f"bfloat16_kept_{c}"] == pytest.approx(variants[c][name], abs=2e-3), (name, c)
+    summary = (store / "summary.csv").read_text()
+    assert "bfloat16_kept_off_mean" in summary and "band64_off_principal_mean" in summary
+    assert (store / "figures" / "band_energy_by_module.png").stat().st_size > 1000
+
+
+def test_round_trip_survival_of_a_component_below_bf16_rounding():
+    w0 = torch.full((8, 64), 1.0)
+    tiny = torch.full((8, 64), 1e-4)  # far below bf16's spacing at 1 (2^-7): nothing survives
+    big = torch.full((8, 64), 0.5)    # exactly representable: everything survives
+    got = round_trip_survival(w0, {"tiny": tiny, "big": big, "zero": torch.zeros(8, 64)})
+    assert got == {"tiny": 0.0, "big": 1.0, "zero": 1.0}
+
+
+def _planted_ulps(k_ulps: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """W0 in bf16 with magnitudes (1 + j/128)·2^e, j in [16, 64) (10 ulps either way stay in the binade,
+    where one ulp is 2^(e−7)), and a component of k_ulps[i, j] ulps per entry with random signs.
+    Returns W0 (bf16), c (float32, exact) and each entry's ulp (float64)."""
+    g = np.random.default_rng(5)
+    shape = k_ulps.shape
+    e = g.choice([-8, -4, 0], size=shape)
+    mant = 1 + g.integers(16, 64, size=shape) / 128
+    w0 = g.choice([-1.0, 1.0], size=shape) * mant * 2.0 ** e
+    ulp = 2.0 ** (e - 7)
+    c = g.choice([-1.0, 1.0], size=shape) * k_ulps * ulp
+    return torch.from_numpy(w0).to(torch.bfloat16), torch.from_numpy(c).float(), ulp
+
+
+@pytest.mark.parametrize("k, want", [(0.0, 1.0), (0.4, 0.0), (0.6, 1 - (0.4 / 0.6) ** 2), (10.0, 1.0)])
+def test_survival_of_components_of_known_size_in_ulps(k, want):
+    """Round to nearest: 0.4 ulp per entry is lost (share 0), 0.6 ulp becomes 1 ulp (error 0.4 ulp per entry:
+    share 1 − (0.4/0.6)² = 5/9, where ⟨realised, c⟩²/‖c‖⁴ said 1/0.36 = 2.78), 10 ulps survive whole, and a
+    zero component keeps everything by convention."""
+    w0, c, _ = _planted_ulps(np.full((16, 48), k))
+    got = round_trip_survival(w0, {"c": c})["c"]
+    assert 0.0 <= got <= 1.0
+    assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_survival_counts_the_error_orthogonal_to_the_component():
+    """Half the entries 10 ulps, half 0.4 ulp (lost): the error is orthogonal to what survives. The share is the
+    energy of the 10-ulp part over the whole, computed here from the planted sizes without any cast."""
+    k = np.where(np.random.default_rng(6).random((16, 48)) < 0.5, 10.0, 0.4)
+    w0, c, ulp = _planted_ulps(k)
+    energy = (k * ulp) ** 2
+    want = energy[k == 10.0].sum() / energy.sum()
+    got = round_trip_survival(w0, {"c": c})["c"]
+    print(f"kept {got:.6f}, planted {want:.6f}")
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def f64_store(tmp_path_factory):
+    from grrr_stream.decompose.run import run_transition
+    from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
+
+    root = tmp_path_factory.mktemp("bands")
+    shape = ModelShape(hidden=80, intermediate=192, layers=2, heads=4, kv_heads=2)
+    base, post = make_transition(root / "m", shape, family="qwen2", dtype="float64",
+                                 update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3)))
+    store = root / "s"
+    run_transition(no_track_config(base=str(base), post=str(post), store=store, compute_dtype="float64",
+                                   store_dtype="float64", band_edges=(16, 64)))
+    return store
+
+
+def test_band_variants_remove_exactly_the_reported_band_energy(f64_store):
+    from grrr_stream.store.transition_store import StoredTransition
+    from grrr_stream.variants.spec import parse_variant
+    from grrr_stream.variants.builder import VariantBuilder
+
+    t = StoredTransition(f64_store)
+    v = {n: dict(VariantBuilder(f64_store, parse_variant(n), dtype="float64").tensors())
+         for n in ("base", "proj", "off", "no-off-principal-16", "off-principal-16", "off-nonprincipal-16")}
+    for name, attrs in t.matrices.items():
+        m = attrs["metrics"]
+        want = m["band16_off_principal"] * m["delta_fro"] ** 2
+        removed = float(((v["proj"][name] - v["no-off-principal-16"][name]) ** 2).sum())
+        assert removed == pytest.approx(want, rel=1e-9), name
+        kept = float(((v["off-principal-16"][name] - v["base"][name]) ** 2).sum())
+        assert kept == pytest.approx(want, rel=1e-9)
+        # the band and its complement add up to the whole off-diagonal update
+        parts = v["off-principal-16"][name] + v["off-nonprincipal-16"][name] - 2 * v["base"][name]
+        assert torch.allclose(parts, v["off"][name] - v["base"][name], rtol=0, atol=1e-12 * float(m["delta_fro"]))
+
+
+def test_bands_from_a_finished_store_equal_the_in_pass_values(f64_store, tmp_path, capsys):
+    import csv
+
+    from grrr_stream.cli.entry import main
+    from grrr_stream.store.transition_store import StoredTransition
+
+    assert main(["bands", str(f64_store), "--out", str(tmp_path / "b"), "--edges", "16,64"]) == 0
+    with open(tmp_path / "b" / "bands.csv") as f:
+        rows = {r["name"]: r for r in csv.DictReader(f)}
+    t = StoredTransition(f64_store)
+    for name, attrs in t.matrices.items():
+        for key, value in attrs["metrics"].items():
+            if key.startswith(("band16_", "band64_")):
+                assert float(rows[name][key]) == pytest.approx(value, rel=1e-9, abs=1e-15), (name, key)
+    assert (tmp_path / "b" / "bands_by_module.csv").is_file()
+    assert any(p.suffix == ".png" for p in (tmp_path / "b").iterdir())

@@ -1,0 +1,118 @@
+"""No import runs upward: every module of grrr_stream sits in a layer (LAYERS, the table of
+docs/ARCHITECTURE.md), and its imports (module level and inside functions, relative and absolute,
+parsed with ast) reach only its own layer or those below. The few exceptions are listed with why.
+Also: at most 8 modules at the package root, and every package says what it holds in a docstring."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "grrr_stream"
+
+# lowest first; a name is a package or a root module below grrr_stream ("" = grrr_stream/__init__.py,
+# whose public names are imported lazily, on first use, so it imports nothing of ours at import time)
+LAYERS = [
+    ("shared: settings, errors, formats everyone uses", ["", "config", "errors", "dtypes", "files", "locks",
+                                                          "progress", "unit_log", "plots"]),
+    ("the machine: device, Dask, disk, timing", ["runtime"]),
+    ("checkpoints: the safetensors format and tensor names", ["checkpoints"]),
+    ("per-matrix math, pure torch", ["geometry"]),
+    ("the Zarr store", ["store"]),
+    ("MLflow", ["tracking"]),
+    ("one transition", ["decompose"]),
+    ("work over stores and models", ["stats", "variants", "channels", "forecast", "fixtures"]),
+    ("evaluation", ["evaluation"]),
+    ("orchestration: sweeps and their report", ["sweep", "report"]),
+    ("the command line", ["cli"]),
+]
+# (importing module, imported module): why it may look upward
+EXCEPTIONS = {
+    ("tracking.runs", "evaluation.engine"): "inside log_evaluation only: an evaluation run records the engine's "
+                                            "versions, asked of the vLLM owner when that run is logged",
+}
+ROOT_MODULES_MAX = 8
+
+
+def layer_of(module: str) -> int:
+    first = module.split(".")[0] if module else ""
+    for i, (_, names) in enumerate(LAYERS):
+        if first in names:
+            return i
+    raise AssertionError(f"grrr_stream.{module} is in no layer: add it to LAYERS here and to docs/ARCHITECTURE.md")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        parts = list(p.relative_to(PKG).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def imports_of(module: str, path: Path, known: set) -> list[tuple[int, str]]:
+    """(line, imported module below grrr_stream) for each import of ours."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    package = [p for p in package if p]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module == "grrr_stream" or (node.module or "").startswith("grrr_stream."):
+                target = node.module[len("grrr_stream."):] if node.module != "grrr_stream" else ""
+            else:
+                continue
+            for a in node.names:  # `from pkg import module` imports the module
+                sub = f"{target}.{a.name}" if target else a.name
+                out.append((node.lineno, sub if sub in known else target))
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name[len("grrr_stream."):]) for a in node.names if a.name.startswith("grrr_stream.")]
+    return out
+
+
+def test_every_module_is_in_a_layer():
+    for module in modules():
+        layer_of(module)
+
+
+def test_no_import_runs_upward():
+    mods = modules()
+    upward = []
+    for module, path in mods.items():
+        for line, target in imports_of(module, path, set(mods)):
+            if layer_of(target) > layer_of(module) and (module, target) not in EXCEPTIONS:
+                upward.append(f"grrr_stream/{path.relative_to(PKG)}:{line}: {module or '__init__'} "
+                              f"({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})")
+    assert not upward, "imports running upward:\n" + "\n".join(upward)
+
+
+def test_exceptions_are_still_needed():
+    """An exception that no import uses any more is removed from the table, not kept as a loophole."""
+    mods = modules()
+    used = {(m, t) for m, p in mods.items() for _, t in imports_of(m, p, set(mods))}
+    assert set(EXCEPTIONS) <= used
+
+
+def test_the_checker_sees_upward_imports(tmp_path):
+    """The parser resolves relative imports to the module they name (so a violation cannot hide)."""
+    f = tmp_path / "kernel.py"
+    f.write_text("from ..store import transition_store\nfrom .. import errors\n"
+                 "def f():\n    from ..sweep.plan import plan_sweep\n")
+    got = imports_of("geometry.kernel", f, {"store.transition_store", "errors"})
+    assert got == [(1, "store.transition_store"), (2, "errors"), (4, "sweep.plan")]
+    assert layer_of("sweep.plan") > layer_of("geometry.kernel") > layer_of("errors")
+
+
+def test_root_holds_few_modules():
+    root = sorted(p.stem for p in PKG.glob("*.py") if p.stem != "__init__")
+    assert len(root) <= ROOT_MODULES_MAX, root
+
+
+def test_every_package_says_what_it_holds():
+    for init in PKG.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc) > 40, f"{init.relative_to(PKG)}: a docstring naming the package's entry points"
