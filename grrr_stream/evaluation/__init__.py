@@ -1,5 +1,6 @@
 """Evaluating variants on math benchmarks with vLLM, one concern a module:
 
+- ``settings``: the engine and sampling settings (pydantic), hashed into evaluation keys;
 - ``benchmarks``: the bundled benchmarks, loading a ``test.jsonl``, fetching from the Hub;
 - ``prompts``: the instruction and the prompt format recorded with every result;
 - ``grading``: last-\\boxed extraction and math-verify equivalence (the math-verify owner);
