@@ -64,16 +64,21 @@ class StandInEngine:
         pass
 
 
-@pytest.fixture()
-def transition(tmp_path):
-    base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=2e-2))
-    store = tmp_path / "s"
+def sums_transition(root, n_a: int = 7, n_b: int = 9):
+    """A decomposed tiny pair and a 'sums' benchmark of n_a × n_b problems: (base, post, store, bench folder)."""
+    base, post = make_transition(root / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=2e-2))
+    store = root / "s"
     run_transition(no_track_config(base=str(base), post=str(post), store=store))
-    bench = tmp_path / "bench" / "sums"
+    bench = root / "bench" / "sums"
     bench.mkdir(parents=True)
     bench.joinpath("test.jsonl").write_text("".join(
-        json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n" for a in range(7) for b in range(9)))
-    return base, post, store, tmp_path / "bench"
+        json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n" for a in range(n_a) for b in range(n_b)))
+    return base, post, store, root / "bench"
+
+
+@pytest.fixture()
+def transition(tmp_path):
+    return sums_transition(tmp_path)
 
 
 def test_one_engine_on_the_post_model_when_configs_agree(transition, tmp_path):

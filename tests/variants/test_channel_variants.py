@@ -412,25 +412,19 @@ def test_evaluation_takes_channel_variants(tmp_path):
     """The evaluation pipeline evaluates channel variants like any other (a stand-in engine, no vLLM): each
     streamed into the engine, its channel set on record; without a channels.json it refuses before starting."""
     pytest.importorskip("math_verify")
-    from test_evaluate import SETTINGS, StandInEngine
+    from test_evaluate import SETTINGS, StandInEngine, sums_transition
 
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
 
-    base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=2e-2))
-    store = tmp_path / "s"
-    run_transition(no_track_config(base=str(base), post=str(post), store=store))
-    bench = tmp_path / "bench" / "sums"
-    bench.mkdir(parents=True)
-    bench.joinpath("test.jsonl").write_text("".join(
-        json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n" for a in range(3) for b in range(4)))
+    base, post, store, bench_root = sums_transition(tmp_path, 3, 4)
     names = ["full", "channels-outlier", "channels-rest-offnull"]
     StandInEngine.started = []
     with pytest.raises(ConfigError, match="--channels PATH"):
-        run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench.parent, settings=SETTINGS),
+        run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench_root, settings=SETTINGS),
                        engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.started == []
     path = channels_file(tmp_path / "c.json", CHANNELS)
-    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench.parent, settings=SETTINGS,
+    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench_root, settings=SETTINGS,
                                            channels=path), engine_factory=StandInEngine, log=lambda m: None)
     assert {r["variant"] for r in res.accuracy_rows} == set(names)
     saved = json.loads((tmp_path / "e" / "evaluation.json").read_text())["variants"]
