@@ -11,8 +11,8 @@ its own forward and drops them afterwards. The peak is therefore the process bas
 torch, transformers' imports: ~0.55 GB here) + the resident blocks + the largest offloaded block
 + the activations and logits of one batch; see tools/bench_channels.py. A 16-bit checkpoint computed
 in float32 keeps its embedding and LM head (vocab × hidden, the largest blocks of an LLM) in its own
-dtype, upcast row by row / a slice of rows at a time (:func:`_storage_dtype_io`); every other
-weight is cast to the compute dtype.
+dtype, upcast row by row / a slice of rows at a time, and so do the decoder layers' plain linear maps
+(:func:`_storage_dtype_modules`); every other weight (norms, ...) is cast to the compute dtype.
 No forward pass is written here: the model's own ``forward`` runs; forward pre-hooks on the
 decoder layers read their input (the residual stream) and accumulate Σx² per channel in
 float64.
@@ -162,8 +162,10 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), device_map=device_map,
                                                                   offload_folder=offload,
                                                                   dtype="auto" if offloaded else dtype)
+        tc = text_config(config)
+        layers, norm = decoder_layers(model, tc.num_hidden_layers)
         if offloaded:
-            kept = _storage_dtype_io(model, dtype)
+            kept = _storage_dtype_modules(model, layers, dtype)
             _cast_floating(model, dtype, keep={id(p) for m in kept for p in m.parameters()})
             _compute_in(kept, dtype)
         model.eval()
@@ -171,8 +173,6 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         # Non-zero only when transformers had to convert an offloaded weight at load time (its
         # WeightConverter families) and so re-saved it: then the disk holds a copy, RAM still does not.
         copied = sum(f.stat().st_size for f in Path(offload).rglob("*") if f.is_file())
-        tc = text_config(config)
-        layers, norm = decoder_layers(model, tc.num_hidden_layers)
         yield Loaded(model, layers, norm, offloaded, config, copied)
 
 
@@ -190,38 +190,46 @@ def _cast_floating(model: torch.nn.Module, dtype: torch.dtype, keep: set[int] = 
 
 
 _HALF = (torch.bfloat16, torch.float16)
-HEAD_CHUNK_BYTES = 64 * 2**20  # LM head rows upcast at a time (a float32 slice of the weight)
+HEAD_CHUNK_BYTES = 64 * 2**20  # rows of a kept Linear (LM head, decoder linears) upcast at a time
 
 
-def _storage_dtype_io(model: torch.nn.Module, dtype: torch.dtype) -> list[torch.nn.Module]:
-    """The input embedding and LM head that can keep a 16-bit checkpoint's weights while computing
-    in float32/float64 with the same values: the largest blocks of an LLM (vocab × hidden; 2.9 GiB
-    each in float32 for a 14B model), which a float32 copy would double next to their bf16 pages.
+def _storage_dtype_modules(model: torch.nn.Module, layers: torch.nn.ModuleList,
+                           dtype: torch.dtype) -> list[torch.nn.Module]:
+    """The modules that can keep a 16-bit checkpoint's weights while computing in float32/float64
+    with the same values: the input embedding and LM head (vocab × hidden, the largest blocks of an
+    LLM: 2.9 GiB each in float32 for a 14B model) and the decoder layers' linear maps (q/k/v/o,
+    gate/up/down: a float32 copy of one, 340 MiB for a 14B MLP matrix, would sit next to its bf16
+    pages, and the layer's cast weights would add up while it runs).
 
-    Only plain ``nn.Embedding`` / bias-free ``nn.Linear`` modules qualify (a subclass may compute on
-    its weight in its own dtype, e.g. an embedding scaled in bf16); a weight tied to any other module
-    qualifies only if that module is one of the two (tied embeddings: one stored tensor)."""
+    Only plain ``nn.Embedding`` / ``nn.Linear`` modules qualify (a subclass may compute on its weight
+    in its own dtype, e.g. an embedding scaled in bf16), the embedding and LM head bias-free, every
+    parameter 16-bit; a weight tied to any other module qualifies only if that module is kept too
+    (tied embeddings: one stored tensor)."""
     if dtype not in (torch.float32, torch.float64):
         return []
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
-    kept = [m for m in (emb, head)
-            if m is not None and type(m) in (torch.nn.Embedding, torch.nn.Linear)
-            and getattr(m, "bias", None) is None and m.weight.dtype in _HALF]
+    io = [m for m in (emb, head) if m is not None and type(m) in (torch.nn.Embedding, torch.nn.Linear)
+          and getattr(m, "bias", None) is None]
+    linears = [m for layer in layers for m in layer.modules() if type(m) is torch.nn.Linear]
+    kept = [m for m in dict.fromkeys(io + linears)
+            if all(p.dtype in _HALF for p in m.parameters(recurse=False))]
     while True:  # drop a module whose weight another module (outside the kept ones) also holds
-        ids = {id(m.weight) for m in kept}
+        ids = {id(p) for m in kept for p in m.parameters(recurse=False)}
         shared = {id(p) for m in model.modules() if all(m is not k for k in kept)
                   for p in m._parameters.values() if p is not None and id(p) in ids}
         if not shared:
             return kept
-        kept = [m for m in kept if id(m.weight) not in shared]
+        kept = [m for m in kept if not any(id(p) in shared for p in m.parameters(recurse=False))]
 
 
 def _compute_in(modules: list[torch.nn.Module], dtype: torch.dtype) -> None:
-    """Make the kept 16-bit embedding / LM head return ``dtype`` with the values of a ``dtype`` copy.
+    """Make the kept 16-bit modules return ``dtype`` with the values of a ``dtype`` copy.
 
     Embedding: rows are looked up in the stored dtype and upcast (exact, so bit-identical to a
-    lookup in an upcast copy). LM head: logits = h @ Wᵀ in ``dtype``, W upcast a slice of rows at a
-    time (each logit is the same dot product as with an upcast copy; only BLAS blocking may differ)."""
+    lookup in an upcast copy). Linear (LM head, decoder linears): y = x @ Wᵀ (+ b) in ``dtype``, W
+    upcast a slice of rows at a time, so at most one slice of one module's weight exists upcast
+    (each output is the same dot product as with an upcast copy; only BLAS blocking may differ, and
+    a weight within one slice is upcast whole: the same call as on an upcast copy)."""
     for m in modules:
         if isinstance(m, torch.nn.Embedding):
             m.register_forward_hook(lambda mod, args, out: out.to(dtype))
@@ -239,10 +247,13 @@ def _chunked_upcast_linear(m: torch.nn.Linear, dtype: torch.dtype) -> Callable[[
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         x = x.to(dtype)
-        w = m.weight
+        w, b = m.weight, m.bias
+        if w.shape[0] <= rows:  # one slice: exactly F.linear on the upcast weight and bias
+            return torch.nn.functional.linear(x, w.to(dtype), None if b is None else b.to(dtype))
         out = x.new_empty(*x.shape[:-1], w.shape[0])
         for s in range(0, w.shape[0], rows):
-            out[..., s:s + rows] = torch.nn.functional.linear(x, w[s:s + rows].to(dtype))
+            out[..., s:s + rows] = torch.nn.functional.linear(
+                x, w[s:s + rows].to(dtype), None if b is None else b[s:s + rows].to(dtype))
         return out
     return forward
 

@@ -119,9 +119,11 @@ def test_offloaded_pass_equals_in_memory(planted, folder):
         assert sources and sources <= {str(f) for f in shards}
         if folder != "base":
             assert len(sources) > 1  # the offloaded layers live in several shards, each read in place
-        io = {id(loaded.model.get_input_embeddings().weight), id(loaded.model.get_output_embeddings().weight)}
-        # a bf16 checkpoint keeps its embedding and LM head in bf16 (test below), the rest is cast
-        assert all(p.dtype == (torch.bfloat16 if folder == "base_bf16" and id(p) in io else torch.float32)
+        kept = {id(loaded.model.get_input_embeddings().weight), id(loaded.model.get_output_embeddings().weight)}
+        kept |= {id(p) for m in loaded.layers.modules() if type(m) is torch.nn.Linear for p in m.parameters()}
+        # a bf16 checkpoint keeps its embedding, LM head and decoder linears in bf16 (test below), the
+        # rest (norms) is cast
+        assert all(p.dtype == (torch.bfloat16 if folder == "base_bf16" and id(p) in kept else torch.float32)
                    for p in loaded.model.parameters())
         off = calibration_pass(loaded, cal.ids)
     np.testing.assert_allclose(off.rms, mem.rms, rtol=1e-6)
@@ -132,19 +134,27 @@ def _tied_bf16(folder):
     torch.manual_seed(2)
     cfg = tf.LlamaConfig(hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS, num_attention_heads=4,
                          num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
-                         tie_word_embeddings=True)
-    model = tf.LlamaForCausalLM(cfg).to(torch.bfloat16)
+                         tie_word_embeddings=True, attention_bias=True, mlp_bias=True)
+    model = tf.LlamaForCausalLM(cfg)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # transformers initialises biases to 0: non-zero ones are what is tested
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear) and m.bias is not None:
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+    model = model.to(torch.bfloat16)
     assert model.lm_head.weight is model.model.embed_tokens.weight
     model.save_pretrained(folder, max_shard_size="40KB")
     return model
 
 
 @pytest.mark.parametrize("tied", [False, True])
-def test_offloaded_bf16_keeps_embedding_and_head_in_bf16(planted, tmp_path, monkeypatch, tied):
-    """Offloaded, a bf16 checkpoint's embedding and LM head stay bf16 (one tensor when tied) while the
-    pass computes in float32: the same RMS and perplexity as the whole model upcast to float32 in
-    memory, and as an independent float64 forward of the bf16 weights. The LM head is upcast 10 rows
-    at a time here (many chunks and a partial last one)."""
+def test_offloaded_bf16_keeps_embedding_head_and_linears_in_bf16(planted, tmp_path, monkeypatch, tied):
+    """Offloaded, a bf16 checkpoint's embedding, LM head (one tensor when tied) and decoder linears
+    (q/k/v/o, gate/up/down; with non-zero biases in the tied model) stay bf16 while the pass computes
+    in float32: the same RMS and perplexity as the whole model upcast to float32 in memory, and as an
+    independent float64 forward of the bf16 weights. Every Linear is upcast 10 rows at a time here
+    (many chunks and a partial last one); the offloaded ones are still loaded and dropped by
+    accelerate's hooks (meta after the pass)."""
     from grrr_stream.channels import activations
 
     root, _ = planted
@@ -167,9 +177,14 @@ def test_offloaded_bf16_keeps_embedding_and_head_in_bf16(planted, tmp_path, monk
             emb, head = loaded.model.get_input_embeddings(), loaded.model.get_output_embeddings()
             assert emb.weight.dtype == head.weight.dtype == torch.bfloat16
             assert (emb.weight is head.weight) == tied
-            assert all(p.dtype == torch.float32 for p in loaded.model.parameters()
-                       if p is not emb.weight and p is not head.weight)
+            linears = [m for m in loaded.layers.modules() if type(m) is torch.nn.Linear]
+            assert len(linears) == 7 * LAYERS and (sum(m.bias is not None for m in linears) == 7 * LAYERS) == tied
+            kept = {id(p) for m in linears for p in m.parameters()} | {id(emb.weight), id(head.weight)}
+            assert all(p.dtype == torch.bfloat16 for m in linears for p in m.parameters())
+            assert all(p.dtype == torch.float32 for p in loaded.model.parameters() if id(p) not in kept)
+            assert any(hasattr(m, "_hf_hook") for m in linears)  # on disk: accelerate reads them on use
             off = calibration_pass(loaded, cal.ids)
+            assert all(p.device.type == "meta" for m in linears if hasattr(m, "_hf_hook") for p in m.parameters())
         np.testing.assert_allclose(off.rms, mem.rms, rtol=1e-6)
         assert off.perplexity == pytest.approx(mem.perplexity, rel=1e-6)
         np.testing.assert_allclose(off.rms, ref_rms, rtol=1e-5)
