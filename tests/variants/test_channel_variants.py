@@ -412,7 +412,7 @@ def test_evaluation_takes_channel_variants(tmp_path):
     """The evaluation pipeline evaluates channel variants like any other (a stand-in engine, no vLLM): each
     streamed into the engine, its channel set on record; without a channels.json it refuses before starting."""
     pytest.importorskip("math_verify")
-    from test_evaluate import SETTINGS, StandInEngine, sums_transition
+    from stand_in import SETTINGS, StandInEngine, sums_transition
 
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
 
