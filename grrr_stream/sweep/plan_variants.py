@@ -37,36 +37,38 @@ class PlanContext:
         return [rest_refusal(bad, f"{where}: {tid}: ").replace("Set rest_from", "Set variants.rest_from")] if bad \
             else []
 
-    def channels(self, tid: str, names: list[str], where: str) -> tuple[dict[str, Any], Problems]:
+    def channels(self, tid: str, names: list[str], where: str) -> tuple[dict[str, Any], tuple[str, ...], Problems]:
         """The channels.json fields of units with channel variants among ``names`` on transition ``tid``: its
-        path and the key of its channel set (empty when no name is a channel variant), or the problem."""
+        path and the key of its channel set (empty when no name is a channel variant), the sweep unit that
+        writes it (none for a user's channels.json), or the problem."""
         from ..variants.channels import load_channels
 
         wanting = [n for n in names if n in self.specs and self.specs[n].channels]
         if not wanting:
-            return {}, []
+            return {}, (), []
         given, tr = self.cfg.variants.channels, self.transitions[tid]
         if isinstance(given, dict):
             chain_base = self.sources.models[tr.parent].base
             given = given.get(tr.parent, given.get(chain_base))
             if given is None:
-                return {}, [f"{where}: {tid}: variants.channels has no channels.json for {tr.parent} (or its chain's "
-                            f"base {chain_base}), needed by {', '.join(wanting)}"]
+                return {}, (), [f"{where}: {tid}: variants.channels has no channels.json for {tr.parent} (or its "
+                                f"chain's base {chain_base}), needed by {', '.join(wanting)}"]
         if given is None and self.cfg.channels.enabled:
             return self._channels_from_unit(tid, wanting, where)
         if given is None:
-            return {}, [f"{where}: {tid}: variant(s) {', '.join(wanting)} need the outlier channels: set "
+            return {}, (), [f"{where}: {tid}: variant(s) {', '.join(wanting)} need the outlier channels: set "
                         "variants.channels to a channels.json written by `grrr-stream channels`, or enable the "
                         "sweep's channels: section"]
         path = Path(given).expanduser().absolute()
         try:
             found = load_channels(path)
         except ConfigError as e:
-            return {}, [f"{where}: {tid}: {e}"]
+            return {}, (), [f"{where}: {tid}: {e}"]
         # keyed by the set it holds, not by where the file lies
-        return {"channels": str(path), "channels_key": found.digest}, []
+        return {"channels": str(path), "channels_key": found.digest}, (), []
 
-    def _channels_from_unit(self, tid: str, wanting: list[str], where: str) -> tuple[dict[str, Any], Problems]:
+    def _channels_from_unit(self, tid: str, wanting: list[str], where: str
+                           ) -> tuple[dict[str, Any], tuple[str, ...], Problems]:
         """The outlier set of the sweep's own channels unit of ``tid``'s W0: not on disk at planning time, so it
         is keyed by that unit's key (which holds everything the set depends on); the unit is a dependency."""
         from .plan import _select
@@ -75,18 +77,11 @@ class PlanContext:
         selected, _ = _select(self.cfg.channels.transitions, self.transitions, self.sources.models,
                               "channels.transitions")
         if tid not in selected:
-            return {}, [f"{where}: {tid}: variant(s) {', '.join(wanting)} need the outlier channels of "
+            return {}, (), [f"{where}: {tid}: variant(s) {', '.join(wanting)} need the outlier channels of "
                         f"{self.transitions[tid].parent}: add {tid} to channels.transitions, or set variants.channels"]
         unit = channels_unit(self, self.transitions[tid].parent)
-        return {"channels": str(channels_file(unit.out)), "channels_key": unit.key}, []
+        return {"channels": str(channels_file(unit.out)), "channels_key": unit.key}, (unit.id,), []
 
-    def channels_deps(self, tid: str, fields: dict[str, Any]) -> tuple[str, ...]:
-        """The sweep's channels unit that a unit with these channel fields waits for (none when the set comes
-        from a user's channels.json)."""
-        from .plan_channels import channels_unit_id
-
-        own = fields and self.cfg.variants.channels is None and self.cfg.channels.enabled
-        return (channels_unit_id(self.transitions[tid].parent),) if own else ()
 
 
 def variant_specs(cfg: SweepConfig) -> tuple[dict[str, Any], Problems]:
@@ -114,7 +109,7 @@ def variant_units(ctx: PlanContext) -> tuple[list[Unit], Problems]:
         problems += refused
         if tid not in ctx.dec_key or refused:
             continue
-        channels, found = ctx.channels(tid, v.names, "variants")
+        channels, waits, found = ctx.channels(tid, v.names, "variants")
         problems += found
         for name in (n for n in v.names if n in ctx.specs):
             spec = ctx.specs[name]
@@ -123,7 +118,7 @@ def variant_units(ctx: PlanContext) -> tuple[list[Unit], Problems]:
             params = VariantParams(transition=tid, variant=name, store_key=ctx.dec_key[tid],
                                    components=spec.components(), dtype=v.dtype, rest_from=v.rest_from,
                                    shard_gb=v.shard_gb, device=d.device, **(channels if spec.channels else {}))
-            deps = (f"decompose/{tid}",) + (ctx.channels_deps(tid, channels) if spec.channels else ())
+            deps = (f"decompose/{tid}",) + (waits if spec.channels else ())
             units.append(Unit.of(f"variant/{tid}/{spec.name}", f"build {spec.name} of {tid}", params,
                                  _keyed(ctx.workdir / "variants" / tid, spec.name), deps))
     return units, problems
@@ -157,7 +152,7 @@ def _suite_units(ctx: PlanContext, e: SweepEvaluation) -> tuple[list[Unit], Prob
     for tid in selected:
         refused = ctx.rest_problems(tid, names, where) if tid in ctx.dec_key else []
         problems += refused
-        channels, found = ctx.channels(tid, names, where) if tid in ctx.dec_key else ({}, [])
+        channels, waits, found = ctx.channels(tid, names, where) if tid in ctx.dec_key else ({}, (), [])
         problems += found
         if tid not in ctx.dec_key or refused or found:
             continue
@@ -166,8 +161,7 @@ def _suite_units(ctx: PlanContext, e: SweepEvaluation) -> tuple[list[Unit], Prob
             benchmarks=tuple(e.benchmarks), bench_dir=bench_dir, bench_id=bench_id, limit=e.limit, lenient=e.lenient,
             template=e.template, instruction=e.instruction, materialize=e.materialize, rest_from=v.rest_from,
             engine=e.engine, sampling=e.sampling, metric=e.metric, **channels)
-        deps = (f"decompose/{tid}",) + (("generate/tinychain",) if e.bench_dir == "tinychain" else ()) \
-            + ctx.channels_deps(tid, channels)
+        deps = (f"decompose/{tid}",) + (("generate/tinychain",) if e.bench_dir == "tinychain" else ()) + waits
         label = f"evaluate {len(names)} variant(s) of {tid} on {', '.join(e.benchmarks)}{limit}"
         units.append(Unit.of(f"evaluate/{tid}{suffix}", label, params,
                              _keyed(ctx.workdir / "evaluations", f"{tid}{suffix.replace('/', '-')}"), deps))
