@@ -146,7 +146,7 @@ class DecompositionSettings(StrictModel):
     # and as channels/ arrays for channel statistics (docs/channels.md); measured at most a few
     # percent of a decomposition
     channel_energy: bool = True
-    # torch's intra-op threads for the math on a CPU (None: automatic, see decompose.streaming.compute_threads).
+    # torch's intra-op threads for the math on a CPU (None: automatic, see decompose.streaming.compute_layout; setting it runs one matrix at a time).
     # Not a result setting: LAPACK's results do not depend on it beyond rounding.
     cpu_threads: Optional[int] = Field(None, ge=1)
 

@@ -5,7 +5,7 @@ On one synthetic pair with real model shapes (the presets of bench_decompose.py)
 fresh subprocess with empty store and frame cache (first transition: every SVD is computed):
 
   threads   the one-process run (reader, compute and writer threads; compute threads as chosen
-            by decompose.streaming.compute_threads)
+            by decompose.streaming.compute_layout)
   local:1   a LocalCluster of 1 worker process (all cores): the cost of going through Dask
   local:2   a LocalCluster of 2 worker processes (each half the cores)
 

@@ -33,7 +33,7 @@ from ..store.frame_cache import FrameCache
 from ..store.transition_store import StoreLock, TransitionStore
 from ..tracking.runs import log_decomposition
 from .plan import TransitionPlan, plan_transition
-from .streaming import compute_threads, stream_matrices, torch_threads
+from .streaming import compute_layout, stream_matrices, torch_threads
 
 # Columns of the per-matrix table that are not aggregated as mean ± std per transition (the sparsity
 # fractions are pooled over entries instead: geometry.analyses.pooled_sparsity).
@@ -199,8 +199,10 @@ def _stream_here(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[Matri
                  frames: FrameCache, device: torch.device, dtype: torch.dtype, progress: Progress,
                  timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
     """The pipeline in this process, with torch's thread count set for its math and restored after."""
-    with torch_threads(compute_threads(cfg, device, plan)):
-        return stream_matrices(cfg, plan, pending, store, frames, device, dtype, progress, timer, base_fingerprint)
+    layout = compute_layout(cfg, device, plan)
+    with torch_threads(layout.threads):
+        return stream_matrices(cfg, plan, pending, store, frames, device, dtype, progress, timer, base_fingerprint,
+                               layout)
 
 
 def _refuse_failures(failures: list[str], total: int) -> None:

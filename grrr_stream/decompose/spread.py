@@ -121,7 +121,7 @@ def run_batch(cfg: DecomposeConfig, folders: tuple[str, str], batch_id: str, mat
     """On a worker: decompose this batch's matrices that are not complete yet into the store."""
     from distributed import get_worker
 
-    from .streaming import compute_threads, stream_matrices, torch_threads
+    from .streaming import compute_layout, stream_matrices, torch_threads
     from .plan import TransitionPlan
 
     address = get_worker().address
@@ -133,10 +133,11 @@ def run_batch(cfg: DecomposeConfig, folders: tuple[str, str], batch_id: str, mat
         plan = TransitionPlan(Checkpoint.open(folders[0]), Checkpoint.open(folders[1]), todo)
         device = resolve_device(cfg.device)
         share = max(1, (os.cpu_count() or 1) // max(1, per_host.get(host_of(address), 1)))
-        with torch_threads(compute_threads(cfg, device, plan, available=share)):
+        layout = compute_layout(cfg, device, plan, available=share)
+        with torch_threads(layout.threads):
             computed, reused, failures = stream_matrices(
                 cfg, plan, todo, store, FrameCache(cfg.frame_cache_path()), device, torch_dtype(cfg.compute_dtype),
-                Progress(len(todo), enabled=False), PhaseTimer(None), base_fingerprint)
+                Progress(len(todo), enabled=False), PhaseTimer(None), base_fingerprint, layout)
     return {"worker": address, "computed": computed, "reused": reused, "failures": failures}
 
 

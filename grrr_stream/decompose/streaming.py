@@ -15,7 +15,7 @@ runs it over a whole transition (grrr_stream.decompose.run), a Dask worker over 
 from __future__ import annotations
 
 import math
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Optional
@@ -64,6 +64,12 @@ class _Loaded:
 
 
 def _nonfinite(t: torch.Tensor, name: str, where: str) -> Optional[str]:
+    # a finite sum means every entry is finite (a NaN or ±Inf entry makes the sum NaN or ±Inf): one
+    # reduction without a mask, 20x cheaper than isfinite().all(); a sum that merely overflows takes the
+    # exact path below and is found finite there
+    wide = torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+    if t.numel() and bool(torch.isfinite(t.sum(dtype=wide))):
+        return None
     finite = torch.isfinite(t)
     if bool(finite.all()):
         return None
@@ -112,27 +118,42 @@ def frame_bytes(shape: tuple[int, int], dtype: torch.dtype) -> int:
     return (m * r + r + n * r) * torch.empty((), dtype=dtype).element_size()
 
 
-# Below this many entries per matrix, a second LAPACK thread is not worth the core it takes from the
-# reader and writer threads (measured on 2 cores, tools/bench_decompose.py; docs/benchmarks.md).
+# Below this many entries in every matrix, the math runs in lanes: several matrices at once, one torch thread
+# each, instead of one matrix on a team of threads. LAPACK's SVDs of such matrices barely gain from a second
+# thread (SmolLM2-135M shapes on 2 cores: bare SVDs 18.9 s on two threads vs 21.6 CPU s on one), while two
+# matrices side by side use both cores (measured with tools/bench_decompose.py; docs/benchmarks.md).
 SMALL_MATRIX = 4 << 20
+# More lanes than this would need a second reader to keep them fed; the cores left over go to each lane.
+MAX_LANES = 4
 
 
-def compute_threads(cfg: DecomposeConfig, device: torch.device, plan: TransitionPlan,
-                    available: Optional[int] = None) -> int:
-    """torch's intra-op threads for this run's math. On a GPU, or when the user set cpu_threads, as
-    given. On a CPU the reader and writer threads need a core of their own while the math runs:
-    MKL's OpenMP team spins at its barriers, so a team that shares its cores with them runs at the
-    pace of its slowest member (measured: LAPACK 3x slower inside the pipeline than alone with two
-    threads on two cores). Small matrices keep all cores but one for the math; large ones, whose
-    SVDs dwarf the reading and writing, keep every core. ``available``: the cores this process may use
-    (a Dask worker's share of its host), default torch's current thread count."""
+@dataclass(frozen=True)
+class ComputeLayout:
+    """How the run's math uses the cores: ``lanes`` matrices at once, each on ``threads`` torch threads."""
+
+    lanes: int
+    threads: int
+
+
+def compute_layout(cfg: DecomposeConfig, device: torch.device, plan: TransitionPlan,
+                   available: Optional[int] = None) -> ComputeLayout:
+    """The lanes and torch intra-op threads of this run's math. On a GPU, or when the user set cpu_threads:
+    one lane on the given threads. On a CPU, small matrices (every one below SMALL_MATRIX entries) go
+    through min(cores, MAX_LANES) lanes of one thread or more; large ones, whose SVDs dwarf reading and
+    writing, through one lane on every core (MKL's OpenMP team spins at its barriers, so a team that shares
+    its cores with the reader and writer runs at the pace of its slowest member: one lane, not several
+    teams). ``available``: the cores this process may use (a Dask worker's share of its host), default
+    torch's current thread count."""
     current = available or torch.get_num_threads()
     if cfg.cpu_threads is not None:
-        return cfg.cpu_threads
+        return ComputeLayout(1, cfg.cpu_threads)
     if device.type != "cpu" or current <= 1 or not plan.matrices:
-        return current
+        return ComputeLayout(1, current)
     largest = max(math.prod(plan.base.matrix_shape(m)) for m in plan.matrices)
-    return current - 1 if largest < SMALL_MATRIX else current
+    if largest >= SMALL_MATRIX:
+        return ComputeLayout(1, current)
+    lanes = min(current, MAX_LANES)
+    return ComputeLayout(lanes, current // lanes)
 
 
 @contextmanager
@@ -268,47 +289,118 @@ def _sigma_only(res: MatrixResult) -> MatrixResult:
 
 def stream_matrices(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[MatrixName], store: TransitionStore,
                     frames: FrameCache, device: torch.device, dtype: torch.dtype, progress: Progress,
-                    timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
-    """Decompose ``pending`` into ``store``: (matrices computed, frames reused, why the others were refused)."""
-    computed = reused = 0
-    failures: list[str] = []
+                    timer: PhaseTimer, base_fingerprint: str, layout: Optional[ComputeLayout] = None
+                    ) -> tuple[int, int, list[str]]:
+    """Decompose ``pending`` into ``store``: (matrices computed, frames reused, why the others were refused).
+    ``layout``: see :func:`compute_layout` (default one lane, on the caller's thread)."""
+    tally = _Tally()
     if not pending:
-        return computed, reused, failures
+        return tally.computed, tally.reused, tally.failures
     pipe = _Pipeline(cfg, plan, store, frames, device, dtype, timer, base_fingerprint)
     with ThreadPoolExecutor(1, thread_name_prefix="grrr-read", initializer=_side_thread) as reader, \
             ThreadPoolExecutor(1, thread_name_prefix="grrr-write", initializer=_side_thread) as writer:
-        next_load: Optional[Future] = reader.submit(pipe.read, pending[0])
-        in_flight: Optional[Future] = None
-        for i, m in enumerate(pending):
-            with timer.phase("wait_read"):
-                item = next_load.result()
-            nxt = pending[i + 1] if i + 1 < len(pending) else None
-            # a large pair is read while this matrix's result is written, not during its math (peak memory)
-            late = nxt is not None and pair_bytes(plan, nxt) > PREFETCH_PAIR_BYTES
-            next_load = reader.submit(pipe.read, nxt) if nxt is not None and (not late or item.problems) else None
-            if item.problems:
-                failures.extend(item.problems)
-                progress.advance(f"{m.name} SKIPPED (non-finite)")
-                continue
-            res, frame_is_new = pipe.compute(item)
-            reused += int(not frame_is_new)
-            if next_load is None and nxt is not None:
-                next_load = reader.submit(pipe.read, nxt)
-            bad = _nonfinite_result(res, m.name, cfg.compute_dtype)
-            if bad:  # finite inputs can still overflow (|W1 − W0| beyond the compute dtype): never stored
-                failures.append(bad)
-                del res, item
-                progress.advance(f"{m.name} SKIPPED (non-finite result)")
-                continue
-            if in_flight is not None:
-                with timer.phase("wait_write"):
-                    in_flight.result()  # at most one write queued; surfaces writer errors
-            if not frame_is_new:
-                res = _sigma_only(res)
-            in_flight = writer.submit(pipe.write, item, res, frame_is_new)
-            del res, item
-            computed += 1
-            progress.advance(m.name)
-        if in_flight is not None:
-            in_flight.result()
-    return computed, reused, failures
+        if layout is not None and layout.lanes > 1:
+            _stream_lanes(pipe, pending, reader, writer, layout, progress, tally)
+        else:
+            _stream_one_lane(pipe, pending, reader, writer, progress, tally)
+    return tally.computed, tally.reused, tally.failures
+
+
+@dataclass
+class _Tally:
+    computed: int = 0
+    reused: int = 0
+    failures: list[str] = field(default_factory=list)
+    in_flight: list[Future] = field(default_factory=list)  # writes not yet known to have succeeded
+
+    def skipped(self, why: list[str], name: str, progress: Progress, what: str) -> None:
+        self.failures.extend(why)
+        progress.advance(f"{name} SKIPPED ({what})")
+
+    def hand_to_writer(self, pipe: _Pipeline, writer: ThreadPoolExecutor, item: _Loaded, res: MatrixResult,
+                       frame_is_new: bool, progress: Progress, queued: int) -> None:
+        """The result checked and queued for the writer, with at most ``queued`` writes already waiting
+        (waiting on them surfaces the writer's errors)."""
+        m, cfg = item.matrix, pipe.cfg
+        self.reused += int(not frame_is_new)
+        bad = _nonfinite_result(res, m.name, cfg.compute_dtype)
+        if bad:  # finite inputs can still overflow (|W1 − W0| beyond the compute dtype): never stored
+            self.skipped([bad], m.name, progress, "non-finite result")
+            return
+        with pipe.timer.phase("wait_write"):
+            while len(self.in_flight) >= queued:
+                self.in_flight.pop(0).result()
+        if not frame_is_new:
+            res = _sigma_only(res)
+        self.in_flight.append(writer.submit(pipe.write, item, res, frame_is_new))
+        self.computed += 1
+        progress.advance(m.name)
+
+    def drain(self) -> None:
+        while self.in_flight:
+            self.in_flight.pop(0).result()
+
+
+def _stream_one_lane(pipe: _Pipeline, pending: list[MatrixName], reader: ThreadPoolExecutor,
+                     writer: ThreadPoolExecutor, progress: Progress, tally: _Tally) -> None:
+    """One matrix at a time on this thread, the next pair read and the last result written meanwhile."""
+    next_load: Optional[Future] = reader.submit(pipe.read, pending[0])
+    for i, m in enumerate(pending):
+        with pipe.timer.phase("wait_read"):
+            item = next_load.result()
+        nxt = pending[i + 1] if i + 1 < len(pending) else None
+        # a large pair is read while this matrix's result is written, not during its math (peak memory)
+        late = nxt is not None and pair_bytes(pipe.plan, nxt) > PREFETCH_PAIR_BYTES
+        next_load = reader.submit(pipe.read, nxt) if nxt is not None and (not late or item.problems) else None
+        if item.problems:
+            tally.skipped(item.problems, m.name, progress, "non-finite")
+            continue
+        res, frame_is_new = pipe.compute(item)
+        if next_load is None and nxt is not None:
+            next_load = reader.submit(pipe.read, nxt)
+        tally.hand_to_writer(pipe, writer, item, res, frame_is_new, progress, queued=1)
+        del res, item
+    tally.drain()
+
+
+def _lane_thread(threads: int) -> None:
+    """Initializer of a compute lane: its own torch thread count (per thread, like the side threads')."""
+    torch.set_num_threads(threads)
+
+
+def _stream_lanes(pipe: _Pipeline, pending: list[MatrixName], reader: ThreadPoolExecutor,
+                  writer: ThreadPoolExecutor, layout: ComputeLayout, progress: Progress, tally: _Tally) -> None:
+    """Several small matrices at once, each lane on its own thread: the reader keeps one pair ready per
+    lane, and results are written in the order they finish (the store and the frame cache are per matrix).
+    At most 4 × lanes matrices are alive: per lane one computing, one read and two results queued for the
+    writer, whose fsyncs can stall on a busy disk while the lanes go on."""
+    lanes = layout.lanes
+    with ThreadPoolExecutor(lanes, thread_name_prefix="grrr-lane",
+                            initializer=_lane_thread, initargs=(layout.threads,)) as pool:
+        loads = [reader.submit(pipe.read, m) for m in pending[:lanes]]
+        nxt = len(loads)
+        computing: dict[Future, _Loaded] = {}
+        try:
+            while loads or computing:
+                while loads and len(computing) < lanes:
+                    with pipe.timer.phase("wait_read"):
+                        item = loads.pop(0).result()
+                    if nxt < len(pending):
+                        loads.append(reader.submit(pipe.read, pending[nxt]))
+                        nxt += 1
+                    if item.problems:
+                        tally.skipped(item.problems, item.matrix.name, progress, "non-finite")
+                        continue
+                    computing[pool.submit(pipe.compute, item)] = item
+                if not computing:
+                    continue
+                done, _ = wait(list(computing), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    item = computing.pop(fut)
+                    res, frame_is_new = fut.result()
+                    tally.hand_to_writer(pipe, writer, item, res, frame_is_new, progress, queued=2 * lanes)
+                    del res, item
+        finally:
+            for fut in computing:
+                fut.cancel()
+    tally.drain()

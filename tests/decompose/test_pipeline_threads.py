@@ -29,3 +29,69 @@ def test_side_threads_use_one_torch_thread_and_math_keeps_its_count(planted_f64,
     assert res.computed == 14
     assert seen == {"read": {1}, "compute": {2}, "write": {1}}
     assert torch.get_num_threads() == before  # the caller's count is restored after the run
+
+
+def test_lanes_give_the_same_store_as_one_matrix_at_a_time(planted_f64, tmp_path, monkeypatch):
+    """Small matrices run in lanes (several at once, one torch thread each); each matrix's math is the same
+    one-thread computation, so every stored array and metric equals a one-lane run's bit for bit, and the
+    lanes really ran side by side on their own threads."""
+    import threading
+
+    import numpy as np
+    import zarr
+
+    from grrr_stream.store.xarray_view import read_metrics
+
+    real = torch.get_num_threads()
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # as on a 2-core machine, whatever this one has
+    names: set[str] = set()
+    compute = streaming._Pipeline.compute
+
+    def spy(self, item):
+        names.add(threading.current_thread().name)
+        return compute(self, item)
+
+    monkeypatch.setattr(streaming._Pipeline, "compute", spy)
+    base, post = planted_f64
+    lanes = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "lanes"))
+    assert {n.rsplit("_", 1)[0] for n in names} == {"grrr-lane"} and len(names) == 2
+    names.clear()
+    one = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "one", cpu_threads=1))
+    monkeypatch.undo()
+    torch.set_num_threads(real)  # the runs restored the patched count
+    assert names == {threading.main_thread().name}
+    assert lanes.computed == one.computed == 14
+    a, b = zarr.open_group(str(tmp_path / "lanes"), mode="r"), zarr.open_group(str(tmp_path / "one"), mode="r")
+    paths = _array_paths(a)
+    assert paths == _array_paths(b) and len(paths) >= 14 * 3, paths
+    for path in paths:
+        np.testing.assert_array_equal(np.asarray(a[path]), np.asarray(b[path]), err_msg=path)
+    ma, mb = read_metrics(tmp_path / "lanes"), read_metrics(tmp_path / "one")
+    assert ma.sort_values("name").reset_index(drop=True).equals(mb.sort_values("name").reset_index(drop=True))
+
+
+def _array_paths(group, prefix: str = "") -> list[str]:
+    out = []
+    for name, member in group.members():
+        path = f"{prefix}{name}"
+        out.extend(_array_paths(member, path + "/") if hasattr(member, "members") else [path])
+    return sorted(out)
+
+
+def test_finiteness_check_finds_every_kind_of_bad_entry():
+    """The reader's check: one NaN, +Inf or −Inf anywhere is found and counted, in every checkpoint dtype, and
+    a finite matrix whose sum overflows the dtype is still finite (the cheap sum test is only a first pass)."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        ok = torch.randn(64, 48).to(dtype)
+        assert streaming._nonfinite(ok, "m", "base") is None
+        big = torch.full((64, 48), torch.finfo(dtype).max / 2, dtype=dtype)  # the sum overflows, the entries do not
+        assert streaming._nonfinite(big, "m", "base") is None
+        for bad, want in ((float("nan"), "1 NaN and 0 Inf"), (float("inf"), "0 NaN and 1 Inf"),
+                          (float("-inf"), "0 NaN and 1 Inf")):
+            t = ok.clone()
+            t[37, 11] = bad
+            assert want in streaming._nonfinite(t, "m", "base"), (dtype, bad)
+        two = ok.clone()
+        two[0, 0], two[1, 1] = float("inf"), float("-inf")  # their sum is NaN: still two Inf entries
+        assert "0 NaN and 2 Inf" in streaming._nonfinite(two, "m", "post")
+    assert streaming._nonfinite(torch.empty(0, 3), "m", "base") is None
