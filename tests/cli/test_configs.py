@@ -83,3 +83,19 @@ def test_paper_config_evaluates_the_papers_set_of_steps():
               "qwen25-math-7b-to-rlhflow-7b-dpo", "olmo2-7b-to-olmo2-7b-instruct", "mimo-7b-to-mimo-7b-rl"):
         assert plan.transitions[t].kind == "cumulative" and t not in evaluated
     assert len(plan.transitions) == len(steps) + 14
+
+
+def test_profile_paper_turns_the_analyses_beyond_the_paper_off(tmp_path):
+    """`decompose --profile paper` drops exactly the analyses beyond the paper; without it they are on, and a
+    flag the user gives beside it still wins over nothing else (the profile only sets those four keys)."""
+    from grrr_stream.cli.entry import build_parser
+    from grrr_stream.cli.transition import config_from_args
+
+    argv = ["decompose", "--base", "b", "--post", "p", "--store", str(tmp_path / "s")]
+    parser = build_parser()
+    full = config_from_args(parser.parse_args(argv))
+    paper = config_from_args(parser.parse_args(argv + ["--profile", "paper"]))
+    assert full.band_edges and full.angle_edges and full.survival_dtype and full.channel_energy
+    assert (paper.band_edges, paper.angle_edges, paper.survival_dtype, paper.channel_energy) == ((), (), None, False)
+    same = {k for k in type(full).model_fields if getattr(full, k) == getattr(paper, k)}
+    assert set(type(full).model_fields) - same == {"band_edges", "angle_edges", "survival_dtype", "channel_energy"}
