@@ -67,8 +67,14 @@ def _reference(model, ids: torch.Tensor, zeroed: list[int] | None) -> tuple[np.n
     return rms, float(torch.exp(out.loss.double()))
 
 
-@pytest.mark.parametrize("stored", ["float32", "bfloat16"])
-@pytest.mark.parametrize("family", model_families())
+# bf16 storage by default for the families whose layout the bf16 path treats differently (tied embedding,
+# Gemma3's scaled-embedding subclass and multimodal prefix, fused linears, experts + router); the others slow
+BF16_FAST = ("llama-tied", "gemma3", "phi3", "qwen3_moe")
+CASES = [(f, "float32") for f in model_families()] + [
+    pytest.param(f, "bfloat16", marks=() if f in BF16_FAST else pytest.mark.slow) for f in model_families()]
+
+
+@pytest.mark.parametrize("family,stored", CASES)
 def test_calibration_pass_and_ablation_match_the_model_itself(family, stored, tmp_path):
     """Stored in float32 or bf16 (then computed in float32 with the embedding and LM head read by
     slices, decoder linears upcast by slices); the reference is the saved weights in float64."""

@@ -352,3 +352,31 @@ def test_offloaded_peak_rss_growth_is_a_fraction_of_the_checkpoint(tmp_path, sto
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["offloaded"]
     assert r["growth"] < f32_bytes / 2, (r, f32_bytes)
+
+
+@pytest.mark.slow  # a child process importing transformers: ~15 s of CPU
+def test_offloaded_peak_rss_growth_stays_below_a_large_lm_head(tmp_path):
+    """A vocabulary that dominates the model (65536 × 256: embedding and LM head 64 MiB each in
+    float32, the two decoder layers 4 MiB): offloaded, the embedding reads only the batch's rows and
+    the head 16 MiB slices, so the peak RSS grows by less than the head's own float32 size (measured
+    50 MiB: a slice, the 16 MiB of logits, one chunk of log-softmax rows). Reading the head whole,
+    as accelerate's hook did, grew by 95 MiB."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("needs Linux /proc")
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=65536, max_position_embeddings=64)
+    model = tf.LlamaForCausalLM(cfg)
+    head_bytes = model.lm_head.weight.numel() * 4
+    model.save_pretrained(tmp_path)
+    del model
+    out = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(tmp_path), "0"], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["offloaded"]
+    assert r["growth"] < head_bytes, (r, head_bytes)
