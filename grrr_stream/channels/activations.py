@@ -1,26 +1,25 @@
 """Per-channel activation RMS of the residual stream at every decoder layer's input.
 
-The model is loaded by transformers' ``from_pretrained`` with an explicit accelerate
-``device_map`` (one entry per decoder layer and per other top-level block): blocks stay in
-memory while their weights fit a resident-weights budget (``max_memory``), the rest are "disk".
-For a safetensors checkpoint, transformers points accelerate's offload index at the original
-files (``{"safetensors_file", "weight_name"}`` per weight, one or many shards), so nothing is
-copied into the offload folder and the "disk" weights are never materialised while loading;
-accelerate's ``AlignDevicesHook`` then reads each offloaded block's weights (memory-mapped) for
-its own forward and drops them afterwards. The peak is therefore the process baseline (python,
-torch, transformers' imports: ~0.55 GB here) + the resident blocks + the largest offloaded block
-+ the activations and logits of one batch; see tools/bench_channels.py. A 16-bit checkpoint computed
-in float32 keeps its embedding and LM head (vocab × hidden, the largest blocks of an LLM) in its own
-dtype, upcast row by row / a slice of rows at a time, and so do the decoder layers' plain linear maps
-(:func:`_storage_dtype_modules`); every other weight (norms, ...) is cast to the compute dtype.
+The model is loaded by transformers' ``from_pretrained`` with an explicit accelerate ``device_map``
+(one entry per decoder layer and per other top-level block): blocks stay in memory while their
+weights fit a resident-weights budget (``max_memory``), the rest are "disk". For a safetensors
+checkpoint, accelerate's offload index points at the original files, so nothing is copied and no
+"disk" weight is materialised while loading; accelerate's ``AlignDevicesHook`` reads each
+offloaded module's weights for its own forward and drops them afterwards. Once anything is
+offloaded, the embedding and LM head (vocab × hidden, the largest blocks) are never loaded at all:
+:mod:`.sliced` reads the looked-up rows and the head a slice of rows at a time from the checkpoint.
+A 16-bit checkpoint computed in float32 keeps its decoder layers' plain linear maps in its own
+dtype, upcast a slice of rows at a time (:mod:`.upcast`); every other weight is
+cast to the compute dtype. Peak RSS: the process baseline + the resident blocks + the largest
+offloaded module + one batch's activations and logits (tools/bench_channels.py, docs/channels.md).
 No forward pass is written here: the model's own ``forward`` runs; forward pre-hooks on the
-decoder layers read their input (the residual stream) and accumulate Σx² per channel in
-float64.
+decoder layers read their input (the residual stream) and accumulate Σx² per channel in float64.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import tempfile
 from dataclasses import dataclass
@@ -31,6 +30,8 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointNotFoundError, ConfigError, MissingDependencyError
+from . import sliced
+from .upcast import compute_in, storage_dtype_modules
 
 DEFAULT_MAX_MEMORY = "1GiB"  # resident weights; the rest is offloaded to disk layer by layer
 
@@ -66,23 +67,33 @@ class Loaded:
     offloaded: bool
     config: object
     offload_copied_bytes: int = 0  # bytes written to the offload folder (0: weights read from the checkpoint)
+    sliced: tuple[str, ...] = ()  # modules read from the checkpoint a slice of rows at a time (.sliced)
 
 
 def decoder_layers(model: torch.nn.Module, n_layers: int) -> tuple[torch.nn.ModuleList, torch.nn.Module]:
-    """The decoder's layer list (the ModuleList named ``*layers`` of length n_layers) and its final norm."""
+    """The decoder's layer list (the ModuleList named ``*layers`` of length n_layers next to a final
+    ``norm``) and that norm. A multimodal model's vision tower also has a ``layers`` list (Gemma3's
+    ``vision_tower.encoder.layers``), without a ``norm`` beside it: it is skipped."""
     for name, mod in model.named_modules():
         if name.endswith("layers") and isinstance(mod, torch.nn.ModuleList) and len(mod) == n_layers:
             parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
             norm = getattr(parent, "norm", None)
-            if norm is None:
-                raise ConfigError(f"{type(model).__name__}: no final norm next to {name}")
-            return mod, norm
-    raise ConfigError(f"{type(model).__name__}: no decoder layer list of {n_layers} layers found")
+            if norm is not None:
+                return mod, norm
+    raise ConfigError(f"{type(model).__name__}: no decoder layer list of {n_layers} layers with a final norm found")
 
 
-def layerwise_device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype) -> dict[str, str]:
-    """One entry per decoder layer and per other top-level block; blocks stay on "cpu" in order while
-    their weights fit ``budget`` bytes, the rest go to "disk" (read by accelerate when they run).
+def module_name(model: torch.nn.Module, module: torch.nn.Module | None) -> str | None:
+    return next((n for n, m in model.named_modules() if m is module), None) if module is not None else None
+
+
+def layerwise_device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype, layers_name: str,
+                         on_disk: tuple[str, ...] = ()) -> dict[str, str]:
+    """One entry per decoder layer (of the list ``layers_name``), per module named in ``on_disk`` and
+    per other top-level block; blocks stay on "cpu" in order while their weights fit ``budget``
+    bytes, the rest go to "disk" (read by accelerate when they run). The ``on_disk`` modules are
+    "disk" whatever the budget and do not count in it (the embedding and LM head, read a slice of
+    rows at a time by :mod:`.sliced`, never whole).
 
     accelerate's ``infer_auto_device_map`` returns ``{"": "disk"}`` when nothing fits, which would
     load the whole model for every forward; this map keeps the unit of loading one layer.
@@ -90,8 +101,6 @@ def layerwise_device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype
     from accelerate.utils import compute_module_sizes
 
     sizes = compute_module_sizes(model, dtype=dtype)
-    layers_name = next(n for n, m in model.named_modules()
-                       if n.endswith("layers") and isinstance(m, torch.nn.ModuleList) and len(m) > 0)
     blocks: list[str] = []
 
     def walk(prefix: str, module: torch.nn.Module) -> None:
@@ -99,7 +108,7 @@ def layerwise_device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype
             full = f"{prefix}{name}"
             if full == layers_name:
                 blocks.extend(f"{full}.{i}" for i in range(len(child)))
-            elif layers_name.startswith(full + "."):
+            elif any(n.startswith(full + ".") for n in (layers_name, *on_disk)):
                 walk(full + ".", child)
             else:
                 blocks.append(full)
@@ -107,6 +116,9 @@ def layerwise_device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype
     walk("", model)
     device_map, used = {}, 0
     for b in blocks:
+        if b in on_disk:
+            device_map[b] = "disk"
+            continue
         used += sizes.get(b, 0)
         device_map[b] = "cpu" if used <= budget else "disk"
     # A weight tied across blocks (tied embeddings: lm_head.weight is embed_tokens.weight) is stored
@@ -143,13 +155,14 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
     transformers = _need("transformers")
     from accelerate import init_empty_weights
 
-    config = transformers.AutoConfig.from_pretrained(str(model_dir))
+    config = _config(transformers, model_dir)
     with init_empty_weights():
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        # a copy: from_config records ``dtype`` in the config, which from_pretrained's "auto" would then read
+        model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)
     model.tie_weights()
     budget = None if max_memory is None else _parse_bytes(max_memory) if isinstance(max_memory, str) else max_memory
     with tempfile.TemporaryDirectory(prefix="grrr-offload-") as offload:
-        device_map = {"": "cpu"} if budget is None else layerwise_device_map(model, budget, dtype)
+        device_map = {"": "cpu"} if budget is None else _device_map(model, budget, dtype, config)
         offloaded = "disk" in set(device_map.values())
         del model  # only its shapes were needed; transformers loads tensor by tensor and dispatches
         # through accelerate (dispatch_model: AlignDevicesHook per offloaded module, weights read on use)
@@ -159,21 +172,50 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         # cast (meta ones only change dtype) and accelerate's hook casts each offloaded weight it reads
         # to its parameter's dtype (set_module_tensor_to_device), so the forward runs in ``dtype``
         # with the same values as an in-memory load.
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), device_map=device_map,
-                                                                  offload_folder=offload,
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), config=config,
+                                                                  device_map=device_map, offload_folder=offload,
                                                                   dtype="auto" if offloaded else dtype)
-        tc = text_config(config)
-        layers, norm = decoder_layers(model, tc.num_hidden_layers)
+        layers, norm = decoder_layers(model, text_config(config).num_hidden_layers)
+        io: list[torch.nn.Module] = []
         if offloaded:
-            kept = _storage_dtype_modules(model, layers, dtype)
+            sources = sliced.offload_sources(model, model_dir)
+            io = sliced.sliced_modules(model, sources)
+            kept = [m for m in storage_dtype_modules(model, layers, dtype) if all(m is not x for x in io)]
             _cast_floating(model, dtype, keep={id(p) for m in kept for p in m.parameters()})
-            _compute_in(kept, dtype)
+            compute_in(kept, dtype)
+            sliced.install(io, sources, dtype)
         model.eval()
         del accelerate
         # Non-zero only when transformers had to convert an offloaded weight at load time (its
         # WeightConverter families) and so re-saved it: then the disk holds a copy, RAM still does not.
         copied = sum(f.stat().st_size for f in Path(offload).rglob("*") if f.is_file())
-        yield Loaded(model, layers, norm, offloaded, config, copied)
+        yield Loaded(model, layers, norm, offloaded, config, copied, tuple(module_name(model, m) for m in io))
+
+
+# Remote-code families whose next-token model is a transformers class: MiMo is a Qwen2 decoder plus
+# multi-token-prediction layers (a speculative-decoding head, not in the next-token forward; vLLM drops
+# them too), which the Qwen2 class leaves unloaded (checkpoints/arch.py)
+REMOTE_DECODERS = {"mimo": "qwen2"}
+
+
+def _config(transformers, model_dir: Path):
+    raw = config_summary(model_dir)
+    if raw.get("model_type") in REMOTE_DECODERS:
+        keys = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "auto_map")}
+        return transformers.AutoConfig.for_model(REMOTE_DECODERS[raw["model_type"]], **keys)
+    return transformers.AutoConfig.from_pretrained(str(model_dir))
+
+
+def _device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype, config) -> dict[str, str]:
+    """The layer-wise map; once anything is offloaded, the embedding and LM head go to disk too and
+    are read a slice of rows at a time (:mod:`.sliced`), so they hold no resident budget."""
+    layers_name = module_name(model, decoder_layers(model, text_config(config).num_hidden_layers)[0])
+    device_map = layerwise_device_map(model, budget, dtype, layers_name)
+    if "disk" not in device_map.values():
+        return device_map
+    io = (model.get_input_embeddings(), model.get_output_embeddings())
+    on_disk = tuple(n for n in dict.fromkeys(module_name(model, m) for m in io) if n)
+    return layerwise_device_map(model, budget, dtype, layers_name, on_disk)
 
 
 def _cast_floating(model: torch.nn.Module, dtype: torch.dtype, keep: set[int] = frozenset()) -> None:
@@ -187,75 +229,6 @@ def _cast_floating(model: torch.nn.Module, dtype: torch.dtype, keep: set[int] = 
         for name, b in module._buffers.items():
             if b is not None and b.is_floating_point() and b.dtype != dtype:
                 module._buffers[name] = b.to(dtype)
-
-
-_HALF = (torch.bfloat16, torch.float16)
-HEAD_CHUNK_BYTES = 64 * 2**20  # rows of a kept Linear (LM head, decoder linears) upcast at a time
-
-
-def _storage_dtype_modules(model: torch.nn.Module, layers: torch.nn.ModuleList,
-                           dtype: torch.dtype) -> list[torch.nn.Module]:
-    """The modules that can keep a 16-bit checkpoint's weights while computing in float32/float64
-    with the same values: the input embedding and LM head (vocab × hidden, the largest blocks of an
-    LLM: 2.9 GiB each in float32 for a 14B model) and the decoder layers' linear maps (q/k/v/o,
-    gate/up/down: a float32 copy of one, 340 MiB for a 14B MLP matrix, would sit next to its bf16
-    pages, and the layer's cast weights would add up while it runs).
-
-    Only plain ``nn.Embedding`` / ``nn.Linear`` modules qualify (a subclass may compute on its weight
-    in its own dtype, e.g. an embedding scaled in bf16), the embedding and LM head bias-free, every
-    parameter 16-bit; a weight tied to any other module qualifies only if that module is kept too
-    (tied embeddings: one stored tensor)."""
-    if dtype not in (torch.float32, torch.float64):
-        return []
-    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
-    io = [m for m in (emb, head) if m is not None and type(m) in (torch.nn.Embedding, torch.nn.Linear)
-          and getattr(m, "bias", None) is None]
-    linears = [m for layer in layers for m in layer.modules() if type(m) is torch.nn.Linear]
-    kept = [m for m in dict.fromkeys(io + linears)
-            if all(p.dtype in _HALF for p in m.parameters(recurse=False))]
-    while True:  # drop a module whose weight another module (outside the kept ones) also holds
-        ids = {id(p) for m in kept for p in m.parameters(recurse=False)}
-        shared = {id(p) for m in model.modules() if all(m is not k for k in kept)
-                  for p in m._parameters.values() if p is not None and id(p) in ids}
-        if not shared:
-            return kept
-        kept = [m for m in kept if not any(id(p) in shared for p in m.parameters(recurse=False))]
-
-
-def _compute_in(modules: list[torch.nn.Module], dtype: torch.dtype) -> None:
-    """Make the kept 16-bit modules return ``dtype`` with the values of a ``dtype`` copy.
-
-    Embedding: rows are looked up in the stored dtype and upcast (exact, so bit-identical to a
-    lookup in an upcast copy). Linear (LM head, decoder linears): y = x @ Wᵀ (+ b) in ``dtype``, W
-    upcast a slice of rows at a time, so at most one slice of one module's weight exists upcast
-    (each output is the same dot product as with an upcast copy; only BLAS blocking may differ, and
-    a weight within one slice is upcast whole: the same call as on an upcast copy)."""
-    for m in modules:
-        if isinstance(m, torch.nn.Embedding):
-            m.register_forward_hook(lambda mod, args, out: out.to(dtype))
-            continue
-        forward = _chunked_upcast_linear(m, dtype)
-        # accelerate's hook on an offloaded module loads the weight, calls ``_old_forward``, drops it
-        if hasattr(m, "_hf_hook") and hasattr(m, "_old_forward"):
-            m._old_forward = forward
-        else:
-            m.forward = forward
-
-
-def _chunked_upcast_linear(m: torch.nn.Linear, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
-    rows = max(1, HEAD_CHUNK_BYTES // (m.in_features * torch.empty((), dtype=dtype).element_size()))
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        x = x.to(dtype)
-        w, b = m.weight, m.bias
-        if w.shape[0] <= rows:  # one slice: exactly F.linear on the upcast weight and bias
-            return torch.nn.functional.linear(x, w.to(dtype), None if b is None else b.to(dtype))
-        out = x.new_empty(*x.shape[:-1], w.shape[0])
-        for s in range(0, w.shape[0], rows):
-            out[..., s:s + rows] = torch.nn.functional.linear(
-                x, w[s:s + rows].to(dtype), None if b is None else b[s:s + rows].to(dtype))
-        return out
-    return forward
 
 
 def _hidden(args, kwargs) -> torch.Tensor:
@@ -328,13 +301,27 @@ def calibration_pass(loaded: Loaded, ids: torch.Tensor, *, batch_size: int = 1,
             batch = ids[start:start + batch_size]
             counts[0] += batch.numel()
             logits = loaded.model(input_ids=batch, use_cache=False).logits
-            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-            picked = logp.gather(-1, batch[:, 1:, None].to(logp.device)).squeeze(-1)
+            picked = _next_token_logp(logits, batch)
             nll -= float(picked.double().sum())
             n_pred += picked.numel()
-            del logits, logp
+            del logits
     rms = np.sqrt(sq.numpy() / counts[0])
     return PassResult(rms, nll, n_pred)
+
+
+LOGP_CHUNK_BYTES = 16 * 2**20
+
+
+def _next_token_logp(logits: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+    """log p(next token) at every position but the last, (batch, seq-1) float32. log_softmax is taken
+    over a few positions at a time: it is row-wise, so the values are those of one call on all the
+    logits, without a float32 copy of them (3 × 148 MiB per 256-token sequence at a 152k vocabulary)."""
+    per_row = logits.shape[-1] * 4
+    step = max(1, LOGP_CHUNK_BYTES // (per_row * logits.shape[0]))
+    target, n = batch[:, 1:, None].to(logits.device), logits.shape[1] - 1
+    parts = [torch.log_softmax(logits[:, s:min(s + step, n)].float(), dim=-1).gather(-1, target[:, s:s + step])
+             .squeeze(-1) for s in range(0, n, step)]
+    return torch.cat(parts, dim=1)
 
 
 def write_rms_csv(path: Path, rms: np.ndarray) -> None:

@@ -235,11 +235,14 @@ class Checkpoint:
         return self._read_bytes(info, info.start, info.nbytes, info.shape)
 
     def read_part(self, name: str, *, index: Optional[int] = None,
-                  rows: Optional[tuple[int, int]] = None) -> torch.Tensor:
+                  rows: Optional[tuple[int, int]] = None, mapped: bool = True) -> torch.Tensor:
         """One matrix of a tensor without reading the rest: slice ``index`` of a 3-D tensor (an
         expert), or the row block ``rows`` = [start, stop) of a 2-D one (a part of a fused projection),
         or the whole tensor when neither is given. Both parts are contiguous in the row-major file
-        layout, so each is one byte range: start + first-axis offset × bytes per first-axis step."""
+        layout, so each is one byte range: start + first-axis offset × bytes per first-axis step.
+        ``mapped=False`` reads with ``readinto`` instead of copying from a memory map: the mapped
+        pages count in the process's RSS while they are copied, doubling the transient of a large
+        block (the channels pass's LM head slices)."""
         info = self.tensors[name]
         if index is None and rows is None:
             return self.read(name)
@@ -250,12 +253,12 @@ class Checkpoint:
             if len(info.shape) != 3 or not 0 <= index < info.shape[0]:
                 raise CheckpointError(f"tensor '{name}' {list(info.shape)} has no slice {index} (expected a 3-D "
                                       "stack of expert matrices)")
-            return self._read_bytes(info, info.start + index * step, step, info.shape[1:])
+            return self._read_bytes(info, info.start + index * step, step, info.shape[1:], mapped)
         start, stop = rows
         if len(info.shape) != 2 or not 0 <= start < stop <= info.shape[0]:
             raise CheckpointError(f"tensor '{name}' {list(info.shape)} has no row block [{start}, {stop})")
         return self._read_bytes(info, info.start + start * step, (stop - start) * step,
-                                (stop - start, info.shape[1]))
+                                (stop - start, info.shape[1]), mapped)
 
     def read_matrix(self, m) -> torch.Tensor:
         """The matrix an :class:`~grrr_stream.checkpoints.arch.MatrixName` (or its store record) names."""
@@ -274,15 +277,22 @@ class Checkpoint:
             return (m.rows[1] - m.rows[0],) + tuple(shape[1:])
         return tuple(shape)
 
-    def _read_bytes(self, info: TensorInfo, start: int, nbytes: int, shape: tuple[int, ...]) -> torch.Tensor:
+    def _read_bytes(self, info: TensorInfo, start: int, nbytes: int, shape: tuple[int, ...],
+                    mapped: bool = True) -> torch.Tensor:
         if info.dtype not in BY_CODE:
             raise CheckpointError(f"tensor '{info.name}' in {info.shard} has unsupported dtype {info.dtype}")
         tdtype = BY_CODE[info.dtype].torch
         out = torch.empty(nbytes, dtype=torch.uint8)
         if nbytes:
             try:
-                with open(info.shard, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                    out.numpy()[:] = np.frombuffer(mm, dtype=np.uint8, count=nbytes, offset=start)
+                with open(info.shard, "rb") as f:
+                    if mapped:
+                        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                            out.numpy()[:] = np.frombuffer(mm, dtype=np.uint8, count=nbytes, offset=start)
+                    else:
+                        f.seek(start)
+                        if f.readinto(out.numpy()) != nbytes:
+                            raise ValueError(f"short read at byte {start}")
             except (OSError, ValueError) as e:
                 raise CheckpointError(f"could not read tensor '{info.name}' from {info.shard}: {e}") from None
         return out.view(tdtype).reshape(shape)

@@ -181,9 +181,11 @@ def test_read_part_is_the_slice(tmp_path):
                "c": torch.randn(2, generator=g)}
     save_file(tensors, tmp_path / "model.safetensors")
     ck = Checkpoint.open(tmp_path)
-    for e in range(5):
-        assert torch.equal(ck.read_part("a", index=e), tensors["a"][e])
-    assert torch.equal(ck.read_part("b", rows=(2, 7)), tensors["b"][2:7])
+    for mapped in (True, False):  # copied from a memory map / read with readinto
+        for e in range(5):
+            assert torch.equal(ck.read_part("a", index=e, mapped=mapped), tensors["a"][e])
+        assert torch.equal(ck.read_part("b", rows=(2, 7), mapped=mapped), tensors["b"][2:7])
+        assert torch.equal(ck.read_part("b", rows=(8, 9), mapped=mapped), tensors["b"][8:9])
     assert ck.matrix_shape(MatrixName(0, "x", "a[1]", tensor="a", index=1)) == (3, 7)
     with pytest.raises(Exception, match="no slice 5"):
         ck.read_part("a", index=5)
