@@ -118,6 +118,8 @@ def test_sweep_channel_tables_match_the_stored_arrays_then_resume_computes_nothi
         rl = table[("RL", comp)]
         assert rl["n"] == 1 and rl["transitions"] == "sft-to-rl"
         assert rl["energy_share"] == pytest.approx(independent["sft-to-rl"][comp], rel=1e-9)
+        for g in (sft, rl):  # the group's own interval and pooled p (tests/channels/test_groups.py)
+            assert g["ci_lo"] <= g["ratio"] <= g["ci_hi"] and 0 < g["p_value"] <= 1 and g["draws"] == 200
     report = plan.workdir / "report"
     assert {"channels.csv", "channels_sft_rl.csv", "channels_sft_rl.txt", "channel_layers.csv",
             "channel_models.csv", "channel_layers.png"} <= {p.name for p in report.iterdir()}
