@@ -68,6 +68,7 @@ def _members(plan: "Plan", done: list["Unit"]) -> dict:
     set from its channels unit), for every finished channel-stats unit of a training step."""
     from ..channels.enrichment import store_energies
     from ..channels.groups import Member
+    from ..errors import StoreError
     from .runners_channels import read_channel_set
 
     out = {}
@@ -77,8 +78,11 @@ def _members(plan: "Plan", done: list["Unit"]) -> dict:
         tr = plan.transitions[u.params.transition]
         if plan.models[tr.child].parent != tr.parent:  # not one training step: not in the table
             continue
-        energies, records = store_energies(Path(plan.unit(f"decompose/{tr.id}").out))
-        chans = np.asarray(sorted(read_channel_set(u.params.channels_out)["channels"]), dtype=np.int64)
+        try:
+            energies, records = store_energies(Path(plan.unit(f"decompose/{tr.id}").out))
+            chans = np.asarray(sorted(read_channel_set(u.params.channels_out)["channels"]), dtype=np.int64)
+        except (StoreError, OSError, KeyError, ValueError):  # removed since: the table's means stay, no interval
+            continue
         out[tr.id] = Member(tr.id, energies, records, chans)
     return out
 
@@ -113,7 +117,9 @@ def sft_rl_rows(rows: list["Row"], members: dict, *, draws: int, seed: int) -> l
         mine = [r for r in rows if r["group"] == "all" and r.get("step") in (True, "True")
                 and r["group_sft_rl"] == group]
         steps = list(dict.fromkeys(r["transition"] for r in mine))
-        pooled = group_enrichment([members[t] for t in steps if t in members], draws=draws, seed=seed)
+        # a step whose store can no longer be read leaves the group without an interval, not with a wrong one
+        pooled = group_enrichment([members[t] for t in steps] if all(t in members for t in steps) else [],
+                                  draws=draws, seed=seed)
         for comp in COMPONENTS:
             rs = [r for r in mine if r["component"] == comp]
             if not rs:
