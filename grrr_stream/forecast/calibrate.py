@@ -7,6 +7,13 @@ is that of a float32 m×n by n×n product. Both are measured at the sweep's larg
 decomposition fits in the budget (a few seconds), else at the largest halved copy of it that does (same
 aspect ratio; see :func:`calibrate`): the result says which. On the GPU when torch sees one.
 
+Two rates for the residual-channel units, always on the CPU (the calibration forward pass of ``grrr-stream
+channels`` runs there, GPU or not): ``forward_flops_s``, a float32 product of 256 token rows (one default
+calibration sequence) by the sweep's largest matrix (halved while one product exceeds 2 GFLOP), as a decoder
+layer's linear maps do (not at the ladder's shape: a small product runs far below the rate); and
+``null_cells_s``, channel × draw × group cells per second of the count-matched null of
+:mod:`grrr_stream.channels.enrichment` (one block of draws at 1024 channels and 10 groups).
+
 Cached in ``GRRR_STREAM_CACHE`` (default ``~/.cache/grrr_stream``)/calibration.json by device, torch
 version, threads and shape: a second forecast measures nothing.
 """
@@ -22,7 +29,7 @@ from typing import Callable, Optional, Sequence
 
 from . import work
 
-METHOD = 4  # bumped when what is timed changes: older cached rates are not reused
+METHOD = 6  # bumped when what is timed changes: older cached rates are not reused
 BUDGET_S = 8.0  # a calibration takes about this long at most (a few seconds more on a slow first call)
 
 
@@ -33,13 +40,17 @@ class Rates:
     decompose_flops_s: float
     gemm_flops_s: float
     measured_s: float       # wall seconds the measurement took
+    forward_flops_s: Optional[float] = None  # CPU: 256 token rows × a matrix (channels' forward passes)
+    null_cells_s: Optional[float] = None     # CPU: channel-stats' null, cells (channel × draw × group) per second
     cached: bool = False
 
     def describe(self) -> str:
         m, n = self.shape
         how = "cached" if self.cached else f"measured now in {self.measured_s:.1f} s"
+        cpu = (f"; CPU forward products (256 tokens) {self.forward_flops_s / 1e9:.1f} GFLOP/s"
+               if self.forward_flops_s else "")
         return (f"{self.device}: decomposition {self.decompose_flops_s / 1e9:.1f} GFLOP/s, products "
-                f"{self.gemm_flops_s / 1e9:.1f} GFLOP/s, at {m}×{n} ({how})")
+                f"{self.gemm_flops_s / 1e9:.1f} GFLOP/s{cpu}, at {m}×{n} ({how})")
 
 
 def cache_file() -> Path:
@@ -97,6 +108,46 @@ def _time_gemm(shape: tuple[int, int]) -> float:
     return time.perf_counter() - t
 
 
+FORWARD_TOKENS = 256  # rows of the forward product: one calibration sequence of the default length
+FORWARD_MAX_FLOPS = 2e9  # one timed forward product at most (about a second on a slow CPU)
+
+
+def forward_shape(largest: Sequence[int]) -> tuple[int, int]:
+    """``largest`` halved (both sides) until one 256-row product is at most FORWARD_MAX_FLOPS."""
+    m, n = int(largest[0]), int(largest[1])
+    while 2.0 * FORWARD_TOKENS * m * n > FORWARD_MAX_FLOPS and min(m, n) >= 128:
+        m, n = m // 2, n // 2
+    return m, n
+
+
+def _time_forward(shape: tuple[int, int]) -> float:
+    """Seconds of a float32 (256 × n) by (n × m) product on the CPU (``shape`` = (m, n), as torch's Linear)."""
+    import torch
+
+    m, n = shape
+    x, W = torch.randn(FORWARD_TOKENS, n), torch.randn(m, n)
+    torch.nn.functional.linear(x, W)  # warm-up
+    t = time.perf_counter()
+    torch.nn.functional.linear(x, W)
+    return time.perf_counter() - t
+
+
+NULL_PROBE = (256, 1024, 10)  # draws, channels, groups of the timed null block
+
+
+def _time_null() -> float:
+    """Seconds of one block of :func:`grrr_stream.channels.enrichment._null_shares` (3 components)."""
+    import numpy as np
+
+    from ..channels.enrichment import _null_shares
+
+    draws, H, G = NULL_PROBE
+    energies = np.random.default_rng(0).random((G, H, 3))
+    t = time.perf_counter()
+    _null_shares(energies, H // 20, draws, np.random.default_rng(1))
+    return time.perf_counter() - t
+
+
 def _sync(dev) -> None:
     import torch
 
@@ -122,7 +173,8 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
     ``budget_s`` at the best rate measured so far; the rates are the best measured, normally at the largest
     shape (the sweep's largest when it fits: otherwise an overestimate of the time, by the efficiency still
     to gain)."""
-    timers = timers or {"decompose": _time_decompose, "gemm": _time_gemm, "device": device_name}
+    timers = {"decompose": _time_decompose, "gemm": _time_gemm, "device": device_name, "forward": _time_forward,
+              "null": _time_null, **(timers or {})}
     device = timers["device"]()
     path = cache or cache_file()
     stored = _read(path)
@@ -143,7 +195,11 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
         if rate >= dec:  # the best rate seen, and its shape (a step stalled by other work does not count)
             shape, dec = step, rate
     gemm = 2.0 * shape[0] * shape[1] * shape[1] / max(min(timers["gemm"](shape) for _ in range(3)), 1e-9)
-    rates = Rates(device, shape, dec, gemm, time.perf_counter() - t0)
+    fm, fn = forward_shape(largest)
+    forward = 2.0 * FORWARD_TOKENS * fm * fn / max(min(timers["forward"]((fm, fn)) for _ in range(3)), 1e-9)
+    draws, H, G = NULL_PROBE
+    null = draws * H * G / max(min(timers["null"]() for _ in range(3)), 1e-9)
+    rates = Rates(device, shape, dec, gemm, time.perf_counter() - t0, forward, null)
     stored[wanted] = {k: v for k, v in asdict(rates).items() if k != "cached"}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -96,10 +96,22 @@ class ModelFacts:
     download: Optional[int] = None      # bytes still to fetch; 0: here already; None: unknown
     where: str = "unknown"              # hub | local headers | built-in table | generated | unknown
     notes: list[str] = field(default_factory=list)
+    hidden: Optional[int] = None        # residual width (from the input embedding: vocab × hidden)
+    vocab: Optional[int] = None
+    largest: Optional[int] = None       # bytes of the largest tensor as stored (a channels unit's largest block)
+
+
+def _embedding(tensors: dict[str, tuple[int, ...]]) -> tuple[Optional[int], Optional[int]]:
+    """(vocab, hidden) from the input embedding's shape (a 2-D tensor named ``*embed_tokens.weight``)."""
+    emb = [s for name, s in tensors.items() if name.endswith("embed_tokens.weight") and len(s) == 2]
+    return (int(emb[0][0]), int(emb[0][1])) if emb else (None, None)
 
 
 def from_arch(arch: Arch, where: str, download: Optional[int]) -> ModelFacts:
-    return ModelFacts(arch.matrices(), arch.params(), download, where)
+    """The table's models ship in bf16: the largest tensor is the embedding (or a larger matrix)."""
+    largest = max([arch.vocab * arch.hidden] + [m * n for m, n in arch.matrices()]) * TABLE_BYTES_PER_PARAM
+    return ModelFacts(arch.matrices(), arch.params(), download, where, hidden=arch.hidden, vocab=arch.vocab,
+                      largest=largest)
 
 
 def from_checkpoint(folder: Path, download: int = 0) -> Optional[ModelFacts]:
@@ -115,7 +127,9 @@ def from_checkpoint(folder: Path, download: int = 0) -> Optional[ModelFacts]:
     except (GrrrError, OSError, ValueError, KeyError, TypeError):
         return None
     params = sum(math.prod(t.shape) for t in ck.tensors.values())
-    return ModelFacts([(int(a), int(b)) for a, b in shapes], int(params), download, "local headers")
+    vocab, hidden = _embedding({n: tuple(t.shape) for n, t in ck.tensors.items()})
+    return ModelFacts([(int(a), int(b)) for a, b in shapes], int(params), download, "local headers",
+                      hidden=hidden, vocab=vocab, largest=max((t.nbytes for t in ck.tensors.values()), default=None))
 
 
 def hub_reachable(timeout: float = 2.0) -> bool:
@@ -148,15 +162,21 @@ def from_hub(repo: str, revision: Optional[str], timeout: float = 10.0) -> Optio
         info = api.model_info(repo, revision=revision, files_metadata=True, timeout=timeout)
         size = sum(int(s.size or 0) for s in info.siblings or [] if s.rfilename.endswith(".safetensors"))
         meta = api.get_safetensors_metadata(repo, revision=revision, timeout=timeout)
-        shapes, params = [], 0
+        shapes, params, every, largest = [], 0, {}, 0
         for fm in meta.files_metadata.values():
             for name, t in fm.tensors.items():
                 params += math.prod(t.shape)
+                every[name] = tuple(t.shape)
+                largest = max(largest, math.prod(t.shape) * _ITEMSIZE.get(str(t.dtype).upper(), 2))
                 if len(t.shape) == 2 and name.endswith("proj.weight"):
                     shapes.append((int(t.shape[0]), int(t.shape[1])))
     except Exception:  # noqa: BLE001 - no network, gated, renamed, an old client: the next source answers
         return None
-    return ModelFacts(shapes, params, size, "hub")
+    vocab, hidden = _embedding(every)
+    return ModelFacts(shapes, params, size, "hub", hidden=hidden, vocab=vocab, largest=largest or None)
+
+
+_ITEMSIZE = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1}
 
 
 def from_hf_cache(repo: str, revision: Optional[str]) -> Optional[ModelFacts]:

@@ -6,12 +6,16 @@ Per matrix, oriented tall (m ≥ n, r = n = min(m, n)), with the textbook costs 
 - ``svdvals_w1``: singular values of W1 only: 2mn² + 2n³;
 - ``projection``: P = Uᵀ ΔW V (2mn² + 2n³), then the null residual ΔW − U P Vᵀ (U P: 2mn², (U P) Vᵀ: 2mn²).
 A variant build forms, per matrix, one rank-r product U X Vᵀ (4mn²). Generation: 2 × parameters per token.
+A channels unit (:mod:`grrr_stream.channels.analysis`): forward passes over the calibration text, 2 × parameters
+per token each (the input embedding is a lookup and attention's T² term is left out: an upper bound on the
+first, a few % on the second at 256 tokens), one pass plus, with the ablation, one with the outliers zeroed and
+one per random seed (:func:`grrr_stream.channels.ablation.ablate`).
 The seconds come from these counts at rates measured on this machine (:mod:`.calibrate`).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 GIB = 2**30
 BASELINE_RAM = int(0.8 * GIB)  # Python, torch and the package imported: measured ~0.6-0.8 GiB RSS
@@ -51,6 +55,44 @@ def variant_flops(shape: Sequence[int]) -> float:
 def generation_flops(params: int, prompts: int, max_tokens: int, samples: int = 1) -> float:
     """Every answer running to ``max_tokens`` (an upper bound: answers that stop early cost less)."""
     return 2.0 * params * prompts * samples * max_tokens
+
+
+def calibration_passes(ablation_seeds: Optional[Sequence[int]]) -> int:
+    """Forward passes of a channels unit: the intact pass (RMS, perplexity) and, with the ablation, the outliers
+    zeroed and each seed's random set zeroed (an empty outlier set skips its pass: an upper bound)."""
+    return 1 if ablation_seeds is None else 2 + len(ablation_seeds)
+
+
+def calibration_flops(params: int, sequences: int, seq_len: int, ablation_seeds: Optional[Sequence[int]]) -> float:
+    """Every forward pass of a channels unit: 2 × parameters per token of the sequences × seq_len tokens."""
+    return calibration_passes(ablation_seeds) * 2.0 * params * sequences * seq_len
+
+
+def calibration_ram(params: int, largest_bytes: Optional[int], vocab: Optional[int], *, batch_size: int,
+                    seq_len: int, budget: Optional[int], hidden: Optional[int] = None) -> int:
+    """Peak bytes of a channels unit (docs/channels.md, Peak RSS): in memory when the float32 weights fit
+    ``budget`` (None: always), else the resident blocks + the largest block as stored + one 64 MiB float32
+    slice; plus one batch's logits about three times and the process. Blocks stay resident in order while
+    they fit, so none does when the first, the embedding (vocab × hidden in float32), is over the budget;
+    otherwise up to the budget (an upper bound)."""
+    logits = 3 * batch_size * seq_len * (vocab or 0) * 4
+    if budget is None or params * 4 <= budget:
+        return BASELINE_RAM + params * 4 + logits
+    resident = 0 if vocab and hidden and vocab * hidden * 4 > budget else budget
+    return BASELINE_RAM + resident + (largest_bytes or 0) + 64 * 2**20 + logits
+
+
+def channel_stats_work(matrices: int, hidden: int, draws: int, groups: int = 10) -> float:
+    """Channel × draw × group cells a channel-stats unit fills: the null's random sets (drawn, then summed over
+    each group's per-channel energies) for the three components and again for the total; groups: all,
+    reader, writer and one per module (7 in a Llama-style layer). The bootstrap (draws × matrices) is small
+    beside it."""
+    return 2.0 * draws * hidden * groups + draws * matrices
+
+
+def channel_stats_ram(matrices: int, hidden: int) -> int:
+    """The (matrices, hidden, 3) float64 energies and the total's copy, plus a block of 256 null draws."""
+    return BASELINE_RAM + 2 * matrices * hidden * 3 * 8 + 2 * 256 * hidden * 8
 
 
 def decompose_ram(shapes: Iterable[Sequence[int]], itemsize: int) -> int:

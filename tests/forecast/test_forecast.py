@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 import pytest
 import yaml
 
@@ -136,3 +137,93 @@ def test_calibration_keeps_the_best_rate_when_a_step_stalls(tmp_path):
     timers["decompose"] = lambda shape: plain(shape) * (10.0 if shape == (600, 400) else 1.0)
     rates = cal.calibrate((600, 400), timers=timers, cache=tmp_path / "c.json")
     assert rates.shape == (300, 200) and rates.decompose_flops_s == pytest.approx(1e9)
+
+
+def test_channel_work_model_against_hand_counts():
+    # 1 intact pass + outliers zeroed + 3 random seeds = 5 passes of 2 × 10 parameters × 3 × 4 tokens
+    assert work.calibration_passes(None) == 1 and work.calibration_passes((0, 1, 2)) == 5
+    assert work.calibration_flops(10, 3, 4, (0, 1, 2)) == 5 * 2 * 10 * 12
+    assert work.calibration_flops(10, 3, 4, None) == 2 * 10 * 12
+    logits = 3 * 2 * 4 * 100 * 4  # batch 2 × 4 tokens × vocab 100, float32, about three arrays
+    assert work.calibration_ram(1000, 400, 100, batch_size=2, seq_len=4, budget=None) == \
+        work.BASELINE_RAM + 4000 + logits                                      # in memory
+    assert work.calibration_ram(1000, 400, 100, batch_size=2, seq_len=4, budget=1000) == \
+        work.BASELINE_RAM + 1000 + 400 + 64 * 2**20 + logits                   # offloaded: budget + largest block
+    # the embedding (100 × 5 × 4 B = 2000) is over the budget: no block stays resident
+    assert work.calibration_ram(1000, 400, 100, batch_size=2, seq_len=4, budget=1000, hidden=5) == \
+        work.BASELINE_RAM + 400 + 64 * 2**20 + logits
+
+
+def _seeded_rates():
+    from grrr_stream.forecast.calibrate import Rates
+
+    return Rates("seeded", (160, 64), 1e6, 1e6, 1.0, forward_flops_s=1e9, null_cells_s=1e7)
+
+
+def test_channel_units_get_a_time_and_memory(tmp_path, monkeypatch):
+    """A local pair of TINY models with channels on: the channels unit's passes at the seeded CPU forward rate
+    and the channel-stats unit's null at the seeded cell rate, counted by hand from the checkpoint's tensors."""
+    from safetensors import safe_open
+
+    from grrr_stream.sweep import forecast as sf, plan_sweep
+    from grrr_stream.sweep.config import SweepConfig
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name, seed in (("base", 0), ("post", 1)):
+        write_model(tmp_path / name, TINY, family="qwen2", dtype="float32", seed=seed)
+    params = 0
+    for f in (tmp_path / "base").glob("*.safetensors"):
+        with safe_open(str(f), "np") as st:
+            params += sum(int(np.prod(st.get_slice(k).get_shape())) for k in st.keys())
+    cfg = {"name": "t", "workdir": str(tmp_path / "w"),
+           "chains": [{"name": "c", "base": {"id": "base", "source": str(tmp_path / "base")},
+                       "models": [{"id": "post", "source": str(tmp_path / "post")}]}],
+           "decomposition": {"device": "cpu"}, "evaluation": {"enabled": False}, "tracking": {"enabled": False},
+           "channels": {"enabled": True, "sequences": 8, "seq_len": 16, "batch_size": 2, "ablation": True,
+                        "resamples": 100}}
+    fc = sf.forecast_plan(plan_sweep(SweepConfig.model_validate(cfg)), online=False, rates=_seeded_rates())
+    by = {u.unit: u for u in fc.units}
+    ch = by["channels/base"]
+    flops = 5 * 2 * params * 8 * 16
+    assert ch.flops == flops
+    assert ch.seconds == pytest.approx(sf.CHANNELS_START_S + sf.CHANNELS_IMPORT_S + flops / 1e9
+                                       + 5 * 4 * sf.FORWARD_CALL_S)  # 5 passes × 4 batches of 2
+    assert ch.ram == work.BASELINE_RAM + params * 4 + 3 * 2 * 16 * TINY.vocab * 4  # fits 1 GiB: in memory
+    st = by["channel-stats/base-to-post"]
+    cells = 2 * 100 * TINY.hidden * 10 + 100 * 2 * 7  # null: draws × channels × 10 groups, twice; bootstrap
+    assert st.seconds == pytest.approx(sf.CHANNEL_STATS_START_S + cells / 1e7)
+    assert st.ram > work.BASELINE_RAM
+
+
+def test_the_demo_forecasts_its_channel_units(tmp_path, monkeypatch):
+    """configs/demo.yaml (channels on, the tiny chain not trained yet: its settings' shapes): every channels
+    and channel-stats unit gets a finite time and memory."""
+    import math
+    from pathlib import Path
+
+    from grrr_stream.sweep import forecast as sf, plan_sweep
+    from grrr_stream.sweep.config import load_sweep_config
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = load_sweep_config(Path(__file__).resolve().parents[2] / "configs" / "demo.yaml", workdir=tmp_path / "w")
+    fc = sf.forecast_plan(plan_sweep(cfg), online=False, rates=_seeded_rates())
+    kinds = [u for u in fc.units if u.kind in ("channels", "channel-stats")]
+    assert {u.kind for u in kinds} == {"channels", "channel-stats"} and len(kinds) == 8
+    for u in kinds:
+        assert u.seconds is not None and math.isfinite(u.seconds) and u.seconds > 0, u
+        assert u.ram is not None and u.ram > work.BASELINE_RAM
+
+
+def test_forward_rate_is_measured_near_the_largest_matrix(tmp_path):
+    """The CPU forward product: the sweep's largest matrix by 256 token rows, halved only while one product
+    exceeds the cap; the timed shape reaches the rate (a seeded timer: 1 GFLOP/s)."""
+    assert cal.forward_shape((1536, 576)) == (1536, 576)            # 0.45 GFLOP: as it is
+    m, n = cal.forward_shape((17408, 5120))                           # 45.6 GFLOP: halved
+    assert 2 * 256 * m * n <= cal.FORWARD_MAX_FLOPS < 2 * 256 * (2 * m) * (2 * n)
+    assert m / n == pytest.approx(17408 / 5120, rel=0.01)
+    calls: list = []
+    timers = _fake_timers(calls)
+    timers["forward"] = lambda shape: (calls.append(("forward", shape)), 2 * 256 * shape[0] * shape[1] / 1e9)[1]
+    rates = cal.calibrate((1536, 576), timers=timers, cache=tmp_path / "c.json")
+    assert ("forward", (1536, 576)) in calls and rates.forward_flops_s == pytest.approx(1e9)
+    assert rates.null_cells_s > 0

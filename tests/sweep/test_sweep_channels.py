@@ -118,6 +118,8 @@ def test_sweep_channel_tables_match_the_stored_arrays_then_resume_computes_nothi
         rl = table[("RL", comp)]
         assert rl["n"] == 1 and rl["transitions"] == "sft-to-rl"
         assert rl["energy_share"] == pytest.approx(independent["sft-to-rl"][comp], rel=1e-9)
+        for g in (sft, rl):  # the group's own interval and pooled p (tests/channels/test_groups.py)
+            assert g["ci_lo"] <= g["ratio"] <= g["ci_hi"] and 0 < g["p_value"] <= 1 and g["draws"] == 200
     report = plan.workdir / "report"
     assert {"channels.csv", "channels_sft_rl.csv", "channels_sft_rl.txt", "channel_layers.csv",
             "channel_models.csv", "channel_layers.png"} <= {p.name for p in report.iterdir()}
@@ -178,3 +180,16 @@ def test_channel_variants_take_the_sweeps_own_channels_unit(models, tmp_path):
     cfg["channels"] = {**CHANNELS, "transitions": ["base-to-sft"]}
     with pytest.raises(ConfigError, match="add sft-to-rl to channels.transitions"):
         plan_sweep(SweepConfig.model_validate(cfg))
+
+
+def test_a_group_with_an_unreadable_step_keeps_its_means_but_has_no_interval():
+    from grrr_stream.sweep.report_channels import COMPONENTS, sft_rl_rows
+
+    rows = [{"group": "all", "step": True, "group_sft_rl": "SFT", "component": c, "transition": t,
+             "channel_share": 0.1, "energy_share": 0.2 + 0.1 * i, "ratio": 2.0 + i}
+            for i, t in enumerate(("a", "b")) for c in COMPONENTS]
+    table = sft_rl_rows(rows, {}, draws=10, seed=0)  # no step's energies could be read
+    assert [(g["group"], g["component"]) for g in table] == [("SFT", c) for c in COMPONENTS]
+    for g in table:
+        assert g["n"] == 2 and g["ratio"] == pytest.approx(2.5) and g["energy_share"] == pytest.approx(0.25)
+        assert np.isnan(g["ci_lo"]) and np.isnan(g["ci_hi"]) and np.isnan(g["p_value"])
