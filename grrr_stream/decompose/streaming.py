@@ -26,7 +26,7 @@ import torch
 from ..checkpoints.arch import MatrixName
 from ..checkpoints.reader import tensor_digest
 from ..config import DecomposeConfig
-from ..dtypes import name_of
+from ..dtypes import name_of, torch_dtype
 from ..geometry.analyses import survival_sample, update_sparsity
 from ..geometry.channel_energy import COMPONENTS, residual_axis, side
 from ..geometry.frame import Frame
@@ -118,11 +118,17 @@ def frame_bytes(shape: tuple[int, int], dtype: torch.dtype) -> int:
     return (m * r + r + n * r) * torch.empty((), dtype=dtype).element_size()
 
 
-# Below this many entries in every matrix, the math runs in lanes: several matrices at once, one torch thread
-# each, instead of one matrix on a team of threads. LAPACK's SVDs of such matrices barely gain from a second
-# thread (SmolLM2-135M shapes on 2 cores: bare SVDs 18.9 s on two threads vs 21.6 CPU s on one), while two
-# matrices side by side use both cores (measured with tools/bench_decompose.py; docs/benchmarks.md).
-SMALL_MATRIX = 4 << 20
+# The math runs in lanes: several matrices at once, each on its own thread with one torch thread (or more when
+# cores are left over), instead of one matrix on a team of threads. On 2 cores LAPACK gains little from a
+# second thread (SmolLM2-135M shapes: bare SVDs 18.9 s on two threads against 21.6 CPU s on one), and its
+# OpenMP team spins at barriers while the reader and writer take a core; two matrices side by side use both
+# cores fully (tools/bench_decompose.py; docs/benchmarks.md, "Lanes"). Each lane costs memory: its
+# matrix in the math (~5 m×n buffers: W0, W1, U, the null residual, P), a pair read ahead (2, in the
+# checkpoint's dtype at most) and a result queued for the writer (~3), so LANE_BUFFERS of the largest
+# matrix per lane, and the lanes stop where that passes LANES_RAM: Qwen2.5-1.5B (8960×1536) and 3B run
+# 2 lanes, 7B and 14B shapes one (as before lanes, their peak RSS unchanged).
+LANE_BUFFERS = 10
+LANES_RAM = 2 << 30
 # More lanes than this would need a second reader to keep them fed; the cores left over go to each lane.
 MAX_LANES = 4
 
@@ -135,25 +141,26 @@ class ComputeLayout:
     threads: int
 
 
+def lanes_for(largest_entries: int, itemsize: int, cores: int) -> ComputeLayout:
+    """The layout on ``cores`` CPU cores for a run whose largest matrix has ``largest_entries`` entries of
+    ``itemsize`` bytes in the compute dtype: as many lanes as cores, MAX_LANES and LANES_RAM allow."""
+    by_ram = LANES_RAM // max(1, LANE_BUFFERS * largest_entries * itemsize)
+    lanes = max(1, min(cores, MAX_LANES, by_ram))
+    return ComputeLayout(lanes, max(1, cores // lanes))
+
+
 def compute_layout(cfg: DecomposeConfig, device: torch.device, plan: TransitionPlan,
                    available: Optional[int] = None) -> ComputeLayout:
-    """The lanes and torch intra-op threads of this run's math. On a GPU, or when the user set cpu_threads:
-    one lane on the given threads. On a CPU, small matrices (every one below SMALL_MATRIX entries) go
-    through min(cores, MAX_LANES) lanes of one thread or more; large ones, whose SVDs dwarf reading and
-    writing, through one lane on every core (MKL's OpenMP team spins at its barriers, so a team that shares
-    its cores with the reader and writer runs at the pace of its slowest member: one lane, not several
-    teams). ``available``: the cores this process may use (a Dask worker's share of its host), default
-    torch's current thread count."""
+    """The lanes and torch intra-op threads of this run's math (:func:`lanes_for`). On a GPU, or when the
+    user set cpu_threads: one lane on the given threads. ``available``: the cores this process may use (a
+    Dask worker's share of its host), default torch's current thread count."""
     current = available or torch.get_num_threads()
     if cfg.cpu_threads is not None:
         return ComputeLayout(1, cfg.cpu_threads)
     if device.type != "cpu" or current <= 1 or not plan.matrices:
         return ComputeLayout(1, current)
     largest = max(math.prod(plan.base.matrix_shape(m)) for m in plan.matrices)
-    if largest >= SMALL_MATRIX:
-        return ComputeLayout(1, current)
-    lanes = min(current, MAX_LANES)
-    return ComputeLayout(lanes, current // lanes)
+    return lanes_for(largest, torch.empty((), dtype=torch_dtype(cfg.compute_dtype)).element_size(), current)
 
 
 @contextmanager
@@ -372,8 +379,8 @@ def _stream_lanes(pipe: _Pipeline, pending: list[MatrixName], reader: ThreadPool
                   writer: ThreadPoolExecutor, layout: ComputeLayout, progress: Progress, tally: _Tally) -> None:
     """Several small matrices at once, each lane on its own thread: the reader keeps one pair ready per
     lane, and results are written in the order they finish (the store and the frame cache are per matrix).
-    At most 4 × lanes matrices are alive: per lane one computing, one read and two results queued for the
-    writer, whose fsyncs can stall on a busy disk while the lanes go on."""
+    At most 3 × lanes matrices are alive: per lane one computing, one read and one result queued for the
+    writer (LANE_BUFFERS)."""
     lanes = layout.lanes
     with ThreadPoolExecutor(lanes, thread_name_prefix="grrr-lane",
                             initializer=_lane_thread, initargs=(layout.threads,)) as pool:
@@ -398,7 +405,7 @@ def _stream_lanes(pipe: _Pipeline, pending: list[MatrixName], reader: ThreadPool
                 for fut in done:
                     item = computing.pop(fut)
                     res, frame_is_new = fut.result()
-                    tally.hand_to_writer(pipe, writer, item, res, frame_is_new, progress, queued=2 * lanes)
+                    tally.hand_to_writer(pipe, writer, item, res, frame_is_new, progress, queued=lanes)
                     del res, item
         finally:
             for fut in computing:

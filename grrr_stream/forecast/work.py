@@ -95,11 +95,16 @@ def channel_stats_ram(matrices: int, hidden: int) -> int:
     return BASELINE_RAM + 2 * matrices * hidden * 3 * 8 + 2 * 256 * hidden * 8
 
 
-def decompose_ram(shapes: Iterable[Sequence[int]], itemsize: int) -> int:
-    """Peak bytes of a decomposition: the largest pair upcast (W0, W1), U, V, P and ΔW / null, plus the
-    reader's next pair in flight, about 6 m×n buffers of the compute dtype, and the process itself."""
+def decompose_ram(shapes: Iterable[Sequence[int]], itemsize: int, cores: int = 1) -> int:
+    """Peak bytes of a decomposition on ``cores`` CPU cores, and the process itself. One lane: the largest
+    pair upcast (W0, W1), U, V, P and ΔW / null, plus the reader's next pair in flight, about 6 m×n buffers
+    of the compute dtype. Several lanes (:func:`grrr_stream.decompose.streaming.lanes_for`, matrices small
+    enough for LANES_RAM): LANE_BUFFERS of them per lane."""
+    from ..decompose.streaming import LANE_BUFFERS, lanes_for
+
     worst = max((_tall(s)[0] * _tall(s)[1] for s in shapes), default=0)
-    return BASELINE_RAM + 6 * worst * itemsize
+    lanes = lanes_for(worst, itemsize, cores).lanes if worst else 1
+    return BASELINE_RAM + (6 if lanes == 1 else LANE_BUFFERS * lanes) * worst * itemsize
 
 
 def variant_ram(shapes: Iterable[Sequence[int]], itemsize: int) -> int:

@@ -164,7 +164,8 @@ def _unit(u: Unit, plan: Plan, models: _Models, dec: dict[str, Unit], rates: Opt
                 base.shapes, Path(u.out), Path(p.frame_cache), store_dtype=st.store_dtype,
                 compute_dtype=st.compute_dtype, null_storage=st.null_storage,
                 core_truncated=st.core_rel_threshold is not None, frames_cached_fraction=1.0 if u.after else 0.0))
-        ram = work.decompose_ram(base.shapes, ITEMSIZE[p.settings.compute_dtype])
+        ram = work.decompose_ram(base.shapes, ITEMSIZE[p.settings.compute_dtype],
+                                 1 if getattr(p.settings, "cpu_threads", None) else _cpu_cores(rates))
         return UnitForecast(u.id, u.kind, download, write, ram, flops / rates.decompose_flops_s + DECOMPOSE_OVERHEAD_S,
                             f"{len(base.shapes)} matrices ({base.where}), {flops / 1e12:.3g} TFLOP", flops)
     if isinstance(p, (VariantParams, EvaluateParams)):
@@ -312,3 +313,10 @@ def print_forecast(fc: Forecast, todo: set[str], out=None) -> None:
               + (" (built-in table: the published configs of those Hub ids, bf16 downloads)"
                  if "built-in table" in kinds else "") + "\n")
     out.write(f"  times assume {fc.rates.describe()}\n" if fc.rates else "  times: no matrix shape known\n")
+
+
+def _cpu_cores(rates: Rates) -> int:
+    """The cores a decomposition here runs its lanes on: torch's thread count on a CPU, 1 (one lane) on a GPU."""
+    import torch
+
+    return torch.get_num_threads() if rates.device.startswith("cpu") else 1

@@ -95,3 +95,18 @@ def test_finiteness_check_finds_every_kind_of_bad_entry():
         two[0, 0], two[1, 1] = float("inf"), float("-inf")  # their sum is NaN: still two Inf entries
         assert "0 NaN and 2 Inf" in streaming._nonfinite(two, "m", "post")
     assert streaming._nonfinite(torch.empty(0, 3), "m", "base") is None
+
+
+def test_lanes_follow_cores_and_memory():
+    """One lane per core for small matrices, at most MAX_LANES (the cores left over go to each lane), and no
+    more lanes than LANES_RAM holds: Qwen2.5-1.5B's largest matrix (8960×1536) runs two lanes on 2 cores,
+    Qwen2.5-7B's (18944×3584) and Qwen3-14B's (17408×5120) one, as before lanes; float64 halves the room."""
+    L = streaming.lanes_for
+    assert L(1536 * 576, 4, 2) == streaming.ComputeLayout(2, 1)
+    assert L(1536 * 576, 4, 1) == streaming.ComputeLayout(1, 1)
+    assert L(1536 * 576, 4, 16) == streaming.ComputeLayout(streaming.MAX_LANES, 16 // streaming.MAX_LANES)
+    assert L(8960 * 1536, 4, 2) == streaming.ComputeLayout(2, 1)
+    assert L(18944 * 3584, 4, 2) == streaming.ComputeLayout(1, 2)
+    assert L(17408 * 5120, 4, 16) == streaming.ComputeLayout(1, 16)
+    lanes_f32, lanes_f64 = L(8960 * 1536, 4, 16).lanes, L(8960 * 1536, 8, 16).lanes
+    assert lanes_f64 < lanes_f32 and lanes_f64 * streaming.LANE_BUFFERS * 8960 * 1536 * 8 <= streaming.LANES_RAM

@@ -227,3 +227,15 @@ def test_forward_rate_is_measured_near_the_largest_matrix(tmp_path):
     rates = cal.calibrate((1536, 576), timers=timers, cache=tmp_path / "c.json")
     assert ("forward", (1536, 576)) in calls and rates.forward_flops_s == pytest.approx(1e9)
     assert rates.null_cells_s > 0
+
+
+def test_decompose_ram_counts_the_lanes():
+    """Several lanes hold LANE_BUFFERS of the largest matrix each; one lane 6 (the model before lanes). Shapes
+    whose lanes would pass LANES_RAM run one lane, so a 14B forecast is unchanged on any core count."""
+    from grrr_stream.decompose.streaming import LANE_BUFFERS
+
+    small = [(1536, 576), (576, 576)]
+    assert work.decompose_ram(small, 4, cores=1) == work.BASELINE_RAM + 6 * 1536 * 576 * 4
+    assert work.decompose_ram(small, 4, cores=2) == work.BASELINE_RAM + 2 * LANE_BUFFERS * 1536 * 576 * 4
+    big = [(17408, 5120)]
+    assert work.decompose_ram(big, 4, cores=16) == work.decompose_ram(big, 4, cores=1)
