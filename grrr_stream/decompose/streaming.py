@@ -8,7 +8,9 @@ Data flow per matrix (three stages overlap, each bounded to one item)::
                     cached, ‖ΔW‖₂, P and null residual, metrics
     writer thread:  new frame → frame cache; P, null, σ → store; completion record
 
-So at most three matrices' worth of data are alive at once, whatever the model size. One process
+So at most three matrices' worth of data are alive at once, whatever the model size. On a CPU, matrices
+small enough run in lanes (several main-thread stages side by side, :func:`compute_layout`), each lane
+holding about LANE_BUFFERS m×n buffers, all lanes together within LANES_RAM. One process
 runs it over a whole transition (grrr_stream.decompose.run), a Dask worker over a batch (grrr_stream.decompose.spread).
 """
 
