@@ -14,8 +14,9 @@ so one of them set the calibration pass's peak. Here neither is ever materialise
 
 The tensors are located through accelerate's offload index (what transformers built: the original
 safetensors file and tensor name of every "disk" weight, a tied LM head pointing at the embedding's
-tensor) and read with :class:`grrr_stream.checkpoints.reader.Checkpoint`, which maps the file for
-one slice and unmaps it after, so no page of the table stays resident between slices.
+tensor) and read with :meth:`grrr_stream.checkpoints.reader.Checkpoint.read_part` as a plain file read of each slice
+(``mapped=False``: a memory map counted the copied pages twice in the peak RSS), so no page of the table
+stays resident between slices.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ while zeroing as many other channels barely changes it.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -332,10 +333,6 @@ def test_offloaded_peak_rss_growth_is_a_fraction_of_the_checkpoint(tmp_path, sto
     fresh child process, /proc) of a float32 pass grows by less than half the model's float32 size
     over the process's post-import baseline (in memory it grows by about that size:
     tools/bench_channels.py). Stored in bf16, transformers used to convert every weight while loading."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     if not Path("/proc/self/status").is_file():
         pytest.skip("needs Linux /proc")
     torch.manual_seed(0)
@@ -346,11 +343,7 @@ def test_offloaded_peak_rss_growth_is_a_fraction_of_the_checkpoint(tmp_path, sto
     assert f32_bytes > 150 * 2**20
     model.to(getattr(torch, stored)).save_pretrained(tmp_path)
     del model
-    out = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(tmp_path), "0"], capture_output=True,
-                         text=True, cwd=Path(__file__).resolve().parents[2])
-    assert out.returncode == 0, out.stderr[-2000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["offloaded"]
+    r = _offloaded_peak(tmp_path)
     assert r["growth"] < f32_bytes / 2, (r, f32_bytes)
 
 
@@ -361,10 +354,6 @@ def test_offloaded_peak_rss_growth_stays_below_a_large_lm_head(tmp_path):
     the head 16 MiB slices, so the peak RSS grows by less than the head's own float32 size (measured
     50 MiB: a slice, the 16 MiB of logits, one chunk of log-softmax rows). Reading the head whole,
     as accelerate's hook did, grew by 95 MiB."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     if not Path("/proc/self/status").is_file():
         pytest.skip("needs Linux /proc")
     torch.manual_seed(0)
@@ -374,9 +363,18 @@ def test_offloaded_peak_rss_growth_stays_below_a_large_lm_head(tmp_path):
     head_bytes = model.lm_head.weight.numel() * 4
     model.save_pretrained(tmp_path)
     del model
-    out = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(tmp_path), "0"], capture_output=True,
+    r = _offloaded_peak(tmp_path)
+    assert r["growth"] < head_bytes, (r, head_bytes)
+
+
+def _offloaded_peak(model_dir) -> dict:
+    """The peak-RSS child (_PEAK_CHILD) on ``model_dir`` with nothing resident: its JSON, checked offloaded."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(model_dir), "0"], capture_output=True,
                          text=True, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["offloaded"]
-    assert r["growth"] < head_bytes, (r, head_bytes)
+    return r
