@@ -28,7 +28,7 @@ import torch
 from ..checkpoints.arch import MatrixName
 from ..checkpoints.reader import tensor_digest
 from ..config import DecomposeConfig
-from ..dtypes import name_of, torch_dtype
+from ..dtypes import ITEMSIZE, name_of
 from ..geometry.analyses import survival_sample, update_sparsity
 from ..geometry.channel_energy import COMPONENTS, residual_axis, side
 from ..geometry.frame import Frame
@@ -162,7 +162,7 @@ def compute_layout(cfg: DecomposeConfig, device: torch.device, plan: TransitionP
     if device.type != "cpu" or current <= 1 or not plan.matrices:
         return ComputeLayout(1, current)
     largest = max(math.prod(plan.base.matrix_shape(m)) for m in plan.matrices)
-    return lanes_for(largest, torch.empty((), dtype=torch_dtype(cfg.compute_dtype)).element_size(), current)
+    return lanes_for(largest, ITEMSIZE[cfg.compute_dtype], current)
 
 
 @contextmanager
