@@ -349,22 +349,24 @@ def test_offloaded_peak_rss_growth_is_a_fraction_of_the_checkpoint(tmp_path, sto
 
 @pytest.mark.slow  # a child process importing transformers: ~15 s of CPU
 def test_offloaded_peak_rss_growth_stays_below_a_large_lm_head(tmp_path):
-    """A vocabulary that dominates the model (65536 × 256: embedding and LM head 64 MiB each in
-    float32, the two decoder layers 4 MiB): offloaded, the embedding reads only the batch's rows and
-    the head 16 MiB slices, so the peak RSS grows by less than the head's own float32 size (measured
-    50 MiB: a slice, the 16 MiB of logits, one chunk of log-softmax rows). Reading the head whole,
-    as accelerate's hook did, grew by 95 MiB."""
+    """A vocabulary that dominates the model (65536 × 1024: embedding and LM head 256 MiB each in
+    float32, the two decoder layers 18 MiB each): offloaded, the embedding reads only the batch's rows and
+    the head 16 MiB slices, so the peak RSS grows by less than half the head's float32 size. Measured
+    49–78 MiB over repeated runs on 2 cores (a slice, the 16 MiB of logits, one chunk of log-softmax
+    rows, ~17 MiB of file-backed pages, and up to ~30 MiB that glibc keeps or not from run to run);
+    a 64 MiB head was too close to that spread (CI saw 75 MiB once). Reading the head whole, as
+    accelerate's hook did, grew by 296 MiB (checked by turning the slicing off)."""
     if not Path("/proc/self/status").is_file():
         pytest.skip("needs Linux /proc")
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+    cfg = tf.LlamaConfig(hidden_size=1024, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, vocab_size=65536, max_position_embeddings=64)
     model = tf.LlamaForCausalLM(cfg)
     head_bytes = model.lm_head.weight.numel() * 4
     model.save_pretrained(tmp_path)
     del model
     r = _offloaded_peak(tmp_path)
-    assert r["growth"] < head_bytes, (r, head_bytes)
+    assert r["growth"] < head_bytes / 2, (r, head_bytes)
 
 
 def _offloaded_peak(model_dir) -> dict:
