@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..config import DEGENERATE_GAP
+from .degenerate import clusters_above_floor, resolve_clusters
 
 
 @dataclass(frozen=True)
@@ -57,32 +58,6 @@ def canonical_signs(U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, tor
     return U * signs, V * signs
 
 
-# Relative gap (to σ₁) below which two neighbouring singular values of W0 count as near-degenerate: their
-# singular vectors, and so the diag/off split of P inside the pair, are fixed by W0 only up to a rotation of
-# about eps·σ₁/gap, which in float32 (eps 6e-8) is ≥ 6 % below this gap (docs/statistics.md, "Near-degenerate singular
-# values"). Below DEGENERATE_FLOOR·σ₁ float32's singular values are rounding noise and the frame stays as it is.
-DEGENERATE_FLOOR = 1e-5
-
-
-def degenerate_clusters(S: torch.Tensor, r: int, gap: Optional[float]) -> list[tuple[int, int]]:
-    """[start, end) index ranges of the core's clusters of near-equal singular values: maximal runs of
-    σ_1 ≥ … ≥ σ_r whose neighbours differ by at most gap·σ₁ (2 or more values each)."""
-    if gap is None or r < 2 or not bool(S[0] > 0):
-        return []
-    s = S[:r].double()
-    close = ((s[:-1] - s[1:]) <= gap * s[0]).tolist()
-    out, start = [], None
-    for i, c in enumerate(close):
-        if c and start is None:
-            start = i
-        elif not c and start is not None:
-            out.append((start, i + 1))
-            start = None
-    if start is not None:
-        out.append((start, r))
-    return out
-
-
 def _thin_svd(W0: torch.Tensor, driver: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(U, S, V) of W0, computed on the tall orientation."""
     if W0.shape[0] < W0.shape[1]:
@@ -100,26 +75,26 @@ def compute_frame(W0: torch.Tensor, core_rel_threshold: Optional[float] = None,
     ``driver`` picks cuSOLVER's routine on a GPU (tools/gpu_check.py times them).
 
     A float32 W0 whose core (above DEGENERATE_FLOOR·σ₁) has neighbouring singular values within
-    ``degenerate_gap``·σ₁ is decomposed again in float64 (None: never), and the frame is stored back
-    in float32: float32's SVD fixes such a pair's vectors only up to an arbitrary rotation, which
-    moves P's energy between diag and off; float64's resolves gaps down to about 1e-13·σ₁. The rule
-    looks at W0 alone, so every transition from one base shares the frame (and the frame cache)."""
+    ``degenerate_gap``·σ₁ (None: never) gets those clusters' vectors as float64 would have them:
+    float32's SVD fixes such a pair's vectors only up to an arbitrary rotation, which moves P's energy
+    between diag and off. :func:`~grrr_stream.geometry.degenerate.resolve_clusters` finds each cluster's
+    rotation from a small float64 problem; where its error estimate does not vouch for the result, all
+    of W0 is decomposed again in float64 (resolving gaps down to about 1e-13·σ₁) and stored back in
+    float32. The rule looks at W0 alone, so every transition from one base shares the frame (and the
+    frame cache)."""
     U, S, V = _thin_svd(W0, driver)
-    if W0.dtype == torch.float32 and _needs_float64(S, degenerate_gap):
-        U, S, V = (x.to(torch.float32) for x in _thin_svd(W0.double(), driver))
+    if W0.dtype == torch.float32:
+        clusters = clusters_above_floor(S, degenerate_gap)
+        if clusters:
+            resolved = resolve_clusters(W0, U, S, V, clusters)
+            if resolved is None:
+                resolved = tuple(x.to(torch.float32) for x in _thin_svd(W0.double(), driver))
+            U, S, V = resolved
     U, V = canonical_signs(U, V)
     if core_rel_threshold is not None and S.numel():
         r = int((S > core_rel_threshold * S[0]).sum().item())
         U, V = U[:, :r].contiguous(), V[:, :r].contiguous()
     return Frame(U=U.contiguous(), S=S, V=V.contiguous())
-
-
-def _needs_float64(S: torch.Tensor, gap: Optional[float]) -> bool:
-    """Whether float32's spectrum has a near-degenerate pair above the floor where it is rounding noise."""
-    if gap is None or S.numel() < 2 or not bool(S[0] > 0):
-        return False
-    above = int((S > DEGENERATE_FLOOR * S[0]).sum())
-    return bool(degenerate_clusters(S, above, gap))
 
 
 def spectral_norm(X: torch.Tensor, *, tol: Optional[float] = None, max_steps: int = 300,

@@ -17,8 +17,8 @@ from ..runtime.phases import NO_TIMER, PhaseTimer
 from .analyses import (AnglePair, angle_columns, band_energies, component_samples, principal_angles_in_frame,
                        principal_angles_of_w1, round_trip_survival)
 from .channel_energy import channel_energies
-from .frame import (DEGENERATE_GAP, Frame, Projection, compute_frame, degenerate_clusters, project, spectral_norm,
-                    split_energies, svdvals)
+from .degenerate import degenerate_clusters
+from .frame import DEGENERATE_GAP, Frame, Projection, compute_frame, project, spectral_norm, split_energies, svdvals
 from .metrics import MatrixMetrics, matrix_metrics, ratio_or_zero
 
 # (axis, indices, W0 on those rows/columns in the checkpoint dtype, target dtype): see decompose_matrix

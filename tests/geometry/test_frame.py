@@ -191,13 +191,18 @@ def _near_degenerate_pair(seed: int) -> tuple[torch.Tensor, torch.Tensor, float]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_near_degenerate_pair_splits_as_in_float64(seed):
+def test_near_degenerate_pair_splits_as_in_float64(seed, monkeypatch):
     """float32 alone cannot tell the pair's vectors apart and moves energy between diag and off at random; the
-    frame is then computed in float64, and f_diag agrees with a float64 run on the same stored weights.
-    f_degenerate reports the planted share of ‖ΔW‖² inside the pair."""
+    pair's rotation is then found from a small float64 problem (no float64 SVD of W0), and f_diag agrees with
+    a float64 run on the same stored weights. f_degenerate reports the planted share of ‖ΔW‖² inside the pair."""
+    import grrr_stream.geometry.frame as frame_mod
+
     W0, W1, share = _near_degenerate_pair(seed)
     ref = decompose_matrix(W0.double(), W1.double()).metrics
+    svds, real = [], frame_mod._thin_svd
+    monkeypatch.setattr(frame_mod, "_thin_svd", lambda W, driver: svds.append(W.dtype) or real(W, driver))
     got = decompose_matrix(W0.clone(), W1.clone()).metrics
+    assert svds == [torch.float32]
     plain = decompose_matrix(W0.clone(), W1.clone(), degenerate_gap=None).metrics  # float32's own frame
     print(f"f_diag: float64 {ref.f_diag:.8f}, float32 {got.f_diag:.8f}, float32 frame {plain.f_diag:.8f}; "
           f"f_degenerate {got.extra['f_degenerate']:.6f} (planted {share:.6f})")
