@@ -144,7 +144,9 @@ def _cluster_rotation(W0, U, S, V, Uc, Vc, X, Y, sel, a, b, lo, hi, accuracy):
     a_c, b_c = Z[:k, pick], Z[k:, pick]
     rho_c = float(torch.sqrt(torch.linalg.matrix_norm(Ru @ b_c) ** 2 + torch.linalg.matrix_norm(Rv @ a_c) ** 2))
     rho_1 = float(torch.maximum(torch.linalg.vector_norm(Ru, dim=0).max(), torch.linalg.vector_norm(Rv, dim=0).max()))
-    gap_out = float((lam - s_out).abs().min()) if out.numel() else float("inf")
+    # distance to the nearest eigenvalue of H outside the window: +σ_j outside it, and λ itself for the −σ_j
+    # (at λ + σ_j ≥ λ) and, for m > n, the eigenvalue 0 (which sets it near the floor)
+    gap_out = min(float((lam - s_out).abs().min()) if out.numel() else float("inf"), lam)
     spread = float(values[0] - values[-1])
     inner = float((values[:-1] - values[1:]).min())
     error = rho_c ** 2 * (rho_1 + spread) / gap_out ** 2 + 4 * _EPS64 * float(S[0]) * (m + n) ** 0.5

@@ -103,3 +103,19 @@ def test_too_many_windows_fall_back():
     clusters = clusters_above_floor(S, 1e-6)
     assert resolve_clusters(W0, U, S, V, clusters, max_window=64) is None
     assert resolve_clusters(W0, U, S, V, clusters) is not None
+
+
+@pytest.mark.parametrize("shape", [(1024, 512), (512, 512)])
+def test_pair_near_the_floor_is_resolved_or_redone_in_float64(shape):
+    """A pair 1e-9·σ₁ apart at 3e-5·σ₁, near the floor, where the eigenvalue 0 of the tall case's
+    rest is closer than any other singular value: the frame's pair is float64's, by whichever path."""
+    W0 = _planted(*shape, seed=3).double()
+    U, s, Vh = torch.linalg.svd(W0, full_matrices=False)
+    s[400:] = s[0] * torch.logspace(-4, -6, s.numel() - 400, dtype=torch.float64)
+    s[430] = s[429] - 1e-9 * s[0]
+    W0 = ((U * s) @ Vh).float()
+    U6 = _thin_svd(W0.double(), None)[0]
+    S32 = _thin_svd(W0, None)[1]
+    assert (429, 431) in clusters_above_floor(S32, 1e-6)
+    frame = compute_frame(W0)
+    assert _in_cluster_rotation(frame.U[:, 429:431], U6[:, 429:431]) < 1e-5
