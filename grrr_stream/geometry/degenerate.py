@@ -95,43 +95,61 @@ def resolve_clusters(W0: torch.Tensor, U: torch.Tensor, S: torch.Tensor, V: torc
         Y += Wb.mT @ Uc[s:s + block_rows]
     del Wb
 
-    U, S, V = U.clone(), S.clone(), V.clone()
-    for (a, b), (lo, hi) in zip(clusters, windows):
-        rotation = _cluster_rotation(W0, U, S, V, Uc, Vc, X, Y, [at[c] for c in range(lo, hi)],
-                                     a - lo, b - lo, lo, hi, accuracy)
+    parts = [_window(Uc, Vc, X, Y, [at[c] for c in range(lo, hi)]) for lo, hi in windows]
+    # the rest's coordinates of every window's residuals, in one product with the float32 frame (they enter
+    # at second order, so float32 products suffice; one pass over U, not one per cluster)
+    Ru = torch.cat([p[3] for p in parts], 1)
+    alpha = (U.mT @ Ru.to(U.dtype)).double()
+    beta = (V.mT @ torch.cat([p[4] for p in parts], 1).to(V.dtype)).double()
+    Rp = Ru - (U @ alpha.to(U.dtype)).double() if m > n else None  # the part of R^m outside span(U)
+    del Ru
+
+    rotations, start = [], 0
+    for (a, b), (lo, hi), part in zip(clusters, windows, parts):
+        cols_k = slice(start, start + hi - lo)
+        start += hi - lo
+        rotation = _cluster_rotation(part, alpha[:, cols_k], beta[:, cols_k],
+                                     None if Rp is None else Rp[:, cols_k], S, a - lo, b - lo, lo, hi, accuracy)
         if rotation is None:
             return None
-        QU, QV, values = rotation
+        rotations.append(rotation)
+    U, S, V = U.clone(), S.clone(), V.clone()
+    for (a, b), (QU, QV, values) in zip(clusters, rotations):
         U[:, a:b] = (U[:, a:b].double() @ QU).to(U.dtype)
         V[:, a:b] = (V[:, a:b].double() @ QV).to(V.dtype)
         S[a:b] = values.to(S.dtype)
     return U, S, V
 
 
-def _cluster_rotation(W0, U, S, V, Uc, Vc, X, Y, sel, a, b, lo, hi, accuracy):
-    """(Q_U, Q_V, σ) for cluster [a, b) of the window [lo, hi) (``a``, ``b`` relative to ``lo``), or None."""
-    m, n = W0.shape
-    k = hi - lo
+def _window(Uc, Vc, X, Y, sel):
+    """(Uw, Vw, A, Ru, Rv, cluster columns of U, of V) of the window ``sel`` (positions in Uc, Vc): its
+    float32 vectors orthonormalised in float64, A = Uwᵀ W0 Vw, and the residuals (I − Uw Uwᵀ) W0 Vw,
+    (I − Vw Vwᵀ) W0ᵀ Uw, from X = W0 Vc and Y = W0ᵀ Uc."""
     Uw, RU = torch.linalg.qr(Uc[:, sel])
     Vw, RV = torch.linalg.qr(Vc[:, sel])
     XW = torch.linalg.solve_triangular(RV, X[:, sel], upper=True, left=False)  # W0 Vw
     YW = torch.linalg.solve_triangular(RU, Y[:, sel], upper=True, left=False)  # W0ᵀ Uw
     A = Uw.mT @ XW
-    Ru, Rv = XW - Uw @ A, YW - Vw @ A.mT
-    # the rest's coordinates: products with the float32 frame suffice (they enter at second order)
-    alpha = (U.mT @ Ru.to(U.dtype)).double()
-    beta = (V.mT @ Rv.to(V.dtype)).double()
-    out = torch.cat([torch.arange(0, lo), torch.arange(hi, n)]).to(W0.device)
+    return Uw, Vw, A, XW - Uw @ A, YW - Vw @ A.mT, Uc[:, sel], Vc[:, sel]
+
+
+def _cluster_rotation(part, alpha, beta, Rp, S, a, b, lo, hi, accuracy):
+    """(Q_U, Q_V, σ) for cluster [a, b) of the window [lo, hi) (``a``, ``b`` relative to ``lo``), or None.
+    ``alpha``, ``beta``: the window residuals' coordinates on the float32 U and V; ``Rp``: the part of Ru
+    outside span(U) (None when W0 is square)."""
+    Uw, Vw, A, Ru, Rv, Uk, Vk = part
+    m, n = Ru.shape[0], Rv.shape[0]
+    k = hi - lo
+    out = torch.cat([torch.arange(0, lo), torch.arange(hi, n)]).to(S.device)
     s_out = S[out].double()
     lam = float(S[lo + a:lo + b].double().mean())
-    H = torch.zeros(2 * k, 2 * k, dtype=torch.float64, device=W0.device)
+    H = torch.zeros(2 * k, 2 * k, dtype=torch.float64, device=S.device)
     H[:k, k:], H[k:, :k] = A, A.mT
     if out.numel():
         al, be = alpha[out], beta[out]
         Bp, Bn = torch.cat([be, al], 1), torch.cat([-be, al], 1)
         H += Bp.mT @ (Bp / (2 * (lam - s_out))[:, None]) + Bn.mT @ (Bn / (2 * (lam + s_out))[:, None])
-    if m > n:  # the rest of R^m, outside span(U): eigenvalue 0 of H
-        Rp = Ru - (U @ alpha.to(U.dtype)).double()
+    if Rp is not None:  # the rest of R^m, outside span(U): eigenvalue 0 of H
         H[k:, k:] += Rp.mT @ Rp / lam
     theta, Z = torch.linalg.eigh(0.5 * (H + H.mT))
     pick = torch.argsort((theta - lam).abs())[: b - a]
@@ -156,7 +174,7 @@ def _cluster_rotation(W0, U, S, V, Uc, Vc, X, Y, sel, a, b, lo, hi, accuracy):
     ua = Uw @ Z[:k, pick]
     vb = Vw @ Z[k:, pick]
     ua, vb = ua / torch.linalg.vector_norm(ua, dim=0), vb / torch.linalg.vector_norm(vb, dim=0)
-    return (_polar(Uc[:, sel[a:b]].mT @ ua), _polar(Vc[:, sel[a:b]].mT @ vb), values)
+    return _polar(Uk[:, a:b].mT @ ua), _polar(Vk[:, a:b].mT @ vb), values
 
 
 def _polar(M: torch.Tensor) -> torch.Tensor:
