@@ -387,6 +387,7 @@ def test_math_subset_flag_adds_a_suite_of_the_five_benchmarks(tmp_path):
     assert bad.returncode == 2 and "--math-subset must be at least 1" in bad.stderr
 
 
+@pytest.mark.slow  # ~20-27 s: three sweeps; keeps the default suite under ~15 min on 2 cores
 def test_changed_setting_makes_new_results_beside_old_and_switching_back_reuses_them(models, tmp_path):
     def run(resamples, **kw):
         cfg = config(models, tmp_path / "w", statistics={"resamples": resamples, "null_draws": 200},
@@ -403,6 +404,7 @@ def test_changed_setting_makes_new_results_beside_old_and_switching_back_reuses_
     assert run(200, progress=True, decomposition={"device": "cpu", "verify_resume": False}).ran == []
 
 
+@pytest.mark.slow  # ~20-27 s: three sweeps; keeps the default suite under ~15 min on 2 cores
 def test_checkpoint_replaced_in_place_gets_new_results(models, tmp_path):
     local = tmp_path / "models"
     shutil.copytree(models, local)
