@@ -62,7 +62,7 @@ def degenerate_clusters(S: torch.Tensor, r: int, gap: Optional[float]) -> list[t
 
 def clusters_above_floor(S: torch.Tensor, gap: Optional[float]) -> list[tuple[int, int]]:
     """The clusters among singular values above DEGENERATE_FLOOR·σ₁ (where float32 still resolves them)."""
-    if gap is None or S.numel() < 2 or not bool(S[0] > 0):
+    if not S.numel():
         return []
     return degenerate_clusters(S, int((S > DEGENERATE_FLOOR * S[0]).sum()), gap)
 
@@ -171,8 +171,7 @@ def _cluster_rotation(part, alpha, beta, Rp, S, a, b, lo, hi, accuracy):
     if not inner > 0 or error > accuracy * inner:
         return None
 
-    ua = Uw @ Z[:k, pick]
-    vb = Vw @ Z[k:, pick]
+    ua, vb = Uw @ a_c, Vw @ b_c
     ua, vb = ua / torch.linalg.vector_norm(ua, dim=0), vb / torch.linalg.vector_norm(vb, dim=0)
     return _polar(Uk[:, a:b].mT @ ua), _polar(Vk[:, a:b].mT @ vb), values
 
