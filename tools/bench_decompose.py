@@ -199,6 +199,12 @@ def bench_shape(key: str, shape: ModelShape, out: Path, args) -> dict:
     models = out / key / "models"
     dtype = args.dtype
     t = time.perf_counter()
+    # checkpoints left by an earlier run (--keep, or one interrupted) are reused only for the same shapes and dtype
+    spec, spec_file = repr((shape, dtype)), models / "spec.txt"
+    if not spec_file.is_file() or spec_file.read_text() != spec:
+        shutil.rmtree(models, ignore_errors=True)
+    models.mkdir(parents=True, exist_ok=True)
+    spec_file.write_text(spec)
     for name, updates in (("base", ()), ("post_a", (Update(r_delta=1e-2),)), ("post_b", (Update(r_delta=3e-3),))):
         if not (models / name / "config.json").is_file():
             write_model(models / name, shape, family="qwen3", dtype=dtype, seed=0, updates=updates,
