@@ -82,6 +82,7 @@ def print_plan(plan, rows: dict, disk: dict, to_run: list, needs: list) -> None:
     from ..runtime.diskplan import describe, gib, shortfalls
 
     print(f"sweep {plan.config.name}: {len(plan.units)} units in {plan.workdir} ({totals(list(rows.values()))})")
+    print(transition_counts(plan))
     for u in plan.units:
         deps = f"  (after {', '.join(u.deps)})" if u.deps else ""
         print(f"  {rows[u.id]['state']:<11} {u.id}: {u.label}{deps}")
@@ -102,6 +103,22 @@ def print_plan(plan, rows: dict, disk: dict, to_run: list, needs: list) -> None:
                  if unknown else ""))
         for line in shortfalls(needs):
             print(f"  NOT ENOUGH SPACE: {line}")
+
+
+def transition_counts(plan) -> str:
+    """How many transitions a sweep decomposes (cumulative from the base, incremental from a parent) and how
+    many its main evaluation evaluates, by group (SFT or RL from the child's method, as the claims count them)."""
+    from collections import Counter
+
+    from ..stats.claims_sets import method_group
+
+    kinds = Counter(tr.kind for tr in plan.transitions.values())
+    evaluated = [u.params.transition for u in plan.units if u.kind == "evaluate" and u.params.suite is None]
+    groups = Counter(method_group(plan.transitions[t].method, plan.config.claims.sft_methods) or "no method"
+                     for t in evaluated)
+    return (f"transitions: {len(plan.transitions)} decomposed ({kinds['cumulative']} cumulative from the base, "
+            f"{kinds['incremental']} incremental from a parent); {len(evaluated)} evaluated ("
+            + ", ".join(f"{groups[g]} {g}" for g in ("SFT", "RL", "no method") if groups[g]) + ")")
 
 
 def _broken_sources(plan, u) -> list[str]:

@@ -68,7 +68,7 @@ _FAMILIES: dict[Arch, tuple[str, ...]] = {
     _QWEN25_7B: ("Qwen/Qwen2.5-Math-7B", "RLHFlow/Qwen2.5-7B-SFT", "RLHFlow/Qwen2.5-7B-DPO",
                  "RLHFlow/Qwen2.5-7B-DPO-Zero", "RLHFlow/Qwen2.5-7B-PPO-Zero", "RLHFlow/Qwen2.5-7B-RAFT-Zero",
                  "RLHFlow/Qwen2.5-Math-7B-Zero-RAFTpp", "RLHFlow/Qwen2.5-Math-7B-Zero-Reinforce-Rej",
-                 "PRIME-RL/Eurus-2-7B-SFT", "PRIME-RL/Eurus-2-7B-PRIME"),
+                 "PRIME-RL/Eurus-2-7B-SFT", "PRIME-RL/Eurus-2-7B-PRIME", "PRIME-RL/Eurus-2-7B-PRIME-Zero"),
     _QWEN3_8B: ("Qwen/Qwen3-8B-Base", "Kwai-Klear/Klear-Reasoner-8B-SFT", "Kwai-Klear/Klear-Reasoner-8B"),
     _QWEN3_14B: ("Qwen/Qwen3-14B-Base", "ReasoningTransferability/UniReason-Qwen3-14B-think-SFT",
                  "ReasoningTransferability/UniReason-Qwen3-14B-no-think-SFT",
