@@ -145,3 +145,10 @@ def test_paper_extended_plans_the_paper_and_the_models_beside_it(paper, extended
     assert [u.id for u in paper.units if keys.get(u.id) != u.key] == ["stats/summary"]
     assert Counter(e.kind for e in extended.units) - Counter(u.kind for u in paper.units) == Counter(
         {"decompose": 8, "compare": 30, "evaluate": 6})
+
+
+def test_every_model_of_both_configs_is_in_the_forecasts_built_in_table(extended):
+    """Without the Hub, the dry run's shapes and downloads come from the built-in table: no model is unknown."""
+    from grrr_stream.forecast.shapes import KNOWN
+
+    assert sorted({m.source for m in extended.models.values()} - set(KNOWN)) == []
