@@ -271,7 +271,7 @@ def _merge_chains(base: list[Any], top: list[Any], path: Path) -> list[Any]:
     by_name = {c.get("name"): c for c in chains if isinstance(c, dict)}
     for entry in top:
         name = entry.get("name") if isinstance(entry, dict) else None
-        if name not in by_name:
+        if name is None or name not in by_name:
             chains.append(entry)  # a new chain (validated with the rest)
             continue
         extra = sorted(set(entry) - {"name", "models"})
