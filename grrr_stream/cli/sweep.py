@@ -47,6 +47,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         print_plan(plan, rows, disk, to_run, needs)
         print_forecast(forecast_plan(plan, target=target), {u.id for u in to_run})
+        if target is not None and target.strip().lower() != "cpu":  # issue 34: the other GPUs of the table
+            from ..sweep.forecast import print_other_devices
+
+            print_other_devices(plan, {u.id for u in to_run}, target.strip().lower())
         return 0
     check_space(needs, f"the {len(to_run)} sweep unit(s) still to run",
                 "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.")

@@ -218,7 +218,11 @@ def test_dry_run_forecast_for_h100_on_paper_yaml(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("GRRR_STREAM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(shapes, "from_hf_cache", lambda repo, rev: None)
-    monkeypatch.setattr(cal, "calibrate", lambda *a, **k: pytest.fail("a target device needs no calibration"))
+    from grrr_stream.sweep import forecast as sweep_forecast
+
+    monkeypatch.setattr(sweep_forecast, "calibrate", lambda *a, **k: pytest.fail("a target needs no calibration"))
+    # the other GPUs' line: one of them is enough here (each is a whole forecast of the 123 units)
+    monkeypatch.setattr(devices, "DEVICES", {k: devices.DEVICES[k] for k in ("h100-80g", "h200")})
     assert cli.main(["sweep", str(ROOT / "configs" / "paper.yaml"), "--workdir", str(tmp_path / "w"),
                      "--dry-run", "--forecast-for", "h100-80g"]) == 0
     out = capsys.readouterr().out
@@ -228,6 +232,7 @@ def test_dry_run_forecast_for_h100_on_paper_yaml(tmp_path, monkeypatch, capsys):
     assert "decompositions" in line and "evaluations" in line
     assert "largest GPU memory" in out and "downloads of" in out and "published size" in out
     assert "batch 256, compute-bound" in out  # a 1.5B model in float32 fills vLLM's default batch
+    assert next(x for x in out.splitlines() if x.strip().startswith("on h200:"))
     assert not (tmp_path / "w").exists()
 
 
