@@ -306,6 +306,9 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
     bw, note = check_rate("memory copy", bandwidth * 1e9, expected.get("bandwidth"), loaded, "GB/s")
     bandwidth = bw / 1e9
     notes += [note] if note else []
+    if loaded:  # the rates above are the machine's own; the other work will slow the sweep as it slowed these
+        notes.append(f"load {load:.1f} on {cores} core(s): times are for this machine without the other work "
+                     f"(while it lasts, expect up to ~{max(load / cores, 1.0):.0f}× longer)")
     rates = Rates(device, shape, dec, gemm, time.perf_counter() - t0, forward, null, load=load, cores=cores,
                   notes=tuple(notes), bandwidth_gbs=bandwidth)
     stored[wanted] = {k: v for k, v in asdict(rates).items() if k != "cached"}
