@@ -61,6 +61,8 @@ def generation(*, params: int, kv_elems: Optional[int], sequences: int, max_toke
                attn_flops_token: float = 0.0) -> Generation:
     """The generation of ``sequences`` answers of ``max_tokens`` each (see the module docstring)."""
     weights = params * itemsize
+    if sequences <= 0:
+        return Generation(0.0, 0, "nothing to generate", 0.0, weights, 0)
     if device.kind == "gpu":
         cache = int(device.memory_gib * 2**30 * gpu_memory_utilization) - weights - ACTIVATION_RESERVE
     else:

@@ -71,8 +71,13 @@ def evaluate_parts(*, params: int, kv_elems: Optional[int], attn_elems: Optional
     from ..dtypes import ITEMSIZE
 
     dtype = engine.dtype if engine.dtype != "auto" else "bfloat16"
+    device = device_of(rates)
+    tp = int(getattr(engine, "tensor_parallel_size", 1) or 1)
+    if tp > 1 and device.kind == "gpu":  # tensor parallel: the GPUs' rates and memory add up (ideally)
+        device = replace(device, bf16_tflops=device.bf16_tflops * tp, fp32_tflops=device.fp32_tflops * tp,
+                         bandwidth_gbs=device.bandwidth_gbs * tp, memory_gib=device.memory_gib * tp)
     gen = generation(params=params, kv_elems=kv_elems, sequences=sequences, max_tokens=max_tokens,
-                     device=device_of(rates), dtype=dtype, itemsize=ITEMSIZE.get(dtype, 2),
+                     device=device, dtype=dtype, itemsize=ITEMSIZE.get(dtype, 2),
                      max_num_seqs=getattr(engine, "max_num_seqs", None),
                      gpu_memory_utilization=getattr(engine, "gpu_memory_utilization", 0.9),
                      cpu_kv_cache_gib=getattr(engine, "cpu_kv_cache_gib", 1.0),

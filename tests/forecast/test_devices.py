@@ -239,3 +239,30 @@ def test_dry_run_forecast_for_h100_on_paper_yaml(tmp_path, monkeypatch, capsys):
 def test_forecast_for_an_unknown_device_exits_2(tmp_path, capsys):
     assert cli.main(["sweep", str(ROOT / "configs" / "paper.yaml"), "--dry-run", "--forecast-for", "tpu"]) == 2
     assert "choose one of" in capsys.readouterr().err
+
+
+def test_a_calibration_on_that_gpu_replaces_the_svd_guess():
+    """A cache entry measured on an H100 node (any dry run there writes one): its decomposition rate is the
+    H100's SVD rate, and the notes say measured, not guess; an A100 entry does not count for an H100."""
+    cache = {"v7|cuda (NVIDIA H100 80GB HBM3)|torch 2.5|8960x1536": {
+        "device": "cuda (NVIDIA H100 80GB HBM3)", "decompose_flops_s": 2.0e12},
+        "v7|cuda (NVIDIA A100-SXM4-80GB)|torch 2.5|8960x1536": {
+        "device": "cuda (NVIDIA A100-SXM4-80GB)", "decompose_flops_s": 9.0e12}}
+    r = target.rates_for("h100-80g", cache)
+    assert r.svd_flops_s == pytest.approx(2.0e12) and "measured" in r.notes[0] and "guess" not in r.notes[0]
+    guess = target.rates_for("h100-80g", {})
+    assert guess.svd_flops_s == pytest.approx(0.67e12) and "guess" in guess.notes[0]
+
+
+def test_tensor_parallel_engines_add_the_gpus_up():
+    """A 14B float32 model does not fit one 40 GB A100; with tensor_parallel_size 2 it does."""
+    arch = shapes.KNOWN["Qwen/Qwen3-14B-Base"]
+    rates = target.rates_for("a100-40g", {})
+
+    def gen(tp):
+        engine = type("E", (), {"dtype": "float32", "tensor_parallel_size": tp})()
+        return target.evaluate_parts(params=arch.params(), kv_elems=arch.kv_elems(), attn_elems=None,
+                                     shapes=arch.matrices()[:7], variants=1, sequences=100, max_tokens=3000,
+                                     engine=engine, rates=rates)[0]
+
+    assert gen(1).seconds is None and gen(2).seconds is not None and gen(2).batch >= 1
