@@ -37,7 +37,7 @@ from typing import Callable, Optional, Sequence
 
 from . import work
 
-METHOD = 7  # bumped when what is timed changes: older cached rates are not reused
+METHOD = 8  # bumped when what is timed changes: older cached rates are not reused
 BUDGET_S = 8.0  # a calibration takes about this long at most (a few seconds more on a slow first call)
 
 
