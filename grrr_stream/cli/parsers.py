@@ -186,6 +186,10 @@ def sweep_parser(sub, *, demo: bool = False) -> None:
                                        "an interruption; failed units are retried, finished ones never recomputed.")
         p.add_argument("config", type=Path, help="sweep YAML (see configs/demo.yaml, configs/paper.yaml)")
     p.add_argument("--dry-run", action="store_true", help="print the plan (and what is already done), run nothing")
+    p.add_argument("--forecast-for", metavar="DEVICE",
+                   help="forecast times for DEVICE instead of this machine: cpu (this machine, measured; the "
+                        "default), a100-80g, a100-40g, h100-80g, h100-pcie, h200, l40s (published figures; "
+                        "docs/forecast.md)")
     p.add_argument("--scheduler", help="where units run: threads (this process, default), local:N (a Dask "
                                        "LocalCluster of N worker processes) or the ADDRESS of a Dask scheduler")
     p.add_argument("--workdir", type=Path, help="override the config's workdir")

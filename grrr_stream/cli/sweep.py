@@ -43,15 +43,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     needs = [n for u in to_run for n in (disk.get(u.id) or [])]
     from ..sweep.forecast import forecast_plan, print_forecast
 
+    target = _forecast_device(args)
     if args.dry_run:
         print_plan(plan, rows, disk, to_run, needs)
-        print_forecast(forecast_plan(plan), {u.id for u in to_run})
+        print_forecast(forecast_plan(plan, target=target), {u.id for u in to_run})
+        if target is not None and target.strip().lower() != "cpu":  # issue 34: the other GPUs of the table
+            from ..sweep.forecast import print_other_devices
+
+            print_other_devices(plan, {u.id for u in to_run}, target.strip().lower())
         return 0
     check_space(needs, f"the {len(to_run)} sweep unit(s) still to run",
                 "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.")
     tracking = tracking_from_args(args, cfg.tracking)
     try:  # units.csv puts each unit's estimate next to its measured time; a forecast never stops a sweep
-        fc = forecast_plan(plan)
+        fc = forecast_plan(plan, target=target)
         fc.write_json(plan.workdir / ".sweep" / "forecast.json")
         print(f"[sweep] forecast: {fc.headline({u.id for u in to_run})} (per unit: --dry-run)", file=sys.stderr)
     except Exception as e:  # noqa: BLE001 - reported, and the sweep runs
@@ -76,6 +81,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               f"\nLogged to MLflow at {uri} (experiment {experiment}); its runs: {runs_page(uri, exp_id)}")
     print(f"\nreport: {res.html} (one self-contained page: open it in a browser)")
     return 1 if not res.ok else (3 if res.tracking_missed else 0)
+
+
+def _forecast_device(args: argparse.Namespace):
+    """--forecast-for, checked before anything is planned (issue 34: grrr_stream/forecast/devices.py)."""
+    name = getattr(args, "forecast_for", None)
+    if name is None:
+        return None
+    from ..forecast.devices import names
+
+    if name.strip().lower() not in names():
+        raise ConfigError(f"--forecast-for {name}: not a device of the forecast's table; choose one of "
+                          f"{', '.join(names())} (cpu: this machine, measured)")
+    return name
 
 
 def cmd_track(args: argparse.Namespace) -> int:

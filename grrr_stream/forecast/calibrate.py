@@ -14,6 +14,14 @@ layer's linear maps do (not at the ladder's shape: a small product runs far belo
 ``null_cells_s``, channel × draw × group cells per second of the count-matched null of
 :mod:`grrr_stream.channels.enrichment` (one block of draws at 1024 channels and 10 groups).
 
+Surviving a busy machine (issue 34: a 272×80 product timed once under load gave 0.218 GFLOP/s, and a 1.5B
+evaluation was forecast at 215,007 h): the product rate is timed on a compute-bound 1024×1024×1024 product,
+the best of GEMM_REPEATS; the load average is read against the cores first (:func:`load_state`); and each
+rate is checked against what the device's figures lead one to expect (:func:`expected_rates`: the CPU's
+nominal peak from :mod:`.devices`, or a GPU's datasheet row) — a rate off by more than REFUSE_FACTOR either
+way is refused and the expected figure used, and on a loaded machine a rate below the expected one is raised
+to it (other work slowed the measurement, not the device). ``Rates.notes`` says what was refused and why.
+
 Cached in ``GRRR_STREAM_CACHE`` (default ``~/.cache/grrr_stream``)/calibration.json by device, torch
 version, threads and shape: a second forecast measures nothing.
 """
@@ -29,7 +37,7 @@ from typing import Callable, Optional, Sequence
 
 from . import work
 
-METHOD = 6  # bumped when what is timed changes: older cached rates are not reused
+METHOD = 8  # bumped when what is timed changes: older cached rates are not reused
 BUDGET_S = 8.0  # a calibration takes about this long at most (a few seconds more on a slow first call)
 
 
@@ -43,14 +51,24 @@ class Rates:
     forward_flops_s: Optional[float] = None  # CPU: 256 token rows × a matrix (channels' forward passes)
     null_cells_s: Optional[float] = None     # CPU: channel-stats' null, cells (channel × draw × group) per second
     cached: bool = False
+    load: Optional[float] = None             # 1-minute load average when measured
+    cores: Optional[int] = None
+    notes: tuple = ()                        # refusals and corrections, in words
+    bandwidth_gbs: Optional[float] = None    # memory copy rate (read + write), GB/s
+    svd_flops_s: Optional[float] = None      # set for a target device: its SVD rate, apart from its products
+    target: Optional[str] = None             # a --forecast-for device name (None: this machine, measured)
 
     def describe(self) -> str:
+        if self.target is not None:
+            return self.device + "".join(f"; {n}" for n in self.notes)
         m, n = self.shape
         how = "cached" if self.cached else f"measured now in {self.measured_s:.1f} s"
         cpu = (f"; CPU forward products (256 tokens) {self.forward_flops_s / 1e9:.1f} GFLOP/s"
                if self.forward_flops_s else "")
+        load = f"; load {self.load:.1f} on {self.cores} core(s)" if self.load is not None else ""
         return (f"{self.device}: decomposition {self.decompose_flops_s / 1e9:.1f} GFLOP/s, products "
-                f"{self.gemm_flops_s / 1e9:.1f} GFLOP/s{cpu}, at {m}×{n} ({how})")
+                f"{self.gemm_flops_s / 1e9:.1f} GFLOP/s{cpu}, at {m}×{n} ({how}{load})"
+                + "".join(f"; {x}" for x in self.notes))
 
 
 def cache_file() -> Path:
@@ -92,6 +110,17 @@ def _time_decompose(shape: tuple[int, int]) -> float:
     D -= (U @ P) @ Vh
     _sync(dev)
     return time.perf_counter() - t
+
+
+GEMM_SIDE = 1024       # the timed product: 1024×1024 by 1024×1024, 2.1 GFLOP (compute-bound on any CPU)
+GEMM_REPEATS = 5       # the best of these: a shared core stalls some of them
+REFUSE_FACTOR = 10.0   # a measured rate further than this from the device's figure is refused
+
+
+def gemm_shape(largest: Sequence[int]) -> tuple[int, int]:
+    """The product's shape: GEMM_SIDE square (the sweep's own matrices are larger still, never smaller than
+    this in a real model; a 272×80 product runs far below the rate)."""
+    return GEMM_SIDE, GEMM_SIDE
 
 
 def _time_gemm(shape: tuple[int, int]) -> float:
@@ -148,6 +177,66 @@ def _time_null() -> float:
     return time.perf_counter() - t
 
 
+def _time_copy() -> tuple[float, int]:
+    """(seconds, bytes moved) of copying a 64 MiB float32 array (read + write): the memory bandwidth."""
+    import numpy as np
+
+    a = np.ones(16 * 2**20, dtype=np.float32)
+    b = np.empty_like(a)
+    np.copyto(b, a)  # pages touched
+    t = time.perf_counter()
+    np.copyto(b, a)
+    return time.perf_counter() - t, 2 * a.nbytes
+
+
+def load_state(loadavg: Optional[Callable[[], tuple]] = None, cores: Optional[int] = None) -> tuple[float, int, bool]:
+    """(1-minute load average, cores, loaded): loaded when other work keeps more than half the cores busy
+    (the load average counts runnable threads; a calibration needs all the cores it times)."""
+    from .devices import cpu_cores
+
+    try:
+        load = float((loadavg or os.getloadavg)()[0])
+    except (OSError, AttributeError):
+        load = 0.0
+    cores = cores or cpu_cores()
+    return load, cores, load > 0.5 * cores
+
+
+def expected_rates(device: str) -> Optional[dict[str, float]]:
+    """What a device's figures lead one to expect of each rate (FLOP/s), or None for a device not in the
+    table (nothing is then refused): on a CPU, its nominal peak × the efficiencies of :mod:`.devices`; on a
+    GPU of the table, its float32 rate × MFU for products and its SVD rate for decompositions."""
+    from . import devices as d
+
+    if device.startswith("cpu"):
+        cpu = d.local_cpu()
+        peak = cpu.fp32_tflops * 1e12
+        return {"gemm": peak * d.CPU_GEMM_EFFICIENCY, "forward": peak * d.CPU_GEMM_EFFICIENCY,
+                "decompose": peak * d.CPU_DECOMPOSE_EFFICIENCY, "bandwidth": cpu.bandwidth_gbs * 1e9}
+    for row in d.DEVICES.values():
+        tag = row.source.split(",")[0].replace("NVIDIA ", "").replace(" datasheet", "")
+        if device.startswith("cuda") and tag in device:
+            return {"gemm": row.fp32_tflops * 1e12 * d.MFU, "decompose": row.svd_tflops * 1e12}
+    return None
+
+
+def check_rate(what: str, measured: float, expected: Optional[float], loaded: bool,
+               unit: str = "GFLOP/s") -> tuple[float, Optional[str]]:
+    """(the rate to use, a note when it is not the measured one). Refused: off by more than REFUSE_FACTOR
+    from ``expected`` either way; raised to ``expected`` when the machine is loaded and it is below."""
+    if not expected:
+        return measured, None
+    ratio = measured / expected
+    if ratio < 1.0 / REFUSE_FACTOR or ratio > REFUSE_FACTOR:
+        return expected, (f"{what} rate {measured / 1e9:.3g} {unit} refused: {ratio:.3g}× the "
+                          f"{expected / 1e9:.3g} {unit} the device's figures give (off by more than "
+                          f"{REFUSE_FACTOR:g}×{', the machine is loaded' if loaded else ''}); that figure used")
+    if loaded and measured < expected:
+        return expected, (f"{what} rate {measured / 1e9:.3g} {unit} measured under load: the device's "
+                          f"{expected / 1e9:.3g} {unit} used")
+    return measured, None
+
+
 def _sync(dev) -> None:
     import torch
 
@@ -155,7 +244,7 @@ def _sync(dev) -> None:
         torch.cuda.synchronize()
 
 
-def ladder(largest: Sequence[int], smallest_side: int = 64) -> list[tuple[int, int]]:
+def ladder(largest: Sequence[int], smallest_side: int = 256) -> list[tuple[int, int]]:
     """``largest`` halved (both sides) until its shorter side is near ``smallest_side``: small to large."""
     m, n = int(largest[0]), int(largest[1])
     out = [(m, n)]
@@ -174,13 +263,17 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
     shape (the sweep's largest when it fits: otherwise an overestimate of the time, by the efficiency still
     to gain)."""
     timers = {"decompose": _time_decompose, "gemm": _time_gemm, "device": device_name, "forward": _time_forward,
-              "null": _time_null, **(timers or {})}
+              "null": _time_null, "copy": _time_copy, "load": os.getloadavg, "expected": expected_rates,
+              **(timers or {})}
     device = timers["device"]()
     path = cache or cache_file()
-    stored = _read(path)
+    stored = read_cache(path)
     wanted = _key(device, (int(largest[0]), int(largest[1])))
     if wanted in stored:
-        return Rates(**{**stored[wanted], "shape": tuple(stored[wanted]["shape"]), "cached": True})
+        entry = {k: v for k, v in stored[wanted].items() if k in Rates.__dataclass_fields__}
+        return Rates(**{**entry, "shape": tuple(entry["shape"]), "notes": tuple(entry.get("notes") or ()),
+                        "cached": True})
+    load, cores, loaded = load_state(timers["load"])
     t0 = time.perf_counter()
     steps = ladder(largest)
     timers["decompose"](steps[0])  # first call: kernels loaded, threads started
@@ -194,12 +287,30 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
         rate = work.decompose_flops(step) / max(seconds, 1e-9)
         if rate >= dec:  # the best rate seen, and its shape (a step stalled by other work does not count)
             shape, dec = step, rate
-    gemm = 2.0 * shape[0] * shape[1] * shape[1] / max(min(timers["gemm"](shape) for _ in range(3)), 1e-9)
+    gm, gn = gemm_shape(largest)
+    gemm = 2.0 * gm * gn * gn / max(min(timers["gemm"]((gm, gn)) for _ in range(GEMM_REPEATS)), 1e-9)
     fm, fn = forward_shape(largest)
     forward = 2.0 * FORWARD_TOKENS * fm * fn / max(min(timers["forward"]((fm, fn)) for _ in range(3)), 1e-9)
     draws, H, G = NULL_PROBE
     null = draws * H * G / max(min(timers["null"]() for _ in range(3)), 1e-9)
-    rates = Rates(device, shape, dec, gemm, time.perf_counter() - t0, forward, null)
+    copies = [timers["copy"]() for _ in range(3)]
+    bandwidth = max(nbytes / max(sec, 1e-9) for sec, nbytes in copies) / 1e9
+    expected = timers["expected"](device) or {}
+    notes = []
+    dec, note = check_rate("decomposition", dec, expected.get("decompose"), loaded)
+    notes += [note] if note else []
+    gemm, note = check_rate("product", gemm, expected.get("gemm"), loaded)
+    notes += [note] if note else []
+    forward, note = check_rate("forward-product", forward, expected.get("forward"), loaded)
+    notes += [note] if note else []
+    bw, note = check_rate("memory copy", bandwidth * 1e9, expected.get("bandwidth"), loaded, "GB/s")
+    bandwidth = bw / 1e9
+    notes += [note] if note else []
+    if loaded:  # the rates above are the machine's own; the other work will slow the sweep as it slowed these
+        notes.append(f"load {load:.1f} on {cores} core(s): times are for this machine without the other work "
+                     f"(while it lasts, expect up to ~{max(load / cores, 1.0):.0f}× longer)")
+    rates = Rates(device, shape, dec, gemm, time.perf_counter() - t0, forward, null, load=load, cores=cores,
+                  notes=tuple(notes), bandwidth_gbs=bandwidth)
     stored[wanted] = {k: v for k, v in asdict(rates).items() if k != "cached"}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -209,7 +320,9 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
     return rates
 
 
-def _read(path: Path) -> dict:
+def read_cache(path: Optional[Path] = None) -> dict:
+    """The calibration cache's entries ({} when there is none)."""
+    path = path or cache_file()
     try:
         data = json.loads(path.read_text())
         return data if isinstance(data, dict) else {}

@@ -6,7 +6,8 @@ For each model, the first source that answers:
 2. ``local headers``: the checkpoint's own safetensors headers, for a local folder or a Hub id already in
    the Hugging Face cache (nothing then left to download);
 3. ``built-in table``: :data:`KNOWN`, the published configs (hidden size, intermediate size, layers,
-   heads) of the architectures in configs/paper.yaml, keyed by Hub id; bytes = parameters × 2 (bf16);
+   heads) of the architectures in configs/paper.yaml, keyed by Hub id; bytes from :mod:`.downloads` (each
+   id's stored dtype, and whether its size is published or an estimate), else parameters × 2 (bf16 assumed);
 4. ``unknown``.
 """
 
@@ -42,6 +43,10 @@ class Arch:
         layer = [(self.heads * hd, h), (self.kv_heads * hd, h), (self.kv_heads * hd, h), (h, self.heads * hd),
                  (i, h), (i, h), (h, i)]
         return layer * self.layers
+
+    def kv_elems(self) -> int:
+        """Elements of one token's KV cache: keys and values of every layer."""
+        return 2 * self.layers * self.kv_heads * (self.head_dim or self.hidden // self.heads)
 
     def params(self) -> int:
         """Every parameter: the matrices, embeddings (and an untied head), norms."""
@@ -99,6 +104,8 @@ class ModelFacts:
     hidden: Optional[int] = None        # residual width (from the input embedding: vocab × hidden)
     vocab: Optional[int] = None
     largest: Optional[int] = None       # bytes of the largest tensor as stored (a channels unit's largest block)
+    kv_elems: Optional[int] = None      # one token's KV cache: 2 × Σ over layers of k_proj's output size
+    attn_elems: Optional[int] = None    # Σ over layers of q_proj's output size (attention's FLOP per context token / 4)
 
 
 def _embedding(tensors: dict[str, tuple[int, ...]]) -> tuple[Optional[int], Optional[int]]:
@@ -108,10 +115,19 @@ def _embedding(tensors: dict[str, tuple[int, ...]]) -> tuple[Optional[int], Opti
 
 
 def from_arch(arch: Arch, where: str, download: Optional[int]) -> ModelFacts:
-    """The table's models ship in bf16: the largest tensor is the embedding (or a larger matrix)."""
+    """The table's models, taken as bf16 for the largest tensor (the embedding, or a larger matrix)."""
     largest = max([arch.vocab * arch.hidden] + [m * n for m, n in arch.matrices()]) * TABLE_BYTES_PER_PARAM
+    hd = arch.head_dim or arch.hidden // arch.heads
     return ModelFacts(arch.matrices(), arch.params(), download, where, hidden=arch.hidden, vocab=arch.vocab,
-                      largest=largest)
+                      largest=largest, kv_elems=arch.kv_elems(), attn_elems=arch.layers * arch.heads * hd)
+
+
+def _attention_sizes(tensors: dict[str, tuple[int, ...]]) -> tuple[Optional[int], Optional[int]]:
+    """(KV elements per token, Σ q output sizes) from the tensors' names and shapes (None: no k_proj/q_proj)."""
+    k = sum(s[0] for n, s in tensors.items() if n.endswith("k_proj.weight") and len(s) == 2)
+    v = sum(s[0] for n, s in tensors.items() if n.endswith("v_proj.weight") and len(s) == 2)
+    q = sum(s[0] for n, s in tensors.items() if n.endswith("q_proj.weight") and len(s) == 2)
+    return (k + v or None), (q or None)
 
 
 def from_checkpoint(folder: Path, download: int = 0) -> Optional[ModelFacts]:
@@ -127,9 +143,12 @@ def from_checkpoint(folder: Path, download: int = 0) -> Optional[ModelFacts]:
     except (GrrrError, OSError, ValueError, KeyError, TypeError):
         return None
     params = sum(math.prod(t.shape) for t in ck.tensors.values())
-    vocab, hidden = _embedding({n: tuple(t.shape) for n, t in ck.tensors.items()})
+    every = {n: tuple(t.shape) for n, t in ck.tensors.items()}
+    vocab, hidden = _embedding(every)
+    kv, attn = _attention_sizes(every)
     return ModelFacts([(int(a), int(b)) for a, b in shapes], int(params), download, "local headers",
-                      hidden=hidden, vocab=vocab, largest=max((t.nbytes for t in ck.tensors.values()), default=None))
+                      hidden=hidden, vocab=vocab, largest=max((t.nbytes for t in ck.tensors.values()), default=None),
+                      kv_elems=kv, attn_elems=attn)
 
 
 def hub_reachable(timeout: float = 2.0) -> bool:
@@ -173,7 +192,9 @@ def from_hub(repo: str, revision: Optional[str], timeout: float = 10.0) -> Optio
     except Exception:  # noqa: BLE001 - no network, gated, renamed, an old client: the next source answers
         return None
     vocab, hidden = _embedding(every)
-    return ModelFacts(shapes, params, size, "hub", hidden=hidden, vocab=vocab, largest=largest or None)
+    kv, attn = _attention_sizes(every)
+    return ModelFacts(shapes, params, size, "hub", hidden=hidden, vocab=vocab, largest=largest or None,
+                      kv_elems=kv, attn_elems=attn)
 
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1}
@@ -196,6 +217,15 @@ def hub_model(repo: str, revision: Optional[str], *, online: bool) -> ModelFacts
     if facts is not None:
         return facts
     if repo in KNOWN:
+        from .downloads import table_download
+
         arch = KNOWN[repo]
-        return from_arch(arch, "built-in table", arch.params() * TABLE_BYTES_PER_PARAM)
+        known = table_download(repo, arch.params(), arch.vocab if arch.tied else 0, arch.hidden)
+        if known is None:
+            facts = from_arch(arch, "built-in table", arch.params() * TABLE_BYTES_PER_PARAM)
+            facts.notes.append("download: bf16 assumed (not in the downloads table)")
+        else:
+            facts = from_arch(arch, "built-in table", known[0])
+            facts.notes.append(f"download {known[1]}: {known[2]}")
+        return facts
     return ModelFacts()

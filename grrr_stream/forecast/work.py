@@ -46,6 +46,13 @@ def decompose_flops(shape: Sequence[int], *, frame_cached: bool = False) -> floa
     return (0.0 if frame_cached else svd_flops(shape)) + svdvals_flops(shape) + projection_flops(shape)
 
 
+def decompose_split(shape: Sequence[int], *, frame_cached: bool = False) -> tuple[float, float]:
+    """(SVD flops, product flops) of one pair's decomposition: the SVD of W0 and W1's singular values, then
+    the projection and null residual (a GPU runs the two at very different rates)."""
+    svd = (0.0 if frame_cached else svd_flops(shape)) + svdvals_flops(shape)
+    return svd, projection_flops(shape)
+
+
 def variant_flops(shape: Sequence[int]) -> float:
     """One matrix of a variant: a rank-r product U X Vᵀ."""
     m, n = _tall(shape)

@@ -13,7 +13,7 @@ estimate next to its measured time.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -21,6 +21,8 @@ from ..dtypes import ITEMSIZE
 from ..forecast import work
 from ..forecast.calibrate import Rates, calibrate
 from ..forecast.shapes import Arch, ModelFacts, from_arch, from_checkpoint, hub_model, hub_reachable
+from ..forecast import target as tgt  # issue 34: a device to forecast for, generation with vLLM's batching
+from ..forecast.downloads import download_basis
 from .plan import Plan
 from .units import ChannelsParams, ChannelStatsParams, DecomposeParams, EvaluateParams, Unit, VariantParams
 
@@ -54,6 +56,7 @@ class UnitForecast:
     seconds: Optional[float]  # None: unknown
     basis: str                # how it was estimated
     flops: Optional[float] = None  # the modelled work (None: a constant or unknown)
+    gpu: Optional[int] = None      # peak GPU memory in bytes (None: the unit does not use one)
 
 
 @dataclass
@@ -61,6 +64,7 @@ class Forecast:
     units: list[UnitForecast]
     rates: Optional[Rates]
     sources: dict[str, str]   # model source → where its facts came from
+    downloads: dict = field(default_factory=dict)  # model source → how its download size is known (notes)
 
     def total(self, field: str) -> tuple[float, int]:
         """(sum over the units where it is known, number of units where it is not)."""
@@ -125,8 +129,12 @@ class _Models:
         return self.get(source, revision).download
 
 
-def forecast_plan(plan: Plan, *, online: Optional[bool] = None, rates: Optional[Rates] = None) -> Forecast:
-    """The forecast of every unit of ``plan`` (``online`` None: probe the Hub; ``rates`` None: calibrate)."""
+def forecast_plan(plan: Plan, *, online: Optional[bool] = None, rates: Optional[Rates] = None,
+                  target: Optional[str] = None) -> Forecast:
+    """The forecast of every unit of ``plan`` (``online`` None: probe the Hub; ``rates`` None: calibrate, or
+    with ``target`` (a device of :mod:`grrr_stream.forecast.devices` other than 'cpu') its published figures)."""
+    if rates is None and target is not None and target.strip().lower() != "cpu":
+        rates = tgt.rates_for(target)
     from .status import unit_disk_needs
 
     models = _Models(plan, online)
@@ -142,7 +150,8 @@ def forecast_plan(plan: Plan, *, online: Optional[bool] = None, rates: Optional[
     for u in plan.units:
         write = None if disk.get(u.id, []) is None else sum(n.bytes for n in disk.get(u.id) or [])
         out.append(_unit(u, plan, models, dec, rates, write))
-    return Forecast(out, rates, {s: f.where for s, f in models.facts.items()})
+    return Forecast(out, rates, {s: f.where for s, f in models.facts.items()},
+                    {s: f.notes for s, f in models.facts.items() if f.notes})
 
 
 def _unit(u: Unit, plan: Plan, models: _Models, dec: dict[str, Unit], rates: Optional[Rates],
@@ -166,8 +175,10 @@ def _unit(u: Unit, plan: Plan, models: _Models, dec: dict[str, Unit], rates: Opt
                 core_truncated=st.core_rel_threshold is not None, frames_cached_fraction=1.0 if u.after else 0.0))
         ram = work.decompose_ram(base.shapes, ITEMSIZE[p.settings.compute_dtype],
                                  1 if getattr(p.settings, "cpu_threads", None) else _cpu_cores(rates))
-        return UnitForecast(u.id, u.kind, download, write, ram, flops / rates.decompose_flops_s + DECOMPOSE_OVERHEAD_S,
-                            f"{len(base.shapes)} matrices ({base.where}), {flops / 1e12:.3g} TFLOP", flops)
+        seconds = tgt.decompose_seconds(base.shapes, rates, frame_cached=bool(u.after)) + DECOMPOSE_OVERHEAD_S
+        gpu = tgt.decompose_gpu_bytes(base.shapes, ITEMSIZE[p.settings.compute_dtype]) if tgt.on_gpu(rates) else None
+        return UnitForecast(u.id, u.kind, download, write, ram, seconds,
+                            f"{len(base.shapes)} matrices ({base.where}), {flops / 1e12:.3g} TFLOP", flops, gpu)
     if isinstance(p, (VariantParams, EvaluateParams)):
         d = dec[p.transition].params
         base = models.get(d.base, d.base_revision)
@@ -195,17 +206,25 @@ def _unit(u: Unit, plan: Plan, models: _Models, dec: dict[str, Unit], rates: Opt
 def _evaluate(u: Unit, p: EvaluateParams, base: ModelFacts, rates: Rates, plan: Plan) -> UnitForecast:
     prompts = _prompts(p, plan)
     item = ITEMSIZE.get(p.engine.dtype, 2)
-    kv = int(p.engine.cpu_kv_cache_gib * 2**30) if rates.device.startswith("cpu") else 0
+    gpu_target = tgt.on_gpu(rates)
+    kv = 0 if gpu_target else int(p.engine.cpu_kv_cache_gib * 2**30)
     ram = work.evaluate_ram(base.params or 0, item, kv)
     if prompts is None or base.params is None:
         return UnitForecast(u.id, u.kind, 0, 0, ram, None, "prompts unknown")
     n = len(p.variants)
     flops = n * work.generation_flops(base.params, prompts, p.engine.max_new_tokens, p.sampling.n)
     tokens = n * prompts * p.sampling.n * p.engine.max_new_tokens
-    per_token = CPU_TOKEN_S if rates.device.startswith("cpu") else 0.0  # not measured on a GPU: left out there
-    seconds = ENGINE_START_S + n * ENGINE_SWAP_S + flops / rates.gemm_flops_s + tokens * per_token
-    return UnitForecast(u.id, u.kind, 0, 0, ram, seconds,
-                        f"{n} variants × {prompts} prompts × {p.sampling.n} × ≤{p.engine.max_new_tokens} tokens", flops)
+    # generation with vLLM's batching on the device (forecast/generation.py), variants composed on the CPU
+    gen, build = tgt.evaluate_parts(params=base.params, kv_elems=base.kv_elems, attn_elems=base.attn_elems,
+                                    shapes=base.shapes, variants=n, sequences=prompts * p.sampling.n,
+                                    max_tokens=p.engine.max_new_tokens, engine=p.engine, rates=rates)
+    basis = f"{n} variants × {prompts} prompts × {p.sampling.n} × ≤{p.engine.max_new_tokens} tokens, {gen.describe()}"
+    gpu = gen.weights + gen.kv_cache if gpu_target else None
+    if gen.seconds is None:
+        return UnitForecast(u.id, u.kind, 0, 0, ram, None, basis, flops, gpu)
+    per_token = 0.0 if gpu_target else CPU_TOKEN_S  # vLLM's per-token cost on a CPU (measured); on a GPU in MFU
+    seconds = ENGINE_START_S + n * ENGINE_SWAP_S + n * gen.seconds + build + tokens * per_token
+    return UnitForecast(u.id, u.kind, 0, 0, ram, seconds, basis, flops, gpu)
 
 
 def channels_seconds(params: int, rates: Rates, *, sequences: int, seq_len: int, batch_size: int,
@@ -310,9 +329,31 @@ def print_forecast(fc: Forecast, todo: set[str], out=None) -> None:
         if v) + "\n")
     kinds = sorted({w for w in fc.sources.values()})
     out.write(f"  shapes and downloads from: {', '.join(kinds) or 'nothing'}"
-              + (" (built-in table: the published configs of those Hub ids, bf16 downloads)"
+              + (" (built-in table: the published configs of those Hub ids)"
                  if "built-in table" in kinds else "") + "\n")
     out.write(f"  times assume {fc.rates.describe()}\n" if fc.rates else "  times: no matrix shape known\n")
+    from ..forecast.summary import split_lines  # issue 34: the total's parts
+
+    for line in split_lines(rows, fc.rates.target or fc.rates.device if fc.rates else "an unknown device"):
+        out.write(line + "\n")
+    if fc.downloads:
+        out.write("  " + download_basis(fc.downloads) + "\n")
+
+
+def print_other_devices(plan: Plan, todo: set[str], shown: Optional[str], out=None) -> None:
+    """issue 34: the plan's total on each GPU of the device table (published figures; the Hub not asked again),
+    one line each, so that a cluster can be sized from one dry run."""
+    import sys
+
+    from ..forecast.devices import DEVICES
+    from ..forecast.summary import split_lines
+
+    out = out or sys.stdout
+    out.write("the same units on one GPU of each kind (published figures; docs/forecast.md):\n")
+    for name in DEVICES:
+        if name != shown:
+            fc = forecast_plan(plan, online=False, target=name)
+            out.write("  " + split_lines([u for u in fc.units if u.unit in todo], name)[0] + "\n")
 
 
 def _cpu_cores(rates: Rates) -> int:

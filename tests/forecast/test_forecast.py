@@ -132,11 +132,11 @@ def test_dry_run_prints_the_forecast(tmp_path, monkeypatch, capsys):
 def test_calibration_keeps_the_best_rate_when_a_step_stalls(tmp_path):
     """A step slowed by other work (here the largest, 10× slower) does not set the rate."""
     calls: list = []
-    timers = _fake_timers(calls)
+    timers = _fake_timers(calls, seconds_per_gflop=0.01)  # 100 GFLOP/s: both ladder steps fit the budget
     plain = timers["decompose"]
-    timers["decompose"] = lambda shape: plain(shape) * (10.0 if shape == (600, 400) else 1.0)
-    rates = cal.calibrate((600, 400), timers=timers, cache=tmp_path / "c.json")
-    assert rates.shape == (300, 200) and rates.decompose_flops_s == pytest.approx(1e9)
+    timers["decompose"] = lambda shape: plain(shape) * (10.0 if shape == (1200, 800) else 1.0)
+    rates = cal.calibrate((1200, 800), timers=timers, cache=tmp_path / "c.json")
+    assert rates.shape == (600, 400) and rates.decompose_flops_s == pytest.approx(1e11)
 
 
 def test_channel_work_model_against_hand_counts():
