@@ -185,7 +185,9 @@ def _cosines(c: PaperClaim, comparisons: Sequence[dict], level: float) -> Verdic
     ok_all = all(r["ci_lo"] > r["null_hi"] for r in mine)
     ok_pt = all(r["median_cos_off"] > r["null_hi"] for r in mine)
     verdict = HOLDS if ok_all else UNRESOLVED if ok_pt else FAILS
-    reason = "; ".join(f"{r.get('label') or r.get('comparison')}: {cosine_label(r)}" for r in mine)
+    # the pairs that do not clear the band, with what their reading rests on
+    reason = "; ".join(f"{r.get('label') or r.get('comparison')}: {cosine_label(r)}" for r in mine
+                       if not r["ci_lo"] > r["null_hi"])
     return Verdict(c, text, where, basis, verdict, reason)
 
 
