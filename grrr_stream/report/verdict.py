@@ -85,8 +85,10 @@ def _from_claims(c: PaperClaim, rows: dict, level: float) -> Verdict:
         verdict = _three_way(lo_ / n >= c.target - 1e-9, hi_ / n >= c.target - 1e-9)
     elif c.test == "contains":
         text = f"{v:.1f} %" + (f" [{lo:.1f}, {hi:.1f}]" if _finite(lo, hi) else "")
-        verdict = (HOLDS if lo <= c.target <= hi else FAILS) if _finite(lo, hi) else \
-            (HOLDS if abs(v - c.target) < 0.5 else FAILS)
+        # the paper prints whole percents: its 99 % is anything in [98.5, 99.5)
+        half = 0.5
+        lo_, hi_ = (lo, hi) if _finite(lo, hi) else (v, v)
+        verdict = HOLDS if lo_ - half <= c.target < hi_ + half else FAILS
     else:
         raise ValueError(f"claim {c.id}: test {c.test} does not take a claims statistic")
     if not _finite(v):

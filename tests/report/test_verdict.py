@@ -75,6 +75,12 @@ def test_verdicts_from_planted_claims_rows():
     comps = [_cmp(0.002, -0.001, 0.004, p=0.3, verdict="indistinguishable", band=(-0.003, 0.003))]
     v = _by_id(verdicts(rows, trs, comps, group_of=lambda r: "RL", steps=steps))
     assert [c.id for c in CLAIMS] == list(v)
+    # the paper's whole percents: 99 % is [98.5, 99.5), so an interval ending at 98.6 still holds
+    near = _by_id(verdicts([_rows("retention_median_pct", "offnull", "all", 98.2, 97.9, 98.6, 28)], [], [],
+                           group_of=lambda r: None, steps=set()))
+    far = _by_id(verdicts([_rows("retention_median_pct", "offnull", "all", 98.0, 97.6, 98.4, 28)], [], [],
+                          group_of=lambda r: None, steps=set()))
+    assert near["offnull-median"].verdict == HOLDS and far["offnull-median"].verdict == FAILS
     assert v["offnull-median"].verdict == HOLDS and v["offnull-median"].value == "98.5 % [97.0, 100.0]"
     assert "28 evaluated steps" in v["offnull-median"].set and "problems" in v["offnull-median"].basis
     assert v["diag-median-sft"].verdict == FAILS and "outside" in v["diag-median-sft"].reason
