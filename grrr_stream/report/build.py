@@ -149,7 +149,7 @@ def _provenance(plan, report, records: dict, config: dict, tracking, run_id, run
                       "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else "",
                       "key": u.key, "out": u.out, "error": row["error"]})
     return {"config_yaml": yaml.safe_dump(config, sort_keys=False), "plan_key": plan.key, "versions": _versions(),
-            "units": units, "settings": _settings_hashes(report), "mlflow": _mlflow(tracking, run_id, runs)}
+            "units": units, "settings": _settings_hashes(report), "mlflow": mlflow_links(tracking, run_id, runs)}
 
 
 def _settings_hashes(report) -> list[dict]:
@@ -163,7 +163,7 @@ def _settings_hashes(report) -> list[dict]:
     return out
 
 
-def _mlflow(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[dict]:
+def mlflow_links(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[dict]:
     """The sweep's MLflow run, the runs tagged with the sweep, and their UI addresses: the server's for an
     http(s) tracking URI, else the local UI that `mlflow ui --backend-store-uri URI` serves."""
     if tracking is None or not tracking.enabled:

@@ -151,3 +151,21 @@ def test_the_paper_claims_data_matches_the_paper_facts():
             assert number in text, (c.id, number)
         if c.paper_n:
             assert str(c.paper_n) in text, c.id
+
+
+def test_provenance_links_open_mlflow_in_training_mode(tmp_path):
+    """The run and experiment links carry the tracking owner's query (grrr_stream.tracking.mlflow_client.runs_page),
+    and the sentence after the run id is separated from it (the demo's page read "…aa66f.The links")."""
+    from grrr_stream.config import TrackingConfig
+    from grrr_stream.report.build import _environment, mlflow_links
+    from grrr_stream.tracking.mlflow_client import runs_page
+
+    runs = [{"run_id": "abc123", "experiment_id": "7", "kind": "sweep", "name": "sweep demo", "status": "FINISHED"}]
+    m = mlflow_links(TrackingConfig(uri=f"sqlite:///{tmp_path}/mlflow.db", experiment="e"), None, runs)
+    page = runs_page("http://127.0.0.1:5000", "7")
+    assert m["experiment_link"] == page and "?" in page
+    base, _, query = page.partition("?")
+    assert m["run_link"] == f"{base}/runs/abc123?{query}" and m["runs"][0]["link"] == m["run_link"]
+    html = _environment().get_template("mlflow_links.html.j2").render(p={"mlflow": m})
+    assert "abc123</a>. The links open once the UI runs" in " ".join(html.split())
+    assert f'href="{page}"' in html.replace("&amp;", "&")
