@@ -182,7 +182,9 @@ def _cosines(c: PaperClaim, comparisons: Sequence[dict], level: float) -> Verdic
         ok_lo = all(c.bound[0] < r["ci_lo"] and r["ci_hi"] < c.bound[1] for r in mine)
         ok_hi = all(c.bound[0] < r["median_cos_off"] < c.bound[1] for r in mine)
         verdict = HOLDS if ok_lo else UNRESOLVED if ok_hi else FAILS
-        return Verdict(c, text, where, basis, verdict, "")
+        reason = {UNRESOLVED: f"the median is within ±{c.bound[1]:g}, its CI over matrices reaches beyond",
+                  FAILS: f"a median beyond ±{c.bound[1]:g}"}.get(verdict, "")
+        return Verdict(c, text, where, basis, verdict, reason)
     # above_band: the median above the null's upper 2σ edge, and its interval too
     ok_all = all(r["ci_lo"] > r["null_hi"] for r in mine)
     ok_pt = all(r["median_cos_off"] > r["null_hi"] for r in mine)

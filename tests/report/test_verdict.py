@@ -99,6 +99,10 @@ def test_verdicts_from_planted_claims_rows():
     wide = _by_id(verdicts([], [], [_cmp(0.002, -0.001, 0.004, band=(-0.05, 0.05))], group_of=lambda r: None,
                            steps=set()))
     assert wide["seq-cos"].verdict == NOT_COMPARABLE and "wider than the paper's bound 0.008" in wide["seq-cos"].reason
+    # a median inside ±0.008 whose CI over matrices reaches beyond (the demo's sequential pair): not resolved
+    loose = _by_id(verdicts([], [], [_cmp(-0.0024, -0.0467, 0.0355, band=(-0.001, 0.001))], group_of=lambda r: None,
+                            steps=set()))
+    assert loose["seq-cos"].verdict == UNRESOLVED and "reaches beyond" in loose["seq-cos"].reason
     assert wide["offnull-median"].value == "—" and wide["offnull-median"].verdict == NOT_COMPARABLE
 
 
