@@ -278,6 +278,7 @@ def accuracy_bars(rows: Sequence[dict], path: Path, title: str = "", per_row: in
                              sharey=True)
     for ax in axes.flat[len(groups):]:
         ax.set_visible(False)
+    top = 0.0
     for ax, g in zip(axes.flat, groups):
         mine = [r for r in rows if r["transition"] == g]
         xs = np.arange(len(mine))
@@ -295,8 +296,10 @@ def accuracy_bars(rows: Sequence[dict], path: Path, title: str = "", per_row: in
         ax.set_xticks(xs)
         ax.set_xticklabels([r["variant"] for r in mine], rotation=45, ha="right", fontsize=8)
         ax.set_title(g, fontsize=9)
-        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3, axis="y")
+        top = max([top, *score, *(hi_end if have else [])])
+    # the panels share y: set once, after every panel's bars and whiskers are known (0 to the highest end)
+    axes[0][0].set_ylim(0, min(105.0, 1.06 * top) if top > 0 else 1.0)
     for row in axes:
         row[0].set_ylabel("score (%)\nwhiskers: paired 95 % CI of − full")
     if title:
