@@ -127,7 +127,10 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
         timer.add("matrices_wall", time.perf_counter() - t_matrices)
         _refuse_failures(failures, len(plan.matrices))
         with timer.phase("tables_figures"):
-            rows, summary_rows, summary = finalize(store, plan.matrices, f"{cfg.base} → {cfg.post}")
+            from .. import plots  # the title names the models, never the workdir's absolute paths
+
+            title = f"{plots.model_label(cfg.base)} → {plots.model_label(cfg.post)}"
+            rows, summary_rows, summary = finalize(store, plan.matrices, title)
     result = TransitionResult(cfg.store, rows, summary_rows, computed, reused, workers=workers)
     if cfg.tracking.enabled:
         with timer.phase("tracking"):

@@ -16,6 +16,7 @@ from typing import Optional
 
 from ..files import atomic_write_text
 from . import figures as figs
+from .paper_claims import PAPER
 from . import tables as tbl
 
 PAGE = "index.html"
@@ -46,9 +47,11 @@ def write_html(plan, report, records: dict, *, tracking=None, run_id: Optional[s
     loose = figs.loose_images(folder, {f.path.resolve() for f in shown})
     context = {
         "name": plan.config.name, "workdir": str(plan.workdir), "written": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "counts": _counts(report.units), "paper_tables": tbl.paper_tables(report, method_of, sft),
+        "counts": _counts(report.units), "paper": PAPER, "verdicts": _verdicts(report, plan, method_of, sft),
+        "paper_tables": tbl.paper_tables(report, method_of, sft) + tbl.comparison_table(report),
         "other_tables": tbl.other_tables(report, method_of, sft), "claims": _claims(report, plan),
-        "figures": shown, "extra_tables": extras, "extra_figures": loose,
+        "key_figures": [f for f in shown if f.id in figs.KEY], "figures": [f for f in shown if f.id not in figs.KEY],
+        "extra_tables": extras, "extra_figures": loose, "csvs": sorted(p.name for p in folder.glob("*.csv")),
         "provenance": _provenance(plan, report, records, config, tracking, run_id, runs or []),
     }
     page = folder / PAGE
@@ -74,6 +77,22 @@ def _counts(units: list[dict]) -> dict[str, int]:
     return out
 
 
+def steps_of(plan) -> set[str]:
+    """The planned transitions that are one training step each: W0 is the model the child was trained from."""
+    return {tid for tid, tr in plan.transitions.items() if plan.models[tr.child].parent == tr.parent}
+
+
+def _verdicts(report, plan, method_of, sft) -> list:
+    """The verdict box's rows: the paper's headline claims against this sweep's main evaluation suite."""
+    from ..stats.claims_sets import method_group
+    from .verdict import verdicts
+
+    suite = report.claims.get("") or next(iter(report.claims.values()), {"claims": []})
+    return verdicts(suite["claims"], report.transitions, report.comparisons,
+                    group_of=lambda r: method_group(method_of(r), sft), steps=steps_of(plan),
+                    level=plan.config.claims.level)
+
+
 def _claims(report, plan) -> list[dict]:
     """Per evaluation suite: the claims as the paper's sentences (each names the set it is over), the
     informative count and the settings the intervals come from."""
@@ -86,7 +105,9 @@ def _claims(report, plan) -> list[dict]:
         out.append({"suite": suite or "main", "selector": s.get("selector") or "", "counts": s["counts"],
                     "sentences": sentences(s["claims"]), "notes": notes,
                     "settings": f"{c.level:.0%} intervals from {c.resamples} bootstrap resamples of the problems, "
-                                f"drawn jointly across transitions (seed {c.seed}); informative: full − base ≥ "
+                                f"drawn jointly across transitions, the transitions fixed (seed {c.seed}); sets hold "
+                                f"the evaluated training steps, a multi-step transition (base → RL after an SFT) "
+                                f"only its own group; informative: full − base ≥ "
                                 f"{c.informative_points:g} point; within: {c.within_points:g} points"})
     return out
 
@@ -99,8 +120,8 @@ def _extra_tables(folder: Path) -> list:
     out = []
     for i, p in enumerate(sorted(folder.glob("*.csv"))):
         if p.name not in KNOWN_CSV:
-            out.append(tbl.plain_table(f"extra-{i}", p.stem.replace("_", " "), f"{p.name} (found in the report "
-                                       "folder)", read_rows(p), p.name))
+            out += tbl.plain_table(f"extra-{i}", p.stem.replace("_", " "), f"{p.name} (found in the report "
+                                   "folder)", read_rows(p), p.name)
     return out
 
 
@@ -128,7 +149,7 @@ def _provenance(plan, report, records: dict, config: dict, tracking, run_id, run
                       "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else "",
                       "key": u.key, "out": u.out, "error": row["error"]})
     return {"config_yaml": yaml.safe_dump(config, sort_keys=False), "plan_key": plan.key, "versions": _versions(),
-            "units": units, "settings": _settings_hashes(report), "mlflow": _mlflow(tracking, run_id, runs)}
+            "units": units, "settings": _settings_hashes(report), "mlflow": mlflow_links(tracking, run_id, runs)}
 
 
 def _settings_hashes(report) -> list[dict]:
@@ -142,20 +163,24 @@ def _settings_hashes(report) -> list[dict]:
     return out
 
 
-def _mlflow(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[dict]:
+def mlflow_links(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[dict]:
     """The sweep's MLflow run, the runs tagged with the sweep, and their UI addresses: the server's for an
     http(s) tracking URI, else the local UI that `mlflow ui --backend-store-uri URI` serves."""
     if tracking is None or not tracking.enabled:
         return None
-    from ..tracking.mlflow_client import resolve_uri
+    from ..tracking.mlflow_client import resolve_uri, runs_page
 
     uri = resolve_uri(tracking.uri)
     served = uri.startswith(("http://", "https://"))
     ui = uri.rstrip("/") if served else "http://127.0.0.1:5000"
     exp = next((r["experiment_id"] for r in runs if r.get("experiment_id")), None)
     run_id = run_id or next((r["run_id"] for r in runs if r.get("kind") == "sweep"), None)
-    link = (lambda rid: f"{ui}/#/experiments/{exp}/runs/{rid}") if exp else (lambda rid: "")
+    # the tracking owner's address of the runs table (it carries the query that opens MLflow's UI in its
+    # training mode); a run's page is that address with /runs/ID before the query
+    page = runs_page(ui, exp) if exp else ""
+    base, q, query = page.partition("?")
+    link = (lambda rid: f"{base}/runs/{rid}{q}{query}") if exp else (lambda rid: "")
     return {"uri": uri, "experiment": tracking.experiment, "ui": ui, "served": served, "run_id": run_id or "",
-            "run_link": link(run_id) if run_id else "",
+            "experiment_link": page, "run_link": link(run_id) if run_id else "",
             "runs": [{**r, "link": link(r["run_id"])} for r in runs],
             "start_ui": "" if served else f"mlflow ui --backend-store-uri {uri}"}

@@ -23,6 +23,7 @@ class Figure:
     title: str
     caption: str
     path: Path
+    folded: bool = False   # shown inside a closed <details> (one per transition: the heatmaps)
 
     @property
     def data_uri(self) -> str:
@@ -36,15 +37,21 @@ SWEEP_FIGURES = {
                          "‖ΔW_cum‖ = 1; independent: the two updates against the larger."),
     "offdiag_cosine_medians.png": ("fig-cosines", "Sequential and independent cosines against the isotropic null "
                                    "(paper Fig. 4B / 5B)",
-                                   "Median off-diagonal cosine over matrices with its 95 % bootstrap CI; grey: the "
-                                   "isotropic null's ±2σ envelope."),
+                                   "Median off-diagonal cosine over matrices with its 95 % bootstrap CI over matrices; "
+                                   "grey band: the matched isotropic null's ±2σ envelope. Each label says what it rests "
+                                   "on: inside / outside the band from the null test (p over its draws; 'p < 1e-4' at "
+                                   "the floor of 10,000 draws), the direction only where the CI over matrices excludes "
+                                   "0."),
     "band_energy.png": ("fig-bands", "Band energies",
                         "Mean share of ‖ΔW‖² per transition by the top-k principal band of W0."),
     "channel_layers.png": ("fig-channels", "Outlier channels per layer, SFT vs RL",
                            "Per decoder layer, the share of each component's ‖ΔW‖² on W0's outlier residual "
-                           "channels (blue SFT, red RL; dashed: a transition that is not one training step, "
+                           "channels (shades of blue SFT, of red RL, one per transition; dashed: a transition that is not one training step, "
                            "e.g. base → grandchild); dotted: the channels' own share."),
 }
+
+# the figures shown right after the verdict box (Figs. 4–5 and the accuracy per variant); the others follow the tables
+KEY = ("fig-norms", "fig-cosines", "fig-accuracy")
 
 BEYOND = (("frac_unchanged_pooled", "unchanged entries"), ("frac_within_ulp_pooled", "entries within 1 ulp"))
 
@@ -59,11 +66,12 @@ def figures(report, rows_by_transition: dict, folder: Path) -> list[Figure]:
         if rows:
             out.append(Figure(f"fig-heat-{i}", f"{tid}: layer × module", "Per matrix f_diag, f_off, f_null (shares "
                               "of ‖ΔW‖²) and r_Δ; experts averaged per layer and module.",
-                              plots.layer_module_heatmaps(rows, folder / f"heatmap_{i}.png", title=tid)))
+                              plots.layer_module_heatmaps(rows, folder / f"heatmap_{i}.png", title=tid),
+                              folded=True))
     if report.differences:
         out.append(Figure("fig-accuracy", "Accuracy per variant", "Score (%, unweighted mean over benchmarks) of "
-                          "each variant; whiskers: the paired bootstrap 95 % CI of its difference to full, drawn "
-                          "around its score (full's own is zero-width).",
+                          "each variant; whiskers: the paired bootstrap 95 % CI over problems of its difference to "
+                          "full, drawn around its score (full's own is zero-width) and clipped to 0–100 %.",
                           plots.accuracy_bars(report.differences, folder / "accuracy.png")))
     beyond = _beyond_columns(report.transitions)
     if beyond:

@@ -51,6 +51,9 @@ class TransitionScores:
     # benchmark → (n_b, V) per-problem values, for resampling problems jointly across transitions
     per_problem: dict[str, np.ndarray] = field(default_factory=dict)
     method: str = ""               # the child model's post-training method (SFT, DPO, ...; '' when unknown)
+    # one training step (W0 is the model the child was trained from); False for a cumulative base → RL of an RL
+    # model that follows an SFT, which the paper decomposes but does not evaluate: claims leave it out of their sets
+    step: bool = True
 
     def has(self, variant: str) -> bool:
         return variant in self.variants
@@ -71,7 +74,8 @@ def _values(v: object) -> np.ndarray:
 
 
 def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition: str = "", kind: str = "",
-                      resamples: int = 10_000, seed: int = 0, method: Optional[str] = None) -> TransitionScores:
+                      resamples: int = 10_000, seed: int = 0, method: Optional[str] = None,
+                      step: bool = True) -> TransitionScores:
     """Scores and paired bootstrap replicates from per-problem correctness.
 
     ``correct``: variant → benchmark → per-problem values in problem order (a bool sequence, a
@@ -105,7 +109,7 @@ def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition
         parts.append(100.0 * acc / len(mats))
     reps = np.concatenate(parts) if parts else np.zeros((0, len(variants)))
     return TransitionScores(transition, kind, variants, benchmarks, n_problems, point, reps,
-                            dict(zip(benchmarks, mats)), method or "")
+                            dict(zip(benchmarks, mats)), method or "", step)
 
 
 def _interval(x: np.ndarray, level: float) -> tuple[float, float]:

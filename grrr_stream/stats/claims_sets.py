@@ -7,7 +7,11 @@ The paper states its claims over two sets (GRRR, §5 and the appendix summary):
   transitions reach ``retention_floor_pct`` (95) and ``retention_second_floor_pct`` (92), and how
   many retain at most ``retention_ceiling_pct`` (25: "in 6 of 11 SFT chains the diagonal alone
   retains at most 25 %").
-Each statistic is given for the group ``all`` and for the groups ``SFT`` and ``RL`` (:func:`method_group`).
+Each statistic is given for the group ``all`` and for the groups ``SFT`` and ``RL`` (:func:`method_group`),
+over the evaluated transitions that are one training step each (``TransitionScores.step``), as the paper
+evaluates them. A transition that spans more than one step (the cumulative base → RL of an RL model that follows
+an SFT) is a different kind of update: it is never pooled with the steps, and its statistics come in the group
+``multi-step`` of their own.
 
 Intervals: every transition answers the same benchmark problems, so one bootstrap replicate of a
 statistic across transitions draws one resample of problem indices per benchmark and applies it to
@@ -29,6 +33,9 @@ from .summaries import block_rng, blocks
 
 SETS = ("informative", "all evaluated")
 GROUPS = ("all", "SFT", "RL")
+MULTI_STEP = "multi-step"   # the group of evaluated transitions that span more than one training step
+
+
 def method_group(method: Optional[str], sft_methods: Sequence[str] = DEFAULT_SFT_METHODS) -> Optional[str]:
     """'SFT' when the method is one of ``sft_methods`` (case and surrounding spaces ignored), 'RL' for
     any other named method (DPO, PPO, GRPO, GPPO, PRIME, …, as the paper counts them), None without one."""
@@ -123,12 +130,15 @@ def claims_rows(scores: Sequence[TransitionScores], settings: Optional[ClaimSett
     if not scores:
         return []
     reps = joint_replicates(scores, resamples=cs.resamples, seed=cs.seed)
-    members = {("all evaluated", g): [] for g in GROUPS}
-    members.update({("informative", g): [] for g in GROUPS})
+    groups = GROUPS + (MULTI_STEP,)
+    members = {(s, g): [] for s in SETS for g in groups}
     for i, ts in enumerate(scores):
         group = method_group(ts.method, cs.sft_methods)
         for s in SETS:
             if s == "informative" and not is_informative(ts, cs.informative_points):
+                continue
+            if not ts.step:  # never pooled with the single steps the paper's sets hold
+                members[(s, MULTI_STEP)].append(i)
                 continue
             members[(s, "all")].append(i)
             if group:
@@ -140,7 +150,7 @@ def claims_rows(scores: Sequence[TransitionScores], settings: Optional[ClaimSett
             if v == ref:
                 continue
             for stat, set_name, threshold, fn in _statistics(cs):
-                for group in GROUPS:
+                for group in groups:
                     have = [i for i in members[(set_name, group)] if scores[i].has(v) and scores[i].has(ref)]
                     if have:
                         rows.append(_row(stat, set_name, group, v, ref, threshold, fn, scores, reps, have, cs,

@@ -189,7 +189,7 @@ def _read_evaluations(plan: Plan, done: list[Unit], report: Report) -> None:
         for name, file in _EVALUATION_TABLES.items():
             tables[name] += [{**label, **r} for r in read_rows(Path(u.out) / file)]
         report.sampled += [{**label, **r} for r in sampled_rows(read_rows(Path(u.out) / "metrics.csv"))]
-        scores = _transition_scores(u, tr, plan.config.claims)
+        scores = _transition_scores(u, tr, plan.config.claims, step=plan.models[tr.child].parent == tr.parent)
         if scores is not None:
             scores_by_suite.setdefault(suite, []).append(scores)
             rest[(suite, tr.id)] = _rest_source(u)
@@ -224,7 +224,7 @@ def _rest_source(u: Unit) -> dict:
             "rest_fallback": info.get("rest_fallback", "")}
 
 
-def _transition_scores(u: Unit, tr: Transition, c):
+def _transition_scores(u: Unit, tr: Transition, c, step: bool = True):
     """Paired bootstrap scores of an evaluation unit's variants from its per-problem results
     (None for results written before per-problem correctness was recorded)."""
     from ..stats import claims
@@ -245,7 +245,7 @@ def _transition_scores(u: Unit, tr: Transition, c):
                 return None
             correct.setdefault(name, {})[b] = values
     return claims.transition_scores(correct, transition=tr.id, kind=tr.kind, resamples=c.resamples, seed=c.seed,
-                                    method=tr.method)
+                                    method=tr.method, step=step)
 
 
 def _summarise_claims(plan: Plan, scores_by_suite: dict[str, list], rest: dict, report: Report) -> None:

@@ -1,0 +1,91 @@
+"""The report's figures (grrr_stream/plots.py) drawn for the page: whole-number ticks on layer axes, one colour per
+series (shades of blue for SFT, of red for RL), legends beside the axes (never over the bars), the accuracy figure
+as wide as the page at most with whiskers clipped at 0 %, and titles that name models, not workdir paths. Each
+figure is caught before it is saved (matplotlib, Agg), so the test reads what was drawn. Fast."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grrr_stream import plots
+
+
+@pytest.fixture
+def drawn(monkeypatch, tmp_path):
+    """The figures plots draws, kept open (saved too, through the real _save's settings)."""
+    figs = []
+
+    def keep(fig, path):
+        figs.append(fig)
+        fig.canvas.draw()
+        fig.savefig(path, dpi=plots.DPI, bbox_inches="tight")
+        return path
+    monkeypatch.setattr(plots, "_save", keep)
+    yield figs
+    plots._plt().close("all")
+
+
+def test_layer_axes_tick_whole_numbers(drawn, tmp_path):
+    rows = [{"layer": layer, "module": m, "f_diag": 0.1, "f_off": 0.5, "f_null": 0.4}
+            for layer in (0, 1) for m in ("q_proj", "k_proj")]
+    plots.energy_fractions_by_layer(rows, tmp_path / "e.png", "base → sft")
+    (fig,) = drawn
+    for ax in fig.axes:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_every_series_has_its_own_colour_blue_for_sft_red_for_rl(drawn, tmp_path):
+    rows = []
+    for tid, group in (("base-to-sft", "SFT"), ("base-to-sib", "SFT"), ("sft-to-rl", "RL"), ("base-to-rl", "RL")):
+        for layer in (0, 1):
+            rows.append({"transition": tid, "group_sft_rl": group, "step": tid != "base-to-rl", "component": "diag",
+                         "layer": layer, "energy_share": 0.1 + layer / 10, "channel_share": 0.05})
+    plots.channel_layer_shares(rows, tmp_path / "c.png")
+    (fig,) = drawn
+    lines = {ln.get_label(): ln.get_color() for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")}
+    from matplotlib.colors import to_rgba
+
+    colours = {k: tuple(np.round(to_rgba(c), 3)) for k, c in lines.items()}
+    assert len(colours) == 4 and len(set(colours.values())) == 4, colours
+    for label, (r, _g, b, _a) in colours.items():
+        assert (b > r) if "(SFT)" in label else (r > b), (label, colours[label])
+
+
+def test_legends_sit_beside_the_bars(drawn, tmp_path):
+    rows = [{"transition": f"t{i}", "f_null_mean": 0.4, **{f"band64_{p}_mean": 0.1 for p, _, _ in plots.BAND_PARTS
+                                                          if p != "null"}} for i in range(4)]
+    plots.band_energy_by_transition(rows, 64, tmp_path / "b.png")
+    plots.grouped_fractions(rows, [("f_null_mean", "null"), ("band64_diag_principal_mean", "diag")], tmp_path / "g.png")
+    for fig in drawn:
+        ax = fig.axes[0]
+        renderer = fig.canvas.get_renderer()
+        legend, axes_box = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert legend.x0 >= axes_box.x1 - 1, (legend, axes_box)
+
+
+def test_accuracy_figure_fits_the_page_and_whiskers_stop_at_zero(drawn, tmp_path):
+    rows = []
+    for t in range(10):
+        full = 5.0 if t < 9 else 95.0  # the last panel's bars are the tallest: the shared axis must show them
+        for v, score in (("base", 2.0), ("full", full), ("diag", 1.0), ("offnull", 4.0)):
+            rows.append({"transition": f"t{t}", "variant": v, "score": score, "minus_full": score - full,
+                         "minus_full_ci_lo": score - full - 6.0, "minus_full_ci_hi": score - full + 3.0})
+    path = plots.accuracy_bars(rows, tmp_path / "a.png")
+    (fig,) = drawn
+    assert fig.get_size_inches()[0] <= plots.PAGE_INCHES
+    from PIL import Image
+
+    assert Image.open(path).size[0] <= plots.PAGE_INCHES * plots.DPI * 1.05
+    for ax in fig.axes:
+        for coll in ax.collections:  # the whiskers' segments
+            for seg in coll.get_segments():
+                assert np.min(seg[:, 1]) >= 0.0
+        assert ax.get_ylim()[0] == 0.0 and ax.get_ylim()[1] >= 95.0
+
+
+def test_titles_name_models_not_workdir_paths():
+    assert plots.model_label("/tmp/pytest-7/grrr_demo/tinychain/seed0/sft") == "sft"
+    assert plots.model_label("./models/base/") == "base"
+    assert plots.model_label("Qwen/Qwen3-8B-Base") == "Qwen/Qwen3-8B-Base"
