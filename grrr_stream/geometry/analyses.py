@@ -219,7 +219,7 @@ def _ordered(bits: np.ndarray) -> np.ndarray:
     per representable value, with +0 and −0 both mapped to 0: a pattern with the sign bit set (sign s =
     −1 from the arithmetic shift) has its magnitude bits flipped, −1 − mag, then + 1: −mag. In the
     patterns' own width: nothing overflows (numpy arrays wrap silently). A new array; ``bits`` is not
-    modified. numpy rather than torch: its integer loops and count_nonzero made update_sparsity ~4× cheaper
+    modified. numpy rather than torch: its integer loops and count_nonzero made update_sparsity 2.6–5× cheaper
     in CPU seconds (docs/benchmarks.md)."""
     sign = bits >> (8 * bits.itemsize - 1)  # −1 where the sign bit is set, else 0 (arithmetic shift)
     key = bits ^ (sign & np.iinfo(bits.dtype).max)
