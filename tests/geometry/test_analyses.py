@@ -169,6 +169,40 @@ def test_sparsity_in_native_width_equals_the_wide_reference():
     assert got["frac_bitwise_unchanged"] == float((xl == yl).double().mean())
 
 
+@pytest.mark.parametrize("bits", [32, 64])
+def test_sparsity_of_wide_patterns_equals_python_integers(bits):
+    """float32 and float64 patterns at the extremes of their width (where the keys' difference wraps),
+    against the rule in Python integers, which never wrap: sign-magnitude → ±magnitude."""
+    half = 1 << (bits - 1)
+    edge = [0, 1, 2, half - 1, half - 2, half, half + 1, half + 2, (1 << bits) - 1, (1 << bits) - 2,
+            0x3F800000, 0x3F800001, half + 0x3F800000]
+    pairs = [(a, b) for a in edge for b in edge]
+    ints, floats = {32: (torch.int32, torch.float32), 64: (torch.int64, torch.float64)}[bits]
+    signed = [[v - (1 << bits) if v >= half else v for v in col] for col in zip(*pairs)]
+    x, y = (torch.tensor(col, dtype=ints).view(floats) for col in signed)
+    got = update_sparsity(x, y)
+    key = [[-(v - half) if v >= half else v for v in col] for col in zip(*pairs)]
+    n = len(pairs)
+    assert got["frac_within_ulp"] == sum(abs(a - b) <= 1 for a, b in zip(*key)) / n
+    assert got["frac_unchanged"] == sum(a == b for a, b in zip(*key)) / n
+    assert got["frac_bitwise_unchanged"] == sum(a == b for a, b in pairs) / n
+
+
+def test_sparsity_over_several_blocks_counts_every_entry():
+    """More entries than one block (2^22): planted counts on both sides of the block boundary."""
+    n = (1 << 22) + 1000
+    w0 = torch.full((n,), 0.5, dtype=torch.bfloat16)
+    w1 = w0.clone()
+    bits = w1.view(torch.int16)
+    moved = torch.tensor([0, 5, (1 << 22) - 1, 1 << 22, n - 1])
+    bits[moved[:3]] += 1  # one ulp: two in the first block, one at its last entry
+    bits[moved[3:]] -= 3  # three ulps, in the second block
+    got = update_sparsity(w0.reshape(2, -1), w1.reshape(2, -1))  # a matrix, as the reader passes it
+    assert got["frac_unchanged"] == (n - 5) / n
+    assert got["frac_bitwise_unchanged"] == (n - 5) / n
+    assert got["frac_within_ulp"] == (n - 2) / n
+
+
 def test_sparsity_and_survival_land_in_the_store(tmp_path):
     """Through a real decomposition: per-matrix sparsity equals a direct bit comparison of the checkpoint
     tensors, and each component's bf16 survival matches the bf16 variant's own fidelity report."""
