@@ -5,8 +5,8 @@ For transition t with per-matrix energies e_t,m[j, c], W0's outlier set S_t (k_t
 c one of diag, off, null, total (the three summed), ratio_t,c = Σ_m Σ_{j∈S_t} e / Σ_m Σ_j e / (k_t / H)
 (:mod:`.enrichment`); the group's statistic is its mean over the group's transitions.
 
-* **Interval**: a joint bootstrap over matrices, as :func:`grrr_stream.stats.claims_sets.joint_replicates`
-  does over benchmark problems (it is that function: a matrix plays a problem's part). Each replicate
+* **Interval**: a joint bootstrap over matrices (:func:`grrr_stream.stats.bootstrap.joint_replicates`, the one
+  the claims use over benchmark problems: a matrix plays a problem's part). Each replicate
   resamples every transition's own matrices with replacement (stratified: each keeps its count), and
   transitions with the same matrix list (the same layers, modules and experts: one architecture) share the
   draw, since a layer whose update favours the outlier channels in one step tends to in the next; resampling
@@ -32,9 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..stats.claims import TransitionScores, _interval
-from ..stats.claims_sets import joint_replicates
-from ..stats.summaries import block_rng, blocks
+from ..stats.bootstrap import block_rng, blocks, interval, joint_replicates
 
 COMPONENTS = ("diag", "off", "null", "total")
 TIE = 1e-12  # a null mean equal to the observed one up to rounding counts as reaching it
@@ -69,14 +67,12 @@ def _usable(members: list[Member]) -> list[Member]:
 
 def bootstrap_means(members: list[Member], *, draws: int, seed: int) -> np.ndarray:
     """(draws, 4) replicates of the group's mean ratio per component (NaN where no transition has one)."""
-    scores = []
+    per_matrix = []  # per member: its matrix list's identity → (matrices, 8): inside, then total, per component
     for m in members:
         inside, total = _per_matrix(m)
-        sig = _signature(m.records)
-        per_matrix = np.concatenate([inside, total], axis=1)  # (matrices, 8)
-        scores.append(TransitionScores(m.transition, "", [f"c{i}" for i in range(8)], [sig],
-                                       {sig: len(m.records)}, np.zeros(8), np.zeros((0, 8)), {sig: per_matrix}))
-    reps = joint_replicates(scores, resamples=draws, seed=seed)  # per member: means over resampled matrices
+        per_matrix.append({_signature(m.records): np.concatenate([inside, total], axis=1)})
+    # per member: means over resampled matrices (the stream names as before: the same draws)
+    reps = joint_replicates(per_matrix, resamples=draws, seed=seed, prefix="joint")
     ratios = []
     for m, r in zip(members, reps):
         share = len(m.channels) / m.energies.shape[1]
@@ -133,7 +129,7 @@ def group_enrichment(members: list[Member], *, draws: int, seed: int, level: flo
         if not math.isfinite(point[c]):
             continue
         b, nl = boot[:, c][np.isfinite(boot[:, c])], null[:, c][np.isfinite(null[:, c])]
-        lo, hi = _interval(b, level)
+        lo, hi = interval(b, level)
         out[comp].update(ratio=float(point[c]), ci_lo=lo, ci_hi=hi,
                          null_q975=float(np.quantile(nl, 0.975)) if nl.size else math.nan,
                          p_value=float((1 + np.sum(nl >= point[c] * (1 - TIE))) / (1 + nl.size)))

@@ -77,7 +77,7 @@ class Report:
     differences: list[Row] = field(default_factory=list)
     informative: list[Row] = field(default_factory=list)
     claim_rows: list[Row] = field(default_factory=list)
-    claims: dict = field(default_factory=dict)   # evaluation suite → stats.claims.summarise(...)
+    claims: dict = field(default_factory=dict)   # evaluation suite → stats.claims_sets.summarise(...)
     # pass@k, maj@k and avg@n per transition, variant and benchmark, where answers were sampled (n > 1)
     sampled: list[Row] = field(default_factory=list)
     # residual channels (report_channels.py): analysed models, per-transition shares, SFT vs RL, per layer
@@ -92,7 +92,7 @@ class Report:
 
 def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> Report:
     """Sweep-level tables and figures in WORKDIR/report from the units that are done; the report
-    carries the files written and the claims summary (:func:`grrr_stream.stats.claims.summarise`, one per
+    carries the files written and the claims summary (:func:`grrr_stream.stats.claims_sets.summarise`, one per
     evaluation suite)."""
     report = read_report(plan, states, records)
     _write(report)
@@ -249,11 +249,11 @@ def _transition_scores(u: Unit, tr: Transition, c):
 
 
 def _summarise_claims(plan: Plan, scores_by_suite: dict[str, list], rest: dict, report: Report) -> None:
-    from ..stats import claims
+    from ..stats import claims_sets
 
     settings = plan.config.claims
     for suite, scores in scores_by_suite.items():
-        s = claims.summarise(scores, settings, selector=selector_name(plan, suite))
+        s = claims_sets.summarise(scores, settings, selector=selector_name(plan, suite))
         report.claims[suite] = s
         tag = {"suite": suite or "main"}
         report.differences += [{**tag, **r} for r in s["differences"]]

@@ -40,7 +40,7 @@ class SweepResult:
         return self.report.files
 
     @property
-    def claims(self) -> dict:            # evaluation suite → stats.claims.summarise(...)
+    def claims(self) -> dict:            # evaluation suite → stats.claims_sets.summarise(...)
         return self.report.claims
 
     @property
