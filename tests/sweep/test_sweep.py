@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import store_snapshot
+from helpers.common import store_snapshot
 from grrr_stream.config import TrackingConfig
 from grrr_stream.sweep.config import SweepConfig
 from grrr_stream.errors import ConfigError
