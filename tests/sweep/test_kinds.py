@@ -57,8 +57,6 @@ def test_the_architecture_recipe_names_what_the_registry_holds():
     assert "`sweep/kinds/<kind>.py`" in recipe and "`KINDS`" in recipe and "one line" in recipe
     for field in Kind.__dataclass_fields__:
         assert re.search(rf"`{field}[`(]", recipe), f"the recipe does not name Kind.{field}"
-    for kind in KINDS:
-        assert f"`{kind}`" in doc, f"ARCHITECTURE.md does not name the kind {kind}"
 
 
 def _constants(path: Path) -> set[str]:
