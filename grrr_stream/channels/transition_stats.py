@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import StoreError
+from .groups import Member
 
 STATS_FILE = "channel_stats.csv"    # written last: the sweep's channel-stats unit's completion marker
 LAYERS_FILE = "channel_layers.csv"
@@ -29,6 +30,7 @@ class ChannelStats:
     channels: np.ndarray
     rows: list[dict]       # channel_stats.csv
     layers: list[dict]     # channel_layers.csv
+    member: "Member"       # what a group of transitions reads of this one (channels.groups)
 
     def write(self, out: Path) -> list[Path]:
         """channel_layers.csv, then channel_stats.csv (last: it marks the pair complete), in ``out``."""
@@ -65,7 +67,7 @@ def transition_channel_stats(store: Path, channels: Sequence[int], *, draws: int
         extra["post_jaccard"] = jaccard(list(channels), list(post_channels))
     rows = [{**extra, **r} for r in stats_rows(energies, records, chans, resamples=draws, seed=seed)]
     layers = [{"transition": label, **r} for r in layer_shares(energies, records, chans)]
-    return ChannelStats(label, int(energies.shape[1]), chans, rows, layers)
+    return ChannelStats(label, int(energies.shape[1]), chans, rows, layers, Member.of(label, energies, records, chans))
 
 
 def stats_rows(energies: np.ndarray, records: list[dict], channels: np.ndarray, *, resamples: int,

@@ -4,8 +4,9 @@
 ``method`` as the claims group them (:func:`grrr_stream.stats.claims_sets.method_group`); per group and component
 the mean over its transitions of the energy share, channel share and ratio, and for the mean ratio a joint
 bootstrap interval over matrices and a p-value against count-matched random channel sets pooled over the group
-(:mod:`grrr_stream.channels.groups`). A statistic over several units: computed when the report is assembled,
-from each step's store and its channels unit's set.
+(:mod:`grrr_stream.channels.groups`). A statistic over several units (no unit owns a group): resampled when the
+report is assembled, from what each step's channel-stats unit kept (its per-matrix and per-channel sums), never
+from the stores.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ COMPONENTS = ("diag", "off", "null", "total")
 SFT_RL_TABLE, SFT_RL_TEXT = "channels_sft_rl.csv", "channels_sft_rl.txt"
 
 
-def members(plan, done: list[Unit]) -> dict:
-    """transition → its :class:`~grrr_stream.channels.groups.Member` (energies from its store, W0's outlier
-    set from its channels unit), for every finished channel-stats unit of a training step."""
+def members(plan, done: list[Unit], member_file: str) -> dict:
+    """transition → its :class:`~grrr_stream.channels.groups.Member`, for every finished channel-stats unit of a
+    training step: the one the unit kept (``member_file`` in its folder), or for a unit finished before units
+    kept one, made from its store's energies and W0's outlier set."""
     from ...channels.enrichment import store_energies
     from ...channels.groups import Member
     from ...errors import StoreError
@@ -36,12 +38,16 @@ def members(plan, done: list[Unit]) -> dict:
         tr = plan.transitions[u.params.transition]
         if plan.models[tr.child].parent != tr.parent:  # not one training step: not in the table
             continue
+        kept = Path(u.out) / member_file
+        if kept.is_file():
+            out[tr.id] = Member.load(kept)
+            continue
         try:
             energies, records = store_energies(Path(plan.unit(decompose_id(tr.id)).out))
             chans = np.asarray(sorted(read_channel_set(u.params.channels_out)["channels"]), dtype=np.int64)
         except (StoreError, OSError, KeyError, ValueError):  # removed since: the table's means stay, no interval
             continue
-        out[tr.id] = Member(tr.id, energies, records, chans)
+        out[tr.id] = Member.of(tr.id, energies, records, chans)
     return out
 
 

@@ -4,7 +4,8 @@ behind ``grrr-stream channel-stats``); it needs the decomposition and W0's chann
 
 Its report rows (read from the units, never recomputed): ``channels.csv`` (per transition, group and component:
 the energy share next to the channel share, the enrichment ratio with its interval and p-value),
-``channel_layers.csv`` and its figure, and ``channels_sft_rl.csv`` / ``.txt`` (:mod:`.channel_groups`)."""
+``channel_layers.csv`` and its figure, and ``channels_sft_rl.csv`` / ``.txt`` (:mod:`.channel_groups`, from
+what each unit keeps in ``channel_member.npz``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from .channels import channels_file, channels_unit, read_channel_set, selected
 from .decompose import unit_id as decompose_id
 
 FOLDER = "channel_stats"
+MEMBER_FILE = "channel_member.npz"  # what the SFT vs RL table reads of this transition (channels.groups.Member)
 TABLE, LAYERS_TABLE = "channels.csv", "channel_layers.csv"
 START_S = 0.1  # reading the store's channel arrays, the bootstrap, two CSVs
 
@@ -75,6 +77,8 @@ def run(u: Unit, ctx: RunContext) -> dict:
     res = transition_channel_stats(store, base["channels"], draws=p.resamples, seed=p.seed,
                                    hidden=base["hidden_size"], label=p.transition, post_channels=post,
                                    what=str(channels_file(p.channels_out)))
+    Path(u.out).mkdir(parents=True, exist_ok=True)
+    res.member.save(Path(u.out) / MEMBER_FILE)  # before the marker: a finished unit always has it
     files = res.write(Path(u.out))
     if ctx.tracking.enabled:
         from ...tracking.runs import log_channel_stats
@@ -122,7 +126,8 @@ def report(plan, done: list[Unit], rep) -> None:
     rep.channels = rectangular(rep.channels)
     rep.channel_layers = rectangular(rep.channel_layers)
     stats = plan.config.channels
-    rep.channels_sft_rl = sft_rl_rows(rep.channels, members(plan, done), draws=stats.resamples, seed=stats.seed)
+    rep.channels_sft_rl = sft_rl_rows(rep.channels, members(plan, done, MEMBER_FILE), draws=stats.resamples,
+                                      seed=stats.seed)
 
 
 def write(rep, put) -> None:
