@@ -17,6 +17,7 @@ from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
 from ..sources import benchmarks
 from ..units import Unit, UnitParams
+from . import generate
 from .base import Kind
 from .decompose import unit_id as decompose_id
 from .evaluate_report import REPORT_TABLES, report, write
@@ -104,7 +105,7 @@ def _suite_units(ctx: PlanContext, e: SweepEvaluation) -> tuple[list[Unit], Prob
             benchmarks=tuple(e.benchmarks), bench_dir=bench_dir, bench_id=bench_id, limit=e.limit, lenient=e.lenient,
             template=e.template, instruction=e.instruction, materialize=e.materialize, rest_from=v.rest_from,
             engine=e.engine, sampling=e.sampling, metric=e.metric, **channels)
-        deps = (decompose_id(tid),) + (("generate/tinychain",) if e.bench_dir == "tinychain" else ()) + waits
+        deps = (decompose_id(tid),) + ((generate.UNIT_ID,) if e.bench_dir == "tinychain" else ()) + waits
         label = f"evaluate {len(names)} variant(s) of {tid} on {', '.join(e.benchmarks)}{limit}"
         units.append(Unit.of(f"evaluate/{tid}{suffix}", label, params,
                              ctx.keyed(FOLDER, f"{tid}{suffix.replace('/', '-')}"), deps))
