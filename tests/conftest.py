@@ -12,33 +12,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 # The sweep forecast's calibration cache: not the user's home, and kept across sessions (measured once)
 os.environ.setdefault("GRRR_STREAM_CACHE", str(Path(__import__("tempfile").gettempdir()) / "grrr_stream_test_cache"))
 
-from grrr_stream.config import build_config
 from grrr_stream.fixtures.synthetic import TINY, ModelShape, Update, make_transition
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def store_snapshot(store: Path) -> dict:
-    """Every array and every matrix's attributes of a store (plus metrics.csv when present)."""
-    import json
-
-    import zarr
-
-    root = zarr.open_group(str(store), mode="r")
-    out = {}
-    for name, g in root["matrices"].groups():
-        for key, arr in g.arrays():
-            out[f"{name}/{key}"] = arr[...]
-        out[f"{name}/attrs"] = json.dumps(dict(g.attrs), sort_keys=True)
-    if (Path(store) / "metrics.csv").is_file():
-        out["metrics.csv"] = (Path(store) / "metrics.csv").read_text()
-    return out
-
-
-def no_track_config(**values):
-    values.setdefault("tracking", {"enabled": False})
-    values.setdefault("progress", False)
-    return build_config(values)
 
 
 @pytest.fixture(scope="session")

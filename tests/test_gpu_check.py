@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import ROOT, no_track_config
+from helpers.common import ROOT, no_track_config
 from grrr_stream.decompose.run import run_transition
 
 

@@ -1,7 +1,9 @@
 """No import runs upward: every module of grrr_stream sits in a layer (LAYERS, the table of
 docs/ARCHITECTURE.md), and its imports (module level and inside functions, relative and absolute,
 parsed with ast) reach only its own layer or those below. The few exceptions are listed with why.
-Also: at most 8 modules at the package root, and every package says what it holds in a docstring."""
+No module imports, directly or through others, itself (no cycles, lazy imports included), and none
+imports another module's private (``_name``) names. Also: at most 8 modules at the package root,
+and every package says what it holds in a docstring."""
 
 from __future__ import annotations
 
@@ -74,6 +76,66 @@ def imports_of(module: str, path: Path, known: set) -> list[tuple[int, str]]:
     return out
 
 
+def private_imports(module: str, path: Path) -> list[tuple[int, str]]:
+    """(line, 'module._name') for each private name ``module`` imports from another module of ours."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    package = [p for p in package if p]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            target = ".".join(package[:len(package) - (node.level - 1)] + ([node.module] if node.module else []))
+        elif (node.module or "").startswith("grrr_stream"):
+            target = node.module[len("grrr_stream."):] if node.module != "grrr_stream" else ""
+        else:
+            continue
+        out += [(node.lineno, f"{target}.{a.name}") for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module → the modules of ours it imports (anywhere in it)."""
+    mods = modules()
+    return {m: {t for _, t in imports_of(m, p, set(mods)) if t != m} for m, p in mods.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
 def test_every_module_is_in_a_layer():
     for module in modules():
         layer_of(module)
@@ -105,6 +167,28 @@ def test_the_checker_sees_upward_imports(tmp_path):
     got = imports_of("geometry.kernel", f, {"store.transition_store", "errors"})
     assert got == [(1, "store.transition_store"), (2, "errors"), (4, "sweep.plan")]
     assert layer_of("sweep.plan") > layer_of("geometry.kernel") > layer_of("errors")
+
+
+def test_no_import_cycles():
+    """No module reaches itself through imports, module level or inside functions: a cycle is a split that
+    should be one module, or a shared part that should be its own."""
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" ↔ ".join(c) for c in found)
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A ``_name`` is its module's own: a name another module needs is public (no underscore), or moves."""
+    found = [f"grrr_stream/{p.relative_to(PKG)}:{line}: {m or '__init__'} imports {name}"
+             for m, p in modules().items() for line, name in private_imports(m, p)]
+    assert not found, "private imports:\n" + "\n".join(found)
+
+
+def test_the_checkers_see_cycles_and_private_imports(tmp_path):
+    """Planted: a three-module cycle and a lone self-contained module; a private and a dunder import."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}) == [["a", "b", "c"]]
+    f = tmp_path / "x.py"
+    f.write_text("from .plan import _keyed, Plan\nfrom .. import __version__\ndef f():\n    from ..stats.claims import _ratio\n")
+    assert private_imports("sweep.x", f) == [(1, "sweep.plan._keyed"), (4, "stats.claims._ratio")]
 
 
 def test_root_holds_few_modules():

@@ -3,6 +3,7 @@ log file, not the terminal; this package's own progress lines and a failed unit'
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -10,11 +11,12 @@ import warnings
 from pathlib import Path
 
 from grrr_stream.progress import Progress
-from grrr_stream.sweep import runners
 from grrr_stream.sweep.display import Display
 from grrr_stream.config import TrackingConfig
+from grrr_stream.sweep.kinds import KINDS
+from grrr_stream.sweep.kinds.generate import GenerateParams
 from grrr_stream.sweep.runners import RunContext, run_unit
-from grrr_stream.sweep.units import GenerateParams, Unit
+from grrr_stream.sweep.units import Unit
 from grrr_stream.unit_log import console, log_path, unit_log
 
 
@@ -65,7 +67,7 @@ def test_failed_unit_names_its_log_and_the_error_reaches_the_user(tmp_path, capf
         _noise()
         raise ValueError("the engine died")
 
-    monkeypatch.setitem(runners._RUNNERS, "generate", failing)
+    monkeypatch.setitem(KINDS, "generate", dataclasses.replace(KINDS["generate"], run=failing))
     ctx = RunContext(str(tmp_path), TrackingConfig(enabled=False), progress=True, device="cpu", threads=None)
     u = _unit(tmp_path)
     rec = run_unit(u, ctx)

@@ -38,7 +38,9 @@ from grrr_stream.fixtures.synthetic import Update, write_model  # noqa: E402
 from grrr_stream.forecast import work  # noqa: E402
 from grrr_stream.forecast.calibrate import calibrate  # noqa: E402
 from grrr_stream.forecast.shapes import from_checkpoint  # noqa: E402
-from grrr_stream.sweep.forecast import DECOMPOSE_OVERHEAD_S, channel_stats_seconds, channels_seconds  # noqa: E402
+from grrr_stream.sweep.kinds.channel_stats import seconds as channel_stats_seconds  # noqa: E402
+from grrr_stream.sweep.kinds.channels import seconds as channels_seconds  # noqa: E402
+from grrr_stream.sweep.kinds.decompose import OVERHEAD_S as DECOMPOSE_OVERHEAD_S  # noqa: E402
 
 SEEDS = (0, 1, 2)
 CHANNELS_CHILD = PEAK_RSS + """
@@ -59,7 +61,7 @@ import json, sys, time
 import numpy as np
 from grrr_stream.channels.enrichment import store_energies
 from grrr_stream.store import transition_store  # noqa: F401 - zarr: loaded in a sweep's process already
-from grrr_stream.sweep.runners_channels import stats_rows
+from grrr_stream.channels.transition_stats import stats_rows
 t = time.perf_counter()
 energies, records = store_energies(sys.argv[1])
 H = energies.shape[1]
@@ -71,12 +73,12 @@ print(json.dumps({"wall_s": time.perf_counter() - t, "rows": len(rows)}))
 def channel_errors(models: Path, facts, rates, args) -> dict:
     """Forecast and measured seconds of the channels unit of ``models/base`` and the channel-stats unit of
     ``models/store_post_a`` (every 20th channel as the set: the statistics' cost does not depend on it)."""
-    from grrr_stream.channels.activations import _parse_bytes
+    from grrr_stream.channels.activations import parse_bytes
 
     est = channels_seconds(facts.params, rates, sequences=args.sequences, seq_len=args.seq_len, batch_size=1,
                            ablation_seeds=SEEDS, first=True)
     ram = work.calibration_ram(facts.params, facts.largest, facts.vocab, batch_size=1, seq_len=args.seq_len,
-                               budget=_parse_bytes("1GiB"), hidden=facts.hidden)
+                               budget=parse_bytes("1GiB"), hidden=facts.hidden)
     got = run_child(CHANNELS_CHILD, str(models / "base"), str(models / "channels_out"), str(args.sequences),
                     str(args.seq_len))
     st_est = channel_stats_seconds(len(facts.shapes), facts.hidden, args.draws, rates)

@@ -48,7 +48,7 @@ def checkpoint_bytes(model_dir: Path) -> int:
     return sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
 
 
-def _parse_bytes(text: str) -> int:
+def parse_bytes(text: str) -> int:
     units = {"gib": 2**30, "mib": 2**20, "kib": 2**10, "gb": 10**9, "mb": 10**6, "kb": 10**3, "b": 1}
     t = str(text).strip().lower()
     for u, f in units.items():
@@ -160,7 +160,7 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         # a copy: from_config records ``dtype`` in the config, which from_pretrained's "auto" would then read
         model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)
     model.tie_weights()
-    budget = None if max_memory is None else _parse_bytes(max_memory) if isinstance(max_memory, str) else max_memory
+    budget = None if max_memory is None else parse_bytes(max_memory) if isinstance(max_memory, str) else max_memory
     with tempfile.TemporaryDirectory(prefix="grrr-offload-") as offload:
         device_map = {"": "cpu"} if budget is None else _device_map(model, budget, dtype, config)
         offloaded = "disk" in set(device_map.values())

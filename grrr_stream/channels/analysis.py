@@ -17,6 +17,8 @@ from .proxy import proxy_inputs
 from .rule import OutlierRule, channel_scores, jaccard, proxy_channels, select
 
 
+CHANNELS_FILE = "channels.json"  # written last: the run's (and a sweep channels unit's) completion marker
+
 def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequences: int = DEFAULT_SEQUENCES,
                   seq_len: int = DEFAULT_SEQ_LEN, batch_size: int = 1, max_memory=DEFAULT_MAX_MEMORY,
                   do_ablate: bool = False, ablation_seeds=SEEDS) -> tuple[dict, np.ndarray]:
@@ -63,5 +65,5 @@ def run_channels(model_dir: Path, out: Path, *, post_dir: Path | None = None, **
         result[role] = record
     if "post" in result:
         result["base_post_jaccard"] = jaccard(result["base"]["channels"], result["post"]["channels"])
-    atomic_write_text(out / "channels.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out / CHANNELS_FILE, json.dumps(result, indent=2) + "\n")
     return result

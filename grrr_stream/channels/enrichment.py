@@ -89,7 +89,7 @@ def enrichment(energies: np.ndarray, records: list[dict], channels: np.ndarray, 
     inside = energies[:, mask, :].sum(axis=1)  # (matrices, 3)
     total = energies.sum(axis=1)
     per_group = np.stack([energies[idx].sum(axis=0) for idx in groups.values()])  # (groups, H, 3)
-    null = _null_shares(per_group, k, draws, np.random.default_rng(seed))  # (draws, groups, 3)
+    null = null_shares(per_group, k, draws, np.random.default_rng(seed))  # (draws, groups, 3)
     boot_rng = np.random.default_rng([seed, 1])
     rows = []
     for g, (name, idx) in enumerate(groups.items()):
@@ -110,7 +110,7 @@ def enrichment(energies: np.ndarray, records: list[dict], channels: np.ndarray, 
     return rows
 
 
-def _null_shares(per_group: np.ndarray, k: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+def null_shares(per_group: np.ndarray, k: int, draws: int, rng: np.random.Generator) -> np.ndarray:
     """Energy shares of ``draws`` uniform random k-subsets of the H channels, for every group and component."""
     G, H, C = per_group.shape
     flat = per_group.transpose(1, 0, 2).reshape(H, G * C)

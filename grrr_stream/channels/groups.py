@@ -5,8 +5,8 @@ For transition t with per-matrix energies e_t,m[j, c], W0's outlier set S_t (k_t
 c one of diag, off, null, total (the three summed), ratio_t,c = Σ_m Σ_{j∈S_t} e / Σ_m Σ_j e / (k_t / H)
 (:mod:`.enrichment`); the group's statistic is its mean over the group's transitions.
 
-* **Interval**: a joint bootstrap over matrices, as :func:`grrr_stream.stats.claims_sets.joint_replicates`
-  does over benchmark problems (it is that function: a matrix plays a problem's part). Each replicate
+* **Interval**: a joint bootstrap over matrices (:func:`grrr_stream.stats.bootstrap.joint_replicates`, the one
+  the claims use over benchmark problems: a matrix plays a problem's part). Each replicate
   resamples every transition's own matrices with replacement (stratified: each keeps its count), and
   transitions with the same matrix list (the same layers, modules and experts: one architecture) share the
   draw, since a layer whose update favours the outlier channels in one step tends to in the next; resampling
@@ -29,12 +29,11 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from ..stats.claims import TransitionScores, _interval
-from ..stats.claims_sets import joint_replicates
-from ..stats.summaries import block_rng, blocks
+from ..stats.bootstrap import block_rng, blocks, interval, joint_replicates
 
 COMPONENTS = ("diag", "off", "null", "total")
 TIE = 1e-12  # a null mean equal to the observed one up to rounding counts as reaching it
@@ -42,19 +41,46 @@ TIE = 1e-12  # a null mean equal to the observed one up to rounding counts as re
 
 @dataclass(frozen=True)
 class Member:
-    """One transition of a group: its (matrices, H, 3) energies, each matrix's record, W0's outlier set."""
+    """One transition of a group, as much of it as the group's statistics read: per matrix and component
+    (diag, off, null, total) its energy on W0's outlier channels and in all channels, each channel's energy
+    summed over matrices, the identity of its matrix list, and the outlier set. :meth:`of` makes one from the
+    store's (matrices, H, 3) energies; a sweep's channel-stats unit keeps it (:meth:`save`), so its group is
+    summarised without opening the store again."""
 
     transition: str
-    energies: np.ndarray
-    records: list[dict]
+    per_matrix: np.ndarray      # (matrices, 8): inside, then total, per component
+    channel_totals: np.ndarray  # (H, 4)
+    signature: str              # the matrix list's identity: transitions with the same one are resampled jointly
     channels: np.ndarray
 
+    @classmethod
+    def of(cls, transition: str, energies: np.ndarray, records: list[dict], channels) -> "Member":
+        e = np.asarray(energies, dtype=np.float64)
+        e = np.concatenate([e, e.sum(axis=2, keepdims=True)], axis=2)  # (matrices, H, 4)
+        chans = np.asarray(channels, dtype=np.int64)
+        per_matrix = np.concatenate([e[:, chans, :].sum(axis=1), e.sum(axis=1)], axis=1)
+        return cls(transition, per_matrix, e.sum(axis=0), _signature(records), chans)
 
-def _per_matrix(m: Member) -> tuple[np.ndarray, np.ndarray]:
-    """(inside, total): per matrix and component (diag, off, null, total), float64, shapes (matrices, 4)."""
-    e = np.asarray(m.energies, dtype=np.float64)
-    e = np.concatenate([e, e.sum(axis=2, keepdims=True)], axis=2)
-    return e[:, m.channels, :].sum(axis=1), e.sum(axis=1)
+    @property
+    def hidden(self) -> int:
+        return int(self.channel_totals.shape[0])
+
+    def save(self, path: Path) -> None:
+        """The member as one .npz file (written atomically)."""
+        import os
+
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, per_matrix=self.per_matrix, channel_totals=self.channel_totals, channels=self.channels,
+                     signature=np.asarray(self.signature), transition=np.asarray(self.transition))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> "Member":
+        with np.load(Path(path)) as z:
+            return cls(str(z["transition"]), z["per_matrix"], z["channel_totals"], str(z["signature"]),
+                       z["channels"].astype(np.int64))
 
 
 def _signature(records: list[dict]) -> str:
@@ -64,22 +90,17 @@ def _signature(records: list[dict]) -> str:
 
 
 def _usable(members: list[Member]) -> list[Member]:
-    return [m for m in members if 0 < len(m.channels) < m.energies.shape[1]]
+    return [m for m in members if 0 < len(m.channels) < m.hidden]
 
 
 def bootstrap_means(members: list[Member], *, draws: int, seed: int) -> np.ndarray:
     """(draws, 4) replicates of the group's mean ratio per component (NaN where no transition has one)."""
-    scores = []
-    for m in members:
-        inside, total = _per_matrix(m)
-        sig = _signature(m.records)
-        per_matrix = np.concatenate([inside, total], axis=1)  # (matrices, 8)
-        scores.append(TransitionScores(m.transition, "", [f"c{i}" for i in range(8)], [sig],
-                                       {sig: len(m.records)}, np.zeros(8), np.zeros((0, 8)), {sig: per_matrix}))
-    reps = joint_replicates(scores, resamples=draws, seed=seed)  # per member: means over resampled matrices
+    # per member: means over resampled matrices (the stream names as before: the same draws)
+    reps = joint_replicates([{m.signature: m.per_matrix} for m in members], resamples=draws, seed=seed,
+                            prefix="joint")
     ratios = []
     for m, r in zip(members, reps):
-        share = len(m.channels) / m.energies.shape[1]
+        share = len(m.channels) / m.hidden
         with np.errstate(invalid="ignore", divide="ignore"):
             ratios.append(r[:, :4] / r[:, 4:] / share)
     return _nanmean(np.stack(ratios), axis=0)
@@ -87,19 +108,15 @@ def bootstrap_means(members: list[Member], *, draws: int, seed: int) -> np.ndarr
 
 def null_means(members: list[Member], *, draws: int, seed: int) -> np.ndarray:
     """(draws, 4) group means of the ratio of π_d(S_t), one random channel permutation per draw and hidden size."""
-    totals = {}
-    for m in members:
-        e = np.asarray(m.energies, dtype=np.float64).sum(axis=0)  # (H, 3) per-channel energy
-        totals[m.transition] = np.concatenate([e, e.sum(axis=1, keepdims=True)], axis=1)
     acc = np.zeros((len(members), draws, 4))
-    for H in sorted({m.energies.shape[1] for m in members}):
+    for H in sorted({m.hidden for m in members}):
         start = 0
         for b, size in enumerate(blocks(draws)):
             perm = np.argsort(block_rng(seed, f"channels-null:{H}", b).random((size, H)), axis=1)
             for i, m in enumerate(members):
-                if m.energies.shape[1] != H:
+                if m.hidden != H:
                     continue
-                T = totals[m.transition]
+                T = m.channel_totals
                 with np.errstate(invalid="ignore", divide="ignore"):
                     acc[i, start:start + size] = (T[perm[:, m.channels]].sum(axis=1) / T.sum(axis=0)
                                                   / (len(m.channels) / H))
@@ -124,16 +141,16 @@ def group_enrichment(members: list[Member], *, draws: int, seed: int, level: flo
         return out
     point = []
     for m in members:
-        inside, total = _per_matrix(m)
+        sums = m.per_matrix.sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            point.append(inside.sum(axis=0) / total.sum(axis=0) / (len(m.channels) / m.energies.shape[1]))
+            point.append(sums[:4] / sums[4:] / (len(m.channels) / m.hidden))
     point = _nanmean(np.stack(point), axis=0)
     boot, null = bootstrap_means(members, draws=draws, seed=seed), null_means(members, draws=draws, seed=seed)
     for c, comp in enumerate(COMPONENTS):
         if not math.isfinite(point[c]):
             continue
         b, nl = boot[:, c][np.isfinite(boot[:, c])], null[:, c][np.isfinite(null[:, c])]
-        lo, hi = _interval(b, level)
+        lo, hi = interval(b, level)
         out[comp].update(ratio=float(point[c]), ci_lo=lo, ci_hi=hi,
                          null_q975=float(np.quantile(nl, 0.975)) if nl.size else math.nan,
                          p_value=float((1 + np.sum(nl >= point[c] * (1 - TIE))) / (1 + nl.size)))

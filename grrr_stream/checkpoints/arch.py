@@ -88,6 +88,8 @@ FAMILIES: dict[str, Family] = {
     "gpt_oss": Family(GPT_OSS_PATTERN, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj",
                                         "router")),
 }
+# families whose RMSNorm scales by (1 + weight): the effective gain of a stored norm weight w is 1 + w
+ONE_PLUS_W_NORMS = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
 # Fused tensors and their logical parts, in row order (Phi-3: q, k, v and gate, up)
 FUSED_PARTS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError
 
 
 def channel_stats_parser(sub) -> None:
@@ -25,29 +25,22 @@ def channel_stats_parser(sub) -> None:
 
 
 def cmd_channel_stats(args: argparse.Namespace) -> int:
-    from ..channels.enrichment import enrichment, load_channel_set, store_energies
-    from ..files import atomic_write_text, to_csv
-    from ..store.transition_store import StoredTransition
+    from ..channels.enrichment import load_channel_set
+    from ..channels.transition_stats import STATS_FILE, transition_channel_stats
 
     if args.draws < 100:
         raise ConfigError("--draws must be at least 100")
     cset = load_channel_set(args.channels)
-    energies, records = store_energies(args.store)
-    if cset.hidden is not None and cset.hidden != energies.shape[1]:
-        raise StoreError(f"--channels {cset.source} was chosen for hidden size {cset.hidden}, but {args.store} has "
-                         f"{energies.shape[1]} residual channels: a different model")
-    label = StoredTransition(args.store).label
-    rows = [{"transition": label, **r} for r in enrichment(energies, records, cset.channels, draws=args.draws,
-                                                            seed=args.seed)]
+    res = transition_channel_stats(args.store, cset.channels, draws=args.draws, seed=args.seed, hidden=cset.hidden,
+                                   what=f"--channels {cset.source}")
     out = args.out or args.store
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "channel_stats.csv", to_csv(rows))
-    print(f"{label}: {len(cset.channels)} of {energies.shape[1]} channels "
-          f"(share {len(cset.channels) / energies.shape[1]:.4f}), {args.draws} draws, seed {args.seed}")
+    res.write(out)
+    print(f"{res.transition}: {len(res.channels)} of {res.hidden} channels "
+          f"(share {len(res.channels) / res.hidden:.4f}), {args.draws} draws, seed {args.seed}")
     print(f"{'group':<18} {'comp':<5} {'energy share':>12} {'ratio':>8} {'95% interval':>19} {'p':>7}")
-    for r in rows:
+    for r in res.rows:
         if r["group"] in ("all", "reader", "writer"):
             print(f"{r['group']:<18} {r['component']:<5} {r['energy_share']:>12.4f} {r['ratio']:>8.3f} "
                   f"[{r['ci_lo']:>7.3f}, {r['ci_hi']:>7.3f}] {r['p_value']:>7.4f}")
-    print(f"wrote {out / 'channel_stats.csv'} (also per module)")
+    print(f"wrote {out / STATS_FILE} (also per module, and the share per layer beside it)")
     return 0

@@ -131,7 +131,7 @@ def print_sweep_summary(res, out=None) -> None:
     """The sweep's headline tables, from the report it has just written (``res.report``: typed rows,
     numbers as numbers and None for an empty cell)."""
     out = out or sys.stdout
-    rep = res.plan.workdir / "report"
+    rep = res.plan.layout.report
     out.write(f"\nsweep {res.plan.config.name}: {totals([{'state': s} for s in res.states.values()])}; "
               f"{len(res.ran)} unit(s) run now; report in {rep}\n")
     _print_transitions(res.report.transitions, out)
@@ -142,7 +142,7 @@ def print_sweep_summary(res, out=None) -> None:
             out.write(f"  {r['label']:<44} {r['median_cos_off']:+.4f} [{r['ci_lo']:+.4f}, "
                       f"{r['ci_hi']:+.4f}]  p = {r['p_value']:.3g} → {r['verdict']}\n")
     _print_accuracy(res.report.accuracy, res.claims, out)
-    from ..sweep.report_channels import sft_rl_text
+    from ..sweep.kinds.channel_groups import sft_rl_text
 
     text = sft_rl_text(res.report)
     if text:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..errors import ConfigError
 from .options import tracking_from_args
@@ -31,43 +30,34 @@ def load_sweep(args: argparse.Namespace):
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ..runtime.diskplan import check_space
     from ..sweep import plan_sweep, run_sweep, sweep_status, unit_disk_needs
     from ..tracking.mlflow_client import resolve_uri
 
     cfg = load_sweep(args)
     plan = plan_sweep(cfg)
-    rows = {r["unit"]: r for r in sweep_status(plan)}
-    to_run = [u for u in plan.units if rows[u.id]["state"] != "done"]
-    disk = unit_disk_needs(plan)
-    needs = [n for u in to_run for n in (disk.get(u.id) or [])]
-    from ..sweep.forecast import forecast_plan, print_forecast
-
     target = _forecast_device(args)
     if args.dry_run:
+        from ..sweep.forecast import forecast_plan, print_forecast
+
+        rows = {r["unit"]: r for r in sweep_status(plan)}
+        to_run = [u for u in plan.units if rows[u.id]["state"] != "done"]
+        disk = unit_disk_needs(plan)
+        needs = [n for u in to_run for n in (disk.get(u.id) or [])]
         print_plan(plan, rows, disk, to_run, needs)
-        print_forecast(forecast_plan(plan, target=target), {u.id for u in to_run})
-        if target is not None and target.strip().lower() != "cpu":  # issue 34: the other GPUs of the table
+        print_forecast(forecast_plan(plan, disk=disk, target=target), {u.id for u in to_run})
+        if target is not None and target.strip().lower() != "cpu":  # the other GPUs of the table
             from ..sweep.forecast import print_other_devices
 
             print_other_devices(plan, {u.id for u in to_run}, target.strip().lower())
         return 0
-    check_space(needs, f"the {len(to_run)} sweep unit(s) still to run",
-                "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.")
     tracking = tracking_from_args(args, cfg.tracking)
-    try:  # units.csv puts each unit's estimate next to its measured time; a forecast never stops a sweep
-        fc = forecast_plan(plan, target=target)
-        fc.write_json(plan.workdir / ".sweep" / "forecast.json")
-        print(f"[sweep] forecast: {fc.headline({u.id for u in to_run})} (per unit: --dry-run)", file=sys.stderr)
-    except Exception as e:  # noqa: BLE001 - reported, and the sweep runs
-        print(f"[sweep] no forecast ({type(e).__name__}: {e})", file=sys.stderr)
     res = run_sweep(plan, scheduler=args.scheduler or cfg.scheduler, tracking=tracking,
                     progress=cfg.progress and not args.no_progress, device=args.device,
-                    verbose=getattr(args, "verbose", False))
+                    verbose=getattr(args, "verbose", False), forecast_for=target)
     print_sweep_summary(res)
     if res.tracking_missed:
         print(f"\ntracking: {len(res.tracking_missed)} run(s) not logged to MLflow (units, and 'sweep' for its own; recorded in "
-              f"{plan.workdir / '.sweep' / 'tracking'}); rerun the sweep or `grrr-stream track {plan.workdir}`")
+              f"{plan.layout.tracking}); rerun the sweep or `grrr-stream track {plan.workdir}`")
     if tracking.enabled and not res.tracking_missed:
         from ..tracking.mlflow_client import limits, prepare, runs_page
 
@@ -84,7 +74,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _forecast_device(args: argparse.Namespace):
-    """--forecast-for, checked before anything is planned (issue 34: grrr_stream/forecast/devices.py)."""
+    """--forecast-for, checked before anything runs (grrr_stream/forecast/devices.py)."""
     name = getattr(args, "forecast_for", None)
     if name is None:
         return None
@@ -103,7 +93,12 @@ def cmd_track(args: argparse.Namespace) -> int:
     for p in args.paths:
         if not p.is_dir():
             raise ConfigError(f"{p} is not a folder (give a sweep workdir, a store or an output folder)")
-    folders = find_pending(args.paths)
+    from ..sweep.workdir import Workdir
+
+    # a sweep's workdir keeps its pending logging in a folder of its layout: the tracking layer is handed that path
+    sweeps = [Workdir(p).tracking for p in args.paths if Workdir(p).is_sweep()]
+    sweeps += [p for p in args.paths if p == Workdir(p.parent.parent).tracking]  # given directly
+    folders = find_pending([p for p in args.paths if p not in sweeps], sweeps)
     logged = left = 0
     with limits(max(1, args.timeout), 1):
         for folder in folders:
@@ -132,7 +127,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  full traceback in {Records(plan.workdir).path(plan.unit(r['unit']))}")
     from ..tracking.run_log import pending_files
 
-    pending = pending_files(plan.workdir / ".sweep" / "tracking")
+    pending = pending_files(plan.layout.tracking)
     if pending:
         print(f"\ntracking: {len(pending)} recorded MLflow logging(s) not yet logged; rerun the sweep or "
               f"`grrr-stream track {plan.workdir}`")
@@ -143,8 +138,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Rewrite WORKDIR/report (tables, figures, index.html) from the units that are done; run nothing."""
     import os
 
-    from ..sweep import Records, plan_sweep, sweep_status
-    from ..sweep.report import write_report
+    from ..sweep import Records, plan_sweep, sweep_status, write_report
     from ..sweep.run import SweepResult, write_pages
 
     cfg = _report_config(args)
@@ -174,7 +168,9 @@ def _report_config(args: argparse.Namespace):
 
     if not args.target.is_dir():
         return load_sweep(argparse.Namespace(**{**vars(args), "config": args.target}))
-    saved = args.target / "report" / CONFIG_FILE
+    from ..sweep.workdir import Workdir
+
+    saved = Workdir(args.target).report / CONFIG_FILE
     if not saved.is_file():
         raise ConfigError(f"{args.target} holds no {saved.relative_to(args.target)}: not the workdir of a sweep run "
                           "by this version; give the sweep's config YAML instead")

@@ -26,6 +26,11 @@ from .settings import EngineSettings, SamplingSettings, check_metric
 from .tables import accuracy_table, diagnostics_table, retention_tables, solved_lost
 
 
+RECORD_FILE = "evaluation.json"  # written last: what was evaluated and its summary (a sweep unit's marker)
+# the tables of a results folder that others read (a sweep's report): name → file
+TABLES = {"accuracy": "accuracy.csv", "retention": "table_retention.csv", "removal": "table_removal.csv",
+          "solved_lost": "solved_lost.csv", "metrics": "metrics.csv"}
+
 @dataclass(frozen=True)
 class EvaluationRequest:
     """What to evaluate: variants of the transition in ``store`` on ``benchmarks`` (read from ``bench_dir``:
@@ -292,9 +297,9 @@ def _write_tables(ev: _Evaluation, res: EvaluationResult) -> list[Path]:
     # every metric of every variant and benchmark (the tables use `metric`)
     long = [{"variant": r.variant, "benchmark": r.benchmark, "metric": m, "value": v, "problems": r.n,
              "samples": r.samples} for r in res.results for m, v in (r.metrics or {"avg": r.accuracy}).items()]
-    for fname, rows in (("accuracy.csv", res.accuracy_rows), ("table_retention.csv", res.table56),
-                        ("table_removal.csv", res.table8), ("table_differences.csv", res.differences),
-                        ("metrics.csv", long), ("solved_lost.csv", res.solved_lost),
+    for fname, rows in ((TABLES["accuracy"], res.accuracy_rows), (TABLES["retention"], res.table56),
+                        (TABLES["removal"], res.table8), ("table_differences.csv", res.differences),
+                        (TABLES["metrics"], long), (TABLES["solved_lost"], res.solved_lost),
                         ("diagnostics.csv", diagnostics_table(res.results))):
         atomic_write_text(ev.out / fname, to_csv(rows))
         files.append(ev.out / fname)
@@ -313,7 +318,7 @@ def _write_record(ev: _Evaluation, res: EvaluationResult) -> Path:
     from .engine import engine_versions  # looked up when called: tests replace it to skip importing vLLM
 
     req = ev.request
-    path = ev.out / "evaluation.json"
+    path = ev.out / RECORD_FILE
     atomic_write_text(path, json.dumps(
         {"store": str(ev.transition.path), "engine": req.settings.model_dump(), "versions": engine_versions(),
          "prompt_format": ev.prompt, "bootstrap": {"resamples": req.resamples, "seed": req.bootstrap_seed},

@@ -165,15 +165,15 @@ NULL_PROBE = (256, 1024, 10)  # draws, channels, groups of the timed null block
 
 
 def _time_null() -> float:
-    """Seconds of one block of :func:`grrr_stream.channels.enrichment._null_shares` (3 components)."""
+    """Seconds of one block of :func:`grrr_stream.channels.enrichment.null_shares` (3 components)."""
     import numpy as np
 
-    from ..channels.enrichment import _null_shares
+    from ..channels.enrichment import null_shares
 
     draws, H, G = NULL_PROBE
     energies = np.random.default_rng(0).random((G, H, 3))
     t = time.perf_counter()
-    _null_shares(energies, H // 20, draws, np.random.default_rng(1))
+    null_shares(energies, H // 20, draws, np.random.default_rng(1))
     return time.perf_counter() - t
 
 

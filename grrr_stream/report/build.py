@@ -1,5 +1,5 @@
 """WORKDIR/report/index.html: the sweep's results in one self-contained page (tables, claims, figures,
-provenance), rendered with Jinja2 from the sweep report's typed rows (:class:`grrr_stream.sweep.report.Report`).
+provenance), rendered with Jinja2 from the sweep report's typed rows (:class:`grrr_stream.sweep.rows.Report`).
 
 One file to mail or attach: figures are data: URIs, the style sheet is inline, there is no script and no
 address outside the page except links to MLflow's UI. Tables and figures appear only when the sweep has
@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Optional
 
 from ..files import atomic_write_text
+from ..sweep.kinds import TABLES
+from ..sweep.rows import UNITS_TABLE
 from . import figures as figs
 from .paper_claims import PAPER
 from . import tables as tbl
 
 PAGE = "index.html"
 # the report folder's files that sections show already; any other CSV there is an extra table
-KNOWN_CSV = {"units.csv", "transitions.csv", "comparisons.csv", "stats_overall.csv", "accuracy.csv", "retention.csv",
-             "removal.csv", "solved_lost.csv", "differences.csv", "informative.csv", "claims.csv", "sampled.csv",
-             "channels.csv", "channels_sft_rl.csv", "channel_layers.csv", "channel_models.csv"}
+KNOWN_CSV = {UNITS_TABLE, *TABLES}  # named by the sweep's kinds (sweep/kinds), which write them
 CONFIG_FILE = "config.json"   # the sweep's config, for `grrr-stream report WORKDIR`
 
 
@@ -115,7 +115,7 @@ def _claims(report, plan) -> list[dict]:
 def _extra_tables(folder: Path) -> list:
     """Every CSV in the report folder that no section shows: the hook for analyses this page does not know
     yet (the residual-channel analysis writes its table there and it appears here as it is)."""
-    from ..sweep.report import read_rows
+    from ..sweep.rows import read_rows
 
     out = []
     for i, p in enumerate(sorted(folder.glob("*.csv"))):

@@ -1,7 +1,7 @@
 """The HTML report's figures: PNG files in WORKDIR/report (drawn by :mod:`grrr_stream.plots`), embedded
 in the page as data: URIs so that the one HTML file carries them.
 
-The sweep report (:mod:`grrr_stream.sweep.report`) already draws the update norms, the cosines against
+The sweep report (:mod:`grrr_stream.sweep.tables`) already draws the update norms, the cosines against
 the null and the band energies; they are embedded as they are. The figures only the HTML report shows
 (per-transition heatmaps, accuracy bars, the beyond-the-paper fractions) are drawn here, once per write,
 into WORKDIR/report/figures/.

@@ -1,6 +1,6 @@
 """Accuracy claims with their uncertainty: paired bootstrap over problems within a transition, the
-informative set, and (in :mod:`grrr_stream.stats.claims_sets`) the paper's headline statistics over sets
-of evaluated transitions.
+informative set. The paper's headline statistics over sets of evaluated transitions, and
+:func:`~grrr_stream.stats.claims_sets.summarise` (all tables at once), are in :mod:`grrr_stream.stats.claims_sets`.
 
 A transition's *score* of a variant is the paper's: the unweighted mean over benchmarks of
 the per-benchmark accuracy, in percent. Every variant of a transition answers the same
@@ -22,13 +22,12 @@ Random streams follow :mod:`grrr_stream.stats.summaries`: block ``k`` of a strea
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from .summaries import block_rng, blocks
+from .bootstrap import block_rng, blocks, interval, ratio
 
 REFERENCES = ("full", "base", "proj")
 # scores are means of finitely many problems: a tie with a threshold (C2's offnull is exactly 4.3 points
@@ -112,13 +111,6 @@ def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition
                             dict(zip(benchmarks, mats)), method or "", step)
 
 
-def _interval(x: np.ndarray, level: float) -> tuple[float, float]:
-    if x.size == 0:
-        return math.nan, math.nan
-    lo, hi = np.percentile(x, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-    return float(lo), float(hi)
-
-
 def difference_rows(ts: TransitionScores, *, level: float = 0.95) -> list[dict]:
     """Per variant: its score, and its difference to full, base and proj (points) with the paired
     bootstrap interval; retention against full and against proj (percent)."""
@@ -128,22 +120,14 @@ def difference_rows(ts: TransitionScores, *, level: float = 0.95) -> list[dict]:
         for ref in REFERENCES:
             if not ts.has(ref):
                 continue
-            lo, hi = _interval(ts.rep(v) - ts.rep(ref), level)
+            lo, hi = interval(ts.rep(v) - ts.rep(ref), level)
             row[f"minus_{ref}"] = ts.score(v) - ts.score(ref)
             row[f"minus_{ref}_ci_lo"], row[f"minus_{ref}_ci_hi"] = lo, hi
         for ref in ("full", "proj"):
             if ts.has(ref):
-                row[f"retention_{ref}_pct"] = _ratio(ts.score(v), ts.score(ref))
+                row[f"retention_{ref}_pct"] = ratio(ts.score(v), ts.score(ref))
         rows.append(row)
     return rows
-
-
-def _ratio(a, b):
-    """100·a/b, elementwise; NaN where b is 0."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(b != 0, 100.0 * a / np.where(b != 0, b, 1.0), np.nan)
-    return float(out) if out.ndim == 0 else out
 
 
 def is_informative(ts: TransitionScores, informative_points: float) -> bool:
@@ -162,35 +146,17 @@ def informative_rows(scores: Sequence[TransitionScores], *, informative_points: 
         row: dict = {"transition": ts.transition, "kind": ts.kind}
         if ts.has("full") and ts.has("base"):
             gain = ts.score("full") - ts.score("base")
-            lo, hi = _interval(ts.rep("full") - ts.rep("base"), level)
+            lo, hi = interval(ts.rep("full") - ts.rep("base"), level)
             informative = is_informative(ts, informative_points)
             row.update(gain=gain, gain_ci_lo=lo, gain_ci_hi=hi, informative=informative,
                        informative_within_ci=bool(informative and lo < informative_points))
         if ts.has("full") and ts.has("proj"):
             d = ts.score("full") - ts.score("proj")
-            lo, hi = _interval(ts.rep("full") - ts.rep("proj"), level)
+            lo, hi = interval(ts.rep("full") - ts.rep("proj"), level)
             row.update(full_minus_proj=d, full_minus_proj_ci_lo=lo, full_minus_proj_ci_hi=hi)
         row["problems"] = sum(ts.n_problems.values())
         rows.append(row)
     return rows
-
-
-def summarise(scores: Sequence[TransitionScores], settings=None, *, selector: str = "", **overrides) -> dict:
-    """All three tables at once: differences, informative, claims (:func:`grrr_stream.stats.claims_sets.claims_rows`).
-
-    ``settings``: a :class:`grrr_stream.config.ClaimSettings` (default: the paper's thresholds);
-    ``overrides`` replace its fields (``within_points=…``); ``selector`` names the evaluated set."""
-    from .claims_sets import claims_rows
-    from ..config import ClaimSettings
-
-    cs = (settings or ClaimSettings()).model_copy(update=overrides)
-    diffs = [r for ts in scores for r in difference_rows(ts, level=cs.level)]
-    info = informative_rows(scores, informative_points=cs.informative_points, level=cs.level)
-    claims = claims_rows(scores, cs, selector=selector)
-    n_inf = sum(1 for r in info if r.get("informative"))
-    return {"differences": diffs, "informative": info, "claims": claims, "selector": selector,
-            "counts": {"transitions": len(scores), "informative": n_inf,
-                       "informative_within_ci": sum(1 for r in info if r.get("informative_within_ci"))}}
 
 
 def correctness_of(results: Sequence, variants: Optional[Sequence[str]] = None,

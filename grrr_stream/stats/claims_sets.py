@@ -28,8 +28,9 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..config import DEFAULT_SFT_METHODS, ClaimSettings
-from .claims import TIE, TransitionScores, _interval, _ratio, is_informative
-from .summaries import block_rng, blocks
+from . import bootstrap
+from .bootstrap import interval, ratio
+from .claims import TIE, TransitionScores, difference_rows, informative_rows, is_informative
 
 SETS = ("informative", "all evaluated")
 GROUPS = ("all", "SFT", "RL")
@@ -51,25 +52,11 @@ def joint_replicates(scores: Sequence[TransitionScores], *, resamples: int, seed
     and problem count, and every variant, is scored on it. Transitions whose copies of a benchmark have
     different problem counts are different problem sets: each count gets its own draw (see
     :func:`resampling_note`)."""
-    by_set: dict[tuple[str, int], list[int]] = {}
-    for i, ts in enumerate(scores):
+    for ts in scores:
         if set(ts.per_problem) != set(ts.benchmarks):
             raise ValueError(f"{ts.transition}: no per-problem values kept, cannot resample it jointly")
-        for b in ts.benchmarks:
-            by_set.setdefault((b, ts.n_problems[b]), []).append(i)
-    reps = [np.zeros((resamples, len(ts.variants))) for ts in scores]
-    for (b, n), members in sorted(by_set.items()):
-        stacked = np.concatenate([scores[i].per_problem[b] for i in members], axis=1)  # n × (all their variants)
-        cuts = np.cumsum([0] + [scores[i].per_problem[b].shape[1] for i in members])
-        start = 0
-        for k, size in enumerate(blocks(resamples)):
-            rng = block_rng(seed, f"joint:{b}:{n}", k)
-            # one resample of the problems per row, as multiplicities (float: a float matmul is much faster)
-            counts = rng.multinomial(n, np.full(n, 1.0 / n), size=size).astype(np.float64)
-            acc = counts @ stacked / n
-            for j, i in enumerate(members):
-                reps[i][start:start + size] += acc[:, cuts[j]:cuts[j + 1]]
-            start += size
+    reps = bootstrap.joint_replicates([{b: ts.per_problem[b] for b in ts.benchmarks} for ts in scores],
+                                      resamples=resamples, seed=seed, prefix="joint")
     return [100.0 * r / len(ts.benchmarks) for r, ts in zip(reps, scores)]
 
 
@@ -92,7 +79,7 @@ def _statistics(cs: ClaimSettings) -> list[tuple[str, str, Optional[float], Call
         return np.sum(mask, axis=-1)
 
     def ret(v, r):
-        return _ratio(v, r)
+        return ratio(v, r)
 
     def nanstat(f):
         def g(v, r):
@@ -168,7 +155,7 @@ def _row(stat, set_name, group, v, ref, threshold, fn, scores, reps, have, cs, s
     lo = hi = math.nan
     if stat not in _NO_INTERVAL:
         rep = np.asarray(fn(rp_v, rp_r), dtype=np.float64)
-        lo, hi = _interval(rep[np.isfinite(rep)], cs.level)
+        lo, hi = interval(rep[np.isfinite(rep)], cs.level)
     return {"selector": selector, "set": set_name, "group": group, "statistic": stat, "variant": v,
             "reference": ref, "transitions": len(have), "threshold": threshold, "value": value,
             "ci_lo": lo, "ci_hi": hi, "resampling": resampling_note([scores[i] for i in have])}
@@ -206,3 +193,18 @@ def sentences(rows: Sequence[dict], reference: str = "full") -> list[str]:
 
 def _ci(row: dict, fmt: str, sep: str) -> str:
     return f"[{row['ci_lo']:{fmt}}{sep}{row['ci_hi']:{fmt}}]"
+
+
+def summarise(scores: Sequence[TransitionScores], settings=None, *, selector: str = "", **overrides) -> dict:
+    """All three tables at once: differences, informative, claims (:func:`claims_rows`).
+
+    ``settings``: a :class:`grrr_stream.config.ClaimSettings` (default: the paper's thresholds);
+    ``overrides`` replace its fields (``within_points=…``); ``selector`` names the evaluated set."""
+    cs = (settings or ClaimSettings()).model_copy(update=overrides)
+    diffs = [r for ts in scores for r in difference_rows(ts, level=cs.level)]
+    info = informative_rows(scores, informative_points=cs.informative_points, level=cs.level)
+    claims = claims_rows(scores, cs, selector=selector)
+    n_inf = sum(1 for r in info if r.get("informative"))
+    return {"differences": diffs, "informative": info, "claims": claims, "selector": selector,
+            "counts": {"transitions": len(scores), "informative": n_inf,
+                       "informative_within_ci": sum(1 for r in info if r.get("informative_within_ci"))}}

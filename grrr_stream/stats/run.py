@@ -22,6 +22,9 @@ class StatsResult:
     files: list[Path]
 
 
+OVERALL_TABLE = "table_overall.csv"    # run_stats: one row per transition (its last table but two)
+COMPARISONS_TABLE = "comparisons.csv"  # run_comparisons: one row per comparison, written after them all
+
 def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, seed: int = 0,
               scheduler: Any = None, tracking: Optional[TrackingConfig] = None) -> StatsResult:
     """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``."""
@@ -32,7 +35,7 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
     out = ensure_folder(Path(out), "--out")
     files = []
     for name, rows in (("summary_long.csv", long_rows),
-                       ("table_overall.csv", stats.wide_table(long_rows, "all")),
+                       (OVERALL_TABLE, stats.wide_table(long_rows, "all")),
                        ("table_by_module.csv", stats.wide_table(long_rows, "module")),
                        ("table_by_layer.csv", stats.wide_table(long_rows, "layer"))):
         atomic_write_text(out / name, to_csv(rows))
@@ -116,8 +119,8 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
         files += [out / f"{stem}_per_matrix.csv", out / f"{stem}.json"]
         comparisons.append((comp, a, b, c, stem, started, time.time() - started))
         summaries.append(summary)
-    atomic_write_text(out / "comparisons.csv", to_csv(summaries))
-    files.append(out / "comparisons.csv")
+    atomic_write_text(out / COMPARISONS_TABLE, to_csv(summaries))  # written last: the comparisons are done
+    files.append(out / COMPARISONS_TABLE)
     figs = [plots.cosine_medians(summaries, out / "offdiag_cosine_medians.png"),
             plots.norm_bars(summaries, out / "update_norms.png")]
     files += figs

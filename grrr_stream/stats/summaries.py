@@ -10,7 +10,6 @@ blocks are concatenated in order, so results are identical whichever Dask schedu
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from ..geometry.analyses import pooled_sparsity
 from ..store.transition_store import StoredTransition
+from .bootstrap import block_rng, blocks
 
 # paper Tables 3/4/7; the numerical ranks (nrank_w0_T, nrank_w1_T per rank threshold T) join them
 SUMMARY_METRICS = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max",
@@ -67,21 +67,10 @@ def band_rows(t: StoredTransition, edges: Sequence[int], *, scheduler: Any = Non
     return rows
 
 
-BLOCK = 1000  # resamples / null draws per Dask task
-
-
 def _compute(tasks: Sequence[Any], scheduler: Any) -> list:
     import dask
 
     return list(dask.compute(*tasks, scheduler=scheduler or "threads"))
-
-
-def block_rng(seed: int, stream: str, block: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(stream.encode()), block]))
-
-
-def blocks(total: int) -> list[int]:
-    return [min(BLOCK, total - i) for i in range(0, total, BLOCK)]
 
 
 # ---------------------------------------------------------------------------

@@ -18,7 +18,9 @@ from typing import Any, Optional
 
 from .display import Display
 from .records import BLOCKING, Records, blockers
-from .runners import RunContext, run_unit
+from .context import RunContext
+from .kinds import KINDS
+from .runners import run_unit
 from .units import Unit
 
 
@@ -105,7 +107,7 @@ class DaskExecutor:
 
     def start(self, u: Unit) -> Optional[dict]:
         """The unit's record if it ran here; None if it was sent to a worker."""
-        if not u.on_worker:
+        if not KINDS[u.kind].on_worker:
             return run_unit(u, replace(self.ctx, client=self.client))
         fut = self.client.submit(run_unit, u, self.ctx.for_worker(), pure=False, key=f"grrr-{u.id}-{time.time_ns()}")
         self._futures[fut] = u

@@ -1,4 +1,5 @@
-"""Running a planned sweep: lock the workdir, run what is not done, write the report, log the sweep's run."""
+"""Running a planned sweep: lock the workdir, refuse a disk too small, write the forecast, run what is not
+done, write the report, log the sweep's run."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ from typing import Optional, TextIO
 
 from ..config import TrackingConfig
 from ..tracking.runs import log_sweep, sweep_runs
-from ..unit_log import console, log_path, unit_log
+from ..unit_log import console, unit_log
+from .context import RunContext
 from .display import Display
 from .execute import DaskExecutor, LocalExecutor, execute_units, make_client
 from .plan import Plan
 from .records import Records, SweepLock, unit_state
-from .report import Report, write_report
-from .runners import RunContext
+from .rows import Report
+from .tables import write_report
 from .tracker import Tracker
-from .units import DecomposeParams, Unit
+from .units import Unit
+from .workdir import Workdir
 
 
 @dataclass
@@ -31,8 +34,8 @@ class SweepResult:
     report: Report
     run_id: Optional[str] = None
     html: Optional[Path] = None          # WORKDIR/report/index.html
-    # units (and "sweep", its own run) whose MLflow logging was missed in this call: recorded in
-    # WORKDIR/.sweep/tracking for a rerun or `grrr-stream track`
+    # units (and "sweep", its own run) whose MLflow logging was missed in this call: recorded in the
+    # workdir's pending tracking folder (Workdir.tracking) for a rerun or `grrr-stream track`
     tracking_missed: list[str] = field(default_factory=list)
 
     @property
@@ -40,7 +43,7 @@ class SweepResult:
         return self.report.files
 
     @property
-    def claims(self) -> dict:            # evaluation suite → stats.claims.summarise(...)
+    def claims(self) -> dict:            # evaluation suite → stats.claims_sets.summarise(...)
         return self.report.claims
 
     @property
@@ -54,15 +57,22 @@ class SweepResult:
 
 def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional[TrackingConfig] = None,
               progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None,
-              verbose: bool = False) -> SweepResult:
-    """Execute every unit that is not done; record failures and go on with what does not depend on them."""
+              verbose: bool = False, forecast: bool = True, forecast_for: Optional[str] = None) -> SweepResult:
+    """Execute every unit that is not done; record failures and go on with what does not depend on them.
+
+    Before any work: refuses (:class:`~grrr_stream.errors.DiskSpaceError`) when the units still to run need more
+    disk than the workdir's has, and (``forecast``) writes the forecast of the plan to the workdir's
+    forecast.json, whose seconds units.csv puts next to the measured ones (a forecast that fails is reported
+    and the sweep runs; ``forecast_for``: a device of the forecast's table whose published figures its times
+    assume instead of this machine's measured rates)."""
     stream = stream or sys.stderr
+    layout = Workdir(plan.workdir)
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
     tracking = tracking or TrackingConfig(enabled=False)
     # every unit's run carries the sweep's tag: one search finds the whole sweep (not a result key)
     # what cannot be logged is recorded with the unit records, for a rerun or `grrr-stream track WORKDIR`
     tracking = tracking.model_copy(update={"sweep": tracking.sweep or plan.config.name,
-                                           "pending_dir": str(plan.workdir / ".sweep" / "tracking")})
+                                           "pending_dir": str(layout.tracking)})
     from ..files import ensure_folder
 
     ensure_folder(plan.workdir, "workdir")
@@ -72,6 +82,9 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         todo = [u for u in plan.units if states[u.id] != "done"]
         for u in todo:  # failed or interrupted before: run again (dependents wait for the new outcome)
             states[u.id] = "pending"
+        disk = _check_disk(plan, todo)
+        if forecast:
+            _write_forecast(plan, todo, disk, layout, stream, forecast_for)
         display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream)
         display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
                     f"{len(todo)} to run")
@@ -79,9 +92,9 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
             from ..tracking.run_log import preflight
 
             # MLflow's database migrations go to the sweep's log; what the check says, to the terminal
-            with unit_log(log_path(plan.workdir, "sweep"), verbose=verbose):
+            with unit_log(layout.log("sweep"), verbose=verbose):
                 tracking = preflight(tracking, console() if stream is sys.stderr else stream)
-        stores = {u.params.transition: u.out for u in plan.units if isinstance(u.params, DecomposeParams)}
+        stores = {u.params.transition: u.out for u in plan.units if u.kind == "decompose"}
         # reachable: the units record what to log and the tracker logs it while they compute
         tracker = (Tracker(Path(tracking.pending_dir), tracking)
                    if tracking.enabled and not tracking.record_only else None)
@@ -98,11 +111,36 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
 
             say_missed(tracker.left(), tracker.last.error or "still pending", stream)
             result.tracking_missed += tracker.left()
-        with unit_log(log_path(plan.workdir, "sweep"), verbose=verbose):  # MLflow's own output
+        with unit_log(layout.log("sweep"), verbose=verbose):  # MLflow's own output
             write_pages(result, tracking, started)
         if tracking.enabled and result.run_id is None:
             result.tracking_missed.append("sweep")
     return result
+
+
+def _check_disk(plan: Plan, todo: list[Unit]) -> dict:
+    """Refuse before any work when the units still to run need more disk than there is; their disk plan."""
+    from ..runtime.diskplan import check_space
+    from .status import unit_disk_needs
+
+    disk = unit_disk_needs(plan)
+    needs = [n for u in todo for n in (disk.get(u.id) or [])]
+    check_space(needs, f"the {len(todo)} sweep unit(s) still to run",
+                "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.")
+    return disk
+
+
+def _write_forecast(plan: Plan, todo: list[Unit], disk: dict, layout: Workdir, stream: TextIO,
+                    target: Optional[str] = None) -> None:
+    """The forecast.json of this run, and its headline; a forecast never stops a sweep."""
+    from .forecast import forecast_plan
+
+    try:
+        fc = forecast_plan(plan, disk=disk, target=target)
+        fc.write_json(layout.forecast)
+        stream.write(f"[sweep] forecast: {fc.headline({u.id for u in todo})} (per unit: --dry-run)\n")
+    except Exception as e:  # noqa: BLE001 - reported, and the sweep runs
+        stream.write(f"[sweep] no forecast ({type(e).__name__}: {e})\n")
 
 
 def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional[float] = None) -> Path:

@@ -4,7 +4,7 @@ beside the result and applied later.
 Tracking is the last step of a unit's work and must never cost the work. :func:`deliver` applies
 :class:`RunLog` s under the TrackingConfig's time limits; if MLflow cannot be reached (or fails), it
 prints one line per run, "tracking: not logged (REASON); will retry", writes the logs as JSON into the
-pending folder (the result's ``.tracking/``, a sweep's ``WORKDIR/.sweep/tracking/``) and notes the miss
+pending folder (the result's ``.tracking/``, or the one the caller names: a sweep's) and notes the miss
 (:func:`missed`, for the exit status). A later delivery to the same folder, the same command run again,
 or ``grrr-stream track`` applies what is pending first (:func:`flush`). A log holds the intent, not a
 copy of the data: params, metric values with their steps, tags, the *paths* of artifact files and the
@@ -259,16 +259,15 @@ def flush(folder: Path, *, dry: bool = False, uri: Optional[str] = None) -> Flus
         lock.__exit__(None, None, None)
 
 
-def find_pending(paths: Iterable[Path]) -> list[Path]:
-    """The pending folders in or just below each path: PATH/.tracking, PATH/.sweep/tracking (a sweep's
-    workdir), PATH/*/.tracking (a folder of results)."""
+def find_pending(paths: Iterable[Path], pending: Iterable[Path] = ()) -> list[Path]:
+    """The pending folders in or just below each of ``paths`` (PATH/.tracking, PATH/*/.tracking: a result, a
+    folder of results), and each of ``pending``, folders the caller knows to be pending folders (a sweep's,
+    whose layout is the sweep's to know), that exist."""
     out: list[Path] = []
     for p in map(Path, paths):
-        if p.name == PENDING or (p.name == "tracking" and p.parent.name == ".sweep"):
-            cands = [p]
-        else:
-            cands = [p / PENDING, p / ".sweep" / "tracking", *sorted(p.glob(f"*/{PENDING}"))]
+        cands = [p] if p.name == PENDING else [p / PENDING, *sorted(p.glob(f"*/{PENDING}"))]
         out += [c for c in cands if c.is_dir() and c not in out]
+    out += [c for c in map(Path, pending) if c.is_dir() and c not in out]
     return out
 
 

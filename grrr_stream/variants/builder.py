@@ -54,6 +54,8 @@ from .rest import REST_FROM, config_differences, resolve_rest, rest_problems
 from .spec import VariantSpec
 
 
+META_FILE = "grrr_variant.json"  # the variant's settings and fidelity, written last (its completion marker)
+
 class VariantBuilder:
     """Builds one variant of one stored transition as a tensor stream.
 
@@ -199,7 +201,7 @@ def _refuse_uncopyable(ckpt: Checkpoint) -> None:
 
 def variant_folder_done(folder: Path, metadata: dict) -> bool:
     """True if ``folder`` is a finished variant built with exactly these settings."""
-    meta = Path(folder) / "grrr_variant.json"
+    meta = Path(folder) / META_FILE
     if not meta.is_file():
         return False
     try:
@@ -219,8 +221,8 @@ def write_variant(builder: VariantBuilder, folder: Path, *, max_shard_bytes: int
     folder = Path(folder)
     meta = builder.metadata()
     if variant_folder_done(folder, meta) and folder.with_name(folder.name + ".fidelity.csv").is_file():
-        return json.loads((folder / "grrr_variant.json").read_text())["fidelity"]
-    if folder.exists() and not overwrite and not (folder / "grrr_variant.json").is_file():
+        return json.loads((folder / META_FILE).read_text())["fidelity"]
+    if folder.exists() and not overwrite and not (folder / META_FILE).is_file():
         raise ConfigError(f"{folder} exists and is not a grrr_stream variant; choose another --out")
     if folder.exists() and not overwrite and not variant_folder_done(folder, meta):
         raise ConfigError(f"{folder} holds a variant built with other settings; pass --overwrite to rebuild it")
@@ -237,7 +239,7 @@ def write_variant(builder: VariantBuilder, folder: Path, *, max_shard_bytes: int
             yield name, t
             shown.advance(name)  # tensors built and handed to the writer, with an ETA
         # the summary is final only once every matrix went through; store it inside the folder
-        extra["grrr_variant.json"] = json.dumps({"settings": meta, "fidelity": builder.report.summary()},
+        extra[META_FILE] = json.dumps({"settings": meta, "fidelity": builder.report.summary()},
                                                 indent=2).encode()
 
     write_checkpoint(folder, tensors(), layout=layout, config=builder.config(),

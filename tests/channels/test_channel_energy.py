@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream import plots
 from grrr_stream.channels.enrichment import enrichment
 from grrr_stream.cli.entry import main

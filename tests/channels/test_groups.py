@@ -8,9 +8,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dataclasses import dataclass
+
 from grrr_stream.channels.groups import COMPONENTS, Member, group_enrichment
 
 MODULES = [("q_proj", "reader"), ("o_proj", "writer"), ("up_proj", "reader"), ("down_proj", "writer")]
+
+
+@dataclass
+class Toy:
+    """A planted transition: its energies, kept for the brute-force reference; :func:`enrich` takes its Member."""
+
+    transition: str
+    energies: np.ndarray
+    records: list
+    channels: np.ndarray
+
+
+def enrich(toys: list[Toy], **kw) -> dict:
+    return group_enrichment([Member.of(t.transition, t.energies, t.records, t.channels) for t in toys], **kw)
 
 
 def records(n: int) -> list[dict]:
@@ -18,13 +34,13 @@ def records(n: int) -> list[dict]:
              "side": MODULES[i % len(MODULES)][1]} for i in range(n)]
 
 
-def planted(rng, name: str, *, matrices: int, H: int, channels, factor: float) -> Member:
+def planted(rng, name: str, *, matrices: int, H: int, channels, factor: float) -> Toy:
     """Energies Gamma(2) per matrix, channel and component, times a matrix scale (lognormal: matrices carry
     different amounts of the update) and ``factor`` on the planted channels: the population ratio is
     factor·k / (factor·k + H − k) · H / k for every component and for the total."""
     e = rng.gamma(2.0, size=(matrices, H, 3)) * rng.lognormal(0.0, 0.5, size=(matrices, 1, 1))
     e[:, channels, :] *= factor
-    return Member(name, e, records(matrices), np.asarray(channels, dtype=np.int64))
+    return Toy(name, e, records(matrices), np.asarray(channels, dtype=np.int64))
 
 
 def population_ratio(factor: float, k: int, H: int) -> float:
@@ -37,8 +53,8 @@ def test_constant_energies_give_the_planted_mean_ratio_and_a_zero_width_interval
     for name, f in (("a", 2.0), ("b", 5.0)):
         e = np.ones((6, H, 3))
         e[:, :k, :] = f
-        members.append(Member(name, e, records(6), np.arange(k)))
-    got = group_enrichment(members, draws=300, seed=0)
+        members.append(Toy(name, e, records(6), np.arange(k)))
+    got = enrich(members, draws=300, seed=0)
     want = (population_ratio(2.0, k, H) + population_ratio(5.0, k, H)) / 2
     for c in COMPONENTS:
         assert got[c]["ratio"] == pytest.approx(want, rel=1e-12)
@@ -46,7 +62,7 @@ def test_constant_energies_give_the_planted_mean_ratio_and_a_zero_width_interval
         assert got[c]["p_value"] == pytest.approx(1 / 301)  # no random set of 4 channels reaches the planted ones
 
 
-def _brute_force(members: list[Member], comp: int, draws: int, seed: int) -> tuple[float, float, float]:
+def _brute_force(members: list[Toy], comp: int, draws: int, seed: int) -> tuple[float, float, float]:
     """Independent float64 reference: matrices resampled by explicit indices, one draw shared by the members
     (same matrix list); random sets as explicit permutations applied to every member's set."""
     rng = np.random.default_rng(seed + 12345)
@@ -72,7 +88,7 @@ def test_interval_and_p_match_a_brute_force_float64_bootstrap():
     # a parent and its child keep most outlier channels: overlapping sets, one matrix list
     members = [planted(rng, "sft1", matrices=24, H=H, channels=[1, 5, 9, 20], factor=1.3),
                planted(rng, "sft2", matrices=24, H=H, channels=[1, 5, 9, 33], factor=1.1)]
-    got = group_enrichment(members, draws=4000, seed=3)
+    got = enrich(members, draws=4000, seed=3)
     for c, comp in enumerate(COMPONENTS):
         lo, hi, p = _brute_force(members, c, 4000, 3)
         width = hi - lo
@@ -86,9 +102,9 @@ def test_a_duplicated_step_changes_neither_interval_nor_p():
     independently, the copies would narrow the interval by about √2)."""
     rng = np.random.default_rng(1)
     one = planted(rng, "a", matrices=20, H=40, channels=[2, 3, 11], factor=1.2)
-    copy = Member("b", one.energies.copy(), list(one.records), one.channels)
-    single = group_enrichment([one], draws=500, seed=0)
-    double = group_enrichment([one, copy], draws=500, seed=0)
+    copy = Toy("b", one.energies.copy(), list(one.records), one.channels)
+    single = enrich([one], draws=500, seed=0)
+    double = enrich([one, copy], draws=500, seed=0)
     for c in COMPONENTS:
         for k in ("ratio", "ci_lo", "ci_hi", "p_value", "null_q975"):
             assert double[c][k] == pytest.approx(single[c][k], rel=1e-12)
@@ -106,11 +122,11 @@ def test_coverage_of_the_planted_ratio_and_p_values_with_and_without_enrichment(
         members = [planted(rng, f"t{i}", matrices=30, H=H, channels=s, factor=f)
                    for i, (s, f) in enumerate(zip(sets, factors))]
         want = np.mean([population_ratio(f, k, H) for f in factors])
-        got = group_enrichment(members, draws=draws, seed=r)["total"]
+        got = enrich(members, draws=draws, seed=r)["total"]
         covered += got["ci_lo"] <= want <= got["ci_hi"]
         p_planted.append(got["p_value"])
         none = [planted(rng, f"n{i}", matrices=30, H=H, channels=s, factor=1.0) for i, s in enumerate(sets)]
-        p_none.append(group_enrichment(none, draws=draws, seed=r)["diag"]["p_value"])
+        p_none.append(enrich(none, draws=draws, seed=r)["diag"]["p_value"])
     assert 0.85 <= covered / reps <= 1.0
     assert max(p_planted) == pytest.approx(1 / (1 + draws))
     assert np.mean(np.asarray(p_none) < 0.05) <= 0.15 and 0.3 <= np.mean(p_none) <= 0.7
@@ -119,8 +135,22 @@ def test_coverage_of_the_planted_ratio_and_p_values_with_and_without_enrichment(
 def test_steps_without_outlier_channels_are_left_out():
     rng = np.random.default_rng(0)
     a = planted(rng, "a", matrices=10, H=32, channels=[0, 1], factor=3.0)
-    empty = Member("e", rng.random((10, 32, 3)), records(10), np.array([], dtype=np.int64))
-    both = group_enrichment([a, empty], draws=200, seed=0)
-    alone = group_enrichment([a], draws=200, seed=0)
+    empty = Toy("e", rng.random((10, 32, 3)), records(10), np.array([], dtype=np.int64))
+    both = enrich([a, empty], draws=200, seed=0)
+    alone = enrich([a], draws=200, seed=0)
     assert both["off"]["ratio"] == pytest.approx(alone["off"]["ratio"], rel=1e-12)
-    assert np.isnan(group_enrichment([empty], draws=200, seed=0)["off"]["ratio"])
+    assert np.isnan(enrich([empty], draws=200, seed=0)["off"]["ratio"])
+
+
+def test_a_kept_member_gives_the_same_group_statistics_as_the_store_energies(tmp_path):
+    """What a sweep's channel-stats unit keeps (Member.save) is all the group statistics read: loaded back, the
+    same numbers bit for bit, without the (matrices, H, 3) energies."""
+    rng = np.random.default_rng(5)
+    toys = [planted(rng, "a", matrices=12, H=40, channels=[1, 4, 9], factor=1.5),
+            planted(rng, "b", matrices=12, H=40, channels=[1, 4, 30], factor=1.2)]
+    direct = [Member.of(t.transition, t.energies, t.records, t.channels) for t in toys]
+    for m in direct:
+        m.save(tmp_path / f"{m.transition}.npz")
+    loaded = [Member.load(tmp_path / f"{t.transition}.npz") for t in toys]
+    assert [m.signature for m in loaded] == [m.signature for m in direct] and loaded[0].hidden == 40
+    assert group_enrichment(loaded, draws=300, seed=1) == group_enrichment(direct, draws=300, seed=1)

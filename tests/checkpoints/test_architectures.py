@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream.checkpoints.arch import FAMILIES, MatrixName, select_matrices, split_fused
 from grrr_stream.checkpoints.reader import Checkpoint
 from grrr_stream.decompose.run import run_transition

@@ -15,7 +15,7 @@ import torch
 import zarr
 from safetensors.torch import load_file, save_file
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream.geometry.analyses import common_dtype, pooled_sparsity, update_sparsity
 from grrr_stream.decompose.run import run_transition, summarize
 from grrr_stream.fixtures.synthetic import ModelShape, write_model

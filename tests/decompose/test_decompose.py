@@ -12,7 +12,7 @@ import torch
 import zarr
 from safetensors.torch import load_file
 
-from conftest import no_track_config, store_snapshot
+from helpers.common import no_track_config, store_snapshot
 from grrr_stream.decompose.run import run_transition
 
 REQUIRED_COLUMNS = {"name", "layer", "module", "f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max",

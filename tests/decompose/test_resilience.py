@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import store_snapshot
+from helpers.common import store_snapshot
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -234,7 +234,7 @@ def test_update_that_overflows_the_compute_dtype_is_refused_with_the_matrix_name
 def test_write_fault_mid_run_is_one_message_and_the_rerun_resumes(tmp_path, capsys, monkeypatch, code, needle):
     import errno
 
-    from conftest import store_snapshot as snapshot
+    from helpers.common import store_snapshot as snapshot
     from grrr_stream.store import zarr_arrays
     from grrr_stream.cli.entry import main
     from grrr_stream.fixtures.synthetic import TINY

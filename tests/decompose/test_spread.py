@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import no_track_config, store_snapshot
+from helpers.common import no_track_config, store_snapshot
 from grrr_stream.checkpoints.arch import MatrixName
 from grrr_stream.runtime.cluster import parse_scheduler, require
 from grrr_stream.decompose.run import run_transition

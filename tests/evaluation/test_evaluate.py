@@ -12,7 +12,7 @@ pytest.importorskip("math_verify", reason="grading needs math-verify (the eval e
 
 from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
 
-from stand_in import SETTINGS, StandInEngine, sums_transition  # noqa: E402,F401
+from helpers.stand_in import SETTINGS, StandInEngine, sums_transition  # noqa: E402,F401
 
 
 @pytest.fixture()

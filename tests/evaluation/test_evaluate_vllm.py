@@ -11,7 +11,7 @@ pytest.importorskip("vllm", reason="needs vLLM (install with tools/install.sh)")
 pytest.importorskip("math_verify", reason="needs math-verify (the eval extra)")
 pytestmark = pytest.mark.vllm
 
-from conftest import no_track_config  # noqa: E402
+from helpers.common import no_track_config  # noqa: E402
 from grrr_stream.config import TrackingConfig  # noqa: E402
 from grrr_stream.evaluation.settings import EngineSettings  # noqa: E402
 from grrr_stream.decompose.run import run_transition  # noqa: E402

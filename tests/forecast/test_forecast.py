@@ -166,6 +166,7 @@ def test_channel_units_get_a_time_and_memory(tmp_path, monkeypatch):
     from safetensors import safe_open
 
     from grrr_stream.sweep import forecast as sf, plan_sweep
+    from grrr_stream.sweep.kinds import channel_stats as channel_stats_kind, channels as channels_kind
     from grrr_stream.sweep.config import SweepConfig
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -186,12 +187,12 @@ def test_channel_units_get_a_time_and_memory(tmp_path, monkeypatch):
     ch = by["channels/base"]
     flops = 5 * 2 * params * 8 * 16
     assert ch.flops == flops
-    assert ch.seconds == pytest.approx(sf.CHANNELS_START_S + sf.CHANNELS_IMPORT_S + flops / 1e9
-                                       + 5 * 4 * sf.FORWARD_CALL_S)  # 5 passes × 4 batches of 2
+    assert ch.seconds == pytest.approx(channels_kind.START_S + channels_kind.IMPORT_S + flops / 1e9
+                                       + 5 * 4 * channels_kind.FORWARD_CALL_S)  # 5 passes × 4 batches of 2
     assert ch.ram == work.BASELINE_RAM + params * 4 + 3 * 2 * 16 * TINY.vocab * 4  # fits 1 GiB: in memory
     st = by["channel-stats/base-to-post"]
     cells = 2 * 100 * TINY.hidden * 10 + 100 * 2 * 7  # null: draws × channels × 10 groups, twice; bootstrap
-    assert st.seconds == pytest.approx(sf.CHANNEL_STATS_START_S + cells / 1e7)
+    assert st.seconds == pytest.approx(channel_stats_kind.START_S + cells / 1e7)
     assert st.ram > work.BASELINE_RAM
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream.geometry.analyses import band_energies, round_trip_survival, update_sparsity
 from grrr_stream.geometry.kernel import decompose_matrix
 

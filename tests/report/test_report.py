@@ -1,5 +1,5 @@
 """The sweep's HTML report (grrr_stream/report) from a small finished sweep with sampled evaluations
-(tests/report_sweep.py, ~25 s): the page holds the numbers of the CSV files it names, groups rows SFT / RL,
+(tests/helpers/report_sweep.py, ~25 s): the page holds the numbers of the CSV files it names, groups rows SFT / RL,
 shows the paper's tables in the paper's order, is self-contained, is rewritten by `grrr-stream report` without
 running anything, and in headless Chromium at 1400 × 900 opens on the verdict box (within the first screen),
 with no console error, every image decoded, no cell reading nan and no table wider than the page. The screenshot
@@ -20,8 +20,8 @@ import re
 
 import pytest
 
-from mlflow_ui import READ_REPORT, Chromium, artifacts_dir, check_report_cells, find_chromium
-from report_sweep import run_small_sweep
+from helpers.mlflow_ui import READ_REPORT, Chromium, artifacts_dir, check_report_cells, find_chromium
+from helpers.report_sweep import run_small_sweep
 
 pytestmark = pytest.mark.slow  # a real sweep with two evaluations (~25 s on two cores)
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 import torch
 import zarr
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream.runtime import diskplan
 from grrr_stream.checkpoints.reader import Checkpoint
 from grrr_stream.decompose.run import run_transition

@@ -91,7 +91,7 @@ def test_claims_over_transitions_with_known_answers():
         _transition("t3", n, 200, 800, {"offnull": 600, "diag": 790}),     # 40 → 30 / 39.5
         _transition("t4", n, 500, 510, {"offnull": 100, "diag": 100}),     # gain 0.5: not informative
     ]
-    s = claims.summarise(scores, within_points=4.3, resamples=2000)
+    s = claims_sets.summarise(scores, within_points=4.3, resamples=2000)
     info = {r["transition"]: r for r in s["informative"]}
     assert [info[t]["informative"] for t in ("t1", "t2", "t3", "t4")] == [True, True, True, False]
     assert info["t1"]["gain"] == pytest.approx(40.0) and info["t1"]["gain_ci_lo"] > 35
@@ -132,7 +132,7 @@ def test_claims_over_the_papers_visible_rows_use_the_papers_sets():
                                         zip(("base", "full", "diag", "offnull"), vals)},
                                        transition=t, method=method, resamples=200)
               for t, (method, *vals) in PAPER_ROWS.items()]
-    s = claims.summarise(scores, selector="paper", resamples=200)
+    s = claims_sets.summarise(scores, selector="paper", resamples=200)
     rows = s["claims"]
     assert s["counts"]["informative"] == 11 and {r["selector"] for r in rows} == {"paper"}
     # informative (11): OffNull within 4.3 of full in all but C1's SFT (−20.3); C2's −4.3 is a tie and counts
@@ -158,7 +158,7 @@ def test_claims_over_the_papers_visible_rows_use_the_papers_sets():
     assert "offnull: within 4.3 points of full in 10 of 11 informative transitions" in text
     assert "over the 6 evaluated SFT transitions: median 45.2 %" in text and "≤ 25 % in 2 of 6" in text
     # the thresholds are settings: a second floor of 97 % counts 7 (97.74 and above)
-    again = claims.summarise(scores, retention_second_floor_pct=97.0, resamples=200)["claims"]
+    again = claims_sets.summarise(scores, retention_second_floor_pct=97.0, resamples=200)["claims"]
     assert _claim(again, "offnull", "all evaluated", "all", "at_second_floor")["value"] == 7
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream.stats import summaries as stats
 from grrr_stream.runtime.cluster import compute_scheduler
 from grrr_stream.stats.run import run_comparisons, run_stats

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream import metrics_dataset, name_dimensions, open_store, read_metrics
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.errors import MissingDependencyError, StoreError

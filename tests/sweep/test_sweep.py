@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import store_snapshot
+from helpers.common import store_snapshot
 from grrr_stream.config import TrackingConfig
 from grrr_stream.sweep.config import SweepConfig
 from grrr_stream.errors import ConfigError
 from grrr_stream.fixtures.synthetic import TINY, Update, write_model
-from grrr_stream.sweep import Records, SweepLock, plan_sweep, run_sweep, sweep_status
+from grrr_stream.sweep import KINDS, Records, SweepLock, plan_sweep, run_sweep, sweep_status
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT = Update(r_delta=2e-2, plant=(0.25, 0.45, 0.30))
@@ -363,7 +363,7 @@ def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
     b = run_sweep(plan_sweep(multi), scheduler="local:2", progress=False,
                   tracking=TrackingConfig(uri=uri, experiment="cluster"))
     assert b.ok, {u: (b.records.get(u) or {}).get("traceback") for u in b.failed} or b.states
-    hosts = {Records(b.plan.workdir).read(u)["pid"] for u in b.plan.units if u.on_worker}
+    hosts = {Records(b.plan.workdir).read(u)["pid"] for u in b.plan.units if KINDS[u.kind].on_worker}
     assert os.getpid() not in hosts  # the heavy units ran in the worker processes
     spread = [Records(b.plan.workdir).read(u)["result"]["spread_over"] for u in b.plan.units if u.kind == "decompose"]
     assert spread and all(n >= 1 for n in spread)  # each transition's matrices went out as Dask tasks

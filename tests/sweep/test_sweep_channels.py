@@ -12,7 +12,7 @@ from grrr_stream.config import TrackingConfig
 from grrr_stream.errors import ConfigError
 from grrr_stream.sweep import plan_sweep, run_sweep
 from grrr_stream.sweep.config import SweepConfig
-from grrr_stream.sweep.plan_channels import channels_file
+from grrr_stream.sweep.kinds.channels import channels_file
 from grrr_stream.fixtures.synthetic import TINY, write_model
 from test_sweep import RL, SFT, SIB, config
 
@@ -147,7 +147,7 @@ def test_sweep_channel_tables_match_the_stored_arrays_then_resume_computes_nothi
 
 
 def test_no_outlier_channel_gives_zero_shares_and_no_ratio():
-    from grrr_stream.sweep.runners_channels import stats_rows
+    from grrr_stream.channels.transition_stats import stats_rows
 
     rng = np.random.default_rng(0)
     e = rng.random((4, 16, 3))
@@ -183,7 +183,7 @@ def test_channel_variants_take_the_sweeps_own_channels_unit(models, tmp_path):
 
 
 def test_a_group_with_an_unreadable_step_keeps_its_means_but_has_no_interval():
-    from grrr_stream.sweep.report_channels import COMPONENTS, sft_rl_rows
+    from grrr_stream.sweep.kinds.channel_groups import COMPONENTS, sft_rl_rows
 
     rows = [{"group": "all", "step": True, "group_sft_rl": "SFT", "component": c, "transition": t,
              "channel_share": 0.1, "energy_share": 0.2 + 0.1 * i, "ratio": 2.0 + i}

@@ -93,7 +93,7 @@ def test_transitions_table_has_the_papers_table_3_4_columns_and_the_rank_change(
     computed here by hand (changes +3, −10, 0 at 1e-3; +1439, 0, +2 at 1e-7)."""
     from grrr_stream.decompose.run import summarize
     from grrr_stream.files import to_csv
-    from grrr_stream.sweep.report import transition_row
+    from grrr_stream.sweep.kinds.decompose import transition_row
     from grrr_stream.sweep.units import Transition
 
     planted = [(100, 103, 3000, 4439, 12.0, 0.9990, 0.011), (200, 190, 4000, 4000, 30.0, 0.9994, 0.020),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream.decompose.run import run_transition
 
 

@@ -1,5 +1,5 @@
 """A real tracking server that goes away mid-sweep and comes back, and one behind a slow proxy
-(issue 23). Servers are tracking/serve.sh processes on free loopback ports (tests/mlflow_ui.py);
+(issue 23). Servers are tracking/serve.sh processes on free loopback ports (tests/helpers/mlflow_ui.py);
 every wait is bounded."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from mlflow_ui import ROOT, _stop_group, serve
+from helpers.mlflow_ui import ROOT, _stop_group, serve
 
 pytestmark = pytest.mark.slow  # several server starts and two sweeps: minutes
 EXPERIMENT = "outage_test"
@@ -190,7 +190,7 @@ class DelayingProxy:
 
 
 def test_slow_server_delays_only_the_logging(planted_f64, tmp_path, monkeypatch):
-    from conftest import no_track_config
+    from helpers.common import no_track_config
     from grrr_stream.decompose.run import run_transition
     from grrr_stream.tracking.run_log import missed
 

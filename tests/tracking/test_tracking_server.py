@@ -1,5 +1,5 @@
 """The team tracking server end to end: tracking/serve.sh on a free loopback port, runs logged to it
-over HTTP by the CLI (tests/mlflow_ui.py: populate), read back through the REST API with plain HTTP,
+over HTTP by the CLI (tests/helpers/mlflow_ui.py: populate), read back through the REST API with plain HTTP,
 and the MLflow UI rendered by headless Chromium: the run-comparison page, and the experiment's page
 with its runs table (durations, datasets, the sweep's filter). Screenshots are kept in
 $GRRR_TEST_ARTIFACTS, else tests/artifacts/ (mlflow_compare_runs.png, mlflow_runs_table.png,
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from grrr_stream.tracking.mlflow_client import runs_page
-from mlflow_ui import (DEMO_EXPERIMENT, READ_REPORT, Chromium, Rest, Run, artifacts_dir, check_report_cells,
+from helpers.mlflow_ui import (DEMO_EXPERIMENT, READ_REPORT, Chromium, Rest, Run, artifacts_dir, check_report_cells,
                        compare_runs_url, evaluate, find_chromium, parse_duration, populate, runs_table,
                        scroll_to_metric, search_runs, serve)
 

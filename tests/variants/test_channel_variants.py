@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream.cli.entry import main
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.errors import ConfigError
@@ -412,7 +412,7 @@ def test_evaluation_takes_channel_variants(tmp_path):
     """The evaluation pipeline evaluates channel variants like any other (a stand-in engine, no vLLM): each
     streamed into the engine, its channel set on record; without a channels.json it refuses before starting."""
     pytest.importorskip("math_verify")
-    from stand_in import SETTINGS, StandInEngine, sums_transition
+    from helpers.stand_in import SETTINGS, StandInEngine, sums_transition
 
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
 

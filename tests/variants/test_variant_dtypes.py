@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.errors import CheckpointError
 from grrr_stream.fixtures.synthetic import TINY, Update, make_transition

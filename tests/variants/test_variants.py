@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream.checkpoints.reader import Checkpoint
 from grrr_stream.config import TrackingConfig
 from grrr_stream.decompose.run import run_transition

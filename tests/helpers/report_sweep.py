@@ -51,7 +51,7 @@ def run_small_sweep(root: Path, tracking_uri: str | None = None):
     from grrr_stream.evaluation import pipeline
     from grrr_stream.sweep import plan_sweep, run_sweep
     from grrr_stream.sweep.config import SweepConfig
-    from stand_in import StandInEngine
+    from helpers.stand_in import StandInEngine
 
     cfg = SweepConfig.model_validate(sweep_config(Path(root)))
     tracking = (TrackingConfig(uri=tracking_uri, experiment=EXPERIMENT) if tracking_uri

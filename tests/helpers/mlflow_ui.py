@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERVE = ROOT / "tracking" / "serve.sh"
 DEMO_EXPERIMENT = "grrr_stream_demo"
 
@@ -178,7 +178,7 @@ def evaluate(tracking_uri: str, workdir: Path) -> Path:
     """Evaluations of the variants full and diag of base → rl (stored by ``populate`` in ``workdir``),
     logged over HTTP, outside the sweep, with tests/evaluation/test_evaluate.py's stand-in engine (no vLLM); the
     benchmark file becomes the runs' dataset input. Returns that file."""
-    from stand_in import StandInEngine
+    from helpers.stand_in import StandInEngine
 
     from grrr_stream.config import TrackingConfig
     from grrr_stream.evaluation.settings import EngineSettings

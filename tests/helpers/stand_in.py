@@ -1,6 +1,6 @@
 """What evaluation tests share: a deterministic stand-in for the vLLM engine and a decomposed tiny pair with
-a 'sums' benchmark (imported by name from tests in several folders and by tests/mlflow_ui.py and
-tests/report_sweep.py)."""
+a 'sums' benchmark (imported by name from tests in several folders and by tests/helpers/mlflow_ui.py and
+tests/helpers/report_sweep.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from conftest import no_track_config
+from helpers.common import no_track_config
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.evaluation.settings import EngineSettings
 from grrr_stream.fixtures.synthetic import TINY, Update, make_transition

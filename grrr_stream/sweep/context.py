@@ -1,0 +1,101 @@
+"""What a kind of unit is handed: :class:`PlanContext` when it plans its units, :class:`RunContext` when one
+of them runs. Both are built by the sweep (plan.py, run.py); the kinds only read them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..config import TrackingConfig
+from .config import SweepConfig
+from .sources import Sources
+from .units import PlannedModel, Transition, Unit
+from .workdir import Workdir
+
+Problems = list[str]
+
+
+@dataclass
+class PlanContext:
+    """The config with its models, lineage and transitions resolved, and the units planned so far (the kinds
+    are planned in the registry's order, so a kind sees the units of the kinds before it)."""
+
+    cfg: SweepConfig
+    workdir: Workdir
+    models: dict[str, PlannedModel]       # model id → where it is read from, its chain and lineage
+    lineage: dict[str, list[str]]         # model id → its ancestors, nearest first
+    transitions: dict[str, Transition]
+    generated: dict[str, str]             # model id → the tiny chain's model name, for tinychain: sources
+    specs: dict[str, Any]                 # variant name → VariantSpec (the names that parse)
+    units: list[Unit] = field(default_factory=list)
+
+    @property
+    def gen(self) -> Optional[Unit]:
+        """The unit that trains the tiny chain, if planned."""
+        return next((u for u in self.units if u.kind == "generate"), None)
+
+    @cached_property
+    def sources(self) -> Sources:
+        """Where each model is read from; first asked after the generate kind has planned (it keys generated
+        models by that unit's key)."""
+        return Sources(self.models, self.generated, self.gen)
+
+    @property
+    def dec_key(self) -> dict[str, str]:
+        """transition → the key of its decomposition."""
+        return {u.params.transition: u.key for u in self.units if u.kind == "decompose"}
+
+    def keyed(self, folder: str, stem: str = "") -> Callable[[str], Path]:
+        """A unit's result folder in ``WORKDIR/folder``, named by its key: a changed setting writes beside
+        the old results."""
+        base = self.workdir.folder(folder)
+        return lambda key: base / (f"{stem}-{key[:8]}" if stem else key[:8])
+
+    def select(self, selector: Any, what: str) -> tuple[list[str], Problems]:
+        """The transitions a config's selector (cumulative, incremental, steps, all, none, a list) names."""
+        transitions, models = self.transitions, self.models
+        if selector in (None, "none", False):
+            return [], []
+        if selector == "all":
+            return list(transitions), []
+        if selector in ("cumulative", "incremental"):
+            return [t for t, tr in transitions.items() if tr.kind == selector], []
+        if selector == "steps":
+            # one training step each: W0 is the model the child was trained from (its parent), whatever the kind
+            missing = [f"{m.parent}-to-{mid}" for mid, m in models.items()
+                       if f"{m.base}-to-{mid}" in transitions and f"{m.parent}-to-{mid}" not in transitions]
+            problems = [f"{what}: steps needs decomposition.incremental: true; not decomposed: {missing}"] \
+                if missing else []
+            return [t for t, tr in transitions.items() if models[tr.child].parent == tr.parent], problems
+        if isinstance(selector, list):
+            unknown = [s for s in selector if s not in transitions]
+            problems = [f"{what}: unknown transition(s) {unknown}; planned: {sorted(transitions)}"] if unknown else []
+            return [s for s in selector if s in transitions], problems
+        return [], [f"{what}: expected cumulative, incremental, steps, all, none or a list of transition ids, "
+                    f"got {selector!r}"]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a unit is run with that cannot change its result. It travels to Dask workers, less ``client``."""
+
+    workdir: str
+    tracking: TrackingConfig             # pickled as the pydantic object to Dask workers
+    progress: bool
+    device: Optional[str]
+    threads: Optional[int]                # torch threads of a worker process (its share of the cores)
+    stores: dict[str, str] = field(default_factory=dict)  # transition id → its decomposition's store
+    # claims.informative_points, for an evaluation's own informative flag (recorded beside it in evaluation.json;
+    # the report's informative.csv recomputes it with the current setting)
+    informative_points: float = 1.0
+    client: Any = None                    # the Dask client, for units run in the scheduler's process
+    verbose: bool = False                 # third-party output live on the terminal too, not only in its log
+
+    def for_worker(self) -> "RunContext":
+        return replace(self, client=None)
+
+    @property
+    def scheduler(self) -> Any:
+        return self.client or "threads"

@@ -1,0 +1,149 @@
+"""``channel-stats/<transition>``: the share of each component's energy on W0's outlier channels, from the
+transition's store alone (:func:`grrr_stream.channels.transition_stats.transition_channel_stats`, the function
+behind ``grrr-stream channel-stats``); it needs the decomposition and W0's channels unit.
+
+Its report rows (read from the units, never recomputed): ``channels.csv`` (per transition, group and component:
+the energy share next to the channel share, the enrichment ratio with its interval and p-value),
+``channel_layers.csv`` and its figure, and ``channels_sft_rl.csv`` / ``.txt`` (:mod:`.channel_groups`, from
+what each unit keeps in ``channel_member.npz``)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import ClassVar, Optional
+
+from ...channels.transition_stats import LAYERS_FILE, STATS_FILE
+from ...forecast import work
+from ..context import PlanContext, Problems, RunContext
+from ..estimate import UnitForecast
+from ..rows import read_rows, rectangular
+from ..units import Unit, UnitParams
+from .base import Kind
+from .channel_groups import SFT_RL_TABLE, SFT_RL_TEXT, members, sft_rl_rows, sft_rl_text
+from .channels import channels_file, channels_unit, read_channel_set, selected
+from .decompose import unit_id as decompose_id
+
+FOLDER = "channel_stats"
+MEMBER_FILE = "channel_member.npz"  # what the SFT vs RL table reads of this transition (channels.groups.Member)
+TABLE, LAYERS_TABLE = "channels.csv", "channel_layers.csv"
+START_S = 0.1  # reading the store's channel arrays, the bootstrap, two CSVs
+
+
+class ChannelStatsParams(UnitParams):
+    """One transition's update energy on its W0's outlier channels: keyed by its decomposition's and that
+    channels unit's keys and the resampling; ``channels_out`` only says where the channels file is."""
+
+    kind: ClassVar[str] = "channel-stats"
+    transition: str
+    store_key: str
+    channels_key: str
+    channels_out: str
+    post_channels_out: Optional[str]   # W1's channels unit, for the Jaccard of the two sets (not in the key)
+    resamples: int
+    seed: int
+
+    def key_content(self) -> dict:
+        return {"store": self.store_key, "channels": self.channels_key, "resamples": self.resamples,
+                "seed": self.seed}
+
+
+def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
+    """One unit per transition the ``channels`` section selects (its problems are the channels kind's)."""
+    c = ctx.cfg.channels
+    chosen, _ = selected(ctx)
+    units = []
+    for tid in chosen:
+        tr = ctx.transitions[tid]
+        base = channels_unit(ctx, tr.parent)
+        post: Optional[Unit] = channels_unit(ctx, tr.child) if c.post_models else None
+        params = ChannelStatsParams(transition=tid, store_key=ctx.dec_key[tid], channels_key=base.key,
+                                    channels_out=base.out, post_channels_out=post.out if post else None,
+                                    resamples=c.resamples, seed=c.seed)
+        deps = (decompose_id(tid), base.id) + ((post.id,) if post else ())
+        units.append(Unit.of(f"channel-stats/{tid}", f"update energy of {tid} on {tr.parent}'s outlier channels",
+                             params, ctx.keyed(FOLDER, tid), deps))
+    return units, []
+
+
+def run(u: Unit, ctx: RunContext) -> dict:
+    """One transition's energy on its W0's outlier channels: channel_layers.csv, then channel_stats.csv."""
+    from ...channels.transition_stats import transition_channel_stats
+
+    p: ChannelStatsParams = u.params
+    store = Path(ctx.stores[p.transition])
+    base = read_channel_set(p.channels_out)
+    post = read_channel_set(p.post_channels_out)["channels"] if p.post_channels_out is not None else None
+    res = transition_channel_stats(store, base["channels"], draws=p.resamples, seed=p.seed,
+                                   hidden=base["hidden_size"], label=p.transition, post_channels=post,
+                                   what=str(channels_file(p.channels_out)))
+    Path(u.out).mkdir(parents=True, exist_ok=True)
+    res.member.save(Path(u.out) / MEMBER_FILE)  # before the marker: a finished unit always has it
+    files = res.write(Path(u.out))
+    if ctx.tracking.enabled:
+        from ...tracking.runs import log_channel_stats
+
+        log_channel_stats(store, res.rows, res.layers, files, ctx.tracking)
+    overall = {r["component"]: r for r in res.rows if r["group"] == "all"}
+    return {"channels": int(res.channels.size), "channel_share": res.channels.size / res.hidden,
+            **{f"share_{c}": _finite(r["energy_share"]) for c, r in overall.items()},
+            **{f"ratio_{c}": _finite(r["ratio"]) for c, r in overall.items()}}
+
+
+def _finite(x) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def seconds(matrices: int, hidden: int, draws: int, rates) -> float:
+    return START_S + work.channel_stats_work(matrices, hidden, draws) / rates.null_cells_s
+
+
+def estimate(u: Unit, facts) -> UnitForecast:
+    """The null's channel × draw × group cells at their measured rate."""
+    p: ChannelStatsParams = u.params
+    base, rates, write = facts.base_of(p.transition), facts.rates, facts.write(u)
+    if base.hidden is None or base.shapes is None or rates is None or not rates.null_cells_s:
+        return UnitForecast(u.id, u.kind, 0, write, None, None, f"hidden size {base.where}")
+    n = len(base.shapes)
+    return UnitForecast(u.id, u.kind, 0, write, work.channel_stats_ram(n, base.hidden),
+                        seconds(n, base.hidden, p.resamples, rates),
+                        f"{p.resamples} draws × {base.hidden} channels × {n} matrices")
+
+
+def report(plan, done: list[Unit], rep) -> None:
+    from ...stats.claims_sets import method_group
+
+    sft = plan.config.claims.sft_methods
+    for u in done:
+        tr = plan.transitions[u.params.transition]
+        step = plan.models[tr.child].parent == tr.parent
+        label = {"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "method": tr.method or "",
+                 "group_sft_rl": method_group(tr.method, sft) or "", "step": step}
+        rep.channels += [{**label, **{k: v for k, v in r.items() if k != "transition"}}
+                         for r in read_rows(Path(u.out) / STATS_FILE)]
+        rep.channel_layers += [{**label, **{k: v for k, v in r.items() if k != "transition"}}
+                               for r in read_rows(Path(u.out) / LAYERS_FILE)]
+    rep.channels = rectangular(rep.channels)
+    rep.channel_layers = rectangular(rep.channel_layers)
+    stats = plan.config.channels
+    rep.channels_sft_rl = sft_rl_rows(rep.channels, members(plan, done, MEMBER_FILE), draws=stats.resamples,
+                                      seed=stats.seed)
+
+
+def write(rep, put) -> None:
+    from ... import plots
+    from ...files import atomic_write_text
+
+    put(TABLE, rep.channels)
+    put(SFT_RL_TABLE, rep.channels_sft_rl)
+    put(LAYERS_TABLE, rep.channel_layers)
+    if rep.channels:
+        path = rep.folder / SFT_RL_TEXT
+        atomic_write_text(path, sft_rl_text(rep))
+        rep.files.append(path)
+    if rep.channel_layers:
+        rep.files.append(plots.channel_layer_shares(rep.channel_layers, rep.folder / "channel_layers.png"))
+
+
+KIND = Kind("channel-stats", ChannelStatsParams, plan, run, STATS_FILE, (TABLE, SFT_RL_TABLE, LAYERS_TABLE),
+            estimate=estimate, report=report, write=write)

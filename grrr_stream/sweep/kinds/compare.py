@@ -1,0 +1,150 @@
+"""``compare/<kind>/<a>--<b>``: one comparison of two transitions, sequential (base → parent then parent →
+child, in the base frame) or independent (two updates from their nearest common ancestor), with
+:func:`grrr_stream.run_comparisons`; its report rows: ``comparisons.csv`` and two figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal, Optional
+
+from ...dtypes import SIXTEEN_BIT
+from ...stats.run import COMPARISONS_TABLE
+from ..context import PlanContext, Problems, RunContext
+from ..rows import read_rows, rectangular
+from ..units import PlannedModel, Unit, UnitParams
+from .base import Kind, constant_estimate
+from .decompose import unit_id as decompose_id
+
+FOLDER = "comparisons"
+SECONDS = 8.0   # measured on the demo (2 CPU cores): not modelled by flops
+Pair = tuple[str, str, str, Optional[str]]  # (comparison kind, transition a, transition b, ancestor transition)
+
+
+class CompareParams(UnitParams):
+    """One comparison of two transitions (sequential, or independent from a common ancestor)."""
+
+    kind: ClassVar[str] = "compare"
+    comparison: Literal["sequential", "independent"]
+    a: str
+    b: str
+    ancestor: Optional[str]            # transition to the nearest common ancestor; None: the base
+    a_key: str
+    b_key: str
+    ancestor_key: Optional[str]
+    resamples: int
+    null_draws: int
+    seed: int
+    alpha: float
+
+    def key_content(self) -> dict:
+        anc = {} if self.comparison == "sequential" else {"ancestor": self.ancestor_key or "base"}
+        return {"kind": self.comparison, "a": self.a_key, "b": self.b_key, **anc, "resamples": self.resamples,
+                "null_draws": self.null_draws, "seed": self.seed, "alpha": self.alpha}
+
+
+def nearest_common_ancestor(ancestors_a: list[str], ancestors_b: list[str]) -> Optional[str]:
+    """The first of A's ancestors (nearest first) that is also B's."""
+    shared = set(ancestors_b)
+    return next((m for m in ancestors_a if m in shared), None)
+
+
+def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
+    s, dec_key = ctx.cfg.statistics, ctx.dec_key
+    if not (s.enabled and dec_key):
+        return [], []
+    from_base = {tr.child: tid for tid, tr in ctx.transitions.items() if tr.kind == "cumulative"}
+    pairs = ((_sequential_pairs(ctx.models, from_base) if s.sequential else [])
+             + (_independent_pairs(ctx.models, ctx.lineage, from_base) if s.independent else []))
+    units = [_unit(p, ctx, dec_key) for p in pairs if p[1] in dec_key and p[2] in dec_key]
+    return units, _difference_problems(ctx, pairs)
+
+
+def _sequential_pairs(models: dict[str, PlannedModel], from_base: dict[str, str]) -> list[Pair]:
+    """base → parent then parent → child, in the base frame, for every grandchild of a base."""
+    pairs: list[Pair] = []
+    for mid, m in models.items():
+        p = m.parent
+        if p is not None and p != m.base and p in from_base and mid in from_base:
+            pairs.append(("sequential", from_base[p], from_base[mid], None))
+    return pairs
+
+
+def _independent_pairs(models: dict[str, PlannedModel], lineage: dict[str, list[str]], from_base: dict[str, str]
+                       ) -> list[Pair]:
+    """Every pair of models neither of which descends from the other, at any depth, compared as their
+    updates from their nearest common ancestor (the base, or a shared parent)."""
+    pairs: list[Pair] = []
+    kids = sorted(from_base)
+    for i, a in enumerate(kids):
+        for b in kids[i + 1:]:
+            if models[a].chain != models[b].chain or a in lineage[b] or b in lineage[a]:
+                continue
+            anc = nearest_common_ancestor(lineage[a], lineage[b])
+            if anc == models[a].base:
+                pairs.append(("independent", from_base[a], from_base[b], None))
+            elif anc in from_base:
+                pairs.append(("independent", from_base[a], from_base[b], from_base[anc]))
+    return pairs
+
+
+def _difference_problems(ctx: PlanContext, pairs: list[Pair]) -> Problems:
+    """Comparisons that take differences of stored P (sequential ones, independent ones from a shared
+    parent) refuse stores that cannot give them."""
+    d = ctx.cfg.decomposition
+    if not any(kind == "sequential" or c is not None for kind, _, _, c in pairs):
+        return []
+    problems: Problems = []
+    if d.store_dtype in SIXTEEN_BIT:
+        problems.append(f"decomposition.store_dtype: {d.store_dtype} cannot feed sequential comparisons or "
+                        "independent ones from a shared parent (they take differences of stored P, which keep "
+                        "few bits in 16-bit floats): use store_dtype float32, or set statistics.sequential / "
+                        "statistics.independent to false")
+    if d.null_storage != "array":
+        problems.append("decomposition.null_storage: norms cannot feed sequential comparisons or independent "
+                        "ones from a shared parent (the increment's norm needs the null residual arrays): use "
+                        "null_storage array, or set statistics.sequential / statistics.independent to false")
+    return problems
+
+
+def _unit(pair: Pair, ctx: PlanContext, dec_key: dict[str, str]) -> Unit:
+    kind, a, b, c = pair
+    s, transitions = ctx.cfg.statistics, ctx.transitions
+    params = CompareParams(comparison=kind, a=a, b=b, ancestor=c, a_key=dec_key[a], b_key=dec_key[b],
+                           ancestor_key=dec_key[c] if c is not None else None, resamples=s.resamples,
+                           null_draws=s.null_draws, seed=s.seed, alpha=s.alpha)
+    if kind == "sequential":
+        label = f"compare {a} then {b} (sequential)"
+    else:
+        label = f"compare {a} vs {b} (independent, from {transitions[c].child if c else transitions[a].parent})"
+    deps = (decompose_id(a), decompose_id(b)) + ((decompose_id(c),) if c else ())
+    return Unit.of(f"compare/{kind}/{a}--{b}", label, params, ctx.keyed(FOLDER, f"{kind}-{a}--{b}"), deps)
+
+
+def run(u: Unit, ctx: RunContext) -> dict:
+    from ...stats.run import run_comparisons
+
+    p: CompareParams = u.params
+    ancestor = Path(ctx.stores[p.ancestor]) if p.ancestor else None
+    res = run_comparisons([(p.comparison, Path(ctx.stores[p.a]), Path(ctx.stores[p.b]), ancestor)], Path(u.out),
+                          resamples=p.resamples, null_draws=p.null_draws, seed=p.seed, alpha=p.alpha,
+                          scheduler=ctx.scheduler, tracking=ctx.tracking)
+    s = res.summaries[0]
+    return {k: s[k] for k in ("median_cos_off", "ci_lo", "ci_hi", "p_value", "verdict")}
+
+
+def report(plan, done: list[Unit], rep) -> None:
+    rep.comparisons = rectangular([{"comparison": u.id.split("/", 1)[1], **r} for u in done
+                                   for r in read_rows(Path(u.out) / COMPARISONS_TABLE)])
+
+
+def write(rep, put) -> None:
+    from ... import plots
+
+    put(COMPARISONS_TABLE, rep.comparisons)
+    if rep.comparisons:
+        rep.files.append(plots.cosine_medians(rep.comparisons, rep.folder / "offdiag_cosine_medians.png"))
+        rep.files.append(plots.norm_bars(rep.comparisons, rep.folder / "update_norms.png"))
+
+
+KIND = Kind("compare", CompareParams, plan, run, COMPARISONS_TABLE, (COMPARISONS_TABLE,),
+            estimate=constant_estimate(SECONDS), report=report, write=write)

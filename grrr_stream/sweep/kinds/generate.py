@@ -1,0 +1,67 @@
+"""``generate/tinychain``: train the built-in tiny chain (its models and its benchmark) for configs whose models
+are ``tinychain:NAME`` or whose evaluation reads the tiny chain's benchmark. The one kind that imports
+:mod:`grrr_stream.fixtures` (the demo's chain is a fixture the sweep can build)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import ClassVar
+
+from ...forecast import work
+from ..config import TinyChainSpec
+from ..context import PlanContext, Problems, RunContext
+from ..estimate import UnitForecast
+from ..units import Unit, UnitParams
+from .base import Kind
+
+MARKER = "chain.json"   # fixtures.tinychain writes it last
+FOLDER = "tinychain"
+UNIT_ID = "generate/tinychain"
+# measured on the demo (2 CPU cores): not modelled by flops
+SECONDS, QUICK_SECONDS = 200.0, 90.0
+
+
+class GenerateParams(UnitParams):
+    """Train the built-in tiny chain (its models and its benchmark)."""
+
+    kind: ClassVar[str] = "generate"
+    seed: int
+    quick: bool
+    chain_version: int  # tinychain.CHAIN_VERSION: a new training recipe gets new results
+
+    def key_content(self) -> dict:
+        return {"tinychain": self.chain_version, "seed": self.seed, "quick": self.quick}
+
+
+def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
+    from ...fixtures import tinychain
+
+    cfg = ctx.cfg
+    uses_tiny_bench = any(e.enabled and e.bench_dir == "tinychain" for e in (cfg.evaluation, *cfg.extra_evaluations))
+    if not (ctx.generated or uses_tiny_bench):
+        return [], []
+    bad = sorted(f"{mid} ({name})" for mid, name in ctx.generated.items() if name not in tinychain.MODELS)
+    problems = [f"tinychain sources name models {tinychain.MODELS}; got {bad}"] if bad else []
+    tc = cfg.tinychain or TinyChainSpec()
+    params = GenerateParams(seed=tc.seed, quick=tc.quick, chain_version=tinychain.CHAIN_VERSION)
+    folder = ctx.workdir.folder(FOLDER) / f"seed{tc.seed}{'-quick' if tc.quick else ''}"
+    label = f"train the tiny chain (seed {tc.seed}{', quick' if tc.quick else ''})"
+    return [Unit.of(UNIT_ID, label, params, lambda key: folder)], problems
+
+
+def run(u: Unit, ctx: RunContext) -> dict:
+    from ...fixtures.tinychain import build_chain
+
+    p: GenerateParams = u.params
+    build_chain(Path(u.out), seed=p.seed, quick=p.quick, progress=ctx.progress)
+    meta = json.loads((Path(u.out) / MARKER).read_text())
+    return {"accuracy": meta.get("accuracy"), "seconds": meta.get("seconds", {}).get("total")}
+
+
+def estimate(u: Unit, facts) -> UnitForecast:
+    return UnitForecast(u.id, u.kind, 0, facts.write(u), work.BASELINE_RAM,
+                        QUICK_SECONDS if u.params.quick else SECONDS, "constant (demo, 2 cores)")
+
+
+KIND = Kind("generate", GenerateParams, plan, run, MARKER, on_worker=True, estimate=estimate)

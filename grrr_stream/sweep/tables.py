@@ -1,0 +1,69 @@
+"""The sweep's tables: every finished unit's results gathered as typed rows (:class:`~.rows.Report`) and
+written to the workdir's report folder as CSV files and figures. The HTML page beside them is
+:mod:`grrr_stream.report`'s.
+
+Finished units keep their tables in their own folders (some written by an earlier invocation); each kind
+reads its units' tables into the report (its ``report`` hook) and writes its own tables (its ``write`` hook).
+:func:`write_report` returns the :class:`~.rows.Report`: the CLI prints its summary from that object and
+never reads the files back. Statistics are the units' own, read here; the one statistic across units,
+the claims over each suite's evaluated transitions and the SFT vs RL channel groups, is computed here (no
+unit owns a set of transitions).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .kinds import KINDS
+from .plan import Plan
+from .rows import UNITS_TABLE, Report, Row
+from .workdir import Workdir
+
+
+def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> Report:
+    """Sweep-level tables and figures in the workdir's report folder from the units that are done; the report
+    carries the files written and the claims summary (:func:`grrr_stream.stats.claims_sets.summarise`, one per
+    evaluation suite)."""
+    report = read_report(plan, states, records)
+    _write(report)
+    return report
+
+
+def read_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> Report:
+    """The report's rows, from the finished units of every kind."""
+    report = Report(Workdir(plan.workdir).report, units=_unit_rows(plan, states, records))
+    done = [u for u in plan.units if states.get(u.id) == "done"]
+    for name, kind in KINDS.items():
+        if kind.report is not None:
+            kind.report(plan, [u for u in done if u.kind == name], report)
+    return report
+
+
+def _unit_rows(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> list[Row]:
+    from .forecast import estimates
+
+    forecast = estimates(plan.workdir)  # the forecast made when the sweep started, next to the measured time
+    return [{"unit": u.id, "kind": u.kind, "state": states.get(u.id, "pending"),
+             "seconds": round(float((records.get(u.id) or {}).get("seconds") or 0.0), 2),
+             "forecast_seconds": None if forecast.get(u.id) is None else round(float(forecast[u.id]), 2),
+             "error": (records.get(u.id) or {}).get("error", "") if states.get(u.id) == "failed" else "",
+             "out": u.out} for u in plan.units]
+
+
+def _write(report: Report) -> None:
+    """The report's tables (those with rows) and figures: the units table, then each kind's."""
+    from ..files import atomic_write_text, to_csv
+
+    report.folder.mkdir(parents=True, exist_ok=True)
+
+    def put(name: str, rows: list[Row]) -> None:
+        if rows:
+            atomic_write_text(report.folder / name, to_csv(rows))
+            report.files.append(report.folder / name)
+
+    put(UNITS_TABLE, report.units)
+    for kind in KINDS.values():
+        if kind.write is not None:
+            kind.write(report, put)
+    for name, rows in report.extra.items():
+        put(name, rows)

@@ -1,0 +1,119 @@
+"""The sweep's seam: one module per kind of unit, one registry (KINDS), the workdir's names in one place.
+
+The registry is checked against the recipe of docs/ARCHITECTURE.md (so "add a kind = one module + one
+registry line" stays true), every workdir and marker name is spelled only by its owner, and a workdir
+written in the layout every earlier version wrote (records under .sweep/units, the kinds' markers) still
+reads as done.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from grrr_stream.sweep import plan_sweep, sweep_status
+from grrr_stream.sweep.config import load_sweep_config
+from grrr_stream.sweep.kinds import KINDS, TABLES
+from grrr_stream.sweep.kinds.base import Kind
+from grrr_stream.sweep.records import Records, unit_state
+
+ROOT = Path(__file__).resolve().parents[2]
+KINDS_DIR = ROOT / "grrr_stream" / "sweep" / "kinds"
+HELPERS = {"__init__", "base", "evaluate_report", "channel_groups"}  # modules of kinds/ that are no kind
+
+
+def _kind_modules() -> dict[str, Path]:
+    """kinds/<module>.py that end with a ``KIND = Kind(...)`` record → their path."""
+    out = {}
+    for p in sorted(KINDS_DIR.glob("*.py")):
+        tree = ast.parse(p.read_text())
+        if any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "KIND" for t in n.targets)
+               for n in tree.body):
+            out[p.stem] = p
+    return out
+
+
+def test_every_kind_module_is_registered_once_and_every_registered_kind_is_a_module():
+    mods = _kind_modules()
+    assert set(mods) == {p.stem for p in KINDS_DIR.glob("*.py")} - HELPERS
+    # the module of each registered kind is kinds/<name>.py ('-' written '_')
+    assert {k.run.__module__.rsplit(".", 1)[1] for k in KINDS.values()} == set(mods)
+    assert all(k.run.__module__.endswith("." + name.replace("-", "_")) for name, k in KINDS.items())
+    # one registry line per kind: `<module>.KIND,` in kinds/__init__.py
+    init = (KINDS_DIR / "__init__.py").read_text()
+    assert sorted(re.findall(r"^\s+(\w+)\.KIND,$", init, re.M)) == sorted(mods)
+    for name, k in KINDS.items():
+        assert isinstance(k, Kind) and k.params.kind == name and callable(k.plan) and callable(k.estimate)
+
+
+def test_the_architecture_recipe_names_what_the_registry_holds():
+    """docs/ARCHITECTURE.md's recipe for a new kind names the module, the registry line and every part of a
+    Kind the sweep reads (a part added to Kind and left out of the recipe fails here)."""
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    recipe = doc[doc.index("**A new unit kind in sweeps**"):]
+    recipe = recipe[:recipe.index("\n- **", 5)]
+    assert "`sweep/kinds/<kind>.py`" in recipe and "`KINDS`" in recipe and "one line" in recipe
+    for field in Kind.__dataclass_fields__:
+        assert re.search(rf"`{field}[`(]", recipe), f"the recipe does not name Kind.{field}"
+
+
+def _constants(path: Path) -> set[str]:
+    return {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)}
+
+
+def test_workdir_and_marker_names_are_spelled_by_their_owners_only():
+    """The workdir's names (sweep/workdir.py), the kinds' markers and report tables (their kind's module or the
+    library that writes them): no other module of the sweep, the CLI's sweep commands or the tracking layer
+    spells one."""
+    names = {".sweep", "forecast.json"} | {k.marker for k in KINDS.values() if k.marker} \
+        | set(TABLES)
+    pkg = ROOT / "grrr_stream"
+    others = [p for p in (pkg / "sweep").glob("*.py") if p.name not in ("workdir.py", "rows.py")]
+    others += [pkg / "cli" / "sweep.py", pkg / "cli" / "channel_stats.py", *(pkg / "tracking").glob("*.py")]
+    found = {f"{p.relative_to(ROOT)}: {n}" for p in others for n in _constants(p) & names}
+    assert not found, sorted(found)
+
+
+def test_an_old_workdir_reads_as_done(tmp_path):
+    """Records and markers written as every earlier version wrote them (spelled out here, not taken from the
+    code under test): each unit is done, and status says so."""
+    plan = plan_sweep(load_sweep_config(ROOT / "configs" / "demo.yaml", workdir=tmp_path / "w"))
+    old_markers = {"generate": "chain.json", "stats": "table_overall.csv", "compare": "comparisons.csv",
+                   "variant": "grrr_variant.json", "channels": "channels.json", "channel-stats": "channel_stats.csv"}
+    picked = {}
+    for u in plan.units:
+        if u.kind in old_markers and u.kind not in picked:
+            picked[u.kind] = u
+        if u.kind == "evaluate" and "evaluate" not in picked:
+            picked["evaluate"] = u
+        if u.kind == "decompose" and "decompose" not in picked:
+            picked["decompose"] = u
+    assert set(picked) == {*old_markers, "evaluate", "decompose"}  # every kind an earlier version wrote
+    for kind, u in picked.items():
+        out = Path(u.out)
+        out.mkdir(parents=True, exist_ok=True)
+        if kind == "evaluate":
+            (out / "evaluation.json").write_text(json.dumps(
+                {"metric": u.params.metric, "sampling": {"pass_k": u.params.sampling.pass_k,
+                                                         "maj_k": u.params.sampling.maj_k}}))
+        elif kind == "decompose":
+            (out / "zarr.json").write_text(json.dumps(
+                {"attributes": {"grrr_stream": {"complete": True, "matrices": ["m0", "m1"]}}}))
+            (out / "metrics.csv").write_text("name\nm0\nm1\n")
+            for m in ("m0", "m1"):
+                (out / "matrices" / m).mkdir(parents=True)
+        else:
+            (out / old_markers[kind]).write_text("{}")
+        record = tmp_path / "w" / ".sweep" / "units" / f"{u.id.replace('/', '__')}@{u.key[:12]}.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"id": u.id, "key": u.key, "status": "done", "seconds": 1.0}))
+    records = Records(plan.workdir)
+    assert {kind: unit_state(u, records)[0] for kind, u in picked.items()} == {k: "done" for k in picked}
+    rows = {r["unit"]: r["state"] for r in sweep_status(plan)}
+    assert all(rows[u.id] == "done" for u in picked.values())
+    # and a marker removed since is redone, not passed for done
+    (Path(picked["stats"].out) / "table_overall.csv").unlink()
+    assert unit_state(picked["stats"], records)[0] == "damaged"
