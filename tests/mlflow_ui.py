@@ -279,13 +279,6 @@ class Rest:
                 return out
 
 
-def compare_runs_url(uri: str, run_ids: Sequence[str], experiment_ids: Sequence[str]) -> str:
-    """The MLflow 3 UI's run-comparison page (hash router route /compare-runs, as built by the UI's
-    Routes.getCompareRunPageRoute: ?runs=<JSON list>&experiments=<JSON list>)."""
-    return (f"{uri.rstrip('/')}/#/compare-runs?runs={json.dumps(list(run_ids), separators=(',', ':'))}"
-            f"&experiments={json.dumps(list(experiment_ids), separators=(',', ':'))}")
-
-
 # ----------------------------------------------------------------------------- headless Chromium
 
 def find_chromium() -> Optional[str]:
@@ -528,6 +521,7 @@ READ_RUNS_TABLE = r"""
   const rows = {};
   for (const r of document.querySelectorAll('.ag-row')) {
     const row = rows[r.getAttribute('row-id')] = rows[r.getAttribute('row-id')] || {};
+    row['row-index'] = r.getAttribute('row-index');
     for (const c of r.querySelectorAll('[col-id]')) row[c.getAttribute('col-id')] = c.innerText.trim();
   }
   return rows;
@@ -546,12 +540,15 @@ def search_runs(browser: Chromium, expression: str) -> None:
                      session=True)
 
 
-def runs_table(browser: Chromium) -> dict[str, dict[str, str]]:
-    """The runs table with every nested run shown: run id → {"name", "dataset", "duration"} as displayed."""
+def runs_table(browser: Chromium) -> dict[str, dict]:
+    """The runs table with every nested run shown: run id → {"name", "dataset", "duration", "position" (the row's
+    place from the top), "metrics" (metric column → shown text)} as displayed."""
     browser.evaluate(EXPAND_NESTED_RUNS, timeout=60)
     rows = browser.evaluate(READ_RUNS_TABLE)
     return {rid: {"name": cells.get("attributes.`Run Name`", "").split("\n")[-1],
-                  "dataset": cells.get("attributes.`Dataset`", ""), "duration": cells.get("duration", "")}
+                  "dataset": cells.get("attributes.`Dataset`", ""), "duration": cells.get("duration", ""),
+                  "position": int(cells.get("row-index") or -1),
+                  "metrics": {k[len("metrics.`"):-1]: v for k, v in cells.items() if k.startswith("metrics.`")}}
             for rid, cells in rows.items()}
 
 

@@ -120,11 +120,14 @@ HEADLINE_COLUMNS = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos",     # a tr
 
 
 def view_state() -> str:
-    """The experiment's shared view (JSON, as MLflow's Share button stores it): the headline metrics as columns
-    and the runs oldest first, so that siblings are listed in the order the work ran (the plan's order)."""
-    return json.dumps({"orderByKey": "attributes.start_time", "orderByAsc": True,
-                       "selectedColumns": [f"metrics.`{m}`" for m in HEADLINE_COLUMNS] + ["attributes.`Dataset`"],
-                       "runsHiddenMode": "SHOW_ALL"}, separators=(",", ":"))
+    """The experiment's shared view (JSON, as MLflow's Share button stores it): the headline metrics as columns, in
+    this order, a run-name column wide enough for nested names, and the runs oldest first, so that siblings are
+    listed in the order the work ran (the plan's order)."""
+    columns = [f"metrics.`{m}`" for m in HEADLINE_COLUMNS] + ["attributes.`Dataset`"]
+    return json.dumps({"orderByKey": "attributes.start_time", "orderByAsc": True, "selectedColumns": columns,
+                       "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", "duration", *columns],
+                       "columnWidths": {"attributes.`Run Name`": 320}, "runsHiddenMode": "SHOW_ALL"},
+                      separators=(",", ":"))
 
 
 def _experiment_id(client, name: str, uri: str) -> str:

@@ -132,7 +132,8 @@ def log_stats(transitions: Sequence, long_rows: list[dict], out: Path, tracking:
               NOTE: f"Bootstrap summaries ({resamples} resamples over matrices) of {len(names)} transitions: "
                     f"{', '.join(names)}; the tables are its artifacts."},
         params={"transitions": ", ".join(names), "resamples": resamples, "seed": seed},
-        metrics=[("transitions", len(transitions), 0)],
+        metrics=[("transitions", len(transitions), 0)]
+        + ([("work_seconds", time.time() - started, 0)] if started is not None else []),
         start_ms=int(started * 1000) if started is not None else None,
         artifacts=[(f, None) for f in sorted(Path(out).glob("*.csv"))]))
     deliver(logs, tracking, out)
