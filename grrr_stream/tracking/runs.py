@@ -1,6 +1,8 @@
 """Every MLflow run grrr_stream logs, one function per kind: transition (its decomposition), stats,
 comparison, variant, evaluation and sweep. Each takes the typed results and settings of its work and
-a config.TrackingConfig; nothing else builds MLflow run names, tags, params or metrics. Each builds
+a config.TrackingConfig; nothing else builds MLflow run names, tags, params or metrics. The runs nest as the
+work does (sweep → transition → variant → evaluation; statistics and comparisons under the sweep), each with a
+one-sentence description and a handful of headline metrics at step 0; the detail goes to table artifacts. Each builds
 tracking.run_log.RunLog s (the intent: params, metrics, tags, artifact paths, measured times) and hands them to
 tracking.run_log.deliver, which logs them now or records them beside the result for later (``folder``): a
 tracking failure never fails the work. The MLflow client itself is tracking/mlflow_client.py."""
@@ -174,10 +176,10 @@ _COMPARISON = ("median_cos_off", "ci_lo", "ci_hi", "null_lo", "null_hi", "p_valu
 
 def log_channel_stats(store: Path, rows: list[dict], layer_rows: list[dict], files: Sequence[Path],
                       tracking: TrackingConfig) -> None:
-    """A transition's energy on its W0's outlier channels, on the transition's run: per group (all, reader,
-    writer, module=NAME) and component, ``channels/GROUP/COMPONENT/{energy_share,ratio,ci_lo,ci_hi,p_value}``;
-    ``channels/channel_share`` and ``channels/count``; the two CSV files (every group, per layer) as artifacts
-    under ``channels/``."""
+    """A transition's energy on its W0's outlier channels, on the transition's run: over all its matrices,
+    ``channels/COMPONENT/{energy_share,ratio}``, ``channels/channel_share`` and ``channels/count``; the two CSV
+    files (every group with its interval and p-value, every layer; ``layer_rows`` are that second file's) as
+    artifacts under ``channels/``."""
     from ..store.transition_store import StoredTransition
 
     t = StoredTransition(Path(store))

@@ -24,7 +24,7 @@ import pytest
 from grrr_stream.tracking.mlflow_client import compare_page, runs_page
 from mlflow_ui import (DEMO_EXPERIMENT, READ_REPORT, Chromium, Rest, Run, artifacts_dir, check_report_cells,
                        evaluate, find_chromium, parse_duration, populate, runs_table,
-                       scroll_to_metric, search_runs, serve)
+                       scroll_to_metric, search_runs, serve, show_metric_rows)
 
 NO_CHROMIUM = ("Debian chromium not found at /usr/bin/chromium or on PATH; "
                ".ci/run installs it with apt-get install chromium")
@@ -209,8 +209,11 @@ def test_compare_page_shows_two_transitions_headline_metrics_side_by_side(server
                 browser.navigate(url)
                 browser.wait_for(rendered, timeout=90)
             text = browser.text()
-            for metric in reversed(HEADLINE["transition"]):  # the first one ends on top of the Metrics table
+            for metric in HEADLINE["transition"]:
                 rows[metric] = scroll_to_metric(browser, metric)
+            # the screenshot: the Metrics table from f_diag on, names beside their values
+            aligned = show_metric_rows(browser, HEADLINE["transition"][0])
+            assert len(aligned) >= 2 and len(set(aligned)) == 1, aligned
         finally:
             with contextlib.suppress(Exception):
                 browser.screenshot(shot)
