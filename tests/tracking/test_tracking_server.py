@@ -345,6 +345,10 @@ def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_fil
         began, ended = rec["started"] * 1000, (rec["started"] + rec["seconds"]) * 1000
         assert sweep.start_ms - SPAN_SLACK_MS <= began and ended <= sweep.end_ms + SPAN_SLACK_MS, (rec, sweep)
 
+    # each evaluation spans its own variant's scoring (one engine, one variant after the other), not the batch's
+    first, second = sorted(kinds["evaluation"], key=lambda r: r.start_ms)
+    assert first.end_ms <= second.start_ms + SPAN_SLACK_MS, (first, second)
+
     # the Dataset column: each evaluation names its benchmark file and its digest (sha256 prefix)
     digest = hashlib.sha256(evaluated.read_bytes()).hexdigest()[:16]
     for rid, row in table.items():
