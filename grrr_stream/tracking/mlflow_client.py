@@ -1,11 +1,13 @@
 """The only module that touches MLflow.
 
-One run per transition, found again by a deterministic key stored in the tag
-``grrr.key``: rerunning a finished transition logs nothing new, and a run left
-unfinished by a crash is resumed rather than duplicated. A run's start and end
-times span the work it records (callers pass the measured start), the units of a
-sweep carry the sweep's tag ``grrr.sweep``, and the experiment is marked as a
-model-training one so that MLflow's UI shows it as runs rather than as GenAI traces.
+One run per unit of work, found again by a deterministic key stored in the tag
+``grrr.key``: rerunning finished work logs nothing new, and a run left unfinished by a
+crash is resumed rather than duplicated. A run's start and end times span the work it
+records (callers pass the measured start), the units of a sweep carry the sweep's tag
+``grrr.sweep`` and nest under its run (:meth:`TrackedRun.adopt`), and the experiment
+is marked as a model-training one and carries the view (:func:`view_state`) that the
+addresses the tool prints open (:func:`runs_page`, :func:`run_page`, :func:`compare_page`:
+MLflow 3.17's UI shows GenAI pages unless the address says otherwise).
 
 Every request runs under the limits of a TrackingConfig (:func:`limits`: seconds per request,
 retries), so an unreachable server costs seconds, not MLflow's default minutes; a fresh SQLite
