@@ -85,6 +85,7 @@ class EvaluationResult:
     prompt: dict = field(default_factory=dict)             # the prompt format every variant was asked in
     solved_lost: list[dict] = field(default_factory=list)  # problems full solves and a variant loses, and reverse
     metric: str = "avg"                                    # the accuracy the tables use
+    spans: dict = field(default_factory=dict)              # variant → (start, end) of its scoring, epoch seconds
 
 
 def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingConfig] = None, log=print,
@@ -100,6 +101,7 @@ def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingCon
     ev = _prepare(request, log)
     scores = _score_variants(ev, engine_factory or Engine, log)
     res = _tabulate(ev, scores, log)
+    res.spans = scores.spans
     res.files = _write_tables(ev, res)
     _write_problem_tables(ev, scores.keys_of)
     res.files.append(_write_record(ev, res))
@@ -171,6 +173,7 @@ class _Scores:
     results: dict[str, list[BenchmarkResult]] = field(default_factory=dict)  # variant → one per benchmark
     fidelity: dict[str, dict] = field(default_factory=dict)                   # variant → fidelity summary
     keys_of: dict[str, dict[str, str]] = field(default_factory=dict)          # variant → benchmark → key
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)       # variant → its scoring's start, end
 
 
 class _EngineSlot:
@@ -207,7 +210,9 @@ def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _S
     scores, slot = _Scores(), _EngineSlot(make_engine, ev)
     try:
         for name in order:
+            began = time.time()  # each variant's own time (an engine it starts included), for its MLflow run
             _score_variant(ev, name, slot, scores, log)
+            scores.spans[name] = (began, time.time())
     finally:
         slot.close()
     return scores

@@ -168,18 +168,16 @@ def mlflow_links(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[
     http(s) tracking URI, else the local UI that `mlflow ui --backend-store-uri URI` serves."""
     if tracking is None or not tracking.enabled:
         return None
-    from ..tracking.mlflow_client import resolve_uri, runs_page
+    from ..tracking.mlflow_client import resolve_uri, run_page, runs_page
 
     uri = resolve_uri(tracking.uri)
     served = uri.startswith(("http://", "https://"))
     ui = uri.rstrip("/") if served else "http://127.0.0.1:5000"
     exp = next((r["experiment_id"] for r in runs if r.get("experiment_id")), None)
     run_id = run_id or next((r["run_id"] for r in runs if r.get("kind") == "sweep"), None)
-    # the tracking owner's address of the runs table (it carries the query that opens MLflow's UI in its
-    # training mode); a run's page is that address with /runs/ID before the query
+    # the tracking owner's addresses: they carry the query that opens MLflow's UI in its training mode
     page = runs_page(ui, exp) if exp else ""
-    base, q, query = page.partition("?")
-    link = (lambda rid: f"{base}/runs/{rid}{q}{query}") if exp else (lambda rid: "")
+    link = (lambda rid: run_page(ui, exp, rid)) if exp else (lambda rid: "")
     return {"uri": uri, "experiment": tracking.experiment, "ui": ui, "served": served, "run_id": run_id or "",
             "experiment_link": page, "run_link": link(run_id) if run_id else "",
             "runs": [{**r, "link": link(r["run_id"])} for r in runs],

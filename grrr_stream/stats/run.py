@@ -30,6 +30,8 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
     """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``."""
     from . import summaries as stats
 
+    started = time.time()  # the statistics' MLflow run, opened after them, starts here
+
     transitions = [StoredTransition(Path(s)) for s in stores]
     long_rows = stats.summary_tables(transitions, resamples=resamples, seed=seed, scheduler=scheduler)
     out = ensure_folder(Path(out), "--out")
@@ -41,7 +43,7 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
         atomic_write_text(out / name, to_csv(rows))
         files.append(out / name)
     if runs.enabled(tracking):
-        runs.log_stats(transitions, long_rows, out, tracking, resamples=resamples, seed=seed)
+        runs.log_stats(transitions, long_rows, out, tracking, resamples=resamples, seed=seed, started=started)
     return StatsResult(out, long_rows, files)
 
 

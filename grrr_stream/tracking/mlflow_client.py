@@ -1,11 +1,13 @@
 """The only module that touches MLflow.
 
-One run per transition, found again by a deterministic key stored in the tag
-``grrr.key``: rerunning a finished transition logs nothing new, and a run left
-unfinished by a crash is resumed rather than duplicated. A run's start and end
-times span the work it records (callers pass the measured start), the units of a
-sweep carry the sweep's tag ``grrr.sweep``, and the experiment is marked as a
-model-training one so that MLflow's UI shows it as runs rather than as GenAI traces.
+One run per unit of work, found again by a deterministic key stored in the tag
+``grrr.key``: rerunning finished work logs nothing new, and a run left unfinished by a
+crash is resumed rather than duplicated. A run's start and end times span the work it
+records (callers pass the measured start), the units of a sweep carry the sweep's tag
+``grrr.sweep`` and nest under its run (:meth:`TrackedRun.adopt`), and the experiment
+is marked as a model-training one and carries the view (:func:`view_state`) that the
+addresses the tool prints open (:func:`runs_page`, :func:`run_page`, :func:`compare_page`:
+MLflow 3.17's UI shows GenAI pages unless the address says otherwise).
 
 Every request runs under the limits of a TrackingConfig (:func:`limits`: seconds per request,
 retries), so an unreachable server costs seconds, not MLflow's default minutes; a fresh SQLite
@@ -16,6 +18,7 @@ on its schema. What to log, and what happens when it cannot be logged, is :mod:`
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import time
@@ -33,6 +36,12 @@ SWEEP_TAG = "grrr.sweep"
 KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
 _GUESSED_KINDS = {"", "no_inferred_type", "genai_development_inferred", "custom_model_development_inferred"}
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's nesting: the runs table shows a run under this one
+NOTE_TAG = "mlflow.note.content"   # a run's description (the run page's "Description")
+# The experiment's view that every address this tool prints opens (MLflow's "Share" view state, an experiment
+# tag read by the runs page's ``viewStateShareKey`` parameter): the headline columns, oldest run first.
+VIEW_KEY = "grrr"
+VIEW_TAG = "mlflow.sharedViewState." + VIEW_KEY
 DATASET_CONTEXT_TAG = "mlflow.data.context"  # what mlflow.log_input(..., context=...) writes
 DIGEST_CHARS = 16  # MLflow stores at most 36 characters of a dataset digest; the full sha256 goes in its profile
 _BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
@@ -104,6 +113,25 @@ def client(uri: str):
     return made
 
 
+# The runs table's columns in the view (VIEW_TAG): each kind of run's headline metrics (runs.py logs them under
+# these names), then the Dataset column (an evaluation's benchmarks). Ids as the UI builds them: TYPE.`NAME`.
+HEADLINE_COLUMNS = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos",     # a transition (means over its matrices)
+                    "fidelity",                                          # a variant
+                    "average", "retention", "minus_full", "minus_full_ci_lo", "minus_full_ci_hi",  # an evaluation
+                    "median_cos_off", "ci_lo", "ci_hi", "p_value")       # a comparison
+
+
+def view_state() -> str:
+    """The experiment's shared view (JSON, as MLflow's Share button stores it): the headline metrics as columns, in
+    this order, a run-name column wide enough for nested names, and the runs oldest first, so that siblings are
+    listed in the order the work ran (the plan's order)."""
+    columns = [f"metrics.`{m}`" for m in HEADLINE_COLUMNS] + ["attributes.`Dataset`"]
+    return json.dumps({"orderByKey": "attributes.start_time", "orderByAsc": True, "selectedColumns": columns,
+                       "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", "duration", *columns],
+                       "columnWidths": {"attributes.`Run Name`": 320}, "runsHiddenMode": "SHOW_ALL"},
+                      separators=(",", ":"))
+
+
 def _experiment_id(client, name: str, uri: str) -> str:
     exp = client.get_experiment_by_name(name)
     if exp is not None:
@@ -111,6 +139,8 @@ def _experiment_id(client, name: str, uri: str) -> str:
             client.restore_experiment(exp.experiment_id)
         if exp.tags.get(KIND_TAG, "") in _GUESSED_KINDS:  # created by an older grrr-stream, or by hand
             client.set_experiment_tag(exp.experiment_id, KIND_TAG, TRAINING_KIND)
+        if exp.tags.get(VIEW_TAG) != view_state():  # older grrr-stream, or other columns
+            client.set_experiment_tag(exp.experiment_id, VIEW_TAG, view_state())
         return exp.experiment_id
     artifact_location = None
     if uri.startswith("sqlite:///"):
@@ -118,7 +148,8 @@ def _experiment_id(client, name: str, uri: str) -> str:
         db = Path(uri[len("sqlite:///"):])
         artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
     try:
-        return client.create_experiment(name, artifact_location=artifact_location, tags={KIND_TAG: TRAINING_KIND})
+        return client.create_experiment(name, artifact_location=artifact_location, tags={KIND_TAG: TRAINING_KIND,
+                                                                                    VIEW_TAG: view_state()})
     except Exception:  # noqa: BLE001 - another process created it first: use theirs
         exp = client.get_experiment_by_name(name)
         if exp is None:
@@ -130,10 +161,12 @@ class TrackedRun:
     """A handle on the MLflow run of one unit of work (transition, comparison, ...)."""
 
     def __init__(self, client, run_id: str, complete: bool, existing_params: dict[str, str],
-                 existing_metrics: Iterable[str] = ()):
+                 existing_metrics: Iterable[str] = (), created: bool = False, experiment_id: str = ""):
         self.client = client
         self.run_id = run_id
         self.complete = complete
+        self.created = created  # made by this handle (not found by its key)
+        self.experiment_id = experiment_id
         self._params = dict(existing_params)
         self._metric_keys = set(existing_metrics)  # metrics an earlier, interrupted attempt logged
         self._added = False  # whether this handle logged a param, metric or dataset
@@ -210,6 +243,23 @@ class TrackedRun:
             self.client.log_inputs(self.run_id, datasets=new)
             self._added = True
 
+    def close_placeholder(self, end_ms: int) -> None:
+        """End a run opened only as a parent (its own work not logged yet): FINISHED, but not marked complete,
+        so that the work's own logging later fills and completes it; not left "running" meanwhile."""
+        self.client.set_terminated(self.run_id, "FINISHED", end_time=end_ms)
+
+    def adopt(self, sweep: str, kinds: Iterable[str]) -> int:
+        """Nest under this run every run of the sweep ``sweep`` (tag ``grrr.sweep``) whose kind (tag
+        ``grrr.kind``) is one of ``kinds`` and that is not under it yet; how many were moved. A run that a later
+        sweep reuses moves to that sweep's run (a run has one parent, and the sweep tag names the last sweep)."""
+        moved = 0
+        for r in _search(self.client, [self.experiment_id], f"tags.`{SWEEP_TAG}` = '{_quote(sweep)}'"):
+            if (r.info.run_id != self.run_id and r.data.tags.get("grrr.kind") in set(kinds)
+                    and r.data.tags.get(PARENT_TAG) != self.run_id):
+                self.client.set_tag(r.info.run_id, PARENT_TAG, self.run_id)
+                moved += 1
+        return moved
+
     def finish(self, end_ms: Optional[int] = None) -> None:
         """Mark the run complete; it ends at ``end_ms`` (when its work ended; default now). A finished
         run that this rerun added nothing to keeps its end time (a rerun is no work of the run's)."""
@@ -227,23 +277,69 @@ def prepare(uri: Optional[str], experiment: str) -> str:
     return _experiment_id(client(uri), experiment, uri)
 
 
+# MLflow 3.17's UI picks its pages from its own GenAI / Model training switch (kept per browser in localStorage,
+# GenAI until changed), never from the experiment's kind (mlflow.experimentKind is read only while that switch is
+# off, and it is always on): GenAI opens an experiment on the traces overview. This parameter sets the switch
+# for the page it opens, so every address the tool prints carries it.
+TRAINING = "workflowType=machine_learning"
+
+
 def runs_page(ui: str, experiment_id: str) -> str:
-    """The address of the experiment in MLflow's UI at ``ui`` that opens on its runs table. The UI of
-    MLflow 3.17 picks an experiment's first page from its own GenAI / Model training switch (kept per
-    browser, GenAI until changed), not from the experiment's kind, and GenAI opens on the traces
-    overview; the parameter sets that switch to Model training."""
-    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}?workflowType=machine_learning"
+    """The address of the experiment in MLflow's UI at ``ui`` that opens on its runs table in Model training mode,
+    with the tool's view (:func:`view_state`: headline columns, oldest run first)."""
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?{TRAINING}&viewStateShareKey={VIEW_KEY}"
+
+
+def run_page(ui: str, experiment_id: str, run_id: str) -> str:
+    """The address of one run's page in Model training mode."""
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING}"
+
+
+def compare_page(ui: str, experiment_id: str, run_ids: Iterable[str]) -> str:
+    """The address of MLflow's Compare page of ``run_ids`` (the UI's route /compare-runs, as its
+    Routes.getCompareRunPageRoute builds it), in Model training mode."""
+    runs = json.dumps(list(run_ids), separators=(",", ":"))
+    return f"{ui.rstrip('/')}/#/compare-runs?runs={runs}&experiments=[\"{experiment_id}\"]&{TRAINING}"
+
+
+def _quote(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _search(mlc, experiment_ids: list[str], filter_string: str, max_results: int = 5000) -> list:
+    """Every run matching ``filter_string`` (pages followed)."""
+    out, token = [], None
+    while True:
+        page = mlc.search_runs(experiment_ids, filter_string=filter_string, max_results=min(max_results, 1000),
+                               page_token=token)
+        out += list(page)
+        token = page.token
+        if not token or len(out) >= max_results:
+            return out
+
+
+def find_runs(uri: Optional[str], experiment: str, filter_string: str) -> tuple[str, list[dict]]:
+    """The experiment's id and the runs matching ``filter_string``: run_id, name, kind (tag grrr.kind), status,
+    parent (run id or ''), start and end (ms)."""
+    uri = resolve_uri(uri)
+    mlc = client(uri)
+    exp_id = _experiment_id(mlc, experiment, uri)
+    return exp_id, [{"run_id": r.info.run_id, "name": r.info.run_name, "kind": r.data.tags.get("grrr.kind", ""),
+                     "status": r.info.status, "parent": r.data.tags.get(PARENT_TAG, ""),
+                     "start_ms": r.info.start_time, "end_ms": r.info.end_time}
+                    for r in _search(mlc, [exp_id], filter_string)]
 
 
 def open_run(*, uri: Optional[str], experiment: str, key: str, run_name: str,
              tags: Optional[dict[str, str]] = None, parent_run_id: Optional[str] = None,
-             start_ms: Optional[int] = None, sweep: Optional[str] = None) -> TrackedRun:
+             start_ms: Optional[int] = None, sweep: Optional[str] = None, resume: bool = True) -> TrackedRun:
     """Find the run tagged with ``key`` or create it.
 
     ``start_ms``: when the work this run records began (a new run starts then, not now, since most
     callers log after the work). A resumed run keeps the start of its first attempt, so its span
     covers every attempt. ``sweep``: the sweep this work belongs to, the tag ``grrr.sweep``; it is
-    set on a found run too (finished or not), so that a sweep that reuses earlier work finds it."""
+    set on a found run too (finished or not), so that a sweep that reuses earlier work finds it. ``resume``:
+    an unfinished run found is marked running again (False: a run only opened as a parent stays as it is)."""
     uri = resolve_uri(uri)
     mlc = client(uri)
     exp_id = _experiment_id(mlc, experiment, uri)
@@ -253,16 +349,25 @@ def open_run(*, uri: Optional[str], experiment: str, key: str, run_name: str,
         found.sort(key=lambda r: (r.data.tags.get(COMPLETE_TAG) != "true", r.info.start_time))
         run = found[0]
         complete = run.data.tags.get(COMPLETE_TAG) == "true"
-        if not complete and run.info.status != "RUNNING":
+        if resume and not complete and run.info.status != "RUNNING":
             mlc.update_run(run.info.run_id, status="RUNNING")
         if sweep and run.data.tags.get(SWEEP_TAG) != sweep:
             mlc.set_tag(run.info.run_id, SWEEP_TAG, sweep)
-        return TrackedRun(mlc, run.info.run_id, complete, run.data.params, set(run.data.metrics))
+        # the name and description of an older version's run are brought up to date
+        if run.info.run_name != run_name:
+            mlc.update_run(run.info.run_id, name=run_name)
+        note = (tags or {}).get(NOTE_TAG)
+        if note and run.data.tags.get(NOTE_TAG) != note:
+            mlc.set_tag(run.info.run_id, NOTE_TAG, note)
+        if parent_run_id and run.data.tags.get(PARENT_TAG) != parent_run_id:  # nested as the work nests now
+            mlc.set_tag(run.info.run_id, PARENT_TAG, parent_run_id)
+        return TrackedRun(mlc, run.info.run_id, complete, run.data.params, set(run.data.metrics),
+                          experiment_id=exp_id)
     all_tags = {KEY_TAG: key, **(tags or {})}
     if parent_run_id:
-        all_tags["mlflow.parentRunId"] = parent_run_id
+        all_tags[PARENT_TAG] = parent_run_id
     if sweep:
         all_tags[SWEEP_TAG] = sweep
     run = mlc.create_run(exp_id, start_time=start_ms, run_name=run_name, tags=all_tags)
-    return TrackedRun(mlc, run.info.run_id, False, {})
+    return TrackedRun(mlc, run.info.run_id, False, {}, created=True, experiment_id=exp_id)
 

@@ -41,8 +41,9 @@ def metric_name(name: object) -> str:
 
 @dataclass
 class RunLog:
-    """Everything one MLflow run is to receive. ``parent``: the (key, name, tags) of the run it nests
-    in, found or created; ``once``: a run already complete receives nothing; ``first_metrics`` and
+    """Everything one MLflow run is to receive. ``parent``: the (key, name, tags and its own ``parent``) of the
+    run it nests in, found or created; ``adopt``: kinds of this sweep's runs (``sweep``) to nest under this
+    run; ``once``: a run already complete receives nothing; ``first_metrics`` and
     ``tables`` go only to a run not complete before; ``changed_metrics_only``: a metric whose latest
     logged value is the same is not logged again (reruns add no history)."""
 
@@ -65,6 +66,7 @@ class RunLog:
     datasets: list = field(default_factory=list)         # [name, sha256, file, rows, context]
     tables: list = field(default_factory=list)           # [csv file, artifact file]
     finish: bool = True
+    adopt: list = field(default_factory=list)            # kinds of the sweep's runs nested under this one
 
     def __post_init__(self) -> None:
         # MLflow keeps params and tags as text and metrics as (name, float, int step): the same values
@@ -88,14 +90,30 @@ class RunLog:
         return d
 
 
+def _open_parents(log: RunLog, ref: Optional[dict], made: list) -> Optional[str]:
+    """The run id of ``ref`` (a parent: key, name, tags, its own parent), found or created with its parents;
+    runs created here (placeholders: their own work is not logged yet) are appended to ``made``."""
+    if not ref:
+        return None
+    grand = _open_parents(log, ref.get("parent"), made)
+    run = trk.open_run(uri=log.uri, experiment=log.experiment, key=ref["key"], run_name=ref["name"],
+                       tags=ref.get("tags"), parent_run_id=grand, start_ms=log.start_ms, sweep=log.sweep,
+                       resume=False)
+    if run.created:
+        made.append(run)
+    return run.run_id
+
+
 def apply(log: RunLog) -> str:
     """Log ``log`` to its run (found by key, else created); the run's id."""
-    parent_id = None
-    if log.parent:
-        parent_id = trk.open_run(uri=log.uri, experiment=log.experiment, key=log.parent["key"],
-                                 run_name=log.parent["name"], tags=log.parent.get("tags"), sweep=log.sweep).run_id
+    made: list = []
+    parent_id = _open_parents(log, log.parent, made)
     run = trk.open_run(uri=log.uri, experiment=log.experiment, key=log.key, run_name=log.name, tags=log.tags,
                        parent_run_id=parent_id, start_ms=log.start_ms, sweep=log.sweep)
+    for placeholder in made:  # a parent made for this run ends with it (finished, not complete)
+        placeholder.close_placeholder(log.end_ms)
+    if log.adopt and log.sweep:
+        run.adopt(log.sweep, log.adopt)
     if run.complete and log.once:
         return run.run_id
     was_complete = run.complete

@@ -1,6 +1,8 @@
 """Every MLflow run grrr_stream logs, one function per kind: transition (its decomposition), stats,
 comparison, variant, evaluation and sweep. Each takes the typed results and settings of its work and
-a config.TrackingConfig; nothing else builds MLflow run names, tags, params or metrics. Each builds
+a config.TrackingConfig; nothing else builds MLflow run names, tags, params or metrics. The runs nest as the
+work does (sweep → transition → variant → evaluation; statistics and comparisons under the sweep), each with a
+one-sentence description and a handful of headline metrics at step 0; the detail goes to table artifacts. Each builds
 tracking.run_log.RunLog s (the intent: params, metrics, tags, artifact paths, measured times) and hands them to
 tracking.run_log.deliver, which logs them now or records them beside the result for later (``folder``): a
 tracking failure never fails the work. The MLflow client itself is tracking/mlflow_client.py."""
@@ -11,10 +13,10 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..config import TrackingConfig, stable_hash
-from ..files import atomic_write_text, read_csv, to_csv
+from ..files import atomic_write_text, to_csv
 from ..runtime.device import resolve_device
 from . import mlflow_client as trk
 from .run_log import RunLog, deliver
@@ -35,6 +37,14 @@ def _one(logs: list[RunLog], tracking: TrackingConfig, folder: Optional[Path]) -
     return ids[-1] if ids else None
 
 
+NOTE = trk.NOTE_TAG
+
+
+def transition_name(manifest: dict) -> str:
+    """A transition's one spelling in MLflow: its two models' folder names, "base → sft"."""
+    return f"{Path(manifest['base']).name} → {Path(manifest['post']).name}"
+
+
 def _numbers(items) -> list[tuple[str, float, int]]:
     """(name, value, 0) of the finite numbers (not bools) among (name, value) pairs."""
     return [(k, v, 0) for k, v in items if isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -49,9 +59,16 @@ def transition_ref(t) -> dict:
     """Key, name and tags of a stored transition's run: found, or created unfinished if the decomposition
     was not tracked (a later tracked `decompose` of the same transition completes it)."""
     m = t.manifest
-    return {"key": transition_key(m["identity"]), "name": f"{m['base']} → {m['post']}",
-            "tags": {"grrr.kind": "transition", "grrr.chain": m.get("chain") or "",
-                     "grrr.method": m.get("method") or ""}}
+    return {"key": transition_key(m["identity"]), "name": transition_name(m),
+            "tags": _transition_tags(m, m.get("chain"), m.get("method"))}
+
+
+def _transition_tags(manifest: dict, chain: Optional[str], method: Optional[str]) -> dict:
+    name = transition_name(manifest)
+    how = f" ({method})" if method else ""
+    return {"grrr.kind": "transition", "grrr.chain": chain or "", "grrr.method": method or "",
+            NOTE: f"The update {name}{how} decomposed in the base's singular frame: metrics are means over its "
+                  f"matrices; per-matrix values in metrics.csv, per module in summary.csv."}
 
 
 def log_decomposition(cfg, store, manifest: dict, rows: list[dict], summary: dict, started_ms: int,
@@ -68,38 +85,28 @@ def log_decomposition(cfg, store, manifest: dict, rows: list[dict], summary: dic
         **manifest["identity"],
         **{f"version.{k}": v for k, v in manifest["versions"].items()},
     }
-    metrics = _decomposition_metrics(rows, summary)
+    metrics = _decomposition_metrics(summary)
     metrics.append(("work_seconds", seconds, 0))  # this attempt's decomposition, before any logging
+    # the detail: per matrix (metrics.csv) and per module and expert scope (summary.csv), shown as tables
     artifacts = [(store.path / f, None) for f in ("metrics.csv", "summary.csv", "summary.json")]
     artifacts += [(f, "figures") for f in sorted((store.path / "figures").glob("*.png"))]
-    log = RunLog.of(cfg.tracking, key=transition_key(manifest["identity"]),
-                    name=f"{Path(cfg.base).name} → {Path(cfg.post).name}",
-                    tags={"grrr.kind": "transition", "grrr.chain": cfg.chain or "", "grrr.method": cfg.method or ""},
+    log = RunLog.of(cfg.tracking, key=transition_key(manifest["identity"]), name=transition_name(manifest),
+                    tags=_transition_tags(manifest, cfg.chain, cfg.method),
                     start_ms=started_ms, params=params, metrics=metrics, artifacts=artifacts)
     return _one([log], cfg.tracking, store.path)
 
 
-_PER_MATRIX = ("f_diag", "f_off", "f_null", "r_delta", "delta_fro", "sv_cos", "delta_max",
-               "sr_w0", "sr_delta", "sr_w1", "dsr_pct", "alpha")
+# A transition's headline metrics: means over all its matrices (summary scope "all"), under their plain names
+# (the runs table's columns, mlflow_client.HEADLINE_COLUMNS); the rest of the summary's means are kept too, few.
+_HEADLINE = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos")
+_ALSO = ("delta_fro", "delta_max", "dsr_pct", "alpha")
 
 
-def _decomposition_metrics(rows: list[dict], summary: dict) -> list[tuple[str, float, int]]:
-    metrics: list[tuple[str, float, int]] = []
-    for r in rows:
-        if r.get("expert") is not None:
-            # one series per (metric, module) with the layer as step has no place for E experts a layer; their
-            # values are in metrics.csv (logged below) and aggregated in the per-module and per-expert scopes
-            continue
-        metrics += [(f"{k}/{r['module']}", r[k], r["layer"]) for k in _PER_MATRIX if math.isfinite(r[k])]
-    for scope, srow in summary["scopes"].items():
-        suffix = "" if scope == "all" else f"/{scope}"
-        for k in summary["metrics"]:
-            if f"{k}_mean" in srow:  # a metric some modules lack (an angle above their size)
-                metrics.append((f"mean/{k}{suffix}", srow[f"{k}_mean"], 0))
-                metrics.append((f"std/{k}{suffix}", srow[f"{k}_std"], 0))
-        # update sparsity: pooled over the scope's entries (geometry.analyses.pooled_sparsity), not a mean
-        metrics += [(f"pooled/{k[:-7]}{suffix}", v, 0) for k, v in srow.items() if k.endswith("_pooled")]
-    return metrics
+def _decomposition_metrics(summary: dict) -> list[tuple[str, float, int]]:
+    """The means over every matrix of the transition (no per-matrix or per-module series: those are the
+    artifacts metrics.csv and summary.csv, shown as tables)."""
+    overall = summary["scopes"].get("all", {})
+    return _numbers((k, overall.get(f"{k}_mean")) for k in _HEADLINE + _ALSO)
 
 
 # ---------------------------------------------------------------------------
@@ -107,8 +114,9 @@ def _decomposition_metrics(rows: list[dict], summary: dict) -> list[tuple[str, f
 
 
 def log_stats(transitions: Sequence, long_rows: list[dict], out: Path, tracking: TrackingConfig, *,
-              resamples: int, seed: int) -> None:
-    """Each transition's bootstrap summaries as artifacts of its run."""
+              resamples: int, seed: int, started: Optional[float] = None) -> None:
+    """Each transition's bootstrap summaries as artifacts of its run, and a statistics run (nested under its sweep's
+    run) with the tables over all of them; ``started``: when the statistics began (epoch seconds)."""
     logs = []
     for t in transitions:
         ref = transition_ref(t)
@@ -118,6 +126,18 @@ def log_stats(transitions: Sequence, long_rows: list[dict], out: Path, tracking:
         atomic_write_text(tdir / f"stats_summary_resamples{resamples}_seed{seed}.csv", to_csv(mine))
         logs.append(RunLog.of(tracking, **ref, once=False, finish=False,
                               artifacts=[(f, "stats") for f in sorted(tdir.iterdir())]))
+    names = [transition_name(t.manifest) for t in transitions]
+    settings = {"transitions": [t.manifest["identity"] for t in transitions], "resamples": resamples, "seed": seed}
+    logs.append(RunLog.of(
+        tracking, key="statistics-" + stable_hash(settings, 24), name="statistics",
+        tags={"grrr.kind": "statistics",
+              NOTE: f"Bootstrap summaries ({resamples} resamples over matrices) of {len(names)} transitions: "
+                    f"{', '.join(names)}; the tables are its artifacts."},
+        params={"transitions": ", ".join(names), "resamples": resamples, "seed": seed},
+        metrics=[("transitions", len(transitions), 0)]
+        + ([("work_seconds", time.time() - started, 0)] if started is not None else []),
+        start_ms=int(started * 1000) if started is not None else None,
+        artifacts=[(f, None) for f in sorted(Path(out).glob("*.csv"))]))
     deliver(logs, tracking, out)
 
 
@@ -138,32 +158,37 @@ def log_comparison(comp, a, b, c, summary: dict, files: Sequence[Path], tracking
                     "frame_settings": json.dumps(a.manifest["settings"], sort_keys=True),
                     "statistic": "median cos_off", "resamples": resamples, "null_draws": null_draws,
                     "seed": seed, "alpha": alpha}
-    metrics = ([(k, v, 0) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-               + [(f"cos_off/{r['module']}", r["cos_off"], r["layer"]) for r in comp.rows]
-               + [("work_seconds", seconds, 0)])
-    log = RunLog.of(tracking, key="comparison-" + stable_hash(settings, 24), name=summary["label"],
-                    tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind}, start_ms=int(started * 1000),
+    # headline numbers only; the per-matrix cosines are the artifact *_per_matrix.csv
+    metrics = _numbers((k, summary.get(k)) for k in _COMPARISON) + [("work_seconds", seconds, 0)]
+    name_a, name_b = transition_name(a.manifest), transition_name(b.manifest)
+    note = (f"The {comp.kind} comparison of the updates {name_a} and {name_b}: median over matrices of the cosine "
+            f"of their off-diagonal parts, with its bootstrap interval and the isotropic null band.")
+    log = RunLog.of(tracking, key="comparison-" + stable_hash(settings, 24), name=f"{comp.kind}: {name_a} vs {name_b}",
+                    tags={"grrr.kind": "comparison", "grrr.comparison": comp.kind, NOTE: note},
+                    start_ms=int(started * 1000),
                     params=params, metrics=metrics,
                     set_tags={"grrr.verdict": comp.null.verdict}, artifacts=[(f, None) for f in files])
     return _one([log], tracking, Path(files[0]).parent if files else None)
 
 
+_COMPARISON = ("median_cos_off", "ci_lo", "ci_hi", "null_lo", "null_hi", "p_value", "n_matrices")
+
+
 def log_channel_stats(store: Path, rows: list[dict], layer_rows: list[dict], files: Sequence[Path],
                       tracking: TrackingConfig) -> None:
-    """A transition's energy on its W0's outlier channels, on the transition's run: per group (all, reader,
-    writer, module=NAME) and component, ``channels/GROUP/COMPONENT/{energy_share,ratio,ci_lo,ci_hi,p_value}``;
-    ``channels/channel_share`` and ``channels/count``; per layer ``channels/layer/COMPONENT/energy_share``
-    (step: the layer); the two CSV files as artifacts under ``channels/``."""
+    """A transition's energy on its W0's outlier channels, on the transition's run: over all its matrices,
+    ``channels/COMPONENT/{energy_share,ratio}``, ``channels/channel_share`` and ``channels/count``; the two CSV
+    files (every group with its interval and p-value, every layer; ``layer_rows`` are that second file's) as
+    artifacts under ``channels/``."""
     from ..store.transition_store import StoredTransition
 
     t = StoredTransition(Path(store))
-    metrics = _numbers((f"channels/{r['group']}/{r['component']}/{k}", r[k]) for r in rows
-                       for k in ("energy_share", "ratio", "ci_lo", "ci_hi", "p_value"))
+    # the group of all matrices only: the reader/writer/module groups and the layers are in the CSV files
+    metrics = _numbers((f"channels/{r['component']}/{k}", r[k]) for r in rows if r["group"] == "all"
+                       for k in ("energy_share", "ratio"))
     if rows:
         metrics += _numbers([("channels/channel_share", rows[0]["channel_share"]),
                              ("channels/count", rows[0]["channels"])])
-    metrics += [(f"channels/layer/{r['component']}/energy_share", r["energy_share"], int(r["layer"]))
-                for r in layer_rows if math.isfinite(r["energy_share"])]
     log = RunLog.of(tracking, **transition_ref(t), once=False, finish=False, metrics=metrics,
                     changed_metrics_only=True, artifacts=[(Path(f), "channels") for f in files])
     deliver([log], tracking, Path(files[0]).parent if files else None)
@@ -186,22 +211,30 @@ def variant_params(builder) -> dict:
                if getattr(builder, "channels", None) is not None else {})}
 
 
+def variant_ref(builder) -> dict:
+    """Key, name, tags and parent (its transition's run) of a variant's run: a variant built (``variants``, a
+    sweep's variant unit) and the same variant evaluated share it, when built with the same settings."""
+    t = builder.transition
+    name = builder.spec.name
+    return {"key": "variant-" + stable_hash(builder.metadata(), 24), "name": name, "parent": transition_ref(t),
+            "tags": {"grrr.kind": "variant", "grrr.variant": name,
+                     NOTE: f"The variant {name} of {transition_name(t.manifest)} ({builder.dtype}); its evaluations "
+                           f"are nested under it, the per-matrix fidelity is its artifact *.fidelity.csv."}}
+
+
+_VARIANT = ("fidelity", "fidelity_max", "energy_survived", "store_error_max", "matrices")
+
+
 def log_variant(builder, folder: Path, summary: dict, tracking: TrackingConfig, *, started: float,
                 seconds: float) -> str:
     """The variant's run, nested in its transition's; ``started`` (epoch seconds) and ``seconds``: when its
     build began and how long it took (a build skipped as already done takes no time)."""
     t = builder.transition
     params = {**variant_params(builder), "store": str(t.path), "folder": str(folder.resolve())}
-    rows = read_csv(folder.with_name(folder.name + ".fidelity.csv"))  # also there when the build was skipped
-    metrics = _numbers(summary.items())
-    # per-matrix series for matrices outside the experts only (as in decompose's tracking: E experts a layer do
-    # not fit one series per module); the csv artifact has every row
-    metrics += [(f"fidelity/{r['module']}", float(r["fidelity"]), int(r["layer"])) for r in rows
-                if math.isfinite(float(r["fidelity"])) and not r.get("expert")]
-    metrics.append(("work_seconds", seconds, 0))
-    log = RunLog.of(tracking, key="variant-" + stable_hash(builder.metadata(), 24),
-                    name=f"{t.label} [{builder.spec.name}]",
-                    tags={"grrr.kind": "variant", "grrr.variant": builder.spec.name}, parent=transition_ref(t),
+    # headline numbers; every matrix's fidelity is the csv artifact
+    metrics = _numbers((k, summary.get(k)) for k in _VARIANT) + [("work_seconds", seconds, 0)]
+    ref = variant_ref(builder)
+    log = RunLog.of(tracking, key=ref["key"], name=ref["name"], tags=ref["tags"], parent=ref["parent"],
                     start_ms=int(started * 1000), params=params, metrics=metrics,
                     artifacts=[(folder.with_name(folder.name + ".fidelity.csv"), None)])
     return _one([log], tracking, folder.parent)
@@ -209,15 +242,17 @@ def log_variant(builder, folder: Path, summary: dict, tracking: TrackingConfig, 
 
 def log_evaluation(t, builders: Sequence, benches: Sequence, res, settings, template: str, sampling,
                    tracking: TrackingConfig, *, started: float, seconds: float) -> list[str]:
-    """One nested run per variant under the transition's run. The variants are evaluated together
-    (one engine), so each run spans the whole evaluation and records its ``work_seconds``."""
+    """One run per variant, nested under the variant's run (under the transition's). Each spans the scoring of its
+    variant (``res.spans``; the whole evaluation when not measured), its ``work_seconds``."""
     from ..evaluation import engine as ev
 
     ref = transition_ref(t)
     logs = [RunLog.of(tracking, **ref, once=False, finish=False, artifacts=[(f, "evaluation") for f in res.files])]
     versions = ev.engine_versions()
+    on = ", ".join(b.name for b in benches)
     for builder in builders:
         name = builder.spec.name
+        began, ended = (getattr(res, "spans", None) or {}).get(name, (started, started + seconds))
         settings_key = {"transition": t.manifest["identity"], "variant": builder.metadata(),
                         "engine": settings.result_fields(), "template": template, "prompt": res.prompt}
         if sampling.key_fields() is not None:
@@ -228,44 +263,43 @@ def log_evaluation(t, builders: Sequence, benches: Sequence, res, settings, temp
                   **{f"version.{k}": v for k, v in versions.items()}}
         params.update({f"sha256.{b.name}": b.sha256 for b in benches})
         params.update({f"n.{b.name}": len(b.problems) for b in benches})
+        note = (f"The variant {name} of {transition_name(t.manifest)} evaluated on {on}: average accuracy (%), "
+                f"retention (its accuracy as % of full's) and minus_full (points) with its paired bootstrap interval.")
         logs.append(RunLog.of(
-            tracking, key="evaluation-" + stable_hash(settings_key, 24), name=f"{t.label} [{name}] eval",
-            tags={"grrr.kind": "evaluation", "grrr.variant": name}, parent=ref, start_ms=int(started * 1000),
+            tracking, key="evaluation-" + stable_hash(settings_key, 24), name=f"{name} on {on}",
+            # mlflow.runType 'evaluation': the runs table opens the parent of such a run on a first visit
+            tags={"grrr.kind": "evaluation", "grrr.variant": name, "mlflow.runType": "evaluation", NOTE: note},
+            parent=variant_ref(builder), start_ms=int(began * 1000), end_ms=math.ceil(ended * 1000),
             once=False, params=params,
             # the benchmark files as dataset inputs: the runs table's Dataset column
             datasets=[(b.name, b.sha256, b.path, len(b.problems), "evaluation") for b in benches],
             # a metric already logged with this value is not logged again (reruns add no history); the
             # first evaluation's time only to a new run (a rerun, scoring nothing new, is not it)
             metrics=_evaluation_metrics(res, name), changed_metrics_only=True,
-            first_metrics=[("work_seconds", seconds, 0)],
+            first_metrics=[("work_seconds", ended - began, 0)],
             artifacts=[(f, "generations") for f in sorted((res.out / name).glob("*.jsonl"))],
             tables=[(res.out / name / "problems.csv", "problems.json")]))
     return (deliver(logs, tracking, res.out) or [None])[1:]
 
 
-_ACCURACY_METRICS = ("wait_per_answer", "wait_per_1k_tokens", "truncated_pct", "tokens_mean", "tokens_median",
-                     "tokens_mean_correct", "tokens_mean_wrong")
+_ACCURACY_METRICS = ("truncated_pct", "tokens_mean", "wait_per_answer")
 
 
 def _evaluation_metrics(res, name: str) -> list[tuple[str, float, int]]:
-    """The metrics of variant ``name`` of an EvaluationResult."""
+    """The headline metrics of variant ``name`` of an EvaluationResult: its accuracy on each benchmark and on
+    average, retention and the paired difference to full with its interval, a few diagnostics. The rest (every
+    metric of every benchmark, per problem) is in the evaluation's CSV files and the run's problems table."""
     mine = [r for r in res.results if r.variant == name]
     metrics = [(f"acc/{r.benchmark}", r.accuracy, 0) for r in mine]
-    metrics += [(f"wait_mean/{r.benchmark}", r.wait_mean, 0) for r in mine]
-    metrics += [(f"truncated/{r.benchmark}", float(r.truncated), 0) for r in mine]
-    metrics += [(f"{m}/{r.benchmark}", v, 0) for r in mine for m, v in (r.metrics or {}).items() if m != "avg"]
     row = {r["variant"]: r for r in res.accuracy_rows}.get(name, {})
     if row.get("average") is not None:
         metrics.append(("average", row["average"], 0))
-    if row:
-        metrics += [(k, row[k], 0) for k in _ACCURACY_METRICS if row.get(k) is not None]
-        metrics.append(("wait_mean", row["wait_per_answer"], 0))
+    metrics += [(k, row[k], 0) for k in _ACCURACY_METRICS if row.get(k) is not None]
     d = {r["variant"]: r for r in res.differences}.get(name, {})
     metrics += [(k if not k.startswith("retention_full") else "retention", v, 0) for k, v in d.items()
-                if k.startswith(("minus_", "retention_")) and isinstance(v, float) and math.isfinite(v)]
+                if k.startswith(("minus_full", "retention_full")) and isinstance(v, float) and math.isfinite(v)]
     if name in res.fidelity:
-        metrics += [(f"fidelity.{k}", v, 0) for k, v in res.fidelity[name].items()
-                    if isinstance(v, float) and math.isfinite(v)]
+        metrics += _numbers([("fidelity", res.fidelity[name].get("fidelity"))])
     return metrics
 
 
@@ -273,21 +307,34 @@ def _evaluation_metrics(res, name: str) -> list[tuple[str, float, int]]:
 # sweep
 
 
+# the runs a sweep's run holds (those nested deeper hang under a transition or a variant)
+_UNDER_SWEEP = ("transition", "comparison", "statistics")
+
+
+def sweep_ref(plan) -> dict:
+    """Key, name and tags of a sweep's run (keyed by its plan)."""
+    name = plan.config.name
+    return {"key": "sweep-" + plan.key, "name": f"sweep {name}",
+            "tags": {"grrr.kind": "sweep",
+                     NOTE: f"The sweep {name}: its transitions (each with its variants and their evaluations), "
+                           f"statistics and comparisons are nested under it; its report is the artifact report/."}}
+
+
 def log_sweep(plan, result, tracking: TrackingConfig, started: float, html=None) -> Optional[str]:
-    """One MLflow run per sweep (keyed by its plan), with the unit counts and the report; it spans
-    this invocation from ``started`` (a resumed sweep's run spans all invocations). ``html(run_id)``:
-    writes the HTML report, which names the run, before the report's files are logged."""
+    """One MLflow run per sweep (keyed by its plan), with the unit counts and the report, that holds the sweep's
+    transition, statistics and comparison runs; it spans this invocation from ``started`` (a resumed sweep's run
+    spans all invocations). ``html(run_id)``: writes the HTML report, which names the run, before the report's
+    files are logged. The claims are the table report/claims.csv, not metrics."""
     counts = {s: sum(1 for v in result.states.values() if v == s) for s in ("done", "failed", "blocked", "pending")}
     params = {"name": plan.config.name, "workdir": str(plan.workdir), "units": len(plan.units),
               "transitions": ",".join(plan.transitions),
               "config": json.dumps(plan.config.model_dump(mode="json"), sort_keys=True)}
     metrics = [(f"units_{k}", v, 0) for k, v in counts.items()] + [("work_seconds", time.time() - started, 0)]
-    ref = {"key": "sweep-" + plan.key, "name": f"sweep {plan.config.name}", "tags": {"grrr.kind": "sweep"},
-           "start_ms": int(started * 1000)}
+    ref = {**sweep_ref(plan), "start_ms": int(started * 1000)}
     # the report's files first (the run stays open), then the HTML page, which names the run it is logged
     # with: once its id is known, or without it when the logging is recorded for later
     before = [f for f in result.report_files if f != result.html]
-    first = RunLog.of(tracking, **ref, params=params, metrics=metrics + _claim_metrics(result.claims),
+    first = RunLog.of(tracking, **ref, params=params, metrics=metrics, adopt=list(_UNDER_SWEEP),
                       artifacts=[(f, "report") for f in before], finish=False)
     run_id = _one([first], tracking, plan.workdir)
     if html is None:
@@ -301,32 +348,13 @@ def log_sweep(plan, result, tracking: TrackingConfig, started: float, html=None)
 
 
 def sweep_runs(tracking: TrackingConfig) -> list[dict]:
-    """The runs tagged with the sweep (``tracking.sweep``): run_id, experiment_id, name, kind and status, for
-    the HTML report's provenance; [] when the store cannot be read."""
-    from mlflow.tracking import MlflowClient
-
+    """The runs tagged with the sweep (``tracking.sweep``): run_id, experiment_id, name, kind, status and parent,
+    for the HTML report's provenance; [] when the store cannot be read."""
     try:
         with trk.limits(tracking.timeout_s, tracking.retries):  # provenance: never a long wait
-            uri = trk.resolve_uri(tracking.uri)
-            exp_id = trk.prepare(uri, tracking.experiment)
-            found = MlflowClient(tracking_uri=uri).search_runs(
-                [exp_id], filter_string=f"tags.`{trk.SWEEP_TAG}` = '{tracking.sweep}'", max_results=5000)
+            exp_id, found = trk.find_runs(tracking.uri, tracking.experiment,
+                                          f"tags.`{trk.SWEEP_TAG}` = '{tracking.sweep}'")
     except Exception:  # noqa: BLE001 - provenance only: the page is written without the list
         return []
-    return sorted(({"run_id": r.info.run_id, "experiment_id": exp_id, "name": r.info.run_name,
-                    "kind": r.data.tags.get("grrr.kind", ""), "status": r.info.status} for r in found),
-                  key=lambda r: (r["kind"], r["name"]))
-
-
-def _claim_metrics(claims: dict[str, Any]) -> list[tuple[str, float, int]]:
-    """claims/<suite>/<variant>/vs_<reference>/<set>/<group>/<statistic> (with _ci_lo, _ci_hi); the set
-    is 'informative' or 'all_evaluated'."""
-    metrics: list[tuple[str, float, int]] = []
-    for suite, s in claims.items():
-        pre = "claims/" + (f"{suite}/" if suite else "")
-        metrics += [(f"{pre}{k}", v, 0) for k, v in s["counts"].items()]
-        for r in s["claims"]:
-            name = f"{pre}{r['variant']}/vs_{r['reference']}/{r['set'].replace(' ', '_')}/{r['group']}/{r['statistic']}"
-            metrics += _numbers((name + suffix, r[key]) for key, suffix in
-                                (("value", ""), ("ci_lo", "_ci_lo"), ("ci_hi", "_ci_hi")))
-    return metrics
+    return sorted(({"experiment_id": exp_id, **{k: r[k] for k in ("run_id", "name", "kind", "status", "parent")}}
+                   for r in found), key=lambda r: (r["kind"], r["name"]))

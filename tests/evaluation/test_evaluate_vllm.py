@@ -104,8 +104,10 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
     evals = [r for r in runs if r.data.tags.get("grrr.kind") == "evaluation"]
     assert len(evals) == len(variants)
     parent = next(r for r in runs if r.data.tags.get("grrr.kind") == "transition")
-    for r in evals:
-        assert r.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    variant_runs = {r.info.run_id: r for r in runs if r.data.tags.get("grrr.kind") == "variant"}
+    for r in evals:  # each under its variant's run, under the transition's
+        v = variant_runs[r.data.tags["mlflow.parentRunId"]]
+        assert v.info.run_name == r.data.tags["grrr.variant"] and v.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert "acc/arith" in r.data.metrics and "retention" in r.data.metrics
         assert r.data.params["engine.dtype"] == "float32" and "sha256.arith" in r.data.params
         assert len(client.get_metric_history(r.info.run_id, "acc/arith")) == 1

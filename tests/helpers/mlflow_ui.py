@@ -279,13 +279,6 @@ class Rest:
                 return out
 
 
-def compare_runs_url(uri: str, run_ids: Sequence[str], experiment_ids: Sequence[str]) -> str:
-    """The MLflow 3 UI's run-comparison page (hash router route /compare-runs, as built by the UI's
-    Routes.getCompareRunPageRoute: ?runs=<JSON list>&experiments=<JSON list>)."""
-    return (f"{uri.rstrip('/')}/#/compare-runs?runs={json.dumps(list(run_ids), separators=(',', ':'))}"
-            f"&experiments={json.dumps(list(experiment_ids), separators=(',', ':'))}")
-
-
 # ----------------------------------------------------------------------------- headless Chromium
 
 def find_chromium() -> Optional[str]:
@@ -499,6 +492,42 @@ def scroll_to_metric(browser: Chromium, name: str) -> str:
     return browser.evaluate(f"{SCROLL_TO_METRIC}({json.dumps(name)})", timeout=60)
 
 
+# JavaScript for a screenshot of the compare page's Metrics table from a metric's row on: fold the Visualizations
+# and Parameters sections, bring the Run details (the runs' names) to the top of the window, the Metrics below
+# them, scroll the Metrics' values grid to the row
+# and set the names column to the same place (a ScrollSync driven from script lags one scroll behind: set it
+# until they agree). Returns every grid's scrollTop (all equal when the names sit beside their values).
+SHOW_METRIC_ROWS = r"""
+(async (name) => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  for (const h of document.querySelectorAll('div[aria-expanded="true"]'))
+    if (['Visualizations', 'Parameters'].includes(h.innerText.trim())) h.click();
+  await sleep(500);
+  const link = () => [...document.querySelectorAll('a[title="Plot chart"]')].find((a) => a.textContent.trim() === name);
+  const section = link().closest('.du-bois-light-collapse-content') || document;
+  const grids = [...section.querySelectorAll('.ReactVirtualized__Grid')];
+  const scroller = grids.find((g) => getComputedStyle(g).overflowY !== 'hidden') || grids[grids.length - 1];
+  const header = [...document.querySelectorAll('div[aria-expanded]')].find((h) => h.innerText.trim() === 'Run details');
+  (header || section).scrollIntoView({block: 'start'});
+  await sleep(300);
+  const y = parseFloat(link().closest('[style*="top"]').style.top);
+  for (let i = 0; i < 5; i++) {
+    scroller.scrollTop = y;
+    await sleep(150);
+    for (const g of grids) if (g !== scroller) g.scrollTop = scroller.scrollTop;
+    await sleep(150);
+    if (grids.every((g) => g.scrollTop === scroller.scrollTop)) break;
+  }
+  await sleep(300);
+  return grids.map((g) => g.scrollTop);
+})
+"""
+
+
+def show_metric_rows(browser: Chromium, first: str) -> list[float]:
+    return browser.evaluate(f"{SHOW_METRIC_ROWS}({json.dumps(first)})", timeout=60)
+
+
 # JavaScript for the experiment's runs table (an AG Grid; a run's cells sit in several row elements, one
 # per pinned part, all with the run's id as row-id). Nested runs are hidden under their parent's expand
 # button, which toggles: the UI remembers what was open, so a click that hides rows is clicked back.
@@ -528,6 +557,7 @@ READ_RUNS_TABLE = r"""
   const rows = {};
   for (const r of document.querySelectorAll('.ag-row')) {
     const row = rows[r.getAttribute('row-id')] = rows[r.getAttribute('row-id')] || {};
+    row['row-index'] = r.getAttribute('row-index');
     for (const c of r.querySelectorAll('[col-id]')) row[c.getAttribute('col-id')] = c.innerText.trim();
   }
   return rows;
@@ -546,12 +576,15 @@ def search_runs(browser: Chromium, expression: str) -> None:
                      session=True)
 
 
-def runs_table(browser: Chromium) -> dict[str, dict[str, str]]:
-    """The runs table with every nested run shown: run id → {"name", "dataset", "duration"} as displayed."""
+def runs_table(browser: Chromium) -> dict[str, dict]:
+    """The runs table with every nested run shown: run id → {"name", "dataset", "duration", "position" (the row's
+    place from the top), "metrics" (metric column → shown text)} as displayed."""
     browser.evaluate(EXPAND_NESTED_RUNS, timeout=60)
     rows = browser.evaluate(READ_RUNS_TABLE)
     return {rid: {"name": cells.get("attributes.`Run Name`", "").split("\n")[-1],
-                  "dataset": cells.get("attributes.`Dataset`", ""), "duration": cells.get("duration", "")}
+                  "dataset": cells.get("attributes.`Dataset`", ""), "duration": cells.get("duration", ""),
+                  "position": int(cells.get("row-index") or -1),
+                  "metrics": {k[len("metrics.`"):-1]: v for k, v in cells.items() if k.startswith("metrics.`")}}
             for rid, cells in rows.items()}
 
 

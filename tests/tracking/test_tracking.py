@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -35,13 +37,17 @@ def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(plant
     assert p["base"] == str(base) and p["post"] == str(post) and p["method"] == "SFT" and p["chain"] == "toy"
     assert p["compute_dtype"] == "float32" and p["device"] == "cpu" and "version.torch" in p
     assert run.data.tags["grrr.complete"] == "true" and run.data.tags["grrr.key"].startswith("transition-")
-    hist = client.get_metric_history(run.info.run_id, "f_null/gate_proj")
-    assert sorted(m.step for m in hist) == [0, 1]
-    by_layer = {r["layer"]: r["f_null"] for r in res.rows if r["module"] == "gate_proj"}
-    assert {m.step: m.value for m in hist} == pytest.approx(by_layer)
+    assert run.info.run_name == f"{base.name} → {post.name}"
+    assert run.data.tags["mlflow.note.content"].startswith(f"The update {base.name} → {post.name} (SFT) ")
+    # a handful of headline metrics, each the mean over the matrices (float64 here, against the rows), at step 0;
+    # the per-matrix detail is the metrics.csv artifact, not hundreds of series with the layer as step
     m = run.data.metrics
-    assert m["mean/f_null"] == pytest.approx(sum(r["f_null"] for r in res.rows) / len(res.rows))
-    assert "std/f_off/down_proj" in m and "mean/alpha/q_proj" in m
+    assert set(m) == {"f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_fro", "delta_max", "dsr_pct",
+                      "alpha", "work_seconds"}, sorted(m)
+    for k in ("f_diag", "f_off", "f_null", "r_delta", "sv_cos"):
+        assert m[k] == pytest.approx(math.fsum(r[k] for r in res.rows) / len(res.rows), rel=1e-6), k
+        assert [h.step for h in client.get_metric_history(run.info.run_id, k)] == [0]
+    assert m["f_diag"] + m["f_off"] + m["f_null"] == pytest.approx(1, abs=1e-6)
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"metrics.csv", "summary.csv", "summary.json", "figures"} <= arts
     figs = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
@@ -52,7 +58,7 @@ def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(plant
     assert again.run_id == res.run_id and again.computed == 0
     _, runs = _runs(uri)
     assert len(runs) == 1
-    assert len(client.get_metric_history(run.info.run_id, "f_null/gate_proj")) == 2
+    assert len(client.get_metric_history(run.info.run_id, "f_null")) == 1
 
 
 def test_run_left_unfinished_is_resumed_not_duplicated(planted_f64, tmp_path, uri):
@@ -70,7 +76,8 @@ def test_run_left_unfinished_is_resumed_not_duplicated(planted_f64, tmp_path, ur
     res = run_transition(cfg)
     client, runs = _runs(uri)
     assert len(runs) == 1 and res.run_id == crashed.run_id
-    assert runs[0].info.status == "FINISHED" and "mean/f_diag" in runs[0].data.metrics
+    assert runs[0].info.status == "FINISHED" and "f_diag" in runs[0].data.metrics
+    assert runs[0].info.run_name == f"{base.name} → {post.name}"  # the crashed attempt's name brought up to date
     # the resumed run keeps the crashed attempt's start: its span covers both attempts
     info = runs[0].info
     assert info.end_time - info.start_time >= 1000 * runs[0].data.metrics["work_seconds"]
@@ -128,3 +135,63 @@ def test_kind_span_sweep_tag_and_datasets_in_one_store(tmp_path, uri):
     assert (inp.dataset.name, inp.dataset.digest) == ("sums", sha[:16])
     assert {t.key: t.value for t in inp.tags} == {"mlflow.data.context": "evaluation"}
     assert sha in inp.dataset.profile and str(f) in inp.dataset.source
+
+
+def test_runs_nest_as_the_work_nests_and_placeholders_are_filled(tmp_path, uri):
+    """sweep → transition → variant → evaluation, plus the sweep's statistics and comparisons; a parent made for
+    a child before its own work was logged ends with the child and is completed by its own logging later."""
+    import json
+
+    from grrr_stream.config import TrackingConfig
+    from grrr_stream.tracking import mlflow_client as tracking
+    from grrr_stream.tracking.run_log import RunLog, apply
+
+    cfg = TrackingConfig(uri=uri, experiment="nest", sweep="s1")
+    transition = {"key": "t1", "name": "base → sft", "tags": {"grrr.kind": "transition"}}
+    variant = {"key": "v1", "name": "full", "tags": {"grrr.kind": "variant"}, "parent": transition}
+    t0 = tracking.now_ms() - 10_000
+    # the evaluation logged first: its variant and transition are made as placeholders
+    ev_id = apply(RunLog.of(cfg, key="e1", name="full on sums", tags={"grrr.kind": "evaluation"}, parent=variant,
+                            start_ms=t0 + 5000, end_ms=t0 + 6000, metrics=[("average", 50.0, 0)]))
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.get_experiment_by_name("nest").experiment_id
+
+    def runs():
+        return {r.info.run_name: r for r in client.search_runs([exp_id])}
+
+    r = runs()
+    assert set(r) == {"base → sft", "full", "full on sums"}
+    parent = {n: x.data.tags.get("mlflow.parentRunId") for n, x in r.items()}
+    assert parent == {"base → sft": None, "full": r["base → sft"].info.run_id, "full on sums": r["full"].info.run_id}
+    for n in ("base → sft", "full"):  # ended, not left running; not complete: their work is still to come
+        assert r[n].info.status == "FINISHED" and "grrr.complete" not in r[n].data.tags, n
+    assert r["full on sums"].info.run_id == ev_id and r["full on sums"].info.end_time == t0 + 6000
+    # the transition's own logging fills its placeholder and completes it; a second evaluation leaves it alone
+    apply(RunLog.of(cfg, key="t1", name="base → sft", tags={"grrr.kind": "transition"}, start_ms=t0,
+                    end_ms=t0 + 3000, metrics=[("f_diag", 0.2, 0)]))
+    apply(RunLog.of(cfg, key="e2", name="full on more", tags={"grrr.kind": "evaluation"}, parent=variant,
+                    start_ms=t0 + 7000, end_ms=t0 + 8000))
+    r = runs()
+    assert r["base → sft"].data.tags["grrr.complete"] == "true" and r["base → sft"].data.metrics == {"f_diag": 0.2}
+    assert r["full"].info.status == "FINISHED" and "grrr.complete" not in r["full"].data.tags
+    assert r["full on more"].data.tags["mlflow.parentRunId"] == r["full"].info.run_id
+    # the sweep's run, logged last, takes its transitions, statistics and comparisons; not the nested runs, nor
+    # another sweep's
+    other = TrackingConfig(uri=uri, experiment="nest", sweep="s2")
+    apply(RunLog.of(cfg, key="c1", name="sequential: a vs b", tags={"grrr.kind": "comparison"}))
+    apply(RunLog.of(cfg, key="st1", name="statistics", tags={"grrr.kind": "statistics"}))
+    apply(RunLog.of(other, key="t2", name="base → rl", tags={"grrr.kind": "transition"}))
+    sweep_id = apply(RunLog.of(cfg, key="sw", name="sweep s1", tags={"grrr.kind": "sweep"},
+                               adopt=["transition", "comparison", "statistics"]))
+    parent = {n: x.data.tags.get("mlflow.parentRunId") for n, x in runs().items()}
+    assert {n for n, p in parent.items() if p == sweep_id} == {"base → sft", "sequential: a vs b", "statistics"}
+    assert parent["full"] == r["base → sft"].info.run_id and parent["base → rl"] is None
+    assert parent["sweep s1"] is None
+
+    # the experiment carries the view every printed address opens: headline columns, oldest run first
+    view = json.loads(client.get_experiment(exp_id).tags[tracking.VIEW_TAG])
+    assert view["orderByKey"] == "attributes.start_time" and view["orderByAsc"] is True
+    assert {"metrics.`f_diag`", "metrics.`average`", "metrics.`minus_full`"} <= set(view["selectedColumns"])
+    page = tracking.runs_page("http://h:5000/", exp_id)
+    assert page == f"http://h:5000/#/experiments/{exp_id}/runs?workflowType=machine_learning&viewStateShareKey=grrr"
+    assert tracking.run_page("http://h:5000", exp_id, ev_id).endswith(f"/runs/{ev_id}?workflowType=machine_learning")

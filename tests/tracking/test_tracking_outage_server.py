@@ -241,5 +241,6 @@ def test_slow_server_does_not_hold_up_a_sweeps_units(tmp_path):
         # its work, not its logging: a unit that logged itself would spend its 10+ requests × delay on it
         assert slowest["seconds"] < 10 * delay, slowest
         runs = _runs(server.uri, tmp_path / "w")
-    assert sorted(k for k, _ in runs) == ["comparison", "sweep", "transition", "transition", "variant", "variant"]
+    assert sorted(k for k, _ in runs) == ["comparison", "statistics", "sweep", "transition", "transition", "variant",
+                                          "variant"]
     assert all(r["status"] == "FINISHED" and r["span_covers_work"] for r in runs.values())

@@ -21,14 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from grrr_stream.tracking.mlflow_client import runs_page
-from helpers.mlflow_ui import (DEMO_EXPERIMENT, READ_REPORT, Chromium, Rest, Run, artifacts_dir, check_report_cells,
-                       compare_runs_url, evaluate, find_chromium, parse_duration, populate, runs_table,
-                       scroll_to_metric, search_runs, serve)
+from grrr_stream.tracking.mlflow_client import compare_page, runs_page
+from helpers.mlflow_ui import (DEMO_EXPERIMENT, READ_REPORT, Chromium, Rest, Run, artifacts_dir,
+                               check_report_cells, evaluate, find_chromium, parse_duration, populate, runs_table,
+                               scroll_to_metric, search_runs, serve, show_metric_rows)
 
 NO_CHROMIUM = ("Debian chromium not found at /usr/bin/chromium or on PATH; "
                ".ci/run installs it with apt-get install chromium")
-KINDS = {"transition": 2, "comparison": 1, "variant": 2, "sweep": 1}
+KINDS = {"transition": 2, "comparison": 1, "statistics": 1, "variant": 2, "sweep": 1}
+HEADLINE = {"transition": ("f_diag", "f_off", "f_null", "r_delta", "sv_cos"), "variant": ("fidelity",),
+            "evaluation": ("average", "retention", "minus_full", "minus_full_ci_lo", "minus_full_ci_hi"),
+            "comparison": ("median_cos_off", "ci_lo", "ci_hi", "p_value")}
 SCREENSHOT = "mlflow_compare_runs.png"
 
 
@@ -93,15 +96,27 @@ def test_runs_are_served_over_rest_with_params_metrics_artifacts(server, populat
     keys = Counter(r.tags["grrr.key"] for r in runs)
     assert max(keys.values()) == 1, keys
 
-    # transitions: params, aggregate metrics, per-layer histories, artifacts stored by the server
+    # one tree: the sweep's run holds the transitions, the statistics and the comparison; each run says what it is
+    (sweep,) = kinds["sweep"]
+    for kind in ("transition", "comparison", "statistics"):
+        assert all(r.tags["mlflow.parentRunId"] == sweep.id for r in kinds[kind]), kind
+    assert "mlflow.parentRunId" not in sweep.tags
+    assert all(r.tags["mlflow.note.content"].endswith(".") for r in runs)
+    # a handful of metrics per run, never a layer as step (the detail is in table artifacts)
+    assert max(len(r.metrics) for r in runs) <= 12, {r.name: len(r.metrics) for r in runs}
+    for r in runs:
+        for key in r.metrics:
+            assert {h["step"] for h in rest.history(r.id, key)} == {0}, (r.name, key)
+
+    # transitions: params, headline metrics (means over the matrices), artifacts stored by the server
     transitions = {r.name: r for r in kinds["transition"]}
     assert set(transitions) == {"base → sft", "base → rl"}
     for name, run in transitions.items():
         p, m = run.params, run.metrics
         assert f"{Path(p['base']).name} → {Path(p['post']).name}" == name
         assert {"method", "chain", "store", "compute_dtype", "n_matrices", "version.torch"} <= set(p)
-        assert m["mean/f_diag"] + m["mean/f_off"] + m["mean/f_null"] == pytest.approx(1, abs=1e-4)
-        assert {"mean/f_null/gate_proj", "std/f_off/down_proj"} <= set(m)
+        assert set(HEADLINE["transition"]) <= set(m)
+        assert m["f_diag"] + m["f_off"] + m["f_null"] == pytest.approx(1, abs=1e-4)
         arts = rest.artifacts(run.id)
         assert {"metrics.csv", "summary.csv", "summary.json", "figures"} <= set(arts)
         assert arts["figures"]["is_dir"]
@@ -111,9 +126,8 @@ def test_runs_are_served_over_rest_with_params_metrics_artifacts(server, populat
         assert (server.artifacts / exp_id / run.id / "artifacts" / "metrics.csv").read_bytes() == served
         rows = list(csv.DictReader(io.StringIO(served.decode())))
         assert len(rows) == int(p["n_matrices"])
-        by_layer = {int(r["layer"]): float(r["f_null"]) for r in rows if r["module"] == "gate_proj"}
-        hist = rest.history(run.id, "f_null/gate_proj")
-        assert len(by_layer) >= 2 and {h["step"]: h["value"] for h in hist} == pytest.approx(by_layer)
+        for k in HEADLINE["transition"]:  # the headline is the mean of the per-matrix table it comes with
+            assert m[k] == pytest.approx(math.fsum(float(r[k]) for r in rows) / len(rows), rel=1e-5), (name, k)
 
     # the comparison of the two transitions
     (cmp,) = kinds["comparison"]
@@ -124,7 +138,7 @@ def test_runs_are_served_over_rest_with_params_metrics_artifacts(server, populat
     assert _same_path(p["a_store"], stores["base → sft"]) and _same_path(p["b_store"], stores["base → rl"])
     assert m["ci_lo"] <= m["median_cos_off"] <= m["ci_hi"] and 0 <= m["p_value"] <= 1
     assert cmp.tags["grrr.verdict"] in {"aligned", "anti-aligned", "indistinguishable"}
-    assert len(rest.history(cmp.id, "cos_off/q_proj")) >= 2
+    assert cmp.name == "sequential: base → sft vs base → rl"
     arts = rest.artifacts(cmp.id)
     (per_matrix,) = [f for f in arts if f.endswith("_per_matrix.csv")]
     assert per_matrix.replace("_per_matrix.csv", ".json") in arts
@@ -132,6 +146,14 @@ def test_runs_are_served_over_rest_with_params_metrics_artifacts(server, populat
     assert summary["median_cos_off"] == pytest.approx(m["median_cos_off"])
     rows = list(csv.DictReader(io.StringIO(rest.artifact(cmp.id, per_matrix).decode())))
     assert len(rows) == int(m["n_matrices"])
+    cosines = sorted(float(r["cos_off"]) for r in rows)  # the headline median, from the per-matrix table
+    assert m["median_cos_off"] == pytest.approx((cosines[(len(cosines) - 1) // 2] + cosines[len(cosines) // 2]) / 2,
+                                                rel=1e-5, abs=1e-9)
+
+    # the statistics: their tables as artifacts
+    (stats,) = kinds["statistics"]
+    assert {"table_overall.csv", "summary_long.csv"} <= set(rest.artifacts(stats.id))
+    assert stats.metrics["transitions"] == 2
 
     # variants, nested under the transition they were built from
     variants = {r.params["variant"]: r for r in kinds["variant"]}
@@ -142,34 +164,36 @@ def test_runs_are_served_over_rest_with_params_metrics_artifacts(server, populat
         parent = run.tags["mlflow.parentRunId"]
         assert _same_path(p["store"], next(t.params["store"] for t in transitions.values() if t.id == parent))
         assert math.isfinite(m["fidelity"]) and m["fidelity"] >= 0 and "fidelity_max" in m
-        assert len(rest.history(run.id, "fidelity/q_proj")) >= 2
+        assert run.name == name and run.tags["mlflow.note.content"].startswith(f"The variant {name} of base → rl ")
         fidelity_csv = Path(p["folder"]).name + ".fidelity.csv"  # the sweep names folders <variant>-<key>
         assert fidelity_csv.startswith(name) and fidelity_csv in rest.artifacts(run.id)
         assert rest.artifact(run.id, fidelity_csv) == (Path(p["folder"]).parent / fidelity_csv).read_bytes()
 
     # idempotent over HTTP: the same job again finds its runs by grrr.key and logs nothing new
     some = transitions["base → rl"]
-    n_hist = len(rest.history(some.id, "f_null/gate_proj"))
+    n_hist = len(rest.history(some.id, "f_null"))
     populate(server.uri, populated)
     again = rest.runs([exp_id])
     assert Counter(r.tags["grrr.key"] for r in again) == keys
     assert {r.tags["grrr.key"]: r.id for r in again} == {r.tags["grrr.key"]: r.id for r in runs}
-    assert len(rest.history(some.id, "f_null/gate_proj")) == n_hist
+    assert {r.id: r.tags.get("mlflow.parentRunId") for r in again} == {r.id: r.tags.get("mlflow.parentRunId")
+                                                                       for r in runs}
+    assert len(rest.history(some.id, "f_null")) == n_hist
 
 
 @pytest.mark.skipif(find_chromium() is None, reason=NO_CHROMIUM)  # before the server is started for it
-def test_compare_page_shows_runs_and_metrics_in_headless_chromium(server, populated, tmp_path):
+def test_compare_page_shows_two_transitions_headline_metrics_side_by_side(server, populated, tmp_path):
+    """The README's Compare screenshot: two transitions' runs, their headline metrics one row each."""
     exe = find_chromium()
     rest = Rest(server.uri)
     exp_id = rest.experiment(DEMO_EXPERIMENT)["experiment_id"]
-    kinds = _by_kind(rest.runs([exp_id]))
-    shown = sorted(kinds["transition"], key=lambda r: r.name) + kinds["comparison"]
-    url = compare_runs_url(server.uri, [r.id for r in shown], [exp_id])
+    shown = sorted(_by_kind(rest.runs([exp_id]))["transition"], key=lambda r: r.name, reverse=True)  # sft, rl
+    url = compare_page(server.uri, exp_id, [r.id for r in shown])  # the address docs/tracking.md describes
     names = [r.name for r in shown]
     shot = artifacts_dir() / SCREENSHOT
     shot.unlink(missing_ok=True)
     text, rows = "", {}
-    with Chromium(exe, tmp_path / "chromium", width=1600, height=2600) as browser:
+    with Chromium(exe, tmp_path / "chromium", width=1400, height=1100) as browser:
         try:
             rendered = f"""(() => {{
                 const t = document.body ? document.body.innerText : '';
@@ -180,33 +204,30 @@ def test_compare_page_shows_runs_and_metrics_in_headless_chromium(server, popula
             browser.wait_for(rendered, timeout=90)
             # The MLflow Assistant side panel opens itself on a first visit and narrows the tables, which
             # keep their width when it closes: close it (remembered in localStorage) and load the page again.
-            if browser.evaluate("""(() => {
-                    const b = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
-                    if (b) b.click();
-                    return !!b; })()"""):
+            if _close_assistant(browser):
                 browser.navigate("about:blank")
                 browser.navigate(url)
                 browser.wait_for(rendered, timeout=90)
             text = browser.text()
-            # last one stays on top of the Metrics table for the screenshot
-            for metric in ("median_cos_off", "mean/f_diag"):
+            for metric in HEADLINE["transition"]:
                 rows[metric] = scroll_to_metric(browser, metric)
+            # the screenshot: the Metrics table from f_diag on, names beside their values
+            aligned = show_metric_rows(browser, HEADLINE["transition"][0])
+            assert len(aligned) >= 2 and len(set(aligned)) == 1, aligned
         finally:
             with contextlib.suppress(Exception):
                 browser.screenshot(shot)
             text = text or browser.text()
     assert shot.is_file() and shot.stat().st_size > 20_000, f"no screenshot at {shot}"
     assert f"Comparing {len(shown)} Runs from 1 Experiment" in text, text[:3000]
+    assert "Judges" not in text, text[:600]  # the sidebar of Model training, not GenAI's
     for run in shown:
         assert run.id in text and run.name in text, (run.name, text[:3000])
     for metric, row in rows.items():
         cells = row.split(" | ")
         assert cells[0] == metric and len(cells) == 1 + len(shown), (metric, row)
         for run, cell in zip(shown, cells[1:]):
-            if metric in run.metrics:
-                assert float(cell) == pytest.approx(run.metrics[metric], rel=1e-2, abs=1e-3), (metric, run.name, row)
-            else:
-                assert cell in ("NaN", "", "-"), (metric, run.name, row)
+            assert float(cell) == pytest.approx(run.metrics[metric], rel=1e-2, abs=1e-3), (metric, run.name, row)
 
 
 SWEEP_FILTER = "tags.`grrr.sweep` = 'server-test'"
@@ -245,6 +266,7 @@ def _unit_records(workdir: Path) -> dict[str, dict]:
 
 
 @pytest.mark.slow  # ~30 s beyond the module's server and sweep: two evaluations, the runs table twice
+# the screenshot mlflow_runs_table.png is docs/mlflow_runs.png's source
 @pytest.mark.skipif(find_chromium() is None, reason=NO_CHROMIUM)
 def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_filter(server, populated, evaluated,
                                                                                      tmp_path):
@@ -263,7 +285,9 @@ def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_fil
     shots = artifacts_dir() / "mlflow_runs_table.png", artifacts_dir() / "mlflow_runs_of_the_sweep.png"
     for shot in shots:
         shot.unlink(missing_ok=True)
-    with Chromium(find_chromium(), tmp_path / "chromium", width=1800, height=1200) as browser:
+    assert len(top) == 1  # one tree: the sweep's run
+    # wide enough for every headline column (the table renders only the columns in view)
+    with Chromium(find_chromium(), tmp_path / "chromium", width=2600, height=1000) as browser:
         landed = _open_runs_table(browser, url, exp_id, len(top))
         table = runs_table(browser)
         browser.screenshot(shots[0])
@@ -279,6 +303,24 @@ def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_fil
     assert urllib.parse.urlsplit(landed).fragment.startswith(f"/experiments/{exp_id}/runs?"), landed
     assert set(table) == set(runs), (table, runs.keys())
     assert {rid: row["name"] for rid, row in table.items()} == {rid: r.name for rid, r in runs.items()}
+    # nested: with every parent open, the rows are the tree depth first, siblings oldest first (the order the
+    # work ran), sweep → transition → variant → evaluation, the statistics and comparison under the sweep
+    children: dict = {}
+    for r in runs.values():
+        children.setdefault(r.tags.get("mlflow.parentRunId"), []).append(r)
+
+    def depth_first(parent):
+        for r in sorted(children.get(parent, []), key=lambda r: r.start_ms):
+            yield r.id
+            yield from depth_first(r.id)
+
+    assert [rid for rid, _ in sorted(table.items(), key=lambda kv: kv[1]["position"])] == list(depth_first(None))
+    assert all(runs[r.tags["mlflow.parentRunId"]].tags["grrr.kind"] == "variant" for r in kinds["evaluation"])
+    # the headline columns, shown without choosing them, filled for the runs of their kind
+    for rid, row in table.items():
+        run = runs[rid]
+        for k in HEADLINE.get(run.tags["grrr.kind"], ()):
+            assert float(row["metrics"][k]) == pytest.approx(run.metrics[k], rel=1e-3, abs=1e-6), (run.name, k, row)
 
     # durations as shown = the REST times, and each covers the work the run records
     for rid, row in table.items():
@@ -292,6 +334,7 @@ def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_fil
     unit_of = {r.id: f"decompose/base-to-{r.name.split(' → ')[1]}" for r in kinds["transition"]}
     unit_of.update({r.id: f"variant/base-to-rl/{r.params['variant']}" for r in kinds["variant"]})
     unit_of.update({r.id: next(u for u in records if u.startswith("compare/")) for r in kinds["comparison"]})
+    unit_of.update({r.id: next(u for u in records if u.startswith("stats")) for r in kinds["statistics"]})
     for rid, unit in unit_of.items():
         rec, run = records[unit], runs[rid]
         assert rec["status"] == "done", rec
@@ -301,6 +344,10 @@ def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_fil
     for rec in records.values():
         began, ended = rec["started"] * 1000, (rec["started"] + rec["seconds"]) * 1000
         assert sweep.start_ms - SPAN_SLACK_MS <= began and ended <= sweep.end_ms + SPAN_SLACK_MS, (rec, sweep)
+
+    # each evaluation spans its own variant's scoring (one engine, one variant after the other), not the batch's
+    first, second = sorted(kinds["evaluation"], key=lambda r: r.start_ms)
+    assert first.end_ms <= second.start_ms + SPAN_SLACK_MS, (first, second)
 
     # the Dataset column: each evaluation names its benchmark file and its digest (sha256 prefix)
     digest = hashlib.sha256(evaluated.read_bytes()).hexdigest()[:16]
