@@ -25,7 +25,7 @@ from .plan import Plan
 from .units import ChannelsParams, ChannelStatsParams, DecomposeParams, EvaluateParams, Unit, VariantParams
 
 # constants of the steps not modelled by flops, measured on the demo (2 CPU cores)
-CONSTANT_S = {"generate": 200.0, "generate_quick": 90.0, "stats": 5.0, "compare": 8.0}
+CONSTANT_S = {"generate": 200.0, "generate_quick": 90.0, "generate_shipped": 1.0, "stats": 5.0, "compare": 8.0}
 DECOMPOSE_OVERHEAD_S = 8.0   # per transition: tables, figures, summary
 VARIANT_OVERHEAD_S = 1.0     # per variant: reading the store, fidelity report
 ENGINE_START_S = 25.0        # per evaluation: importing vLLM and starting the engine on CPU
@@ -187,7 +187,11 @@ def _unit(u: Unit, plan: Plan, models: _Models, dec: dict[str, Unit], rates: Opt
         d = dec[p.transition].params
         return _channel_stats(u, p, models.get(d.base, d.base_revision), rates, write)
     if u.kind == "generate":
+        from ..fixtures.tinychain import shipped_available
+
         key = "generate_quick" if getattr(p, "quick", False) else "generate"
+        if not getattr(p, "retrain", False) and shipped_available(p.seed, p.quick):
+            key = "generate_shipped"  # a verified copy of the shipped chain
         return UnitForecast(u.id, u.kind, 0, write, work.BASELINE_RAM, CONSTANT_S[key], "constant (demo, 2 cores)")
     return UnitForecast(u.id, u.kind, 0, write, work.BASELINE_RAM, CONSTANT_S.get(u.kind), "constant")
 

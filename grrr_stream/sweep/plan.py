@@ -193,9 +193,10 @@ def _generate_unit(cfg: SweepConfig, generated: dict[str, str], workdir: Path) -
     bad = sorted(f"{mid} ({name})" for mid, name in generated.items() if name not in tinychain.MODELS)
     problems = [f"tinychain sources name models {tinychain.MODELS}; got {bad}"] if bad else []
     tc = cfg.tinychain or TinyChainSpec()
-    params = GenerateParams(seed=tc.seed, quick=tc.quick, chain_version=tinychain.CHAIN_VERSION)
-    folder = workdir / "tinychain" / f"seed{tc.seed}{'-quick' if tc.quick else ''}"
-    label = f"train the tiny chain (seed {tc.seed}{', quick' if tc.quick else ''})"
+    params = GenerateParams(seed=tc.seed, quick=tc.quick, chain_version=tinychain.CHAIN_VERSION, retrain=tc.retrain)
+    folder = workdir / "tinychain" / f"seed{tc.seed}{'-quick' if tc.quick else ''}{'-retrained' if tc.retrain else ''}"
+    verb = "copy the shipped" if not tc.retrain and tinychain.shipped_available(tc.seed, tc.quick) else "train the"
+    label = f"{verb} tiny chain (seed {tc.seed}{', quick' if tc.quick else ''})"
     return Unit.of("generate/tinychain", label, params, lambda key: folder), problems
 
 

@@ -95,9 +95,10 @@ def _run_generate(u: Unit, ctx: RunContext) -> dict:
     from ..fixtures.tinychain import build_chain
 
     p: GenerateParams = u.params
-    build_chain(Path(u.out), seed=p.seed, quick=p.quick, progress=ctx.progress)
+    build_chain(Path(u.out), seed=p.seed, quick=p.quick, progress=ctx.progress, retrain=p.retrain)
     meta = json.loads((Path(u.out) / "chain.json").read_text())
-    return {"accuracy": meta.get("accuracy"), "seconds": meta.get("seconds", {}).get("total")}
+    return {"accuracy": meta.get("accuracy"), "seconds": meta.get("seconds", {}).get("total"),
+            "origin": meta.get("origin", "trained")}
 
 
 def _run_decompose(u: Unit, ctx: RunContext) -> dict:

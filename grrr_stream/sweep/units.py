@@ -74,9 +74,12 @@ class GenerateParams(UnitParams):
     seed: int
     quick: bool
     chain_version: int  # tinychain.CHAIN_VERSION: a new training recipe gets new results
+    retrain: bool = False  # trained here, never the shipped copy: weights of this machine, results of their own
 
     def key_content(self) -> dict:
-        return {"tinychain": self.chain_version, "seed": self.seed, "quick": self.quick}
+        # the shipped chain keeps the key the chain trained here had before it shipped
+        return {"tinychain": self.chain_version, "seed": self.seed, "quick": self.quick,
+                **({"retrain": True} if self.retrain else {})}
 
 
 class DecomposeParams(UnitParams):
