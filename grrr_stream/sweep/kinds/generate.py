@@ -1,4 +1,4 @@
-"""``generate/tinychain``: train the built-in tiny chain (its models and its benchmark) for configs whose models
+"""``generate/tinychain``: copy the tiny chain the package ships (checksums verified) or train it (its models and its benchmark) for configs whose models
 are ``tinychain:NAME`` or whose evaluation reads the tiny chain's benchmark. The one kind that imports
 :mod:`grrr_stream.fixtures` (the demo's chain is a fixture the sweep can build)."""
 
@@ -19,7 +19,7 @@ MARKER = "chain.json"   # fixtures.tinychain writes it last
 FOLDER = "tinychain"
 UNIT_ID = "generate/tinychain"
 # measured on the demo (2 CPU cores): not modelled by flops
-SECONDS, QUICK_SECONDS = 200.0, 90.0
+SECONDS, QUICK_SECONDS, SHIPPED_SECONDS = 200.0, 90.0, 1.0
 
 
 class GenerateParams(UnitParams):
@@ -29,9 +29,12 @@ class GenerateParams(UnitParams):
     seed: int
     quick: bool
     chain_version: int  # tinychain.CHAIN_VERSION: a new training recipe gets new results
+    retrain: bool = False  # trained here, never the shipped copy: weights of this machine, results of their own
 
     def key_content(self) -> dict:
-        return {"tinychain": self.chain_version, "seed": self.seed, "quick": self.quick}
+        # the shipped chain keeps the key the chain trained here had before it shipped
+        return {"tinychain": self.chain_version, "seed": self.seed, "quick": self.quick,
+                **({"retrain": True} if self.retrain else {})}
 
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
@@ -44,9 +47,10 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     bad = sorted(f"{mid} ({name})" for mid, name in ctx.generated.items() if name not in tinychain.MODELS)
     problems = [f"tinychain sources name models {tinychain.MODELS}; got {bad}"] if bad else []
     tc = cfg.tinychain or TinyChainSpec()
-    params = GenerateParams(seed=tc.seed, quick=tc.quick, chain_version=tinychain.CHAIN_VERSION)
-    folder = ctx.workdir.folder(FOLDER) / f"seed{tc.seed}{'-quick' if tc.quick else ''}"
-    label = f"train the tiny chain (seed {tc.seed}{', quick' if tc.quick else ''})"
+    params = GenerateParams(seed=tc.seed, quick=tc.quick, chain_version=tinychain.CHAIN_VERSION, retrain=tc.retrain)
+    folder = ctx.workdir.folder(FOLDER) / f"seed{tc.seed}{'-quick' if tc.quick else ''}{'-retrained' if tc.retrain else ''}"
+    verb = "copy the shipped" if not tc.retrain and tinychain.shipped_available(tc.seed, tc.quick) else "train the"
+    label = f"{verb} tiny chain (seed {tc.seed}{', quick' if tc.quick else ''})"
     return [Unit.of(UNIT_ID, label, params, lambda key: folder)], problems
 
 
@@ -54,14 +58,20 @@ def run(u: Unit, ctx: RunContext) -> dict:
     from ...fixtures.tinychain import build_chain
 
     p: GenerateParams = u.params
-    build_chain(Path(u.out), seed=p.seed, quick=p.quick, progress=ctx.progress)
+    build_chain(Path(u.out), seed=p.seed, quick=p.quick, progress=ctx.progress, retrain=p.retrain)
     meta = json.loads((Path(u.out) / MARKER).read_text())
-    return {"accuracy": meta.get("accuracy"), "seconds": meta.get("seconds", {}).get("total")}
+    return {"accuracy": meta.get("accuracy"), "seconds": meta.get("seconds", {}).get("total"),
+            "origin": meta.get("origin", "trained")}
 
 
 def estimate(u: Unit, facts) -> UnitForecast:
-    return UnitForecast(u.id, u.kind, 0, facts.write(u), work.BASELINE_RAM,
-                        QUICK_SECONDS if u.params.quick else SECONDS, "constant (demo, 2 cores)")
+    from ...fixtures.tinychain import shipped_available
+
+    p: GenerateParams = u.params
+    seconds = QUICK_SECONDS if p.quick else SECONDS
+    if not p.retrain and shipped_available(p.seed, p.quick):
+        seconds = SHIPPED_SECONDS  # a verified copy of the shipped chain
+    return UnitForecast(u.id, u.kind, 0, facts.write(u), work.BASELINE_RAM, seconds, "constant (demo, 2 cores)")
 
 
 KIND = Kind("generate", GenerateParams, plan, run, MARKER, on_worker=True, estimate=estimate)
