@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -38,20 +39,23 @@ def rss_mib(key):
 """
 
 CALIBRATION = PROC + r"""
-import json, sys, time, torch, transformers
-from grrr_stream.channels.activations import load_model, calibration_pass, checkpoint_bytes
-from grrr_stream.channels.calibration import calibration_ids
+import json, sys, time, torch
+from grrr_stream.channels.imports import lean_transformers
+lean = lean_transformers()  # as `grrr-stream channels` does (GRRR_STREAM_LEAN_IMPORTS=0: --imports full)
+import transformers
+from grrr_stream.channels.activations import checkpoint_bytes
+from grrr_stream.channels.analysis import analyse_model
 from transformers.utils import logging; logging.disable_progress_bar(); logging.set_verbosity_error()
 folder, seqs, seq_len, budget = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 transformers.AutoConfig.from_pretrained(folder)  # finishes transformers' lazy imports: part of the baseline
+transformers.AutoModelForCausalLM  # (the model classes' import chain too)
 baseline = rss_mib("VmRSS")
 t = time.perf_counter()
-with load_model(folder, max_memory=None if budget == "none" else budget) as loaded:
-    cal = calibration_ids(folder, vocab_size=loaded.config.vocab_size, sequences=seqs, seq_len=seq_len)
-    res = calibration_pass(loaded, cal.ids)
-    off, copied = loaded.offloaded, loaded.offload_copied_bytes
-print(json.dumps({"offloaded": off, "copied_mib": copied / 2**20, "seconds": time.perf_counter() - t,
-                  "perplexity": res.perplexity, "rms_sum": float(res.rms.sum()), "baseline_mib": baseline,
+# what `grrr-stream channels` runs for one model: checks, load, non-finite scan, the pass, the weight proxy
+record, rms = analyse_model(folder, sequences=seqs, seq_len=seq_len, max_memory=None if budget == "none" else budget)
+off, copied = record["offloaded"], 0
+print(json.dumps({"offloaded": off, "copied_mib": copied / 2**20, "seconds": time.perf_counter() - t, "lean": lean,
+                  "perplexity": record["perplexity"], "rms_sum": float(rms.sum()), "baseline_mib": baseline,
                   "peak_mib": rss_mib("VmHWM"), "checkpoint_mib": checkpoint_bytes(folder) / 2**20}))
 """
 
@@ -69,8 +73,9 @@ print(json.dumps({"seconds": time.perf_counter() - t, "baseline_mib": baseline, 
 """
 
 
-def child(code: str, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+def child(code: str, *args: str, env: dict | None = None) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         env={**os.environ, **(env or {})})
     if out.returncode != 0:
         raise SystemExit(f"child failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -127,6 +132,11 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                     help="storage dtype of the synthetic checkpoints (the calibration pass computes in float32)")
     ap.add_argument("--no-decompose", action="store_true", help="skip the decomposition's measurement")
+    ap.add_argument("--imports", choices=["lean", "full"], default="lean",
+                    help="lean: the calibration children import transformers as `grrr-stream channels` does, "
+                         "without scikit-learn, SciPy and Triton (grrr_stream/channels/imports.py); full: as is")
+    ap.add_argument("--modes", default="none,MAX,0",
+                    help="calibration runs: comma-separated budgets, 'none' = in memory, MAX = --max-memory")
     a = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-channels-") as tmp:
@@ -135,21 +145,23 @@ def main() -> None:
         print(f"synthetic Llama: hidden {a.hidden}, {a.layers} layers, MLP {a.intermediate}, vocab {a.vocab}, "
               f"{n_shards} shard(s), stored in {a.dtype}; {a.sequences} × {a.seq_len} tokens")
         calib = {}
-        for budget in ("none", a.max_memory, "0"):
-            r = child(CALIBRATION, str(base), str(a.sequences), str(a.seq_len), budget)
+        env = {"GRRR_STREAM_LEAN_IMPORTS": "1" if a.imports == "lean" else "0"}
+        budgets = [a.max_memory if b == "MAX" else b for b in a.modes.split(",")]
+        for budget in budgets:
+            r = child(CALIBRATION, str(base), str(a.sequences), str(a.seq_len), budget, env=env)
             calib[budget] = r
             mode = "in memory" if budget == "none" else f"offloaded (--max-memory {budget})"
             print(f"calibration {mode:32s} checkpoint {r['checkpoint_mib']:.0f} MiB  peak RSS {r['peak_mib']:.0f} MiB "
                   f"(baseline {r['baseline_mib']:.0f}, growth {r['peak_mib'] - r['baseline_mib']:.0f})  "
                   f"{r['seconds']:.1f} s  offloaded={r['offloaded']}  copied {r['copied_mib']:.0f} MiB  "
-                  f"perplexity {r['perplexity']:.4f}  ΣRMS {r['rms_sum']:.6f}")
+                  f"perplexity {r['perplexity']:.4f}  ΣRMS {r['rms_sum']:.6f}  lean imports {r['lean']}")
         if a.no_decompose:
             return
         d = child(DECOMPOSE, str(base), str(post), str(Path(tmp) / "store.zarr"), str(Path(tmp) / "frames"))
         print(f"decompose base → post ({d['computed']} matrices){'':10s} peak RSS {d['peak_mib']:.0f} MiB "
               f"(baseline {d['baseline_mib']:.0f}, growth {d['peak_mib'] - d['baseline_mib']:.0f})  "
               f"{d['seconds']:.1f} s")
-        for budget in (a.max_memory, "0"):
+        for budget in [b for b in budgets if b != "none"]:
             r = calib[budget]
             print(f"offloaded calibration (--max-memory {budget}) / decompose, peak RSS: "
                   f"{r['peak_mib'] / d['peak_mib']:.2f}; growth over each baseline: "

@@ -30,13 +30,13 @@ def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequenc
     are checked and each pass runs (one item per decoder layer of each batch)."""
     model_dir = Path(model_dir)
     t0 = time.perf_counter()
-    say = Progress(0, enabled=progress, label=f"[{label}] ")
+    say = Progress(0, enabled=progress)
     ckpt, _, cal = validate.preflight(model_dir, sequences=sequences, seq_len=seq_len)
-    say.message(f"loading {model_dir} (--max-memory {max_memory}: larger models are offloaded layer by layer)")
+    say.message(f"[{label}] loading {model_dir} (--max-memory {max_memory}: larger models are offloaded layer by layer)")
     with load_model(model_dir, max_memory=max_memory) as loaded:
         tc = text_config(loaded.config)
         n_layers = len(loaded.layers)
-        say.message(f"loaded in {fmt_seconds(time.perf_counter() - t0)}: {n_layers} decoder layers, "
+        say.message(f"[{label}] loaded in {fmt_seconds(time.perf_counter() - t0)}: {n_layers} decoder layers, "
                     + (f"offloaded ({_resident(loaded)} resident; the others read from the checkpoint for each batch)"
                        if loaded.offloaded else "in memory"))
         scan = Progress(validate.tensor_count(ckpt), enabled=progress, label=f"[{label}: weights] ",

@@ -24,7 +24,7 @@ import torch
 
 from ..errors import CheckpointError, ConfigError, NonFiniteWeightError
 
-SCAN_BLOCK_BYTES = 64 * 2**20  # read at a time by the non-finite scan
+SCAN_BLOCK_BYTES = 16 * 2**20  # read at a time by the non-finite scan (+ its isfinite mask)
 
 
 def first_line(e: BaseException) -> str:
