@@ -43,19 +43,24 @@ import json, sys, time, torch
 from grrr_stream.channels.imports import lean_transformers
 lean = lean_transformers()  # as `grrr-stream channels` does (GRRR_STREAM_LEAN_IMPORTS=0: --imports full)
 import transformers
-from grrr_stream.channels.activations import checkpoint_bytes
-from grrr_stream.channels.analysis import analyse_model
+from grrr_stream.channels import validate
+from grrr_stream.channels.activations import calibration_pass, checkpoint_bytes, load_model
 from transformers.utils import logging; logging.disable_progress_bar(); logging.set_verbosity_error()
 folder, seqs, seq_len, budget = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 transformers.AutoConfig.from_pretrained(folder)  # finishes transformers' lazy imports: part of the baseline
 transformers.AutoModelForCausalLM  # (the model classes' import chain too)
 baseline = rss_mib("VmRSS")
 t = time.perf_counter()
-# what `grrr-stream channels` runs for one model: checks, load, non-finite scan, the pass, the weight proxy
-record, rms = analyse_model(folder, sequences=seqs, seq_len=seq_len, max_memory=None if budget == "none" else budget)
-off, copied = record["offloaded"], 0
+# what `grrr-stream channels` runs for one model but the weight proxy (channels/proxy.py: not the pass):
+# the checks before loading, the load (with its loading report and head probe), the non-finite scan, the pass
+ckpt, _, cal = validate.preflight(folder, sequences=seqs, seq_len=seq_len)
+with load_model(folder, max_memory=None if budget == "none" else budget) as loaded:
+    validate.raise_nonfinite(folder, validate.nonfinite_tensors(ckpt))
+    res = calibration_pass(loaded, cal.ids)
+    off, copied, sliced_head = loaded.offloaded, loaded.offload_copied_bytes, loaded.head is not None
 print(json.dumps({"offloaded": off, "copied_mib": copied / 2**20, "seconds": time.perf_counter() - t, "lean": lean,
-                  "perplexity": record["perplexity"], "rms_sum": float(rms.sum()), "baseline_mib": baseline,
+                  "head_by_slices": sliced_head,
+                  "perplexity": res.perplexity, "rms_sum": float(res.rms.sum()), "baseline_mib": baseline,
                   "peak_mib": rss_mib("VmHWM"), "checkpoint_mib": checkpoint_bytes(folder) / 2**20}))
 """
 
@@ -154,7 +159,7 @@ def main() -> None:
             print(f"calibration {mode:32s} checkpoint {r['checkpoint_mib']:.0f} MiB  peak RSS {r['peak_mib']:.0f} MiB "
                   f"(baseline {r['baseline_mib']:.0f}, growth {r['peak_mib'] - r['baseline_mib']:.0f})  "
                   f"{r['seconds']:.1f} s  offloaded={r['offloaded']}  copied {r['copied_mib']:.0f} MiB  "
-                  f"perplexity {r['perplexity']:.4f}  ΣRMS {r['rms_sum']:.6f}  lean imports {r['lean']}")
+                  f"perplexity {r['perplexity']:.4f}  ΣRMS {r['rms_sum']:.6f}  lean imports {r['lean']}, log-probs by head slices {r['head_by_slices']}")
         if a.no_decompose:
             return
         d = child(DECOMPOSE, str(base), str(post), str(Path(tmp) / "store.zarr"), str(Path(tmp) / "frames"))

@@ -28,8 +28,9 @@ SCAN_BLOCK_BYTES = 16 * 2**20  # read at a time by the non-finite scan (+ its is
 
 
 def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
+    """An exception's text on one line (a library's multi-line message joined), at most 400 characters."""
+    text = " ".join(str(e).split())
+    return (text[:400] + " …" if len(text) > 400 else text) or type(e).__name__
 
 
 def _listing(problems: list[str]) -> str:
@@ -88,10 +89,12 @@ def preflight(model_dir: Path, *, sequences: int, seq_len: int):
     cal = None
     tc = text_config(config) if config is not None else None
     vocab = getattr(tc, "vocab_size", None) if tc is not None else (ckpt.config or {}).get("vocab_size")
+    positions = getattr(tc, "max_position_embeddings", None) if tc is not None else None
+    if isinstance(positions, int) and seq_len > positions:
+        problems.append(f"--seq-len {seq_len} exceeds the model's max_position_embeddings {positions}")
     if isinstance(vocab, int) and vocab > 0:
         try:
-            cal = calibration_ids(model_dir, vocab_size=vocab, sequences=sequences, seq_len=seq_len,
-                                  max_positions=getattr(tc, "max_position_embeddings", None))
+            cal = calibration_ids(model_dir, vocab_size=vocab, sequences=sequences, seq_len=seq_len)
         except ConfigError as e:
             problems.append(str(e))
     else:
