@@ -212,7 +212,7 @@ def _head_rows(model: torch.nn.Module, io: list[torch.nn.Module], sources: dict,
     if head is None or not isinstance(head, torch.nn.Linear):
         return None
     n_out, n_in = head.weight.shape
-    per_slice = max(1, sliced.SLICE_BYTES // (n_in * torch.empty((), dtype=dtype).element_size()))
+    per_slice = max(1, logprobs.SLICE_BYTES // (n_in * torch.empty((), dtype=dtype).element_size()))
     if any(head is m for m in io):
         src = sources[id(head.weight)]
         return logprobs.HeadRows(lambda s, e: (src.rows(s, e).to(dtype), None), n_out, n_in, per_slice)

@@ -74,8 +74,7 @@ PROGRESS_EVERY = 10.0  # seconds between progress lines off a terminal (tests lo
 
 
 def _resident(loaded) -> str:
-    on_disk = sum(1 for layer in loaded.layers if hasattr(layer, "_hf_hook") or any(
-        p.device.type == "meta" for p in layer.parameters()))
+    on_disk = sum(1 for layer in loaded.layers if any(p.device.type == "meta" for p in layer.parameters()))
     return f"{len(loaded.layers) - on_disk} of {len(loaded.layers)} layers"
 
 

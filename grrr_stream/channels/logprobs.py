@@ -7,7 +7,8 @@ forward is replaced, for the pass, by one that keeps its input (the final normal
 what the head would multiply) and returns a (batch, positions, 1) placeholder; then
 log p(next token) = z_target − logsumexp_v z_v is computed over vocabulary slices of the head's rows
 (each read once per batch: from the checkpoint by slices when offloaded, :mod:`.sliced`) and chunks
-of positions, with the running maximum and sum of the log-sum-exp kept in float64. Each logit is the
+of positions, with the running maximum and sum of the log-sum-exp kept in float64 (the exponentials of
+z − max in the compute dtype, as log_softmax takes them). Each logit is the
 same dot product as in the head's own forward (only BLAS blocking may differ).
 
 Only for a head whose output the model returns unchanged: :func:`head_mode` checks that once per
@@ -25,7 +26,8 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-CHUNK_BYTES = 8 * 2**20  # float32 logits of one (positions × vocabulary slice) block
+CHUNK_BYTES = 4 * 2**20  # float32 logits of one (positions × vocabulary slice) block
+SLICE_BYTES = 8 * 2**20  # LM head rows read (and upcast to the compute dtype) at a time
 
 
 @dataclass(frozen=True)
@@ -121,14 +123,15 @@ def next_token_logp(h: torch.Tensor, batch: torch.Tensor, head: HeadRows, dtype:
             z = torch.nn.functional.linear(x[p0:p1], w, b)
             if head.softcap:
                 z = torch.tanh(z / head.softcap) * head.softcap
-            z = z.double()
-            new_m = torch.maximum(m[p0:p1], z.max(dim=1).values)
-            s[p0:p1] = s[p0:p1] * torch.exp(m[p0:p1] - new_m) + torch.exp(z - new_m[:, None]).sum(dim=1)
-            m[p0:p1] = new_m
             t = target[p0:p1]
             inside = (t >= v0) & (t < v1)
             if inside.any():
                 rows = inside.nonzero().squeeze(1)
-                picked[p0 + rows] = z[rows, t[rows] - v0]
+                picked[p0 + rows] = z[rows, t[rows] - v0].double()
+            # m holds logits (values of z), so z − m is one subtraction in z's dtype; exp there, sums in float64
+            new_m = torch.maximum(m[p0:p1], z.max(dim=1).values.double())
+            s[p0:p1] = s[p0:p1] * torch.exp(m[p0:p1] - new_m) + (
+                z.sub_(new_m[:, None].to(z.dtype)).exp_()).sum(dim=1, dtype=torch.float64)
+            m[p0:p1] = new_m
             del z
     return (picked - (m + torch.log(s))).reshape(batch.shape[0], -1)

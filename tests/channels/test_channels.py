@@ -189,7 +189,7 @@ def test_offloaded_bf16_reads_embedding_and_head_by_slices_and_keeps_linears_in_
     stay bf16, upcast 10 rows at a time, loaded and dropped by accelerate's hooks. The same RMS and
     perplexity as the whole model upcast to float32 in memory (one matrix product per module), and
     as an independent float64 forward of the bf16 weights."""
-    from grrr_stream.channels import sliced, upcast
+    from grrr_stream.channels import logprobs, sliced, upcast
 
     root, _ = planted
     if tied:
@@ -198,6 +198,7 @@ def test_offloaded_bf16_reads_embedding_and_head_by_slices_and_keeps_linears_in_
         folder, ref_model = root / "base_bf16", _planted_model().to(torch.bfloat16)
     monkeypatch.setattr(upcast, "HEAD_CHUNK_BYTES", 10 * HIDDEN * 4)
     monkeypatch.setattr(sliced, "SLICE_BYTES", 10 * HIDDEN * 4)
+    monkeypatch.setattr(logprobs, "SLICE_BYTES", 10 * HIDDEN * 4)  # the head's rows for the log-probabilities
     cal = calibration_ids(folder, vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
     with load_model(folder, max_memory=None) as loaded:  # in memory: float32 everywhere, nothing sliced
         assert not loaded.offloaded and not loaded.sliced
