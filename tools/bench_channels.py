@@ -3,14 +3,17 @@ against the peak RSS of decomposing a transition of the same model.
 
     python tools/bench_channels.py [--hidden 1024 --layers 6 --intermediate 2816 --vocab 32000]
                                    [--sequences 8 --seq-len 128] [--max-memory 200MiB] [--shard-size 2GB]
-                                   [--dtype bfloat16] [--no-decompose]
+                                   [--dtype bfloat16] [--no-decompose] [--imports lean|full]
+                                   [--modes none,MAX,0]
 
 Builds a synthetic LlamaForCausalLM with transformers' own classes (safetensors stored in ``--dtype``,
 float32 by default; the pass always computes in float32; nothing is downloaded) and a post model = base + a small relative Gaussian step, written with the project's
 checkpoint writer. Each measurement runs in a fresh child process:
 
-- the calibration pass (per-channel RMS at every layer's input + perplexity) in memory, offloaded
-  with ``--max-memory`` of resident weights, and offloaded with nothing resident (``0``);
+- what ``grrr-stream channels`` runs for one model but the weight proxy (the checks before loading,
+  the load, the non-finite scan, the calibration pass: per-channel RMS at every layer's input +
+  perplexity), importing transformers as the command does (``--imports``), in memory, offloaded
+  with ``--max-memory`` of resident weights, and offloaded with nothing resident (``0``) (``--modes``);
 - ``decompose`` (run_transition, tracking off) of base → post.
 
 Peak RSS is the child's VmHWM (/proc/self/status), not ``ru_maxrss``: Linux carries a process's
