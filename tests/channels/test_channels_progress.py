@@ -50,9 +50,10 @@ def _progress_lines(err: str) -> list[re.Match]:
 
 def _check_run(err: str, *, layers: int, batches: int) -> None:
     matches = _progress_lines(err)
-    total = int(matches[0].group(2))
-    passes = int(matches[0].group(4))
-    assert passes in (4, 5) and total == passes * batches * layers  # 4: no outlier channel, that pass skipped
+    total, passes = int(matches[-1].group(2)), int(matches[-1].group(4))  # the last line's: the final count
+    # 4 passes: no outlier channel, so that pass is skipped and the totals shrink after the calibration pass
+    assert passes in (4, 5) and total == passes * batches * layers
+    assert {int(m.group(2)) for m in matches} <= {5 * batches * layers, total}
     assert [int(m.group(1)) for m in matches] == list(range(1, total + 1))  # every item, in order
     assert matches[0].group(10) != "?" and matches[-1].group(10) == "0s"  # an ETA from the first item on
     assert [m.group(5) for m in matches][:: batches * layers] == (
