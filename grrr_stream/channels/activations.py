@@ -20,28 +20,21 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import torch
 
-from ..errors import CheckpointNotFoundError, ConfigError, MissingDependencyError
-from . import sliced
+from ..errors import CheckpointError, CheckpointNotFoundError, ConfigError
+from . import logprobs, sliced, validate
+# the model's config and layer list, shared with validate.py (a leaf, so validate need not import this module)
+from .model_config import config_from, decoder_layers, need, text_config
 from .upcast import compute_in, storage_dtype_modules
 
 DEFAULT_MAX_MEMORY = "1GiB"  # resident weights; the rest is offloaded to disk layer by layer
-
-
-def _need(module: str):
-    try:
-        return __import__(module)
-    except ImportError as e:
-        raise MissingDependencyError(f"'grrr-stream channels' needs {module} "
-                                     f"(pip install 'grrr-stream[channels]'): {e}") from e
 
 
 def checkpoint_bytes(model_dir: Path) -> int:
@@ -68,19 +61,8 @@ class Loaded:
     config: object
     offload_copied_bytes: int = 0  # bytes written to the offload folder (0: weights read from the checkpoint)
     sliced: tuple[str, ...] = ()  # modules read from the checkpoint a slice of rows at a time (.sliced)
-
-
-def decoder_layers(model: torch.nn.Module, n_layers: int) -> tuple[torch.nn.ModuleList, torch.nn.Module]:
-    """The decoder's layer list (the ModuleList named ``*layers`` of length n_layers next to a final
-    ``norm``) and that norm. A multimodal model's vision tower also has a ``layers`` list (Gemma3's
-    ``vision_tower.encoder.layers``), without a ``norm`` beside it: it is skipped."""
-    for name, mod in model.named_modules():
-        if name.endswith("layers") and isinstance(mod, torch.nn.ModuleList) and len(mod) == n_layers:
-            parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
-            norm = getattr(parent, "norm", None)
-            if norm is not None:
-                return mod, norm
-    raise ConfigError(f"{type(model).__name__}: no decoder layer list of {n_layers} layers with a final norm found")
+    head: Optional[logprobs.HeadRows] = None  # the LM head's rows: log-probabilities without full logits
+    dtype: torch.dtype = torch.float32  # the compute dtype
 
 
 def module_name(model: torch.nn.Module, module: torch.nn.Module | None) -> str | None:
@@ -138,10 +120,6 @@ def layerwise_device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype
     return device_map
 
 
-def text_config(config):
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
 @contextlib.contextmanager
 def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_MEMORY,
                dtype: torch.dtype = torch.float32) -> Iterator[Loaded]:
@@ -151,11 +129,11 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         raise CheckpointNotFoundError(f"{model_dir}: no config.json (a Hugging Face model folder is needed)")
     if not list(model_dir.glob("*.safetensors")):
         raise CheckpointNotFoundError(f"{model_dir}: no .safetensors files")
-    accelerate = _need("accelerate")
-    transformers = _need("transformers")
+    accelerate = need("accelerate")
+    transformers = need("transformers")
     from accelerate import init_empty_weights
 
-    config = _config(transformers, model_dir)
+    config = config_from(transformers, model_dir)
     with init_empty_weights():
         # a copy: from_config records ``dtype`` in the config, which from_pretrained's "auto" would then read
         model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)
@@ -172,11 +150,20 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         # cast (meta ones only change dtype) and accelerate's hook casts each offloaded weight it reads
         # to its parameter's dtype (set_module_tensor_to_device), so the forward runs in ``dtype``
         # with the same values as an in-memory load.
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), config=config,
-                                                                  device_map=device_map, offload_folder=offload,
-                                                                  dtype="auto" if offloaded else dtype)
+        # Mismatched shapes are reported, not raised (validate.loading_problems lists them all at once,
+        # with the missing and unexpected tensors); the model is never run when there are any.
+        try:
+            model, info = transformers.AutoModelForCausalLM.from_pretrained(
+                str(model_dir), config=config, device_map=device_map, offload_folder=offload,
+                dtype="auto" if offloaded else dtype, output_loading_info=True, ignore_mismatched_sizes=True)
+        except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+            raise CheckpointError(f"transformers could not load {model_dir} as it stands "
+                                  f"({type(e).__name__}: {validate.first_line(e)}); check that config.json describes the "
+                                  "weights beside it (--debug shows the traceback)") from e
+        validate.raise_loading_problems(model_dir, model, info, config)
         layers, norm = decoder_layers(model, text_config(config).num_hidden_layers)
         io: list[torch.nn.Module] = []
+        sources: dict[int, sliced.RowSource] = {}
         if offloaded:
             sources = sliced.offload_sources(model, model_dir)
             io = sliced.sliced_modules(model, sources)
@@ -186,24 +173,30 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
             sliced.install(io, sources, dtype)
         model.eval()
         del accelerate
+        head = logprobs.head_mode(model, _head_rows(model, io, sources, dtype), text_config(config))
         # Non-zero only when transformers had to convert an offloaded weight at load time (its
         # WeightConverter families) and so re-saved it: then the disk holds a copy, RAM still does not.
         copied = sum(f.stat().st_size for f in Path(offload).rglob("*") if f.is_file())
-        yield Loaded(model, layers, norm, offloaded, config, copied, tuple(module_name(model, m) for m in io))
+        yield Loaded(model, layers, norm, offloaded, config, copied, tuple(module_name(model, m) for m in io), head,
+                     dtype)
 
 
-# Remote-code families whose next-token model is a transformers class: MiMo is a Qwen2 decoder plus
-# multi-token-prediction layers (a speculative-decoding head, not in the next-token forward; vLLM drops
-# them too), which the Qwen2 class leaves unloaded (checkpoints/arch.py)
-REMOTE_DECODERS = {"mimo": "qwen2"}
-
-
-def _config(transformers, model_dir: Path):
-    raw = config_summary(model_dir)
-    if raw.get("model_type") in REMOTE_DECODERS:
-        keys = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "auto_map")}
-        return transformers.AutoConfig.for_model(REMOTE_DECODERS[raw["model_type"]], **keys)
-    return transformers.AutoConfig.from_pretrained(str(model_dir))
+def _head_rows(model: torch.nn.Module, io: list[torch.nn.Module], sources: dict, dtype: torch.dtype):
+    """The LM head's rows for :mod:`.logprobs`: read by slices from the checkpoint (an offloaded head of
+    :mod:`.sliced`) or views of its in-memory weight (a plain ``nn.Linear``); None otherwise."""
+    head = model.get_output_embeddings()
+    if head is None or not isinstance(head, torch.nn.Linear):
+        return None
+    n_out, n_in = head.weight.shape
+    per_slice = max(1, logprobs.SLICE_BYTES // (n_in * torch.empty((), dtype=dtype).element_size()))
+    if any(head is m for m in io):
+        src = sources[id(head.weight)]
+        return logprobs.HeadRows(lambda s, e: (src.rows(s, e).to(dtype), None), n_out, n_in, per_slice)
+    if type(head) is not torch.nn.Linear or head.weight.device.type == "meta" or hasattr(head, "_hf_hook"):
+        return None
+    w, b = head.weight, head.bias
+    return logprobs.HeadRows(lambda s, e: (w[s:e].to(dtype), None if b is None else b[s:e].to(dtype)),
+                             n_out, n_in, per_slice)
 
 
 def _device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype, config) -> dict[str, str]:
@@ -272,23 +265,30 @@ class PassResult:
 
 @torch.no_grad()
 def calibration_pass(loaded: Loaded, ids: torch.Tensor, *, batch_size: int = 1,
-                     zero_channels: np.ndarray | None = None) -> PassResult:
+                     zero_channels: np.ndarray | None = None,
+                     on_layer: Callable[[int, int], None] | None = None) -> PassResult:
     """One pass over ``ids``: RMS at every layer input and the next-token NLL.
 
     With ``zero_channels``, those residual channels are set to 0 at every decoder layer's input
     (= after the embedding and after every layer but the last) and at the final norm's input
     (= after the last layer), so the channel is absent from everything the model reads.
-    The recorded RMS is taken before the zeroing.
+    The recorded RMS is taken before the zeroing. ``on_layer(batch, layer)`` is called as each decoder
+    layer of each batch ends (progress: for an offloaded model, a layer includes reading its weights).
+    The NLL comes from the LM head's input by vocabulary slices (:mod:`.logprobs`) when ``loaded.head``
+    allows, else from the model's full logits.
     """
     n_layers = len(loaded.layers)
     hidden = text_config(loaded.config).hidden_size
     sq = torch.zeros(n_layers, hidden, dtype=torch.float64)
     counts = [0]
     zero = None if zero_channels is None or len(zero_channels) == 0 else torch.as_tensor(np.asarray(zero_channels))
+    current = [0]
 
     def on_residual(depth, x):
         if depth < n_layers:
             sq[depth] += x.detach().to(torch.float64).pow(2).reshape(-1, x.shape[-1]).sum(0).cpu()
+        if depth > 0 and on_layer is not None:
+            on_layer(current[0], depth - 1)
         if zero is None:
             return None
         y = x.clone()
@@ -296,15 +296,22 @@ def calibration_pass(loaded: Loaded, ids: torch.Tensor, *, batch_size: int = 1,
         return y
 
     nll, n_pred = 0.0, 0
-    with residual_hooks(loaded, on_residual):
+    capture = (logprobs.captured_head_input(loaded.model) if loaded.head is not None
+               else contextlib.nullcontext(None))
+    with residual_hooks(loaded, on_residual), capture as seen:
         for start in range(0, ids.shape[0], batch_size):
+            current[0] = start // batch_size
             batch = ids[start:start + batch_size]
             counts[0] += batch.numel()
-            logits = loaded.model(input_ids=batch, use_cache=False).logits
-            picked = _next_token_logp(logits, batch)
+            out = loaded.model(input_ids=batch, use_cache=False)
+            if seen is not None:
+                picked = logprobs.next_token_logp(seen.pop(), batch, loaded.head, loaded.dtype)
+                seen.clear()
+            else:
+                picked = _next_token_logp(out.logits, batch)
             nll -= float(picked.double().sum())
             n_pred += picked.numel()
-            del logits
+            del out
     rms = np.sqrt(sq.numpy() / counts[0])
     return PassResult(rms, nll, n_pred)
 
@@ -331,7 +338,3 @@ def write_rms_csv(path: Path, rms: np.ndarray) -> None:
     rows = [{"channel": c, **{f"rms_layer{l}": float(rms[l, c]) for l in range(rms.shape[0])}}
             for c in range(rms.shape[1])]
     atomic_write_text(path, to_csv(rows))
-
-
-def config_summary(model_dir: Path) -> dict:
-    return json.loads((Path(model_dir) / "config.json").read_text())

@@ -10,9 +10,12 @@ import numpy as np
 import torch
 
 from ..files import atomic_write_text, ensure_folder
+from ..progress import Progress, fmt_seconds
+from . import validate
 from .ablation import SEEDS, ablate
-from .activations import DEFAULT_MAX_MEMORY, calibration_pass, load_model, text_config, write_rms_csv
-from .calibration import DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES, calibration_ids
+from .activations import DEFAULT_MAX_MEMORY, calibration_pass, load_model, write_rms_csv
+from .model_config import text_config
+from .calibration import DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
 from .proxy import proxy_inputs
 from .rule import OutlierRule, channel_scores, jaccard, proxy_channels, select
 
@@ -21,16 +24,32 @@ CHANNELS_FILE = "channels.json"  # written last: the run's (and a sweep channels
 
 def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequences: int = DEFAULT_SEQUENCES,
                   seq_len: int = DEFAULT_SEQ_LEN, batch_size: int = 1, max_memory=DEFAULT_MAX_MEMORY,
-                  do_ablate: bool = False, ablation_seeds=SEEDS) -> tuple[dict, np.ndarray]:
+                  do_ablate: bool = False, ablation_seeds=SEEDS, progress: bool = False,
+                  label: str = "channels") -> tuple[dict, np.ndarray]:
     """(the channels.json record of ``model_dir``, its (layers, hidden) RMS array); ``ablation_seeds``: one
-    count-matched random channel set per seed when ``do_ablate``."""
+    count-matched random channel set per seed when ``do_ablate``. Refused before any forward pass when the
+    folder is not a model the pass can run (:mod:`.validate`, every problem at once). ``progress``: lines
+    with an ETA on the console (:class:`~grrr_stream.progress.Progress`) while the model loads, its weights
+    are checked and each pass runs (one item per decoder layer of each batch)."""
     model_dir = Path(model_dir)
     t0 = time.perf_counter()
+    say = Progress(0, enabled=progress)
+    ckpt, _, cal = validate.preflight(model_dir, sequences=sequences, seq_len=seq_len)
+    say.message(f"[{label}] loading {model_dir} (--max-memory {max_memory}: larger models are offloaded layer by layer)")
     with load_model(model_dir, max_memory=max_memory) as loaded:
         tc = text_config(loaded.config)
-        cal = calibration_ids(model_dir, vocab_size=tc.vocab_size, sequences=sequences, seq_len=seq_len,
-                              max_positions=getattr(tc, "max_position_embeddings", None))
-        res = calibration_pass(loaded, cal.ids, batch_size=batch_size)
+        n_layers = len(loaded.layers)
+        say.message(f"[{label}] loaded in {fmt_seconds(time.perf_counter() - t0)}: {n_layers} decoder layers, "
+                    + (f"offloaded ({_resident(loaded)} resident; the others read from the checkpoint for each batch)"
+                       if loaded.offloaded else "in memory"))
+        scan = Progress(validate.tensor_count(ckpt), enabled=progress, label=f"[{label}: weights] ",
+                        every=PROGRESS_EVERY)
+        validate.raise_nonfinite(model_dir, validate.nonfinite_tensors(ckpt, on_tensor=lambda n: scan.advance(n)))
+        batches = -(-sequences // batch_size)
+        passes = 1 + ((1 + len(tuple(ablation_seeds))) if do_ablate else 0)
+        bar = Progress(passes * batches * n_layers, enabled=progress, label=f"[{label}] ", every=PROGRESS_EVERY)
+        ticker = _Ticker(bar, passes, batches, n_layers)
+        res = calibration_pass(loaded, cal.ids, batch_size=batch_size, on_layer=ticker.of("calibration"))
         scores = channel_scores(res.rms, rule)
         channels = select(scores, rule)
         record = {"model": str(model_dir), "hidden_size": int(tc.hidden_size), "n_layers": int(res.rms.shape[0]),
@@ -39,8 +58,11 @@ def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequenc
                   "offloaded": loaded.offloaded, "perplexity": res.perplexity,
                   "score_max": float(scores.max())}
         if do_ablate:
+            if not channels:  # the outliers' pass is skipped: nothing to zero
+                bar.total -= batches * n_layers
+                ticker.passes -= 1
             record["ablation"] = ablate(loaded, cal.ids, channels, tc.hidden_size, batch_size=batch_size,
-                                        seeds=tuple(ablation_seeds), baseline=res.perplexity)
+                                        seeds=tuple(ablation_seeds), baseline=res.perplexity, on_layer=ticker.of)
     inputs = proxy_inputs(model_dir)
     if isinstance(inputs, str):
         record.update(proxy_channels=None, jaccard=None, proxy_note=inputs)
@@ -51,15 +73,41 @@ def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequenc
     return record, res.rms
 
 
+PROGRESS_EVERY = 10.0  # seconds between progress lines off a terminal (tests lower it)
+
+
+def _resident(loaded) -> str:
+    on_disk = sum(1 for layer in loaded.layers if any(p.device.type == "meta" for p in layer.parameters()))
+    return f"{len(loaded.layers) - on_disk} of {len(loaded.layers)} layers"
+
+
+class _Ticker:
+    """Names the progress items: pass k/P (what), batch b/B, layer l/L."""
+
+    def __init__(self, bar: Progress, passes: int, batches: int, n_layers: int):
+        self.bar, self.passes, self.batches, self.n_layers = bar, passes, batches, n_layers
+        self.index = 0
+
+    def of(self, what: str):
+        self.index += 1
+        k = self.index
+
+        def tick(batch: int, layer: int) -> None:
+            self.bar.advance(f"pass {k}/{self.passes} ({what}) · batch {batch + 1}/{self.batches} · "
+                             f"layer {layer + 1}/{self.n_layers}")
+        return tick
+
+
 def run_channels(model_dir: Path, out: Path, *, post_dir: Path | None = None, **settings) -> dict:
-    """Analyse the base (and post) model; write ``channels.json`` and ``rms_<role>.csv`` under ``out``."""
+    """Analyse the base (and post) model; write ``channels.json`` and ``rms_<role>.csv`` under ``out``.
+    ``settings``: those of :func:`analyse_model` (``progress`` included)."""
     out = ensure_folder(Path(out), "--out")
     result = {}
     for role, folder in (("base", model_dir), ("post", post_dir)):
         if folder is None:
             continue
         with torch.no_grad():  # forward passes only (not set globally: a caller may train afterwards)
-            record, rms = analyse_model(Path(folder), **settings)
+            record, rms = analyse_model(Path(folder), label=f"channels {role}", **settings)
         write_rms_csv(out / f"rms_{role}.csv", rms)
         record["rms_per_layer"] = f"rms_{role}.csv"
         result[role] = record

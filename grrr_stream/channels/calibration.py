@@ -50,7 +50,13 @@ def _tokenizer_ids(model_dir: Path, text: str) -> tuple[list[int], list[int], st
     """(document prefix the tokenizer adds, e.g. BOS; the text's ids; a label)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(model_dir))
+    except Exception as e:  # noqa: BLE001 - broken or partial tokenizer files fail in many library-specific ways
+        text = " ".join(str(e).split())[:300] or type(e).__name__
+        raise ConfigError(f"the tokenizer in {model_dir} cannot be loaded ({type(e).__name__}: {text}); repair or "
+                          f"remove its tokenizer files ({', '.join(TOKENIZER_FILES)}: without them the "
+                          "calibration text is cut into bytes)") from e
     # a tokenizer that starts every document with BOS gets BOS at the start of every sequence
     with_special = tok("a", add_special_tokens=True)["input_ids"]
     plain = tok("a", add_special_tokens=False)["input_ids"]

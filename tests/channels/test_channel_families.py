@@ -23,7 +23,8 @@ tf = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from grrr_stream.channels.ablation import ablate  # noqa: E402
-from grrr_stream.channels.activations import calibration_pass, load_model, text_config  # noqa: E402
+from grrr_stream.channels.activations import calibration_pass, load_model  # noqa: E402
+from grrr_stream.channels.model_config import text_config  # noqa: E402
 from grrr_stream.channels.calibration import calibration_ids  # noqa: E402
 from grrr_stream.checkpoints.arch import FAMILIES  # noqa: E402
 from grrr_stream.fixtures.synthetic_hf import make_hf_model, model_families  # noqa: E402
@@ -44,7 +45,7 @@ def test_every_supported_family_is_built_here():
 def _reference(model, ids: torch.Tensor, zeroed: list[int] | None) -> tuple[np.ndarray, float]:
     """(RMS (layers, hidden) from output_hidden_states, exp(loss)) of the float64 model, with
     ``zeroed`` channels set to 0 at the outputs of the embedding and of every decoder layer."""
-    from grrr_stream.channels.activations import decoder_layers
+    from grrr_stream.channels.model_config import decoder_layers
 
     n_layers = text_config(model.config).num_hidden_layers
     layers, _ = decoder_layers(model, n_layers)

@@ -189,7 +189,7 @@ def test_offloaded_bf16_reads_embedding_and_head_by_slices_and_keeps_linears_in_
     stay bf16, upcast 10 rows at a time, loaded and dropped by accelerate's hooks. The same RMS and
     perplexity as the whole model upcast to float32 in memory (one matrix product per module), and
     as an independent float64 forward of the bf16 weights."""
-    from grrr_stream.channels import sliced, upcast
+    from grrr_stream.channels import logprobs, sliced, upcast
 
     root, _ = planted
     if tied:
@@ -198,6 +198,7 @@ def test_offloaded_bf16_reads_embedding_and_head_by_slices_and_keeps_linears_in_
         folder, ref_model = root / "base_bf16", _planted_model().to(torch.bfloat16)
     monkeypatch.setattr(upcast, "HEAD_CHUNK_BYTES", 10 * HIDDEN * 4)
     monkeypatch.setattr(sliced, "SLICE_BYTES", 10 * HIDDEN * 4)
+    monkeypatch.setattr(logprobs, "SLICE_BYTES", 10 * HIDDEN * 4)  # the head's rows for the log-probabilities
     cal = calibration_ids(folder, vocab_size=VOCAB, sequences=SEQS, seq_len=SEQ_LEN)
     with load_model(folder, max_memory=None) as loaded:  # in memory: float32 everywhere, nothing sliced
         assert not loaded.offloaded and not loaded.sliced
@@ -212,6 +213,7 @@ def test_offloaded_bf16_reads_embedding_and_head_by_slices_and_keeps_linears_in_
         reads.clear()
         with load_model(folder, max_memory=budget) as loaded:
             assert loaded.offloaded and loaded.sliced == ("model.embed_tokens", "lm_head")
+            assert loaded.head is not None and loaded.head.softcap is None  # log-probs by slices, no full logits
             emb, head = loaded.model.get_input_embeddings(), loaded.model.get_output_embeddings()
             assert (emb.weight is head.weight) == tied
             assert emb.weight.device.type == head.weight.device.type == "meta"
@@ -227,7 +229,8 @@ def test_offloaded_bf16_reads_embedding_and_head_by_slices_and_keeps_linears_in_
             assert all(p.device.type == "meta" for m in on_disk for p in m.parameters())
             assert emb.weight.device.type == "meta"
         lookups = [r[1] for r in reads if r[0] == "gather"]
-        assert lookups == [sorted(set(seq.tolist())) for seq in cal.ids]  # batch 1: one lookup per sequence
+        # the load's 1-token probe of the head (logprobs.head_mode) looks up token 0; then batch 1: one per sequence
+        assert lookups == [[0]] + [sorted(set(seq.tolist())) for seq in cal.ids]
         head_reads = [r[1:] for r in reads if r[0] == "rows"]
         assert head_reads == [(s, min(s + 10, VOCAB)) for _ in cal.ids for s in range(0, VOCAB, 10)]
         np.testing.assert_allclose(off.rms, mem.rms, rtol=1e-6)
@@ -287,7 +290,7 @@ def test_cli_bad_input_is_one_line_error(tmp_path, capsys):
     from grrr_stream.cli.entry import main
 
     assert main(["channels", str(tmp_path / "missing")]) == 2
-    assert "no config.json" in capsys.readouterr().err
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_zeroed_channels_are_zero_wherever_the_model_reads_the_residual(planted):

@@ -132,8 +132,8 @@ def test_sweep_channel_tables_match_the_stored_arrays_then_resume_computes_nothi
                if r.data.tags.get("grrr.kind") == "transition" and r.info.run_name == "sft → rl")
     row = next(r for r in rep.channels if r["transition"] == "sft-to-rl" and r["group"] == "all"
                and r["component"] == "off")
-    assert run.data.metrics["channels/all/off/energy_share"] == pytest.approx(row["energy_share"], rel=1e-12)
-    assert run.data.metrics["channels/all/off/ratio"] == pytest.approx(row["ratio"], rel=1e-12)
+    assert run.data.metrics["channels/off/energy_share"] == pytest.approx(row["energy_share"], rel=1e-12)
+    assert run.data.metrics["channels/off/ratio"] == pytest.approx(row["ratio"], rel=1e-12)
 
     # resume: nothing is recomputed; a removed table recomputes that unit only
     marker = channels_file(plan.unit("channels/base").out)

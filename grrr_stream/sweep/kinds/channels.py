@@ -125,7 +125,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
     result = run_channels(folder, Path(u.out), rule=OutlierRule(threshold=float(p.threshold), aggregate=p.aggregate),
                           sequences=p.sequences, seq_len=p.seq_len, batch_size=p.batch_size,
                           max_memory=p.max_memory, do_ablate=p.ablation_seeds is not None,
-                          ablation_seeds=p.ablation_seeds or ())
+                          ablation_seeds=p.ablation_seeds or (), progress=ctx.progress)
     r = result["base"]
     out = {"channels": len(r["channels"]), "hidden": r["hidden_size"], "fraction": r["fraction"],
            "jaccard_proxy": r["jaccard"], "perplexity": r["perplexity"]}
