@@ -188,13 +188,13 @@ def test_gqa_kv_projection_angles_match_numpy(tmp_path):
 @pytest.mark.parametrize("r", [128, 256])
 def test_angles_match_numpy_over_the_larger_grid(r):
     """The same grid at r = 128 and 256 (k up to 128, the iterative path where k + 16 is small beside r), with
-    updates of 1e-4, 1e-3, 1e-2 and 1e-1, in float32 and float64."""
+    updates of 1e-4, 1e-3, 1e-2 and 1e-1, in float32 (and float64 at r = 128: 4 min for both at r = 256)."""
     for ratio in _RATIOS:
         shape = (r * ratio[0] // min(ratio), r * ratio[1] // min(ratio))
         for kind in ("flat", "power", "gauss"):
             for rel in (1e-4, 1e-3, 1e-2, 1e-1):
                 W0, W1 = _pair(shape, kind, rel, seed=sum(shape) + int(rel * 1e4))
-                for dtype in (torch.float32, torch.float64):
+                for dtype in (torch.float32, torch.float64) if r == 128 else (torch.float32,):
                     _check_against_numpy(torch.from_numpy(W0).to(dtype), torch.from_numpy(W1).to(dtype),
                                          (r // 16, r // 8, r // 4, r // 2), f"{shape} {kind} {rel:g} {dtype}")
 
