@@ -48,8 +48,8 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     the frame exists, to keep at most a few m×n buffers alive. Pass a cached ``frame``
     to skip the SVD of W0. Beyond the paper, in the same pass: ``band_edges`` splits the
     energy of P by principal band; ``angle_edges`` measures the principal angles between the
-    top-k singular subspaces of W0 and W1 for each k (block Krylov in W0's frame, no full SVD of
-    W1: :func:`grrr_stream.geometry.analyses.principal_angles_in_frame`); ``survival`` = (axis, indices, W0 on
+    top-k singular subspaces of W0 and W1 for each k (in W0's frame, no SVD of W1, stopped by a
+    Davis–Kahan bound: :func:`grrr_stream.geometry.analyses.principal_angles_in_frame`); ``survival`` = (axis, indices, W0 on
     those rows/columns in the checkpoint dtype, target dtype) estimates how much of each component survives a round
     trip of W0 + component through the target dtype. ``timer`` collects the seconds of each
     step (see :mod:`grrr_stream.runtime.phases`). ``degenerate_gap``: see :func:`grrr_stream.geometry.frame.compute_frame`
@@ -94,7 +94,7 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
         proj = project(delta, frame, in_place=True)
         energies = split_energies(proj.P, proj.null)
     if ks and in_frame:
-        angles, angles_failed = _angles_in_frame(frame, proj, ks, delta_fro, timer)
+        angles, angles_failed = _angles_in_frame(frame, proj, ks, delta_fro, delta_spec, timer)
     with timer.phase("analyses"):
         extra = _beyond_the_paper(proj, frame, delta_fro, band_edges, ks, angles, angles_failed, survival, delta_sample)
     if degenerate_gap is not None:
@@ -111,14 +111,14 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics, channel_energy=per_channel)
 
 
-def _angles_in_frame(frame: Frame, proj: Projection, ks: list[int], delta_fro: float,
+def _angles_in_frame(frame: Frame, proj: Projection, ks: list[int], delta_fro: float, delta_spec: float,
                      timer: PhaseTimer) -> tuple[Optional[dict[int, AnglePair]], bool]:
     """The angles of an untruncated core, from P and the null residual (exactly 0° and cos² 1 when W1 == W0:
     the subspaces coincide)."""
     if delta_fro == 0.0:
         return {k: ((0.0, 1.0), (0.0, 1.0)) for k in ks}, False
     with timer.phase("angles"):
-        return _guarded(lambda: principal_angles_in_frame(frame, proj, ks)[0])
+        return _guarded(lambda: principal_angles_in_frame(frame, proj, ks, delta_spec)[0])
 
 
 def degenerate_energy(P: torch.Tensor, S: torch.Tensor, gap: float) -> float:

@@ -68,10 +68,30 @@ def test_rotating_the_top_k_subspace_by_a_known_angle_is_reported(theta_deg):
     row = decompose_matrix(W0.clone(), W1.clone(), band_edges=(k,), angle_edges=(k,)).metrics.as_row()
     print(f"planted {theta_deg}°: left {row[f'angle{k}_left_max_deg']:.6f}°, "
           f"right {row[f'angle{k}_right_max_deg']:.2e}°")
-    # W1's subspaces come from 2 power iterations started at W0's, not an exact SVD: agreement to 0.001°
-    assert row[f"angle{k}_left_max_deg"] == pytest.approx(theta_deg, abs=1e-3)
-    assert row[f"angle{k}_left_cos2"] == pytest.approx(math.cos(th) ** 2, abs=1e-6)
-    assert row[f"angle{k}_right_max_deg"] < 0.05 and row[f"angle{k}_right_cos2"] == pytest.approx(1.0, abs=1e-6)
+    assert row[f"angle{k}_left_max_deg"] == pytest.approx(theta_deg, abs=1e-6)
+    assert row[f"angle{k}_left_cos2"] == pytest.approx(math.cos(th) ** 2, abs=1e-9)
+    assert row[f"angle{k}_right_max_deg"] < 1e-4 and row[f"angle{k}_right_cos2"] == pytest.approx(1.0, abs=1e-9)
+
+
+def _spectrum(kind: str, r: int) -> np.ndarray:
+    """σ(W0): 'flat' (evenly spaced from 1 down to 0.5: small gaps everywhere) or 'power' (i^−0.6, as
+    trained weights decay); 'gauss' draws W0 itself (Marchenko–Pastur)."""
+    i = np.arange(1, r + 1, dtype=np.float64)
+    return 1.0 - 0.5 * (i - 1) / r if kind == "flat" else i ** -0.6
+
+
+def _pair(shape: tuple[int, int], kind: str, rel: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """W0 with the spectrum ``kind`` and W1 = W0 + a Gaussian update of relative size ``rel``, float64."""
+    g = np.random.default_rng(seed)
+    m, n = shape
+    r = min(m, n)
+    if kind == "gauss":
+        W0 = g.standard_normal((m, n))
+    else:
+        U, V = np.linalg.qr(g.standard_normal((m, r)))[0], np.linalg.qr(g.standard_normal((n, r)))[0]
+        W0 = (U * _spectrum(kind, r)) @ V.T
+    D = g.standard_normal((m, n))
+    return W0, W0 + D * (rel * np.linalg.norm(W0) / np.linalg.norm(D))
 
 
 def _power_law_pair(shape: tuple[int, int], alpha: float, rel: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -97,30 +117,105 @@ def _exact_angles(W0: np.ndarray, W1: np.ndarray, k: int) -> dict[str, tuple[flo
     return out
 
 
+def _check_against_numpy(W0: torch.Tensor, W1: torch.Tensor, ks: tuple[int, ...], label: str, rel: float = 0.01,
+                         **kw) -> None:
+    """The pipeline's angles for the matrices as given against numpy's float64 SVDs of the same matrices
+    (upcast): 1 − mean cos² (mean sin²) and the largest angle within ``rel`` on every side and k."""
+    row = decompose_matrix(W0.clone(), W1.clone(), angle_edges=ks, **kw).metrics.as_row()
+    a, b = W0.double().numpy(), W1.double().numpy()
+    for k in ks:
+        want = _exact_angles(a, b, k)
+        for side in ("left", "right"):
+            worst, sin2 = row[f"angle{k}_{side}_max_deg"], 1.0 - row[f"angle{k}_{side}_cos2"]
+            print(f"{label} top-{k} {side}: mean sin² {sin2:.4e} vs {want[side][1]:.4e}, "
+                  f"max {worst:.4f}° vs {want[side][0]:.4f}°")
+            assert sin2 == pytest.approx(want[side][1], rel=rel), (label, k, side)
+            assert worst == pytest.approx(want[side][0], rel=rel), (label, k, side)
+
+
+_RATIOS = ((1, 4), (1, 2), (1, 1), (2, 1), (4, 1))  # m : n from wide 1/4 to tall 4
+
+
+@pytest.mark.parametrize("ratio", _RATIOS)
+def test_angles_match_numpy_for_every_shape_spectrum_and_update(ratio):
+    """The grid of issue 34: wide, square and tall (m/n 1/4 … 4), k/r = 1/8, 1/4, 1/2, flat, power-law and
+    Gaussian spectra, updates of 1e-4 and 1e-1 of ‖W0‖, in a float32 run against numpy's float64 SVDs of
+    the same float32 matrices: within 1 % on mean sin² and on the largest angle. (Before: the search
+    space of k + 16 columns that did not fit beside itself was taken as the whole space, and a 1 % change
+    between blocks as convergence: up to 30 % low here.)"""
+    r = 64
+    shape = (r * ratio[0] // min(ratio), r * ratio[1] // min(ratio))
+    for kind in ("flat", "power", "gauss"):
+        for rel in (1e-4, 1e-1):
+            W0, W1 = (torch.from_numpy(x).float() for x in _pair(shape, kind, rel, seed=sum(shape) + int(rel * 1e4)))
+            _check_against_numpy(W0, W1, (r // 8, r // 4, r // 2), f"{shape} {kind} {rel:g}")
+
+
+@pytest.mark.parametrize("shape", [(512, 256), (256, 512)])
+@pytest.mark.parametrize("kind", ["flat", "gauss"])
+def test_the_iterative_path_matches_numpy_and_is_taken(shape, kind):
+    """Where k + 16 is small beside r the angles come from the Davidson iteration (not the dense solve):
+    it stops by its bound, within 1 % of numpy's SVDs, on flat spectra where a small change per step is not
+    convergence."""
+    from grrr_stream.geometry.analyses import principal_angles_in_frame
+    from grrr_stream.geometry.frame import compute_frame, project
+
+    W0, W1 = (torch.from_numpy(x).float() for x in _pair(shape, kind, 1e-3, seed=7))
+    _check_against_numpy(W0, W1, (16, 32), f"{shape} {kind}")
+    frame = compute_frame(W0.clone())
+    _, how = principal_angles_in_frame(frame, project(W1 - W0, frame), (16, 32))
+    assert how.startswith("davidson:"), how
+
+
+def test_gqa_kv_projection_angles_match_numpy(tmp_path):
+    """The case of issue 34: a 1-layer planted pair (hidden 256, intermediate 512, 4 heads, 2 KV heads, relative
+    update 1e-3); k_proj and v_proj are 128 × 256. Their angles and q_proj's at k = 16 and 64 against numpy
+    (before: k/v left mean sin² 44 % and 11 % low)."""
+    from grrr_stream.checkpoints.reader import Checkpoint
+    from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
+
+    shape = ModelShape(hidden=256, intermediate=512, layers=1, heads=4, kv_heads=2)
+    base, post = make_transition(tmp_path / "m", shape, family="llama", dtype="float32", update=Update(r_delta=1e-3))
+    ck0, ck1 = Checkpoint.open(base), Checkpoint.open(post)
+    names = sorted(n for n in ck0.tensors if n.endswith(("k_proj.weight", "v_proj.weight", "q_proj.weight")))
+    assert len(names) == 3 and {tuple(ck0.read(n).shape) for n in names if ".k_proj" in n} == {(128, 256)}
+    for name in names:
+        W0, W1 = ck0.read(name).float(), ck1.read(name).float()
+        _check_against_numpy(W0, W1, tuple(k for k in (16, 64) if k < min(W0.shape)), name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("r", [128, 256])
+def test_angles_match_numpy_over_the_larger_grid(r):
+    """The same grid at r = 128 and 256 (k up to 128, the iterative path where k + 16 is small beside r), with
+    updates of 1e-4, 1e-3, 1e-2 and 1e-1, in float32 (and float64 at r = 128: 4 min for both at r = 256)."""
+    for ratio in _RATIOS:
+        shape = (r * ratio[0] // min(ratio), r * ratio[1] // min(ratio))
+        for kind in ("flat", "power", "gauss"):
+            for rel in (1e-4, 1e-3, 1e-2, 1e-1):
+                W0, W1 = _pair(shape, kind, rel, seed=sum(shape) + int(rel * 1e4))
+                for dtype in (torch.float32, torch.float64) if r == 128 else (torch.float32,):
+                    _check_against_numpy(torch.from_numpy(W0).to(dtype), torch.from_numpy(W1).to(dtype),
+                                         (r // 16, r // 8, r // 4, r // 2), f"{shape} {kind} {rel:g} {dtype}")
+
+
 @pytest.mark.parametrize("shape", [(384, 256), (256, 384), (256, 256)])
 @pytest.mark.parametrize("alpha", [0.3, 0.6])
 @pytest.mark.parametrize("rel", [3e-4, 1e-2])
 def test_angles_match_an_exact_svd_on_power_law_spectra_without_a_gap(shape, alpha, rel):
     """The float32 pipeline's angles (k = 16, 64) against numpy's exact float64 SVDs of W0 and W1: 1 − mean cos²
-    and the largest angle within 2 % on every side (2 subspace iterations were 1–13 % low here)."""
+    and the largest angle within 1 % on every side."""
     W0, W1 = _power_law_pair(shape, alpha, rel, seed=shape[0] + shape[1])
-    row = decompose_matrix(torch.from_numpy(W0).float(), torch.from_numpy(W1).float(),
-                           angle_edges=(16, 64)).metrics.as_row()
-    for k in (16, 64):
-        want = _exact_angles(W0, W1, k)
-        for side in ("left", "right"):
-            worst, one_minus = row[f"angle{k}_{side}_max_deg"], 1.0 - row[f"angle{k}_{side}_cos2"]
-            print(f"{shape} α {alpha} rel {rel} top-{k} {side}: max {worst:.4f}° vs {want[side][0]:.4f}°, "
-                  f"1 − cos² {one_minus:.4e} vs {want[side][1]:.4e}")
-            assert worst == pytest.approx(want[side][0], rel=0.02)
-            assert one_minus == pytest.approx(want[side][1], rel=0.02)
+    _check_against_numpy(torch.from_numpy(W0).float(), torch.from_numpy(W1).float(), (16, 64),
+                         f"{shape} α {alpha} rel {rel}")
 
 
 @pytest.mark.parametrize("shape", [(320, 256), (256, 320)])
-def test_angles_with_a_truncated_core_match_an_exact_svd(shape):
+@pytest.mark.parametrize("rel", [1e-2, 1e-1])
+def test_angles_with_a_truncated_core_match_an_exact_svd(shape, rel):
     """A truncated core (W0's tail outside the frame) takes the path on W1 itself; float64 there, against exact
-    SVDs: the same 2 %."""
-    W0, W1 = _power_law_pair(shape, 0.3, 1e-2, seed=3)
+    SVDs: the same 1 %."""
+    W0, W1 = _power_law_pair(shape, 0.3, rel, seed=3)
     res = decompose_matrix(torch.from_numpy(W0), torch.from_numpy(W1.copy()), core_rel_threshold=0.2,
                            angle_edges=(16, 64))
     assert res.frame.rank < min(shape)
@@ -128,8 +223,8 @@ def test_angles_with_a_truncated_core_match_an_exact_svd(shape):
     for k in (16, 64):
         want = _exact_angles(W0, W1, k)
         for side in ("left", "right"):
-            assert row[f"angle{k}_{side}_max_deg"] == pytest.approx(want[side][0], rel=0.02)
-            assert 1.0 - row[f"angle{k}_{side}_cos2"] == pytest.approx(want[side][1], rel=0.02)
+            assert row[f"angle{k}_{side}_max_deg"] == pytest.approx(want[side][0], rel=0.01)
+            assert 1.0 - row[f"angle{k}_{side}_cos2"] == pytest.approx(want[side][1], rel=0.01)
 
 
 def _bf16_with_changes(n_rows: int, n_cols: int, changed: int, one_ulp: int) -> tuple[torch.Tensor, torch.Tensor]:
