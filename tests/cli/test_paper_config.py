@@ -2,7 +2,7 @@
 plans those and the models beside them that the paper does not evaluate.
 
 The 28 rows are written out here by hand from the paper's Tables 5 (SFT) and 6 (RL), chain by chain as its
-Table 1 and text give them (../shared/PAPER_FACTS.md), in the config's model ids; not derived from the
+Table 1 and text give them (the team's summary of the paper's facts), in the config's model ids; not derived from the
 config, so a config change that adds or loses a row fails here."""
 
 from __future__ import annotations
