@@ -303,7 +303,7 @@ def _plain(rows: Sequence[Row], source: str, wanted: Sequence[str],
 
 def channel_tables(report) -> list[Table]:
     """Residual channels: SFT vs RL, each transition's shares (all matrices, readers, writers) and the
-    analysed models' outlier sets (sweep/report_channels.py)."""
+    analysed models' outlier sets (sweep/kinds/channels.py, channel_stats.py, channel_groups.py)."""
     tables = []
     if report.channels_sft_rl:
         cols, body = _plain(report.channels_sft_rl, "channels_sft_rl.csv", list(report.channels_sft_rl[0]),

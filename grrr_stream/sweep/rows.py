@@ -72,7 +72,7 @@ class Report:
     claims: dict = field(default_factory=dict)   # evaluation suite → stats.claims_sets.summarise(...)
     # pass@k, maj@k and avg@n per transition, variant and benchmark, where answers were sampled (n > 1)
     sampled: list[Row] = field(default_factory=list)
-    # residual channels (report_channels.py): analysed models, per-transition shares, SFT vs RL, per layer
+    # residual channels (kinds/channels.py, channel_stats.py, channel_groups.py): analysed models, per-transition shares, SFT vs RL, per layer
     channel_models: list[Row] = field(default_factory=list)
     channels: list[Row] = field(default_factory=list)
     channels_sft_rl: list[Row] = field(default_factory=list)
