@@ -50,12 +50,10 @@ class RowSource:
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
-def offload_sources(model: torch.nn.Module, model_dir: Path) -> dict[int, RowSource]:
-    """id(parameter) → its tensor in the checkpoint, for every 2-D parameter accelerate offloaded
-    from a safetensors file (a weight re-saved into the offload folder is not in the map)."""
-    from ..checkpoints.reader import Checkpoint
-
-    ckpt, found = None, {}
+def offloaded_from_safetensors(model: torch.nn.Module):
+    """(qualified name, parameter, tensor name in the checkpoint, its safetensors file) for every parameter
+    that accelerate left on disk in a checkpoint's own safetensors file (its offload hook's weights map);
+    a weight re-saved into the offload folder is not among them."""
     for module in model.modules():
         wm = getattr(getattr(module, "_hf_hook", None), "weights_map", None)
         index = getattr(getattr(wm, "dataset", None), "index", None)
@@ -63,14 +61,24 @@ def offload_sources(model: torch.nn.Module, model_dir: Path) -> dict[int, RowSou
             continue
         for pname, p in module._parameters.items():
             info = index.get(f"{wm.prefix}{pname}")
-            if p is None or p.dim() != 2 or not info or "safetensors_file" not in info:
-                continue
-            ckpt = ckpt or Checkpoint.open(Path(model_dir))
-            name = info.get("weight_name", f"{wm.prefix}{pname}")
-            t = ckpt.tensors.get(name)
-            if t is not None and Path(t.shard).resolve() == Path(info["safetensors_file"]).resolve() \
-                    and tuple(t.shape) == tuple(p.shape):
-                found[id(p)] = RowSource(ckpt, name)
+            if p is not None and info and "safetensors_file" in info:
+                yield (f"{wm.prefix}{pname}", p, info.get("weight_name", f"{wm.prefix}{pname}"),
+                       info["safetensors_file"])
+
+
+def offload_sources(model: torch.nn.Module, model_dir: Path) -> dict[int, RowSource]:
+    """id(parameter) → its tensor in the checkpoint, for every 2-D parameter accelerate offloaded
+    from a safetensors file (a weight re-saved into the offload folder is not in the map)."""
+    from ..checkpoints.reader import Checkpoint
+
+    ckpt, found = None, {}
+    for _, p, name, file in offloaded_from_safetensors(model):
+        if p.dim() != 2:
+            continue
+        ckpt = ckpt or Checkpoint.open(Path(model_dir))
+        t = ckpt.tensors.get(name)
+        if t is not None and Path(t.shard).resolve() == Path(file).resolve() and tuple(t.shape) == tuple(p.shape):
+            found[id(p)] = RowSource(ckpt, name)
     return found
 
 

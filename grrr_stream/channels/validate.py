@@ -118,6 +118,7 @@ def raise_loading_problems(model_dir: Path, model: torch.nn.Module, info: dict, 
     (which transformers does not read while loading), their shapes in the safetensors headers."""
     from ..checkpoints.reader import Checkpoint
     from .model_config import REMOTE_DECODERS, config_summary, text_config
+    from .sliced import offloaded_from_safetensors
 
     remote = config_summary(model_dir).get("model_type") in REMOTE_DECODERS
     missing = sorted(info.get("missing_keys") or ())
@@ -125,19 +126,11 @@ def raise_loading_problems(model_dir: Path, model: torch.nn.Module, info: dict, 
     unexpected = sorted(k for k in info.get("unexpected_keys") or () if not (remote and ".mtp_layers." in k))
     mismatched = {k: (tuple(a), tuple(b)) for k, a, b in info.get("mismatched_keys") or ()}
     ckpt = None
-    for name, module in model.named_modules():
-        wm = getattr(getattr(module, "_hf_hook", None), "weights_map", None)
-        index = getattr(getattr(wm, "dataset", None), "index", None)
-        if not index:
-            continue
-        for pname, p in module._parameters.items():
-            entry = index.get(f"{wm.prefix}{pname}")
-            if p is None or not entry or "safetensors_file" not in entry:
-                continue
-            ckpt = ckpt or Checkpoint.open(Path(model_dir))
-            t = ckpt.tensors.get(entry.get("weight_name", f"{wm.prefix}{pname}"))
-            if t is not None and tuple(t.shape) != tuple(p.shape):
-                mismatched[f"{wm.prefix}{pname}"] = (tuple(t.shape), tuple(p.shape))
+    for qualified, p, name, _ in offloaded_from_safetensors(model):
+        ckpt = ckpt or Checkpoint.open(Path(model_dir))
+        t = ckpt.tensors.get(name)
+        if t is not None and tuple(t.shape) != tuple(p.shape):
+            mismatched[qualified] = (tuple(t.shape), tuple(p.shape))
     problems = []
     if missing:
         problems.append(f"{len(missing)} tensor(s) the model needs are not in the checkpoint: {_names(missing)}")
