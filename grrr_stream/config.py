@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .dtypes import COMPUTE_NAMES, FLOAT_NAMES, SIXTEEN_BIT
 from .errors import ConfigError
@@ -101,9 +101,24 @@ class TrackingConfig(StrictModel):
     defer: bool = False
 
 
+# What each analysis profile sets where the settings leave it unset (explicit settings win). The fields'
+# own defaults are the full profile's: every analysis on. The default profile, standard, leaves out the
+# exact subspace angles, the one analysis that costs a large share of a decomposition (39 % of the wall
+# time on SmolLM2-135M shapes, docs/benchmarks.md). paper: only what the paper needs.
+PROFILES: dict[str, dict[str, Any]] = {
+    "full": {},
+    "standard": {"angle_edges": ()},
+    "paper": {"band_edges": (), "angle_edges": (), "survival_dtype": None, "channel_energy": False},
+}
+DEFAULT_PROFILE = "standard"
+
+
 class DecompositionSettings(StrictModel):
     """How matrices are decomposed: one transition's, or every transition's of a sweep."""
 
+    # Which analyses beyond the GRRR split run where their own settings are not given (PROFILES). Not a
+    # result setting itself: what it resolves to (band_edges, angle_edges, ...) is.
+    profile: Literal["standard", "full", "paper"] = DEFAULT_PROFILE
     device: str = "auto"
     compute_dtype: FloatDtype = "float32"
     store_dtype: StoreDtype = "float32"
@@ -149,6 +164,16 @@ class DecompositionSettings(StrictModel):
     # torch's intra-op threads for the math on a CPU (None: automatic, see decompose.streaming.compute_layout; setting it runs one matrix at a time).
     # Not a result setting: LAPACK's results do not depend on it beyond rounding.
     cpu_threads: Optional[int] = Field(None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile(cls, data: Any) -> Any:
+        """The profile's settings for the analyses the values leave unset (an unknown profile is left to the
+        field's own check)."""
+        if not isinstance(data, dict):
+            return data
+        chosen = PROFILES.get(data.get("profile", DEFAULT_PROFILE), {})
+        return {**{k: v for k, v in chosen.items() if k not in data}, **data}
 
     @field_validator("band_edges", "angle_edges")
     @classmethod

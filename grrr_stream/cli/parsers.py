@@ -37,9 +37,10 @@ def decompose_parser(sub) -> None:
     p.add_argument("--scheduler", help="threads (this process, default), local:N (N Dask worker processes) or the "
                                        "ADDRESS of a Dask scheduler (tcp://HOST:8786): spread the matrices over "
                                        "its workers, which must see the same paths")
-    p.add_argument("--profile", choices=["full", "paper"],
-                   help="full (default): every analysis; paper: only what the paper needs (no bands, subspace "
-                        "angles, bf16 survival or per-channel energies; docs/decomposition.md)")
+    p.add_argument("--profile", choices=["standard", "full", "paper"],
+                   help="standard (default): every analysis but the exact subspace angles; full: every analysis; "
+                        "paper: only what the paper needs (no bands, subspace angles, bf16 survival or per-channel "
+                        "energies). Settings given in --config win; docs/decomposition.md")
     add_tracking(p, experiment_default=None)
     p.add_argument("--no-progress", action="store_true", help="no progress line")
     add_common(p)

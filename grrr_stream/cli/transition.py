@@ -25,10 +25,6 @@ def cmd_decompose(args: argparse.Namespace) -> int:
     return 0
 
 
-# `--profile paper`: the analyses beyond the paper off, for users who want the minimum (issue 26)
-PAPER_PROFILE = {"band_edges": [], "angle_edges": [], "survival_dtype": None, "channel_energy": False}
-
-
 def config_from_args(args: argparse.Namespace):
     from ..config import build_config, load_yaml
 
@@ -45,8 +41,8 @@ def config_from_args(args: argparse.Namespace):
         "scheduler": args.scheduler,
     }
     values.update({k: v for k, v in flat.items() if v is not None})
-    if getattr(args, "profile", None) == "paper":
-        values.update(PAPER_PROFILE)
+    if getattr(args, "profile", None):  # what the profile sets is config.PROFILES's, below explicit settings
+        values["profile"] = args.profile
     flags = tracking_flags(args)
     if values.get("tracking") or flags:  # the YAML's tracking section, which build_config validates
         values["tracking"] = {**(values.get("tracking") or {}), **flags}

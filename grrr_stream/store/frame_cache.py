@@ -115,9 +115,9 @@ class FrameCache:
             return
         tmp = self.path / f".{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
         try:
-            g = zarr_module().open_group(str(tmp), mode="w", zarr_format=3, attributes={**attrs, "complete": True})
+            zarr_arrays.write_group(tmp, {**attrs, "complete": True})  # complete once renamed into place
             for nm in ("U", "S", "V"):
-                zarr_arrays.write_array(g, nm, getattr(frame, nm).detach().to("cpu").contiguous().numpy())
+                zarr_arrays.write_array(tmp, nm, getattr(frame, nm).detach().to("cpu").contiguous().numpy())
             fsync_tree(tmp)
             if final.exists() and _read_frame(final, shape, load=False) is None:
                 # an untrustworthy leftover (killed writer of an older version, damaged files): move it aside

@@ -21,8 +21,8 @@ Layout of a transition store (Zarr v3, readable with plain zarr/dask/xarray)::
         <frame key>/U (m×r), S, V (n×r), attrs complete
 
 A matrix is done only when its arrays have been fsync'ed and then its group's
-attributes were rewritten with ``complete: true`` (zarr replaces zarr.json
-atomically; we fsync it). Anything without that flag is rewritten on resume.
+zarr.json was replaced atomically (and fsync'ed) by one with ``complete: true``.
+Anything without that flag is rewritten on resume.
 """
 
 from __future__ import annotations
@@ -202,46 +202,33 @@ class TransitionStore:
     def write_matrix(self, name: str, arrays: dict[str, np.ndarray], attrs: dict, array_attrs: dict[str, dict],
                      *, timer: PhaseTimer = NO_TIMER) -> None:
         """Write one matrix's arrays durably, then mark it complete (the commit point)."""
-        zarr = zarr_module()
         d = self._matrix_dir(name)
         with timer.phase("store_write"):
             if d.exists():
                 remove_tree(d, within=self.path / "matrices")  # leftovers of an interrupted write
-            group = zarr.open_group(str(self.path), mode="a", zarr_format=3)["matrices"].create_group(
-                node_key(name), attributes={**attrs, "complete": False}
-            )
+            zarr_arrays.write_group(d, {**attrs, "complete": False})
             for key, data in arrays.items():
-                zarr_arrays.write_array(group, key, data, array_attrs.get(key))
+                zarr_arrays.write_array(d, key, data, array_attrs.get(key))
         with timer.phase("fsync"):
             fsync_tree(d)
-        with timer.phase("store_write"):
-            group.attrs["complete"] = True
-        with timer.phase("fsync"):
-            fsync_path(d / "zarr.json")
-            fsync_path(d)
+        with timer.phase("store_write"):  # the commit point: zarr.json replaced atomically, then fsync'ed
+            atomic_write_text(d / "zarr.json", zarr_arrays.group_metadata({**attrs, "complete": True}))
 
     # -- tables -----------------------------------------------------------------
 
     def write_tables(self, rows: list[dict], summary_rows: list[dict], summary: dict) -> None:
         """metrics.csv, summary.csv, summary.json and the metrics/ column arrays."""
-        zarr = zarr_module()
         atomic_write_text(self.path / "metrics.csv", to_csv(rows))
         atomic_write_text(self.path / "summary.csv", to_csv(summary_rows))
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
-        root = zarr.open_group(str(self.path), mode="a", zarr_format=3)
         numeric: list[str] = []
         for r in rows:  # a column some matrices lack (an angle above a small matrix's size) is NaN there
             numeric += [k for k, v in r.items() if k not in numeric and isinstance(v, (int, float))
                         and not isinstance(v, bool)]
-        grp = root.create_group("metrics", overwrite=True, attributes={
-            "names": [r["name"] for r in rows], "columns": numeric,
-        })
-        for col in numeric:
-            # a column some rows leave empty (expert of a non-expert matrix: None) is NaN there
-            vals = [r.get(col) for r in rows]
-            zarr_arrays.write_array(grp, col, np.array([np.nan if v is None else float(v) for v in vals],
-                                                       dtype=np.float64), dims=(METRICS_DIM,))
-        fsync_tree(self.path / "metrics")
+        arrays = {col: (np.array([np.nan if r.get(col) is None else float(r[col]) for r in rows], dtype=np.float64),
+                        (METRICS_DIM,))  # a column some rows leave empty (expert of a dense matrix) is NaN there
+                  for col in numeric}
+        self.write_group("metrics", arrays, {"names": [r["name"] for r in rows], "columns": numeric})
 
     def read_matrix_array(self, name: str, key: str) -> np.ndarray:
         """One array of a completed matrix (e.g. its channel_energy), as stored."""
@@ -249,11 +236,13 @@ class TransitionStore:
 
     def write_group(self, group: str, arrays: dict[str, tuple[np.ndarray, tuple[str, ...]]], attrs: dict) -> None:
         """A group of arrays with named dimensions beside the matrices (``channels``), replaced whole."""
-        grp = zarr_module().open_group(str(self.path), mode="a", zarr_format=3).create_group(
-            group, overwrite=True, attributes=attrs)
+        folder = self.path / group
+        if folder.exists():
+            remove_tree(folder, within=self.path)
+        zarr_arrays.write_group(folder, attrs)
         for key, (data, dims) in arrays.items():
-            zarr_arrays.write_array(grp, key, data, dims=dims)
-        fsync_tree(self.path / group)
+            zarr_arrays.write_array(folder, key, data, dims=dims)
+        fsync_tree(folder)
 
     def mark_complete(self, extra: Optional[dict] = None) -> None:
         manifest = dict(self.root.attrs[MANIFEST_KEY])

@@ -39,17 +39,38 @@ def test_shipped_config_validates(path, tmp_path):
     assert not (tmp_path / "w").exists()  # planning writes nothing
 
 
-def test_profile_paper_turns_the_analyses_beyond_the_paper_off(tmp_path):
-    """`decompose --profile paper` drops exactly the analyses beyond the paper; without it they are on, and a
-    flag the user gives beside it still wins over nothing else (the profile only sets those four keys)."""
+def test_profiles_set_exactly_their_analyses_and_explicit_settings_win(tmp_path):
+    """`decompose` with no profile is the standard one: every analysis but the exact subspace angles.
+    `--profile full` adds the angles at k = 16 and 64, `--profile paper` drops exactly the four analyses beyond
+    the paper, and a setting the config gives wins over its profile."""
+    import yaml
+
     from grrr_stream.cli.entry import build_parser
     from grrr_stream.cli.transition import config_from_args
 
     argv = ["decompose", "--base", "b", "--post", "p", "--store", str(tmp_path / "s")]
     parser = build_parser()
-    full = config_from_args(parser.parse_args(argv))
+    standard = config_from_args(parser.parse_args(argv))
+    full = config_from_args(parser.parse_args(argv + ["--profile", "full"]))
     paper = config_from_args(parser.parse_args(argv + ["--profile", "paper"]))
-    assert full.band_edges and full.angle_edges and full.survival_dtype and full.channel_energy
+    assert standard.profile == "standard" and standard.angle_edges == ()
+    assert standard.band_edges == (16, 64, 256) and standard.survival_dtype == "bfloat16" and standard.channel_energy
+    assert full.angle_edges == (16, 64) and full.band_edges and full.survival_dtype and full.channel_energy
     assert (paper.band_edges, paper.angle_edges, paper.survival_dtype, paper.channel_energy) == ((), (), None, False)
-    same = {k for k in type(full).model_fields if getattr(full, k) == getattr(paper, k)}
-    assert set(type(full).model_fields) - same == {"band_edges", "angle_edges", "survival_dtype", "channel_energy"}
+    fields = set(type(full).model_fields) - {"profile"}
+    assert {k for k in fields if getattr(full, k) != getattr(standard, k)} == {"angle_edges"}
+    assert {k for k in fields if getattr(full, k) != getattr(paper, k)} == {
+        "band_edges", "angle_edges", "survival_dtype", "channel_energy"}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"angle_edges": [32], "channel_energy": True}))
+    mixed = config_from_args(parser.parse_args(argv + ["--profile", "paper", "--config", str(cfg)]))
+    assert mixed.angle_edges == (32,) and mixed.channel_energy and mixed.band_edges == ()
+
+
+def test_full_profile_keeps_the_result_settings_of_earlier_default_runs():
+    """Stores and sweep keys made when every analysis was the default carry no 'analyses' entry; the full
+    profile reproduces exactly that, the standard one says what it left out."""
+    from grrr_stream.config import DecompositionSettings, result_settings
+
+    assert "analyses" not in result_settings(DecompositionSettings(profile="full"))
+    assert result_settings(DecompositionSettings())["analyses"]["angle_edges"] == []
