@@ -300,11 +300,18 @@ WORKDIR_NAMES = {
     **dict.fromkeys(["retention.csv", "removal.csv", "differences.csv", "informative.csv", "claims.csv",
                      "sampled.csv"], "sweep/kinds/evaluate_report.py"),
     "units.csv": "sweep/rows.py", "index.html": "report/build.py",
+    # WORKDIR/<folder>: each kind's results (its FOLDER constant, given to ctx.keyed / Workdir.folder)
+    "stores": "sweep/kinds/decompose.py", "channels": "sweep/kinds/channels.py",
+    "channel_stats": "sweep/kinds/channel_stats.py", "stats": "sweep/kinds/stats.py",
+    "comparisons": "sweep/kinds/compare.py", "variants": "sweep/kinds/variant.py",
+    "evaluations": "sweep/kinds/evaluate.py", "tinychain": "sweep/kinds/generate.py",
 }
 # an evaluation's results folder holds an accuracy.csv and a solved_lost.csv of its own (evaluation/pipeline.py) and
 # the report one of the same names: the scan checks these names for both owners
 SHARED_NAMES = {"accuracy.csv": {"evaluation/pipeline.py", "sweep/kinds/evaluate_report.py"},
-                "solved_lost.csv": {"evaluation/pipeline.py", "sweep/kinds/evaluate_report.py"}}
+                "solved_lost.csv": {"evaluation/pipeline.py", "sweep/kinds/evaluate_report.py"},
+                # WORKDIR/frames (the sweep's frame cache) and a lone decomposition's STORE/frames
+                "frames": {"sweep/kinds/decompose.py", "config.py"}}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -318,7 +325,8 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 def spelled_names(path: Path, names: set[str]) -> list[tuple[int, str]]:
     """(line, name) where a workdir name is spelled: a file name (one with a dot) as any string but a
-    docstring; a folder name where a path is built from it (``root / "logs"``, ``.joinpath("units")``)."""
+    docstring; a folder name where a path is built from it (``root / "logs"``, ``.joinpath("units")``,
+    ``workdir.folder("stores")``)."""
     tree = ast.parse(path.read_text())
     skip = _docstrings(tree)
     found = []
@@ -328,7 +336,7 @@ def spelled_names(path: Path, names: set[str]) -> list[tuple[int, str]]:
             found.append((node.lineno, node.value))
         parts = [node.left, node.right] if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) else \
             node.args if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-            and node.func.attr == "joinpath" else []
+            and node.func.attr in ("joinpath", "folder") else []
         found += [(node.lineno, s) for p in parts for s in _strings(p)
                   if s in names and "." not in s.strip(".")]
     return sorted(set(found))
@@ -351,8 +359,8 @@ def test_the_workdir_name_check_bites(tmp_path):
     f.write_text('"""Writes WORKDIR/logs and forecast.json."""\n'
                  'log = Path(w) / "logs" / name\n'
                  'FILE = "forecast.json"\n'
-                 'read_rows(out.joinpath("units"), "comparisons.csv")\n'
+                 'read_rows(out.joinpath("units"), "comparisons.csv", ctx.workdir.folder("stores"))\n'
                  'row = {"units": 3, "report": 1}\n'
                  'print(f"wrote {out}/forecast.json")\n')
-    got = spelled_names(f, {"logs", "forecast.json", "units", "report", "comparisons.csv"})
-    assert got == [(2, "logs"), (3, "forecast.json"), (4, "comparisons.csv"), (4, "units")]
+    got = spelled_names(f, {"logs", "forecast.json", "units", "report", "comparisons.csv", "stores"})
+    assert got == [(2, "logs"), (3, "forecast.json"), (4, "comparisons.csv"), (4, "stores"), (4, "units")]
