@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..config import TrackingConfig
-from ..errors import ConfigError
 from ..files import atomic_write_text, ensure_folder, remove_tree, to_csv
 from ..store.transition_store import StoredTransition
 from ..tracking import runs
