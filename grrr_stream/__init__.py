@@ -37,6 +37,7 @@ _LAZY = {
     "run_variants": ("variants.run", "run_variants"),
     "parse_variants": ("variants.spec", "parse_variants"),
     "VariantBuilder": ("variants.builder", "VariantBuilder"),
+    "EvaluationOptions": ("evaluation.settings", "EvaluationOptions"),
     "EvaluationRequest": ("evaluation.pipeline", "EvaluationRequest"),
     "run_evaluation": ("evaluation.pipeline", "run_evaluation"),
     # sweeps

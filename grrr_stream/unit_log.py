@@ -1,4 +1,4 @@
-"""Third-party output of one sweep unit into its own log file: ``WORKDIR/logs/<unit>.log``.
+"""Third-party output of one sweep unit into its own log file (the sweep names it: ``Workdir.log``).
 
 vLLM, transformers, torch and MLflow print their own logging, warnings (FutureWarning), NUMA
 notices and progress bars ("Loading safetensors checkpoint shards"). vLLM writes some of it from
@@ -27,11 +27,6 @@ _capturing = threading.Lock()  # the descriptors belong to the process: one capt
 def console() -> TextIO:
     """Where this package's own progress lines go: the terminal, also while a unit's output goes to its log."""
     return _console or sys.stderr
-
-
-def log_path(workdir: Path | str, unit_id: str) -> Path:
-    """``WORKDIR/logs/<unit>.log``, the unit id's '/' written as '__' (one flat folder)."""
-    return Path(workdir) / "logs" / (unit_id.replace("/", "__") + ".log")
 
 
 def _fd_backed(stream: TextIO, fd: int) -> bool:

@@ -200,3 +200,167 @@ def test_every_package_says_what_it_holds():
     for init in PKG.rglob("__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc) > 40, f"{init.relative_to(PKG)}: a docstring naming the package's entry points"
+
+
+# -- names with one owner ------------------------------------------------------------------------------------------
+
+KINDS_DIR = PKG / "sweep" / "kinds"
+
+
+def kind_names() -> dict[str, Path]:
+    """Each unit kind's name → its own module: the string a ``kinds/<kind>.py`` assigns to ``NAME`` or to its
+    parameter model's ``kind`` ClassVar (read from the sources, so a new kind is seen without registering it)."""
+    out = {}
+    for path in sorted(KINDS_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign):
+                targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                targets = [node.target.id]
+            else:
+                continue
+            if set(targets) & {"NAME", "kind"} and isinstance(node.value, ast.Constant) \
+                    and isinstance(node.value.value, str):
+                out[node.value.value] = path
+    return out
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The string literals of an expression (a tuple, list or set of them too)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for e in node.elts for s in _strings(e)]
+    return []
+
+
+def _is_kind(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "kind") or (isinstance(node, ast.Name)
+                                                                         and node.id == "kind")
+
+
+def kind_name_literals(path: Path, names: set[str]) -> list[tuple[int, str]]:
+    """(line, literal) where a kind's name is spelled to pick units or a registry entry: compared with a
+    ``kind`` (``u.kind == "decompose"``, ``kind in ("a", "b")``), used as a key of ``KINDS``, or as the start
+    of a unit id a unit is picked by (``uid.startswith("decompose/")``). Other strings that happen to equal a
+    kind's name (a CSV column "variant", an MLflow metric "channels/count") are not a kind's name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare) and any(_is_kind(s) for s in (node.left, *node.comparators)):
+            found += [(node.lineno, s) for side in (node.left, *node.comparators) for s in _strings(side)
+                      if s in names]
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "KINDS":
+            found += [(node.lineno, s) for s in _strings(node.slice) if s in names]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith":
+            found += [(node.lineno, s) for a in node.args for s in _strings(a) for n in names
+                      if s == n or s.startswith(f"{n}/")]
+    return found
+
+
+def test_a_kinds_name_is_spelled_only_in_its_own_module():
+    """Other modules pick a kind's units through the kind's ``NAME`` (or the registry), never by a literal: a
+    renamed kind, or a kind whose name another module misspells, would silently match no unit."""
+    names = kind_names()
+    assert {"generate", "decompose", "evaluate"} <= set(names), names
+    found = [f"grrr_stream/{p.relative_to(PKG)}:{line}: {s!r} (the name of kind {s.split('/')[0]}, "
+             f"owned by {names[s.split('/')[0]].name})"
+             for p in sorted(PKG.rglob("*.py"))
+             for line, s in kind_name_literals(p, set(names)) if p != names[s.split("/")[0]]]
+    assert not found, "kind names spelled outside their module:\n" + "\n".join(found)
+
+
+def test_the_kind_name_check_bites(tmp_path):
+    """Planted: a comparison, a membership test, a registry lookup and a unit id, beside look-alikes it leaves
+    alone (a transition's kind, a dict key or a metric name that happens to hold a kind's name)."""
+    f = tmp_path / "x.py"
+    f.write_text('gen = [u for u in units if u.kind == "generate"]\n'
+                 'if kind in ("decompose", "other"):\n    pass\n'
+                 'k = KINDS["evaluate"]\n'
+                 'done = [u for u in units if u.id.startswith(("decompose/", "x"))]\n'
+                 'ok = tr.kind == "cumulative" and row["variant"] and {"channels": 1} and "channels/count"\n')
+    got = kind_name_literals(f, {"generate", "decompose", "evaluate", "variant", "channels"})
+    assert sorted(got) == [(1, "generate"), (2, "decompose"), (4, "evaluate"), (5, "decompose/")]
+
+
+# the names of a sweep workdir's folders and files → the module that spells them (the others ask it: Workdir's
+# properties, a kind's constants, the writer's constant). Names of a unit folder's files that another package reads
+# are owned by the package that writes them.
+WORKDIR_NAMES = {
+    **dict.fromkeys([".sweep", "units", "lock", "tracking", "forecast.json", "report", "logs"], "sweep/workdir.py"),
+    "evaluation.json": "evaluation/pipeline.py",         # an evaluation's record (the evaluate kind's marker)
+    "comparisons.csv": "stats/run.py",                   # the comparisons' table (compare's marker and report table)
+    "offdiag_cosine_medians.png": "stats/run.py",        # the comparisons' figures (also in WORKDIR/report)
+    "update_norms.png": "stats/run.py",
+    "channels.json": "channels/analysis.py",             # a channels unit's marker
+    "chain.json": "fixtures/tinychain_shipped.py",       # the tiny chain's record (the generate kind's marker)
+    # WORKDIR/report: the tables and figures each kind writes there, read back by the HTML page (report/)
+    "transitions.csv": "sweep/kinds/decompose.py", "band_energy.png": "sweep/kinds/decompose.py",
+    "channels.csv": "sweep/kinds/channel_stats.py", "channel_layers.png": "sweep/kinds/channel_stats.py",
+    "channel_models.csv": "sweep/kinds/channels.py", "channels_sft_rl.csv": "sweep/kinds/channel_groups.py",
+    **dict.fromkeys(["retention.csv", "removal.csv", "differences.csv", "informative.csv", "claims.csv",
+                     "sampled.csv"], "sweep/kinds/evaluate_report.py"),
+    "units.csv": "sweep/rows.py", "index.html": "report/build.py",
+    # WORKDIR/<folder>: each kind's results (its FOLDER constant, given to ctx.keyed / Workdir.folder)
+    "stores": "sweep/kinds/decompose.py", "channels": "sweep/kinds/channels.py",
+    "channel_stats": "sweep/kinds/channel_stats.py", "stats": "sweep/kinds/stats.py",
+    "comparisons": "sweep/kinds/compare.py", "variants": "sweep/kinds/variant.py",
+    "evaluations": "sweep/kinds/evaluate.py", "tinychain": "sweep/kinds/generate.py",
+}
+# an evaluation's results folder holds an accuracy.csv and a solved_lost.csv of its own (evaluation/pipeline.py) and
+# the report one of the same names: the scan checks these names for both owners
+SHARED_NAMES = {"accuracy.csv": {"evaluation/pipeline.py", "sweep/kinds/evaluate_report.py"},
+                "solved_lost.csv": {"evaluation/pipeline.py", "sweep/kinds/evaluate_report.py"},
+                # WORKDIR/frames (the sweep's frame cache) and a lone decomposition's STORE/frames
+                "frames": {"sweep/kinds/decompose.py", "config.py"}}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            out.add(id(node.body[0].value))
+    return out
+
+
+def spelled_names(path: Path, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) where a workdir name is spelled: a file name (one with a dot) as any string but a
+    docstring; a folder name where a path is built from it (``root / "logs"``, ``.joinpath("units")``,
+    ``workdir.folder("stores")``)."""
+    tree = ast.parse(path.read_text())
+    skip = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
+                and "." in node.value.strip(".") and node.value in names:
+            found.append((node.lineno, node.value))
+        parts = [node.left, node.right] if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) else \
+            node.args if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in ("joinpath", "folder") else []
+        found += [(node.lineno, s) for p in parts for s in _strings(p)
+                  if s in names and "." not in s.strip(".")]
+    return sorted(set(found))
+
+
+def test_no_workdir_name_is_spelled_outside_its_owner():
+    """Every other module reaches a workdir folder or file through its owner, so a layout change is one edit
+    and an old workdir keeps reading as done."""
+    owners = {n: {o} for n, o in WORKDIR_NAMES.items()} | SHARED_NAMES
+    found = [f"grrr_stream/{p.relative_to(PKG)}:{line}: {name!r} (owned by {', '.join(sorted(owners[name]))})"
+             for p in sorted(PKG.rglob("*.py"))
+             for line, name in spelled_names(p, set(owners)) if p.relative_to(PKG).as_posix() not in owners[name]]
+    assert not found, "workdir names spelled outside their owner:\n" + "\n".join(found)
+
+
+def test_the_workdir_name_check_bites(tmp_path):
+    """Planted: a folder joined into a path, a file name in a constant and in a call; left alone: a docstring, a
+    folder name that builds no path (a dict key, a CLI subcommand) and a message that mentions a file."""
+    f = tmp_path / "x.py"
+    f.write_text('"""Writes WORKDIR/logs and forecast.json."""\n'
+                 'log = Path(w) / "logs" / name\n'
+                 'FILE = "forecast.json"\n'
+                 'read_rows(out.joinpath("units"), "comparisons.csv", ctx.workdir.folder("stores"))\n'
+                 'row = {"units": 3, "report": 1}\n'
+                 'print(f"wrote {out}/forecast.json")\n')
+    got = spelled_names(f, {"logs", "forecast.json", "units", "report", "comparisons.csv", "stores"})
+    assert got == [(2, "logs"), (3, "forecast.json"), (4, "comparisons.csv"), (4, "stores"), (4, "units")]

@@ -17,7 +17,8 @@ from grrr_stream.sweep.kinds import KINDS
 from grrr_stream.sweep.kinds.generate import GenerateParams
 from grrr_stream.sweep.runners import RunContext, run_unit
 from grrr_stream.sweep.units import Unit
-from grrr_stream.unit_log import console, log_path, unit_log
+from grrr_stream.sweep.workdir import Workdir
+from grrr_stream.unit_log import console, unit_log
 
 
 def _noise() -> None:
@@ -71,7 +72,7 @@ def test_failed_unit_names_its_log_and_the_error_reaches_the_user(tmp_path, capf
     ctx = RunContext(str(tmp_path), TrackingConfig(enabled=False), progress=True, device="cpu", threads=None)
     u = _unit(tmp_path)
     rec = run_unit(u, ctx)
-    log = log_path(tmp_path, u.id)
+    log = Workdir(tmp_path).log(u.id)
     assert rec["status"] == "failed" and str(log) in rec["error"] and "the engine died" in rec["error"]
     text = log.read_text()
     assert "NUMA node(s)" in text and "Traceback" in text and "ValueError: the engine died" in text

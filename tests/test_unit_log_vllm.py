@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 from grrr_stream.evaluation.settings import EngineSettings  # noqa: E402
 from grrr_stream.sweep import plan_sweep, run_sweep  # noqa: E402
 from grrr_stream.sweep.config import SweepConfig  # noqa: E402
-from grrr_stream.unit_log import log_path  # noqa: E402
+from grrr_stream.sweep.workdir import Workdir  # noqa: E402
 
 SETTINGS = EngineSettings(max_new_tokens=64, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
 # vLLM's log lines carry "(MainProcess pid=…) LEVEL date [file.py:line]"; the rest as printed by torch / vLLM
@@ -41,11 +41,11 @@ def test_evaluation_unit_output_goes_to_its_log(tiny_chain, tmp_path, capfd):
     # the sweep's own lines (the generation's prompts-done line appears off a terminal only for a step
     # longer than 10 s, which a quick machine does not reach: tests/test_progress.py covers it by clock)
     assert "done evaluate/base-to-sft" in err
-    log = log_path(tmp_path / "w", "evaluate/base-to-sft").read_text()
+    log = Workdir(tmp_path / "w").log("evaluate/base-to-sft").read_text()
     assert "pid=" in log  # vLLM's own output is kept, in the log
 
     # a benchmark folder that is not there: the unit fails, and its error names the log
     res = run_sweep(plan_sweep(_config(models, tmp_path / "w2", tmp_path / "nowhere")), progress=True)
     out, err = capfd.readouterr()
-    failed = log_path(tmp_path / "w2", "evaluate/base-to-sft")
+    failed = Workdir(tmp_path / "w2").log("evaluate/base-to-sft")
     assert res.failed == ["evaluate/base-to-sft"] and "FAILED evaluate/base-to-sft" in err and str(failed) in err

@@ -81,7 +81,7 @@ def forecast_lines(models: list[Path], *, sequences: int, seq_len: int, batch_si
 
 
 def cmd_channels(args) -> int:
-    from ..channels.analysis import run_channels
+    from ..channels.analysis import CHANNELS_FILE, run_channels
     from ..channels.rule import OutlierRule
     from ..channels.validate import preflight
     from ..errors import ConfigError, GrrrError
@@ -135,5 +135,5 @@ def cmd_channels(args) -> int:
                   f"{a['n_channels_zeroed']} random channels zeroed (seeds 0,1,2) {rnd}")
     if "base_post_jaccard" in result:
         print(f"base vs post outlier sets: Jaccard {_fmt(result['base_post_jaccard'])}")
-    print(f"wrote {Path(args.out) / 'channels.json'}")
+    print(f"wrote {Path(args.out) / CHANNELS_FILE}")
     return 0

@@ -111,9 +111,10 @@ def transition_counts(plan) -> str:
     from collections import Counter
 
     from ..stats.claims_sets import method_group
+    from ..sweep.kinds import evaluate
 
     kinds = Counter(tr.kind for tr in plan.transitions.values())
-    evaluated = [u.params.transition for u in plan.units if u.kind == "evaluate" and u.params.suite is None]
+    evaluated = [u.params.transition for u in plan.units if u.kind == evaluate.NAME and u.params.suite is None]
     groups = Counter(method_group(plan.transitions[t].method, plan.config.claims.sft_methods) or "no method"
                      for t in evaluated)
     return (f"transitions: {len(plan.transitions)} decomposed ({kinds['cumulative']} cumulative from the base, "

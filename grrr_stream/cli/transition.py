@@ -130,7 +130,7 @@ def cmd_variants(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ..evaluation.settings import build_engine_settings, build_sampling_settings
+    from ..evaluation.settings import build_engine_settings, build_evaluation_options, build_sampling_settings
     from ..evaluation.benchmarks import FIVE
     from ..evaluation.pipeline import EvaluationRequest, run_evaluation
     from ..variants.spec import DEFAULT_VARIANTS
@@ -152,13 +152,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     sampling = build_sampling_settings({"n": args.n, "temperature": args.temperature, "top_p": args.top_p,
                                         "seed": args.sampling_seed, "pass_k": ks(args.pass_k),
                                         "maj_k": ks(args.maj_k)})
+    # the flags of the evaluation's options (evaluation.settings.EvaluationOptions), by their names there
+    options = build_evaluation_options({"engine": settings, "sampling": sampling, "metric": args.metric,
+                                        "materialize": args.materialize, "limit": args.limit,
+                                        "lenient": args.lenient_benchmarks, "template": args.template,
+                                        "instruction": args.instruction})
     request = EvaluationRequest(args.store, args.out, args.variant or list(DEFAULT_VARIANTS),
-                                args.benchmark or list(FIVE), args.bench_dir, settings=settings, sampling=sampling,
-                                metric=args.metric, materialize=args.materialize, keep_variants=args.keep_variants,
-                                limit=args.limit, lenient=args.lenient_benchmarks, template=args.template,
-                                instruction=args.instruction, rest_from=args.rest_from, resamples=args.resamples,
-                                channels=args.channels,
-                                informative_points=args.informative_points)
+                                args.benchmark or list(FIVE), args.bench_dir, options,
+                                keep_variants=args.keep_variants, rest_from=args.rest_from, resamples=args.resamples,
+                                channels=args.channels, informative_points=args.informative_points)
     res = run_evaluation(request, tracking=tracking_from_args(args))
     print_evaluation(res)
     return 0

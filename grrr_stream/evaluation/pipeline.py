@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..config import TrackingConfig
-from ..errors import ConfigError
 from ..files import atomic_write_text, ensure_folder, remove_tree, to_csv
 from ..store.transition_store import StoredTransition
 from ..tracking import runs
@@ -22,7 +21,7 @@ from .benchmarks import Benchmark, load_benchmark, resolve_bench_dir
 from .engine import Engine
 from .prompts import DEFAULT_INSTRUCTION, prompt_format
 from .scoring import BenchmarkResult, evaluation_key, problem_rows, score_benchmark, scored
-from .settings import EngineSettings, SamplingSettings, check_metric
+from .settings import EvaluationOptions
 from .tables import accuracy_table, diagnostics_table, retention_tables, solved_lost
 
 
@@ -35,16 +34,16 @@ TABLES = {"accuracy": "accuracy.csv", "retention": "table_retention.csv", "remov
 class EvaluationRequest:
     """What to evaluate: variants of the transition in ``store`` on ``benchmarks`` (read from ``bench_dir``:
     'bundled', 'hub[:OWNER/REPO]' or a folder of ``<name>/test.jsonl``), with every setting that decides
-    the results, written to ``out``.
+    the results (``options``), written to ``out``.
 
-    ``materialize='engine'`` streams each variant into a running engine; ``'folder'`` writes each variant
-    under ``out/_variants`` and starts a fresh engine on it (deleted afterwards unless ``keep_variants``).
-    ``sampling`` (default greedy) draws n answers per problem in one request each; ``metric`` ('avg' =
-    avg@n, 'pass@k', 'maj@k') is the accuracy of the tables. Sampled results go to
+    ``options`` (:class:`~.settings.EvaluationOptions`, shared with the command's flags and a sweep's
+    evaluation section): ``materialize='engine'`` streams each variant into a running engine; ``'folder'``
+    writes each variant under ``out/_variants`` and starts a fresh engine on it (deleted afterwards unless
+    ``keep_variants``). ``sampling`` (default greedy) draws n answers per problem in one request each;
+    ``metric`` ('avg' = avg@n, 'pass@k', 'maj@k') is the accuracy of the tables. Sampled results go to
     ``out/sampled-n…-T…-p…-s…/`` (with ``nest_sampled``), so that results of other sampling settings stay
     beside them and a finished setting is never generated again. Differences between variants come with
-    paired bootstrap intervals over problems (``resamples``, ``bootstrap_seed``). ``instruction`` None:
-    :data:`prompts.DEFAULT_INSTRUCTION`.
+    paired bootstrap intervals over problems (``resamples``, ``bootstrap_seed``).
     """
 
     store: Path
@@ -52,16 +51,9 @@ class EvaluationRequest:
     variants: Sequence[str]
     benchmarks: Sequence[str]
     bench_dir: Path | str
-    settings: EngineSettings = field(default_factory=EngineSettings)
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
-    metric: str = "avg"
-    materialize: str = "engine"
+    options: EvaluationOptions = field(default_factory=EvaluationOptions)
     keep_variants: bool = False
-    limit: Optional[int] = None
-    lenient: bool = False
-    template: str = "chat"
-    instruction: Optional[str] = None
-    rest_from: str = "base"
+    rest_from: str = "base"  # the variants' setting (a sweep's variants.rest_from), not the evaluation's
     channels: Optional[Path] = None  # channels.json of the outlier channels (channel variants only)
     resamples: int = 10_000
     bootstrap_seed: int = 0
@@ -107,7 +99,7 @@ def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingCon
     res.files.append(_write_record(ev, res))
     if runs.enabled(tracking):
         res.run_ids = runs.log_evaluation(ev.transition, [ev.builders[n] for n in ev.names], ev.benches, res,
-                                          request.settings, request.template, request.sampling, tracking,
+                                          request.options, tracking,
                                           started=started, seconds=time.time() - started)
     return res
 
@@ -134,21 +126,19 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     from ..variants.spec import parse_variants
     from ..variants.builder import VariantBuilder
 
-    check_metric(request.metric, request.sampling)
-    instruction = request.instruction if request.instruction is not None else DEFAULT_INSTRUCTION
-    if request.materialize not in ("engine", "folder"):
-        raise ConfigError("materialize must be 'engine' or 'folder'")
+    opts = request.options  # validated when made (the metric against the sampling, materialize, limit)
+    instruction = opts.instruction if opts.instruction is not None else DEFAULT_INSTRUCTION
     specs = parse_variants(request.variants)
     names = [s.name for s in specs]
     t = StoredTransition(Path(request.store))
     out = ensure_folder(Path(request.out), "--out")
-    if request.nest_sampled and request.sampling.key_fields() is not None:
-        out = ensure_folder(out / request.sampling.folder_name(), "--out")
+    if request.nest_sampled and opts.sampling.key_fields() is not None:
+        out = ensure_folder(out / opts.sampling.folder_name(), "--out")
     benches = _load_benchmarks(request, out, log)
-    settings = request.settings
+    settings = opts.engine
     vdtype = settings.dtype if settings.dtype != "auto" else "float32"
     post_folder = Path(t.manifest["post_folder"])
-    prompt = prompt_format(post_folder, request.template, instruction)
+    prompt = prompt_format(post_folder, opts.template, instruction)
     # on the CPU, not the "auto" default: the vLLM engine holds the GPU's memory while variants are built
     channel_set = load_channels(request.channels) if request.channels is not None and any(s.channels for s in specs) \
         else None
@@ -161,7 +151,8 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
 def _load_benchmarks(request: EvaluationRequest, out: Path, log) -> list[Benchmark]:
     # 'bundled', 'hub[:REPO]' or a folder
     bench_dir = resolve_bench_dir(request.bench_dir, request.benchmarks, out, log=log)
-    benches = [load_benchmark(b, bench_dir, limit=request.limit, lenient=request.lenient) for b in request.benchmarks]
+    opts = request.options
+    benches = [load_benchmark(b, bench_dir, limit=opts.limit, lenient=opts.lenient) for b in request.benchmarks]
     for b in benches:
         if b.skipped:
             log(f"WARNING: {b.path}: {b.skipped} malformed line(s) skipped (lenient loading)")
@@ -193,7 +184,8 @@ class _EngineSlot:
                 log(f"{name}: its config or tensor layout is the base model's and differs from the post "
                     f"model's ({', '.join(ev.builders[name].config_differences()) or 'tensor names/shapes'}); "
                     f"running it in an engine on {home}")
-            self.engine, self.home = self.make_engine(home, ev.request.settings, prompt_format=ev.post_folder), home
+            engine = self.make_engine(home, ev.request.options.engine, prompt_format=ev.post_folder)
+            self.engine, self.home = engine, home
             self.engine.progress = ev.request.progress
         return self.engine
 
@@ -221,15 +213,16 @@ def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _S
 def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Scores, log) -> None:
     req, builder = ev.request, ev.builders[name]
     meta = builder.metadata()
-    keys = {b.name: evaluation_key(b, meta, req.settings, req.template, ev.instruction, ev.prompt["digest"],
-                                   req.sampling) for b in ev.benches}
+    opts = req.options
+    keys = {b.name: evaluation_key(b, meta, opts.engine, opts.template, ev.instruction, ev.prompt["digest"],
+                                   opts.sampling) for b in ev.benches}
     scores.keys_of[name] = keys
-    have = {b.name: scored(ev.out, name, b, keys[b.name], req.sampling) for b in ev.benches}
+    have = {b.name: scored(ev.out, name, b, keys[b.name], req.options.sampling) for b in ev.benches}
     if all(have.values()):
         log(f"{name}: all {len(ev.benches)} benchmark(s) already scored")
         scores.results[name] = list(have.values())
         return
-    if req.materialize == "engine":
+    if req.options.materialize == "engine":
         active = slot.on(name, log)
         active.load_weights(builder.tensors(), scratch=ev.out / "_swap", layout=builder.layout(),
                             config=builder.config())
@@ -245,7 +238,7 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
 
     folder = ev.out / "_variants" / name
     scores.fidelity[name] = write_variant(builder, folder, overwrite=True, within=ev.out / "_variants")
-    active = slot.make_engine(folder, req.settings, prompt_format=ev.post_folder)
+    active = slot.make_engine(folder, req.options.engine, prompt_format=ev.post_folder)
     active.progress = req.progress
     try:
         scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log)
@@ -263,10 +256,10 @@ def _score_benchmarks(ev: _Evaluation, name: str, active: Any, keys: dict[str, s
         if have[b.name]:
             results.append(have[b.name])
             continue
-        r = score_benchmark(active, b, name, ev.out, keys[b.name], template=req.template,
-                            instruction=ev.instruction, sampling=req.sampling)
+        r = score_benchmark(active, b, name, ev.out, keys[b.name], template=req.options.template,
+                            instruction=ev.instruction, sampling=req.options.sampling)
         log(f"{name} / {b.name}: {r.accuracy:.1f} % of {r.n}"
-            + (f" ({r.truncated} cut off at {req.settings.max_new_tokens} tokens)" if r.truncated else ""))
+            + (f" ({r.truncated} cut off at {req.options.engine.max_new_tokens} tokens)" if r.truncated else ""))
         results.append(r)
     return results
 
@@ -277,7 +270,7 @@ def _tabulate(ev: _Evaluation, scores: _Scores, log) -> EvaluationResult:
 
     req, builders = ev.request, ev.builders
     flat = [r for n in ev.names for r in scores.results[n]]
-    acc = accuracy_table(flat, [b.name for b in ev.benches], req.metric)
+    acc = accuracy_table(flat, [b.name for b in ev.benches], req.options.metric)
     used = {builders[n].rest_from for n in ev.names if builders[n].spec.composed}
     t56, t8, info = retention_tables(acc, rest_from=used.pop() if len(used) == 1 else None,
                                      informative_points=req.informative_points)
@@ -285,15 +278,15 @@ def _tabulate(ev: _Evaluation, scores: _Scores, log) -> EvaluationResult:
     info["rest_from_requested"] = req.rest_from
     if fallbacks:
         info["rest_fallback"] = fallbacks[0]
-    per_problem = claims.transition_scores(claims.correctness_of(flat, metric=req.metric),
+    per_problem = claims.transition_scores(claims.correctness_of(flat, metric=req.options.metric),
                                            transition=ev.transition.label, resamples=req.resamples,
                                            seed=req.bootstrap_seed)
     diffs = claims.difference_rows(per_problem)
     informative = claims.informative_rows([per_problem], informative_points=req.informative_points)[0]
     info.update({k: v for k, v in informative.items() if k not in ("transition", "kind")})
-    warn_truncated(acc, req.settings.max_new_tokens, log)
+    warn_truncated(acc, req.options.engine.max_new_tokens, log)
     return EvaluationResult(ev.out, flat, acc, t56, t8, info, scores.fidelity, [], [], diffs, ev.prompt,
-                            solved_lost(flat, req.metric), req.metric)
+                            solved_lost(flat, req.options.metric), req.options.metric)
 
 
 def _write_tables(ev: _Evaluation, res: EvaluationResult) -> list[Path]:
@@ -325,9 +318,9 @@ def _write_record(ev: _Evaluation, res: EvaluationResult) -> Path:
     req = ev.request
     path = ev.out / RECORD_FILE
     atomic_write_text(path, json.dumps(
-        {"store": str(ev.transition.path), "engine": req.settings.model_dump(), "versions": engine_versions(),
+        {"store": str(ev.transition.path), "engine": req.options.engine.model_dump(), "versions": engine_versions(),
          "prompt_format": ev.prompt, "bootstrap": {"resamples": req.resamples, "seed": req.bootstrap_seed},
-         "sampling": req.sampling.model_dump(), "metric": req.metric,
+         "sampling": req.options.sampling.model_dump(), "metric": req.options.metric,
          "benchmarks": {b.name: {"sha256": b.sha256, "n": len(b.problems), "skipped": b.skipped, "path": str(b.path)}
                         for b in ev.benches},
          "variants": {n: ev.builders[n].metadata() for n in ev.names},

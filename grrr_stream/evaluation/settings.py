@@ -1,4 +1,5 @@
-"""Validated settings of an evaluation: the vLLM engine, and how answers are sampled.
+"""Validated settings of an evaluation: the vLLM engine, how answers are sampled, and
+:class:`EvaluationOptions`, every setting of an evaluation besides what is evaluated.
 
 Like :mod:`..config`, imports neither torch nor vLLM, so that a config is validated instantly.
 """
@@ -77,12 +78,53 @@ class SamplingSettings(StrictModel):
         return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
 
 
-def check_metric(metric: str, sampling: "SamplingSettings") -> str:
-    """``metric`` if the sampling settings compute it ('avg', 'pass@k', 'maj@k'), else a ConfigError."""
-    if metric not in sampling.metrics():
-        raise ConfigError(f"metric {metric!r} is not computed with these sampling settings; choose one of "
-                          f"{', '.join(sampling.metrics())} (pass@k and maj@k need sampling.pass_k / maj_k)")
-    return metric
+class EvaluationOptions(StrictModel):
+    """How variants are evaluated, besides which variants of which store, on which benchmarks and into which
+    folder: the one definition that ``grrr-stream evaluate``'s flags fill, that a sweep's ``evaluation``
+    section extends (:class:`~grrr_stream.sweep.config.SweepEvaluation`), that a sweep's evaluate units carry
+    and that :class:`~.pipeline.EvaluationRequest` hands to the pipeline. An option added here reaches all of
+    them; it enters a sweep unit's key only through :meth:`key_fields`."""
+
+    engine: EngineSettings = EngineSettings()
+    # answers per problem and how they are drawn (default greedy, as the paper)
+    sampling: SamplingSettings = SamplingSettings()
+    # the accuracy the tables (Tables 5/6/8, differences, claims) use: avg (avg@n; greedy accuracy when
+    # n = 1), pass@k or maj@k
+    metric: str = "avg"
+    # 'engine': each variant streamed into a running engine; 'folder': written as a model folder first
+    materialize: Literal["engine", "folder"] = "engine"
+    limit: Optional[int] = Field(None, ge=1)  # the first ``limit`` problems of each benchmark
+    lenient: bool = False  # skip (and count) malformed benchmark lines instead of refusing the file
+    template: str = "chat"
+    instruction: Optional[str] = None  # None: prompts.DEFAULT_INSTRUCTION
+
+    def model_post_init(self, _ctx: Any) -> None:
+        if self.metric not in self.sampling.metrics():
+            raise ValueError(f"metric {self.metric!r} is not computed by the sampling settings; choose one of "
+                             f"{', '.join(self.sampling.metrics())} (pass@k and maj@k need sampling.pass_k / "
+                             "maj_k)")
+
+    def key_fields(self) -> dict:
+        """What of these changes the answers generated, as result keys hold it. The table metric, pass@k, maj@k,
+        ``materialize`` and the engine's memory knobs change none; ``lenient`` and sampling are left out while
+        off (greedy), so that keys of results made before they existed stay as they were."""
+        sampling = self.sampling.key_fields()
+        return {"limit": self.limit, **({"lenient": True} if self.lenient else {}), "template": self.template,
+                "instruction": self.instruction, "engine": self.engine.result_fields(),
+                **({"sampling": sampling} if sampling else {})}
+
+    @classmethod
+    def of(cls, holder: Any) -> "EvaluationOptions":
+        """The options of an object that holds them among other fields (a sweep's evaluation section)."""
+        return cls(**{name: getattr(holder, name) for name in cls.model_fields})
+
+
+def build_evaluation_options(values: dict[str, Any]) -> EvaluationOptions:
+    """Validate the options (None: the default), every problem at once as a ConfigError."""
+    try:
+        return EvaluationOptions.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, "evaluation settings")) from None
 
 
 def build_sampling_settings(values: dict[str, Any]) -> SamplingSettings:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Optional
 
 from .. import plots
+from ..stats.run import COSINES_FIGURE, NORMS_FIGURE
+from ..sweep.kinds import channel_stats, decompose
 
 
 @dataclass
@@ -32,22 +34,22 @@ class Figure:
 
 # the sweep report's own figures: file → (id, title, caption)
 SWEEP_FIGURES = {
-    "update_norms.png": ("fig-norms", "Update norms per component (paper Fig. 4A / 5A)",
-                         "Frobenius norms of the updates of each comparison: sequential ‖ΔW_SFT‖, ‖ΔW_incr‖ against "
-                         "‖ΔW_cum‖ = 1; independent: the two updates against the larger."),
-    "offdiag_cosine_medians.png": ("fig-cosines", "Sequential and independent cosines against the isotropic null "
-                                   "(paper Fig. 4B / 5B)",
-                                   "Median off-diagonal cosine over matrices with its 95 % bootstrap CI over matrices; "
-                                   "grey band: the matched isotropic null's ±2σ envelope. Each label says what it rests "
-                                   "on: inside / outside the band from the null test (p over its draws; 'p < 1e-4' at "
-                                   "the floor of 10,000 draws), the direction only where the CI over matrices excludes "
-                                   "0."),
-    "band_energy.png": ("fig-bands", "Band energies",
-                        "Mean share of ‖ΔW‖² per transition by the top-k principal band of W0."),
-    "channel_layers.png": ("fig-channels", "Outlier channels per layer, SFT vs RL",
-                           "Per decoder layer, the share of each component's ‖ΔW‖² on W0's outlier residual "
-                           "channels (shades of blue SFT, of red RL, one per transition; dashed: a transition that is not one training step, "
-                           "e.g. base → grandchild); dotted: the channels' own share."),
+    NORMS_FIGURE: ("fig-norms", "Update norms per component (paper Fig. 4A / 5A)",
+                   "Frobenius norms of the updates of each comparison: sequential ‖ΔW_SFT‖, ‖ΔW_incr‖ against "
+                   "‖ΔW_cum‖ = 1; independent: the two updates against the larger."),
+    COSINES_FIGURE: ("fig-cosines", "Sequential and independent cosines against the isotropic null "
+                     "(paper Fig. 4B / 5B)",
+                     "Median off-diagonal cosine over matrices with its 95 % bootstrap CI over matrices; "
+                     "grey band: the matched isotropic null's ±2σ envelope. Each label says what it rests "
+                     "on: inside / outside the band from the null test (p over its draws; 'p < 1e-4' at "
+                     "the floor of 10,000 draws), the direction only where the CI over matrices excludes "
+                     "0."),
+    decompose.BANDS_FIGURE: ("fig-bands", "Band energies",
+                             "Mean share of ‖ΔW‖² per transition by the top-k principal band of W0."),
+    channel_stats.LAYERS_FIGURE: ("fig-channels", "Outlier channels per layer, SFT vs RL",
+                                  "Per decoder layer, the share of each component's ‖ΔW‖² on W0's outlier residual "
+                                  "channels (shades of blue SFT, of red RL, one per transition; dashed: a transition that is not one training step, "
+                                  "e.g. base → grandchild); dotted: the channels' own share."),
 }
 
 # the figures shown right after the verdict box (Figs. 4–5 and the accuracy per variant); the others follow the tables

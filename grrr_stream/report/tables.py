@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ..stats.claims_sets import method_group
+from ..stats.run import COMPARISONS_TABLE
+from ..sweep.kinds import channel_stats, channels, decompose
+from ..sweep.kinds.channel_groups import SFT_RL_TABLE
+from ..sweep.kinds.evaluate_report import REPORT_FILES as FILES
 
 Row = dict
 
@@ -206,7 +210,7 @@ def paper_tables(report, method_of: Callable[[Row], Optional[str]], sft: Sequenc
                             "Means over each transition's matrices (transitions.csv): SV cos = cosine of the "
                             "singular-value profiles of W0 and W1, δ_max, stable ranks SR and their change Δ% SR, "
                             "additivity α, r_Δ = ‖ΔW‖/‖W0‖.", [c.label for c in cols],
-                            grouped(trs, "transitions.csv", cols, method_of, sft)))
+                            grouped(trs, decompose.TABLE, cols, method_of, sft)))
         ranks = [c for c in trs[0] if c.startswith("nrank_change_")]
         if ranks:
             cols = columns_of(trs, ["transition", "kind", *ranks])
@@ -217,7 +221,7 @@ def paper_tables(report, method_of: Callable[[Row], Optional[str]], sft: Sequenc
                                 "Per rank threshold T: nrank(W1) − nrank(W0) over matrices, mean and largest "
                                 "magnitude. T = 0.001 is the paper's reading (≤ 87); at 1e-07 rounding of the small "
                                 "singular values dominates.", [c.label for c in cols],
-                                grouped(trs, "transitions.csv", cols, method_of, sft)))
+                                grouped(trs, decompose.TABLE, cols, method_of, sft)))
     tables += _evaluation_tables(report, method_of, sft)
     if trs:
         cols = columns_of(trs, TABLE7)
@@ -225,7 +229,7 @@ def paper_tables(report, method_of: Callable[[Row], Optional[str]], sft: Sequenc
                       Table("table7", "Table 7 — energy fractions of ΔW",
                             "Shares of ‖ΔW‖² in the diagonal (reshaping), off-diagonal (rotation) and null (routing) "
                             "parts, means over matrices.", [c.label for c in cols],
-                            grouped(trs, "transitions.csv", cols, method_of, sft)))
+                            grouped(trs, decompose.TABLE, cols, method_of, sft)))
     return tables
 
 
@@ -246,11 +250,12 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
         for i, r in enumerate(report.retention):
             first.setdefault(r["transition"], (i, r))
         groups: dict[str, list] = {"SFT": [], "RL": [], "no method": []}
+        src = FILES["retention"]
         for t, (i0, r0) in first.items():
-            cells = [Cell(t, f"retention.csv#{i0}:transition"), Cell(r0.get("kind"), f"retention.csv#{i0}:kind")]
+            cells = [Cell(t, f"{src}#{i0}:transition"), Cell(r0.get("kind"), f"{src}#{i0}:kind")]
             for v in order:
                 i = at.get((t, v))
-                cells.append(Cell(report.retention[i]["average"], f"retention.csv#{i}:average") if i is not None
+                cells.append(Cell(report.retention[i]["average"], f"{src}#{i}:average") if i is not None
                              else Cell(None))
             groups[method_group(method_of(r0), sft) or "no method"].append(cells)
         tables += split(Table("table56", "Tables 5/6 — causal decomposition: accuracy per variant",
@@ -263,14 +268,14 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
 
         def paired(_i: int, r: Row) -> list[Cell]:
             j, d = diffs.get((r["transition"], r["variant"]), (None, {}))
-            return [cell(d, j, "differences.csv", c) for c in dcols]
+            return [cell(d, j, FILES["differences"], c) for c in dcols]
 
         cols = columns_of(report.retention, ("transition", "variant", "retention_pct", "retention_proj_pct"))
         tables.append(Table("table56-retention", "Tables 5/6 — retention and the paired differences",
                             "Retention = 100 · score / Full (and / proj); − Full, − proj: the difference in points "
                             "with its paired bootstrap 95 % CI over the transition's problems (differences.csv).",
                             [c.label for c in cols] + [c.label for c in dcols],
-                            grouped(report.retention, "retention.csv", cols, method_of, sft, paired)))
+                            grouped(report.retention, FILES["retention"], cols, method_of, sft, paired)))
     if report.removal:
         cols = columns_of(report.removal, ("transition", "kind", "full", "remove_diag", "remove_random", "delta_diag",
                                            "delta_rand", "proj", "delta_diag_proj", "delta_rand_proj",
@@ -278,12 +283,13 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
         tables.append(Table("table8", "Table 8 — removing the diagonal against random removal",
                             "Scores (%); Δ = remove − Full (points; negative when removal hurts); vs proj: against "
                             "proj (removal.csv).", [c.label for c in cols],
-                            grouped(report.removal, "removal.csv", cols, method_of, sft)))
+                            grouped(report.removal, FILES["removal"], cols, method_of, sft)))
     if report.accuracy:
         cols = columns_of(report.accuracy, [k for k in report.accuracy[0] if k not in ("from", "to")])
         t = Table("accuracy", "Accuracy per benchmark",
                   "Per variant: the table metric per benchmark (%), its average, and answer diagnostics.",
-                  [c.label for c in cols], grouped(report.accuracy, "accuracy.csv", cols, method_of, sft), folded=True)
+                  [c.label for c in cols], grouped(report.accuracy, FILES["accuracy"], cols, method_of, sft),
+                  folded=True)
         tables += split(t, 2)
     if report.sampled:
         cols = columns_of(report.sampled, [k for k in report.sampled[0] if k not in ("from", "to")])
@@ -291,7 +297,7 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
                               "Where each problem was answered n > 1 times: avg@n (mean accuracy of the n answers), "
                               "unbiased pass@k and maj@k (majority vote over equivalent answers), in percent, from "
                               "each evaluation's metrics.csv.", [c.label for c in cols],
-                              grouped(report.sampled, "sampled.csv", cols, method_of, sft), folded=True), 2)
+                              grouped(report.sampled, FILES["sampled"], cols, method_of, sft), folded=True), 2)
     return tables
 
 
@@ -306,7 +312,7 @@ def channel_tables(report) -> list[Table]:
     analysed models' outlier sets (sweep/kinds/channels.py, channel_stats.py, channel_groups.py)."""
     tables = []
     if report.channels_sft_rl:
-        cols, body = _plain(report.channels_sft_rl, "channels_sft_rl.csv", list(report.channels_sft_rl[0]),
+        cols, body = _plain(report.channels_sft_rl, SFT_RL_TABLE, list(report.channels_sft_rl[0]),
                             {"ratio": ("ci_lo", "ci_hi")})
         tables += split(Table("channels-sft-rl", "Outlier residual channels — SFT vs RL",
                               "Share of each component's ‖ΔW‖² on W0's outlier channels (label-free rule) next to "
@@ -320,12 +326,12 @@ def channel_tables(report) -> list[Table]:
         cols = columns_of(report.channels, ("transition", "kind", "method", "group", "component", "channels",
                                             "hidden", "channel_share", "energy_share", "ratio", "null_q975",
                                             "p_value", "post_jaccard"), {"ratio": ("ci_lo", "ci_hi")})
-        rows = [[cell(r, i, "channels.csv", c) for c in cols] for i, r in keep]
+        rows = [[cell(r, i, channel_stats.TABLE, c) for c in cols] for i, r in keep]
         tables += split(Table("channels", "Outlier channels per transition",
                               "All matrices, readers (residual = input) and writers (residual = output); per module "
                               "in channels.csv.", [c.label for c in cols], [("", rows)], folded=True), 1)
     if report.channel_models:
-        cols, body = _plain(report.channel_models, "channel_models.csv", list(report.channel_models[0]))
+        cols, body = _plain(report.channel_models, channels.TABLE, list(report.channel_models[0]))
         tables += split(Table("channel-models", "Outlier channels per model",
                               "Channels the rule selects (fraction against the paper's ~5 %), the weight proxy's "
                               "Jaccard overlap, calibration perplexity and, when run, the ablation "
@@ -350,11 +356,11 @@ def comparison_table(report) -> list[Table]:
         for c in cols:
             if c is band:
                 b = Cell(None)
-                b.lo, b.hi = cell(r, i, "comparisons.csv", Col("null_lo", "")), \
-                    cell(r, i, "comparisons.csv", Col("null_hi", ""))
+                b.lo, b.hi = cell(r, i, COMPARISONS_TABLE, Col("null_lo", "")), \
+                    cell(r, i, COMPARISONS_TABLE, Col("null_hi", ""))
                 cells.append(b)
             else:
-                cells.append(cell(r, i, "comparisons.csv", c))
+                cells.append(cell(r, i, COMPARISONS_TABLE, c))
         cells.append(Cell(p_text(r.get("p_value"), r.get("null_draws"))))
         cells.append(Cell(cosine_label(r)))
         rows.append(cells)
@@ -369,7 +375,7 @@ def other_tables(report, method_of, sft) -> list[Table]:
     """Residual channels, the informative set, the beyond-the-paper means, the claims' rows (folded)."""
     tables = channel_tables(report)
     if report.informative:
-        cols, body = _plain(report.informative, "informative.csv",
+        cols, body = _plain(report.informative, FILES["informative"],
                             ("suite", "transition", "kind", "gain", "informative", "informative_within_ci",
                              "full_minus_proj", "problems", "rest_from", "note", "rest_fallback"))
         tables += split(Table("informative", "The informative set", "Full − Base ≥ the informative threshold, with "
@@ -380,10 +386,10 @@ def other_tables(report, method_of, sft) -> list[Table]:
         tables += [dataclasses_replace(t, folded=True) for t in transposed(
             "beyond", "Beyond the paper", "Update sparsity (pooled over entries, with the per-matrix spread), "
             "principal-band energies, subspace angles and component survival through 16-bit rounding (means over "
-            "matrices; docs/statistics.md: 'Beyond the paper'); one column per transition.", trs, "transitions.csv",
+            "matrices; docs/statistics.md: 'Beyond the paper'); one column per transition.", trs, decompose.TABLE,
             beyond)]
     if report.claim_rows:
-        cols, body = _plain(report.claim_rows, "claims.csv", ("suite", "set", "group", "statistic", "variant",
+        cols, body = _plain(report.claim_rows, FILES["claim_rows"], ("suite", "set", "group", "statistic", "variant",
                                                               "reference", "transitions", "threshold", "value",
                                                               "resampling"),
                             {"value": ("ci_lo", "ci_hi")})

@@ -24,6 +24,7 @@ class StatsResult:
 
 OVERALL_TABLE = "table_overall.csv"    # run_stats: one row per transition (its last table but two)
 COMPARISONS_TABLE = "comparisons.csv"  # run_comparisons: one row per comparison, written after them all
+COSINES_FIGURE, NORMS_FIGURE = "offdiag_cosine_medians.png", "update_norms.png"  # run_comparisons' figures
 
 def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, seed: int = 0,
               scheduler: Any = None, tracking: Optional[TrackingConfig] = None) -> StatsResult:
@@ -123,8 +124,8 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
         summaries.append(summary)
     atomic_write_text(out / COMPARISONS_TABLE, to_csv(summaries))  # written last: the comparisons are done
     files.append(out / COMPARISONS_TABLE)
-    figs = [plots.cosine_medians(summaries, out / "offdiag_cosine_medians.png"),
-            plots.norm_bars(summaries, out / "update_norms.png")]
+    figs = [plots.cosine_medians(summaries, out / COSINES_FIGURE),
+            plots.norm_bars(summaries, out / NORMS_FIGURE)]
     files += figs
     run_ids = []
     if runs.enabled(tracking):

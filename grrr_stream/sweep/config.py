@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, field_validator
 from ..config import ClaimSettings, DecompositionSettings, StrictModel, TrackingConfig, format_validation_error, load_yaml
 from ..dtypes import FLOAT_NAMES
 from ..errors import ConfigError
-from ..evaluation.settings import EngineSettings, SamplingSettings
+from ..evaluation.settings import EvaluationOptions
 from ..files import COMPONENT_RE
 
 _ID_RE = COMPONENT_RE  # ids, suite and benchmark names become folder names
@@ -112,7 +112,11 @@ class SweepVariants(StrictModel):
     _transitions = field_validator("transitions", mode="before")(_selector)
 
 
-class SweepEvaluation(StrictModel):
+class SweepEvaluation(EvaluationOptions):
+    """One suite of benchmarks evaluated over transitions: the evaluation's own options (limit, lenient, template,
+    engine, sampling, metric, ...: :class:`~grrr_stream.evaluation.settings.EvaluationOptions`) and what the
+    sweep evaluates with them."""
+
     enabled: bool = True
     # None for the main evaluation; extra evaluations need a name (their units are evaluate/<transition>/<suite>)
     suite: Optional[str] = None
@@ -123,17 +127,6 @@ class SweepEvaluation(StrictModel):
     # folder with <name>/test.jsonl, 'bundled' (the five math benchmarks shipped with the package),
     # 'tinychain' (the generated chain's own benchmark), or 'hub[:OWNER/REPO]'
     bench_dir: str = "bundled"
-    limit: Optional[int] = Field(None, ge=1)
-    lenient: bool = False  # skip (and count) malformed benchmark lines instead of failing the unit
-    template: str = "chat"
-    instruction: Optional[str] = None
-    materialize: Literal["engine", "folder"] = "engine"
-    engine: EngineSettings = EngineSettings()
-    # answers per problem and how they are drawn (default greedy, as the paper)
-    sampling: SamplingSettings = SamplingSettings()
-    # the accuracy the tables (Tables 5/6/8, differences, claims) use: avg (avg@n; greedy accuracy when
-    # n = 1), pass@k or maj@k
-    metric: str = "avg"
 
     _names = field_validator("variants", mode="before")(_yaml_variant_names)
     _transitions = field_validator("transitions", mode="before")(_selector)
@@ -142,11 +135,6 @@ class SweepEvaluation(StrictModel):
     @classmethod
     def _suite(cls, v: Optional[str]) -> Optional[str]:
         return v if v is None else _component(v)
-
-    def model_post_init(self, _ctx: Any) -> None:
-        if self.metric not in self.sampling.metrics():
-            raise ValueError(f"metric {self.metric!r} is not computed by the sampling settings; choose one of "
-                             f"{', '.join(self.sampling.metrics())}")
 
     @field_validator("benchmarks")
     @classmethod

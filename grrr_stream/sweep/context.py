@@ -1,5 +1,7 @@
 """What a kind of unit is handed: :class:`PlanContext` when it plans its units, :class:`RunContext` when one
-of them runs. Both are built by the sweep (plan.py, run.py); the kinds only read them."""
+of them runs. Both are built by the sweep (plan.py, run.py); the kinds read them (the generate kind also
+tells the plan's context the unit that makes the generated models). Neither spells a kind's name: a kind
+asks for another kind's units by that kind's ``NAME`` (:meth:`PlanContext.units_of`)."""
 
 from __future__ import annotations
 
@@ -30,11 +32,7 @@ class PlanContext:
     generated: dict[str, str]             # model id → the tiny chain's model name, for tinychain: sources
     specs: dict[str, Any]                 # variant name → VariantSpec (the names that parse)
     units: list[Unit] = field(default_factory=list)
-
-    @property
-    def gen(self) -> Optional[Unit]:
-        """The unit that trains the tiny chain, if planned."""
-        return next((u for u in self.units if u.kind == "generate"), None)
+    gen: Optional[Unit] = None            # the unit that makes the tiny chain, set by the generate kind's plan
 
     @cached_property
     def sources(self) -> Sources:
@@ -42,10 +40,9 @@ class PlanContext:
         models by that unit's key)."""
         return Sources(self.models, self.generated, self.gen)
 
-    @property
-    def dec_key(self) -> dict[str, str]:
-        """transition → the key of its decomposition."""
-        return {u.params.transition: u.key for u in self.units if u.kind == "decompose"}
+    def units_of(self, kind: str) -> list[Unit]:
+        """The units planned so far of one kind (``kind``: that kind module's ``NAME``)."""
+        return [u for u in self.units if u.kind == kind]
 
     def keyed(self, folder: str, stem: str = "") -> Callable[[str], Path]:
         """A unit's result folder in ``WORKDIR/folder``, named by its key: a changed setting writes beside

@@ -61,17 +61,17 @@ class DiskFacts:
 
 
 class Facts:
-    """The plan's facts for the estimates: each checkpoint source looked up once (a model's bytes counted at the
+    """The plan's facts for the estimates (given by the forecast, which asks the kinds for them): each checkpoint source looked up once (a model's bytes counted at the
     first unit that fetches it), the device's rates, each transition's decomposition, each unit's disk need."""
 
-    def __init__(self, units: list[Unit], online: Optional[bool], disk: dict[str, Optional[list]]):
-        gen = next((u for u in units if u.kind == "generate"), None)
-        self.generated = gen.out if gen else None
+    def __init__(self, dec: dict[str, Unit], generated: Optional[str], online: Optional[bool],
+                 disk: dict[str, Optional[list]]):
+        self.generated = generated  # the tiny chain's folder, if the plan makes it
         self._online = online  # None: probed when a Hub model is first looked up (local plans never probe)
         self.models: dict[str, ModelFacts] = {}
         self.counted: set[tuple[str, Optional[str]]] = set()
         self.channels_seen = False
-        self.dec = {u.params.transition: u for u in units if u.kind == "decompose"}
+        self.dec = dec  # transition id → its decompose unit
         self.disk = disk
         self.rates: Optional[Rates] = None
 

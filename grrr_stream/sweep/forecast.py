@@ -22,7 +22,7 @@ from ..forecast import target as tgt  # a device to forecast for (--forecast-for
 from ..forecast.calibrate import Rates, calibrate
 from ..forecast.downloads import download_basis
 from .estimate import Facts, UnitForecast
-from .kinds import KINDS
+from .kinds import KINDS, decompose, generate
 from .plan import Plan
 from .workdir import Workdir
 
@@ -72,7 +72,9 @@ def forecast_plan(plan: Plan, *, online: Optional[bool] = None, rates: Optional[
         rates = tgt.rates_for(target)
     from .status import unit_disk_needs
 
-    facts = Facts(plan.units, online, unit_disk_needs(plan) if disk is None else disk)
+    gen = generate.planned(plan.units)
+    facts = Facts(decompose.by_transition(plan.units), gen.out if gen else None, online,
+                  unit_disk_needs(plan) if disk is None else disk)
     for u in facts.dec.values():
         facts.get(u.params.base, u.params.base_revision)
         facts.get(u.params.post, u.params.post_revision)

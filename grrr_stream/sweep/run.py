@@ -16,6 +16,7 @@ from ..unit_log import console, unit_log
 from .context import RunContext
 from .display import Display
 from .execute import DaskExecutor, LocalExecutor, execute_units, make_client
+from .kinds import decompose
 from .plan import Plan
 from .records import Records, SweepLock, unit_state
 from .rows import Report
@@ -94,7 +95,7 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
             # MLflow's database migrations go to the sweep's log; what the check says, to the terminal
             with unit_log(layout.log("sweep"), verbose=verbose):
                 tracking = preflight(tracking, console() if stream is sys.stderr else stream)
-        stores = {u.params.transition: u.out for u in plan.units if u.kind == "decompose"}
+        stores = {t: u.out for t, u in decompose.by_transition(plan.units).items()}
         # reachable: the units record what to log and the tracker logs it while they compute
         tracker = (Tracker(Path(tracking.pending_dir), tracking)
                    if tracking.enabled and not tracking.record_only else None)

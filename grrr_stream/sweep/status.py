@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .estimate import Checkpoints, DiskFacts
-from .kinds import KINDS
+from .kinds import KINDS, decompose
 from .plan import Plan
 from .records import Records, SweepLock, blockers, unit_state
 from .units import Unit
@@ -54,5 +54,5 @@ def unit_disk_needs(plan: Plan) -> dict[str, Optional[list]]:
     kinds that say (decompositions, variant builds) when their checkpoints are on this machine; None where the
     size is not known before the checkpoints are (Hub downloads, the generated tiny chain). Other units write
     little."""
-    facts = DiskFacts(Checkpoints(), {u.params.transition: u for u in plan.units if u.kind == "decompose"})
+    facts = DiskFacts(Checkpoints(), decompose.by_transition(plan.units))
     return {u.id: KINDS[u.kind].disk(u, facts) for u in plan.units if KINDS[u.kind].disk is not None}

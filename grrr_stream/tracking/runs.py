@@ -240,11 +240,14 @@ def log_variant(builder, folder: Path, summary: dict, tracking: TrackingConfig, 
     return _one([log], tracking, folder.parent)
 
 
-def log_evaluation(t, builders: Sequence, benches: Sequence, res, settings, template: str, sampling,
-                   tracking: TrackingConfig, *, started: float, seconds: float) -> list[str]:
+def log_evaluation(t, builders: Sequence, benches: Sequence, res, options, tracking: TrackingConfig, *,
+                   started: float, seconds: float) -> list[str]:
     """One run per variant, nested under the variant's run (under the transition's). Each spans the scoring of its
-    variant (``res.spans``; the whole evaluation when not measured), its ``work_seconds``."""
+    variant (``res.spans``; the whole evaluation when not measured), its ``work_seconds``. ``options``: the
+    evaluation's (its engine, template and sampling are logged)."""
     from ..evaluation import engine as ev
+
+    settings, template, sampling = options.engine, options.template, options.sampling
 
     ref = transition_ref(t)
     logs = [RunLog.of(tracking, **ref, once=False, finish=False, artifacts=[(f, "evaluation") for f in res.files])]

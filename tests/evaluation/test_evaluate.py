@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
 
 from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
+from grrr_stream.evaluation.settings import EvaluationOptions  # noqa: E402
 
 from helpers.stand_in import SETTINGS, StandInEngine, sums_transition  # noqa: E402,F401
 
@@ -25,7 +26,8 @@ def test_one_engine_on_the_post_model_when_configs_agree(transition, tmp_path):
     StandInEngine.started = []
     logs: list[str] = []
     res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["base", "full", "proj", "diag"], ["sums"], bench,
-                                           settings=SETTINGS), engine_factory=StandInEngine, log=logs.append)
+                                           EvaluationOptions(engine=SETTINGS)),
+                         engine_factory=StandInEngine, log=logs.append)
     assert StandInEngine.started == [(post, post)]
     assert res.prompt["from"] == str(post) and res.prompt["files"]["generation_config.json"]
     saved = json.loads((tmp_path / "e" / "evaluation.json").read_text())
@@ -61,7 +63,8 @@ def test_base_config_that_differs_gets_its_own_engine_with_the_post_prompt_forma
     StandInEngine.started = []
     logs: list[str] = []
     res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["base", "full", "proj", "diag"], ["sums"], bench,
-                                           settings=SETTINGS), engine_factory=StandInEngine, log=logs.append)
+                                           EvaluationOptions(engine=SETTINGS)),
+                         engine_factory=StandInEngine, log=logs.append)
     # one engine per config, each started once, each prompting as the post model does
     assert StandInEngine.started == [(base, post), (post, post)]
     assert any("rope_theta" in m and "engine on" in m for m in logs)
@@ -71,17 +74,20 @@ def test_base_config_that_differs_gets_its_own_engine_with_the_post_prompt_forma
     # rest_from post puts every composed variant on the post model's config: one engine again
     StandInEngine.started = []
     run_evaluation(EvaluationRequest(store, tmp_path / "p", ["full", "proj", "diag"], ["sums"], bench,
-                                     settings=SETTINGS, rest_from="post"), engine_factory=StandInEngine, log=logs.append)
+                                     EvaluationOptions(engine=SETTINGS), rest_from="post"),
+                   engine_factory=StandInEngine, log=logs.append)
     assert StandInEngine.started == [(post, post)]
 
 
 def test_a_rerun_scores_nothing_and_starts_no_engine(transition, tmp_path):
     _, _, store, bench = transition
     first = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench,
-                                             settings=SETTINGS), engine_factory=StandInEngine, log=lambda m: None)
+                                             EvaluationOptions(engine=SETTINGS)),
+                           engine_factory=StandInEngine, log=lambda m: None)
     StandInEngine.started = []
     again = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench,
-                                             settings=SETTINGS), engine_factory=StandInEngine, log=lambda m: None)
+                                             EvaluationOptions(engine=SETTINGS)),
+                           engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.started == [] and not any(r.scored_now for r in again.results)
     assert again.accuracy_rows == first.accuracy_rows and again.differences == first.differences
 
@@ -159,7 +165,7 @@ def test_sampled_evaluation_draws_n_answers_in_one_request_and_reports_every_met
     sampling = SamplingSettings(n=4, temperature=0.7, pass_k=[1, 2, 4], maj_k=[4])
     StandInEngine.calls = 0
     res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench,
-                                           settings=SETTINGS, sampling=sampling, metric="pass@2"),
+                                           EvaluationOptions(engine=SETTINGS, sampling=sampling, metric="pass@2")),
                          engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.calls == 2  # one request per variant (63 prompts < one chunk), n answers each
     out = tmp_path / "e" / "sampled-n4-T0.7-p1-s0"  # beside greedy results and other settings
@@ -193,14 +199,15 @@ def test_sampled_evaluation_draws_n_answers_in_one_request_and_reports_every_met
     assert lost == want
     # other sampling settings: new results beside the old; back to the first: nothing generated again
     StandInEngine.calls = 0
-    run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS,
-                                     sampling=SamplingSettings(n=4, temperature=1.0)),
+    run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench,
+                                     EvaluationOptions(engine=SETTINGS,
+                                                       sampling=SamplingSettings(n=4, temperature=1.0))),
                    engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.calls == 1
     assert (tmp_path / "e" / "sampled-n4-T1-p1-s0" / "full" / "sums.json").is_file()
     StandInEngine.calls = 0
-    again = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS,
-                                             sampling=sampling, metric="maj@4"),
+    again = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench,
+                                             EvaluationOptions(engine=SETTINGS, sampling=sampling, metric="maj@4")),
                            engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.calls == 0 and again.results[0].metrics["maj@4"] == full.metrics["maj@4"]
 
@@ -210,11 +217,14 @@ def test_pass_k_added_later_is_summarised_from_the_answers_without_generating(tr
 
     _, _, store, bench = transition
     kw = dict(engine_factory=StandInEngine, log=lambda m: None)
-    run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS,
-                                     sampling=SamplingSettings(n=3, temperature=0.5)), **kw)
+    run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench,
+                                     EvaluationOptions(engine=SETTINGS,
+                                                       sampling=SamplingSettings(n=3, temperature=0.5))),
+                   **kw)
     StandInEngine.calls, StandInEngine.started = 0, []
-    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench, settings=SETTINGS,
-                                           metric="maj@3", sampling=SamplingSettings(n=3, temperature=0.5, maj_k=[3])),
+    maj = SamplingSettings(n=3, temperature=0.5, maj_k=[3])
+    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench,
+                                           EvaluationOptions(engine=SETTINGS, metric="maj@3", sampling=maj)),
                          **kw)
     assert StandInEngine.calls == 0 and StandInEngine.started == []
     assert "maj@3" in res.results[0].metrics and res.accuracy_rows[0]["metric"] == "maj@3"

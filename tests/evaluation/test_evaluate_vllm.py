@@ -13,7 +13,7 @@ pytestmark = pytest.mark.vllm
 
 from helpers.common import no_track_config  # noqa: E402
 from grrr_stream.config import TrackingConfig  # noqa: E402
-from grrr_stream.evaluation.settings import EngineSettings  # noqa: E402
+from grrr_stream.evaluation.settings import EngineSettings, EvaluationOptions  # noqa: E402
 from grrr_stream.decompose.run import run_transition  # noqa: E402
 from grrr_stream.evaluation.benchmarks import load_benchmark  # noqa: E402
 from grrr_stream.evaluation.engine import Engine  # noqa: E402
@@ -67,8 +67,8 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
     _, models, store = chain
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     variants = ["base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0"]
-    request = EvaluationRequest(store, tmp_path / "eval", variants, ["arith"], models["benchmark"], settings=SETTINGS,
-                                limit=60)
+    request = EvaluationRequest(store, tmp_path / "eval", variants, ["arith"], models["benchmark"],
+                                EvaluationOptions(engine=SETTINGS, limit=60))
     res = run_evaluation(request, tracking=TrackingConfig(uri=uri))
     acc = {r["variant"]: r["average"] for r in res.accuracy_rows}
     print("accuracy by variant:", acc, "info:", res.info)
@@ -116,7 +116,8 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
 def test_interrupted_benchmark_resumes_at_first_unanswered_prompt(chain, tmp_path):
     _, models, store = chain
     out = tmp_path / "eval"
-    request = EvaluationRequest(store, out, ["full"], ["arith"], models["benchmark"], settings=SETTINGS, limit=20)
+    request = EvaluationRequest(store, out, ["full"], ["arith"], models["benchmark"],
+                                EvaluationOptions(engine=SETTINGS, limit=20))
     first = run_evaluation(request, tracking=None)
     gens = out / "full" / "arith.jsonl"
     lines = gens.read_text().splitlines()
@@ -131,7 +132,7 @@ def test_interrupted_benchmark_resumes_at_first_unanswered_prompt(chain, tmp_pat
 
 def test_folder_materialization_is_deleted_unless_kept(chain, tmp_path):
     _, models, store = chain
-    kw = dict(settings=SETTINGS, limit=10, materialize="folder")
+    kw = dict(options=EvaluationOptions(engine=SETTINGS, limit=10, materialize="folder"))
     res = run_evaluation(EvaluationRequest(store, tmp_path / "a", ["offnull"], ["arith"], models["benchmark"], **kw),
                          tracking=None)
     assert not (tmp_path / "a" / "_variants" / "offnull").exists() and res.results[0].n == 10
@@ -149,7 +150,7 @@ def test_prompt_longer_than_the_context_is_counted_wrong_not_fatal(chain, tmp_pa
         + json.dumps({"problem": "Add these numbers. " + "1+" * 200 + "1", "answer": "201"}) + "\n")
     settings = EngineSettings(max_new_tokens=16, enforce_eager=True, max_model_len=128, cpu_kv_cache_gib=0.25)
     res = run_evaluation(EvaluationRequest(store, tmp_path / "eval", ["full"], ["mixed"], tmp_path / "bench",
-                                           settings=settings), tracking=None)
+                                           EvaluationOptions(engine=settings)), tracking=None)
     (r,) = res.results
     assert r.n == 2 and r.too_long == 1
     recs = [json.loads(x) for x in (tmp_path / "eval" / "full" / "mixed.jsonl").read_text().splitlines()]

@@ -181,7 +181,7 @@ def evaluate(tracking_uri: str, workdir: Path) -> Path:
     from helpers.stand_in import StandInEngine
 
     from grrr_stream.config import TrackingConfig
-    from grrr_stream.evaluation.settings import EngineSettings
+    from grrr_stream.evaluation.settings import EngineSettings, EvaluationOptions
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
 
     workdir = Path(workdir)
@@ -191,7 +191,7 @@ def evaluate(tracking_uri: str, workdir: Path) -> Path:
     bench.write_text("".join(json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n"
                              for a in range(5) for b in range(4)))
     run_evaluation(EvaluationRequest(store, workdir / "evaluation", ["full", "diag"], ["sums"], bench.parent.parent,
-                                     settings=EngineSettings(max_new_tokens=32), resamples=200),
+                                     EvaluationOptions(engine=EngineSettings(max_new_tokens=32)), resamples=200),
                    engine_factory=StandInEngine, tracking=TrackingConfig(uri=tracking_uri, experiment=DEMO_EXPERIMENT),
                    log=lambda msg: None)
     return bench

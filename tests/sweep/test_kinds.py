@@ -97,8 +97,8 @@ def test_an_old_workdir_reads_as_done(tmp_path):
         out.mkdir(parents=True, exist_ok=True)
         if kind == "evaluate":
             (out / "evaluation.json").write_text(json.dumps(
-                {"metric": u.params.metric, "sampling": {"pass_k": u.params.sampling.pass_k,
-                                                         "maj_k": u.params.sampling.maj_k}}))
+                {"metric": u.params.options.metric, "sampling": {"pass_k": u.params.options.sampling.pass_k,
+                                                                 "maj_k": u.params.options.sampling.maj_k}}))
         elif kind == "decompose":
             (out / "zarr.json").write_text(json.dumps(
                 {"attributes": {"grrr_stream": {"complete": True, "matrices": ["m0", "m1"]}}}))

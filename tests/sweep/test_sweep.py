@@ -436,4 +436,4 @@ def test_sampling_settings_key_evaluations_and_metrics_only_recompute_tables(mod
     assert evaluate_unit(sampling={"n": 4, "temperature": 0.7}).key == hot.key  # back: the same results
     # pass@k, maj@k and the table metric are computed from the answers: same key, same folder
     maj = evaluate_unit(sampling={"n": 4, "temperature": 0.7, "maj_k": [4]}, metric="maj@4")
-    assert (maj.key, maj.out) == (hot.key, hot.out) and maj.params.metric == "maj@4"
+    assert (maj.key, maj.out) == (hot.key, hot.out) and maj.params.options.metric == "maj@4"

@@ -415,17 +415,20 @@ def test_evaluation_takes_channel_variants(tmp_path):
     from helpers.stand_in import SETTINGS, StandInEngine, sums_transition
 
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
+    from grrr_stream.evaluation.settings import EvaluationOptions
 
     base, post, store, bench_root = sums_transition(tmp_path, 3, 4)
     names = ["full", "channels-outlier", "channels-rest-offnull"]
     StandInEngine.started = []
     with pytest.raises(ConfigError, match="--channels PATH"):
-        run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench_root, settings=SETTINGS),
+        run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench_root,
+                                         EvaluationOptions(engine=SETTINGS)),
                        engine_factory=StandInEngine, log=lambda m: None)
     assert StandInEngine.started == []
     path = channels_file(tmp_path / "c.json", CHANNELS)
-    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench_root, settings=SETTINGS,
-                                           channels=path), engine_factory=StandInEngine, log=lambda m: None)
+    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench_root,
+                                           EvaluationOptions(engine=SETTINGS), channels=path),
+                         engine_factory=StandInEngine, log=lambda m: None)
     assert {r["variant"] for r in res.accuracy_rows} == set(names)
     saved = json.loads((tmp_path / "e" / "evaluation.json").read_text())["variants"]
     assert saved["channels-rest-offnull"]["channels"]["digest"] == load_channels(path).digest

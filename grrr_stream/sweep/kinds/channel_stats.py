@@ -22,11 +22,15 @@ from ..units import Unit, UnitParams
 from .base import Kind
 from .channel_groups import SFT_RL_TABLE, SFT_RL_TEXT, members, sft_rl_rows, sft_rl_text
 from .channels import channels_file, channels_unit, read_channel_set, selected
+from .decompose import keys as decompose_keys
 from .decompose import unit_id as decompose_id
+
+NAME = "channel-stats"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "channel_stats"
 MEMBER_FILE = "channel_member.npz"  # what the SFT vs RL table reads of this transition (channels.groups.Member)
 TABLE, LAYERS_TABLE = "channels.csv", "channel_layers.csv"
+LAYERS_FIGURE = "channel_layers.png"  # in WORKDIR/report
 START_S = 0.1  # reading the store's channel arrays, the bootstrap, two CSVs
 
 
@@ -34,7 +38,7 @@ class ChannelStatsParams(UnitParams):
     """One transition's update energy on its W0's outlier channels: keyed by its decomposition's and that
     channels unit's keys and the resampling; ``channels_out`` only says where the channels file is."""
 
-    kind: ClassVar[str] = "channel-stats"
+    kind: ClassVar[str] = NAME
     transition: str
     store_key: str
     channels_key: str
@@ -52,12 +56,13 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     """One unit per transition the ``channels`` section selects (its problems are the channels kind's)."""
     c = ctx.cfg.channels
     chosen, _ = selected(ctx)
+    dec_key = decompose_keys(ctx)
     units = []
     for tid in chosen:
         tr = ctx.transitions[tid]
         base = channels_unit(ctx, tr.parent)
         post: Optional[Unit] = channels_unit(ctx, tr.child) if c.post_models else None
-        params = ChannelStatsParams(transition=tid, store_key=ctx.dec_key[tid], channels_key=base.key,
+        params = ChannelStatsParams(transition=tid, store_key=dec_key[tid], channels_key=base.key,
                                     channels_out=base.out, post_channels_out=post.out if post else None,
                                     resamples=c.resamples, seed=c.seed)
         deps = (decompose_id(tid), base.id) + ((post.id,) if post else ())
@@ -142,8 +147,8 @@ def write(rep, put) -> None:
         atomic_write_text(path, sft_rl_text(rep))
         rep.files.append(path)
     if rep.channel_layers:
-        rep.files.append(plots.channel_layer_shares(rep.channel_layers, rep.folder / "channel_layers.png"))
+        rep.files.append(plots.channel_layer_shares(rep.channel_layers, rep.folder / LAYERS_FIGURE))
 
 
-KIND = Kind("channel-stats", ChannelStatsParams, plan, run, STATS_FILE, (TABLE, SFT_RL_TABLE, LAYERS_TABLE),
+KIND = Kind(NAME, ChannelStatsParams, plan, run, STATS_FILE, (TABLE, SFT_RL_TABLE, LAYERS_TABLE),
             estimate=estimate, report=report, write=write)

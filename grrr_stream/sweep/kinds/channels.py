@@ -17,6 +17,9 @@ from ..estimate import UnitForecast
 from ..rows import rectangular
 from ..units import Unit, UnitParams
 from .base import Kind
+from .decompose import keys as decompose_keys
+
+NAME = "channels"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "channels"
 TABLE = "channel_models.csv"
@@ -34,7 +37,7 @@ class ChannelsParams(UnitParams):
     identity, the rule, the calibration text and its cut, and the ablation's seeds (when it is run); where
     the model is read, the batch size and the memory budget change no result."""
 
-    kind: ClassVar[str] = "channels"
+    kind: ClassVar[str] = NAME
     model: str                         # model id
     source: str                        # path or Hub id of the checkpoint
     revision: Optional[str]
@@ -96,7 +99,7 @@ def selected(ctx: PlanContext) -> tuple[list[str], Problems]:
                                "decomposition.channel_energy: true, or channels.enabled: false"]
     if c.ablation and not c.ablation_seeds:
         problems.append("channels.ablation_seeds: needs at least one seed when channels.ablation is true")
-    return [t for t in chosen if t in ctx.dec_key], problems
+    return [t for t in chosen if t in decompose_keys(ctx)], problems
 
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
@@ -183,5 +186,5 @@ def write(rep, put) -> None:
     put(TABLE, rep.channel_models)
 
 
-KIND = Kind("channels", ChannelsParams, plan, run, CHANNELS_FILE, (TABLE,), on_worker=True, estimate=estimate,
+KIND = Kind(NAME, ChannelsParams, plan, run, CHANNELS_FILE, (TABLE,), on_worker=True, estimate=estimate,
             report=report, write=write)

@@ -8,12 +8,15 @@ from pathlib import Path
 from typing import ClassVar, Literal, Optional
 
 from ...dtypes import SIXTEEN_BIT
-from ...stats.run import COMPARISONS_TABLE
+from ...stats.run import COMPARISONS_TABLE, COSINES_FIGURE, NORMS_FIGURE  # also drawn into WORKDIR/report
 from ..context import PlanContext, Problems, RunContext
 from ..rows import read_rows, rectangular
 from ..units import PlannedModel, Unit, UnitParams
 from .base import Kind, constant_estimate
+from .decompose import keys as decompose_keys
 from .decompose import unit_id as decompose_id
+
+NAME = "compare"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "comparisons"
 SECONDS = 8.0   # measured on the demo (2 CPU cores): not modelled by flops
@@ -23,7 +26,7 @@ Pair = tuple[str, str, str, Optional[str]]  # (comparison kind, transition a, tr
 class CompareParams(UnitParams):
     """One comparison of two transitions (sequential, or independent from a common ancestor)."""
 
-    kind: ClassVar[str] = "compare"
+    kind: ClassVar[str] = NAME
     comparison: Literal["sequential", "independent"]
     a: str
     b: str
@@ -49,7 +52,7 @@ def nearest_common_ancestor(ancestors_a: list[str], ancestors_b: list[str]) -> O
 
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
-    s, dec_key = ctx.cfg.statistics, ctx.dec_key
+    s, dec_key = ctx.cfg.statistics, decompose_keys(ctx)
     if not (s.enabled and dec_key):
         return [], []
     from_base = {tr.child: tid for tid, tr in ctx.transitions.items() if tr.kind == "cumulative"}
@@ -142,9 +145,9 @@ def write(rep, put) -> None:
 
     put(COMPARISONS_TABLE, rep.comparisons)
     if rep.comparisons:
-        rep.files.append(plots.cosine_medians(rep.comparisons, rep.folder / "offdiag_cosine_medians.png"))
-        rep.files.append(plots.norm_bars(rep.comparisons, rep.folder / "update_norms.png"))
+        rep.files.append(plots.cosine_medians(rep.comparisons, rep.folder / COSINES_FIGURE))
+        rep.files.append(plots.norm_bars(rep.comparisons, rep.folder / NORMS_FIGURE))
 
 
-KIND = Kind("compare", CompareParams, plan, run, COMPARISONS_TABLE, (COMPARISONS_TABLE,),
+KIND = Kind(NAME, CompareParams, plan, run, COMPARISONS_TABLE, (COMPARISONS_TABLE,),
             estimate=constant_estimate(SECONDS), report=report, write=write)

@@ -20,11 +20,14 @@ from ..rows import Row, read_rows, rectangular
 from ..units import Transition, Unit, UnitParams
 from .base import Kind
 
+NAME = "decompose"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
+
 STORES = "stores"          # WORKDIR/stores/<transition>-<key8>
 FRAMES = "frames"          # the frame cache shared by the decompositions from one W0
 METRICS = "metrics.csv"    # the store's per-matrix rows (store.transition_store writes them)
 SUMMARY = "summary.json"
 TABLE = "transitions.csv"
+BANDS_FIGURE = "band_energy.png"  # in WORKDIR/report
 OVERHEAD_S = 8.0           # per transition: tables, figures, summary
 
 
@@ -32,7 +35,7 @@ class DecomposeParams(UnitParams):
     """One transition W0 → W1. Keyed by what identifies the two checkpoints and the result settings;
     the paths, revisions and labels only say where to read and how to label the run."""
 
-    kind: ClassVar[str] = "decompose"
+    kind: ClassVar[str] = NAME
     transition: str
     base: str                          # path or Hub id handed to the decomposition
     post: str
@@ -58,7 +61,17 @@ class DecomposeParams(UnitParams):
 
 
 def unit_id(transition: str) -> str:
-    return f"decompose/{transition}"
+    return f"{NAME}/{transition}"
+
+
+def keys(ctx: PlanContext) -> dict[str, str]:
+    """transition → the key of its decomposition, for the kinds planned after this one."""
+    return {u.params.transition: u.key for u in ctx.units_of(NAME)}
+
+
+def by_transition(units: list[Unit]) -> dict[str, Unit]:
+    """transition → its decompose unit, among a plan's units."""
+    return {u.params.transition: u for u in units if u.kind == NAME}
 
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
@@ -191,7 +204,7 @@ def write(rep, put) -> None:
     trows = rep.transitions
     edge = next((e for e in (64, 16, 256) if trows and trows[0].get(f"band{e}_off_principal_mean") is not None), None)
     if edge is not None:
-        rep.files.append(plots.band_energy_by_transition(trows, edge, rep.folder / "band_energy.png"))
+        rep.files.append(plots.band_energy_by_transition(trows, edge, rep.folder / BANDS_FIGURE))
 
 
 def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]] = None) -> Row:
@@ -234,5 +247,5 @@ def _rank_changes(rows: list[Row], thresholds: list[str]) -> Row:
     return out
 
 
-KIND = Kind("decompose", DecomposeParams, plan, run, None, (TABLE,), on_worker=True, estimate=estimate, complete=complete,
+KIND = Kind(NAME, DecomposeParams, plan, run, None, (TABLE,), on_worker=True, estimate=estimate, complete=complete,
             report=report, write=write, disk=disk, progress=progress)

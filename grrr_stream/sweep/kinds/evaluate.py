@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from ...evaluation.pipeline import RECORD_FILE
-from ...evaluation.settings import EngineSettings, SamplingSettings
+from ...evaluation.settings import EvaluationOptions
 from ..config import SweepEvaluation
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
@@ -19,9 +19,12 @@ from ..sources import benchmarks
 from ..units import Unit, UnitParams
 from . import generate
 from .base import Kind
+from .decompose import keys as decompose_keys
 from .decompose import unit_id as decompose_id
 from .evaluate_report import REPORT_TABLES, report, write
 from .variant import channel_fields, rest_problems
+
+NAME = "evaluate"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "evaluations"
 ENGINE_START_S = 25.0        # per evaluation: importing vLLM and starting the engine on CPU
@@ -32,11 +35,12 @@ CPU_TOKEN_S = 0.3e-3
 
 
 class EvaluateParams(UnitParams):
-    """One transition's variants on one suite of benchmarks, one engine. Keyed by the benchmarks'
-    identity (``bench_id``), not by where they are read (``bench_dir``: the bundled copy moves with
-    the installation); the table metric, pass@k, maj@k and memory knobs change no generation."""
+    """One transition's variants on one suite of benchmarks, one engine, with the suite's evaluation options.
+    Keyed by the benchmarks' identity (``bench_id``), not by where they are read (``bench_dir``: the bundled copy
+    moves with the installation), and by what of the options changes the answers
+    (:meth:`EvaluationOptions.key_fields`)."""
 
-    kind: ClassVar[str] = "evaluate"
+    kind: ClassVar[str] = NAME
     transition: str
     suite: Optional[str]
     store_key: str
@@ -45,29 +49,15 @@ class EvaluateParams(UnitParams):
     benchmarks: tuple[str, ...]
     bench_dir: str
     bench_id: Any
-    limit: Optional[int]
-    lenient: bool
-    template: str
-    instruction: Optional[str]
-    materialize: str
     rest_from: str
-    engine: EngineSettings
-    sampling: SamplingSettings
-    metric: str
+    options: EvaluationOptions
     channels: Optional[str] = None       # as in VariantParams: set only when channel variants are evaluated
     channels_key: Optional[str] = None
 
     def key_content(self) -> dict:
-        sampling = self.sampling.key_fields()
         return {"store": self.store_key, "variants": self.components, "benchmarks": list(self.benchmarks),
-                "bench": self.bench_id, "limit": self.limit,
-                **({"lenient": True} if self.lenient else {}),  # absent when off: keys stay as they were
-                "template": self.template, "instruction": self.instruction, "rest_from": self.rest_from,
-                "engine": self.engine.result_fields(),
-                **({"channels": self.channels_key} if self.channels_key else {}),
-                # how answers are drawn; pass@k, maj@k and the table metric are computed from the
-                # answers and never regenerate them (see complete)
-                **({"sampling": sampling} if sampling else {})}
+                "bench": self.bench_id, "rest_from": self.rest_from, **self.options.key_fields(),
+                **({"channels": self.channels_key} if self.channels_key else {})}
 
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
@@ -84,7 +74,7 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 
 def _suite_units(ctx: PlanContext, e: SweepEvaluation) -> tuple[list[Unit], Problems]:
-    v, dec_key, gen = ctx.cfg.variants, ctx.dec_key, ctx.gen
+    v, dec_key, gen = ctx.cfg.variants, decompose_keys(ctx), ctx.gen
     names = e.variants if e.variants is not None else v.names
     bench_dir, bench_id = benchmarks(e, gen)
     components = {n: ctx.specs[n].components() for n in names if n in ctx.specs}
@@ -102,9 +92,8 @@ def _suite_units(ctx: PlanContext, e: SweepEvaluation) -> tuple[list[Unit], Prob
             continue
         params = EvaluateParams(
             transition=tid, suite=e.suite, store_key=dec_key[tid], variants=tuple(names), components=components,
-            benchmarks=tuple(e.benchmarks), bench_dir=bench_dir, bench_id=bench_id, limit=e.limit, lenient=e.lenient,
-            template=e.template, instruction=e.instruction, materialize=e.materialize, rest_from=v.rest_from,
-            engine=e.engine, sampling=e.sampling, metric=e.metric, **channels)
+            benchmarks=tuple(e.benchmarks), bench_dir=bench_dir, bench_id=bench_id, rest_from=v.rest_from,
+            options=EvaluationOptions.of(e), **channels)
         deps = (decompose_id(tid),) + ((generate.UNIT_ID,) if e.bench_dir == "tinychain" else ()) + waits
         label = f"evaluate {len(names)} variant(s) of {tid} on {', '.join(e.benchmarks)}{limit}"
         units.append(Unit.of(f"evaluate/{tid}{suffix}", label, params,
@@ -124,9 +113,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
     log = lambda msg: reporter.message(f"  [{u.id}] {msg}")  # noqa: E731 (a one-line callback)
     request = EvaluationRequest(Path(ctx.stores[p.transition]), Path(u.out), list(p.variants), list(p.benchmarks),
                                 Path(p.bench_dir) if not p.bench_dir.startswith("hub") else p.bench_dir,
-                                settings=p.engine, materialize=p.materialize, limit=p.limit, lenient=p.lenient,
-                                template=p.template, instruction=p.instruction, sampling=p.sampling,
-                                metric=p.metric, nest_sampled=False, rest_from=p.rest_from,
+                                p.options, nest_sampled=False, rest_from=p.rest_from,
                                 channels=Path(p.channels) if p.channels else None,
                                 informative_points=ctx.informative_points, progress=ctx.progress)
     res = run_evaluation(request, tracking=ctx.tracking, log=log)
@@ -141,10 +128,10 @@ def complete(u: Unit) -> bool:
         meta = json.loads(marker.read_text())
     except (OSError, ValueError):
         return False
-    p: EvaluateParams = u.params
+    o = u.params.options
     have = meta.get("sampling") or {}
-    want = {"pass_k": p.sampling.pass_k, "maj_k": p.sampling.maj_k}
-    return (meta.get("metric", "avg") == p.metric
+    want = {"pass_k": o.sampling.pass_k, "maj_k": o.sampling.maj_k}
+    return (meta.get("metric", "avg") == o.metric
             and all(list(have.get(k) or ()) == list(want[k] or ()) for k in ("pass_k", "maj_k")))
 
 
@@ -168,24 +155,25 @@ def estimate(u: Unit, facts) -> UnitForecast:
     from ...forecast import work
 
     p: EvaluateParams = u.params
+    engine, sampling = p.options.engine, p.options.sampling
     base, rates = facts.base_of(p.transition), facts.rates
     if base.shapes is None or rates is None:
         return UnitForecast(u.id, u.kind, 0, facts.write(u), None, None, f"shapes {base.where}")
     prompts = _prompts(p)
-    item = ITEMSIZE.get(p.engine.dtype, 2)
+    item = ITEMSIZE.get(engine.dtype, 2)
     gpu_target = tgt.on_gpu(rates)
-    kv = 0 if gpu_target else int(p.engine.cpu_kv_cache_gib * 2**30)
+    kv = 0 if gpu_target else int(engine.cpu_kv_cache_gib * 2**30)
     ram = work.evaluate_ram(base.params or 0, item, kv)
     if prompts is None or base.params is None:
         return UnitForecast(u.id, u.kind, 0, 0, ram, None, "prompts unknown")
     n = len(p.variants)
-    flops = n * work.generation_flops(base.params, prompts, p.engine.max_new_tokens, p.sampling.n)
-    tokens = n * prompts * p.sampling.n * p.engine.max_new_tokens
+    flops = n * work.generation_flops(base.params, prompts, engine.max_new_tokens, sampling.n)
+    tokens = n * prompts * sampling.n * engine.max_new_tokens
     # generation with vLLM's batching on the device (forecast/generation.py), variants composed on the CPU
     gen, build = tgt.evaluate_parts(params=base.params, kv_elems=base.kv_elems, attn_elems=base.attn_elems,
-                                    shapes=base.shapes, variants=n, sequences=prompts * p.sampling.n,
-                                    max_tokens=p.engine.max_new_tokens, engine=p.engine, rates=rates)
-    basis = f"{n} variants × {prompts} prompts × {p.sampling.n} × ≤{p.engine.max_new_tokens} tokens, {gen.describe()}"
+                                    shapes=base.shapes, variants=n, sequences=prompts * sampling.n,
+                                    max_tokens=engine.max_new_tokens, engine=engine, rates=rates)
+    basis = f"{n} variants × {prompts} prompts × {sampling.n} × ≤{engine.max_new_tokens} tokens, {gen.describe()}"
     gpu = gen.weights + gen.kv_cache if gpu_target else None
     if gen.seconds is None:
         return UnitForecast(u.id, u.kind, 0, 0, ram, None, basis, flops, gpu)
@@ -209,9 +197,9 @@ def _prompts(p: EvaluateParams) -> Optional[int]:
             count = FULL.benchmark_size
         else:
             return None
-        total += min(count, p.limit) if p.limit else count
+        total += min(count, p.options.limit) if p.options.limit else count
     return total
 
 
-KIND = Kind("evaluate", EvaluateParams, plan, run, RECORD_FILE, REPORT_TABLES, on_worker=True, estimate=estimate,
+KIND = Kind(NAME, EvaluateParams, plan, run, RECORD_FILE, REPORT_TABLES, on_worker=True, estimate=estimate,
             complete=complete, stale=stale, report=report, write=write, progress=progress)

@@ -78,7 +78,7 @@ def _transition_scores(u: Unit, tr: Transition, c, step: bool = True):
     from ...evaluation.scoring import result_path
     from ...stats import claims
 
-    p = u.params
+    p, metric = u.params, u.params.options.metric
     correct: dict[str, dict[str, object]] = {}
     for v in p.variants:
         name = v.partition("=")[0].strip()
@@ -87,8 +87,8 @@ def _transition_scores(u: Unit, tr: Transition, c, step: bool = True):
                 summary = json.loads(result_path(Path(u.out), name, b).read_text())
             except (OSError, ValueError):
                 return None
-            values = (summary.get("scores") or {}).get(p.metric) or (summary.get("correct_bits") if p.metric == "avg"
-                                                                      else None)
+            values = (summary.get("scores") or {}).get(metric) or (summary.get("correct_bits") if metric == "avg"
+                                                                    else None)
             if not values:
                 return None
             correct.setdefault(name, {})[b] = values

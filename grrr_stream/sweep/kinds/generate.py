@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Optional
 
+from ...fixtures.tinychain_shipped import MARKER  # the chain's record, written last
 from ...forecast import work
 from ..config import TinyChainSpec
 from ..context import PlanContext, Problems, RunContext
@@ -15,7 +16,8 @@ from ..estimate import UnitForecast
 from ..units import Unit, UnitParams
 from .base import Kind
 
-MARKER = "chain.json"   # fixtures.tinychain writes it last
+NAME = "generate"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
+
 FOLDER = "tinychain"
 UNIT_ID = "generate/tinychain"
 # measured on the demo (2 CPU cores): not modelled by flops
@@ -25,7 +27,7 @@ SECONDS, QUICK_SECONDS, SHIPPED_SECONDS = 200.0, 90.0, 1.0
 class GenerateParams(UnitParams):
     """Train the built-in tiny chain (its models and its benchmark)."""
 
-    kind: ClassVar[str] = "generate"
+    kind: ClassVar[str] = NAME
     seed: int
     quick: bool
     chain_version: int  # tinychain.CHAIN_VERSION: a new training recipe gets new results
@@ -51,7 +53,13 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     folder = ctx.workdir.folder(FOLDER) / f"seed{tc.seed}{'-quick' if tc.quick else ''}{'-retrained' if tc.retrain else ''}"
     verb = "copy the shipped" if not tc.retrain and tinychain.shipped_available(tc.seed, tc.quick) else "train the"
     label = f"{verb} tiny chain (seed {tc.seed}{', quick' if tc.quick else ''})"
-    return [Unit.of(UNIT_ID, label, params, lambda key: folder)], problems
+    ctx.gen = Unit.of(UNIT_ID, label, params, lambda key: folder)  # the sources key generated models by it
+    return [ctx.gen], problems
+
+
+def planned(units: list[Unit]) -> Optional[Unit]:
+    """The unit that makes the tiny chain, among a plan's units (None: the plan has none)."""
+    return next((u for u in units if u.kind == NAME), None)
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
@@ -74,4 +82,4 @@ def estimate(u: Unit, facts) -> UnitForecast:
     return UnitForecast(u.id, u.kind, 0, facts.write(u), work.BASELINE_RAM, seconds, "constant (demo, 2 cores)")
 
 
-KIND = Kind("generate", GenerateParams, plan, run, MARKER, on_worker=True, estimate=estimate)
+KIND = Kind(NAME, GenerateParams, plan, run, MARKER, on_worker=True, estimate=estimate)

@@ -11,7 +11,10 @@ from ..context import PlanContext, Problems, RunContext
 from ..rows import read_rows
 from ..units import Unit, UnitParams
 from .base import Kind, constant_estimate
+from .decompose import keys as decompose_keys
 from .decompose import unit_id as decompose_id
+
+NAME = "stats"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "stats"
 TABLE = "stats_overall.csv"
@@ -21,7 +24,7 @@ SECONDS = 5.0   # measured on the demo (2 CPU cores): not modelled by flops
 class StatsParams(UnitParams):
     """Bootstrap summaries over every decomposed transition."""
 
-    kind: ClassVar[str] = "stats"
+    kind: ClassVar[str] = NAME
     transitions: tuple[str, ...]
     store_keys: tuple[str, ...]        # the keys of those transitions' decompositions
     resamples: int
@@ -32,7 +35,7 @@ class StatsParams(UnitParams):
 
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
-    s, dec_key = ctx.cfg.statistics, ctx.dec_key
+    s, dec_key = ctx.cfg.statistics, decompose_keys(ctx)
     if not (s.enabled and dec_key):
         return [], []
     params = StatsParams(transitions=tuple(dec_key), store_keys=tuple(dec_key.values()), resamples=s.resamples,
@@ -60,5 +63,5 @@ def write(rep, put) -> None:
     put(TABLE, rep.stats_overall)
 
 
-KIND = Kind("stats", StatsParams, plan, run, OVERALL_TABLE, (TABLE,), estimate=constant_estimate(SECONDS),
+KIND = Kind(NAME, StatsParams, plan, run, OVERALL_TABLE, (TABLE,), estimate=constant_estimate(SECONDS),
             report=report, write=write)

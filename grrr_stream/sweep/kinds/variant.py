@@ -18,7 +18,10 @@ from ..estimate import DiskFacts, UnitForecast
 from ..units import Unit, UnitParams
 from .base import Kind
 from .channels import channels_file, channels_unit
+from .decompose import keys as decompose_keys
 from .decompose import unit_id as decompose_id
+
+NAME = "variant"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "variants"
 OVERHEAD_S = 1.0               # per variant: reading the store, fidelity report
@@ -28,7 +31,7 @@ class VariantParams(UnitParams):
     """One variant folder of a transition. Keyed by its components, not its name; the shard size and
     device change neither the tensors nor the files' content."""
 
-    kind: ClassVar[str] = "variant"
+    kind: ClassVar[str] = NAME
     transition: str
     variant: str                       # as written in the config (NAME=diag:...,): parsed again to run
     store_key: str
@@ -104,7 +107,7 @@ def _channels_from_unit(ctx: PlanContext, tid: str, wanting: list[str], where: s
 
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
-    v, d, dec_key = ctx.cfg.variants, ctx.cfg.decomposition, ctx.dec_key
+    v, d, dec_key = ctx.cfg.variants, ctx.cfg.decomposition, decompose_keys(ctx)
     if not (v.enabled and v.write_folders):
         return [], []
     selected, problems = ctx.select(v.transitions, "variants.transitions")
@@ -174,4 +177,4 @@ def estimate(u: Unit, facts) -> UnitForecast:
                         flops / rates.gemm_flops_s + OVERHEAD_S, f"{flops / 1e12:.3g} TFLOP", flops)
 
 
-KIND = Kind("variant", VariantParams, plan, run, META_FILE, on_worker=True, estimate=estimate, disk=disk)
+KIND = Kind(NAME, VariantParams, plan, run, META_FILE, on_worker=True, estimate=estimate, disk=disk)
