@@ -183,3 +183,21 @@ def test_a_claims_setting_reruns_the_claims_units_only(tmp_path):
                           ({"sft_methods": ["SFT", "REINFORCE"]}, {"claims/main", "channel-groups/sft-rl"})):
         keys = {u.id: u.key for u in _plan(tmp_path / "w", **change).units}
         assert {u for u in keys if keys[u] != base[u]} == moved, change
+
+
+def test_an_extra_suite_named_like_the_main_one_is_refused_and_another_gets_its_own_claims(tmp_path):
+    from grrr_stream.errors import ConfigError
+    from grrr_stream.sweep.config import SweepEvaluation
+
+    cfg = load_sweep_config(ROOT / "configs" / "demo.yaml", workdir=tmp_path / "w")
+    extra = cfg.evaluation.model_dump()
+    for suite, ok in (("main", False), ("again", True)):
+        other = cfg.model_copy(update={"extra_evaluations": [SweepEvaluation(**{**extra, "suite": suite})]})
+        if not ok:
+            with pytest.raises(ConfigError, match="suite name 'main'"):
+                plan_sweep(other)
+            continue
+        units = {u.id: u for u in plan_sweep(other).units}
+        assert units["claims/again"].deps == tuple(f"evaluate/{t}/again" for t in
+                                                   ("base-to-sft", "sft-to-rl", "base-to-rl", "base-to-sibling"))
+        assert units["claims/again"].params.suite == "again" and units["claims/main"].out != units["claims/again"].out
