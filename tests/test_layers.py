@@ -297,8 +297,10 @@ WORKDIR_NAMES = {
     "transitions.csv": "sweep/kinds/decompose.py", "band_energy.png": "sweep/kinds/decompose.py",
     "channels.csv": "sweep/kinds/channel_stats.py", "channel_layers.png": "sweep/kinds/channel_stats.py",
     "channel_models.csv": "sweep/kinds/channels.py", "channels_sft_rl.csv": "sweep/kinds/channel_groups.py",
-    **dict.fromkeys(["retention.csv", "removal.csv", "differences.csv", "informative.csv", "claims.csv",
-                     "sampled.csv"], "sweep/kinds/evaluate_report.py"),
+    **dict.fromkeys(["retention.csv", "removal.csv", "sampled.csv"], "sweep/kinds/evaluate_report.py"),
+    **dict.fromkeys(["differences.csv", "informative.csv", "claims.csv", "claims.json", "claims"],
+                    "sweep/kinds/claims.py"),
+    "channels_sft_rl.json": "sweep/kinds/channel_groups.py", "channel_groups": "sweep/kinds/channel_groups.py",
     "units.csv": "sweep/rows.py", "index.html": "report/build.py",
     # WORKDIR/<folder>: each kind's results (its FOLDER constant, given to ctx.keyed / Workdir.folder)
     "stores": "sweep/kinds/decompose.py", "channels": "sweep/kinds/channels.py",

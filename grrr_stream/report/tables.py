@@ -16,6 +16,7 @@ from ..stats.claims_sets import method_group
 from ..stats.run import COMPARISONS_TABLE
 from ..sweep.kinds import channel_stats, channels, decompose
 from ..sweep.kinds.channel_groups import SFT_RL_TABLE
+from ..sweep.kinds.claims import FILES as CLAIM_FILES
 from ..sweep.kinds.evaluate_report import REPORT_FILES as FILES
 
 Row = dict
@@ -268,7 +269,7 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
 
         def paired(_i: int, r: Row) -> list[Cell]:
             j, d = diffs.get((r["transition"], r["variant"]), (None, {}))
-            return [cell(d, j, FILES["differences"], c) for c in dcols]
+            return [cell(d, j, CLAIM_FILES["differences"], c) for c in dcols]
 
         cols = columns_of(report.retention, ("transition", "variant", "retention_pct", "retention_proj_pct"))
         tables.append(Table("table56-retention", "Tables 5/6 — retention and the paired differences",
@@ -375,7 +376,7 @@ def other_tables(report, method_of, sft) -> list[Table]:
     """Residual channels, the informative set, the beyond-the-paper means, the claims' rows (folded)."""
     tables = channel_tables(report)
     if report.informative:
-        cols, body = _plain(report.informative, FILES["informative"],
+        cols, body = _plain(report.informative, CLAIM_FILES["informative"],
                             ("suite", "transition", "kind", "gain", "informative", "informative_within_ci",
                              "full_minus_proj", "problems", "rest_from", "note", "rest_fallback"))
         tables += split(Table("informative", "The informative set", "Full − Base ≥ the informative threshold, with "
@@ -389,7 +390,7 @@ def other_tables(report, method_of, sft) -> list[Table]:
             "matrices; docs/statistics.md: 'Beyond the paper'); one column per transition.", trs, decompose.TABLE,
             beyond)]
     if report.claim_rows:
-        cols, body = _plain(report.claim_rows, FILES["claim_rows"], ("suite", "set", "group", "statistic", "variant",
+        cols, body = _plain(report.claim_rows, CLAIM_FILES["claim_rows"], ("suite", "set", "group", "statistic", "variant",
                                                               "reference", "transitions", "threshold", "value",
                                                               "resampling"),
                             {"value": ("ci_lo", "ci_hi")})

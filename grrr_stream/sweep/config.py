@@ -168,7 +168,8 @@ class SweepChannels(StrictModel):
 
 
 class SweepClaims(ClaimSettings):
-    """The sweep's ``claims`` section (sweep report only: changing it recomputes the report, never a unit)."""
+    """The sweep's ``claims`` section: changing it reruns the ``claims`` units only (and, through
+    ``sft_methods``, the ``channel-groups`` unit when a step changes group), never an evaluation."""
 
 
 class TinyChainSpec(StrictModel):

@@ -69,7 +69,7 @@ class Report:
     differences: list[Row] = field(default_factory=list)
     informative: list[Row] = field(default_factory=list)
     claim_rows: list[Row] = field(default_factory=list)
-    claims: dict = field(default_factory=dict)   # evaluation suite → stats.claims_sets.summarise(...)
+    claims: dict = field(default_factory=dict)   # evaluation suite → stats.claims_sets.summarise(...) (kinds/claims.py)
     # pass@k, maj@k and avg@n per transition, variant and benchmark, where answers were sampled (n > 1)
     sampled: list[Row] = field(default_factory=list)
     # residual channels (kinds/channels.py, channel_stats.py, channel_groups.py): analysed models, per-transition shares, SFT vs RL, per layer

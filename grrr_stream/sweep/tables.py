@@ -5,9 +5,9 @@ written to the workdir's report folder as CSV files and figures. The HTML page b
 Finished units keep their tables in their own folders (some written by an earlier invocation); each kind
 reads its units' tables into the report (its ``report`` hook) and writes its own tables (its ``write`` hook).
 :func:`write_report` returns the :class:`~.rows.Report`: the CLI prints its summary from that object and
-never reads the files back. Statistics are the units' own, read here; the one statistic across units,
-the claims over each suite's evaluated transitions and the SFT vs RL channel groups, is computed here (no
-unit owns a set of transitions).
+never reads the files back. Statistics are the units' own, read here and never computed here: the ones
+across units (the claims over each suite's evaluated transitions, the SFT vs RL channel groups) are units too
+(the ``claims`` and ``channel-groups`` kinds), so assembling the report draws no bootstrap.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .workdir import Workdir
 def write_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> Report:
     """Sweep-level tables and figures in the workdir's report folder from the units that are done; the report
     carries the files written and the claims summary (:func:`grrr_stream.stats.claims_sets.summarise`, one per
-    evaluation suite)."""
+    evaluation suite, as its ``claims`` unit wrote it)."""
     report = read_report(plan, states, records)
     _write(report)
     return report

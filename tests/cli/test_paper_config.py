@@ -139,10 +139,10 @@ def test_paper_extended_plans_the_paper_and_the_models_beside_it(paper, extended
     for chain, p, c in EXTENDED:
         assert extended.transitions[theirs[(p, c)]].chain == chain
     # every unit the two share has the same key (one workdir: the paper's results are reused), except the
-    # summary over all transitions, which covers the added ones too
+    # summary over all transitions and the claims over all evaluated ones, which cover the added ones too
     keys = {u.id: u.key for u in extended.units}
     assert extended.workdir == paper.workdir
-    assert [u.id for u in paper.units if keys.get(u.id) != u.key] == ["stats/summary"]
+    assert [u.id for u in paper.units if keys.get(u.id) != u.key] == ["stats/summary", "claims/main"]
     assert Counter(e.kind for e in extended.units) - Counter(u.kind for u in paper.units) == Counter(
         {"decompose": 8, "compare": 30, "evaluate": 6})
 

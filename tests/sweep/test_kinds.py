@@ -21,7 +21,7 @@ from grrr_stream.sweep.records import Records, unit_state
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS_DIR = ROOT / "grrr_stream" / "sweep" / "kinds"
-HELPERS = {"__init__", "base", "evaluate_report", "channel_groups"}  # modules of kinds/ that are no kind
+HELPERS = {"__init__", "base", "evaluate_report"}  # modules of kinds/ that are no kind
 
 
 def _kind_modules() -> dict[str, Path]:
@@ -114,6 +114,13 @@ def test_an_old_workdir_reads_as_done(tmp_path):
     assert {kind: unit_state(u, records)[0] for kind, u in picked.items()} == {k: "done" for k in picked}
     rows = {r["unit"]: r["state"] for r in sweep_status(plan)}
     assert all(rows[u.id] == "done" for u in picked.values())
+    # the kinds added since (the statistics across units, issue 32) are new units: pending, to be run, over the
+    # old units they read (what needs only those finished units then runs: tests/sweep/test_cross_unit_stats.py)
+    new = {u.id: u for u in plan.units if u.kind in ("claims", "channel-groups")}
+    assert set(new) == {"claims/main", "channel-groups/sft-rl"}
+    assert all(unit_state(u, records)[0] == "pending" and rows[uid] == "pending" for uid, u in new.items())
+    assert picked["evaluate"].id in new["claims/main"].deps
+    assert all(d.startswith("channel-stats/") for d in new["channel-groups/sft-rl"].deps)
     # and a marker removed since is redone, not passed for done
     (Path(picked["stats"].out) / "table_overall.csv").unlink()
     assert unit_state(picked["stats"], records)[0] == "damaged"

@@ -8,7 +8,7 @@ The order is the plan's: a kind is planned after, and its units listed after, th
 
 from __future__ import annotations
 
-from . import channel_stats, channels, compare, decompose, evaluate, generate, stats, variant
+from . import channel_groups, channel_stats, channels, claims, compare, decompose, evaluate, generate, stats, variant
 from .base import Kind
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
@@ -16,10 +16,12 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     decompose.KIND,
     channels.KIND,
     channel_stats.KIND,
+    channel_groups.KIND,
     stats.KIND,
     compare.KIND,
     variant.KIND,
     evaluate.KIND,
+    claims.KIND,
 )}
 
 # the tables the kinds write into WORKDIR/report, in the order they write them

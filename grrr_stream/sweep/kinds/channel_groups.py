@@ -1,54 +1,156 @@
-"""The channel-stats kind's group table: SFT vs RL ("SFT reshapes the outlier channels, RL adapts the others").
+"""``channel-groups/sft-rl``: the residual channels' SFT vs RL table ("SFT reshapes the outlier channels, RL
+adapts the others").
 
-``channels_sft_rl.csv`` / ``.txt``: the training steps (parent → child transitions) grouped SFT / RL by
-``method`` as the claims group them (:func:`grrr_stream.stats.claims_sets.method_group`); per group and component
-the mean over its transitions of the energy share, channel share and ratio, and for the mean ratio a joint
-bootstrap interval over matrices and a p-value against count-matched random channel sets pooled over the group
-(:mod:`grrr_stream.channels.groups`). A statistic over several units (no unit owns a group): resampled when the
-report is assembled, from what each step's channel-stats unit kept (its per-matrix and per-channel sums), never
-from the stores.
+The training steps (parent → child transitions) grouped SFT / RL by ``method`` as the claims group them
+(:func:`grrr_stream.stats.claims_sets.method_group`); per group and component the mean over its steps of the
+energy share, channel share and ratio, and for the mean ratio a joint bootstrap interval over matrices and a
+p-value against count-matched random channel sets pooled over the group (:mod:`grrr_stream.channels.groups`),
+from what each step's channel-stats unit kept (its rows and its per-matrix and per-channel sums), never from
+the stores but for a step finished before units kept them.
+
+It needs the channel-stats unit of every training step with a group and writes in its folder
+``channels_sft_rl.csv`` and last ``channels_sft_rl.json`` (the rows with their numbers exact: what the report
+reads back; assembling the report draws no bootstrap). Key: per step its transition, group and channel-stats
+unit's key; ``channels.resamples`` and ``channels.seed``. Its report files: ``channels_sft_rl.csv`` and
+``channels_sft_rl.txt`` (the table and every transition's overall row, as the sweep's summary prints them).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
-from ..rows import Row
-from ..units import Unit
+from ...channels.transition_stats import STATS_FILE
+from ..context import PlanContext, Problems, RunContext
+from ..rows import Row, read_rows
+from ..units import Unit, UnitParams
+from .base import Kind, constant_estimate
+from .channel_stats import MEMBER_FILE
+from .channel_stats import NAME as CHANNEL_STATS
 from .channels import read_channel_set
-from .decompose import unit_id as decompose_id
 
-COMPONENTS = ("diag", "off", "null", "total")
+NAME = "channel-groups"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
+FOLDER = "channel_groups"
+UNIT_ID = f"{NAME}/sft-rl"
+ROWS_FILE = "channels_sft_rl.json"  # written last: the marker
 SFT_RL_TABLE, SFT_RL_TEXT = "channels_sft_rl.csv", "channels_sft_rl.txt"
+COMPONENTS = ("diag", "off", "null", "total")
+SECONDS = 1.0                       # the demo's 3 steps × 2000 draws (2 CPU cores): not modelled
 
 
-def members(plan, done: list[Unit], member_file: str) -> dict:
-    """transition → its :class:`~grrr_stream.channels.groups.Member`, for every finished channel-stats unit of a
-    training step: the one the unit kept (``member_file`` in its folder), or for a unit finished before units
-    kept one, made from its store's energies and W0's outlier set."""
+class Step(BaseModel):
+    """One training step of a group, as the table reads it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    transition: str
+    group: str                  # SFT or RL: method_group of its method under claims.sft_methods
+    stats_key: str
+    stats_out: str              # its channel-stats unit's folder (not in the key)
+    channels_out: str           # W0's channels unit's folder, for a unit that kept no member (not in the key)
+
+    def key_content(self) -> dict:
+        return {"transition": self.transition, "group": self.group, "channel_stats": self.stats_key}
+
+
+class ChannelGroupsParams(UnitParams):
+    """The SFT vs RL table over the steps' channel-stats units, with the channels section's resampling."""
+
+    kind: ClassVar[str] = NAME
+    steps: tuple[Step, ...]
+    resamples: int
+    seed: int
+
+    def key_content(self) -> dict:
+        return {"steps": [s.key_content() for s in self.steps], "resamples": self.resamples, "seed": self.seed}
+
+
+def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
+    """One unit when a channel-stats unit of a training step with a method group is planned, after them all."""
+    from ...stats.claims_sets import method_group
+
+    steps, deps = [], []
+    for u in ctx.units_of(CHANNEL_STATS):
+        tr = ctx.transitions[u.params.transition]
+        group = method_group(tr.method, ctx.cfg.claims.sft_methods)
+        if ctx.models[tr.child].parent != tr.parent or group is None:  # not a step of a group: not in the table
+            continue
+        steps.append(Step(transition=tr.id, group=group, stats_key=u.key, stats_out=u.out,
+                          channels_out=u.params.channels_out))
+        deps.append(u.id)
+    if not steps:
+        return [], []
+    c = ctx.cfg.channels
+    params = ChannelGroupsParams(steps=tuple(steps), resamples=c.resamples, seed=c.seed)
+    return [Unit.of(UNIT_ID, f"SFT vs RL enrichment over {len(steps)} training step(s)", params,
+                    ctx.keyed(FOLDER), tuple(deps))], []
+
+
+def run(u: Unit, ctx: RunContext) -> dict:
+    """The table from the steps' rows and members: channels_sft_rl.csv, then channels_sft_rl.json."""
+    from ...files import atomic_write_text, to_csv
+
+    p: ChannelGroupsParams = u.params
+    rows = [{**r, "transition": s.transition, "group_sft_rl": s.group, "step": True}
+            for s in p.steps for r in read_rows(Path(s.stats_out) / STATS_FILE)]
+    table = sft_rl_rows(rows, members(p.steps, ctx.stores), draws=p.resamples, seed=p.seed)
+    out = Path(u.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / SFT_RL_TABLE, to_csv(table))
+    atomic_write_text(out / ROWS_FILE, json.dumps(table, indent=1, default=_plain) + "\n")
+    return {"rows": len(table), "steps": len(p.steps)}
+
+
+def _plain(x):
+    if isinstance(x, np.generic):  # a numpy scalar: the same number as a Python one
+        return x.item()
+    raise TypeError(f"not JSON: {type(x).__name__}")
+
+
+def members(steps, stores: dict[str, str]) -> dict:
+    """transition → its :class:`~grrr_stream.channels.groups.Member`: the one its channel-stats unit kept, or
+    for a unit finished before units kept one, made from its store's energies (``stores``: transition → store)
+    and W0's outlier set; a step whose store can no longer be read has none."""
     from ...channels.enrichment import store_energies
     from ...channels.groups import Member
     from ...errors import StoreError
 
     out = {}
-    for u in done:
-        tr = plan.transitions[u.params.transition]
-        if plan.models[tr.child].parent != tr.parent:  # not one training step: not in the table
-            continue
-        kept = Path(u.out) / member_file
+    for s in steps:
+        kept = Path(s.stats_out) / MEMBER_FILE
         if kept.is_file():
-            out[tr.id] = Member.load(kept)
+            out[s.transition] = Member.load(kept)
             continue
         try:
-            energies, records = store_energies(Path(plan.unit(decompose_id(tr.id)).out))
-            chans = np.asarray(sorted(read_channel_set(u.params.channels_out)["channels"]), dtype=np.int64)
+            energies, records = store_energies(Path(stores[s.transition]))
+            chans = np.asarray(sorted(read_channel_set(s.channels_out)["channels"]), dtype=np.int64)
         except (StoreError, OSError, KeyError, ValueError):  # removed since: the table's means stay, no interval
             continue
-        out[tr.id] = Member.of(tr.id, energies, records, chans)
+        out[s.transition] = Member.of(s.transition, energies, records, chans)
     return out
+
+
+def report(plan, done: list[Unit], rep) -> None:
+    """The table as its unit wrote it."""
+    for u in done:
+        try:
+            rep.channels_sft_rl = json.loads((Path(u.out) / ROWS_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+
+
+def write(rep, put) -> None:
+    from ...files import atomic_write_text
+
+    put(SFT_RL_TABLE, rep.channels_sft_rl)
+    if rep.channels:  # the transitions' own rows, with the group table when there is one
+        path = rep.folder / SFT_RL_TEXT
+        atomic_write_text(path, sft_rl_text(rep))
+        rep.files.append(path)
 
 
 def _num(x) -> float:
@@ -108,3 +210,7 @@ def sft_rl_text(report) -> str:
                          f"{_num(r['energy_share']):>8.4f} {_num(r['ratio']):>7.3f} [{_num(r['ci_lo']):>6.3f}, "
                          f"{_num(r['ci_hi']):>6.3f}] {_num(r['p_value']):>7.4f}")
     return "\n".join(lines) + "\n"
+
+
+KIND = Kind(NAME, ChannelGroupsParams, plan, run, ROWS_FILE, (SFT_RL_TABLE,),
+            estimate=constant_estimate(SECONDS), report=report, write=write)

@@ -4,8 +4,8 @@ behind ``grrr-stream channel-stats``); it needs the decomposition and W0's chann
 
 Its report rows (read from the units, never recomputed): ``channels.csv`` (per transition, group and component:
 the energy share next to the channel share, the enrichment ratio with its interval and p-value),
-``channel_layers.csv`` and its figure, and ``channels_sft_rl.csv`` / ``.txt`` (:mod:`.channel_groups`, from
-what each unit keeps in ``channel_member.npz``)."""
+``channel_layers.csv`` and its figure. It keeps ``channel_member.npz`` for the SFT vs RL table over the training
+steps (the ``channel-groups`` kind, :mod:`.channel_groups`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from ..estimate import UnitForecast
 from ..rows import read_rows, rectangular
 from ..units import Unit, UnitParams
 from .base import Kind
-from .channel_groups import SFT_RL_TABLE, SFT_RL_TEXT, members, sft_rl_rows, sft_rl_text
 from .channels import channels_file, channels_unit, read_channel_set, selected
 from .decompose import keys as decompose_keys
 from .decompose import unit_id as decompose_id
@@ -28,7 +27,7 @@ from .decompose import unit_id as decompose_id
 NAME = "channel-stats"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "channel_stats"
-MEMBER_FILE = "channel_member.npz"  # what the SFT vs RL table reads of this transition (channels.groups.Member)
+MEMBER_FILE = "channel_member.npz"  # what the SFT vs RL table reads of this step (channels.groups.Member)
 TABLE, LAYERS_TABLE = "channels.csv", "channel_layers.csv"
 LAYERS_FIGURE = "channel_layers.png"  # in WORKDIR/report
 START_S = 0.1  # reading the store's channel arrays, the bootstrap, two CSVs
@@ -130,25 +129,16 @@ def report(plan, done: list[Unit], rep) -> None:
                                for r in read_rows(Path(u.out) / LAYERS_FILE)]
     rep.channels = rectangular(rep.channels)
     rep.channel_layers = rectangular(rep.channel_layers)
-    stats = plan.config.channels
-    rep.channels_sft_rl = sft_rl_rows(rep.channels, members(plan, done, MEMBER_FILE), draws=stats.resamples,
-                                      seed=stats.seed)
 
 
 def write(rep, put) -> None:
     from ... import plots
-    from ...files import atomic_write_text
 
     put(TABLE, rep.channels)
-    put(SFT_RL_TABLE, rep.channels_sft_rl)
     put(LAYERS_TABLE, rep.channel_layers)
-    if rep.channels:
-        path = rep.folder / SFT_RL_TEXT
-        atomic_write_text(path, sft_rl_text(rep))
-        rep.files.append(path)
     if rep.channel_layers:
         rep.files.append(plots.channel_layer_shares(rep.channel_layers, rep.folder / LAYERS_FIGURE))
 
 
-KIND = Kind(NAME, ChannelStatsParams, plan, run, STATS_FILE, (TABLE, SFT_RL_TABLE, LAYERS_TABLE),
+KIND = Kind(NAME, ChannelStatsParams, plan, run, STATS_FILE, (TABLE, LAYERS_TABLE),
             estimate=estimate, report=report, write=write)

@@ -1,7 +1,7 @@
 """``evaluate/<transition>[/<suite>]``: one transition's variants on one suite of benchmarks, one engine
 (:func:`grrr_stream.run_evaluation`). Its report rows: the accuracy, retention, removal, solved/lost and
-sampled tables of every finished evaluation, and the claims over each suite's evaluated transitions
-(:func:`grrr_stream.stats.claims_sets.summarise`: differences, informative, claims)."""
+sampled tables of every finished evaluation; the claims over each suite's evaluated transitions are the
+``claims`` kind's units (:mod:`.claims`)."""
 
 from __future__ import annotations
 

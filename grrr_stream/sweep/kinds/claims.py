@@ -1,0 +1,195 @@
+"""``claims/<suite>``: the paper's headline statistics over one evaluation suite's evaluated transitions
+(:func:`grrr_stream.stats.claims_sets.summarise`: each transition's paired differences, the informative set,
+and the claims with their joint bootstrap intervals), from the per-problem results its evaluate units kept.
+``claims/main`` for the main ``evaluation``, ``claims/<suite>`` for each of ``extra_evaluations``.
+
+It needs every evaluate unit of its suite and writes in its folder ``differences.csv``, ``informative.csv``,
+``claims.csv`` and last ``claims.json`` (the whole summary with its numbers exact: what the report reads back).
+Its report rows are read from there, never recomputed: assembling the report draws no bootstrap. Key: the
+``claims`` settings, the suite's selector and, per transition, its evaluate unit's key and metric, its kind,
+method and whether it is one training step (which set and group it counts in).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from ...config import ClaimSettings
+from ...evaluation.pipeline import RECORD_FILE
+from ..context import PlanContext, Problems, RunContext
+from ..units import Unit, UnitParams
+from .base import Kind, constant_estimate
+from .evaluate import NAME as EVALUATE
+
+NAME = "claims"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
+
+FOLDER = "claims"
+SUMMARY_FILE = "claims.json"   # written last: the marker
+# report table (a Report field) → its file, in the unit's folder (without the suite column) and in WORKDIR/report
+FILES = {"differences": "differences.csv", "informative": "informative.csv", "claim_rows": "claims.csv"}
+MAIN = "main"                  # the main evaluation's name in unit ids and in the tables' suite column
+SECONDS = 3.0                  # the demo's 3 transitions × 10 000 joint resamples (2 CPU cores): not modelled
+
+
+class Evaluated(BaseModel):
+    """One evaluated transition of the suite, as its claims read it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    transition: str
+    kind: str
+    method: Optional[str]
+    step: bool                     # one training step: pooled with the others (else its own group)
+    evaluation_key: str
+    evaluation_out: str            # where its results are (not in the key)
+    variants: tuple[str, ...]      # these two are in the evaluation's key
+    benchmarks: tuple[str, ...]
+    metric: str                    # not in the evaluation's key: which per-problem values are read
+
+    def key_content(self) -> dict:
+        return {"transition": self.transition, "kind": self.kind, "method": self.method, "step": self.step,
+                "evaluation": self.evaluation_key, "metric": self.metric}
+
+
+class ClaimsParams(UnitParams):
+    """The claims over one suite: keyed by its evaluations' keys, the selector and the claims settings."""
+
+    kind: ClassVar[str] = NAME
+    suite: Optional[str]               # None: the main evaluation (the folder's name holds it, not the key)
+    selector: str
+    evaluations: tuple[Evaluated, ...]
+    settings: ClaimSettings            # the sweep's ``claims`` section
+
+    def key_content(self) -> dict:
+        return {"selector": self.selector, "evaluations": [e.key_content() for e in self.evaluations],
+                "claims": self.settings.model_dump(mode="json")}
+
+
+def unit_id(suite: Optional[str]) -> str:
+    return f"{NAME}/{suite or MAIN}"
+
+
+def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
+    """One unit per evaluation suite with evaluate units, after them."""
+    by_suite: dict[Optional[str], list[Unit]] = {}
+    for u in ctx.units_of(EVALUATE):
+        by_suite.setdefault(u.params.suite, []).append(u)
+    if None in by_suite and MAIN in by_suite:
+        return [], [f"extra_evaluations: the suite name {MAIN!r} is the main evaluation's in the claims; "
+                    "choose another"]
+    settings = ClaimSettings.model_validate(ctx.cfg.claims.model_dump())
+    units = []
+    for suite, evaluations in by_suite.items():
+        members = []
+        for u in evaluations:
+            tr, p = ctx.transitions[u.params.transition], u.params
+            members.append(Evaluated(transition=tr.id, kind=tr.kind, method=tr.method,
+                                     step=ctx.models[tr.child].parent == tr.parent, evaluation_key=u.key,
+                                     evaluation_out=u.out, variants=tuple(v.partition("=")[0].strip()
+                                                                          for v in p.variants),
+                                     benchmarks=tuple(p.benchmarks), metric=p.options.metric))
+        params = ClaimsParams(suite=suite, selector=selector_name(ctx.cfg, suite), evaluations=tuple(members),
+                              settings=settings)
+        units.append(Unit.of(unit_id(suite), f"claims over {len(members)} evaluated transition(s)"
+                             + (f" of suite {suite}" if suite else ""), params, ctx.keyed(FOLDER, suite or MAIN),
+                             tuple(u.id for u in evaluations)))
+    return units, []
+
+
+def selector_name(cfg, suite: Optional[str]) -> str:
+    """The evaluated set of a suite as its ``transitions`` setting names it: a selector word, or
+    ``ids:a,b`` for a list of transition ids."""
+    ev = next((e for e in cfg.extra_evaluations if e.suite == suite), None) if suite else None
+    chosen = (ev or cfg.evaluation).transitions
+    return "ids:" + ",".join(chosen) if isinstance(chosen, list) else str(chosen)
+
+
+def run(u: Unit, ctx: RunContext) -> dict:
+    """The suite's summary from its evaluations' per-problem results: the three tables, then claims.json."""
+    from ...files import atomic_write_text, to_csv
+    from ...stats import claims_sets
+
+    p: ClaimsParams = u.params
+    scores, rest = [], {}
+    for e in p.evaluations:
+        s = _scores(e, p.settings)
+        if s is not None:  # results written before per-problem values were kept have no claims
+            scores.append(s)
+            rest[e.transition] = _rest_source(Path(e.evaluation_out))
+    summary = claims_sets.summarise(scores, p.settings, selector=p.selector)
+    for r in summary["informative"]:
+        r.update(rest.get(r["transition"], {}))
+    out = Path(u.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for key, name in zip(("differences", "informative", "claims"), FILES.values()):
+        atomic_write_text(out / name, to_csv(summary[key]))
+    atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=1, default=_plain) + "\n")
+    return dict(summary["counts"])
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, np.generic):  # a numpy scalar: the same number as a Python one
+        return x.item()
+    raise TypeError(f"not JSON: {type(x).__name__}")
+
+
+def _scores(e: Evaluated, c: ClaimSettings):
+    """Paired bootstrap scores of one evaluation's variants from its per-problem results (None for results
+    written before per-problem correctness was recorded)."""
+    from ...evaluation.scoring import result_path
+    from ...stats import claims
+
+    correct: dict[str, dict[str, object]] = {}
+    for name in e.variants:
+        for b in e.benchmarks:
+            try:
+                summary = json.loads(result_path(Path(e.evaluation_out), name, b).read_text())
+            except (OSError, ValueError):
+                return None
+            values = (summary.get("scores") or {}).get(e.metric) or (summary.get("correct_bits") if e.metric == "avg"
+                                                                      else None)
+            if not values:
+                return None
+            correct.setdefault(name, {})[b] = values
+    return claims.transition_scores(correct, transition=e.transition, kind=e.kind, resamples=c.resamples,
+                                    seed=c.seed, method=e.method, step=e.step)
+
+
+def _rest_source(out: Path) -> dict:
+    """How composed variants were built: proj equals full under rest_from post, and a fallback is news."""
+    try:
+        info = json.loads((out / RECORD_FILE).read_text()).get("info", {})
+    except (OSError, ValueError):
+        info = {}
+    return {"rest_from": info.get("rest_from") or "", "note": info.get("note", ""),
+            "rest_fallback": info.get("rest_fallback", "")}
+
+
+def report(plan, done: list[Unit], rep) -> None:
+    """Each finished suite's summary as its unit wrote it (suites with no scored transition have none)."""
+    for u in done:
+        try:
+            s = json.loads((Path(u.out) / SUMMARY_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not s["counts"]["transitions"]:
+            continue
+        suite = u.params.suite or ""
+        rep.claims[suite] = s
+        tag = {"suite": suite or MAIN}
+        rep.differences += [{**tag, **r} for r in s["differences"]]
+        rep.informative += [{**tag, **r} for r in s["informative"]]
+        rep.claim_rows += [{**tag, **r} for r in s["claims"]]
+
+
+def write(rep, put) -> None:
+    for field, name in FILES.items():
+        put(name, getattr(rep, field))
+
+
+KIND = Kind(NAME, ClaimsParams, plan, run, SUMMARY_FILE, tuple(FILES.values()),
+            estimate=constant_estimate(SECONDS), report=report, write=write)
