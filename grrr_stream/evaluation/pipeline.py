@@ -174,6 +174,7 @@ class _Scores:
     fidelity: dict[str, dict] = field(default_factory=dict)                   # variant → fidelity summary
     keys_of: dict[str, dict[str, str]] = field(default_factory=dict)          # variant → benchmark → key
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)       # variant → its scoring's start, end
+    bar: Any = None  # Progress over (variant, benchmark) pairs
 
 
 class _EngineSlot:
@@ -193,8 +194,7 @@ class _EngineSlot:
                 log(f"{name}: its config or tensor layout is the base model's and differs from the post "
                     f"model's ({', '.join(ev.builders[name].config_differences()) or 'tensor names/shapes'}); "
                     f"running it in an engine on {home}")
-            self.engine, self.home = self.make_engine(home, ev.request.settings, prompt_format=ev.post_folder), home
-            self.engine.progress = ev.request.progress
+            self.engine, self.home = _start_engine(self.make_engine, home, ev, log), home
         return self.engine
 
     def close(self) -> None:
@@ -203,11 +203,29 @@ class _EngineSlot:
             self.engine = None
 
 
+def _start_engine(make_engine: Callable[..., Any], home: Path, ev: _Evaluation, log) -> Any:
+    """An engine on ``home`` (vLLM's import and start: tens of seconds on a CPU, said before and after)."""
+    if ev.request.progress:
+        log(f"starting the engine on {home}")
+    began = time.monotonic()
+    engine = make_engine(home, ev.request.settings, prompt_format=ev.post_folder)
+    engine.progress = ev.request.progress
+    if ev.request.progress:
+        from ..progress import fmt_seconds
+
+        log(f"engine started in {fmt_seconds(time.monotonic() - began)}")
+    return engine
+
+
 def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _Scores:
-    """Every variant on every benchmark, variants that need the same engine one after the other."""
+    """Every variant on every benchmark, variants that need the same engine one after the other; with
+    ``request.progress``, a progress line over the (variant, benchmark) pairs with an ETA."""
+    from ..progress import Progress
+
     homes = [ev.homes[m] for m in ev.names]
     order = sorted(ev.names, key=lambda n: homes.index(ev.homes[n]))
     scores, slot = _Scores(), _EngineSlot(make_engine, ev)
+    scores.bar = Progress(len(ev.names) * len(ev.benches), label="  [evaluate] ", enabled=ev.request.progress)
     try:
         for name in order:
             began = time.time()  # each variant's own time (an engine it starts included), for its MLflow run
@@ -228,27 +246,32 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
     if all(have.values()):
         log(f"{name}: all {len(ev.benches)} benchmark(s) already scored")
         scores.results[name] = list(have.values())
+        scores.bar.skip(len(ev.benches))  # not work of this run: the ETA's rate leaves it out
         return
     if req.materialize == "engine":
+        from ..progress import Progress
+
         active = slot.on(name, log)
-        active.load_weights(builder.tensors(), scratch=ev.out / "_swap", layout=builder.layout(),
-                            config=builder.config())
+        layout = builder.layout()
+        shown = Progress(len(layout), label=f"  [variant {name}: weights] ", enabled=req.progress)
+        active.load_weights(shown.track(builder.tensors(), lambda t: t[0]), scratch=ev.out / "_swap",
+                            layout=layout, config=builder.config())
         scores.fidelity[name] = builder.report.summary()
         from ..variants.fidelity import store_warning
 
         warning = store_warning(scores.fidelity[name])  # a 16-bit store's rounding (write_variant prints its own)
         if warning:
             log(warning)
-        scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log)
+        scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log, scores.bar)
         return
     from ..variants.builder import write_variant
 
     folder = ev.out / "_variants" / name
-    scores.fidelity[name] = write_variant(builder, folder, overwrite=True, within=ev.out / "_variants")
-    active = slot.make_engine(folder, req.settings, prompt_format=ev.post_folder)
-    active.progress = req.progress
+    scores.fidelity[name] = write_variant(builder, folder, overwrite=True, within=ev.out / "_variants",
+                                          progress=req.progress)
+    active = _start_engine(slot.make_engine, folder, ev, log)
     try:
-        scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log)
+        scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log, scores.bar)
     finally:
         active.close()
         if not req.keep_variants:
@@ -256,18 +279,21 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
 
 
 def _score_benchmarks(ev: _Evaluation, name: str, active: Any, keys: dict[str, str],
-                      have: dict[str, Optional[BenchmarkResult]], log) -> list[BenchmarkResult]:
-    """Variant ``name`` (loaded in ``active``) on every benchmark not yet scored under its key."""
+                      have: dict[str, Optional[BenchmarkResult]], log, bar: Any) -> list[BenchmarkResult]:
+    """Variant ``name`` (loaded in ``active``) on every benchmark not yet scored under its key; ``bar``
+    (a Progress over the evaluation's (variant, benchmark) pairs) advanced after each."""
     req, results = ev.request, []
     for b in ev.benches:
         if have[b.name]:
             results.append(have[b.name])
+            bar.skip()
             continue
         r = score_benchmark(active, b, name, ev.out, keys[b.name], template=req.template,
                             instruction=ev.instruction, sampling=req.sampling)
         log(f"{name} / {b.name}: {r.accuracy:.1f} % of {r.n}"
             + (f" ({r.truncated} cut off at {req.settings.max_new_tokens} tokens)" if r.truncated else ""))
         results.append(r)
+        bar.advance(f"{name} / {b.name}")
     return results
 
 
