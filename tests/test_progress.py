@@ -64,6 +64,14 @@ def test_vllm_prompt_bar_adapter_counts_prompts(monkeypatch, capsys):
     bar.close()
     err = capsys.readouterr().err
     assert bar.n == 4 and "  generating [2/4]  50.0% | problems" in err and "  generating [4/4] 100.0%" in err
+    # a benchmark's line handed in: vLLM's updates count problems there (once per finished request, whatever n
+    # samples it carries), over several generate calls; no bar of the engine's own
+    engine.bar = Progress(3, label="  [evaluate full / arith] ", every=0.0)
+    for _ in range(2):
+        bar = engine._progress_bar()(total=6, desc="Processed prompts")
+        bar.update(2)
+    err = capsys.readouterr().err
+    assert engine.bar.done == 2 and "generating" not in err and "  [evaluate full / arith] [2/3]" in err
 
 
 def test_eta_leaves_out_items_done_before_and_skipped(monkeypatch):
@@ -128,3 +136,26 @@ def test_dask_tasks_counts_the_tasks_of_each_graph_computed_locally(monkeypatch,
     with dask_tasks("[t] ", enabled=False) as off:
         dask.compute(*parts, scheduler="synchronous")
     assert off.done == 0 and "[t]" not in capsys.readouterr().err
+
+
+def test_hub_download_bars_are_drawn_on_the_console_also_inside_a_sweep_unit(monkeypatch, tmp_path):
+    """A sweep unit's output goes to its log; huggingface_hub's bars of a model download go to the terminal."""
+    import huggingface_hub
+
+    from grrr_stream import unit_log
+    from grrr_stream.checkpoints.reader import resolve_source
+
+    seen = {}
+
+    def fake_download(**kwargs):
+        seen.update(kwargs)
+        return str(tmp_path)
+
+    terminal = io.StringIO()
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    monkeypatch.setattr(unit_log, "_console", terminal)
+    assert resolve_source("owner/model") == tmp_path
+    bar = seen["tqdm_class"](total=2, desc="Fetching 2 files", disable=False)
+    bar.update(2)
+    bar.close()
+    assert "Fetching 2 files" in terminal.getvalue() and "2/2" in terminal.getvalue()

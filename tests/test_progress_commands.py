@@ -67,7 +67,7 @@ def test_evaluation_shows_each_benchmark_the_weights_and_the_pairs(transition, t
         weights = _lines(err, f"  [variant {variant}: weights] ")
         _ends(weights)
         assert len(weights) == int(weights[-1].group(2)) > 1  # one line per tensor streamed into the engine
-    pairs = _lines(err, "  [evaluate] ")
+    pairs = _lines(err, "  [evaluate base→post] ")
     assert [m.group(3) for m in pairs] == ["base / sums", "full / sums"] and pairs[-1].group(4) == "0s"
     assert logs[0] == f"starting the engine on {post}" and re.fullmatch(r"engine started in \d+s", logs[1])
     # again: everything scored, nothing to count but the pairs found done (no line for them)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 from ..config import TrackingConfig
 from ..errors import ConfigError
 from ..files import atomic_write_text, ensure_folder, remove_tree, to_csv
+from ..progress import Progress, fmt_seconds
 from ..store.transition_store import StoredTransition
 from ..tracking import runs
 from .benchmarks import Benchmark, load_benchmark, resolve_bench_dir
@@ -211,8 +212,6 @@ def _start_engine(make_engine: Callable[..., Any], home: Path, ev: _Evaluation, 
     engine = make_engine(home, ev.request.settings, prompt_format=ev.post_folder)
     engine.progress = ev.request.progress
     if ev.request.progress:
-        from ..progress import fmt_seconds
-
         log(f"engine started in {fmt_seconds(time.monotonic() - began)}")
     return engine
 
@@ -220,12 +219,11 @@ def _start_engine(make_engine: Callable[..., Any], home: Path, ev: _Evaluation, 
 def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _Scores:
     """Every variant on every benchmark, variants that need the same engine one after the other; with
     ``request.progress``, a progress line over the (variant, benchmark) pairs with an ETA."""
-    from ..progress import Progress
-
     homes = [ev.homes[m] for m in ev.names]
     order = sorted(ev.names, key=lambda n: homes.index(ev.homes[n]))
     scores, slot = _Scores(), _EngineSlot(make_engine, ev)
-    scores.bar = Progress(len(ev.names) * len(ev.benches), label="  [evaluate] ", enabled=ev.request.progress)
+    scores.bar = Progress(len(ev.names) * len(ev.benches), label=f"  [evaluate {ev.transition.label}] ",
+                          enabled=ev.request.progress)
     try:
         for name in order:
             began = time.time()  # each variant's own time (an engine it starts included), for its MLflow run
@@ -249,8 +247,6 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
         scores.bar.skip(len(ev.benches))  # not work of this run: the ETA's rate leaves it out
         return
     if req.materialize == "engine":
-        from ..progress import Progress
-
         active = slot.on(name, log)
         layout = builder.layout()
         shown = Progress(len(layout), label=f"  [variant {name}: weights] ", enabled=req.progress)

@@ -103,6 +103,7 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         with tracker or contextlib.nullcontext():
             ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
+        display.say("writing the report (tables, figures, page)")  # seconds: a line, not a silence
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
         result.tracking_missed = [u for u in ran if (recs.get(u) or {}).get("tracking")]
         if tracker is not None and tracker.left():  # the server went away during the sweep
