@@ -1,11 +1,15 @@
-"""A dependency-free progress line: items done / total, current item, rate and ETA."""
+"""The package's one progress line: items done / total, current item, rate and ETA (:class:`Progress`), also
+for an iterable (:meth:`Progress.track`) and for the tasks of Dask graphs computed locally (:func:`dask_tasks`)."""
 
 from __future__ import annotations
 
 import time
-from typing import Optional, TextIO
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Optional, TextIO, TypeVar
 
 from .unit_log import console
+
+T = TypeVar("T")
 
 
 def fmt_seconds(s: float) -> str:
@@ -49,9 +53,24 @@ class Progress:
         self.done += n
         self._processed += n
 
+    def skip(self, n: int = 1) -> None:
+        """Count ``n`` items found done already (a resumed run): in done / total, not in the rate."""
+        self.done += n
+
     def elapsed(self) -> float:
         """Seconds since this reporter was created."""
         return time.monotonic() - self._start
+
+    def advance_to(self, done: int, item: str) -> None:
+        """Advance to ``done`` items (nothing when as many are counted already: another caller advanced it)."""
+        if done > self.done:
+            self.advance(item, done - self.done)
+
+    def track(self, items: Iterable[T], item: Callable[[T], str] = str) -> Iterator[T]:
+        """``items`` as they are, each counted (and named by ``item``) once the consumer asks for the next."""
+        for x in items:
+            yield x
+            self.advance(item(x))
 
     def advance(self, item: str, n: int = 1) -> None:
         self.count(n)
@@ -80,3 +99,25 @@ class Progress:
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
+
+
+@contextmanager
+def dask_tasks(label: str, *, enabled: bool = True, every: float = 10.0) -> Iterator[Progress]:
+    """Tasks done / total of the Dask graphs computed inside the block on a local scheduler (threads, processes,
+    synchronous) as progress lines; each graph adds its tasks to the total when it starts. A distributed
+    client's graphs are not seen here (its dashboard shows them)."""
+    bar = Progress(0, label=label, enabled=enabled, every=every)
+    if not enabled:
+        yield bar
+        return
+    from dask.callbacks import Callback
+
+    class _Tasks(Callback):
+        def _start_state(self, dsk, state):
+            bar.total += len(state["ready"]) + len(state["waiting"])
+
+        def _posttask(self, key, result, dsk, state, worker_id):
+            bar.advance("tasks")
+
+    with _Tasks():
+        yield bar

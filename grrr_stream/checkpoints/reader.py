@@ -79,7 +79,8 @@ def resolve_source(source: str, revision: Optional[str] = None) -> Path:
     except ImportError:  # pragma: no cover - a core dependency
         raise MissingDependencyError("huggingface_hub is needed for Hub ids: pip install huggingface_hub") from None
     try:
-        local = snapshot_download(repo_id=source, revision=revision, allow_patterns=HUB_PATTERNS)
+        local = snapshot_download(repo_id=source, revision=revision, allow_patterns=HUB_PATTERNS,
+                                  tqdm_class=_console_bars())
     except Exception as e:  # network, auth, missing repo: all end the same way for the user
         raise CheckpointNotFoundError(
             f"'{source}' is not a local folder and could not be fetched from the Hugging Face Hub "
@@ -87,6 +88,21 @@ def resolve_source(source: str, revision: Optional[str] = None) -> Path:
             "and HF_TOKEN, or download it yourself and pass the folder."
         ) from None
     return Path(local)
+
+
+def _console_bars():
+    """huggingface_hub's bars (files, bytes, ETA) drawn on this package's console: the terminal, also inside a
+    sweep unit whose output goes to its log (unit_log.console); off a terminal hf hides them, as it does anyway."""
+    from huggingface_hub.utils import tqdm as hf_tqdm
+
+    from ..unit_log import console
+
+    class ConsoleBars(hf_tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("file", console())
+            super().__init__(*args, **kwargs)
+
+    return ConsoleBars
 
 
 def _safe_shard_path(folder: Path, shard_name: str, index_file: Path) -> Path:

@@ -37,10 +37,15 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
 
 
+def add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-progress", action="store_true", help="no progress lines (done / total with an ETA)")
+
+
 def add_stats_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scheduler", help="Dask scheduler: threads (default), processes, or ADDRESS of a cluster")
+    add_progress(p)
     add_tracking(p)
     add_common(p)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..dtypes import COMPUTE_NAMES, FLOAT_NAMES
-from .options import add_common, add_stats_common, add_tracking, positive_float
+from .options import add_common, add_progress, add_stats_common, add_tracking, positive_float
 
 
 def decompose_parser(sub) -> None:
@@ -64,6 +64,7 @@ def bands_parser(sub) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder for the tables and figures")
     p.add_argument("--edges", default="16,64,256", help="comma-separated band edges k (default 16,64,256)")
     p.add_argument("--scheduler", help="Dask scheduler: threads (default), processes, or ADDRESS of a cluster")
+    add_progress(p)
     add_common(p)
 
 
@@ -112,6 +113,7 @@ def variants_parser(sub) -> None:
     p.add_argument("--device", default="auto", help="device for the rank-r products (auto, cpu, cuda[:N])")
     p.add_argument("--shard-gb", type=positive_float, default=2.0, help="maximum shard size in GiB (default 2)")
     p.add_argument("--overwrite", action="store_true", help="rebuild variants that exist with other settings")
+    add_progress(p)
     add_tracking(p)
     add_common(p)
 
@@ -164,6 +166,7 @@ def evaluate_parser(sub) -> None:
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--enforce-eager", action="store_true", default=None)
     p.add_argument("--cpu-kv-cache-gib", type=float, help="KV cache size on the CPU backend (default 1)")
+    add_progress(p)
     add_tracking(p)
     add_common(p)
 

@@ -59,7 +59,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.resamples < 100:
         raise ConfigError("--resamples must be at least 100")
     res = run_stats(args.stores, args.out, resamples=args.resamples, seed=args.seed,
-                    scheduler=compute_scheduler(args.scheduler), tracking=tracking_from_args(args))
+                    scheduler=compute_scheduler(args.scheduler), tracking=tracking_from_args(args),
+                    progress=not args.no_progress)
     overall = [r for r in res.long_rows if r["scope"] == "all" and r["metric"] in ("f_diag", "f_off", "f_null")]
     for r in overall:
         print(f"{r['transition']:<40} {r['metric']:<7} mean {r['mean']:.4f} "
@@ -85,7 +86,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError("need 0 < --alpha < 1, --null-draws >= 100 and --resamples >= 100")
     res = run_comparisons(pairs, args.out, resamples=args.resamples, null_draws=args.null_draws, seed=args.seed,
                           alpha=args.alpha, scheduler=compute_scheduler(args.scheduler),
-                          tracking=tracking_from_args(args))
+                          tracking=tracking_from_args(args), progress=not args.no_progress)
     for s in res.summaries:
         print(f"{s['label']}: median cos_off {s['median_cos_off']:+.4f} [{s['ci_lo']:+.4f}, {s['ci_hi']:+.4f}], "
               f"null ±2σ [{s['null_lo']:+.4f}, {s['null_hi']:+.4f}], p = {s['p_value']:.3g} → {s['verdict']}")
@@ -103,7 +104,8 @@ def cmd_bands(args: argparse.Namespace) -> int:
         raise ConfigError(f"--edges takes comma-separated positive integers, got {args.edges!r}") from None
     if not edges or edges[0] < 1:
         raise ConfigError("--edges takes comma-separated positive integers")
-    files = run_bands(args.stores, args.out, edges=edges, scheduler=compute_scheduler(args.scheduler))
+    files = run_bands(args.stores, args.out, edges=edges, scheduler=compute_scheduler(args.scheduler),
+                      progress=not args.no_progress)
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
 
@@ -116,7 +118,8 @@ def cmd_variants(args: argparse.Namespace) -> int:
     res = run_variants(args.store, args.out, args.variant or list(DEFAULT_VARIANTS), dtype=args.dtype,
                        rest_from=args.rest_from, device=str(resolve_device(args.device)), overwrite=args.overwrite,
                        channels=args.channels,
-                       max_shard_bytes=int(args.shard_gb * 2**30), tracking=tracking_from_args(args))
+                       max_shard_bytes=int(args.shard_gb * 2**30), tracking=tracking_from_args(args),
+                       progress=not args.no_progress)
     w = max([14] + [len(s["variant"]) for s in res.summaries])  # channel variants' names are longer
     print(f"{'variant':<{w}} {'dtype':<9} {'fidelity err':>12} {'worst':>10} {'energy kept':>12}  folder")
     for s, folder in zip(res.summaries, res.folders):
@@ -160,7 +163,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     request = EvaluationRequest(args.store, args.out, args.variant or list(DEFAULT_VARIANTS),
                                 args.benchmark or list(FIVE), args.bench_dir, options,
                                 keep_variants=args.keep_variants, rest_from=args.rest_from, resamples=args.resamples,
-                                channels=args.channels, informative_points=args.informative_points)
+                                channels=args.channels, informative_points=args.informative_points,
+                                progress=not args.no_progress)
     res = run_evaluation(request, tracking=tracking_from_args(args))
     print_evaluation(res)
     return 0

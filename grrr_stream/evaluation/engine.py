@@ -66,6 +66,7 @@ class Engine:
     """
 
     progress = False  # generation shows prompts done / total with an ETA on the terminal (unit_log.console)
+    bar: Any = None   # a Progress of the caller's (a benchmark's problems) that generation advances instead
 
     def __init__(self, model: Path, settings: EngineSettings, *, prompt_format: Optional[Path] = None):
         vllm = _import_vllm()
@@ -161,7 +162,7 @@ class Engine:
         def bar(iterable=None, **kwargs):
             if iterable is not None or kwargs.get("desc") != "Processed prompts":
                 return iterable if iterable is not None else _PromptBar(0, shown=False)
-            return _PromptBar(int(kwargs.get("total") or 0), shown=True)
+            return _PromptBar(int(kwargs.get("total") or 0), shown=True, into=self.bar)
 
         return bar
 
@@ -198,16 +199,18 @@ class Engine:
 
 class _PromptBar:
     """What vLLM's generation loop uses of a tqdm bar (``update``, ``n``, ``format_dict['elapsed']``,
-    ``postfix``, ``refresh``, ``close``), printed by :class:`~grrr_stream.progress.Progress`."""
+    ``postfix``, ``refresh``, ``close``), printed by :class:`~grrr_stream.progress.Progress`: ``into`` (the
+    caller's line, e.g. a benchmark's problems over several calls) or one of its own."""
 
-    def __init__(self, total: int, shown: bool):
+    def __init__(self, total: int, shown: bool, into: Any = None):
         import time
 
         from ..progress import Progress
 
         self.n, self.postfix, self._time = 0, "", time.monotonic
         self._start = self._time()
-        self._progress = Progress(total, label="  generating ", enabled=shown)
+        self._into = into is not None and shown
+        self._progress = into if self._into else Progress(total, label="  generating ", enabled=shown)
 
     @property
     def format_dict(self) -> dict:
@@ -215,7 +218,8 @@ class _PromptBar:
 
     def update(self, n: int = 1) -> None:
         self.n += n
-        self._progress.advance("prompts", n)
+        # vLLM calls update once per finished request, with n = its samples: the caller's line counts problems
+        self._progress.advance("problems", 1 if self._into else n)
 
     def refresh(self) -> None:
         pass

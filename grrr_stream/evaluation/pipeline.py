@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..config import TrackingConfig
 from ..files import atomic_write_text, ensure_folder, remove_tree, to_csv
+from ..progress import Progress, fmt_seconds
 from ..store.transition_store import StoredTransition
 from ..tracking import runs
 from .benchmarks import Benchmark, load_benchmark, resolve_bench_dir
 from .engine import Engine
 from .prompts import DEFAULT_INSTRUCTION, prompt_format
 from .scoring import BenchmarkResult, evaluation_key, problem_rows, score_benchmark, scored
-from .settings import EvaluationOptions
+from .settings import EvaluationOptions, build_evaluation_options
 from .tables import accuracy_table, diagnostics_table, retention_tables, solved_lost
 
 
@@ -60,6 +61,23 @@ class EvaluationRequest:
     informative_points: float = 1.0  # informative: full − base ≥ this (the sweep's claims.informative_points)
     nest_sampled: bool = True
     progress: bool = False  # generation progress (prompts done / total, ETA) on the terminal; not in any key
+    # The keywords of the options before they were one object (settings= is the options' engine), still taken
+    # so that scripts written against them keep working; folded into ``options`` and not kept apart.
+    settings: InitVar[Any] = None
+    sampling: InitVar[Any] = None
+    metric: InitVar[Optional[str]] = None
+    materialize: InitVar[Optional[str]] = None
+    limit: InitVar[Optional[int]] = None
+    lenient: InitVar[Optional[bool]] = None
+    template: InitVar[Optional[str]] = None
+    instruction: InitVar[Optional[str]] = None
+
+    def __post_init__(self, settings, sampling, metric, materialize, limit, lenient, template, instruction) -> None:
+        legacy = {"engine": settings, "sampling": sampling, "metric": metric, "materialize": materialize,
+                  "limit": limit, "lenient": lenient, "template": template, "instruction": instruction}
+        given = {k: v for k, v in legacy.items() if v is not None}
+        if given:
+            object.__setattr__(self, "options", build_evaluation_options({**self.options.model_dump(), **given}))  # frozen
 
 
 @dataclass
@@ -165,6 +183,7 @@ class _Scores:
     fidelity: dict[str, dict] = field(default_factory=dict)                   # variant → fidelity summary
     keys_of: dict[str, dict[str, str]] = field(default_factory=dict)          # variant → benchmark → key
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)       # variant → its scoring's start, end
+    bar: Any = None  # Progress over (variant, benchmark) pairs
 
 
 class _EngineSlot:
@@ -184,9 +203,7 @@ class _EngineSlot:
                 log(f"{name}: its config or tensor layout is the base model's and differs from the post "
                     f"model's ({', '.join(ev.builders[name].config_differences()) or 'tensor names/shapes'}); "
                     f"running it in an engine on {home}")
-            engine = self.make_engine(home, ev.request.options.engine, prompt_format=ev.post_folder)
-            self.engine, self.home = engine, home
-            self.engine.progress = ev.request.progress
+            self.engine, self.home = _start_engine(self.make_engine, home, ev, log), home
         return self.engine
 
     def close(self) -> None:
@@ -195,11 +212,26 @@ class _EngineSlot:
             self.engine = None
 
 
+def _start_engine(make_engine: Callable[..., Any], home: Path, ev: _Evaluation, log) -> Any:
+    """An engine on ``home`` (vLLM's import and start: tens of seconds on a CPU, said before and after)."""
+    if ev.request.progress:
+        log(f"starting the engine on {home}")
+    began = time.monotonic()
+    engine = make_engine(home, ev.request.options.engine, prompt_format=ev.post_folder)
+    engine.progress = ev.request.progress
+    if ev.request.progress:
+        log(f"engine started in {fmt_seconds(time.monotonic() - began)}")
+    return engine
+
+
 def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _Scores:
-    """Every variant on every benchmark, variants that need the same engine one after the other."""
+    """Every variant on every benchmark, variants that need the same engine one after the other; with
+    ``request.progress``, a progress line over the (variant, benchmark) pairs with an ETA."""
     homes = [ev.homes[m] for m in ev.names]
     order = sorted(ev.names, key=lambda n: homes.index(ev.homes[n]))
     scores, slot = _Scores(), _EngineSlot(make_engine, ev)
+    scores.bar = Progress(len(ev.names) * len(ev.benches), label=f"  [evaluate {ev.transition.label}] ",
+                          enabled=ev.request.progress)
     try:
         for name in order:
             began = time.time()  # each variant's own time (an engine it starts included), for its MLflow run
@@ -221,27 +253,30 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
     if all(have.values()):
         log(f"{name}: all {len(ev.benches)} benchmark(s) already scored")
         scores.results[name] = list(have.values())
+        scores.bar.skip(len(ev.benches))  # not work of this run: the ETA's rate leaves it out
         return
     if req.options.materialize == "engine":
         active = slot.on(name, log)
-        active.load_weights(builder.tensors(), scratch=ev.out / "_swap", layout=builder.layout(),
-                            config=builder.config())
+        layout = builder.layout()
+        shown = Progress(len(layout), label=f"  [variant {name}: weights] ", enabled=req.progress)
+        active.load_weights(shown.track(builder.tensors(), lambda t: t[0]), scratch=ev.out / "_swap",
+                            layout=layout, config=builder.config())
         scores.fidelity[name] = builder.report.summary()
         from ..variants.fidelity import store_warning
 
         warning = store_warning(scores.fidelity[name])  # a 16-bit store's rounding (write_variant prints its own)
         if warning:
             log(warning)
-        scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log)
+        scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log, scores.bar)
         return
     from ..variants.builder import write_variant
 
     folder = ev.out / "_variants" / name
-    scores.fidelity[name] = write_variant(builder, folder, overwrite=True, within=ev.out / "_variants")
-    active = slot.make_engine(folder, req.options.engine, prompt_format=ev.post_folder)
-    active.progress = req.progress
+    scores.fidelity[name] = write_variant(builder, folder, overwrite=True, within=ev.out / "_variants",
+                                          progress=req.progress)
+    active = _start_engine(slot.make_engine, folder, ev, log)
     try:
-        scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log)
+        scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log, scores.bar)
     finally:
         active.close()
         if not req.keep_variants:
@@ -249,18 +284,21 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
 
 
 def _score_benchmarks(ev: _Evaluation, name: str, active: Any, keys: dict[str, str],
-                      have: dict[str, Optional[BenchmarkResult]], log) -> list[BenchmarkResult]:
-    """Variant ``name`` (loaded in ``active``) on every benchmark not yet scored under its key."""
+                      have: dict[str, Optional[BenchmarkResult]], log, bar: Any) -> list[BenchmarkResult]:
+    """Variant ``name`` (loaded in ``active``) on every benchmark not yet scored under its key; ``bar``
+    (a Progress over the evaluation's (variant, benchmark) pairs) advanced after each."""
     req, results = ev.request, []
     for b in ev.benches:
         if have[b.name]:
             results.append(have[b.name])
+            bar.skip()
             continue
         r = score_benchmark(active, b, name, ev.out, keys[b.name], template=req.options.template,
                             instruction=ev.instruction, sampling=req.options.sampling)
         log(f"{name} / {b.name}: {r.accuracy:.1f} % of {r.n}"
             + (f" ({r.truncated} cut off at {req.options.engine.max_new_tokens} tokens)" if r.truncated else ""))
         results.append(r)
+        bar.advance(f"{name} / {b.name}")
     return results
 
 

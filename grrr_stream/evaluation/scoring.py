@@ -194,8 +194,10 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
     """Generate and grade every problem not yet answered under ``key``; write the summary.
 
     One JSONL record per problem: the first answer's fields at the top level and, with more than
-    one sample, every answer under ``samples``."""
+    one sample, every answer under ``samples``. With ``engine.progress``: a progress line of the problems
+    answered and graded, with an ETA, over all chunks (the engine advances it as prompts finish)."""
     from ..files import atomic_write_text
+    from ..progress import Progress
 
     sampling = sampling or SamplingSettings()
     vdir = Path(out) / variant
@@ -208,9 +210,15 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
         if lines != len(done):  # stale records (other settings) or a torn line: keep only the valid ones
             atomic_write_text(gens, "".join(json.dumps(done[i], ensure_ascii=False) + "\n" for i in sorted(done)))
     todo = [p for p in bench.problems if p.idx not in done]
+    bar = Progress(len(todo), label=f"  [evaluate {variant} / {bench.name}] ",
+                   enabled=bool(getattr(engine, "progress", False)))
     for i in range(0, len(todo), chunk):
         part = todo[i:i + chunk]
-        outs = engine.generate(engine.prompts(part, template, instruction), sampling)
+        engine.bar = bar
+        try:
+            outs = engine.generate(engine.prompts(part, template, instruction), sampling)
+        finally:
+            engine.bar = None
         records = []
         for p, gens_of_p in zip(part, outs):
             answers = [_answer(g, p.gold) for g in gens_of_p]
@@ -220,6 +228,7 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
             records.append(rec)
         _append_jsonl(gens, records)
         done.update({r["idx"]: r for r in records})
+        bar.advance_to(i + len(part), "problems")  # graded too (an engine without vLLM's bar: counted here)
     recs = [done[p.idx] for p in bench.problems]
     res = summarise_records(recs, variant=variant, benchmark=bench.name, sampling=sampling, sha256=bench.sha256,
                             key=key, scored_now=bool(todo))

@@ -27,14 +27,17 @@ COMPARISONS_TABLE = "comparisons.csv"  # run_comparisons: one row per comparison
 COSINES_FIGURE, NORMS_FIGURE = "offdiag_cosine_medians.png", "update_norms.png"  # run_comparisons' figures
 
 def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, seed: int = 0,
-              scheduler: Any = None, tracking: Optional[TrackingConfig] = None) -> StatsResult:
-    """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``."""
+              scheduler: Any = None, tracking: Optional[TrackingConfig] = None, progress: bool = False) -> StatsResult:
+    """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``; ``progress``:
+    the bootstrap's Dask tasks done / total with an ETA (local schedulers)."""
+    from ..progress import dask_tasks
     from . import summaries as stats
 
     started = time.time()  # the statistics' MLflow run, opened after them, starts here
 
     transitions = [StoredTransition(Path(s)) for s in stores]
-    long_rows = stats.summary_tables(transitions, resamples=resamples, seed=seed, scheduler=scheduler)
+    with dask_tasks("[stats] ", enabled=progress):
+        long_rows = stats.summary_tables(transitions, resamples=resamples, seed=seed, scheduler=scheduler)
     out = ensure_folder(Path(out), "--out")
     files = []
     for name, rows in (("summary_long.csv", long_rows),
@@ -49,10 +52,12 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
 
 
 def run_bands(stores: Sequence[Path], out: Path, *, edges: Sequence[int] = (16, 64, 256),
-              scheduler: Any = None) -> list[Path]:
+              scheduler: Any = None, progress: bool = False) -> list[Path]:
     """Principal-band energies of finished stores from their stored P (``grrr-stream bands``): per matrix,
-    mean per module and per layer, and a figure per transition, in ``out``."""
+    mean per module and per layer, and a figure per transition, in ``out``; ``progress``: Dask tasks done /
+    total with an ETA (local schedulers)."""
     from .. import plots
+    from ..progress import dask_tasks
     from . import summaries as stats
 
     out = ensure_folder(Path(out), "--out")
@@ -60,7 +65,8 @@ def run_bands(stores: Sequence[Path], out: Path, *, edges: Sequence[int] = (16, 
     all_rows = []
     for path in stores:
         t = StoredTransition(Path(path))
-        rows = [{"transition": t.label, **r} for r in stats.band_rows(t, edges, scheduler=scheduler)]
+        with dask_tasks(f"[bands {t.label}] ", enabled=progress):
+            rows = [{"transition": t.label, **r} for r in stats.band_rows(t, edges, scheduler=scheduler)]
         all_rows += rows
         stem = stable_hash(str(t.path), 8)
         files.append(plots.band_energy_by_module(rows, list(edges), out / f"band_energy_by_module_{stem}.png",
@@ -98,23 +104,26 @@ def comparison_label(kind: str, a: StoredTransition, b: StoredTransition, ancest
 
 def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_000,
                     null_draws: int = 10_000, seed: int = 0, alpha: float = 0.05, scheduler: Any = None,
-                    tracking: Optional[TrackingConfig] = None) -> CompareResult:
+                    tracking: Optional[TrackingConfig] = None, progress: bool = False) -> CompareResult:
     """Off-diagonal cosine geometry for each (kind, a, b) or (kind, a, b, ancestor) of stores;
     CSV/JSON + Figures 4/5 in ``out``. ``ancestor``: the store of base → C, C the nearest common
-    ancestor of an independent pair (None or absent: C is the base)."""
+    ancestor of an independent pair (None or absent: C is the base). ``progress``: each comparison's Dask
+    tasks done / total with an ETA (local schedulers)."""
     from .. import plots
+    from ..progress import dask_tasks
     from .comparisons import compare
 
     out = ensure_folder(Path(out), "--out")
     comparisons, summaries, files = [], [], []
-    for pair in pairs:
+    for i, pair in enumerate(pairs, 1):
         kind, a_path, b_path = pair[:3]
         c_path = pair[3] if len(pair) > 3 else None
         a, b = StoredTransition(Path(a_path)), StoredTransition(Path(b_path))
         c = StoredTransition(Path(c_path)) if c_path is not None else None
         started = time.time()
-        comp = compare(a, b, kind, ancestor=c, resamples=resamples, null_draws=null_draws, seed=seed,
-                       alpha=alpha, scheduler=scheduler)
+        with dask_tasks(f"[compare {i}/{len(pairs)} {kind}] ", enabled=progress):
+            comp = compare(a, b, kind, ancestor=c, resamples=resamples, null_draws=null_draws, seed=seed,
+                           alpha=alpha, scheduler=scheduler)
         summary = {"label": comparison_label(kind, a, b, comp.ancestor_label), **comp.summary()}
         stem = f"{kind}_{stable_hash([str(a.path), str(b.path)] + ([str(c.path)] if c else []), 8)}"
         atomic_write_text(out / f"{stem}_per_matrix.csv", to_csv(comp.rows))

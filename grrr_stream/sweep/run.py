@@ -84,9 +84,8 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         for u in todo:  # failed or interrupted before: run again (dependents wait for the new outcome)
             states[u.id] = "pending"
         disk = _check_disk(plan, todo)
-        if forecast:
-            _write_forecast(plan, todo, disk, layout, stream, forecast_for)
-        display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream)
+        seconds = _write_forecast(plan, todo, disk, layout, stream, forecast_for) if forecast else {}
+        display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream, forecast=seconds)
         display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
                     f"{len(todo)} to run")
         if tracking.enabled:  # once, before any unit: unreachable → refuse (required) or record only
@@ -105,6 +104,7 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         with tracker or contextlib.nullcontext():
             ran = _run(todo, states, display, scheduler, ctx)
         recs = {u.id: records.read(u) for u in plan.units}
+        display.say("writing the report (tables, figures, page)")  # seconds: a line, not a silence
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
         result.tracking_missed = [u for u in ran if (recs.get(u) or {}).get("tracking")]
         if tracker is not None and tracker.left():  # the server went away during the sweep
@@ -132,16 +132,19 @@ def _check_disk(plan: Plan, todo: list[Unit]) -> dict:
 
 
 def _write_forecast(plan: Plan, todo: list[Unit], disk: dict, layout: Workdir, stream: TextIO,
-                    target: Optional[str] = None) -> None:
-    """The forecast.json of this run, and its headline; a forecast never stops a sweep."""
+                    target: Optional[str] = None) -> dict[str, Optional[float]]:
+    """The forecast.json of this run, and its headline; its seconds per unit (the display's ETA starts from
+    them; {} when it failed: a forecast never stops a sweep)."""
     from .forecast import forecast_plan
 
     try:
         fc = forecast_plan(plan, disk=disk, target=target)
         fc.write_json(layout.forecast)
         stream.write(f"[sweep] forecast: {fc.headline({u.id for u in todo})} (per unit: --dry-run)\n")
+        return {u.unit: u.seconds for u in fc.units}
     except Exception as e:  # noqa: BLE001 - reported, and the sweep runs
         stream.write(f"[sweep] no forecast ({type(e).__name__}: {e})\n")
+        return {}
 
 
 def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional[float] = None) -> Path:

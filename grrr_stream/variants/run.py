@@ -25,13 +25,15 @@ class VariantsResult:
 def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str = "float32",
                  rest_from: str = "base", device: str = "auto", overwrite: bool = False,
                  max_shard_bytes: int = 2 * 2**30, tracking: Optional[TrackingConfig] = None, stream=None,
-                 channels: Optional[Path] = None) -> VariantsResult:
+                 channels: Optional[Path] = None, progress: bool = False) -> VariantsResult:
     """Build each variant of the transition in ``store`` as ``out/<variant>/`` (HF folder) plus
     ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant. ``channels``: a
-    channels.json, needed by the channel variants (read once for all of them)."""
+    channels.json, needed by the channel variants (read once for all of them). ``progress``: each variant's
+    tensors done / total, and the variants done / total, with an ETA."""
+    from ..progress import Progress
     from .channels import load_channels
     from .spec import parse_variants
-    from .builder import VariantBuilder, write_variant
+    from .builder import VariantBuilder, variant_folder_done, write_variant
 
     specs = parse_variants(variants)
     summaries, folders, run_ids = [], [], []
@@ -41,11 +43,14 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
                                channels=channel_set) for spec in specs]
     out = ensure_folder(Path(out), "--out")
     _check_variant_space(builders, out, overwrite, stream)
+    shown = Progress(len(specs), label="[variants] ", enabled=progress)
     for spec, builder in zip(specs, builders):
         folder = out / spec.name
         started = time.time()
+        built = not overwrite and variant_folder_done(folder, builder.metadata())  # kept: no work, no rate
         summary = write_variant(builder, folder, max_shard_bytes=max_shard_bytes, overwrite=overwrite, stream=stream,
-                                within=out)
+                                within=out, progress=progress)
+        shown.skip() if built else shown.advance(spec.name)
         summaries.append(summary)
         folders.append(folder)
         if runs.enabled(tracking):

@@ -47,3 +47,19 @@ def test_an_option_set_in_the_config_reaches_the_request_and_the_key(tmp_path, m
     (request,) = seen
     assert request.options == lenient.params.options and request.options.lenient and request.options.limit == 7
     assert request.rest_from == lenient.params.rest_from and list(request.benchmarks) == list(lenient.params.benchmarks)
+
+
+def test_the_keywords_before_the_options_object_still_build_the_same_request(tmp_path):
+    """Scripts written against EvaluationRequest(..., settings=, limit=, lenient=, metric=) keep working: the
+    keywords land in ``options`` exactly as the options object would hold them."""
+    from grrr_stream.evaluation.engine import EngineSettings
+    from grrr_stream.evaluation.pipeline import EvaluationRequest
+    from grrr_stream.evaluation.settings import EvaluationOptions
+
+    engine = EngineSettings(max_new_tokens=32)
+    old = EvaluationRequest(tmp_path, tmp_path / "o", ["full"], ["arith"], "tinychain", settings=engine, limit=5,
+                            lenient=True, metric="avg", materialize="folder")
+    new = EvaluationRequest(tmp_path, tmp_path / "o", ["full"], ["arith"], "tinychain",
+                            EvaluationOptions(engine=engine, limit=5, lenient=True, metric="avg", materialize="folder"))
+    assert old.options == new.options and old.options.engine.max_new_tokens == 32
+    assert EvaluationRequest(tmp_path, tmp_path, ["full"], ["arith"], "x").options == EvaluationOptions()

@@ -130,7 +130,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
     ancestor = Path(ctx.stores[p.ancestor]) if p.ancestor else None
     res = run_comparisons([(p.comparison, Path(ctx.stores[p.a]), Path(ctx.stores[p.b]), ancestor)], Path(u.out),
                           resamples=p.resamples, null_draws=p.null_draws, seed=p.seed, alpha=p.alpha,
-                          scheduler=ctx.scheduler, tracking=ctx.tracking)
+                          scheduler=ctx.scheduler, tracking=ctx.tracking, progress=ctx.progress)
     s = res.summaries[0]
     return {k: s[k] for k in ("median_cos_off", "ci_lo", "ci_hi", "p_value", "verdict")}
 

@@ -50,7 +50,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
     p: StatsParams = u.params
     stores = [Path(ctx.stores[t]) for t in p.transitions]
     res = run_stats(stores, Path(u.out), resamples=p.resamples, seed=p.seed, scheduler=ctx.scheduler,
-                    tracking=ctx.tracking)
+                    tracking=ctx.tracking, progress=ctx.progress)
     return {"files": [str(f) for f in res.files]}
 
 
