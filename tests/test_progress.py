@@ -4,6 +4,7 @@ line was printed, nothing for a short step."""
 from __future__ import annotations
 
 import io
+import sys
 
 from grrr_stream import progress as progress_module
 from grrr_stream.progress import Progress
@@ -152,6 +153,11 @@ def test_hub_download_bars_are_drawn_on_the_console_also_inside_a_sweep_unit(mon
         return str(tmp_path)
 
     terminal = io.StringIO()
+    # huggingface_hub's bars can be switched off process-wide (HF_HUB_DISABLE_PROGRESS_BARS, or a library
+    # calling disable_progress_bars(), which an earlier test's imports may have done): on for this test
+    from huggingface_hub.utils import tqdm as hf_tqdm
+
+    monkeypatch.setattr(sys.modules[hf_tqdm.__module__], "are_progress_bars_disabled", lambda name=None: False)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
     monkeypatch.setattr(unit_log, "_console", terminal)
     assert resolve_source("owner/model") == tmp_path

@@ -13,18 +13,10 @@ import pytest
 from grrr_stream import progress as progress_module
 from grrr_stream.cli.entry import main
 
+from helpers.common import SteppingClock
 from helpers.stand_in import SETTINGS, StandInEngine, sums_transition
 
 LINE = r"\[ *(\d+)/(\d+)\] +\d+\.\d% \| (.+) \| \d+\.\d\d s/it \| ETA (\S+)$"
-
-
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 11.0
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +26,7 @@ def transition(tmp_path_factory):
 
 @pytest.fixture()
 def clock(monkeypatch):
-    monkeypatch.setattr(progress_module.time, "monotonic", _Clock())
+    monkeypatch.setattr(progress_module.time, "monotonic", SteppingClock())
 
 
 def _lines(err: str, label: str) -> list[re.Match]:

@@ -112,7 +112,9 @@ def _file_digest(path: Path) -> Optional[str]:
 def benchmarks(e: SweepEvaluation, gen: Optional[Unit]) -> tuple[str, Any]:
     """Where a suite's benchmarks are read from, and what identifies them in keys."""
     if e.bench_dir == "tinychain":
-        return str(Path(gen.out) / "benchmarks"), {"generated": gen.key}
+        from ..fixtures.tinychain_shipped import BENCHMARKS  # the chain's folder, named where it is written
+
+        return str(Path(gen.out) / BENCHMARKS), {"generated": gen.key}
     if e.bench_dir == "bundled":
         from ..evaluation import benchmarks as evaluate
 

@@ -20,6 +20,7 @@ from grrr_stream import progress as progress_module  # noqa: E402
 from grrr_stream.cli.entry import main  # noqa: E402
 from grrr_stream.forecast import calibrate as calibrate_module  # noqa: E402
 from grrr_stream.forecast.calibrate import Rates  # noqa: E402
+from helpers.common import SteppingClock  # noqa: E402
 
 LINE = re.compile(r"^\[channels base\] \[ *(\d+)/(\d+)\] +\d+\.\d% \| pass (\d)/(\d) \((.+?)\) · batch (\d+)/(\d+) · "
                   r"layer (\d+)/(\d+) \| \d+\.\d\d s/it \| ETA (\S+)$")
@@ -28,17 +29,6 @@ LINE = re.compile(r"^\[channels base\] \[ *(\d+)/(\d+)\] +\d+\.\d% \| pass (\d)/
 def _stub_rates(monkeypatch, forward_flops_s: float) -> None:
     rates = Rates("cpu (stub)", (64, 64), 1e9, 1e9, 0.0, forward_flops_s, 1e8, cached=True)
     monkeypatch.setattr(calibrate_module, "calibrate", lambda largest, **kw: rates)
-
-
-class _Clock:
-    """time.monotonic for the progress reporter: 11 s more at every call (past its 10 s between lines)."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 11.0
-        return self.now
 
 
 def _progress_lines(err: str) -> list[re.Match]:
@@ -68,7 +58,7 @@ def test_forecast_and_progress_lines_with_eta(tmp_path, capsys, monkeypatch):
 
     make_hf_model(tmp_path / "m", "llama", num_hidden_layers=3)
     _stub_rates(monkeypatch, forward_flops_s=10.0)
-    monkeypatch.setattr(progress_module.time, "monotonic", _Clock())
+    monkeypatch.setattr(progress_module.time, "monotonic", SteppingClock())
     rc = main(["channels", str(tmp_path / "m"), "--out", str(tmp_path / "out"), "--ablate",
                "--sequences", "2", "--seq-len", "16"])
     err = capsys.readouterr().err
@@ -108,7 +98,7 @@ def test_135m_shaped_model_with_the_defaults_forecasts_and_shows_progress(tmp_pa
     err = capsys.readouterr().err
     assert re.search(r"forecast: 5 passes × 65,536 tokens ≈ 3\dm\d\ds here \(10\d TFLOP at 50\.0 GFLOP/s", err), err
     assert "to shorten it: --sequences " in err and "--seq-len 128" in err and "without --ablate" in err
-    monkeypatch.setattr(progress_module.time, "monotonic", _Clock())
+    monkeypatch.setattr(progress_module.time, "monotonic", SteppingClock())
     rc = main(["channels", str(model), "--ablate", "--sequences", "2", "--seq-len", "8", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 0, err
