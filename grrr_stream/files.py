@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import errno
 import io
+import json
 import os
 import re
 import shutil
@@ -85,6 +86,16 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_path(path.parent)
+
+
+def to_json(obj) -> str:
+    """``obj`` as indented JSON text, numpy scalars written as the Python numbers they equal."""
+    def plain(x):
+        if isinstance(x, np.generic):
+            return x.item()
+        raise TypeError(f"not JSON: {type(x).__name__}")
+
+    return json.dumps(obj, indent=1, default=plain) + "\n"
 
 
 def to_csv(rows: Iterable[dict]) -> str:

@@ -92,7 +92,7 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 def run(u: Unit, ctx: RunContext) -> dict:
     """The table from the steps' rows and members: channels_sft_rl.csv, then channels_sft_rl.json."""
-    from ...files import atomic_write_text, to_csv
+    from ...files import atomic_write_text, to_csv, to_json
 
     p: ChannelGroupsParams = u.params
     rows = [{**r, "transition": s.transition, "group_sft_rl": s.group, "step": True}
@@ -101,14 +101,8 @@ def run(u: Unit, ctx: RunContext) -> dict:
     out = Path(u.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / SFT_RL_TABLE, to_csv(table))
-    atomic_write_text(out / ROWS_FILE, json.dumps(table, indent=1, default=_plain) + "\n")
+    atomic_write_text(out / ROWS_FILE, to_json(table))
     return {"rows": len(table), "steps": len(p.steps)}
-
-
-def _plain(x):
-    if isinstance(x, np.generic):  # a numpy scalar: the same number as a Python one
-        return x.item()
-    raise TypeError(f"not JSON: {type(x).__name__}")
 
 
 def members(steps, stores: dict[str, str]) -> dict:

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import ClassVar, Optional
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ...config import ClaimSettings
@@ -110,7 +109,7 @@ def selector_name(cfg, suite: Optional[str]) -> str:
 
 def run(u: Unit, ctx: RunContext) -> dict:
     """The suite's summary from its evaluations' per-problem results: the three tables, then claims.json."""
-    from ...files import atomic_write_text, to_csv
+    from ...files import atomic_write_text, to_csv, to_json
     from ...stats import claims_sets
 
     p: ClaimsParams = u.params
@@ -127,14 +126,8 @@ def run(u: Unit, ctx: RunContext) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     for key, name in zip(("differences", "informative", "claims"), FILES.values()):
         atomic_write_text(out / name, to_csv(summary[key]))
-    atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=1, default=_plain) + "\n")
+    atomic_write_text(out / SUMMARY_FILE, to_json(summary))
     return dict(summary["counts"])
-
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, np.generic):  # a numpy scalar: the same number as a Python one
-        return x.item()
-    raise TypeError(f"not JSON: {type(x).__name__}")
 
 
 def _scores(e: Evaluated, c: ClaimSettings):
