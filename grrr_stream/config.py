@@ -161,6 +161,11 @@ class DecompositionSettings(StrictModel):
     # and as channels/ arrays for channel statistics (docs/channels.md); measured at most a few
     # percent of a decomposition
     channel_energy: bool = True
+    # The transition's three PNG figures in <store>/figures (f_diag/f_off/f_null by layer, band energy by module,
+    # the most changed spectra), which MLflow logs with its run: about 1.5 s at the end of a run, 8 % of a
+    # SmolLM2-135M decomposition (docs/benchmarks.md). Off for runs whose figures nobody looks at. Not a result
+    # setting.
+    figures: bool = True
     # torch's intra-op threads for the math on a CPU (None: automatic, see decompose.streaming.compute_layout; setting it runs one matrix at a time).
     # Not a result setting: LAPACK's results do not depend on it beyond rounding.
     cpu_threads: Optional[int] = Field(None, ge=1)

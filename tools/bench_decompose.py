@@ -11,7 +11,7 @@ For each shape set (SmolLM2-135M, Qwen2.5-1.5B, Qwen3-14B), from one run on this
   5. where the time goes: wall seconds / the thread's CPU seconds per phase (reader thread: read, digest, checks,
      frame_read, sparsity_sample; compute thread: upcast, svdvals_w1, svd_w0, angles, delta,
      spectral_norm, projection, analyses, wait_read, wait_write; writer thread:
-     frame_write, store_write (encode + compress + write), fsync; then tables_figures).
+     frame_write, store_write (encode + compress + write), fsync; then tables, and figures when the profile draws them).
      The three threads overlap, so the phases add up to more than the wall time.
   6. what zstd (the store's codec) gains on P and null: ratio and MB/s.
 
@@ -164,7 +164,7 @@ PHASES = [("reader", ["read", "digest", "checks", "frame_read", "sparsity_sample
           ("compute", ["upcast", "svdvals_w1", "svd_w0", "angles", "delta", "spectral_norm", "projection",
                        "analyses", "channel_energy", "wait_read", "wait_write"]),
           ("writer", ["frame_write", "store_write", "fsync"]),
-          ("run", ["plan", "matrices_wall", "tables_figures"])]
+          ("run", ["plan", "matrices_wall", "tables", "figures"])]
 
 
 def run_child(code: str, *args: str) -> dict:

@@ -41,6 +41,8 @@ def decompose_parser(sub) -> None:
                    help="standard (default): every analysis but the exact subspace angles; full: every analysis; "
                         "paper: only what the paper needs (no bands, subspace angles, bf16 survival or per-channel "
                         "energies). Settings given in --config win; docs/decomposition.md")
+    p.add_argument("--no-figures", dest="figures", action="store_const", const=False, default=None,
+                   help="skip the transition's figures (STORE/figures, logged to MLflow; ~1.5 s at the end)")
     add_tracking(p, experiment_default=None)
     p.add_argument("--no-progress", action="store_true", help="no progress line")
     add_common(p)

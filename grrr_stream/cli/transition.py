@@ -38,7 +38,7 @@ def config_from_args(args: argparse.Namespace):
         "method": args.method, "chain": args.chain, "overwrite": args.overwrite,
         "modules": [m.strip() for m in args.modules.split(",") if m.strip()] if args.modules else None,
         "progress": False if args.no_progress else None,
-        "scheduler": args.scheduler,
+        "scheduler": args.scheduler, "figures": args.figures,
     }
     values.update({k: v for k, v in flat.items() if v is not None})
     if getattr(args, "profile", None):  # what the profile sets is config.PROFILES's, below explicit settings

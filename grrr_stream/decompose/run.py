@@ -126,11 +126,13 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
                                                       timer, base_fingerprint)
         timer.add("matrices_wall", time.perf_counter() - t_matrices)
         _refuse_failures(failures, len(plan.matrices))
-        with timer.phase("tables_figures"):
-            from .. import plots  # the title names the models, never the workdir's absolute paths
+        with timer.phase("tables"):
+            rows, summary_rows, summary = finalize(store, plan.matrices)
+        if cfg.figures:
+            with timer.phase("figures"):
+                from .. import plots  # the title names the models, never the workdir's absolute paths
 
-            title = f"{plots.model_label(cfg.base)} → {plots.model_label(cfg.post)}"
-            rows, summary_rows, summary = finalize(store, plan.matrices, title)
+                write_figures(store, rows, f"{plots.model_label(cfg.base)} → {plots.model_label(cfg.post)}")
     result = TransitionResult(cfg.store, rows, summary_rows, computed, reused, workers=workers)
     if cfg.tracking.enabled:
         with timer.phase("tracking"):
@@ -283,9 +285,8 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
     return out_rows, {"metrics": metrics, "scopes": {r["scope"]: r for r in out_rows}}
 
 
-def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = "") -> tuple[list[dict], list[dict], dict]:
-    """Build the per-matrix table and summary from the completion records; write tables and figures."""
-    from .. import plots
+def finalize(store: TransitionStore, matrices: list[MatrixName]) -> tuple[list[dict], list[dict], dict]:
+    """Build the per-matrix table and summary from the completion records and write them."""
     from ..store.channel_tables import write_channel_tables
 
     done = store.completed()
@@ -297,6 +298,15 @@ def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = ""
     summary_rows, summary = summarize(rows)
     store.write_tables(rows, summary_rows, summary)
     write_channel_tables(store, matrices, done)
+    # the transition's record of which comparison its sparsity figures made (mixed dtypes: docs/statistics.md)
+    store.mark_complete({"sparsity_compare": summary["scopes"]["all"].get("sparsity_compare")})
+    return rows, summary_rows, summary
+
+
+def write_figures(store: TransitionStore, rows: list[dict], title: str = "") -> None:
+    """The transition's figures from its per-matrix rows and stored spectra, in <store>/figures."""
+    from .. import plots
+
     fig_dir = store.path / "figures"
     fig_dir.mkdir(exist_ok=True)
     plots.energy_fractions_by_layer(rows, fig_dir / "energy_fractions.png", title)
@@ -306,6 +316,3 @@ def finalize(store: TransitionStore, matrices: list[MatrixName], title: str = ""
     top = sorted(rows, key=lambda r: r["r_delta"], reverse=True)[:4]
     spectra = [(r["name"], *store.read_sigmas(r["name"])) for r in top]
     plots.normalized_spectra(spectra, fig_dir / "spectra_most_changed.png", title)
-    # the transition's record of which comparison its sparsity figures made (mixed dtypes: docs/statistics.md)
-    store.mark_complete({"sparsity_compare": summary["scopes"]["all"].get("sparsity_compare")})
-    return rows, summary_rows, summary

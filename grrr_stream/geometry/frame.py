@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..config import DEGENERATE_GAP
+from . import lapack
 from .degenerate import clusters_above_floor, resolve_clusters
 
 
@@ -40,9 +41,11 @@ def _driver(X: torch.Tensor, driver: Optional[str]) -> dict:
 
 
 def svdvals(X: torch.Tensor, driver: Optional[str] = None) -> torch.Tensor:
-    """Singular values, computed on the tall orientation (faster in LAPACK, same values)."""
+    """Singular values, computed on the tall orientation (faster in LAPACK, same values); on one CPU thread
+    by SciPy's LAPACK, faster there than torch's (:mod:`grrr_stream.geometry.lapack`)."""
     X = X.mT if X.shape[0] < X.shape[1] else X
-    return torch.linalg.svdvals(X, **_driver(X, driver))
+    fast = lapack.svdvals(X)
+    return fast if fast is not None else torch.linalg.svdvals(X, **_driver(X, driver))
 
 
 def canonical_signs(U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +102,7 @@ def compute_frame(W0: torch.Tensor, core_rel_threshold: Optional[float] = None,
 
 def spectral_norm(X: torch.Tensor, *, tol: Optional[float] = None, max_steps: int = 300,
                   exact_below: int = 512, seed: int = 0) -> float:
-    """‖X‖₂ by Golub–Kahan–Lanczos bidiagonalisation with full reorthogonalisation.
+    """‖X‖₂ by Golub–Kahan–Lanczos bidiagonalisation, reorthogonalising the short side's vectors.
 
     A full ``svdvals`` of a large ΔW would cost as much as the frame SVD itself;
     Lanczos needs a few dozen mat-vecs (convergence depends on √gap rather than the
@@ -107,41 +110,43 @@ def spectral_norm(X: torch.Tensor, *, tol: Optional[float] = None, max_steps: in
     singular values are close). Small matrices (min side ≤ ``exact_below``) use
     ``svdvals`` directly. ``tol`` is the relative change between checks at which
     the estimate is accepted (default 1e-7 in float32, 1e-12 in float64).
+
+    Only the right vectors (those of the shorter side, X taken tall) are reorthogonalised: one-sided
+    reorthogonalisation keeps the bidiagonal's singular values as accurate as the two-sided kind (Simon &
+    Zha, SIAM J. Sci. Comput. 21, 2000), and the largest one is never overestimated by lost orthogonality
+    anyway (Paige). It cost 40 % less on SmolLM2-135M and Qwen2.5-1.5B updates at the same errors against
+    float64 (tests/geometry/test_frame.py), the long side's reorthogonalisation having cost about as much as
+    the two mat-vecs on an 8960 × 1536 ΔW.
     """
     m, n = X.shape
-    k_max = min(m, n)
-    if k_max == 0:
+    if m < n:
+        X, m, n = X.mT, n, m
+    if n == 0:
         return 0.0
-    if k_max <= exact_below:
-        return float(torch.linalg.svdvals(X)[0].item()) if X.any() else 0.0
+    if n <= exact_below:
+        return float(svdvals(X)[0].item()) if X.any() else 0.0
     if tol is None:
         tol = 1e-12 if X.dtype == torch.float64 else 1e-7
-    steps = min(max_steps, k_max)
+    steps = min(max_steps, n)
     gen = torch.Generator(device=X.device).manual_seed(seed)
+    Vs = torch.empty(steps + 1, n, device=X.device, dtype=X.dtype)  # one contiguous row per right vector
     v = torch.randn(n, generator=gen, device=X.device, dtype=X.dtype)
-    v /= torch.linalg.vector_norm(v)
-    Us = torch.zeros(m, steps, device=X.device, dtype=X.dtype)
-    Vs = torch.zeros(n, steps + 1, device=X.device, dtype=X.dtype)
-    Vs[:, 0] = v
+    torch.div(v, torch.linalg.vector_norm(v), out=Vs[0])
     alphas: list[float] = []
     betas: list[float] = []
-    u_prev = None
+    u: Optional[torch.Tensor] = None
     beta = 0.0
     last = -1.0
     for j in range(steps):
-        u = X @ Vs[:, j]
-        if u_prev is not None:
-            u -= beta * u_prev
-        if j:  # full reorthogonalisation: cheap next to the mat-vecs, and keeps σ_max honest
-            u -= Us[:, :j] @ (Us[:, :j].T @ u)
+        u = torch.mv(X, Vs[j]) if u is None else torch.addmv(u, X, Vs[j], beta=-beta)  # X v_j − β_j u_{j−1}
         alpha = float(torch.linalg.vector_norm(u).item())
         if alpha == 0.0:
             break
-        u /= alpha
-        Us[:, j] = u
+        u.div_(alpha)
         alphas.append(alpha)
-        w = X.T @ u - alpha * Vs[:, j]
-        w -= Vs[:, : j + 1] @ (Vs[:, : j + 1].T @ w)
+        w = torch.addmv(Vs[j], X.mT, u, beta=-alpha)  # Xᵀ u_j − α_j v_j
+        done = Vs[: j + 1]
+        w = torch.addmv(w, done.mT, torch.mv(done, w), alpha=-1)  # full reorthogonalisation, right side only
         beta = float(torch.linalg.vector_norm(w).item())
         if j % 4 == 3 or beta == 0.0 or j == steps - 1:
             B = np.diag(alphas) + np.diag(betas, 1)
@@ -152,8 +157,7 @@ def spectral_norm(X: torch.Tensor, *, tol: Optional[float] = None, max_steps: in
         if beta == 0.0:
             break
         betas.append(beta)
-        Vs[:, j + 1] = w / beta
-        u_prev = u
+        torch.div(w, beta, out=Vs[j + 1])
     B = np.diag(alphas) + np.diag(betas[: len(alphas) - 1], 1)
     return float(np.linalg.svd(B, compute_uv=False)[0]) if alphas else 0.0
 

@@ -61,6 +61,8 @@ def test_profiles_set_exactly_their_analyses_and_explicit_settings_win(tmp_path)
     assert {k for k in fields if getattr(full, k) != getattr(standard, k)} == {"angle_edges"}
     assert {k for k in fields if getattr(full, k) != getattr(paper, k)} == {
         "band_edges", "angle_edges", "survival_dtype", "channel_energy"}
+    assert standard.figures and full.figures and paper.figures
+    assert not config_from_args(parser.parse_args(argv + ["--no-figures"])).figures
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"angle_edges": [32], "channel_energy": True}))
     mixed = config_from_args(parser.parse_args(argv + ["--profile", "paper", "--config", str(cfg)]))

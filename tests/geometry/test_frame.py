@@ -89,7 +89,7 @@ def test_canonical_signs_make_frames_reproducible():
     assert torch.allclose(f.U @ torch.diag(f.S) @ f.V.T, W0, atol=1e-12)
 
 
-@pytest.mark.parametrize("shape", [(700, 600), (600, 1300)])
+@pytest.mark.parametrize("shape", [(700, 600), (600, 1300), (1536, 576)])
 @pytest.mark.parametrize("dtype,rtol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
 def test_lanczos_spectral_norm(shape, dtype, rtol):
     g = torch.Generator().manual_seed(0)

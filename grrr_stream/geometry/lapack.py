@@ -1,0 +1,103 @@
+"""Singular values through SciPy's LAPACK (OpenBLAS in SciPy's wheels), called with the GIL released.
+
+Why not torch's: on the decomposition's CPU path the matrices run in lanes, one torch thread each
+(grrr_stream.decompose.streaming), and there torch's ``svdvals`` (MKL's xGESDD without vectors) took 1.6-1.8x
+the time of OpenBLAS's on square shapes and 1.2x on the MLP's (one thread on this 2-core AMD EPYC: 576²
+29 → 18 ms, 1536 × 576 52 → 43 ms, 1536² 504 → 283 ms; tools/bench_decompose.py's svdvals_w1). Why not
+``scipy.linalg.svd``: it holds the GIL for the whole call, so a second lane could not run its own Python
+between torch calls (two threads took as long as one after the other). ctypes releases the GIL around a
+foreign call, so the routine is taken from ``scipy.linalg.cython_lapack`` (SciPy's public Cython API, the same
+binary on every platform) and called through ctypes.
+
+Used only where it helps: a CPU float32 or float64 matrix computed on one torch thread (the lanes; their
+OpenBLAS is held to one thread too, :func:`blas_threads`). Elsewhere, or if SciPy's LAPACK cannot be loaded,
+or if the routine reports any problem (a non-finite entry, no convergence), :func:`svdvals` returns None and
+the caller uses torch's, which then raises or returns what it always did.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+
+_INT = ctypes.POINTER(ctypes.c_int)
+_ROUTINES = {torch.float32: ("sgesdd", np.float32), torch.float64: ("dgesdd", np.float64)}
+
+
+@lru_cache(maxsize=None)
+def _gesdd(dtype: torch.dtype):
+    """xGESDD as a ctypes function (Fortran calling convention: every argument by reference), or None."""
+    try:
+        from scipy.linalg import cython_lapack
+
+        capsule = cython_lapack.__pyx_capi__[_ROUTINES[dtype][0]]
+        api = ctypes.pythonapi
+        api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+        api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+        address = api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule))
+    except (ImportError, KeyError, AttributeError, ValueError):
+        return None
+    # jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work, lwork, iwork, info
+    proto = ctypes.CFUNCTYPE(None, ctypes.c_char_p, _INT, _INT, ctypes.c_void_p, _INT, ctypes.c_void_p,
+                             ctypes.c_void_p, _INT, ctypes.c_void_p, _INT, ctypes.c_void_p, _INT, ctypes.c_void_p,
+                             _INT)
+    return proto(address)
+
+
+def _ref(value: int):
+    return ctypes.byref(ctypes.c_int(value))
+
+
+def svdvals(X: torch.Tensor) -> Optional[torch.Tensor]:
+    """σ(X) in descending order as a tensor of X's dtype, or None where this path does not apply (see the
+    module's docstring). X is left as it is (LAPACK works on a copy)."""
+    if X.device.type != "cpu" or X.dtype not in _ROUTINES or X.ndim != 2 or min(X.shape) == 0:
+        return None
+    if torch.get_num_threads() != 1:
+        return None
+    fn = _gesdd(X.dtype)
+    if fn is None:
+        return None
+    m, n = X.shape
+    np_dtype = _ROUTINES[X.dtype][1]
+    # column-major m×n, as LAPACK wants it: the row-major bytes of Xᵀ (always a copy, since xGESDD overwrites it)
+    a = torch.empty((n, m), dtype=X.dtype).copy_(X.mT).numpy()
+    k = min(m, n)
+    s = np.empty(k, np_dtype)
+    iwork = np.empty(8 * k, np.int32)
+    unused = np.empty(1, np_dtype)  # U and Vᵀ are not referenced for jobz = 'N'
+    info = ctypes.c_int(0)
+
+    def call(work: np.ndarray, lwork: int) -> None:
+        fn(b"N", _ref(m), _ref(n), a.ctypes.data, _ref(max(1, m)), s.ctypes.data, unused.ctypes.data, _ref(1),
+           unused.ctypes.data, _ref(1), work.ctypes.data, _ref(lwork), iwork.ctypes.data, ctypes.byref(info))
+
+    query = np.empty(1, np_dtype)
+    call(query, -1)  # workspace query: the optimal lwork comes back in work[0]
+    if info.value != 0:
+        return None
+    lwork = max(1, int(query[0]))
+    call(np.empty(lwork, np_dtype), lwork)
+    if info.value != 0:
+        return None
+    return torch.from_numpy(s)
+
+
+@contextmanager
+def blas_threads(n: int) -> Iterator[None]:
+    """NumPy's and SciPy's BLAS held to ``n`` threads for the block (OpenBLAS's count is per library, not per
+    thread: with lanes, each lane's LAPACK call must run on its own thread, not spin up a team of its own)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # a dependency of the package; without it the calls are still right, only slower
+        yield
+        return
+    _gesdd(torch.float32)  # loads SciPy's LAPACK now: threadpoolctl sets the libraries loaded when it is called
+    with threadpool_limits(limits=n, user_api="blas"):
+        yield
