@@ -104,11 +104,13 @@ class TrackingConfig(StrictModel):
 # What each analysis profile sets where the settings leave it unset (explicit settings win). The fields'
 # own defaults are the full profile's: every analysis on. The default profile, standard, leaves out the
 # exact subspace angles, the one analysis that costs a large share of a decomposition (39 % of the wall
-# time on SmolLM2-135M shapes, docs/benchmarks.md). paper: only what the paper needs.
+# time on SmolLM2-135M shapes, docs/benchmarks.md). paper: only what the paper needs. The transition's own
+# figures are drawn in the full profile only: 1.5 s at the end of a run, 10 % of the floor on SmolLM2-135M
+# shapes, and a sweep's report draws its figures from the stores anyway (issue 35).
 PROFILES: dict[str, dict[str, Any]] = {
     "full": {},
-    "standard": {"angle_edges": ()},
-    "paper": {"band_edges": (), "angle_edges": (), "survival_dtype": None, "channel_energy": False},
+    "standard": {"angle_edges": (), "figures": False},
+    "paper": {"band_edges": (), "angle_edges": (), "survival_dtype": None, "channel_energy": False, "figures": False},
 }
 DEFAULT_PROFILE = "standard"
 
@@ -163,8 +165,8 @@ class DecompositionSettings(StrictModel):
     channel_energy: bool = True
     # The transition's three PNG figures in <store>/figures (f_diag/f_off/f_null by layer, band energy by module,
     # the most changed spectra), which MLflow logs with its run: about 1.5 s at the end of a run, 8 % of a
-    # SmolLM2-135M decomposition (docs/benchmarks.md). Off for runs whose figures nobody looks at. Not a result
-    # setting.
+    # SmolLM2-135M decomposition (docs/benchmarks.md). On in the full profile, off in the others (PROFILES). Not a
+    # result setting.
     figures: bool = True
     # torch's intra-op threads for the math on a CPU (None: automatic, see decompose.streaming.compute_layout; setting it runs one matrix at a time).
     # Not a result setting: LAPACK's results do not depend on it beyond rounding.

@@ -60,19 +60,28 @@ def remove_tree(path: Path, *, within: Path) -> None:
         path.unlink()
 
 
-def fsync_path(p: Path) -> None:
+def fsync_path(p: Path, *, release: bool = False) -> None:
+    """fsync ``p`` (a file or a directory). ``release``: then drop its pages from the page cache (below)."""
     fd = os.open(p, os.O_RDONLY)
     try:
         os.fsync(fd)
+        if release and hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
 
 
-def fsync_tree(root: Path) -> None:
-    """fsync every file and directory under ``root`` (zarr itself never fsyncs)."""
+def fsync_tree(root: Path, *, release: bool = False) -> None:
+    """fsync every file and directory under ``root`` (zarr itself never fsyncs).
+
+    ``release``: drop each file's pages from the page cache once they are on disk. For what a run writes
+    and does not read back soon (a matrix's P and null, a frame): the cache keeps the checkpoints'
+    pages instead of gigabytes of output, and the next write reuses the pages just freed. On a VM that
+    backs guest memory lazily, a write into never-touched pages cost 3.4 CPU s per GB with fsync against
+    0.4-0.7 with the pages released (tools/bench_decompose.py's writer phases, docs/benchmarks.md)."""
     for d, _, files in os.walk(root):
         for f in files:
-            fsync_path(Path(d) / f)
+            fsync_path(Path(d) / f, release=release)
         fsync_path(Path(d))
 
 

@@ -61,3 +61,11 @@ def tiny_chain(tmp_path_factory):
         torch.set_num_threads(threads)
     print(f"\nquick chain built in {time.time() - t0:.1f} s")
     return out, paths
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that run vLLM in this process go last (stable order otherwise): once vLLM's CPU backend has run,
+    torch.set_num_threads no longer takes effect in the process, and the tests of the lanes' one-thread paths
+    (tests/geometry/test_lapack.py: SciPy's LAPACK is used only on one torch thread) would meet a process
+    that no user's decomposition runs in."""
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)

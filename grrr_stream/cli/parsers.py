@@ -41,8 +41,12 @@ def decompose_parser(sub) -> None:
                    help="standard (default): every analysis but the exact subspace angles; full: every analysis; "
                         "paper: only what the paper needs (no bands, subspace angles, bf16 survival or per-channel "
                         "energies). Settings given in --config win; docs/decomposition.md")
-    p.add_argument("--no-figures", dest="figures", action="store_const", const=False, default=None,
-                   help="skip the transition's figures (STORE/figures, logged to MLflow; ~1.5 s at the end)")
+    figures = p.add_mutually_exclusive_group()
+    figures.add_argument("--figures", dest="figures", action="store_const", const=True, default=None,
+                         help="draw the transition's figures (STORE/figures, logged to MLflow; ~1.5 s at the end); "
+                              "the default of --profile full only")
+    figures.add_argument("--no-figures", dest="figures", action="store_const", const=False, default=None,
+                         help="skip them, also with --profile full")
     add_tracking(p, experiment_default=None)
     p.add_argument("--no-progress", action="store_true", help="no progress line")
     add_common(p)

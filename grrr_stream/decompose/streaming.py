@@ -31,7 +31,7 @@ from ..config import DecomposeConfig
 from ..dtypes import ITEMSIZE, name_of
 from ..geometry.analyses import survival_sample, update_sparsity
 from ..geometry.channel_energy import COMPONENTS, residual_axis, side
-from ..geometry.frame import Frame
+from ..geometry.frame import Frame, all_finite
 from ..geometry.kernel import MatrixResult, decompose_matrix
 from ..geometry.lapack import blas_threads
 from ..progress import Progress
@@ -67,15 +67,9 @@ class _Loaded:
 
 
 def _nonfinite(t: torch.Tensor, name: str, where: str) -> Optional[str]:
-    # a finite sum means every entry is finite (a NaN or ±Inf entry makes the sum NaN or ±Inf): one
-    # reduction without a mask, 20x cheaper than isfinite().all(); a sum that merely overflows takes the
-    # exact path below and is found finite there
-    wide = torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
-    if t.numel() and bool(torch.isfinite(t.sum(dtype=wide))):
+    if all_finite(t):
         return None
     finite = torch.isfinite(t)
-    if bool(finite.all()):
-        return None
     n_nan = int(torch.isnan(t).sum())
     n_inf = int(t.numel() - finite.sum() - n_nan)
     return f"{name} in {where}: {n_nan} NaN and {n_inf} Inf value(s)"
@@ -87,7 +81,7 @@ def _nonfinite_result(res: MatrixResult, name: str, compute_dtype: str) -> Optio
     arrays = {"P": res.projection.P, "sigma1": res.sigma1}
     if not res.projection.null_is_structural_zero:
         arrays["null"] = res.projection.null
-    bad += [k for k, t in arrays.items() if not bool(torch.isfinite(t).all())]
+    bad += [k for k, t in arrays.items() if not all_finite(t)]
     if not bad:
         return None
     return (f"{name}: non-finite result in {compute_dtype} ({', '.join(bad[:6])}): the update W1 − W0 overflows or "

@@ -327,7 +327,9 @@ def update_sparsity(w0: torch.Tensor, w1: torch.Tensor) -> dict:
         return {"frac_unchanged": 1.0, "frac_bitwise_unchanged": 1.0, "frac_within_ulp": 1.0, **out}
     ints = _INTS[torch.finfo(common).bits // 8]
     a, b = w0.reshape(-1), w1.reshape(-1)
-    step = 1 << 22
+    # 256 Ki entries a block: the temporaries stay in the CPU's cache and in memory malloc reuses (4 Mi-entry
+    # blocks, 16 MiB temporaries, took 4.4x the CPU: 0.35 against 0.08 s for 53 M float32 entries on one thread)
+    step = 1 << 18
     same = bitwise = within = 0
     unsigned = _UINTS[torch.finfo(common).bits // 8]
     for i in range(0, n, step):  # blocks: bounded temporaries (the upcast of a mixed pair included)

@@ -57,9 +57,7 @@ def _ref(value: int):
 def svdvals(X: torch.Tensor) -> Optional[torch.Tensor]:
     """σ(X) in descending order as a tensor of X's dtype, or None where this path does not apply (see the
     module's docstring). X is left as it is (LAPACK works on a copy)."""
-    if X.device.type != "cpu" or X.dtype not in _ROUTINES or X.ndim != 2 or min(X.shape) == 0:
-        return None
-    if torch.get_num_threads() != 1:
+    if not _applies(X):
         return None
     fn = _gesdd(X.dtype)
     if fn is None:
@@ -87,6 +85,56 @@ def svdvals(X: torch.Tensor) -> Optional[torch.Tensor]:
     if info.value != 0:
         return None
     return torch.from_numpy(s)
+
+
+SVD_MIN_SIDE = 512  # below, torch's MKL was as fast or faster (576 × 192: 4.9 against 5.7 ms)
+
+
+def svd(X: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Thin (U, S, Vh) of X, as ``torch.linalg.svd(X, full_matrices=False)`` gives them (up to rounding and the
+    vectors' signs), or None where this path does not apply (see the module's docstring) or X's short side is
+    below SVD_MIN_SIDE. X is left as it is.
+
+    xGESDD with jobz 'S'. One thread, on this 2-core AMD EPYC (Zen 5), against torch's MKL: 576² 44 → 37 ms,
+    1536 × 576 85 → 82 ms, 1536² 780 → 590 ms, 8960 × 1536 2.41 → 2.22 s; 1536 × 256 16 → 18 ms, hence the
+    threshold. (Handing LAPACK X's row-major bytes as the column-major Xᵀ saves the transposed copies but
+    took 2.97 s on 8960 × 1536: LAPACK's wide path is slower.)"""
+    if min(X.shape, default=0) < SVD_MIN_SIDE:
+        return None
+    if not _applies(X):
+        return None
+    fn = _gesdd(X.dtype)
+    if fn is None:
+        return None
+    m, n = X.shape
+    k = min(m, n)
+    np_dtype = _ROUTINES[X.dtype][1]
+    # column-major X for LAPACK: the row-major bytes of Xᵀ (a copy: xGESDD overwrites its input)
+    a = torch.empty((n, m), dtype=X.dtype).copy_(X.mT).numpy()
+    s = np.empty(k, np_dtype)
+    u = np.empty((k, m), np_dtype)   # U, column-major: the row-major bytes of Uᵀ
+    vh = np.empty((n, k), np_dtype)  # Vᵀ, column-major: the row-major bytes of V
+    iwork = np.empty(8 * k, np.int32)
+    info = ctypes.c_int(0)
+
+    def call(work: np.ndarray, lwork: int) -> None:
+        fn(b"S", _ref(m), _ref(n), a.ctypes.data, _ref(max(1, m)), s.ctypes.data, u.ctypes.data, _ref(max(1, m)),
+           vh.ctypes.data, _ref(max(1, k)), work.ctypes.data, _ref(lwork), iwork.ctypes.data, ctypes.byref(info))
+
+    query = np.empty(1, np_dtype)
+    call(query, -1)
+    if info.value != 0:
+        return None
+    lwork = max(1, int(query[0]))
+    call(np.empty(lwork, np_dtype), lwork)
+    if info.value != 0:
+        return None
+    return torch.from_numpy(u).mT.contiguous(), torch.from_numpy(s), torch.from_numpy(vh).mT.contiguous()
+
+
+def _applies(X: torch.Tensor) -> bool:
+    return (X.device.type == "cpu" and X.dtype in _ROUTINES and X.ndim == 2 and min(X.shape) > 0
+            and torch.get_num_threads() == 1)
 
 
 @contextmanager

@@ -20,7 +20,7 @@ import torch
 from ..config import DEGENERATE_GAP
 from ..errors import StoreError
 from ..files import atomic_write_text, fsync_path, fsync_tree, remove_tree
-from ..geometry.frame import Frame
+from ..geometry.frame import Frame, all_finite
 from . import zarr_arrays
 from .zarr_arrays import FORMAT_VERSION, zarr_module
 
@@ -118,7 +118,7 @@ class FrameCache:
             zarr_arrays.write_group(tmp, {**attrs, "complete": True})  # complete once renamed into place
             for nm in ("U", "S", "V"):
                 zarr_arrays.write_array(tmp, nm, getattr(frame, nm).detach().to("cpu").contiguous().numpy())
-            fsync_tree(tmp)
+            fsync_tree(tmp, release=True)  # read back by a later transition, if any: from disk then
             if final.exists() and _read_frame(final, shape, load=False) is None:
                 # an untrustworthy leftover (killed writer of an older version, damaged files): move it aside
                 trash = self.path / f".{key}.broken-{os.getpid()}-{time.monotonic_ns()}"
@@ -162,7 +162,7 @@ def _read_frame(d: Path, shape: Optional[tuple[int, int]], *, load: bool = True)
         if not load:
             return Frame(U=torch.empty(0), S=torch.empty(0), V=torch.empty(0))
         data = {nm: torch.from_numpy(np.asarray(a[...])) for nm, a in arrays.items()}
-        if not all(bool(torch.isfinite(t).all()) for t in data.values()):
+        if not all(all_finite(t) for t in data.values()):
             return None
         return Frame(U=data["U"], S=data["S"], V=data["V"])
     except Exception:  # noqa: BLE001 - missing, torn or foreign files: not a frame to trust

@@ -210,7 +210,7 @@ class TransitionStore:
             for key, data in arrays.items():
                 zarr_arrays.write_array(d, key, data, array_attrs.get(key))
         with timer.phase("fsync"):
-            fsync_tree(d)
+            fsync_tree(d, release=True)  # read back only by later commands: keep the page cache for the checkpoints
         with timer.phase("store_write"):  # the commit point: zarr.json replaced atomically, then fsync'ed
             atomic_write_text(d / "zarr.json", zarr_arrays.group_metadata({**attrs, "complete": True}))
 

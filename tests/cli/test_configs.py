@@ -58,11 +58,12 @@ def test_profiles_set_exactly_their_analyses_and_explicit_settings_win(tmp_path)
     assert full.angle_edges == (16, 64) and full.band_edges and full.survival_dtype and full.channel_energy
     assert (paper.band_edges, paper.angle_edges, paper.survival_dtype, paper.channel_energy) == ((), (), None, False)
     fields = set(type(full).model_fields) - {"profile"}
-    assert {k for k in fields if getattr(full, k) != getattr(standard, k)} == {"angle_edges"}
+    assert {k for k in fields if getattr(full, k) != getattr(standard, k)} == {"angle_edges", "figures"}
     assert {k for k in fields if getattr(full, k) != getattr(paper, k)} == {
-        "band_edges", "angle_edges", "survival_dtype", "channel_energy"}
-    assert standard.figures and full.figures and paper.figures
-    assert not config_from_args(parser.parse_args(argv + ["--no-figures"])).figures
+        "band_edges", "angle_edges", "survival_dtype", "channel_energy", "figures"}
+    assert full.figures and not standard.figures and not paper.figures  # the transition's figures: full only
+    assert config_from_args(parser.parse_args(argv + ["--figures"])).figures
+    assert not config_from_args(parser.parse_args(argv + ["--profile", "full", "--no-figures"])).figures
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"angle_edges": [32], "channel_energy": True}))
     mixed = config_from_args(parser.parse_args(argv + ["--profile", "paper", "--config", str(cfg)]))

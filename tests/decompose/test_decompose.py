@@ -112,7 +112,7 @@ def test_store_layout_csv_and_dask(planted_f64, tmp_path):
 
     base, post = planted_f64
     store = tmp_path / "s"
-    res = run_transition(no_track_config(base=str(base), post=str(post), store=store, figures=False))
+    res = run_transition(no_track_config(base=str(base), post=str(post), store=store))  # no figures by default
     assert not (store / "figures").exists()
     rows = read_metrics_csv(store)
     assert REQUIRED_COLUMNS <= set(rows[0])
@@ -136,7 +136,7 @@ def test_store_layout_csv_and_dask(planted_f64, tmp_path):
     vals = np.array([r["f_null"] for r in res.rows if r["module"] == "up_proj"])
     assert summary["scopes"]["up_proj"]["f_null_mean"] == pytest.approx(vals.mean())
     assert summary["scopes"]["up_proj"]["f_null_std"] == pytest.approx(vals.std(ddof=1))
-    again = run_transition(no_track_config(base=str(base), post=str(post), store=store))  # figures: the default
+    again = run_transition(no_track_config(base=str(base), post=str(post), store=store, figures=True))
     assert again.computed == 0  # figures are not a result setting: the finished store is reused as it is
     assert (store / "figures" / "energy_fractions.png").stat().st_size > 1000
 

@@ -312,7 +312,7 @@ def test_sparsity_and_survival_land_in_the_store(tmp_path):
     base, post = make_transition(tmp_path / "m", shape, family="llama", dtype="float32",
                                  update=Update(r_delta=3e-4, plant=(0.1, 0.6, 0.3)))
     store = tmp_path / "s"
-    run_transition(no_track_config(base=str(base), post=str(post), store=store))
+    run_transition(no_track_config(base=str(base), post=str(post), store=store, figures=True))
     t = StoredTransition(store)
     ck0, ck1 = Checkpoint.open(base), Checkpoint.open(post)
     variants = {}

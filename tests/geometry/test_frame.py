@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from grrr_stream.geometry.frame import canonical_signs, compute_frame, project, spectral_norm, split_energies
+from grrr_stream.geometry.frame import all_finite, canonical_signs, compute_frame, project, spectral_norm, split_energies
 from grrr_stream.geometry.kernel import decompose_matrix
 from grrr_stream.geometry.metrics import matrix_metrics
 
@@ -218,3 +218,24 @@ def test_degenerate_gap_stays_out_of_default_settings_hashes():
     assert "degenerate_gap" not in result_settings(DecompositionSettings())
     assert result_settings(DecompositionSettings(degenerate_gap=1e-5))["degenerate_gap"] == 1e-5
     assert result_settings(DecompositionSettings(degenerate_gap=None))["degenerate_gap"] is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_all_finite_agrees_with_numpy_including_sums_that_overflow(dtype):
+    """all_finite takes a shortcut through the sum: checked against NumPy's elementwise isfinite on NaN, ±Inf,
+    both infinities (their sum is NaN), an empty tensor, and finite entries whose sum overflows the dtype."""
+    big = torch.finfo(dtype).max
+    cases = {"plain": torch.randn(40, 30), "empty": torch.zeros(0, 3)}
+    for name, value in [("nan", float("nan")), ("inf", float("inf")), ("-inf", float("-inf"))]:
+        t = torch.randn(40, 30)
+        t[7, 3] = value
+        cases[name] = t
+    both = torch.randn(40, 30)
+    both[0, 0], both[5, 5] = float("inf"), float("-inf")
+    cases["both"] = both
+    cases["overflowing sum"] = torch.full((40, 30), big * 0.75, dtype=torch.float64)
+    for name, t in cases.items():
+        t = t.to(dtype)
+        expected = bool(np.isfinite(t.double().numpy()).all())
+        assert all_finite(t) is expected, name
+    assert all_finite(cases["overflowing sum"].to(dtype))  # the sum is Inf, every entry finite

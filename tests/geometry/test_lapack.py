@@ -10,7 +10,7 @@ import torch
 
 from grrr_stream.decompose.streaming import torch_threads
 from grrr_stream.geometry import lapack
-from grrr_stream.geometry.frame import svdvals
+from grrr_stream.geometry.frame import compute_frame, svdvals
 
 
 @pytest.fixture
@@ -36,6 +36,61 @@ def test_values_match_float64_and_leave_the_input_alone(shape, dtype, rtol, one_
     assert torch.equal(X, before)
     # a transposed view (not contiguous) gives the same values
     assert torch.equal(lapack.svdvals(X.mT.contiguous().mT), s)
+
+
+@pytest.mark.parametrize("shape", [(700, 520), (520, 520), (1100, 600)])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 5e-6), (torch.float64, 1e-13)])
+def test_vectors_match_float64_and_leave_the_input_alone(shape, dtype, tol, one_thread):
+    """U, S, Vh against NumPy's float64 SVD (a different binding): values, the rank-one projectors u_i v_iᵀ
+    (sign-free; σ well separated here), orthonormal columns, X rebuilt; the frame built from them too."""
+    g = np.random.default_rng(shape[0])
+    k = min(shape)
+    sig = np.linspace(2.0, 1.0, k)  # gaps of about 1/k·σ₁: every vector well defined
+    Q1, _ = np.linalg.qr(g.standard_normal((shape[0], k)))
+    Q2, _ = np.linalg.qr(g.standard_normal((shape[1], k)))
+    A = (Q1 * sig) @ Q2.T
+    Ur, Sr, Vhr = np.linalg.svd(A, full_matrices=False)
+    X = torch.from_numpy(A).to(dtype)
+    before = X.clone()
+    out = lapack.svd(X)
+    assert out is not None
+    U, S, Vh = (t.double().numpy() for t in out)
+    assert out[0].dtype == dtype and out[0].is_contiguous() and out[2].is_contiguous()
+    assert U.shape == (shape[0], k) and S.shape == (k,) and Vh.shape == (k, shape[1])
+    assert np.max(np.abs(S - Sr)) <= tol * Sr[0] * 10
+    # each singular pair up to its joint sign, through the sign-free u_i (v_i·x) on a few columns
+    for i in (0, k // 2, k - 1):
+        assert np.max(np.abs(np.outer(U[:, i], Vh[i, :8]) - np.outer(Ur[:, i], Vhr[i, :8]))) <= 1e3 * tol
+    assert np.max(np.abs(U.T @ U - np.eye(k))) <= 100 * tol
+    assert np.max(np.abs(Vh @ Vh.T - np.eye(k))) <= 100 * tol
+    assert np.max(np.abs((U * S) @ Vh - A)) <= 100 * tol * Sr[0]
+    assert torch.equal(X, before)
+
+
+def test_svd_is_left_to_torch_below_its_threshold_and_on_a_team_of_threads(one_thread):
+    assert lapack.svd(torch.randn(600, lapack.SVD_MIN_SIDE - 1)) is None  # MKL is as fast there
+    assert lapack.svd(torch.randn(600, lapack.SVD_MIN_SIDE)) is not None
+    X = torch.randn(600, 520)
+    X[3, 4] = float("inf")
+    assert lapack.svd(X) is None
+    with torch_threads(2):
+        assert lapack.svd(torch.randn(600, 520)) is None
+
+
+def test_frames_from_either_lapack_agree(one_thread):
+    """compute_frame through SciPy's LAPACK (one thread) and through torch's (two) gives the same frame within
+    float32 rounding: canonical signs make the vectors comparable, wide and tall inputs alike."""
+    g = torch.Generator().manual_seed(3)
+    for shape in [(520, 800), (800, 520)]:
+        Q1, _ = torch.linalg.qr(torch.randn(shape[0], 520, generator=g, dtype=torch.float64))
+        Q2, _ = torch.linalg.qr(torch.randn(shape[1], 520, generator=g, dtype=torch.float64))
+        W = ((Q1 * torch.linspace(2, 1, 520, dtype=torch.float64)) @ Q2.T).float()
+        a = compute_frame(W, degenerate_gap=None)
+        with torch_threads(2):
+            b = compute_frame(W, degenerate_gap=None)
+        assert a.U.shape == b.U.shape == (shape[0], 520) and a.V.shape == b.V.shape == (shape[1], 520)
+        assert torch.allclose(a.S, b.S, rtol=0, atol=5e-6)
+        assert (a.U - b.U).abs().max() < 5e-3 and (a.V - b.V).abs().max() < 5e-3
 
 
 def test_cases_left_to_torch(one_thread):

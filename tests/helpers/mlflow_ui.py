@@ -157,7 +157,7 @@ def populate(tracking_uri: str, workdir: Path) -> None:
         "chains": [{"name": "syn", "base": {"id": "base", "source": str(models / "base")},
                     "models": [{"id": "sft", "source": str(models / "sft"), "method": "SFT"},
                                {"id": "rl", "source": str(models / "rl"), "parent": "sft", "method": "GRPO"}]}],
-        "decomposition": {"incremental": False, "device": "cpu"},
+        "decomposition": {"incremental": False, "device": "cpu", "figures": True},  # the transitions' own figures
         "statistics": {"resamples": 200, "null_draws": 200, "independent": False},
         "variants": {"names": ["full", "diag"], "transitions": ["base-to-rl"]},
         "evaluation": {"enabled": False},

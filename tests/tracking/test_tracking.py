@@ -25,7 +25,7 @@ def _runs(uri, experiment="grrr_stream"):
 def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(planted_f64, tmp_path, uri):
     base, post = planted_f64
     cfg = no_track_config(base=str(base), post=str(post), store=tmp_path / "s", method="SFT", chain="toy",
-                          tracking={"uri": uri})
+                          tracking={"uri": uri}, figures=True)
     res = run_transition(cfg)
     client, runs = _runs(uri)
     assert len(runs) == 1
