@@ -57,34 +57,8 @@ def _ref(value: int):
 def svdvals(X: torch.Tensor) -> Optional[torch.Tensor]:
     """σ(X) in descending order as a tensor of X's dtype, or None where this path does not apply (see the
     module's docstring). X is left as it is (LAPACK works on a copy)."""
-    if not _applies(X):
-        return None
-    fn = _gesdd(X.dtype)
-    if fn is None:
-        return None
-    m, n = X.shape
-    np_dtype = _ROUTINES[X.dtype][1]
-    # column-major m×n, as LAPACK wants it: the row-major bytes of Xᵀ (always a copy, since xGESDD overwrites it)
-    a = torch.empty((n, m), dtype=X.dtype).copy_(X.mT).numpy()
-    k = min(m, n)
-    s = np.empty(k, np_dtype)
-    iwork = np.empty(8 * k, np.int32)
-    unused = np.empty(1, np_dtype)  # U and Vᵀ are not referenced for jobz = 'N'
-    info = ctypes.c_int(0)
-
-    def call(work: np.ndarray, lwork: int) -> None:
-        fn(b"N", _ref(m), _ref(n), a.ctypes.data, _ref(max(1, m)), s.ctypes.data, unused.ctypes.data, _ref(1),
-           unused.ctypes.data, _ref(1), work.ctypes.data, _ref(lwork), iwork.ctypes.data, ctypes.byref(info))
-
-    query = np.empty(1, np_dtype)
-    call(query, -1)  # workspace query: the optimal lwork comes back in work[0]
-    if info.value != 0:
-        return None
-    lwork = max(1, int(query[0]))
-    call(np.empty(lwork, np_dtype), lwork)
-    if info.value != 0:
-        return None
-    return torch.from_numpy(s)
+    out = _gesdd_call(X, vectors=False)
+    return None if out is None else torch.from_numpy(out[0])
 
 
 SVD_MIN_SIDE = 512  # below, torch's MKL was as fast or faster (576 × 192: 4.9 against 5.7 ms)
@@ -101,6 +75,16 @@ def svd(X: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Ten
     took 2.97 s on 8960 × 1536: LAPACK's wide path is slower.)"""
     if min(X.shape, default=0) < SVD_MIN_SIDE:
         return None
+    out = _gesdd_call(X, vectors=True)
+    if out is None:
+        return None
+    s, u, vh = out  # U and Vᵀ column-major: the row-major bytes of Uᵀ and V
+    return torch.from_numpy(u).mT.contiguous(), torch.from_numpy(s), torch.from_numpy(vh).mT.contiguous()
+
+
+def _gesdd_call(X: torch.Tensor, *, vectors: bool) -> Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """xGESDD of X (jobz 'S' with ``vectors``, else 'N'): (σ, U's column-major buffer (k, m), Vᵀ's (n, k)), the
+    buffers empty without vectors; None where the path does not apply or LAPACK reports a problem."""
     if not _applies(X):
         return None
     fn = _gesdd(X.dtype)
@@ -109,27 +93,29 @@ def svd(X: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Ten
     m, n = X.shape
     k = min(m, n)
     np_dtype = _ROUTINES[X.dtype][1]
-    # column-major X for LAPACK: the row-major bytes of Xᵀ (a copy: xGESDD overwrites its input)
+    # column-major m×n, as LAPACK wants it: the row-major bytes of Xᵀ (always a copy, since xGESDD overwrites it)
     a = torch.empty((n, m), dtype=X.dtype).copy_(X.mT).numpy()
     s = np.empty(k, np_dtype)
-    u = np.empty((k, m), np_dtype)   # U, column-major: the row-major bytes of Uᵀ
-    vh = np.empty((n, k), np_dtype)  # Vᵀ, column-major: the row-major bytes of V
+    # U (m × k) and Vᵀ (k × n), column-major; not referenced for jobz 'N'
+    u, vh = (np.empty((k, m), np_dtype), np.empty((n, k), np_dtype)) if vectors else (np.empty(1, np_dtype),) * 2
+    ldu, ldvt = (max(1, m), max(1, k)) if vectors else (1, 1)
     iwork = np.empty(8 * k, np.int32)
     info = ctypes.c_int(0)
 
     def call(work: np.ndarray, lwork: int) -> None:
-        fn(b"S", _ref(m), _ref(n), a.ctypes.data, _ref(max(1, m)), s.ctypes.data, u.ctypes.data, _ref(max(1, m)),
-           vh.ctypes.data, _ref(max(1, k)), work.ctypes.data, _ref(lwork), iwork.ctypes.data, ctypes.byref(info))
+        fn(b"S" if vectors else b"N", _ref(m), _ref(n), a.ctypes.data, _ref(max(1, m)), s.ctypes.data,
+           u.ctypes.data, _ref(ldu), vh.ctypes.data, _ref(ldvt), work.ctypes.data, _ref(lwork), iwork.ctypes.data,
+           ctypes.byref(info))
 
     query = np.empty(1, np_dtype)
-    call(query, -1)
+    call(query, -1)  # workspace query: the optimal lwork comes back in work[0]
     if info.value != 0:
         return None
     lwork = max(1, int(query[0]))
     call(np.empty(lwork, np_dtype), lwork)
     if info.value != 0:
         return None
-    return torch.from_numpy(u).mT.contiguous(), torch.from_numpy(s), torch.from_numpy(vh).mT.contiguous()
+    return s, u, vh
 
 
 def _applies(X: torch.Tensor) -> bool:
