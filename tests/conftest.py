@@ -63,9 +63,10 @@ def tiny_chain(tmp_path_factory):
     return out, paths
 
 
+
 def pytest_collection_modifyitems(config, items):
-    """Tests that run vLLM in this process go last (stable order otherwise): once vLLM's CPU backend has run,
-    torch.set_num_threads no longer takes effect in the process, and the tests of the lanes' one-thread paths
-    (tests/geometry/test_lapack.py: SciPy's LAPACK is used only on one torch thread) would meet a process
-    that no user's decomposition runs in."""
-    items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)
+    """Tests marked ``torch_threads`` go first (stable order otherwise): once vLLM's CPU backend has run in this
+    process (tests/evaluation/test_evaluate_vllm.py), torch.set_num_threads no longer takes effect, and the tests
+    of the lanes' one-thread paths (tests/geometry/test_lapack.py: SciPy's LAPACK is used only on one torch
+    thread) would meet a process that no user's decomposition runs in."""
+    items.sort(key=lambda item: item.get_closest_marker("torch_threads") is None)

@@ -12,6 +12,8 @@ from grrr_stream.decompose.streaming import torch_threads
 from grrr_stream.geometry import lapack
 from grrr_stream.geometry.frame import compute_frame, svdvals
 
+pytestmark = pytest.mark.torch_threads  # tests/conftest.py runs these before any vLLM test
+
 
 @pytest.fixture
 def one_thread():
