@@ -1,4 +1,4 @@
-"""Singular values through SciPy's LAPACK (OpenBLAS in SciPy's wheels), called with the GIL released.
+"""Singular values and thin SVDs through SciPy's LAPACK (OpenBLAS in SciPy's wheels), with the GIL released.
 
 Why not torch's: on the decomposition's CPU path the matrices run in lanes, one torch thread each
 (grrr_stream.decompose.streaming), and there torch's ``svdvals`` (MKL's xGESDD without vectors) took 1.6-1.8x
@@ -11,8 +11,8 @@ binary on every platform) and called through ctypes.
 
 Used only where it helps: a CPU float32 or float64 matrix computed on one torch thread (the lanes; their
 OpenBLAS is held to one thread too, :func:`blas_threads`). Elsewhere, or if SciPy's LAPACK cannot be loaded,
-or if the routine reports any problem (a non-finite entry, no convergence), :func:`svdvals` returns None and
-the caller uses torch's, which then raises or returns what it always did.
+or if the routine reports any problem (a non-finite entry, no convergence), :func:`svdvals` and :func:`svd`
+return None and the caller uses torch's, which then raises or returns what it always did.
 """
 
 from __future__ import annotations
