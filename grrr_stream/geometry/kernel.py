@@ -91,8 +91,14 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
         axis, idx = survival[0], survival[1].to(delta.device)
         delta_sample = (delta[idx] if axis == 0 else delta[:, idx]).clone()
     with timer.phase("projection"):
-        proj = project(delta, frame, in_place=True)
+        proj = project(delta, frame, in_place=True, lift=channel_axis)
         energies = split_energies(proj.P, proj.null)
+    per_channel = None
+    if channel_axis is not None:  # now, while the projection's intermediate is alive: an r×n buffer, freed after
+        with timer.phase("channel_energy"):
+            lifted = proj.lifted[1] if proj.lifted is not None and proj.lifted[0] == channel_axis else None
+            per_channel = channel_energies(proj.P, proj.null, frame.U, frame.V, channel_axis, lifted)
+    proj = replace(proj, lifted=None)
     if ks and in_frame:
         angles, angles_failed = _angles_in_frame(frame, proj, ks, delta_fro, delta_spec, timer)
     with timer.phase("analyses"):
@@ -104,10 +110,6 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
                              rank_thresholds=rank_thresholds)
     if extra:
         metrics = replace(metrics, extra=extra)
-    per_channel = None
-    if channel_axis is not None:
-        with timer.phase("channel_energy"):
-            per_channel = channel_energies(proj.P, proj.null, frame.U, frame.V, channel_axis)
     return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics, channel_energy=per_channel)
 
 

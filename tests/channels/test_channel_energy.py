@@ -99,6 +99,62 @@ def test_kernel_formula_in_blocks_of_channels(monkeypatch, shape, axis):
     np.testing.assert_allclose(got.numpy(), reference(W0, W1, axis), rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("shape", [(50, 20), (20, 50), (30, 30)])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_the_projections_intermediate_gives_the_same_energies(monkeypatch, shape, axis):
+    """Where the frame's side along the channels is complete (columns of a tall or square matrix, rows of a wide
+    or square one), project(lift=axis) keeps V0 Pᵀ or U0 P and the energies come without a product with P:
+    equal to the explicit float64 components, in blocks of channels. Elsewhere nothing is kept."""
+    import torch
+
+    from grrr_stream.geometry import channel_energy as energy
+    from grrr_stream.geometry.frame import compute_frame, project
+
+    monkeypatch.setattr(energy, "ROWS", 7)
+    rng = np.random.default_rng(sum(shape) + axis)
+    W0 = rng.standard_normal(shape)
+    W1 = W0 + 0.1 * rng.standard_normal(shape)
+    frame = compute_frame(torch.from_numpy(W0), degenerate_gap=None)
+    proj = project(torch.from_numpy(W1 - W0), frame, lift=axis)
+    complete = shape[1] <= shape[0] if axis == 1 else shape[0] <= shape[1]
+    assert (proj.lifted is not None) == complete
+    if complete:
+        side = frame.V if axis == 1 else frame.U
+        P = proj.P
+        assert torch.allclose(proj.lifted[1], side @ (P.mT if axis == 1 else P), rtol=0, atol=1e-12)
+    got = energy.channel_energies(proj.P, proj.null, frame.U, frame.V, axis,
+                                  proj.lifted[1] if proj.lifted else None)
+    np.testing.assert_allclose(got.numpy(), reference(W0, W1, axis), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_float32_off_energy_with_the_intermediate_is_as_accurate_as_the_product(axis):
+    """A nearly diagonal update (off energy 1e-6 of the diagonal's): the off energy per channel from V0 Pᵀ − V0 D
+    cancels most of its terms, yet in float32 it is as close to the float64 reference as the r×r product's."""
+    import torch
+
+    from grrr_stream.geometry.channel_energy import channel_energies
+    from grrr_stream.geometry.frame import compute_frame, project
+
+    rng = np.random.default_rng(11 + axis)
+    n = 96
+    Q1, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    Q2, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    W0 = (Q1 * np.linspace(2, 1, n)) @ Q2.T
+    P0 = np.diag(rng.standard_normal(n)) + 1e-3 * rng.standard_normal((n, n))
+    W1 = W0 + 1e-3 * Q1 @ P0 @ Q2.T
+    ref = reference(W0, W1, axis)[:, 1]
+    frame = compute_frame(torch.from_numpy(W0).float(), degenerate_gap=None)
+    dW = torch.from_numpy(W1).float() - torch.from_numpy(W0).float()
+    proj = project(dW.clone(), frame, lift=axis)
+    assert proj.lifted is not None
+    lifted = channel_energies(proj.P, proj.null, frame.U, frame.V, axis, proj.lifted[1])[:, 1].numpy()
+    product = channel_energies(proj.P, proj.null, frame.U, frame.V, axis)[:, 1].numpy()
+    err_lifted, err_product = (np.abs(x - ref).max() / ref.max() for x in (lifted, product))
+    assert err_product < 0.01  # the inputs' float32 rounding itself is not small here
+    assert err_lifted <= 2 * err_product + 1e-6, (err_lifted, err_product)
+
+
 @pytest.fixture(scope="module")
 def dense(tmp_path_factory):
     """A tiny float32 Llama-layout pair (q/o square, k/v wide, gate/up tall, down wide) and its store."""
@@ -253,3 +309,18 @@ def test_channel_stats_on_a_planted_and_an_isotropic_update(dense, tmp_path, cap
     # a channel file chosen for another model is refused
     (tmp_path / "other.json").write_text(json.dumps({"channels": [1], "hidden_size": 4096}))
     assert main(["channel-stats", str(store), "--channels", str(tmp_path / "other.json")]) == 2
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_squared_norms_against_float64(monkeypatch, axis):
+    """The null residual's squared column (axis 1) or row (axis 0) norms, summed over several blocks of rows."""
+    import torch
+
+    from grrr_stream.geometry import channel_energy as energy
+
+    monkeypatch.setattr(energy, "NULL_ROWS", 7)
+    X = np.random.default_rng(3).standard_normal((50, 33)) * np.logspace(0, -3, 33)
+    got = energy.squared_norms(torch.from_numpy(X).float(), axis).double().numpy()
+    ref = np.square(X).sum(axis=0 if axis == 1 else 1)
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=2e-6)

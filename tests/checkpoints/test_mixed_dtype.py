@@ -129,6 +129,39 @@ def test_sparsity_of_a_float16_base_and_bf16_post_compares_in_float32():
     assert {k: got[k] for k in _numpy_reference(w0, w1)} == _numpy_reference(w0, w1)
 
 
+@pytest.mark.parametrize("dtype", [BF16, F16, torch.float8_e4m3fn])
+def test_sparsity_of_narrow_pairs_against_a_rank_of_every_value(dtype):
+    """Same-dtype pairs rich in the hard cases (±0, ±smallest subnormal, one step across zero, the largest
+    values, random moves of a few steps): the counts against an independent reference that enumerates every
+    finite value of the dtype, sorts them (±0 one value) and counts steps as differences of rank."""
+    values = _all_finite(dtype)  # every finite bit pattern, as values of the dtype
+    v64 = values.double().numpy()
+    ladder = np.unique(v64)  # ascending, +0 and −0 merged (np.unique treats them as one)
+    rank = {float(v): i for i, v in enumerate(ladder)}
+    g = np.random.default_rng(7)
+    smallest = v64[v64 > 0].min()
+    pool = np.concatenate([v64, [0.0, -0.0, smallest, -smallest] * 4])  # exact values of the dtype
+    n = 6000
+    a = pool[g.integers(0, pool.size, n)]
+    # b: a step or two from a along the ladder, random for a quarter, a's zero of the other sign for some
+    moved = np.clip(np.array([rank[float(v)] for v in a]) + g.integers(-2, 3, n), 0, ladder.size - 1)
+    b = ladder[moved]
+    b[: n // 4] = pool[g.integers(0, pool.size, n // 4)]
+    flip = (a == 0) & (g.random(n) < 0.5)
+    b[flip] = -a[flip]  # ±0 → ∓0: an equal value, another pattern
+    x, y = (torch.from_numpy(v).to(dtype) for v in (a, b))
+    assert np.array_equal(x.double().numpy(), a) and np.array_equal(y.double().numpy(), b)
+    assert np.array_equal(np.signbit(x.double().numpy()), np.signbit(a))
+    d = np.array([rank[float(u)] - rank[float(v)] for u, v in zip(a, b)])
+    bits = torch.finfo(dtype).bits
+    ints = {8: torch.int8, 16: torch.int16}[bits]
+    got = update_sparsity(x.reshape(60, -1), y.reshape(60, -1))
+    assert got["frac_unchanged"] == np.mean(d == 0) == np.mean(a == b)
+    assert got["frac_within_ulp"] == np.mean(np.abs(d) <= 1)
+    assert got["frac_bitwise_unchanged"] == float((x.view(ints) == y.view(ints)).double().mean())
+    assert 0 < np.mean(d == 0) < np.mean(np.abs(d) <= 1) < 1  # each count is tested, not only the trivial ones
+
+
 def test_sparsity_of_a_same_dtype_pair_compares_values():
     """float32 pair: +0 → −0 is unchanged as a value (sparsity_in_rl), changed bitwise; within one ulp
     against numpy's nextafter, across zero too (+0 → the smallest negative subnormal is one step)."""

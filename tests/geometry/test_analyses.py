@@ -250,10 +250,13 @@ def test_sparsity_at_checkpoint_precision_is_exact():
 
 
 def test_sparsity_in_native_width_equals_the_wide_reference():
-    """Bit patterns at the extremes (where the difference of ordered keys wraps in 16 bits) against the
-    rule written out in int64: sign-magnitude → ±magnitude (so +0 and −0 are one value), neighbours 1 apart."""
-    edge = torch.tensor([0, 1, 2, -1, -2, 32767, 32766, -32768, -32767, 16256, 16257, -16512, -16511],
-                        dtype=torch.int16)
+    """Bit patterns at the extremes of the finite values (where differences of patterns wrap in 16 bits:
+    the largest finite values of both signs, ±0, the smallest subnormals) against the rule written out in
+    int64: sign-magnitude → ±magnitude (so +0 and −0 are one value), neighbours 1 apart. Finite values only,
+    as the pipeline gives it (NaN and ±Inf are refused before)."""
+    edge = torch.tensor([0, 1, 2, 0x7F7F, 0x7F7E, -32768, -32767, -32766, 16256, 16257, -16512, -16511,
+                         0xFF7F - 0x10000, 0xFF7E - 0x10000], dtype=torch.int16)
+    assert bool(torch.isfinite(edge.view(torch.bfloat16).float()).all())
     x, y = torch.cartesian_prod(edge, edge).unbind(1)
     got = update_sparsity(x.contiguous().view(torch.bfloat16), y.contiguous().view(torch.bfloat16))
     xl, yl = x.long() & 0xFFFF, y.long() & 0xFFFF  # the unsigned patterns
@@ -266,15 +269,18 @@ def test_sparsity_in_native_width_equals_the_wide_reference():
 
 @pytest.mark.parametrize("bits", [32, 64])
 def test_sparsity_of_wide_patterns_equals_python_integers(bits):
-    """float32 and float64 patterns at the extremes of their width (where the keys' difference wraps),
-    against the rule in Python integers, which never wrap: sign-magnitude → ±magnitude."""
+    """float32 and float64 patterns at the extremes of their finite values (where differences of patterns
+    wrap: the largest finite values of both signs, ±0, the smallest subnormals), against the rule in Python
+    integers, which never wrap: sign-magnitude → ±magnitude. Finite values only, as the pipeline gives it."""
     half = 1 << (bits - 1)
-    edge = [0, 1, 2, half - 1, half - 2, half, half + 1, half + 2, (1 << bits) - 1, (1 << bits) - 2,
+    top = {32: 0x7F7FFFFF, 64: 0x7FEFFFFFFFFFFFFF}[bits]  # the largest finite magnitude
+    edge = [0, 1, 2, top, top - 1, half, half + 1, half + 2, half + top, half + top - 1,
             0x3F800000, 0x3F800001, half + 0x3F800000]
     pairs = [(a, b) for a in edge for b in edge]
     ints, floats = {32: (torch.int32, torch.float32), 64: (torch.int64, torch.float64)}[bits]
     signed = [[v - (1 << bits) if v >= half else v for v in col] for col in zip(*pairs)]
     x, y = (torch.tensor(col, dtype=ints).view(floats) for col in signed)
+    assert bool(torch.isfinite(x).all()) and bool(torch.isfinite(y).all())
     got = update_sparsity(x, y)
     key = [[-(v - half) if v >= half else v for v in col] for col in zip(*pairs)]
     n = len(pairs)

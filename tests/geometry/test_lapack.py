@@ -16,7 +16,10 @@ pytestmark = pytest.mark.torch_threads  # tests/conftest.py runs these before an
 
 
 @pytest.fixture
-def one_thread():
+def one_thread(monkeypatch):
+    """One torch thread, and the SciPy path taken whatever the CPU (on an Intel CPU with MKL it is not, by
+    default: lapack.preferred)."""
+    monkeypatch.setenv(lapack.ENV, "scipy")
     with torch_threads(1):
         yield
 
@@ -148,3 +151,29 @@ def test_the_lanes_hold_scipys_blas_to_their_thread_count():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     blas = eval(out)
     assert any("scipy" in path for path, _ in blas) and all(n == 1 for _, n in blas), blas
+
+
+def test_the_path_is_chosen_by_the_cpus_maker_unless_forced(monkeypatch, tmp_path):
+    """OpenBLAS unless torch's LAPACK is MKL on an Intel CPU (where MKL was the faster); the environment
+    variable overrides the rule either way, and a forced torch leaves every matrix to torch."""
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\n")
+    assert lapack.cpu_vendor(str(info)) == "AuthenticAMD"
+    assert lapack.cpu_vendor(str(tmp_path / "absent")) == ""
+    monkeypatch.delenv(lapack.ENV, raising=False)
+    lapack._auto_choice.cache_clear()
+    for vendor, mkl, expected in [("GenuineIntel", True, False), ("AuthenticAMD", True, True),
+                                  ("GenuineIntel", False, True), ("", True, True)]:
+        monkeypatch.setattr(lapack, "cpu_vendor", lambda cpuinfo="", v=vendor: v)
+        monkeypatch.setattr(torch.backends.mkl, "is_available", lambda m=mkl: m)
+        lapack._auto_choice.cache_clear()
+        assert lapack.preferred() is expected, (vendor, mkl)
+        for forced in ("scipy", "torch"):
+            monkeypatch.setenv(lapack.ENV, forced)
+            assert lapack.preferred() is (forced == "scipy")
+        monkeypatch.delenv(lapack.ENV)
+    lapack._auto_choice.cache_clear()
+    monkeypatch.undo()
+    monkeypatch.setenv(lapack.ENV, "torch")
+    with torch_threads(1):
+        assert lapack.svdvals(torch.randn(600, 520)) is None and lapack.svd(torch.randn(600, 520)) is None
