@@ -231,12 +231,14 @@ class _Pipeline:
         item.frame = None  # the CPU copy: the writer must not keep it alive
         if frame is not None:
             frame = Frame(U=frame.U.to(device), S=frame.S.to(device), V=frame.V.to(device))
-        # no local names for the inputs: decompose_matrix frees W0 once the frame exists
+        # no local names for the inputs: decompose_matrix frees W0 once the frame exists, and takes W1 over
+        # (it becomes ΔW in place): the reader's tensors are the item's own (Checkpoint.read_part), so a W1
+        # already in the compute dtype is handed over as it is, not copied (55 MB per 8960 × 1536 float32 matrix)
         survival = item.survival
         if survival is not None:
             survival = (survival[0], survival[1].to(device), survival[2].to(device), survival[3])
         res = decompose_matrix(item.take("w0", timer, device=device, dtype=dtype),
-                               item.take("w1", timer, device=device, dtype=dtype, copy=True),
+                               item.take("w1", timer, device=device, dtype=dtype),
                                frame=frame, core_rel_threshold=cfg.core_rel_threshold,
                                rank_thresholds=cfg.rank_thresholds, band_edges=cfg.band_edges,
                                angle_edges=cfg.angle_edges, survival=survival, timer=timer,

@@ -53,7 +53,7 @@ def all_finite(t: torch.Tensor) -> bool:
 
 def svdvals(X: torch.Tensor, driver: Optional[str] = None) -> torch.Tensor:
     """Singular values, computed on the tall orientation (faster in LAPACK, same values); on one CPU thread
-    by SciPy's LAPACK, faster there than torch's (:mod:`grrr_stream.geometry.lapack`)."""
+    by SciPy's LAPACK where it is the faster (:mod:`grrr_stream.geometry.lapack`)."""
     X = X.mT if X.shape[0] < X.shape[1] else X
     fast = lapack.svdvals(X)
     return fast if fast is not None else torch.linalg.svdvals(X, **_driver(X, driver))
