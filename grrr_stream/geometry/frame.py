@@ -114,8 +114,8 @@ def compute_frame(W0: torch.Tensor, core_rel_threshold: Optional[float] = None,
 
 def spectral_norm(X: torch.Tensor, *, tol: Optional[float] = None, max_steps: int = 300,
                   exact_below: int = 512, seed: int = 0) -> float:
-    """‖X‖₂ by Lanczos on the Gram matrix of X's shorter side (G = XᵀX for a tall X), with full
-    reorthogonalisation of the Lanczos vectors; ‖X‖₂ = √λmax(G).
+    """‖X‖₂ by Lanczos on the Gram matrix G = XᵀX, with full reorthogonalisation of the Lanczos vectors;
+    ‖X‖₂ = √λmax(G).
 
     A full ``svdvals`` of a large ΔW would cost as much as the frame SVD itself;
     Lanczos needs a few dozen products with G (convergence depends on √gap rather than the
@@ -125,23 +125,25 @@ def spectral_norm(X: torch.Tensor, *, tol: Optional[float] = None, max_steps: in
     the estimate is accepted (default 1e-7 in float32, 1e-12 in float64).
 
     Mathematically the same iteration as Golub–Kahan bidiagonalisation of X (the same Krylov space, the same
-    steps), but each product G v = Xᵀ(X v) is taken a block of X at a time (:func:`_gram_mv`), so that X is read
-    from memory once per step instead of twice: the iteration is bound by that reading on an MLP's ΔW
-    (8960 × 1536 float32: 55 MB a pass). On one thread: 287 → 231 ms there, 1536² 44 → 31 ms, 1536 × 576
-    12.7 → 9.1 ms. λmax(G) carries a relative rounding error of about eps, so ‖X‖₂ of about eps/2: only the
-    smallest singular values suffer from squaring, never the largest. The largest Ritz value never
-    overestimates λmax, whatever orthogonality is lost (Paige).
+    steps), but each product G v = Xᵀ(X v) is taken a block of X's rows at a time (:func:`_gram_mv`), so that X
+    is read from memory once per step instead of twice: the iteration is bound by that reading on an MLP's ΔW
+    (8960 × 1536 float32: 55 MB a pass). G is XᵀX as stored, also for a wide X: XXᵀ would be smaller, but its
+    product in one pass needs blocks of columns, strided in memory (1536 × 8960: 279 ms against 181 ms for
+    Golub–Kahan); the longer vectors cost 4·j·n flops a step against the product's 4·m·n. On one thread,
+    Golub–Kahan → this: 8960 × 1536 243 → 179 ms, 1536² 44 → 32 ms, 1536 × 576 11.5 → 7.5 ms (errors against
+    float64 within 5e-8). λmax(G) carries a relative rounding error of about eps, so ‖X‖₂ of about eps/2: only the
+    smallest singular values suffer from squaring, never the largest. The Lanczos vectors are kept
+    orthonormal (reorthogonalised twice a step), so the tridiagonal is VᵀGV up to rounding and its largest
+    eigenvalue cannot exceed λmax beyond rounding.
     """
     m, n = X.shape
-    wide = m < n
-    n = min(m, n)
-    if n == 0:
+    if min(m, n) == 0:
         return 0.0
-    if n <= exact_below:
+    if min(m, n) <= exact_below:
         return float(svdvals(X)[0].item()) if X.any() else 0.0
     if tol is None:
         tol = 1e-12 if X.dtype == torch.float64 else 1e-7
-    steps = min(max_steps, n)
+    steps = min(max_steps, m, n)  # the Krylov space's dimension is at most X's rank
     gen = torch.Generator(device=X.device).manual_seed(seed)
     Vs = torch.empty(steps + 1, n, device=X.device, dtype=X.dtype)  # one contiguous row per Lanczos vector
     v = torch.randn(n, generator=gen, device=X.device, dtype=X.dtype)
@@ -151,7 +153,7 @@ def spectral_norm(X: torch.Tensor, *, tol: Optional[float] = None, max_steps: in
     betas: list[float] = []
     last = -1.0
     for j in range(steps):
-        _gram_mv(X, Vs[j], w, wide)
+        _gram_mv(X, Vs[j], w)
         alphas.append(float(torch.dot(w, Vs[j]).item()))
         done = Vs[: j + 1]
         # full reorthogonalisation, twice (it removes α v_j and β v_{j−1} too): once is not enough here, as G
@@ -178,29 +180,20 @@ def _top_ritz(alphas: list[float], betas: list[float]) -> float:
     return math.sqrt(max(0.0, float(np.linalg.eigvalsh(T)[-1])))
 
 
-GRAM_BLOCK_BYTES = 1 << 20  # a block of X per product: stays in the core's cache between its two reads
+GRAM_BLOCK_BYTES = 1 << 20  # rows of X per product: they stay in the core's cache between their two reads
 
 
-def _gram_mv(X: torch.Tensor, v: torch.Tensor, out: torch.Tensor, wide: bool) -> None:
-    """out = G v with G the Gram matrix of X's shorter side: Xᵀ(X v) for a tall X, X(Xᵀ v) for a wide one. On
-    a CPU a block of rows (tall) or columns (wide) at a time: X_bᵀ(X_b v) summed over the blocks reads each
+def _gram_mv(X: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
+    """out = Xᵀ(X v). On a CPU a block of X's rows at a time: X_bᵀ(X_b v) summed over the blocks reads each
     block once from memory and once from the cache. On a GPU one product each way."""
     if X.device.type != "cpu":
-        if wide:
-            torch.mv(X, torch.mv(X.mT, v), out=out)
-        else:
-            torch.mv(X.mT, torch.mv(X, v), out=out)
+        torch.mv(X.mT, torch.mv(X, v), out=out)
         return
     out.zero_()
-    step = max(16, GRAM_BLOCK_BYTES // (X.element_size() * v.numel()))
-    if wide:  # column blocks: each row's slice is contiguous, a BLAS matrix with X's leading dimension
-        for a in range(0, X.shape[1], step):
-            Xb = X[:, a:a + step]
-            out.addmv_(Xb, torch.mv(Xb.mT, v))
-    else:
-        for a in range(0, X.shape[0], step):
-            Xb = X[a:a + step]
-            out.addmv_(Xb.mT, torch.mv(Xb, v))
+    step = max(16, GRAM_BLOCK_BYTES // (X.element_size() * X.shape[1]))
+    for a in range(0, X.shape[0], step):
+        Xb = X[a:a + step]
+        out.addmv_(Xb.mT, torch.mv(Xb, v))
 
 
 @dataclass(frozen=True)

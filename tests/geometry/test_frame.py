@@ -243,18 +243,18 @@ def test_all_finite_agrees_with_numpy_including_sums_that_overflow(dtype):
 
 @pytest.mark.parametrize("shape", [(700, 90), (90, 700)])
 def test_gram_products_in_blocks_and_the_norm_through_them(monkeypatch, shape):
-    """G v for the shorter side's Gram matrix (XᵀX v tall, XXᵀ v wide), summed over several blocks of rows or
-    columns (a ragged last one), against float64 numpy; and ‖X‖₂ through such blocks against numpy's SVD."""
+    """XᵀX v summed over several blocks of rows (a ragged last one) against float64 numpy, tall and wide; and
+    ‖X‖₂ through such blocks against numpy's SVD."""
     from grrr_stream.geometry import frame as frame_module
 
-    monkeypatch.setattr(frame_module, "GRAM_BLOCK_BYTES", 64 * 90 * 4 + 4)  # 64 lines a block: 11 blocks
+    n = shape[1]
+    monkeypatch.setattr(frame_module, "GRAM_BLOCK_BYTES", 64 * n * 8 + 4)  # 64 rows a block in float64
     rng = np.random.default_rng(4)
     A = rng.standard_normal(shape)
-    wide = shape[0] < shape[1]
-    v = rng.standard_normal(90)
-    out = torch.empty(90, dtype=torch.float64)
-    frame_module._gram_mv(torch.from_numpy(A), torch.from_numpy(v), out, wide)
-    ref = A @ (A.T @ v) if wide else A.T @ (A @ v)
+    v = rng.standard_normal(n)
+    out = torch.empty(n, dtype=torch.float64)
+    frame_module._gram_mv(torch.from_numpy(A), torch.from_numpy(v), out)
+    ref = A.T @ (A @ v)
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
     A[:, 3] *= 4  # a spike, and noise
     exact = np.linalg.svd(A, compute_uv=False)[0]
