@@ -57,7 +57,7 @@ def channel_energies(P: torch.Tensor, null: torch.Tensor, U: torch.Tensor, V: to
     """(channels, 3) float64: diag, off and null energy per channel along ``axis`` (see the module doc).
 
     P is r×r in the frame (U m×r, V n×r); ``null`` the m×n null residual, in the compute dtype. ``lifted``:
-    V Pᵀ (axis 1) or U P (axis 0), where the projection kept it (``Projection.lifted`` for this axis)."""
+    V Pᵀ (axis 1) or U P (axis 0), where the projection kept it (``Projection.lifted`` of project(lift=axis))."""
     F = V if axis == 1 else U
     d = torch.diagonal(P)
     p2 = d.square()

@@ -205,10 +205,10 @@ class Projection:
     # True when U0 and V0 span the whole domain and range (square W0, untruncated
     # core): the null part is then zero by construction and ``null`` is rounding noise.
     null_is_structural_zero: bool
-    # (axis, F·P-form) when project() was asked for it and the frame's side along ``axis`` is complete: V0 Pᵀ
-    # (n×r, = (U0ᵀ ΔW)ᵀ) for the columns, U0 P (m×r, = ΔW V0) for the rows; the projection's own intermediate,
-    # so grrr_stream.geometry.channel_energy needs no product with P (see there). None otherwise.
-    lifted: Optional[tuple[int, torch.Tensor]] = None
+    # With project(lift=axis), where the frame's side along that axis is complete: V0 Pᵀ (n×r, = (U0ᵀ ΔW)ᵀ) for
+    # the columns, U0 P (m×r, = ΔW V0) for the rows; the projection's own intermediate, so
+    # grrr_stream.geometry.channel_energy needs no product with P (see there). None otherwise.
+    lifted: Optional[torch.Tensor] = None
 
 
 def project(delta: torch.Tensor, frame: Frame, *, in_place: bool = False,
@@ -232,7 +232,7 @@ def project(delta: torch.Tensor, frame: Frame, *, in_place: bool = False,
         P = A @ V
         if r == n:  # V complete: U P Vᵀ = U A, and V Pᵀ = V Vᵀ Aᵀ = Aᵀ
             out.addmm_(U, A, alpha=-1)
-            lifted = (1, A.mT) if lift == 1 else None
+            lifted = A.mT if lift == 1 else None
         else:
             out.addmm_(U, P @ V.T, alpha=-1)
     else:
@@ -240,7 +240,7 @@ def project(delta: torch.Tensor, frame: Frame, *, in_place: bool = False,
         P = U.T @ B
         if r == m:  # U complete: U P Vᵀ = B Vᵀ, and U P = U Uᵀ B = B
             out.addmm_(B, V.T, alpha=-1)
-            lifted = (0, B) if lift == 0 else None
+            lifted = B if lift == 0 else None
         else:
             out.addmm_(U @ P, V.T, alpha=-1)
     return Projection(P=P, null=out, null_is_structural_zero=(r == m == n), lifted=lifted)

@@ -96,8 +96,7 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     per_channel = None
     if channel_axis is not None:  # now, while the projection's intermediate is alive: an r×n buffer, freed after
         with timer.phase("channel_energy"):
-            lifted = proj.lifted[1] if proj.lifted is not None and proj.lifted[0] == channel_axis else None
-            per_channel = channel_energies(proj.P, proj.null, frame.U, frame.V, channel_axis, lifted)
+            per_channel = channel_energies(proj.P, proj.null, frame.U, frame.V, channel_axis, proj.lifted)
     proj = replace(proj, lifted=None)
     if ks and in_frame:
         angles, angles_failed = _angles_in_frame(frame, proj, ks, delta_fro, delta_spec, timer)
