@@ -1,0 +1,155 @@
+"""The sequential design's order and confidence sequences, against planted populations with known means and an
+independent evaluation of the supermartingale the closed form inverts."""
+
+import math
+
+import numpy as np
+import pytest
+
+from grrr_stream.stats.bootstrap import interval
+from grrr_stream.stats.sequential import Thresholds, decide, eb_wor_cs, problem_order, retention_interval, score_path
+
+PAPER_SIZES = {"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675}
+
+
+def test_order_answers_small_heavy_benchmarks_first_then_interleaves():
+    o = problem_order(PAPER_SIZES, seed=3)
+    assert o.census == ("aime24", "amc23")  # a fifth of the score each on 2-3 % of the problems
+    assert o.census_end == 70 and o.total == 1517
+    assert sorted(o.items) == sorted((b, i) for b, n in PAPER_SIZES.items() for i in range(n))
+    assert {b for b, _ in o.items[:70]} == {"aime24", "amc23"}
+    # the pooled weights make the mean of c_b·u the mean over the pooled benchmarks: Σ_b N_b c_b / N' = B'
+    pooled = 500 + 272 + 675
+    assert sum(PAPER_SIZES[b] * c for b, c in o.weight.items()) / pooled == pytest.approx(1.0)
+    assert max(o.weight.values()) <= 2.0
+    head = [b for b, _ in o.items[70:370]]  # interleaved, roughly in proportion to size
+    assert 0.25 < head.count("math500") / 300 < 0.45 and 0.05 < head.count("minerva_math") / 300 < 0.3
+    assert problem_order(PAPER_SIZES, seed=3) == o and problem_order(PAPER_SIZES, seed=4).items != o.items
+
+
+def test_one_benchmark_is_all_pooled():
+    o = problem_order({"arith": 200}, seed=0)
+    assert o.census == () and o.weight == {"arith": 1.0} and o.boundaries(64) == [64, 128, 192, 200]
+
+
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.5])
+def test_coverage_on_planted_bernoulli_populations(p):
+    """Over S random orders of a population of N planted 0/1 values, the sequence excludes the population's own
+    mean at some time in at most α of the paths, up to the binomial spread of S paths (3 standard errors)."""
+    rng = np.random.default_rng(int(p * 1000))
+    N, S, alpha = 400, 1500, 0.05
+    pop = (rng.random(N) < p).astype(float)
+    lo, hi = eb_wor_cs(np.stack([pop[rng.permutation(N)] for _ in range(S)]), N, alpha)
+    missed = np.mean(((lo > pop.mean()) | (hi < pop.mean())).any(axis=-1))
+    assert missed <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / S)
+    # and it is no trivial interval: without replacement it closes on the exact mean as the population runs out
+    assert np.all(hi[:, -1] - lo[:, -1] < 0.05) and np.mean(hi[:, N // 2] - lo[:, N // 2]) < 0.25
+
+
+def test_endpoints_are_where_the_supermartingale_reaches_two_over_alpha():
+    """At the lower end m of the interval at time t (before the running intersection and clipping), the one-sided
+    empirical-Bernstein process for sampling without replacement, computed term by term from its definition, equals
+    2/α."""
+    rng = np.random.default_rng(7)
+    N, n, alpha = 300, 120, 0.05
+    x = rng.random(n) ** 2
+    lo, hi = eb_wor_cs(x, N, alpha)
+    t_end = n - 1
+    # the closed form, undone: search the m at which log K⁺(m) = log(2/α), by bisection on the definition
+    def log_k(m, sign):
+        total, s, mean, sq = 0.0, 0.0, 0.5, 0.0
+        for i, xi in enumerate(x, start=1):
+            var = (0.25 + sq) / i
+            lam = min(math.sqrt(2 * math.log(2 / alpha) / (var * i * math.log1p(i))), 0.5)
+            mu_wor = (N * m - s) / (N - i + 1)
+            total += sign * lam * (xi - mu_wor) - (xi - mean) ** 2 * (-math.log1p(-lam) - lam)
+            s += xi
+            mean = (0.5 + s) / (i + 1)
+            sq += (xi - mean) ** 2
+        return total
+    a, b = 0.0, float(x.mean())
+    for _ in range(60):
+        mid = (a + b) / 2
+        a, b = (mid, b) if log_k(mid, +1) > math.log(2 / alpha) else (a, mid)
+    assert lo[t_end] == pytest.approx(a, abs=1e-9) or lo[t_end] > a  # running intersection can only raise it
+    assert lo[t_end] < x.mean() < hi[t_end]
+
+
+def _planted_pair(rng, n, p_full, shift):
+    """Per-problem correctness of full and a variant that answers like full but flips a share of problems."""
+    full = (rng.random(n) < p_full).astype(float)
+    variant = full.copy()
+    flips = rng.random(n) < abs(shift)
+    variant[flips] = 0.0 if shift < 0 else 1.0
+    return variant, full
+
+
+def test_score_path_is_the_benchmark_average_and_exact_at_the_end():
+    rng = np.random.default_rng(0)
+    o = problem_order(PAPER_SIZES, seed=1)
+    values = rng.random(o.total)
+    by_bench = {b: [] for b in PAPER_SIZES}
+    for (b, _), v in zip(o.items, values):
+        by_bench[b].append(v)
+    target = np.mean([np.mean(v) for v in by_bench.values()])  # the fixed design's score
+    path = score_path(o, values, 0.0, 1.0)
+    assert np.isnan(path.lo[: o.census_end]).all()
+    assert path.estimate[-1] == pytest.approx(target)
+    assert path.lo[-1] == pytest.approx(target) and path.hi[-1] == pytest.approx(target)
+    assert path.lo[800] < target < path.hi[800]
+
+
+def test_decide_stops_on_thresholds_far_from_full_and_runs_on_near_ones():
+    rng = np.random.default_rng(11)
+    o = problem_order(PAPER_SIZES, seed=0)
+    th = Thresholds((-4.3,), (95.0,))
+    far, full = _planted_pair(rng, o.total, 0.5, -0.5)    # ~25 points below full
+    d = decide(o, far, full, th, chunk=64, precision_points=2.0)
+    assert d.reason == "thresholds" and d.problems < 400 and set(d.sides.values()) == {"below"}
+    one = problem_order({"bench": 1000}, seed=0)
+    full = np.zeros(1000)
+    full[:600] = 1.0
+    near = full.copy()
+    near[:43] = 0.0  # exactly 4.3 points below full: no sequence can put it on either side before the end
+    idx = np.array([i for _, i in one.items])
+    d = decide(one, near[idx], full[idx], th, chunk=64, precision_points=0.5)
+    assert d.reason == "exhausted" and d.problems == 1000
+    assert d.minus_full == pytest.approx(-4.3) and d.lo == pytest.approx(-4.3) and d.hi == pytest.approx(-4.3)
+
+
+def test_an_early_bootstrap_look_stops_wrong_where_the_sequence_does_not():
+    """A variant 6.5 points below full (outside "within 4.3"), looked at after every chunk of 25: in some orders a
+    paired bootstrap interval at an early look lies wholly above −4.3 and would stop with the wrong verdict; the
+    sequence never decides 'above' in those orders."""
+    rng = np.random.default_rng(5)
+    o = problem_order({"bench": 600}, seed=0)
+    variant, full = _planted_pair(rng, 600, 0.55, -0.09)
+    truth = 100 * (variant.mean() - full.mean())
+    assert truth < -4.3
+    wrong_by_bootstrap = 0
+    for seed in range(60):
+        order = problem_order({"bench": 600}, seed=seed)
+        idx = np.array([i for _, i in order.items])
+        v, f = variant[idx], full[idx]
+        for k in range(25, 600, 25):
+            boot = np.random.default_rng(seed).integers(0, k, size=(2000, k))
+            lo, _ = interval(100 * (v[:k][boot].mean(axis=1) - f[:k][boot].mean(axis=1)))
+            if lo > -4.3:
+                wrong_by_bootstrap += 1
+                d = decide(order, v, f, Thresholds((-4.3,)), chunk=25, precision_points=0.0)
+                assert d.sides["minus_full -4.3"] != "above"
+                break
+    assert wrong_by_bootstrap >= 1
+
+
+def test_retention_interval_holds_the_ratio_and_closes_at_the_end():
+    rng = np.random.default_rng(2)
+    o = problem_order({"a": 300, "b": 200}, seed=0)
+    variant, full = _planted_pair(rng, o.total, 0.6, -0.2)
+    names = [b for b, _ in o.items]
+    score = lambda x: np.mean([np.mean([x[i] for i in range(o.total) if names[i] == b]) for b in ("a", "b")])  # noqa: E731
+    ratio = 100 * score(variant) / score(full)
+    lo, hi = retention_interval(o, variant, full)
+    assert lo == pytest.approx(ratio, abs=0.02) and hi == pytest.approx(ratio, abs=0.02)  # exact at the end
+    lo_half, hi_half = retention_interval(o, variant[:250], full[:250])
+    assert lo_half < ratio < hi_half and hi_half - lo_half < 40
