@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..config import TrackingConfig
+from ..errors import ConfigError
 from ..files import atomic_write_text, ensure_folder, remove_tree, to_csv
 from ..progress import Progress, fmt_seconds
 from ..store.transition_store import StoredTransition
@@ -96,6 +97,7 @@ class EvaluationResult:
     solved_lost: list[dict] = field(default_factory=list)  # problems full solves and a variant loses, and reverse
     metric: str = "avg"                                    # the accuracy the tables use
     spans: dict = field(default_factory=dict)              # variant → (start, end) of its scoring, epoch seconds
+    design: str = "fixed"                                  # 'sequential': variants rest on their own problems
 
 
 def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingConfig] = None, log=print,
@@ -113,6 +115,10 @@ def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingCon
     res = _tabulate(ev, scores, log)
     res.spans = scores.spans
     res.files = _write_tables(ev, res)
+    if scores.sequential is not None:
+        from .sequential import write_record
+
+        res.files.append(write_record(ev.out, *scores.sequential))
     _write_problem_tables(ev, scores.keys_of)
     res.files.append(_write_record(ev, res))
     if runs.enabled(tracking):
@@ -148,6 +154,7 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     instruction = opts.instruction if opts.instruction is not None else DEFAULT_INSTRUCTION
     specs = parse_variants(request.variants)
     names = [s.name for s in specs]
+    _check_design(opts, names)
     t = StoredTransition(Path(request.store))
     out = ensure_folder(Path(request.out), "--out")
     if request.nest_sampled and opts.sampling.key_fields() is not None:
@@ -164,6 +171,21 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
                                        channels=channel_set) for s in specs}
     homes = {n: post_folder if builders[n].runs_in_post_engine() else Path(builders[n].home.folder) for n in names}
     return _Evaluation(request, t, out, instruction, benches, names, builders, post_folder, prompt, homes)
+
+
+def _check_design(opts: EvaluationOptions, names: Sequence[str]) -> None:
+    """The sequential design compares every variant with full, streamed into one engine."""
+    if opts.design != "sequential":
+        return
+    problems = []
+    if "full" not in names or len(names) < 2:
+        problems.append(f"design: sequential compares variants with full: evaluate full and at least one other "
+                        f"variant (got {', '.join(names)})")
+    if opts.materialize != "engine":
+        problems.append("design: sequential swaps variants in and out of one engine a few times each: it needs "
+                        "materialize: engine")
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def _load_benchmarks(request: EvaluationRequest, out: Path, log) -> list[Benchmark]:
@@ -184,6 +206,7 @@ class _Scores:
     keys_of: dict[str, dict[str, str]] = field(default_factory=dict)          # variant → benchmark → key
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)       # variant → its scoring's start, end
     bar: Any = None  # Progress over (variant, benchmark) pairs
+    sequential: Any = None  # (SequentialRun, SequentialOutcome) under the sequential design
 
 
 class _EngineSlot:
@@ -193,6 +216,7 @@ class _EngineSlot:
         self.make_engine, self.ev = make_engine, ev
         self.engine: Any = None
         self.home: Optional[Path] = None
+        self.loaded: Optional[str] = None  # the variant whose weights the engine holds
 
     def on(self, name: str, log) -> Any:
         """The engine for variant ``name``, started (after closing another) when it runs elsewhere."""
@@ -203,13 +227,21 @@ class _EngineSlot:
                 log(f"{name}: its config or tensor layout is the base model's and differs from the post "
                     f"model's ({', '.join(ev.builders[name].config_differences()) or 'tensor names/shapes'}); "
                     f"running it in an engine on {home}")
-            self.engine, self.home = _start_engine(self.make_engine, home, ev, log), home
+            self.engine, self.home, self.loaded = _start_engine(self.make_engine, home, ev, log), home, None
         return self.engine
+
+    def holding(self, name: str, scores: "_Scores", log) -> Any:
+        """The engine with variant ``name``'s weights streamed in (not again while it holds them)."""
+        active = self.on(name, log)
+        if self.loaded != name:
+            _stream_variant(self.ev, name, active, scores, log)
+            self.loaded = name
+        return active
 
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
-            self.engine = None
+            self.engine, self.loaded = None, None
 
 
 def _start_engine(make_engine: Callable[..., Any], home: Path, ev: _Evaluation, log) -> Any:
@@ -230,6 +262,12 @@ def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _S
     homes = [ev.homes[m] for m in ev.names]
     order = sorted(ev.names, key=lambda n: homes.index(ev.homes[n]))
     scores, slot = _Scores(), _EngineSlot(make_engine, ev)
+    if ev.request.options.design == "sequential":
+        try:
+            _score_sequential(ev, order, slot, scores, log)
+        finally:
+            slot.close()
+        return scores
     scores.bar = Progress(len(ev.names) * len(ev.benches), label=f"  [evaluate {ev.transition.label}] ",
                           enabled=ev.request.progress)
     try:
@@ -242,12 +280,45 @@ def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _S
     return scores
 
 
+def _keys(ev: _Evaluation, name: str) -> dict[str, str]:
+    """Benchmark → the key of variant ``name``'s answers on it."""
+    opts, meta = ev.request.options, ev.builders[name].metadata()
+    return {b.name: evaluation_key(b, meta, opts.engine, opts.template, ev.instruction, ev.prompt["digest"],
+                                   opts.sampling) for b in ev.benches}
+
+
+def _stream_variant(ev: _Evaluation, name: str, active: Any, scores: _Scores, log) -> None:
+    """Variant ``name``'s tensors streamed into the running engine; its fidelity report kept."""
+    builder = ev.builders[name]
+    layout = builder.layout()
+    shown = Progress(len(layout), label=f"  [variant {name}: weights] ", enabled=ev.request.progress)
+    active.load_weights(shown.track(builder.tensors(), lambda t: t[0]), scratch=ev.out / "_swap",
+                        layout=layout, config=builder.config())
+    scores.fidelity[name] = builder.report.summary()
+    from ..variants.fidelity import store_warning
+
+    warning = store_warning(scores.fidelity[name])  # a 16-bit store's rounding (write_variant prints its own)
+    if warning:
+        log(warning)
+
+
+def _score_sequential(ev: _Evaluation, order: list[str], slot: _EngineSlot, scores: _Scores, log) -> None:
+    """Every variant under the sequential design (:mod:`.sequential`), full first."""
+    from .sequential import REFERENCE, SequentialRun
+
+    names = [REFERENCE] + [n for n in order if n != REFERENCE]
+    scores.keys_of = {n: _keys(ev, n) for n in names}
+    began = time.time()
+    run = SequentialRun(ev.benches, names, scores.keys_of, ev.out, ev.request.options, ev.instruction,
+                        lambda name: slot.holding(name, scores, log), log)
+    scores.sequential = (run, run.run())
+    scores.results = scores.sequential[1].results
+    scores.spans = {n: (began, time.time()) for n in names}
+
+
 def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Scores, log) -> None:
     req, builder = ev.request, ev.builders[name]
-    meta = builder.metadata()
-    opts = req.options
-    keys = {b.name: evaluation_key(b, meta, opts.engine, opts.template, ev.instruction, ev.prompt["digest"],
-                                   opts.sampling) for b in ev.benches}
+    keys = _keys(ev, name)
     scores.keys_of[name] = keys
     have = {b.name: scored(ev.out, name, b, keys[b.name], req.options.sampling) for b in ev.benches}
     if all(have.values()):
@@ -256,17 +327,7 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
         scores.bar.skip(len(ev.benches))  # not work of this run: the ETA's rate leaves it out
         return
     if req.options.materialize == "engine":
-        active = slot.on(name, log)
-        layout = builder.layout()
-        shown = Progress(len(layout), label=f"  [variant {name}: weights] ", enabled=req.progress)
-        active.load_weights(shown.track(builder.tensors(), lambda t: t[0]), scratch=ev.out / "_swap",
-                            layout=layout, config=builder.config())
-        scores.fidelity[name] = builder.report.summary()
-        from ..variants.fidelity import store_warning
-
-        warning = store_warning(scores.fidelity[name])  # a 16-bit store's rounding (write_variant prints its own)
-        if warning:
-            log(warning)
+        active = slot.holding(name, scores, log)
         scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log, scores.bar)
         return
     from ..variants.builder import write_variant
@@ -316,15 +377,39 @@ def _tabulate(ev: _Evaluation, scores: _Scores, log) -> EvaluationResult:
     info["rest_from_requested"] = req.rest_from
     if fallbacks:
         info["rest_fallback"] = fallbacks[0]
-    per_problem = claims.transition_scores(claims.correctness_of(flat, metric=req.options.metric),
-                                           transition=ev.transition.label, resamples=req.resamples,
-                                           seed=req.bootstrap_seed)
-    diffs = claims.difference_rows(per_problem)
-    informative = claims.informative_rows([per_problem], informative_points=req.informative_points)[0]
-    info.update({k: v for k, v in informative.items() if k not in ("transition", "kind")})
+    if scores.sequential is not None:
+        diffs = _sequential_differences(ev, scores, acc, info, req.informative_points)
+        lost: list[dict] = []  # the variants rest on different problems: nothing to set side by side
+    else:
+        per_problem = claims.transition_scores(claims.correctness_of(flat, metric=req.options.metric),
+                                               transition=ev.transition.label, resamples=req.resamples,
+                                               seed=req.bootstrap_seed)
+        diffs = claims.difference_rows(per_problem)
+        informative = claims.informative_rows([per_problem], informative_points=req.informative_points)[0]
+        info.update({k: v for k, v in informative.items() if k not in ("transition", "kind")})
+        lost = solved_lost(flat, req.options.metric)
     warn_truncated(acc, req.options.engine.max_new_tokens, log)
     return EvaluationResult(ev.out, flat, acc, t56, t8, info, scores.fidelity, [], [], diffs, ev.prompt,
-                            solved_lost(flat, req.options.metric), req.options.metric)
+                            lost, req.options.metric, design=req.options.design)
+
+
+def _sequential_differences(ev: _Evaluation, scores: _Scores, acc: list[dict], info: dict,
+                            informative_points: float) -> list[dict]:
+    """The sequential design's difference rows, and its gain full − base (paired, anytime-valid) in ``info``."""
+    from .sequential import difference_rows
+
+    run, outcome = scores.sequential
+    rows = difference_rows(run, outcome, ev.transition.label, {r["variant"]: r["average"] for r in acc})
+    base = next((r for r in rows if r["variant"] == "base"), None)
+    if base is not None:
+        gain = -base["minus_full"]
+        info.update(gain=gain, gain_ci_lo=-base["minus_full_ci_hi"], gain_ci_hi=-base["minus_full_ci_lo"],
+                    informative=gain >= informative_points, gain_problems=base["problems"],
+                    interval="anytime-valid")
+        info["informative_within_ci"] = bool(info["informative"] and info["gain_ci_lo"] < informative_points)
+    info["design"] = "sequential"
+    info["problems"] = {r["variant"]: r["problems"] for r in rows}
+    return rows
 
 
 def _write_tables(ev: _Evaluation, res: EvaluationResult) -> list[Path]:
@@ -359,6 +444,8 @@ def _write_record(ev: _Evaluation, res: EvaluationResult) -> Path:
         {"store": str(ev.transition.path), "engine": req.options.engine.model_dump(), "versions": engine_versions(),
          "prompt_format": ev.prompt, "bootstrap": {"resamples": req.resamples, "seed": req.bootstrap_seed},
          "sampling": req.options.sampling.model_dump(), "metric": req.options.metric,
+         "design": req.options.design,
+         **({"sequential": req.options.sequential.model_dump(mode="json")} if req.options.design != "fixed" else {}),
          "benchmarks": {b.name: {"sha256": b.sha256, "n": len(b.problems), "skipped": b.skipped, "path": str(b.path)}
                         for b in ev.benches},
          "variants": {n: ev.builders[n].metadata() for n in ev.names},

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..config import stable_hash
-from .benchmarks import Benchmark
+from .benchmarks import Benchmark, Problem
 from .engine import Engine, Generation
 from .grading import Grade, answers_equivalent, count_wait, grade
 from .prompts import DEFAULT_INSTRUCTION
@@ -197,44 +197,77 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
     one sample, every answer under ``samples``. With ``engine.progress``: a progress line of the problems
     answered and graded, with an ETA, over all chunks (the engine advances it as prompts finish)."""
     from ..files import atomic_write_text
-    from ..progress import Progress
 
     sampling = sampling or SamplingSettings()
-    vdir = Path(out) / variant
-    vdir.mkdir(parents=True, exist_ok=True)
-    gens = vdir / f"{bench.name}.jsonl"
+    done, answered_now = answer_problems(engine, [(bench, p) for p in bench.problems], variant, out,
+                                         {bench.name: key}, template=template, instruction=instruction,
+                                         sampling=sampling, chunk=chunk)
+    recs = [done[bench.name][p.idx] for p in bench.problems]
+    res = summarise_records(recs, variant=variant, benchmark=bench.name, sampling=sampling, sha256=bench.sha256,
+                            key=key, scored_now=bool(answered_now))
+    atomic_write_text(result_path(out, variant, bench.name),
+                      json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2))
+    return res
+
+
+def answered(out: Path, variant: str, bench: Benchmark, key: str) -> dict[int, dict]:
+    """The records of ``variant`` on ``bench`` under ``key``: problem idx → record (a stale or torn file's valid
+    records)."""
+    return _read_done(Path(out) / variant / f"{bench.name}.jsonl", key)
+
+
+def _records_so_far(out: Path, variant: str, bench: Benchmark, key: str) -> dict[int, dict]:
+    """The valid records under ``key``; the file rewritten to hold only them when it held others (stale records of
+    other settings, or a torn line from a kill), so that appends never follow a torn line."""
+    from ..files import atomic_write_text
+
+    gens = Path(out) / variant / f"{bench.name}.jsonl"
+    gens.parent.mkdir(parents=True, exist_ok=True)
     done = _read_done(gens, key)
     if gens.exists():
         with open(gens, encoding="utf-8") as f:
             lines = sum(1 for _ in f)
-        if lines != len(done):  # stale records (other settings) or a torn line: keep only the valid ones
+        if lines != len(done):
             atomic_write_text(gens, "".join(json.dumps(done[i], ensure_ascii=False) + "\n" for i in sorted(done)))
-    todo = [p for p in bench.problems if p.idx not in done]
-    bar = Progress(len(todo), label=f"  [evaluate {variant} / {bench.name}] ",
+    return done
+
+
+def answer_problems(engine: Engine, problems: Sequence[tuple[Benchmark, Problem]], variant: str, out: Path,
+                    keys: dict[str, str], *, template: str = "chat", instruction: str = DEFAULT_INSTRUCTION,
+                    sampling: Optional[SamplingSettings] = None,
+                    chunk: int = 256) -> tuple[dict[str, dict[int, dict]], int]:
+    """Generate and grade those of ``problems`` ((benchmark, problem) pairs, benchmarks mixed) not yet answered
+    under their benchmark's key (``keys``), ``chunk`` prompts a batch, each batch appended to the variant's JSONL
+    files (fsynced) before the next: a kill loses at most the batch in flight. Returns every record under the keys
+    (benchmark → idx → record) and how many were answered now."""
+    from ..progress import Progress
+
+    sampling = sampling or SamplingSettings()
+    benches = {b.name: b for b, _ in problems}
+    done = {name: _records_so_far(out, variant, b, keys[name]) for name, b in benches.items()}
+    todo = [(b, p) for b, p in problems if p.idx not in done[b.name]]
+    label = next(iter(benches)) if len(benches) == 1 else f"{len(benches)} benchmarks"
+    bar = Progress(len(todo), label=f"  [evaluate {variant} / {label}] ",
                    enabled=bool(getattr(engine, "progress", False)))
     for i in range(0, len(todo), chunk):
         part = todo[i:i + chunk]
         engine.bar = bar
         try:
-            outs = engine.generate(engine.prompts(part, template, instruction), sampling)
+            outs = engine.generate(engine.prompts([p for _, p in part], template, instruction), sampling)
         finally:
             engine.bar = None
-        records = []
-        for p, gens_of_p in zip(part, outs):
+        records: dict[str, list[dict]] = {}
+        for (b, p), gens_of_p in zip(part, outs):
             answers = [_answer(g, p.gold) for g in gens_of_p]
-            rec = {"key": key, "idx": p.idx, "question": p.question, "gold": p.gold, **answers[0]}
+            rec = {"key": keys[b.name], "idx": p.idx, "question": p.question, "gold": p.gold, **answers[0]}
             if sampling.n > 1:
                 rec["samples"] = answers
-            records.append(rec)
-        _append_jsonl(gens, records)
-        done.update({r["idx"]: r for r in records})
+            records.setdefault(b.name, []).append(rec)
+        for name, recs in records.items():
+            _append_jsonl(Path(out) / variant / f"{name}.jsonl", recs)
+            done[name].update({r["idx"]: r for r in recs})
         bar.advance_to(i + len(part), "problems")  # graded too (an engine without vLLM's bar: counted here)
-    recs = [done[p.idx] for p in bench.problems]
-    res = summarise_records(recs, variant=variant, benchmark=bench.name, sampling=sampling, sha256=bench.sha256,
-                            key=key, scored_now=bool(todo))
-    atomic_write_text(result_path(out, variant, bench.name),
-                      json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2))
-    return res
+    return done, len(todo)
 
 
 def summarise_records(recs: Sequence[dict], *, variant: str, benchmark: str, sampling: SamplingSettings,

@@ -78,6 +78,34 @@ class SamplingSettings(StrictModel):
         return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
 
 
+class SequentialSettings(StrictModel):
+    """The sequential design (:mod:`grrr_stream.stats.sequential`): problems answered in a seeded order, a chunk at
+    a time, each variant stopped once its anytime-valid sequence puts every threshold it is compared with on one
+    side, or is within ±``precision_points`` of its difference to full. The thresholds are the paper's claims
+    (the claims' defaults in :class:`~grrr_stream.config.ClaimSettings`): offnull against "within 4.3 points" and
+    retention ≥ 95 % / ≥ 92 %, diag against retention ≤ 25 %, base against "full gains ≥ 1 point"."""
+
+    seed: int = 0
+    chunk: int = Field(64, ge=1)         # problems between two looks at the sequences
+    level: float = Field(0.95, gt=0.5, lt=1.0)
+    precision_points: float = Field(2.0, gt=0.0)
+    # the engine takes the variants in rounds: each round's answered prefix this many times the last, so that a
+    # variant is loaded a few times (log of the problems), not once a chunk
+    growth: float = Field(2.0, ge=1.25)
+    # a benchmark whose weight in the score over its share of the problems exceeds this is answered in full first
+    max_weight: float = Field(2.0, ge=1.0)
+    difference_points: dict[str, tuple[float, ...]] = Field(
+        default_factory=lambda: {"offnull": (-4.3,), "base": (-1.0,)})
+    retention_pct: dict[str, tuple[float, ...]] = Field(
+        default_factory=lambda: {"offnull": (95.0, 92.0), "diag": (25.0,)})
+
+    def thresholds(self, variant: str):
+        """The :class:`~grrr_stream.stats.sequential.Thresholds` of ``variant`` (none: it stops on precision)."""
+        from ..stats.sequential import Thresholds
+
+        return Thresholds(tuple(self.difference_points.get(variant, ())), tuple(self.retention_pct.get(variant, ())))
+
+
 class EvaluationOptions(StrictModel):
     """How variants are evaluated, besides which variants of which store, on which benchmarks and into which
     folder: the one definition that ``grrr-stream evaluate``'s flags fill, that a sweep's ``evaluation``
@@ -97,6 +125,10 @@ class EvaluationOptions(StrictModel):
     lenient: bool = False  # skip (and count) malformed benchmark lines instead of refusing the file
     template: str = "chat"
     instruction: Optional[str] = None  # None: prompts.DEFAULT_INSTRUCTION
+    # 'fixed': every variant answers every problem (the paper's tables); 'sequential': each variant until its
+    # anytime-valid intervals decide (``sequential``)
+    design: Literal["fixed", "sequential"] = "fixed"
+    sequential: SequentialSettings = SequentialSettings()
 
     def model_post_init(self, _ctx: Any) -> None:
         if self.metric not in self.sampling.metrics():
@@ -107,11 +139,13 @@ class EvaluationOptions(StrictModel):
     def key_fields(self) -> dict:
         """What of these changes the answers generated, as result keys hold it. The table metric, pass@k, maj@k,
         ``materialize`` and the engine's memory knobs change none; ``lenient`` and sampling are left out while
-        off (greedy), so that keys of results made before they existed stay as they were."""
+        off (greedy), and the design while fixed, so that keys of results made before they existed stay as they were."""
         sampling = self.sampling.key_fields()
+        design = {"design": self.design, "sequential": self.sequential.model_dump(mode="json")} \
+            if self.design != "fixed" else {}
         return {"limit": self.limit, **({"lenient": True} if self.lenient else {}), "template": self.template,
                 "instruction": self.instruction, "engine": self.engine.result_fields(),
-                **({"sampling": sampling} if sampling else {})}
+                **({"sampling": sampling} if sampling else {}), **design}
 
     @classmethod
     def of(cls, holder: Any) -> "EvaluationOptions":

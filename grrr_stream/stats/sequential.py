@@ -242,3 +242,29 @@ def retention_interval(order: Order, variant: np.ndarray, full: np.ndarray, *, a
     lower = edge(lambda t: ends(t)[0] <= 0.0)   # below it, variant − θ full is surely positive
     upper = edge(lambda t: ends(t)[1] < 0.0)    # from it on, surely negative
     return 100 * lower, 100 * upper
+
+
+def benchmark_mean(order: Order, values: np.ndarray) -> float:
+    """The mean over benchmarks of each benchmark's mean of ``values`` (a prefix of the order): the score on the
+    problems answered (NaN while a benchmark has none)."""
+    names = [b for b, _ in order.items[:len(values)]]
+    means = []
+    for b in order.sizes:
+        mine = [v for v, name in zip(values, names) if name == b]
+        means.append(float(np.mean(mine)) if mine else math.nan)
+    return float(np.mean(means))
+
+
+def round_ends(order: Order, chunk: int, growth: float) -> list[int]:
+    """The answered prefixes at which the rounds end: the census and a first chunk, then each ``growth`` times
+    longer (past the census), snapped to decision boundaries, the last at the end of the order."""
+    marks = order.boundaries(chunk)
+    ends: list[int] = []
+    size = float(chunk)
+    while not ends or ends[-1] < order.total:
+        target = min(order.census_end + math.ceil(size), order.total)
+        end = next(k for k in marks if k >= target)
+        if not ends or end > ends[-1]:
+            ends.append(end)
+        size *= growth
+    return ends

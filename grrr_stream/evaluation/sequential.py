@@ -1,0 +1,173 @@
+"""The sequential design of an evaluation (``design: sequential``): the variants answer the problems in the seeded
+order of :func:`grrr_stream.stats.sequential.problem_order`, full first, in rounds whose answered prefix grows
+geometrically (so that each variant is loaded into the engine a few times, not once a chunk). Within a round a
+variant answers a chunk at a time and stops as soon as :func:`grrr_stream.stats.sequential.decide` says so; full
+answers every problem that any variant still needs.
+
+Every decision is a function of the seed and the stored answers: a rerun replays them from the JSONL records
+(the same records the fixed design keeps, under the same keys) and generates nothing already answered; a kill
+loses at most the batch in flight.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..files import atomic_write_text
+from ..stats.sequential import Decision, Order, benchmark_mean, decide, problem_order, retention_interval, round_ends
+from .benchmarks import Benchmark
+from .scoring import BenchmarkResult, answer_problems, answered, problem_scores, summarise_records
+from .settings import EvaluationOptions
+
+FILE = "sequential.json"  # the design, the order's census and weights, and each variant's decision
+REFERENCE = "full"
+
+
+@dataclass
+class SequentialOutcome:
+    """What the design answered: each variant's decision (full's is where the last variant stopped), and its
+    results over the problems it rests on (one per benchmark it answered)."""
+
+    order: Order
+    decisions: dict[str, Decision]
+    results: dict[str, list[BenchmarkResult]]
+    retention: dict[str, tuple[float, float]]
+
+
+class SequentialRun:
+    """One evaluation's variants under the sequential design. ``load(name)`` returns an engine holding variant
+    ``name`` (the pipeline's engine slot, which swaps weights only when the variant changes)."""
+
+    def __init__(self, benches: Sequence[Benchmark], names: Sequence[str], keys_of: dict[str, dict[str, str]],
+                 out: Path, options: EvaluationOptions, instruction: str, load: Callable[[str], Any], log=print):
+        self.settings = options.sequential
+        self.options, self.instruction, self.load, self.log = options, instruction, load, log
+        self.benches = {b.name: b for b in benches}
+        self.order = problem_order({b.name: len(b.problems) for b in benches}, self.settings.seed,
+                                   self.settings.max_weight)
+        self.names, self.keys_of, self.out = list(names), keys_of, Path(out)
+        self.others = [n for n in self.names if n != REFERENCE]
+        self._records: dict[str, dict[str, dict[int, dict]]] = {
+            n: {b: answered(self.out, n, self.benches[b], keys_of[n][b]) for b in self.benches} for n in self.names}
+
+    def values(self, name: str) -> np.ndarray:
+        """The per-problem metric of variant ``name`` along the order, as far as it answered without a gap."""
+        out: list[float] = []
+        recs = self._records[name]
+        for b, pos in self.order.items:
+            rec = recs[b].get(self.benches[b].problems[pos].idx)
+            if rec is None:
+                break
+            out.append(problem_scores(rec, self.options.sampling)[self.options.metric])
+        return np.asarray(out)
+
+    def decision(self, name: str) -> Decision:
+        s = self.settings
+        return decide(self.order, self.values(name), self.values(REFERENCE), s.thresholds(name), chunk=s.chunk,
+                      precision_points=s.precision_points, alpha=1 - s.level)
+
+    def answer(self, name: str, end: int) -> None:
+        """Variant ``name`` answers the order's problems up to ``end`` that it has not answered."""
+        todo = [(self.benches[b], self.benches[b].problems[pos]) for b, pos in self.order.items[:end]]
+        todo = [(b, p) for b, p in todo if p.idx not in self._records[name][b.name]]
+        if not todo:
+            return
+        o = self.options
+        done, _ = answer_problems(self.load(name), todo, name, self.out, self.keys_of[name], template=o.template,
+                                  instruction=self.instruction, sampling=o.sampling, chunk=len(todo))
+        for b, recs in done.items():
+            self._records[name][b] = recs
+
+    def run(self) -> SequentialOutcome:
+        marks = self.order.boundaries(self.settings.chunk)
+        for end in round_ends(self.order, self.settings.chunk, self.settings.growth):
+            running = [n for n in self.others if not self.decision(n).stopped]
+            if not running:
+                break
+            self.answer(REFERENCE, end)
+            for name in running:
+                while True:
+                    d, have = self.decision(name), len(self.values(name))
+                    if d.stopped or have >= end:
+                        break
+                    self.answer(name, min(next(k for k in marks if k > have), end))
+                self.log(f"{name}: {_said(self.decision(name), self.order.total)}")
+        return self.outcome()
+
+    def outcome(self) -> SequentialOutcome:
+        """The decisions and results from the answers stored (every variant run to its stop)."""
+        decisions = {n: self.decision(n) for n in self.others}
+        last = max((d.problems for d in decisions.values()), default=self.order.total)
+        full = self.values(REFERENCE)
+        used = {**{n: d.problems for n, d in decisions.items()}, REFERENCE: min(last, len(full))}
+        results = {n: self._results(n, used[n]) for n in self.names}
+        alpha = 1 - self.settings.level
+        retention = {n: retention_interval(self.order, self.values(n)[:used[n]], full[:used[n]], alpha=alpha)
+                     for n in self.others}
+        decisions[REFERENCE] = Decision(used[REFERENCE], "reference", 0.0, 0.0, 0.0)
+        return SequentialOutcome(self.order, decisions, results, retention)
+
+    def _results(self, name: str, upto: int) -> list[BenchmarkResult]:
+        """The variant's result on each benchmark over its answers among the order's first ``upto`` problems."""
+        mine: dict[str, list[int]] = {}
+        for b, pos in self.order.items[:upto]:
+            mine.setdefault(b, []).append(pos)
+        out = []
+        for b, positions in mine.items():
+            bench = self.benches[b]
+            recs = [self._records[name][b][bench.problems[p].idx] for p in sorted(positions)]
+            out.append(summarise_records(recs, variant=name, benchmark=b, sampling=self.options.sampling,
+                                         sha256=bench.sha256, key=self.keys_of[name][b]))
+        return out
+
+    def paired_retention(self, name: str, upto: int) -> float:
+        """variant / full (percent) on the problems the variant answered."""
+        v, f = self.values(name)[:upto], self.values(REFERENCE)[:upto]
+        full = benchmark_mean(self.order, f)
+        return 100 * benchmark_mean(self.order, v) / full if full else float("nan")
+
+
+def _said(d: Decision, total: int) -> str:
+    why = {"thresholds": "every threshold decided", "precision": "difference within the precision target",
+           "exhausted": "every problem answered"}.get(d.reason, "not decided yet")
+    return (f"{'stopped' if d.stopped else 'running'} at {d.problems} of {total} problems ({why}); minus_full "
+            f"{d.minus_full:+.1f} points, anytime-valid [{d.lo:+.1f}, {d.hi:+.1f}]")
+
+
+def difference_rows(run: SequentialRun, outcome: SequentialOutcome, transition: str,
+                    averages: dict[str, Any]) -> list[dict]:
+    """Per variant: its score on the problems it answered, its paired difference to full with the anytime-valid
+    interval, its retention with its interval, how many problems they rest on, why it stopped and which side of
+    each threshold it is on."""
+    rows = []
+    for name in run.names:
+        d = outcome.decisions[name]
+        row: dict = {"transition": transition, "kind": "", "variant": name, "score": averages.get(name),
+                     "interval": "anytime-valid", "problems": d.problems, "stopped": d.reason}
+        if name != REFERENCE:
+            lo, hi = outcome.retention[name]
+            row.update(minus_full=d.minus_full, minus_full_ci_lo=d.lo, minus_full_ci_hi=d.hi,
+                       retention_full_pct=run.paired_retention(name, d.problems), retention_full_ci_lo=lo,
+                       retention_full_ci_hi=hi, **{f"side: {k}": v for k, v in d.sides.items()})
+        rows.append(row)
+    return rows
+
+
+def write_record(out: Path, run: SequentialRun, outcome: SequentialOutcome) -> Path:
+    """``sequential.json``: the design's settings, the order's census and weights, and each variant's decision."""
+    o = outcome.order
+    record = {"design": "sequential", "settings": run.settings.model_dump(mode="json"), "problems": o.total,
+              "census": list(o.census), "weights": o.weight,
+              "rounds": round_ends(o, run.settings.chunk, run.settings.growth),
+              "variants": {n: {"problems": d.problems, "stopped": d.reason, "minus_full": d.minus_full,
+                               "lo": d.lo, "hi": d.hi, "sides": d.sides,
+                               "retention_ci": list(outcome.retention.get(n, ()))}
+                           for n, d in outcome.decisions.items()}}
+    path = Path(out) / FILE
+    atomic_write_text(path, json.dumps(record, indent=2, default=float))
+    return path

@@ -1,0 +1,147 @@
+"""The sequential design in the evaluation pipeline, with the deterministic stand-in engine: which problems each
+variant answers, what its rows say, and that a run killed mid-chunk resumes exactly (tests/stats/test_sequential.py
+tests the statistics themselves)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
+
+from grrr_stream.errors import ConfigError  # noqa: E402
+from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
+from grrr_stream.evaluation.settings import EvaluationOptions, SequentialSettings  # noqa: E402
+from grrr_stream.stats.sequential import problem_order  # noqa: E402
+
+from helpers.stand_in import SETTINGS, StandInEngine, sums_transition  # noqa: E402
+
+VARIANTS = ["full", "base", "diag", "offnull"]
+SEQ = SequentialSettings(chunk=40, precision_points=12.0, seed=3)
+
+
+@pytest.fixture(scope="module")
+def transition(tmp_path_factory):
+    return sums_transition(tmp_path_factory.mktemp("seq"), n_a=20, n_b=20)  # 400 problems
+
+
+def _request(store, bench, out, **kw):
+    return EvaluationRequest(store, out, VARIANTS, ["sums"], bench,
+                             EvaluationOptions(engine=SETTINGS, design="sequential", sequential=SEQ, **kw))
+
+
+def _records(out: Path, variant: str) -> dict[int, dict]:
+    rows = [json.loads(x) for x in (out / variant / "sums.jsonl").read_text().splitlines()]
+    return {r["idx"]: r for r in rows}
+
+
+def test_each_variant_answers_a_prefix_of_the_order_up_to_its_stop(transition, tmp_path):
+    _, _, store, bench = transition
+    res = run_evaluation(_request(store, bench, tmp_path / "e"), engine_factory=StandInEngine, log=lambda m: None)
+    order = [i for _, i in problem_order({"sums": 400}, seed=3).items]
+    rows = {r["variant"]: r for r in res.differences}
+    assert all(r["interval"] == "anytime-valid" for r in rows.values())
+    stops = {v: rows[v]["problems"] for v in VARIANTS}
+    assert stops["full"] == max(stops[v] for v in VARIANTS if v != "full")
+    assert any(stops[v] < 400 for v in VARIANTS)  # 12 points of precision: the stand-in's variants stop early
+    for v in VARIANTS:
+        answered = set(_records(tmp_path / "e", v))
+        assert set(order[:stops[v]]) <= answered  # the prefix the row rests on, all answered
+        assert stops[v] % 40 == 0 or stops[v] == 400  # decisions at chunk boundaries only
+        if v != "full":
+            assert answered == set(order[:stops[v]])  # and nothing past its stop
+            assert rows[v]["stopped"] in ("thresholds", "precision", "exhausted")
+    # the row's numbers, recounted from the records of the problems it rests on
+    full, diag = _records(tmp_path / "e", "full"), _records(tmp_path / "e", "diag")
+    mine = order[:stops["diag"]]
+    diff = 100 * np.mean([float(diag[i]["correct"]) - float(full[i]["correct"]) for i in mine])
+    assert rows["diag"]["minus_full"] == pytest.approx(diff)
+    assert rows["diag"]["minus_full_ci_lo"] <= diff <= rows["diag"]["minus_full_ci_hi"]
+    acc = {r["variant"]: r for r in res.accuracy_rows}
+    assert acc["diag"]["answers"] == stops["diag"] and acc["full"]["answers"] == stops["full"]
+    saved = json.loads((tmp_path / "e" / "sequential.json").read_text())
+    assert saved["variants"]["diag"]["problems"] == stops["diag"] and saved["settings"]["seed"] == 3
+    assert json.loads((tmp_path / "e" / "evaluation.json").read_text())["design"] == "sequential"
+    assert res.info["design"] == "sequential" and "gain" in res.info
+
+
+def test_sequential_needs_full_and_an_engine(transition, tmp_path):
+    _, _, store, bench = transition
+    with pytest.raises(ConfigError, match="evaluate full"):
+        run_evaluation(EvaluationRequest(store, tmp_path / "x", ["base", "diag"], ["sums"], bench,
+                                         EvaluationOptions(engine=SETTINGS, design="sequential")),
+                       engine_factory=StandInEngine, log=lambda m: None)
+    with pytest.raises(ConfigError, match="materialize: engine"):
+        run_evaluation(EvaluationRequest(store, tmp_path / "x", ["full", "diag"], ["sums"], bench,
+                                         EvaluationOptions(engine=SETTINGS, design="sequential",
+                                                           materialize="folder")),
+                       engine_factory=StandInEngine, log=lambda m: None)
+
+
+def test_the_design_enters_the_key_only_when_sequential():
+    fixed = EvaluationOptions().key_fields()
+    assert "design" not in fixed and "sequential" not in fixed
+    seq = EvaluationOptions(design="sequential").key_fields()
+    assert seq["design"] == "sequential" and seq["sequential"]["precision_points"] == 2.0
+    assert EvaluationOptions(design="sequential", sequential=SequentialSettings(seed=1)).key_fields() != seq
+
+
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {tests!r})
+    from helpers.stand_in import SETTINGS, StandInEngine
+    from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
+    from grrr_stream.evaluation.settings import EvaluationOptions, SequentialSettings
+
+    class Killed(StandInEngine):
+        def generate(self, prompts, sampling=None):
+            Killed.calls += 1
+            if Killed.calls == {at}:  # inside a batch, before its answers are written
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().generate(prompts, sampling)
+
+    Killed.calls = 0
+    opts = EvaluationOptions(engine=SETTINGS, design="sequential",
+                             sequential=SequentialSettings(chunk=40, precision_points=12.0, seed=3))
+    run_evaluation(EvaluationRequest({store!r}, {out!r}, {variants!r}, ["sums"], {bench!r}, opts),
+                   engine_factory=Killed, log=lambda m: None)
+""")
+
+
+def test_a_run_killed_mid_chunk_resumes_exactly(transition, tmp_path):
+    """kill -9 inside a generation, then the same evaluation again: the same decisions and answers as a run that
+    was never killed, and the rerun generates only what was not yet written."""
+    _, _, store, bench = transition
+    whole = run_evaluation(_request(store, bench, tmp_path / "whole"), engine_factory=StandInEngine,
+                           log=lambda m: None)
+    script = KILLER.format(tests=str(Path(__file__).parents[1]), at=4, store=str(store), out=str(tmp_path / "k"),
+                           variants=VARIANTS, bench=str(bench))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    before = {v: set(_records(tmp_path / "k", v)) if (tmp_path / "k" / v / "sums.jsonl").exists() else set()
+              for v in VARIANTS}
+    assert 0 < sum(map(len, before.values())) < sum(r["problems"] for r in whole.differences)
+
+    asked: list[str] = []
+
+    class Counting(StandInEngine):
+        def generate(self, prompts, sampling=None):
+            asked.extend(prompts)
+            return super().generate(prompts, sampling)
+
+    again = run_evaluation(_request(store, bench, tmp_path / "k"), engine_factory=Counting, log=lambda m: None)
+    strip = lambda rows: [{k: v for k, v in r.items()} for r in rows]  # noqa: E731
+    assert strip(again.differences) == strip(whole.differences)
+    for v in VARIANTS:
+        assert _records(tmp_path / "k", v) == _records(tmp_path / "whole", v)
+    redone = sum(len(set(_records(tmp_path / "k", v)) - before[v]) for v in VARIANTS)
+    assert len(asked) == redone  # nothing answered before the kill was asked again
