@@ -151,6 +151,13 @@ def evaluate_parser(sub) -> None:
                    help="paired bootstrap resamples for the differences between variants (default 10000)")
     p.add_argument("--informative-points", type=float, default=1.0,
                    help="the transition is informative when full − base ≥ this many points (default 1, the paper's)")
+    g = p.add_argument_group("design (default fixed: every variant answers every problem, as the paper)")
+    g.add_argument("--design", choices=["fixed", "sequential"],
+                   help="sequential: each variant answers problems in a seeded order until its anytime-valid "
+                        "intervals decide every claim threshold or reach --precision-points (docs/evaluation.md)")
+    g.add_argument("--precision-points", type=float, help="sequential: stop within ± this many points (default 2)")
+    g.add_argument("--chunk", type=int, help="sequential: problems between two looks (default 64)")
+    g.add_argument("--order-seed", type=int, help="sequential: seed of the order problems are answered in (default 0)")
     g = p.add_argument_group("sampling (default: greedy, one answer per problem, as the paper)")
     g.add_argument("--samples", type=int, dest="n", help="answers per problem, drawn in one request each")
     g.add_argument("--temperature", type=float, help="sampling temperature (needed > 0 with --samples > 1)")

@@ -23,15 +23,21 @@ def print_evaluation(res, out=None) -> None:
 
     benches = accuracy_columns(res.accuracy_rows)
     diffs = {r["variant"]: r for r in res.differences}
+    sequential = getattr(res, "design", "fixed") == "sequential"
     out.write(f"\n{'variant':<12} " + " ".join(f"{b:>13}" for b in benches)
-              + f" {'average':>9} {'− full [95 % CI]':>24} {'cut off':>8}\n")
+              + f" {'average':>9} {'− full [95 % CI]':>24} {'cut off':>8}"
+              + (f" {'problems':>8}  stopped" if sequential else "") + "\n")
     for r in res.accuracy_rows:
-        cells = " ".join(f"{r[b]:>13.1f}" for b in benches)
+        cells = " ".join(f"{r[b]:>13.1f}" if r[b] is not None else f"{'':>13}" for b in benches)
         d = diffs.get(r["variant"], {})
         ci = (f"{d['minus_full']:+7.2f} [{d['minus_full_ci_lo']:+6.2f}, {d['minus_full_ci_hi']:+6.2f}]"
               if "minus_full" in d else "")
         avg = f"{r['average']:>9.2f}" if r["average"] is not None else f"{'':>9}"
-        out.write(f"{r['variant']:<12} {cells} {avg} {ci:>24} {r['truncated']:>8}\n")
+        seq = f" {d.get('problems', ''):>8}  {d.get('stopped', '')}" if sequential else ""
+        out.write(f"{r['variant']:<12} {cells} {avg} {ci:>24} {r['truncated']:>8}{seq}\n")
+    if sequential:
+        out.write("design sequential: intervals are anytime-valid confidence sequences over the problems each "
+                  "variant answered (sequential.json)\n")
     info = res.info
     if "gain" in info:
         call = "informative" if info["informative"] else f"NOT informative: < {info.get('informative_points', 1.0):g} point"

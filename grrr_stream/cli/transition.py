@@ -159,7 +159,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     options = build_evaluation_options({"engine": settings, "sampling": sampling, "metric": args.metric,
                                         "materialize": args.materialize, "limit": args.limit,
                                         "lenient": args.lenient_benchmarks, "template": args.template,
-                                        "instruction": args.instruction})
+                                        "instruction": args.instruction, "design": args.design,
+                                        "sequential": {k: v for k, v in {
+                                            "precision_points": args.precision_points, "chunk": args.chunk,
+                                            "seed": args.order_seed}.items() if v is not None}})
     request = EvaluationRequest(args.store, args.out, args.variant or list(DEFAULT_VARIANTS),
                                 args.benchmark or list(FIVE), args.bench_dir, options,
                                 keep_variants=args.keep_variants, rest_from=args.rest_from, resamples=args.resamples,

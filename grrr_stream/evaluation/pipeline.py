@@ -118,7 +118,7 @@ def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingCon
     if scores.sequential is not None:
         from .sequential import write_record
 
-        res.files.append(write_record(ev.out, *scores.sequential))
+        res.files.append(write_record(ev.out, *scores.sequential, res.differences))
     _write_problem_tables(ev, scores.keys_of)
     res.files.append(_write_record(ev, res))
     if runs.enabled(tracking):

@@ -158,8 +158,9 @@ def difference_rows(run: SequentialRun, outcome: SequentialOutcome, transition: 
     return rows
 
 
-def write_record(out: Path, run: SequentialRun, outcome: SequentialOutcome) -> Path:
-    """``sequential.json``: the design's settings, the order's census and weights, and each variant's decision."""
+def write_record(out: Path, run: SequentialRun, outcome: SequentialOutcome, rows: Sequence[dict]) -> Path:
+    """``sequential.json``: the design's settings, the order's census and weights, each variant's decision, and the
+    difference rows with their numbers exact (what the claims over a sweep read)."""
     o = outcome.order
     record = {"design": "sequential", "settings": run.settings.model_dump(mode="json"), "problems": o.total,
               "census": list(o.census), "weights": o.weight,
@@ -167,7 +168,8 @@ def write_record(out: Path, run: SequentialRun, outcome: SequentialOutcome) -> P
               "variants": {n: {"problems": d.problems, "stopped": d.reason, "minus_full": d.minus_full,
                                "lo": d.lo, "hi": d.hi, "sides": d.sides,
                                "retention_ci": list(outcome.retention.get(n, ()))}
-                           for n, d in outcome.decisions.items()}}
+                           for n, d in outcome.decisions.items()},
+              "rows": list(rows)}
     path = Path(out) / FILE
     atomic_write_text(path, json.dumps(record, indent=2, default=float))
     return path

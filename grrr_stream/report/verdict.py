@@ -68,6 +68,7 @@ def _group_set(group: str, set_name: str, n: int) -> str:
 
 
 PROBLEMS = "CI over problems"
+ANYTIME = "anytime-valid per transition (sequential design)"
 
 
 def _from_claims(c: PaperClaim, rows: dict, level: float) -> Verdict:
@@ -77,7 +78,8 @@ def _from_claims(c: PaperClaim, rows: dict, level: float) -> Verdict:
         return Verdict(c, "—", "—", "—", NOT_COMPARABLE, _missing(c, rows))
     n = int(r["transitions"])
     v, lo, hi = r["value"], r.get("ci_lo"), r.get("ci_hi")
-    basis = f"{level:.0%} {PROBLEMS}"
+    basis = f"{level:.0%} {ANYTIME}" if str(r.get("resampling", "")).startswith("anytime") \
+        else f"{level:.0%} {PROBLEMS}"
     where = _group_set(group, set_name, n)
     if c.test == "at_least_fraction":
         text = f"{v:.0f} of {n}" + (f" [{lo:.0f}–{hi:.0f}]" if _finite(lo, hi) else "")

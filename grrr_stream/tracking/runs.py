@@ -266,12 +266,16 @@ def log_evaluation(t, builders: Sequence, benches: Sequence, res, options, track
                   **{f"version.{k}": v for k, v in versions.items()}}
         params.update({f"sha256.{b.name}": b.sha256 for b in benches})
         params.update({f"n.{b.name}": len(b.problems) for b in benches})
+        params["design"] = options.design
+        if options.design != "fixed":  # where each variant stopped and why: the run's metrics and tags below
+            params.update({f"sequential.{k}": v for k, v in options.sequential.model_dump(mode="json").items()})
         note = (f"The variant {name} of {transition_name(t.manifest)} evaluated on {on}: average accuracy (%), "
                 f"retention (its accuracy as % of full's) and minus_full (points) with its paired bootstrap interval.")
         logs.append(RunLog.of(
             tracking, key="evaluation-" + stable_hash(settings_key, 24), name=f"{name} on {on}",
             # mlflow.runType 'evaluation': the runs table opens the parent of such a run on a first visit
-            tags={"grrr.kind": "evaluation", "grrr.variant": name, "mlflow.runType": "evaluation", NOTE: note},
+            tags={"grrr.kind": "evaluation", "grrr.variant": name, "mlflow.runType": "evaluation", NOTE: note,
+                  **_stop_tags(res, name)},
             parent=variant_ref(builder), start_ms=int(began * 1000), end_ms=math.ceil(ended * 1000),
             once=False, params=params,
             # the benchmark files as dataset inputs: the runs table's Dataset column
@@ -283,6 +287,14 @@ def log_evaluation(t, builders: Sequence, benches: Sequence, res, options, track
             artifacts=[(f, "generations") for f in sorted((res.out / name).glob("*.jsonl"))],
             tables=[(res.out / name / "problems.csv", "problems.json")]))
     return (deliver(logs, tracking, res.out) or [None])[1:]
+
+
+def _stop_tags(res, name: str) -> dict:
+    """Under the sequential design: how many problems the variant's numbers rest on and why it stopped."""
+    d = {r["variant"]: r for r in res.differences}.get(name, {})
+    if getattr(res, "design", "fixed") == "fixed" or "problems" not in d:
+        return {}
+    return {"grrr.design": res.design, "grrr.problems": str(d["problems"]), "grrr.stopped": d.get("stopped", "")}
 
 
 _ACCURACY_METRICS = ("truncated_pct", "tokens_mean", "wait_per_answer")
@@ -299,8 +311,11 @@ def _evaluation_metrics(res, name: str) -> list[tuple[str, float, int]]:
         metrics.append(("average", row["average"], 0))
     metrics += [(k, row[k], 0) for k in _ACCURACY_METRICS if row.get(k) is not None]
     d = {r["variant"]: r for r in res.differences}.get(name, {})
-    metrics += [(k if not k.startswith("retention_full") else "retention", v, 0) for k, v in d.items()
+    metrics += [(k.replace("retention_full_pct", "retention").replace("retention_full", "retention"), v, 0)
+                for k, v in d.items()
                 if k.startswith(("minus_full", "retention_full")) and isinstance(v, float) and math.isfinite(v)]
+    if isinstance(d.get("problems"), int):  # the sequential design: the problems the numbers rest on
+        metrics.append(("problems", float(d["problems"]), 0))
     if name in res.fidelity:
         metrics += _numbers([("fidelity", res.fidelity[name].get("fidelity"))])
     return metrics

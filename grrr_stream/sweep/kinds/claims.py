@@ -110,16 +110,19 @@ def selector_name(cfg, suite: Optional[str]) -> str:
 def run(u: Unit, ctx: RunContext) -> dict:
     """The suite's summary from its evaluations' per-problem results: the three tables, then claims.json."""
     from ...files import atomic_write_text, to_csv, to_json
-    from ...stats import claims_sets
+    from ...stats import claims_sequential, claims_sets
 
     p: ClaimsParams = u.params
-    scores, rest = [], {}
+    scores, sequential, rest = [], [], {}
     for e in p.evaluations:
-        s = _scores(e, p.settings)
+        s = _sequential(e) or _scores(e, p.settings)
         if s is not None:  # results written before per-problem values were kept have no claims
-            scores.append(s)
+            (sequential if isinstance(s, claims_sequential.SequentialEvaluation) else scores).append(s)
             rest[e.transition] = _rest_source(Path(e.evaluation_out))
-    summary = claims_sets.summarise(scores, p.settings, selector=p.selector)
+    if sequential and scores:
+        raise ValueError(f"{u.id}: the suite's evaluations mix the fixed and the sequential design")
+    summary = claims_sequential.summarise(sequential, p.settings, selector=p.selector) if sequential \
+        else claims_sets.summarise(scores, p.settings, selector=p.selector)
     for r in summary["informative"]:
         r.update(rest.get(r["transition"], {}))
     out = Path(u.out)
@@ -128,6 +131,22 @@ def run(u: Unit, ctx: RunContext) -> dict:
         atomic_write_text(out / name, to_csv(summary[key]))
     atomic_write_text(out / SUMMARY_FILE, to_json(summary))
     return dict(summary["counts"])
+
+
+def _sequential(e: Evaluated):
+    """The sequential design's rows of one evaluation (None when it ran the fixed design)."""
+    from ...evaluation.sequential import FILE
+    from ...stats.claims_sequential import SequentialEvaluation
+
+    try:
+        record = json.loads((Path(e.evaluation_out) / FILE).read_text())
+        info = json.loads((Path(e.evaluation_out) / RECORD_FILE).read_text()).get("info", {})
+    except (OSError, ValueError):
+        return None
+    if info.get("design") != "sequential":
+        return None
+    return SequentialEvaluation(e.transition, e.kind, e.method, e.step, {r["variant"]: r for r in record["rows"]},
+                                info)
 
 
 def _scores(e: Evaluated, c: ClaimSettings):
