@@ -39,8 +39,9 @@ class SequentialEvaluation:
 
 
 def _bounds(e: SequentialEvaluation, variant: str, column: str) -> tuple[float, float, float]:
-    r = e.rows[variant]
-    return tuple(float(r.get(k, math.nan)) for k in (column, f"{column}_ci_lo", f"{column}_ci_hi"))
+    """(point, lower end, upper end) of 'minus_full' or 'retention_full_pct' in a difference row."""
+    r, stem = e.rows[variant], column.removesuffix("_pct")
+    return tuple(float(r.get(k, math.nan)) for k in (column, f"{stem}_ci_lo", f"{stem}_ci_hi"))
 
 
 def _statistics(cs: ClaimSettings) -> list[tuple[str, str, Optional[float], str, Callable]]:

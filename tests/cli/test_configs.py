@@ -16,7 +16,8 @@ CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"
 
 
 def _is_sweep(path: Path) -> bool:
-    return "chains" in (yaml.safe_load(path.read_text()) or {})
+    data = yaml.safe_load(path.read_text()) or {}
+    return "chains" in data or "include" in data  # an include is of another sweep config
 
 
 def test_there_are_configs():
@@ -37,6 +38,9 @@ def test_shipped_config_validates(path, tmp_path):
     if path.name in ("demo.yaml", "paper.yaml", "paper_extended.yaml"):
         assert {"stats", "compare"} <= kinds
     assert not (tmp_path / "w").exists()  # planning writes nothing
+    if path.name == "demo_sequential.yaml":  # demo.yaml's units, and its evaluation again in the sequential design
+        designs = {u.params.options.design for u in plan.units if u.kind == "evaluate"}
+        assert designs == {"fixed", "sequential"}
 
 
 def test_profiles_set_exactly_their_analyses_and_explicit_settings_win(tmp_path):

@@ -1,0 +1,76 @@
+"""Compare a sweep's evaluation suites run in the fixed and in the sequential design: the verdict box of each
+(the claims the evaluations answer), the problems answered and the evaluation time, as ratios.
+
+    grrr-stream sweep configs/demo_sequential.yaml
+    python tools/compare_designs.py grrr_demo [--fixed main] [--sequential sequential]
+
+Exit status 1 when the two verdict boxes differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from grrr_stream.report.verdict import verdicts
+from grrr_stream.sweep.rows import read_rows
+
+
+def claims_of(workdir: Path, suite: str) -> dict:
+    found = sorted((workdir / "claims").glob(f"{suite}-*/claims.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise SystemExit(f"no claims of suite {suite!r} under {workdir / 'claims'}: run the sweep first")
+    return json.loads(found[-1].read_text())
+
+
+def evaluation_box(claims: dict) -> dict[str, tuple[str, str]]:
+    """claim id → (verdict, value) for the claims the evaluations answer (energy and cosines do not depend on the
+    design and are left out)."""
+    box = verdicts(claims["claims"], [], [], group_of=lambda r: None, steps=set())
+    return {v.claim.id: (v.verdict, v.value) for v in box if v.claim.source == "claims"}
+
+
+def answered(units: list[dict], suite: str) -> tuple[int, int, float]:
+    """(problems answered, problems of the fixed design, seconds) of a suite's evaluate units."""
+    done = [u for u in units if u["kind"] == "evaluate" and (u["unit"].count("/") == 2) == (suite != "main")
+            and (suite == "main" or u["unit"].endswith("/" + suite))]
+    got = fixed = 0
+    seconds = 0.0
+    for u in done:
+        out = Path(u["out"])
+        record = json.loads((out / "evaluation.json").read_text())
+        n = sum(b["n"] for b in record["benchmarks"].values())
+        fixed += n * len(record["variants"])
+        seq = out / "sequential.json"
+        got += sum(v["problems"] for v in json.loads(seq.read_text())["variants"].values()) if seq.is_file() \
+            else n * len(record["variants"])
+        seconds += float(u["seconds"] or 0.0)
+    return got, fixed, seconds
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("workdir", type=Path)
+    ap.add_argument("--fixed", default="main", help="the fixed design's suite (default: the main evaluation)")
+    ap.add_argument("--sequential", default="sequential", help="the sequential design's suite")
+    args = ap.parse_args(argv)
+    boxes = {s: evaluation_box(claims_of(args.workdir, s)) for s in (args.fixed, args.sequential)}
+    print(f"{'claim':<20} {args.fixed + ' (fixed)':<36} {args.sequential + ' (sequential)':<36}")
+    for cid in boxes[args.fixed]:
+        (vf, xf), (vs, xs) = boxes[args.fixed][cid], boxes[args.sequential].get(cid, ("—", "—"))
+        print(f"{cid:<20} {vf + ': ' + xf:<36} {vs + ': ' + xs:<36}{'' if vf == vs else '  ← differs'}")
+    units = read_rows(args.workdir / "report" / "units.csv")
+    got_f, all_f, sec_f = answered(units, args.fixed)
+    got_s, _, sec_s = answered(units, args.sequential)
+    print(f"problems answered: fixed {got_f}, sequential {got_s} of {all_f}: ratio {got_s / all_f:.3f}")
+    if sec_f:
+        print(f"evaluation time: fixed {sec_f:.1f} s, sequential {sec_s:.1f} s: ratio {sec_s / sec_f:.3f}")
+    same = all(boxes[args.fixed][c][0] == boxes[args.sequential].get(c, ("",))[0] for c in boxes[args.fixed])
+    print("verdict boxes: " + ("identical" if same else "DIFFERENT"))
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
