@@ -19,7 +19,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..files import atomic_write_text
-from ..stats.sequential import Decision, Order, benchmark_mean, decide, problem_order, retention_interval, round_ends
+from ..stats.sequential import (Decision, Order, batch_end, benchmark_mean, decide, problem_order, retention_interval,
+                                round_ends)
 from .benchmarks import Benchmark
 from .scoring import BenchmarkResult, answer_problems, answered, problem_scores, summarise_records
 from .settings import EvaluationOptions
@@ -84,7 +85,6 @@ class SequentialRun:
             self._records[name][b] = recs
 
     def run(self) -> SequentialOutcome:
-        marks = self.order.boundaries(self.settings.chunk)
         for end in round_ends(self.order, self.settings.chunk, self.settings.growth):
             running = [n for n in self.others if not self.decision(n).stopped]
             if not running:
@@ -95,9 +95,14 @@ class SequentialRun:
                     d, have = self.decision(name), len(self.values(name))
                     if d.stopped or have >= end:
                         break
-                    self.answer(name, min(next(k for k in marks if k > have), end))
+                    self.answer(name, self._batch_end(name, d, end))
                 self.log(f"{name}: {_said(self.decision(name), self.order.total)}")
         return self.outcome()
+
+    def _batch_end(self, name: str, d: Decision, end: int) -> int:
+        s = self.settings
+        return batch_end(self.order, d, self.values(name), self.values(REFERENCE), s.thresholds(name), chunk=s.chunk,
+                         precision_points=s.precision_points, end=end, slack=s.lookahead)
 
     def outcome(self) -> SequentialOutcome:
         """The decisions and results from the answers stored (every variant run to its stop)."""

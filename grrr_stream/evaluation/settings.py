@@ -92,6 +92,10 @@ class SequentialSettings(StrictModel):
     # the engine takes the variants in rounds: each round's answered prefix this many times the last, so that a
     # variant is loaded a few times (log of the problems), not once a chunk
     growth: float = Field(2.0, ge=1.25)
+    # within a round a variant answers up to this share of the way to where its interval could first decide (at
+    # least a chunk): larger batches for the engine, no decision changed, a few answers past the stop (0: a chunk
+    # at a time)
+    lookahead: float = Field(0.5, ge=0.0, le=1.0)
     # a benchmark whose weight in the score over its share of the problems exceeds this is answered in full first
     max_weight: float = Field(2.0, ge=1.0)
     difference_points: dict[str, tuple[float, ...]] = Field(

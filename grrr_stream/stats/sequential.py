@@ -268,3 +268,29 @@ def round_ends(order: Order, chunk: int, growth: float) -> list[int]:
             ends.append(end)
         size *= growth
     return ends
+
+
+def batch_end(order: Order, decision: Decision, variant: np.ndarray, full: np.ndarray, thresholds: Thresholds, *,
+              chunk: int, precision_points: float, end: int, slack: float = 0.5) -> int:
+    """How far a running variant answers in its next batch: the next decision boundary, or further when its
+    interval is still far from deciding. An interval's width shrinks about as 1/√n, so its stop is not expected
+    before the n at which the width would reach the precision target or the farthest open threshold (all of them
+    must be decided), whichever comes first; the batch goes ``slack`` of the way there. Decisions are still taken
+    at every boundary, from the answers up to it: answering ahead changes no decision, only how many answers past
+    the stop are generated (and how large the engine's batches are)."""
+    have = min(len(variant), len(full))
+    marks = [k for k in order.boundaries(chunk) if have < k <= end]
+    if not marks:
+        return end
+    half = (decision.hi - decision.lo) / 2
+    if not (have > order.census_end and math.isfinite(half) and half > 0):
+        return marks[0]
+    v, f = benchmark_mean(order, variant[:have]), benchmark_mean(order, full[:have])
+    gaps = [abs(decision.minus_full - d) for d, side in zip(thresholds.difference_points, decision.sides.values())
+            if side == "open"]
+    gaps += [100 * abs(v - r / 100 * f) for r in thresholds.retention_pct
+             if decision.sides.get(f"retention {r:g}%") == "open"]
+    needed = lambda gap: have * (half / gap) ** 2 if gap > 0 else math.inf  # noqa: E731
+    earliest = min(needed(precision_points), max(map(needed, gaps)) if gaps else math.inf)
+    target = have + max(chunk, slack * (earliest - have))
+    return next((k for k in marks if k >= target), marks[-1]) if slack > 0 else marks[0]

@@ -145,3 +145,27 @@ def test_a_run_killed_mid_chunk_resumes_exactly(transition, tmp_path):
         assert _records(tmp_path / "k", v) == _records(tmp_path / "whole", v)
     redone = sum(len(set(_records(tmp_path / "k", v)) - before[v]) for v in VARIANTS)
     assert len(asked) == redone  # nothing answered before the kill was asked again
+
+
+def test_answering_ahead_changes_no_decision(transition, tmp_path):
+    """A chunk at a time or ahead in larger batches: the same rows; ahead asks the engine fewer, larger batches."""
+    _, _, store, bench = transition
+    calls: dict[str, list[int]] = {"0": [], "0.5": []}
+
+    def counting(key):
+        class Counting(StandInEngine):
+            def generate(self, prompts, sampling=None):
+                calls[key].append(len(prompts))
+                return super().generate(prompts, sampling)
+        return Counting
+
+    rows = {}
+    for key, ahead in (("0", 0.0), ("0.5", 0.5)):
+        opts = EvaluationOptions(engine=SETTINGS, design="sequential",
+                                 sequential=SequentialSettings(chunk=40, precision_points=6.0, seed=3,
+                                                               lookahead=ahead))
+        res = run_evaluation(EvaluationRequest(store, tmp_path / key, VARIANTS, ["sums"], bench, opts),
+                             engine_factory=counting(key), log=lambda m: None)
+        rows[key] = res.differences
+    assert rows["0"] == rows["0.5"]
+    assert len(calls["0.5"]) < len(calls["0"]) and sum(calls["0.5"]) >= sum(calls["0"])
