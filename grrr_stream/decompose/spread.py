@@ -34,7 +34,7 @@ from ..dtypes import torch_dtype
 from ..errors import ConfigError
 from ..locks import FileLock
 from ..progress import Progress
-from ..runtime.cluster import close, host_of, open_client, parse_scheduler, require, workers_per_host
+from ..runtime.cluster import close, gpu_task, host_of, open_client, parse_scheduler, require, workers_per_host
 from ..runtime.device import resolve_device
 from ..runtime.phases import PhaseTimer
 from ..store.frame_cache import FrameCache
@@ -91,11 +91,12 @@ def _submit_and_collect(client: Any, cfg: DecomposeConfig, plan: Any, pending: l
     todo = {m.name for m in pending}
     run = uuid.uuid4().hex[:8]  # a rerun's tasks never share a key with a dead driver's still-running ones
     futures = {}
+    on_gpu = gpu_task(client, cfg.device)  # a batch on 'cuda' holds a GPU of a worker that declares one
     for batch_id, batch in batches(plan.matrices):
         mine = [m for m in batch if m.name in todo]
         if mine:
             fut = client.submit(run_batch, cfg, folders, batch_id, mine, per_host, base_fingerprint,
-                                key=f"grrr-decompose-{batch_id}-{run}", pure=False)
+                                key=f"grrr-decompose-{batch_id}-{run}", pure=False, **on_gpu)
             futures[fut] = mine
     progress.message(f"{len(todo)} matrices in {len(futures)} batches over {sum(per_host.values())} Dask "
                      f"worker(s) on {len(per_host)} host(s)")

@@ -21,6 +21,10 @@ from typing import Any, Optional
 from ..errors import ConfigError
 
 IN_PROCESS = ("threads", "synchronous")
+# Dask resources a worker declares (dask worker ... --resources "GPU=1,GPU_MEMORY_GIB=80"), held by a task while
+# it runs; what a sweep unit asks of them: grrr_stream/sweep/resources.py
+GPU = "GPU"                        # the worker's GPUs (count)
+GPU_MEMORY = "GPU_MEMORY_GIB"      # its GPU memory in GiB, summed over its GPUs
 HINT = "use threads, synchronous, processes, local:N (N worker processes) or a scheduler address (tcp://HOST:8786)"
 
 
@@ -109,6 +113,15 @@ def workers_per_host(client: Any) -> dict[str, int]:
     """How many workers each host of the cluster runs (their share of a host's cores)."""
     hosts = Counter(host_of(addr) for addr in client.scheduler_info()["workers"])
     return dict(hosts)
+
+
+def gpu_task(client: Any, device: str) -> dict:
+    """``client.submit`` keywords for a task on ``device``: one GPU when the device is 'cuda[:N]' and some worker
+    declares GPUs (else none: a cluster without declared resources places tasks anywhere)."""
+    if not device.startswith("cuda"):
+        return {}
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    return {"resources": {GPU: 1}} if any(GPU in (w.get("resources") or {}) for w in workers) else {}
 
 
 def host_of(address: str) -> str:

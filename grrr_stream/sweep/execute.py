@@ -20,6 +20,7 @@ from .display import Display
 from .records import BLOCKING, Records, blockers
 from .context import RunContext
 from .kinds import KINDS
+from .resources import Needs, Offer, submit_options
 from .runners import run_unit
 from .units import Unit
 
@@ -92,12 +93,15 @@ class LocalExecutor:
 
 class DaskExecutor:
     """The heavy kinds on the cluster's workers; statistics and comparisons here, where they hand their
-    own Dask graphs to the same cluster."""
+    own Dask graphs to the same cluster. ``needs`` (unit id → :class:`~.resources.Needs`) and ``workers``
+    (:func:`~.placement.place`) send each unit to a worker that holds what it needs; without them, anywhere."""
 
-    def __init__(self, client: Any, ctx: RunContext):
+    def __init__(self, client: Any, ctx: RunContext, needs: Optional[dict[str, Needs]] = None,
+                 workers: Optional[list[Offer]] = None):
         from distributed import as_completed
 
         self.client, self.ctx = client, ctx
+        self.needs, self.workers = needs or {}, workers or []
         self._futures: dict[Any, Unit] = {}
         self._completed = as_completed()
 
@@ -109,7 +113,9 @@ class DaskExecutor:
         """The unit's record if it ran here; None if it was sent to a worker."""
         if not KINDS[u.kind].on_worker:
             return run_unit(u, replace(self.ctx, client=self.client))
-        fut = self.client.submit(run_unit, u, self.ctx.for_worker(), pure=False, key=f"grrr-{u.id}-{time.time_ns()}")
+        where = submit_options(self.needs[u.id], self.workers) if u.id in self.needs else {}
+        fut = self.client.submit(run_unit, u, self.ctx.for_worker(), pure=False, key=f"grrr-{u.id}-{time.time_ns()}",
+                                 **where)
         self._futures[fut] = u
         self._completed.add(fut)
         return None

@@ -8,7 +8,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import TYPE_CHECKING, Optional, TextIO
 
 from ..config import TrackingConfig
 from ..tracking.runs import log_sweep, sweep_runs
@@ -24,6 +24,9 @@ from .tables import write_report
 from .tracker import Tracker
 from .units import Unit
 from .workdir import Workdir
+
+if TYPE_CHECKING:
+    from .forecast import Forecast
 
 
 @dataclass
@@ -84,7 +87,8 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         for u in todo:  # failed or interrupted before: run again (dependents wait for the new outcome)
             states[u.id] = "pending"
         disk = _check_disk(plan, todo)
-        seconds = _write_forecast(plan, todo, disk, layout, stream, forecast_for) if forecast else {}
+        fc = _write_forecast(plan, todo, disk, layout, stream, forecast_for) if forecast else None
+        seconds = {u.unit: u.seconds for u in fc.units} if fc is not None else {}
         display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream, forecast=seconds)
         display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
                     f"{len(todo)} to run")
@@ -102,7 +106,7 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         ctx = RunContext(str(plan.workdir), units_tracking, progress, device, threads=None, stores=stores,
                          informative_points=plan.config.claims.informative_points, verbose=verbose)
         with tracker or contextlib.nullcontext():
-            ran = _run(todo, states, display, scheduler, ctx)
+            ran = _run(plan, todo, states, display, scheduler, ctx, fc, stream)
         recs = {u.id: records.read(u) for u in plan.units}
         display.say("writing the report (tables, figures, page)")  # seconds: a line, not a silence
         result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
@@ -132,19 +136,19 @@ def _check_disk(plan: Plan, todo: list[Unit]) -> dict:
 
 
 def _write_forecast(plan: Plan, todo: list[Unit], disk: dict, layout: Workdir, stream: TextIO,
-                    target: Optional[str] = None) -> dict[str, Optional[float]]:
-    """The forecast.json of this run, and its headline; its seconds per unit (the display's ETA starts from
-    them; {} when it failed: a forecast never stops a sweep)."""
+                    target: Optional[str] = None) -> Optional["Forecast"]:
+    """The forecast.json of this run, and its headline; the forecast (the display's ETA starts from its seconds,
+    a cluster's units ask for its memory), None when it failed: a forecast never stops a sweep."""
     from .forecast import forecast_plan
 
     try:
         fc = forecast_plan(plan, disk=disk, target=target)
         fc.write_json(layout.forecast)
         stream.write(f"[sweep] forecast: {fc.headline({u.id for u in todo})} (per unit: --dry-run)\n")
-        return {u.unit: u.seconds for u in fc.units}
+        return fc
     except Exception as e:  # noqa: BLE001 - reported, and the sweep runs
         stream.write(f"[sweep] no forecast ({type(e).__name__}: {e})\n")
-        return {}
+        return None
 
 
 def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional[float] = None) -> Path:
@@ -167,13 +171,19 @@ def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional
     return result.html
 
 
-def _run(todo: list[Unit], states: dict[str, str], display: Display, scheduler: Optional[str],
-         ctx: RunContext) -> list[str]:
-    """Execute ``todo`` here or on the scheduler's cluster, which is closed afterwards."""
+def _run(plan: Plan, todo: list[Unit], states: dict[str, str], display: Display, scheduler: Optional[str],
+         ctx: RunContext, fc: Optional["Forecast"], stream: TextIO) -> list[str]:
+    """Execute ``todo`` here or on the scheduler's cluster, which is closed afterwards; on a cluster, units that
+    fit no worker are refused before any runs."""
     client, cluster, threads = make_client(scheduler)
     ctx = replace(ctx, threads=threads)
     try:
-        executor = LocalExecutor(ctx) if client is None else DaskExecutor(client, ctx)
+        if client is None:
+            executor = LocalExecutor(ctx)
+        else:
+            from .placement import place
+
+            executor = DaskExecutor(client, ctx, *place(client, plan, todo, fc, ctx.device, stream))
         return execute_units(todo, states, executor, display)
     finally:
         if client is not None:

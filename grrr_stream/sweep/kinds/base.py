@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..estimate import UnitForecast, constant
+from ..resources import Needs, cpu_needs
 from ..units import Unit, UnitParams
 
 if TYPE_CHECKING:
@@ -30,7 +31,9 @@ class Kind:
     ``estimate(unit, facts)`` its forecast; ``report(plan, done, report)`` fills the report's rows from its
     finished units and ``write(report, put)`` writes its ``tables`` (``put(name, rows)``) and figures;
     ``disk(unit, facts)`` what it will write (None: not known yet; no hook: little); ``progress(unit)`` what
-    an unfinished unit already holds; ``stale(unit)`` whether a done unit only needs its tables again."""
+    an unfinished unit already holds; ``stale(unit)`` whether a done unit only needs its tables again;
+    ``needs(unit, forecast, device)`` what it needs of a Dask worker (GPUs, GPU memory, RAM: :mod:`..resources`),
+    from its forecast (None: none made) and the run's ``--device`` (None: the unit's own)."""
 
     name: str
     params: type[UnitParams]
@@ -46,6 +49,7 @@ class Kind:
     write: Optional[Callable[["Report", Callable], None]] = None
     disk: Optional[Callable[[Unit, "DiskFacts"], Optional[list]]] = None
     progress: Optional[Callable[[Unit], str]] = None
+    needs: Callable[[Unit, Optional[UnitForecast], Optional[str]], Needs] = cpu_needs
 
     def __post_init__(self) -> None:
         if self.params.kind != self.name:

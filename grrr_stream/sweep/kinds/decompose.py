@@ -7,6 +7,7 @@ transition, with the change of numerical rank) and the matrices' rows for the HT
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
@@ -16,6 +17,7 @@ from ...forecast import target as tgt  # a device to forecast for (--forecast-fo
 from ...forecast import work
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import DiskFacts, UnitForecast, cpu_cores
+from ..resources import Needs, cpu_needs, gpu_needs, uses_gpu
 from ..rows import Row, read_rows, rectangular
 from ..units import Transition, Unit, UnitParams
 from .base import Kind
@@ -187,6 +189,14 @@ def estimate(u: Unit, facts) -> UnitForecast:
                         f"{len(base.shapes)} matrices ({base.where}), {flops / 1e12:.3g} TFLOP", flops, gpu)
 
 
+def needs(u: Unit, forecast: Optional[UnitForecast], device: Optional[str]) -> Needs:
+    """A GPU only on device 'cuda' (the run's --device, else the config's; 'auto' and 'cpu' run on any worker);
+    on a cluster the unit's matrix batches hold it, and its own task only coordinates them."""
+    dev = device or u.params.settings.device
+    found = gpu_needs(forecast) if uses_gpu(dev) else cpu_needs(u, forecast)
+    return replace(found, spread=True)
+
+
 def report(plan, done: list[Unit], rep) -> None:
     """transitions.csv, and each store's matrix rows for the page's heatmaps."""
     out = []
@@ -248,4 +258,4 @@ def _rank_changes(rows: list[Row], thresholds: list[str]) -> Row:
 
 
 KIND = Kind(NAME, DecomposeParams, plan, run, None, (TABLE,), on_worker=True, estimate=estimate, complete=complete,
-            report=report, write=write, disk=disk, progress=progress)
+            report=report, write=write, disk=disk, progress=progress, needs=needs)

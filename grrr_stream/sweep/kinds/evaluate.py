@@ -15,6 +15,7 @@ from ...evaluation.settings import EvaluationOptions
 from ..config import SweepEvaluation
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
+from ..resources import Needs, gpu_needs
 from ..sources import benchmarks
 from ..units import Unit, UnitParams
 from . import generate
@@ -201,5 +202,11 @@ def _prompts(p: EvaluateParams) -> Optional[int]:
     return total
 
 
+def needs(u: Unit, forecast: Optional[UnitForecast], device: Optional[str]) -> Needs:
+    """The engine's GPUs (tensor_parallel_size), with the forecast's GPU memory (its weights in the engine's
+    dtype and KV cache) and host RAM."""
+    return gpu_needs(forecast, u.params.options.engine.tensor_parallel_size)
+
+
 KIND = Kind(NAME, EvaluateParams, plan, run, RECORD_FILE, REPORT_TABLES, on_worker=True, estimate=estimate,
-            complete=complete, stale=stale, report=report, write=write, progress=progress)
+            complete=complete, stale=stale, report=report, write=write, progress=progress, needs=needs)

@@ -15,6 +15,7 @@ from ...forecast import work
 from ...variants.builder import META_FILE
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import DiskFacts, UnitForecast
+from ..resources import Needs, cpu_needs, gpu_needs, uses_gpu
 from ..units import Unit, UnitParams
 from .base import Kind
 from .channels import channels_file, channels_unit
@@ -177,4 +178,9 @@ def estimate(u: Unit, facts) -> UnitForecast:
                         flops / rates.gemm_flops_s + OVERHEAD_S, f"{flops / 1e12:.3g} TFLOP", flops)
 
 
-KIND = Kind(NAME, VariantParams, plan, run, META_FILE, on_worker=True, estimate=estimate, disk=disk)
+def needs(u: Unit, forecast: Optional[UnitForecast], device: Optional[str]) -> Needs:
+    """A GPU only on device 'cuda' (the run's --device, else the decomposition's; 'auto' runs on any worker)."""
+    return gpu_needs(forecast) if uses_gpu(device or u.params.device) else cpu_needs(u, forecast)
+
+
+KIND = Kind(NAME, VariantParams, plan, run, META_FILE, on_worker=True, estimate=estimate, disk=disk, needs=needs)
