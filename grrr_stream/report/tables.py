@@ -265,7 +265,8 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
                               [(g, rs) for g, rs in groups.items() if rs]), 2)
         diffs = {(d["transition"] + ("" if d["suite"] == "main" else f" [{d['suite']}]"), d["variant"]): (i, d)
                  for i, d in enumerate(report.differences)}
-        dcols = columns_of(report.differences, ("minus_full", "minus_proj"))
+        dcols = columns_of(report.differences, ("minus_full", "minus_proj", "problems"))
+        sequential = any(d.get("interval") == "anytime-valid" for d in report.differences)
 
         def paired(_i: int, r: Row) -> list[Cell]:
             j, d = diffs.get((r["transition"], r["variant"]), (None, {}))
@@ -274,7 +275,9 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
         cols = columns_of(report.retention, ("transition", "variant", "retention_pct", "retention_proj_pct"))
         tables.append(Table("table56-retention", "Tables 5/6 — retention and the paired differences",
                             "Retention = 100 · score / Full (and / proj); − Full, − proj: the difference in points "
-                            "with its paired bootstrap 95 % CI over the transition's problems (differences.csv).",
+                            "with its paired bootstrap 95 % CI over the transition's problems (differences.csv)."
+                            + (" Rows of a sequential suite: its anytime-valid 95 % interval over the problems the "
+                               "variant answered (problems), against Full only." if sequential else ""),
                             [c.label for c in cols] + [c.label for c in dcols],
                             grouped(report.retention, FILES["retention"], cols, method_of, sft, paired)))
     if report.removal:
