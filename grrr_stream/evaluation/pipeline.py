@@ -162,8 +162,8 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     # their fidelity reports measure its rounding, and answers are keyed by it
     choice = resolve_engine_dtype(t, specs, opts.engine)
     if opts.engine.dtype == "auto":
-        log(f"engine dtype auto: {choice.dtype} ({choice.reason}; per-matrix shares {choice.source}, "
-            f"{choice.seconds:.1f} s)")
+        log(f"engine dtype auto: {choice.dtype} ({choice.reason}"
+            + (f"; per-matrix shares {choice.source}, {choice.seconds:.1f} s)" if choice.source else ")"))
     resolved = opts.model_copy(update={"engine": opts.engine.resolved(choice.dtype)})
     vdtype = choice.dtype
     post_folder = Path(t.manifest["post_folder"])

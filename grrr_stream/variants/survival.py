@@ -11,6 +11,7 @@ its component's energy ``e_{c}`` (the whole matrix's, from the store's metrics).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -92,14 +93,16 @@ class ComponentSurvival:
 
 def pooled(rows: Sequence[dict], components: Sequence[str] = COMPONENTS) -> dict[str, ComponentSurvival]:
     """Each component of ``components`` pooled over ``rows`` (:func:`stored_columns` or :func:`measured_columns`);
-    a component with no energy anywhere keeps all of it (1.0), as the fidelity report says of a zero update."""
+    a component with no energy anywhere keeps all of it (1.0), as the fidelity report says of a zero update. A share
+    that is not a number counts as nothing kept: an estimate that failed must not pass a floor."""
     out = {}
     for c in components:
         have = [r for r in rows if r[f"e_{c}"] > 0]
+        share = {r["name"]: r[f"kept_{c}"] if math.isfinite(r[f"kept_{c}"]) else 0.0 for r in have}
         total = sum(r[f"e_{c}"] for r in have)
-        kept = sum(r[f"e_{c}"] * r[f"kept_{c}"] for r in have) / total if total > 0 else 1.0
-        worst = min(have, key=lambda r: r[f"kept_{c}"], default=None)
-        out[c] = ComponentSurvival(c, kept, worst["name"] if worst else "", worst[f"kept_{c}"] if worst else 1.0,
+        kept = sum(r[f"e_{c}"] * share[r["name"]] for r in have) / total if total > 0 else 1.0
+        worst = min(have, key=lambda r: share[r["name"]], default=None)
+        out[c] = ComponentSurvival(c, kept, worst["name"] if worst else "", share[worst["name"]] if worst else 1.0,
                                    len(have))
     return out
 

@@ -81,3 +81,5 @@ def test_pooling_weighs_each_matrix_by_its_component_energy():
     assert (p["diag"].worst_matrix, p["diag"].worst_kept) == ("b", 0.2)
     assert p["null"].kept == pytest.approx(0.7) and p["null"].worst_matrix == "a"
     assert p["off"].kept == 1.0 and p["off"].matrices == 0  # no energy anywhere: nothing to lose
+    rows[0]["kept_diag"] = float("nan")  # a failed estimate passes no floor
+    assert pooled(rows)["diag"].kept == pytest.approx(0.2 / 4) and pooled(rows)["diag"].worst_matrix == "a"
