@@ -91,7 +91,8 @@ def main() -> None:
         rows += agreement(tid, fp32, bf16, variants, args.resamples)
     print(f"\naccuracy (%) on the first {args.limit} arith problems, greedy; bf16 − fp32 in points with the paired "
           "bootstrap 95 % interval over problems; 'differ': problems graded differently")
-    print(f"{'transition':<13} {'variant':<8} {'fp32':>6} {'bf16':>6} {'bf16−fp32':>10} {'95 % CI':>17} {'differ':>7}")
+    print(f"{'transition':<13} {'variant':<8} {'fp32':>6} {'bf16':>6} {'bf16−fp32':>10} {'95 % CI':>17} "
+          f"{'differ':>7}")
     for r in rows:
         print(f"{r['transition']:<13} {r['variant']:<8} {r['fp32']:6.1f} {r['bf16']:6.1f} {r['diff']:+10.1f} "
               f"[{r['lo']:+6.1f}, {r['hi']:+6.1f}] {r['differ']:>4}/{r['n']}")

@@ -7,6 +7,7 @@ its result, MLflow) with the stand-in engine of tests/evaluation/test_evaluate.p
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +16,8 @@ from grrr_stream.evaluation.dtype_choice import choose_engine_dtype, evaluated_p
 from grrr_stream.evaluation.settings import EngineSettings, EvaluationOptions, build_engine_settings
 from grrr_stream.fixtures.synthetic import Update
 from grrr_stream.store.transition_store import StoredTransition
-from grrr_stream.sweep.kinds.evaluate_report import dtype_row
+from grrr_stream.sweep.kinds.evaluate_report import DTYPE_TABLE, dtype_row, report
+from grrr_stream.sweep.rows import Report
 from grrr_stream.variants.spec import parse_variants
 from grrr_stream.variants.survival import ComponentSurvival
 
@@ -139,6 +141,12 @@ def test_the_evaluation_records_the_choice_and_runs_the_engine_in_it(cumulative,
     row = dtype_row(tmp_path / "c" / "evaluation.json")  # the sweep report's engine_dtype.csv row
     assert row["engine_dtype"] == "bfloat16" and row["kept_null"] == saved["engine_dtype"]["parts"]["null"]["kept"]
     assert row["lowest_part"] in ("diag", "off", "null") and row["shares"] == "stored"
+    # the sweep's report: one engine_dtype.csv row per evaluation that asked for auto
+    tr = SimpleNamespace(id="base-post", kind="cumulative", parent="base", child="post")
+    unit = SimpleNamespace(params=SimpleNamespace(transition=tr.id, suite=None), out=str(tmp_path / "c"))
+    rep = Report(tmp_path / "report")
+    report(SimpleNamespace(transitions={tr.id: tr}), [unit], rep)
+    assert rep.extra[DTYPE_TABLE] == [{"transition": "base-post", "kind": "cumulative", **row}]
 
     res, _ = _evaluate(increment, tmp_path / "i", AUTO)
     assert [s.dtype for s in StandInEngine.settings_seen] == ["float32"]
