@@ -172,7 +172,10 @@ def evaluate_parser(sub) -> None:
     p.add_argument("--instruction", help="instruction appended to each problem (default: reason step by step, "
                                          "put the final answer within \\boxed{})")
     p.add_argument("--max-new-tokens", type=int, help="default 3000")
-    p.add_argument("--engine-dtype", help="float32 (default), bfloat16, float16, auto")
+    p.add_argument("--engine-dtype", help="float32 (default), bfloat16, float16, auto (bfloat16 where every evaluated "
+                                          "part of the update keeps --auto-min-energy of its energy, else float32)")
+    p.add_argument("--auto-min-energy", type=float,
+                   help="with --engine-dtype auto: the share of each part's energy bf16 must keep (default 0.999)")
     p.add_argument("--seed", type=int)
     p.add_argument("--tensor-parallel-size", type=int)
     p.add_argument("--gpu-memory-utilization", type=float)

@@ -139,7 +139,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..variants.spec import DEFAULT_VARIANTS
 
     settings = build_engine_settings({
-        "dtype": args.engine_dtype, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+        "dtype": args.engine_dtype, "auto_min_energy": args.auto_min_energy, "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
         "tensor_parallel_size": args.tensor_parallel_size, "gpu_memory_utilization": args.gpu_memory_utilization,
         "max_model_len": args.max_model_len, "enforce_eager": args.enforce_eager,
         "cpu_kv_cache_gib": args.cpu_kv_cache_gib})

@@ -7,6 +7,7 @@
 - ``engine``: the vLLM engine and its generations (the vLLM owner);
 - ``scoring``: one benchmark for one variant, resumably, with pass@k and maj@k;
 - ``tables``: accuracy, diagnostics, retention and solved/lost tables;
+- ``dtype_choice``: ``engine.dtype: auto`` resolved for one transition (bf16 where its update survives it);
 - ``pipeline``: ``run_evaluation``, which runs them for the variants of a stored transition.
 
 Nothing is re-exported here: import each name from the module that owns it.

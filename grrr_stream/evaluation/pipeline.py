@@ -113,6 +113,7 @@ def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingCon
     ev = _prepare(request, log)
     scores = _score_variants(ev, engine_factory or Engine, log)
     res = _tabulate(ev, scores, log)
+    res.info.update(engine_dtype=ev.dtype_choice.dtype, engine_dtype_reason=ev.dtype_choice.reason)
     res.spans = scores.spans
     res.files = _write_tables(ev, res)
     if scores.sequential is not None:
@@ -123,16 +124,19 @@ def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingCon
     res.files.append(_write_record(ev, res))
     if runs.enabled(tracking):
         res.run_ids = runs.log_evaluation(ev.transition, [ev.builders[n] for n in ev.names], ev.benches, res,
-                                          request.options, tracking,
+                                          ev.options, tracking,
                                           started=started, seconds=time.time() - started)
     return res
 
 
 @dataclass
 class _Evaluation:
-    """A request made concrete: its results folder, benchmarks, variant builders and engine homes."""
+    """A request made concrete: its results folder, benchmarks, variant builders and engine homes; ``options``
+    are the request's with the engine dtype resolved (``dtype_choice``: which and why)."""
 
     request: EvaluationRequest
+    options: EvaluationOptions
+    dtype_choice: Any  # dtype_choice.EngineChoice
     transition: StoredTransition
     out: Path
     instruction: str
@@ -149,6 +153,7 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     from ..variants.channels import load_channels
     from ..variants.spec import parse_variants
     from ..variants.builder import VariantBuilder
+    from .dtype_choice import resolve_engine_dtype
 
     opts = request.options  # validated when made (the metric against the sampling, materialize, limit)
     instruction = opts.instruction if opts.instruction is not None else DEFAULT_INSTRUCTION
@@ -160,8 +165,14 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     if request.nest_sampled and opts.sampling.key_fields() is not None:
         out = ensure_folder(out / opts.sampling.folder_name(), "--out")
     benches = _load_benchmarks(request, out, log)
-    settings = opts.engine
-    vdtype = settings.dtype if settings.dtype != "auto" else "float32"
+    # 'auto' resolved here, before any engine: the variants are built in the dtype the engine runs, so that
+    # their fidelity reports measure its rounding, and answers are keyed by it
+    choice = resolve_engine_dtype(t, specs, opts.engine)
+    if opts.engine.dtype == "auto":
+        log(f"engine dtype auto: {choice.dtype} ({choice.reason}"
+            + (f"; per-matrix shares {choice.source}, {choice.seconds:.1f} s)" if choice.source else ")"))
+    resolved = opts.model_copy(update={"engine": opts.engine.resolved(choice.dtype)})
+    vdtype = choice.dtype
     post_folder = Path(t.manifest["post_folder"])
     prompt = prompt_format(post_folder, opts.template, instruction)
     # on the CPU, not the "auto" default: the vLLM engine holds the GPU's memory while variants are built
@@ -170,7 +181,8 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     builders = {s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=request.rest_from, device="cpu",
                                        channels=channel_set) for s in specs}
     homes = {n: post_folder if builders[n].runs_in_post_engine() else Path(builders[n].home.folder) for n in names}
-    return _Evaluation(request, t, out, instruction, benches, names, builders, post_folder, prompt, homes)
+    return _Evaluation(request, resolved, choice, t, out, instruction, benches, names, builders, post_folder, prompt,
+                       homes)
 
 
 def _check_design(opts: EvaluationOptions, names: Sequence[str]) -> None:
@@ -249,7 +261,7 @@ def _start_engine(make_engine: Callable[..., Any], home: Path, ev: _Evaluation, 
     if ev.request.progress:
         log(f"starting the engine on {home}")
     began = time.monotonic()
-    engine = make_engine(home, ev.request.options.engine, prompt_format=ev.post_folder)
+    engine = make_engine(home, ev.options.engine, prompt_format=ev.post_folder)
     engine.progress = ev.request.progress
     if ev.request.progress:
         log(f"engine started in {fmt_seconds(time.monotonic() - began)}")
@@ -282,7 +294,7 @@ def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _S
 
 def _keys(ev: _Evaluation, name: str) -> dict[str, str]:
     """Benchmark → the key of variant ``name``'s answers on it."""
-    opts, meta = ev.request.options, ev.builders[name].metadata()
+    opts, meta = ev.options, ev.builders[name].metadata()  # the engine dtype resolved: answers keyed by it
     return {b.name: evaluation_key(b, meta, opts.engine, opts.template, ev.instruction, ev.prompt["digest"],
                                    opts.sampling) for b in ev.benches}
 
@@ -309,7 +321,7 @@ def _score_sequential(ev: _Evaluation, order: list[str], slot: _EngineSlot, scor
     names = [REFERENCE] + [n for n in order if n != REFERENCE]
     scores.keys_of = {n: _keys(ev, n) for n in names}
     began = time.time()
-    run = SequentialRun(ev.benches, names, scores.keys_of, ev.out, ev.request.options, ev.instruction,
+    run = SequentialRun(ev.benches, names, scores.keys_of, ev.out, ev.options, ev.instruction,
                         lambda name: slot.holding(name, scores, log), log)
     scores.sequential = (run, run.run())
     scores.results = scores.sequential[1].results
@@ -441,7 +453,8 @@ def _write_record(ev: _Evaluation, res: EvaluationResult) -> Path:
     req = ev.request
     path = ev.out / RECORD_FILE
     atomic_write_text(path, json.dumps(
-        {"store": str(ev.transition.path), "engine": req.options.engine.model_dump(), "versions": engine_versions(),
+        {"store": str(ev.transition.path), "engine": ev.options.engine.model_dump(),
+         "engine_dtype": ev.dtype_choice.record(), "versions": engine_versions(),
          "prompt_format": ev.prompt, "bootstrap": {"resamples": req.resamples, "seed": req.bootstrap_seed},
          "sampling": req.options.sampling.model_dump(), "metric": req.options.metric,
          "design": req.options.design,

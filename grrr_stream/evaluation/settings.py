@@ -17,8 +17,11 @@ from ..errors import ConfigError
 class EngineSettings(StrictModel):
     """vLLM engine and decoding options; every field is recorded with each evaluation result."""
 
-    # float32 by default: a bf16 engine rounds W0 + ΔW_component and can erase RL-sized updates.
+    # float32 by default: a bf16 engine rounds W0 + ΔW_component and can erase RL-sized updates. 'auto':
+    # bfloat16 for a transition whose every evaluated component keeps at least ``auto_min_energy`` of its
+    # energy through bf16 rounding, float32 otherwise (evaluation/dtype_choice.py, docs/evaluation.md)
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    auto_min_energy: float = Field(0.999, gt=0.0, le=1.0)
     max_new_tokens: int = Field(3000, ge=1)
     seed: int = 0
     tensor_parallel_size: int = Field(1, ge=1)
@@ -29,10 +32,19 @@ class EngineSettings(StrictModel):
     cpu_kv_cache_gib: float = Field(1.0, gt=0.0)
 
     def result_fields(self) -> dict:
-        """Settings that can change generations (everything but memory knobs)."""
-        return {"dtype": self.dtype, "max_new_tokens": self.max_new_tokens, "seed": self.seed,
+        """Settings that can change generations (everything but memory knobs). The floor of 'auto' only with
+        'auto' (keys of other dtypes stay as they were); a result's own key holds the dtype 'auto' resolved to
+        (:meth:`resolved`), so that it is shared with evaluations that asked for that dtype."""
+        return {"dtype": self.dtype, **({"auto_min_energy": self.auto_min_energy} if self.dtype == "auto" else {}),
+                "max_new_tokens": self.max_new_tokens, "seed": self.seed,
                 "tensor_parallel_size": self.tensor_parallel_size, "max_model_len": self.max_model_len,
                 "enforce_eager": self.enforce_eager}
+
+    def resolved(self, dtype: str) -> "EngineSettings":
+        """These settings with 'auto' replaced by the dtype chosen for one transition."""
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"an engine runs in float32, bfloat16 or float16, not {dtype!r}")
+        return self.model_copy(update={"dtype": dtype})
 
 
 class SamplingSettings(StrictModel):

@@ -244,7 +244,9 @@ def log_evaluation(t, builders: Sequence, benches: Sequence, res, options, track
                    started: float, seconds: float) -> list[str]:
     """One run per variant, nested under the variant's run (under the transition's). Each spans the scoring of its
     variant (``res.spans``; the whole evaluation when not measured), its ``work_seconds``. ``options``: the
-    evaluation's (its engine, template and sampling are logged)."""
+    evaluation's, its engine's dtype resolved (its engine, template and sampling are logged; the dtype chosen and
+    why, ``res.info``'s ``engine_dtype`` and ``engine_dtype_reason``, as tags: 'auto' resolved to a dtype shares
+    the runs of that dtype, whose params cannot change)."""
     from ..evaluation import engine as ev
 
     settings, template, sampling = options.engine, options.template, options.sampling
@@ -262,7 +264,7 @@ def log_evaluation(t, builders: Sequence, benches: Sequence, res, options, track
             settings_key["sampling"] = sampling.key_fields()
         params = {**variant_params(builder), "template": template, "prompt_format": res.prompt["digest"],
                   "metric": res.metric, **{f"sampling.{k}": v for k, v in sampling.model_dump().items()},
-                  **{f"engine.{k}": v for k, v in settings.model_dump().items()},
+                  **{f"engine.{k}": v for k, v in settings.model_dump(exclude={"auto_min_energy"}).items()},
                   **{f"version.{k}": v for k, v in versions.items()}}
         params.update({f"sha256.{b.name}": b.sha256 for b in benches})
         params.update({f"n.{b.name}": len(b.problems) for b in benches})
@@ -276,6 +278,8 @@ def log_evaluation(t, builders: Sequence, benches: Sequence, res, options, track
             # mlflow.runType 'evaluation': the runs table opens the parent of such a run on a first visit
             tags={"grrr.kind": "evaluation", "grrr.variant": name, "mlflow.runType": "evaluation", NOTE: note,
                   **_stop_tags(res, name)},
+            set_tags={f"grrr.{k}": str(res.info[k])[:5000] for k in ("engine_dtype", "engine_dtype_reason")
+                      if k in res.info},
             parent=variant_ref(builder), start_ms=int(began * 1000), end_ms=math.ceil(ended * 1000),
             once=False, params=params,
             # the benchmark files as dataset inputs: the runs table's Dataset column

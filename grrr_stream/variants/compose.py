@@ -48,14 +48,7 @@ class MatrixComposer:
     channels: Optional[ChannelRestriction] = None  # a channel variant's channel set (None: every channel)
 
     def _frame(self, name: str, attrs: dict, w0: torch.Tensor) -> Frame:
-        cache = self.transition.frame_cache()
-        frame = cache.get(attrs["frame_key"], self.compute_dtype, shape=tuple(w0.shape)) if cache else None
-        if frame is None:
-            warnings.warn(f"base frame of {name} not in the frame cache; recomputing its SVD", stacklevel=3)
-            settings = self.transition.manifest["settings"]
-            frame = compute_frame(w0.to(self.compute_dtype), settings["core_rel_threshold"],
-                                  degenerate_gap=settings.get("degenerate_gap", DEGENERATE_GAP))
-        return frame
+        return stored_frame(self.transition, name, attrs, w0, self.compute_dtype)
 
     def matrix(self, name: str, attrs: dict, out_dtype: torch.dtype) -> torch.Tensor:
         """The variant's matrix ``name`` in ``out_dtype``; its fidelity row is added to the report."""
@@ -205,6 +198,20 @@ class MatrixComposer:
                 intended.addmm_(U @ Q, V.T, alpha=-1.0)
             del U, V, p
         return frame, removed
+
+
+def stored_frame(transition: StoredTransition, name: str, attrs: dict, w0: torch.Tensor,
+                 compute_dtype: torch.dtype) -> Frame:
+    """The base frame of matrix ``name`` as the decomposition used it: from the store's frame cache, or
+    recomputed (with a warning) with the decomposition's settings when the cache lacks it."""
+    cache = transition.frame_cache()
+    frame = cache.get(attrs["frame_key"], compute_dtype, shape=tuple(w0.shape)) if cache else None
+    if frame is None:
+        warnings.warn(f"base frame of {name} not in the frame cache; recomputing its SVD", stacklevel=3)
+        settings = transition.manifest["settings"]
+        frame = compute_frame(w0.to(compute_dtype), settings["core_rel_threshold"],
+                              degenerate_gap=settings.get("degenerate_gap", DEGENERATE_GAP))
+    return frame
 
 
 def _p_rounding(s: VariantSpec, P: torch.Tensor, cd: torch.dtype, kept: Optional[torch.Tensor] = None) -> list:

@@ -59,9 +59,11 @@ class StandInEngine:
         pass
 
 
-def sums_transition(root, n_a: int = 7, n_b: int = 9):
-    """A decomposed tiny pair and a 'sums' benchmark of n_a × n_b problems: (base, post, store, bench folder)."""
-    base, post = make_transition(root / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=2e-2))
+def sums_transition(root, n_a: int = 7, n_b: int = 9, *, update: Update = Update(r_delta=2e-2),
+                    dtype: str = "float32"):
+    """A decomposed tiny pair (``update`` planted, both checkpoints in ``dtype``) and a 'sums' benchmark of
+    n_a × n_b problems: (base, post, store, bench folder)."""
+    base, post = make_transition(root / "m", TINY, family="qwen2", dtype=dtype, update=update)
     store = root / "s"
     run_transition(no_track_config(base=str(base), post=str(post), store=store))
     bench = root / "bench" / "sums"
