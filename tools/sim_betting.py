@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# this checkout's package and the tool's siblings, whatever grrr_stream the environment has installed
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 import simulate_designs as sd  # noqa: E402
 
 from grrr_stream.stats.sequential import eb_wor_cs, problem_order  # noqa: E402

@@ -45,7 +45,8 @@ from pathlib import Path
 import numpy as np
 from scipy.special import ndtr
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# this checkout's package and the tool's siblings, whatever grrr_stream the environment has installed
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 from sim_claims import CLAIM_IDS, claim_verdicts  # noqa: E402  (the tool's sibling module)
 from sim_sequential import decide_many, retention_many, score_estimate  # noqa: E402
 
