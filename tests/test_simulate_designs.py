@@ -1,0 +1,141 @@
+"""tools/simulate_designs.py: its vectorised stopping rule and retention interval are the package's scalar ones
+path by path, its fixed design is the plain per-benchmark mean, coverage is counted against planted
+finite-population values, and its table of the paper's rows is the paper's."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from helpers.common import ROOT
+from grrr_stream.config import ClaimSettings
+from grrr_stream.stats.sequential import Thresholds, decide, problem_order, retention_interval, score_path
+
+FACTS = ROOT.parent / "shared" / "PAPER_FACTS.md"  # the team's copy beside the checkouts
+
+
+@pytest.fixture(scope="module")
+def sim():
+    sys.path.insert(0, str(ROOT / "tools"))
+    spec = importlib.util.spec_from_file_location("simulate_designs", ROOT / "tools" / "simulate_designs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _pairs(sim, studies, seed=1):
+    rng = np.random.default_rng(seed)
+    order = problem_order(sim.SIZES, seed=0)
+    acc = np.stack([sim.accuracies(rng) for _ in range(studies)])
+    return order, acc, sim.draw_correct(rng, acc, order, 0.9)
+
+
+def test_vectorised_decide_and_retention_are_the_scalar_ones(sim):
+    import sim_sequential as ss
+    order, _, correct = _pairs(sim, 1)
+    full = correct[0, :, 1].astype(float)
+    th = Thresholds((-4.3,), (95.0, 92.0))
+    for v in ("offnull", "diag", "null"):
+        x = correct[0, :, sim.VARIANTS.index(v)].astype(float)
+        many = ss.decide_many(order, x, full, th, chunk=64, precisions=(2.0, 5.0))
+        for p, d in many.items():
+            for row in range(0, 28, 3):
+                one = decide(order, x[row], full[row], th, chunk=64, precision_points=p)
+                assert (one.problems, one.reason) == (d["problems"][row], list(ss.REASON_CODES)[d["reason"][row]])
+                assert (one.minus_full, one.lo, one.hi) == (d["minus_full"][row], d["lo"][row], d["hi"][row])
+                assert list(one.sides.values()) == [ss.SIDE_NAMES[s] for s in d["sides"][row]]
+    x = correct[0, :4, sim.VARIANTS.index("diag")].astype(float)
+    stops = np.array([134, 262, 1517, 134])
+    lo, hi = ss.retention_many(order, x, full[:4], stops, tolerance=1e-3)
+    for row, k in enumerate(stops):
+        assert (lo[row], hi[row]) == retention_interval(order, x[row, :k], full[row, :k], tolerance=1e-3)
+    est = ss.score_estimate(order, x)
+    assert np.allclose(est[:, 100:], score_path(order, x, 0.0, 1.0).estimate[:, 100:], rtol=0, atol=1e-12)
+
+
+def test_fixed_scores_are_benchmark_means_and_abilities_hit_the_accuracies(sim):
+    order, acc, correct = _pairs(sim, 2)
+    names = np.array([b for b, _ in order.items])
+    x = correct[1, 5, 3]
+    plain = 100 * np.mean([x[names == b].mean() for b in sim.SIZES])
+    counts = correct.reshape(-1, order.total).astype(np.float32) @ sim.bench_matrix(order)
+    fixed = 100 * (counts.astype(float) / np.array(list(sim.SIZES.values()))).mean(-1).reshape(correct.shape[:3])
+    assert fixed[1, 5, 3] == pytest.approx(plain, abs=1e-12)
+    delta = np.array(list(sim.DIFFICULTY.values()))
+    from scipy.special import ndtr
+    assert np.allclose(ndtr(sim.ability(acc)[..., None] - delta).mean(-1), acc, atol=1e-9)
+    # the draws follow the model: 2 studies × 28 × 12 rows of 1,517 problems land near their planted accuracies
+    assert abs((fixed / 100 - acc).mean()) < 0.01 and np.abs(fixed / 100 - acc).max() < 0.2
+
+
+def test_a_tiny_run_counts_what_it_says(sim):
+    out = sim.simulate(2, precisions=(2.0, 30.0), batch=2, resamples=100, retention_studies=2)["results"]
+    exact, loose = out["2.0"], out["30.0"]
+    for r in (exact, loose):
+        assert 0.0 < r["ratio_total"] <= 1.0 and sum(r["stop_reasons"].values()) == pytest.approx(1.0)
+        assert set(r["claims"]) == set(sim.CLAIM_IDS) and r["studies"] == 2
+    # full answers what its longest variant answered: never less than any variant
+    assert exact["ratio_per_variant"]["full"] >= max(exact["ratio_per_variant"].values()) - 1e-12
+    # a precision of ±30 points is met at the first look: every variant without thresholds stops at the census
+    # (aime24 + amc23, 70 problems) plus one chunk of 64
+    no_threshold = [v for v, th in sim.design(ClaimSettings()).items() if not th.labels]
+    assert len(no_threshold) == 8
+    assert all(loose["ratio_per_variant"][v] == pytest.approx(134 / 1517) for v in no_threshold)
+    assert exact["difference_coverage"] >= 0.9 and loose["stop_reasons"]["precision"] >= 8 / 11
+
+
+def test_coverage_is_counted_against_the_planted_values(sim):
+    """A batch whose sequential intervals are replaced by the exact finite-population values covers them all;
+    moved off by a point, none."""
+    rng = np.random.default_rng(0)
+    settings = {"coupling": 0.9, "precisions": (2.0,), "chunk": 64, "resamples": 100, "tolerance": 1e-3,
+                "design": sim.design(ClaimSettings()), "claim_settings": ClaimSettings()}
+    res = sim.run_batch(rng, 1, problem_order(sim.SIZES), settings, retention=False)
+    f = res["fixed"]
+    for shift, want in ((0.0, 1.0), (1.0, 0.0)):
+        for v, d in res["seq"][2.0].items():
+            truth = f[..., sim.VARIANTS.index(v)] - f[..., 1]
+            d["lo"], d["hi"] = truth + shift, truth + shift
+        acc: dict = {}
+        sim.summarise_batch(res, settings, acc)
+        assert acc[2.0]["cover"][0] / acc[2.0]["cover"][1] == want
+
+
+@pytest.mark.skipif(not FACTS.exists(), reason="the team's PAPER_FACTS.md is not here")
+def test_the_paper_rows_are_the_papers():
+    text = FACTS.read_text()
+    sim_rows = {(g, name): vals for g, name, vals in _load_rows()}
+    sft = re.findall(r"^- (C\d+) ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+)\s*$",
+                     text.split("Table 5 (SFT)")[1].split("Table 6")[0], flags=re.M)
+    rl = re.findall(r"^- (.+?) ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+)",
+                    text.split("Table 6 (RL)")[1].split("Table 7")[0], flags=re.M)
+    want = {("SFT", r[0]): tuple(map(float, r[1:])) for r in sft} | {("RL", r[0]): tuple(map(float, r[1:])) for r in rl}
+    assert len(want) == 12 and sim_rows == want
+
+
+def _load_rows():
+    spec = importlib.util.spec_from_file_location("simulate_designs_rows", ROOT / "tools" / "simulate_designs.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "tools"))
+    spec.loader.exec_module(mod)
+    return mod.PAPER_ROWS
+
+
+def test_the_betting_prototype_covers_planted_populations_and_closes():
+    """tools/sim_betting.py's hedged sequence misses a planted population's mean in at most α of random orders (up
+    to 3 binomial standard errors) and, without replacement, closes on it to a few grid steps."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from sim_betting import hedged_wor_cs
+    rng = np.random.default_rng(3)
+    n, paths = 200, 120
+    pop = (rng.random(n) < 0.4).astype(float)
+    missed = 0
+    for _ in range(paths):
+        lo, hi = hedged_wor_cs(pop[rng.permutation(n)], n, grid=1001)
+        missed += bool(((lo > pop.mean() + 1e-9) | (hi < pop.mean() - 1e-9)).any())
+    assert missed / paths <= 0.05 + 3 * (0.05 * 0.95 / paths) ** 0.5
+    assert hi[-1] - lo[-1] <= 0.01 and lo[n // 2] < pop.mean() < hi[n // 2]
