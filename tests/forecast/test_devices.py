@@ -18,7 +18,7 @@ from grrr_stream.forecast.generation import generation
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = devices.Device("toy", "gpu", bf16_tflops=100.0, fp32_tflops=10.0, bandwidth_gbs=1000.0, memory_gib=80.0,
-                     svd_tflops=0.1, svd_basis="guess", source="test")
+                     svd_tflops=0.1, svd_basis="guess", source="test", mbu=0.55)
 
 
 def test_generation_bandwidth_bound_by_hand():
