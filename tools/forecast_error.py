@@ -14,7 +14,8 @@ transformers and accelerate) and run in a fresh subprocess, timed from after `im
 torch loaded); the peak RSS of the channels child next to the forecast RAM.
 
 With ``--published``, no run: the generation model of ``--forecast-for`` (grrr_stream/forecast/generation.py)
-against published vLLM throughput on GPUs (:data:`PUBLISHED`, each with its source), one JSON line each.
+against published vLLM throughput on GPUs (:data:`grrr_stream.forecast.published.ROWS`, each with its source),
+one JSON line each.
 
     python tools/forecast_error.py [--shapes smollm2-135m,qwen25-1.5b] [--layers N] [--out forecast_out]
                                    [--channels [--sequences 32 --seq-len 128 --draws 2000]]
@@ -91,42 +92,19 @@ def channel_errors(models: Path, facts, rates, args) -> dict:
                               "ratio": round(st_est / st["wall_s"], 2), "draws": args.draws}}
 
 
-# Published vLLM decode throughput (bf16) for models of the paper's sizes: (label, source, device, Hub id of the
-# same architecture in the built-in table, concurrent sequences, mean context tokens, output tokens/s).
-PUBLISHED = [
-    # LambdaLabsML/vllm-benchmark, benchmark_v0.md, table "1xH100-80GB-SXM": Mistral-7B-Instruct-v0.3 with
-    # --num-prompts 320, 3281.19 output tok/s at 27.23 ms median TPOT (vLLM 0.5.4): 3281 × 0.02723 ≈ 89 running;
-    # ShareGPT prompts, context ~500 tokens (a guess). The same report: vLLM 0.6.0 "more than doubles" it.
-    ("Mistral-7B bf16, 320 prompts, vLLM 0.5.4", "github.com/LambdaLabsML/vllm-benchmark benchmark_v0.md",
-     "h100-80g", "mistralai/Mistral-7B-v0.1", 89, 500, 3281.19),
-    # the same repository, results/prompt_10/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2000.json: 10 prompts
-    # (input 158, output 249 tokens on average), median inter-token latency 7.88 ms. MBU was fitted to this one:
-    # not an independent check.
-    ("Mistral-7B bf16, 10 prompts (MBU fitted here)", "LambdaLabsML/vllm-benchmark results/prompt_10 (H100)",
-     "h100-80g", "mistralai/Mistral-7B-v0.1", 10, 280, 10 / 7.88e-3),
-    # johnmusgrave.com/p/vllm-throughput-latency-sweep-on: Llama-3.1-8B-Instruct bf16 on one A100 40GB, 1024
-    # input + 128 output tokens: "about 75 tokens/sec" at one request, "a 6.6x gain" at 8.
-    ("Llama-3.1-8B bf16, 1 request", "johnmusgrave.com vLLM sweep on A100 40GB", "a100-40g",
-     "meta-llama/Meta-Llama-3-8B", 1, 1088, 75.0),
-    ("Llama-3.1-8B bf16, 8 requests", "johnmusgrave.com vLLM sweep on A100 40GB", "a100-40g",
-     "meta-llama/Meta-Llama-3-8B", 8, 1088, 6.6 * 75.0),
-]
-
-
 def published() -> None:
-    """The generation model's steady-state decode rate against each published figure."""
-    from grrr_stream.forecast.devices import resolve
-    from grrr_stream.forecast.generation import step_seconds
-    from grrr_stream.forecast.shapes import KNOWN
+    """The generation model's steady-state decode rate against each published figure
+    (:data:`grrr_stream.forecast.published.ROWS`)."""
+    from grrr_stream.forecast.published import BOUND, ROWS, forecast_tok_s, within
 
-    for label, source, device, repo, batch, context, tok_s in PUBLISHED:
-        arch = KNOWN[repo]
-        hd = arch.head_dim or arch.hidden // arch.heads
-        step, regime = step_seconds(batch, arch.params(), 2, arch.kv_elems() * 2, context, resolve(device),
-                                    "bfloat16", 4.0 * arch.layers * arch.heads * hd)
-        print(json.dumps({"case": label, "device": device, "source": source, "published_tok_s": round(tok_s),
-                          "forecast_tok_s": round(batch / step), "forecast/published": round(batch / step / tok_s, 2),
-                          "regime": regime}), flush=True)
+    for row in ROWS:
+        tok_s, regime = forecast_tok_s(row)
+        ratio = tok_s / row.tok_s
+        print(json.dumps({"case": row.label, "device": row.device, "vllm": row.vllm, "dtype": row.dtype,
+                          "running": row.running, "context": row.context, "published_tok_s": round(row.tok_s),
+                          "forecast_tok_s": round(tok_s), "forecast/published": round(ratio, 2), "regime": regime,
+                          "fitted": row.fitted, "within": within(ratio), "bound": BOUND, "note": row.note,
+                          "source": row.source}, ensure_ascii=False), flush=True)
 
 
 def main() -> None:

@@ -21,14 +21,17 @@ import os
 from dataclasses import dataclass, replace
 from typing import Optional
 
-# vLLM efficiencies (fractions of the datasheet peak), used for every GPU row:
-# MBU: decode at small batch reads every weight once per step. LambdaLabsML/vllm-benchmark,
-#   results/prompt_10/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2000.json (vLLM 0.5.4, bf16, 10 prompts):
-#   median inter-token latency 7.88 ms for 14.5 GB of weights on a 3.35 TB/s H100 SXM: 14.5e9 / 3.35e12 /
-#   7.88e-3 = 0.55 of the bandwidth.
-MBU = 0.55
+# vLLM efficiencies (fractions of the datasheet peak):
+# MBU: a decode step streams every weight and the running sequences' KV cache once. On a GPU, the rate today's
+#   vLLM reaches at one running request (host scheduling overlapped with the GPU since vLLM 0.6): Llama-3.1-8B in
+#   fp16 on an H100 SXM, vLLM 0.21, median TPOT 6.48 ms at concurrency 1 (InferenceBench's concurrency-sweep
+#   recipe, the fitted row of :mod:`.published`): 16.06e9 B / 3.35e12 B/s / 6.48e-3 s = 0.74. An older fit (0.55,
+#   vLLM 0.5.4) folded that release's unoverlapped host time into the bandwidth: :data:`.published.HOST_BUSY`
+#   models it apart. On a CPU, of the measured copy rate: 0.55 (not measured against vLLM there).
+MBU = 0.74
+CPU_MBU = 0.55
 # MFU: compute-bound decode at large batch. A guess (dense GEMMs in vLLM reach 50-70 % of peak; attention,
-#   sampling and the scheduler take the rest); see docs/forecast.md for its check against published throughput.
+#   sampling and the scheduler take the rest); docs/forecast.md compares the model with published throughput.
 MFU = 0.5
 SVD_FRACTION_GUESS = 0.01  # of the float32 peak, for a GPU's SVDs (see the module docstring)
 
@@ -47,6 +50,7 @@ class Device:
     svd_basis: str             # 'guess: ...' | 'measured ...'
     source: str                # where the figures come from
     host_tflops: float = 1.0   # the node's CPU (variants are composed there during an evaluation): a guess
+    mbu: float = MBU           # fraction of bandwidth_gbs a vLLM decode step streams at
 
     def flops(self, dtype: str) -> float:
         """FLOP/s of dense products in ``dtype`` ('float32', 'bfloat16', 'float16', 'auto')."""
@@ -122,7 +126,8 @@ def local_cpu(cores: Optional[int] = None, cpuinfo: Optional[str] = None) -> Dev
     cores = cores or cpu_cores()
     return Device("cpu", "cpu", peak / 1e12, peak / 1e12, CPU_BANDWIDTH_GBS * cores, 0.0,
                   peak * CPU_DECOMPOSE_EFFICIENCY / 1e12, f"{CPU_DECOMPOSE_EFFICIENCY:.0%} of the nominal peak",
-                  f"this machine, nominal peak {how}", host_tflops=peak * CPU_GEMM_EFFICIENCY / 1e12)
+                  f"this machine, nominal peak {how}", host_tflops=peak * CPU_GEMM_EFFICIENCY / 1e12,
+                  mbu=CPU_MBU)
 
 
 def names() -> list[str]:

@@ -3,7 +3,7 @@
 vLLM decodes the running sequences together, one token each per step. A step reads every weight once and each
 running sequence's KV cache (bandwidth), and does 2 × parameters FLOP per sequence plus attention over its
 context (compute): its time is the larger of the two, so a small batch is bandwidth-bound and a large one
-compute-bound (a roofline; the efficiencies MBU and MFU of :mod:`.devices`). How many sequences run at once:
+compute-bound (a roofline; the efficiencies ``Device.mbu`` and MFU of :mod:`.devices`). How many sequences run at once:
 ``max_num_seqs`` (vLLM's default 256 when the config does not set it), the sequences there are, and what the
 KV cache holds when every answer runs to ``max_new_tokens`` (an upper bound: answers that stop early cost less
 and leave room for more) — the cache being ``gpu_memory_utilization`` of the device's memory less the weights
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .devices import MBU, MFU, Device
+from .devices import MFU, Device
 
 VLLM_MAX_NUM_SEQS = 256       # vLLM's default max_num_seqs (EngineArgs) when the config sets none
 PROMPT_TOKENS = 256           # a math problem in the chat template: ~100-300 tokens (MATH500 ~150): a round bound
@@ -48,11 +48,12 @@ def kv_bytes_per_token(kv_elems: int, itemsize: int) -> int:
 
 
 def step_seconds(batch: int, params: int, itemsize: int, kv_token: int, context: float, device: Device,
-                 dtype: str, attn_flops_token: float = 0.0) -> tuple[float, str]:
-    """One decode step of ``batch`` sequences at mean ``context`` tokens: (seconds, the bound)."""
-    memory = (params * itemsize + batch * context * kv_token) / (device.bandwidth_gbs * 1e9 * MBU)
+                 dtype: str, attn_flops_token: float = 0.0, gpu_busy: float = 1.0) -> tuple[float, str]:
+    """One decode step of ``batch`` sequences at mean ``context`` tokens: (seconds, the bound). ``gpu_busy``: the
+    fraction of a step the device works, the rest host scheduling not overlapped with it (1: today's vLLM)."""
+    memory = (params * itemsize + batch * context * kv_token) / (device.bandwidth_gbs * 1e9 * device.mbu)
     compute = batch * (2.0 * params + attn_flops_token * context) / (device.flops(dtype) * MFU)
-    return max(memory, compute), ("bandwidth-bound" if memory >= compute else "compute-bound")
+    return max(memory, compute) / gpu_busy, ("bandwidth-bound" if memory >= compute else "compute-bound")
 
 
 def generation(*, params: int, kv_elems: Optional[int], sequences: int, max_tokens: int, device: Device,

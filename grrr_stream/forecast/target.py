@@ -65,12 +65,13 @@ def decompose_gpu_bytes(shapes: Sequence[Sequence[int]], itemsize: int) -> int:
 
 def evaluate_parts(*, params: int, kv_elems: Optional[int], attn_elems: Optional[int],
                    shapes: Sequence[Sequence[int]], variants: int, sequences: int, max_tokens: int, engine,
-                   rates: Rates) -> tuple[Generation, float]:
+                   rates: Rates, dtype: Optional[str] = None) -> tuple[Generation, float]:
     """(one variant's generation, seconds of composing all variants on the CPU) of an evaluation. ``engine``:
-    the config's EngineSettings (dtype, max_num_seqs if it has one, gpu_memory_utilization, cpu_kv_cache_gib)."""
+    the config's EngineSettings (dtype, max_num_seqs if it has one, gpu_memory_utilization, cpu_kv_cache_gib);
+    ``dtype``: the engine's dtype when the caller resolved it (engine.dtype 'auto'), else engine.dtype."""
     from ..dtypes import ITEMSIZE
 
-    dtype = engine.dtype if engine.dtype != "auto" else "bfloat16"
+    dtype = dtype or (engine.dtype if engine.dtype != "auto" else "bfloat16")
     device = device_of(rates)
     tp = int(getattr(engine, "tensor_parallel_size", 1) or 1)
     if tp > 1 and device.kind == "gpu":  # tensor parallel: the GPUs' rates and memory add up (ideally)

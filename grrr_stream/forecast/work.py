@@ -60,7 +60,7 @@ def variant_flops(shape: Sequence[int]) -> float:
 
 
 def generation_flops(params: int, prompts: int, max_tokens: int, samples: int = 1) -> float:
-    """Every answer running to ``max_tokens`` (an upper bound: answers that stop early cost less)."""
+    """Every answer ``max_tokens`` long (the limit: an upper bound; or the expected length, :mod:`.answers`)."""
     return 2.0 * params * prompts * samples * max_tokens
 
 
@@ -120,6 +120,18 @@ def variant_ram(shapes: Iterable[Sequence[int]], itemsize: int) -> int:
     return BASELINE_RAM + 4 * worst * itemsize
 
 
-def evaluate_ram(params: int, itemsize: int, kv_cache_bytes: int) -> int:
-    """The engine's weights, the variant streamed into it (one copy in flight), its KV cache, vLLM itself."""
-    return 2 * BASELINE_RAM + 2 * params * itemsize + kv_cache_bytes
+def variant_stream_ram(shapes: Iterable[Sequence[int]], largest_tensor: Optional[int]) -> int:
+    """What an evaluation holds beside the engine's own weights while a variant streams into it, tensor by tensor
+    (:meth:`grrr_stream.variants.builder.VariantBuilder.tensors`): the largest matrix's U, V, P and output in
+    float32, or the largest tensor as stored (an embedding copied as it is) with its converted copy."""
+    worst = max((_tall(s)[0] * _tall(s)[1] for s in shapes), default=0)
+    return max(4 * worst * 4, 2 * (largest_tensor or 0))
+
+
+def evaluate_ram(params: int, itemsize: int, kv_cache_bytes: int, stream_bytes: int, *,
+                 engine_on_host: bool) -> int:
+    """Host RAM of an evaluation: the process and vLLM, the variant streamed in (``stream_bytes``,
+    :func:`variant_stream_ram`) and, when the engine runs on the CPU, its weights and KV cache too. On a GPU
+    those are GPU memory (:func:`grrr_stream.forecast.generation.generation`'s weights and cache), not host RAM."""
+    engine = params * itemsize + kv_cache_bytes if engine_on_host else 0
+    return 2 * BASELINE_RAM + stream_bytes + engine

@@ -74,6 +74,8 @@ class Facts:
         self.dec = dec  # transition id → its decompose unit
         self.disk = disk
         self.rates: Optional[Rates] = None
+        self.transitions: dict = {}       # transition id → its Transition (kind, method), from the plan
+        self.sft_methods: tuple[str, ...] = ()  # the claims' SFT methods (the others are RL)
 
     @property
     def online(self) -> bool:

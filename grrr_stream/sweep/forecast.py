@@ -82,6 +82,7 @@ def forecast_plan(plan: Plan, *, online: Optional[bool] = None, rates: Optional[
     if rates is None and shapes:
         rates = calibrate(max(shapes, key=lambda s: work.decompose_flops(s)))
     facts.rates = rates
+    facts.transitions, facts.sft_methods = plan.transitions, tuple(plan.config.claims.sft_methods)
     out = [KINDS[u.kind].estimate(u, facts) for u in plan.units]
     return Forecast(out, rates, {s: f.where for s, f in facts.models.items()},
                     {s: f.notes for s, f in facts.models.items() if f.notes})

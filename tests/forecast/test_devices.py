@@ -18,7 +18,7 @@ from grrr_stream.forecast.generation import generation
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = devices.Device("toy", "gpu", bf16_tflops=100.0, fp32_tflops=10.0, bandwidth_gbs=1000.0, memory_gib=80.0,
-                     svd_tflops=0.1, svd_basis="guess", source="test")
+                     svd_tflops=0.1, svd_basis="guess", source="test", mbu=0.55)
 
 
 def test_generation_bandwidth_bound_by_hand():
@@ -232,6 +232,10 @@ def test_dry_run_forecast_for_h100_on_paper_yaml(tmp_path, monkeypatch, capsys):
     assert "decompositions" in line and "evaluations" in line
     assert "largest GPU memory" in out and "downloads of" in out and "published size" in out
     assert "batch 256, compute-bound" in out  # a 1.5B model in float32 fills vLLM's default batch
+    assert "upper bound every answer to 3000" in out and "math500 2945" in out  # 14B: R1-distill-14B's MATH mean
+    # on a GPU the host holds no weights: the largest host RAM is a streamed variant and the process (14B: < 8 GiB)
+    ram = next(x for x in out.splitlines() if "largest RAM" in x).split("largest RAM")[1].split(",")[0].split()
+    assert float(ram[0]) < 8 and ram[1] == "GiB"
     assert next(x for x in out.splitlines() if x.strip().startswith("on h200:"))
     assert not (tmp_path / "w").exists()
 
