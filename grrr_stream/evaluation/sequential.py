@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -85,7 +85,13 @@ class SequentialRun:
             self._records[name][b] = recs
 
     def run(self) -> SequentialOutcome:
-        for end in round_ends(self.order, self.settings.chunk, self.settings.growth):
+        """Rounds until every variant stopped. A round's end is the next of the geometric ends, or further: as far
+        as the running variants' intervals say they will need (:func:`~grrr_stream.stats.sequential.batch_end`
+        with no slack), so that most variants are streamed into the engine twice (the first chunk, then to their
+        stop), not once per doubling. The ends move with the answers, the decisions do not."""
+        ends = round_ends(self.order, self.settings.chunk, self.settings.growth)
+        end = ends[0]
+        while True:
             running = [n for n in self.others if not self.decision(n).stopped]
             if not running:
                 break
@@ -97,12 +103,24 @@ class SequentialRun:
                         break
                     self.answer(name, self._batch_end(name, d, end))
                 self.log(f"{name}: {_said(self.decision(name), self.order.total)}")
+            if end >= self.order.total:
+                break
+            end = max(next(e for e in ends if e > end), self._next_end(end))
         return self.outcome()
 
-    def _batch_end(self, name: str, d: Decision, end: int) -> int:
+    def _batch_end(self, name: str, d: Decision, end: int, slack: Optional[float] = None) -> int:
         s = self.settings
         return batch_end(self.order, d, self.values(name), self.values(REFERENCE), s.thresholds(name), chunk=s.chunk,
-                         precision_points=s.precision_points, end=end, slack=s.lookahead)
+                         precision_points=s.precision_points, end=end,
+                         slack=s.lookahead if slack is None else slack)
+
+    def _next_end(self, end: int) -> int:
+        """How far the running variants are expected to need full's answers (0 when none could say)."""
+        if self.settings.lookahead <= 0:
+            return 0
+        needs = [self._batch_end(n, d, self.order.total, slack=1.0)
+                 for n in self.others if not (d := self.decision(n)).stopped]
+        return max(needs, default=0)
 
     def outcome(self) -> SequentialOutcome:
         """The decisions and results from the answers stored (every variant run to its stop)."""

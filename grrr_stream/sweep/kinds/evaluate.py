@@ -174,7 +174,7 @@ def estimate(u: Unit, facts) -> UnitForecast:
     """prompts × samples × the expected answer length × 2 × parameters (every answer to max_new_tokens printed
     beside: the upper bound), plus the engine's start and a swap per variant. Host RAM and GPU memory apart."""
     from ...dtypes import ITEMSIZE
-    from ...forecast import answers, target as tgt, work
+    from ...forecast import answers, sequential, target as tgt, work
 
     p: EvaluateParams = u.params
     engine, sampling = p.options.engine, p.options.sampling
@@ -192,18 +192,27 @@ def estimate(u: Unit, facts) -> UnitForecast:
         return UnitForecast(u.id, u.kind, 0, 0, ram, None, "prompts unknown")
     n, limit = len(p.variants), engine.max_new_tokens
     length, length_basis = answers.expected_tokens(counts, base.params, limit)
+    # the fixed design: every variant answers every prompt, streamed in once; the sequential one: each its share of
+    # the prompts (in batches of at most a round's new problems), streamed in once a round
+    shares, loads, design_basis = [1.0] * n, [1] * n, ""
+    if p.options.design == "sequential":
+        shares, loads, design_basis = sequential.expected(p.variants, dict(counts), p.options.sequential)
+    answered = sum(shares) / n * prompts  # prompts per variant, on average
     seconds = {}
     for key, tokens in (("limit", limit), ("expected", length)):
         gen, build = tgt.evaluate_parts(params=base.params, kv_elems=base.kv_elems, attn_elems=base.attn_elems,
-                                        shapes=base.shapes, variants=n, sequences=prompts * sampling.n,
+                                        shapes=base.shapes, variants=sum(loads),
+                                        sequences=max(1, round(answered * sampling.n)),
                                         max_tokens=max(1, round(tokens)), engine=engine, rates=rates, dtype=dtype)
         per_token = 0.0 if gpu_target else CPU_TOKEN_S  # vLLM's per-token cost on a CPU (measured); on a GPU in MFU
-        seconds[key] = None if gen.seconds is None else (ENGINE_START_S + n * ENGINE_SWAP_S + n * gen.seconds
-                                                         + build + n * prompts * sampling.n * tokens * per_token)
-    flops = n * work.generation_flops(base.params, prompts, length, sampling.n)
+        seconds[key] = None if gen.seconds is None else (
+            ENGINE_START_S + sum(loads) * ENGINE_SWAP_S + n * gen.seconds + build
+            + n * answered * sampling.n * tokens * per_token)
+    flops = n * work.generation_flops(base.params, answered, length, sampling.n)
     bound = f"every answer to {limit}: {_hours(seconds['limit'])}"
     basis = (f"{n} variants × {prompts} prompts × {sampling.n} × {length_basis}, {gen.describe()}; {dtype}"
-             f"{' (' + dtype_basis + ')' if dtype_basis else ''}; upper bound {bound}")
+             f"{' (' + dtype_basis + ')' if dtype_basis else ''}; upper bound {bound}"
+             + (f"; {design_basis}" if design_basis else ""))
     gpu = gen.weights + gen.kv_cache if gpu_target else None
     return UnitForecast(u.id, u.kind, 0, 0, ram, seconds["expected"], basis, flops, gpu)
 

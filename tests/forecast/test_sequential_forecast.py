@@ -1,0 +1,28 @@
+"""The sequential design's forecast: the simulation's shares as data, interpolated between precision targets, and
+how often each variant is streamed in."""
+
+import pytest
+
+from grrr_stream.evaluation.settings import SequentialSettings
+from grrr_stream.forecast import sequential
+
+PAPER = {"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675}
+
+
+def test_shares_interpolate_between_simulated_targets_and_clamp_outside():
+    at2, at3 = sequential.SIMULATED[2.0]["offnull"], sequential.SIMULATED[3.0]["offnull"]
+    assert sequential.share("offnull", 2.0) == pytest.approx(sequential.AHEAD * at2)
+    assert sequential.share("offnull", 2.5) == pytest.approx(sequential.AHEAD * (at2 + at3) / 2)
+    assert sequential.share("offnull", 0.5) == sequential.share("offnull", 2.0)
+    assert sequential.share("randrm-2", 4.0) == pytest.approx(sequential.AHEAD * sequential.SIMULATED[4.0]["randrm"])
+    unknown = sequential.share("channels-rest", 2.0)  # not simulated: as the variants without a threshold
+    assert sequential.share("diag", 2.0) < unknown < sequential.share("full", 2.0)
+
+
+def test_loads_one_for_a_first_round_stop_about_two_otherwise_and_per_doubling_without_lookahead():
+    shares, loads, basis = sequential.expected(["full", "diag", "off"], PAPER, SequentialSettings())
+    assert loads[1] <= loads[0] and loads[0] == 2.25 and "sequential ±2 points" in basis
+    _, loads0, _ = sequential.expected(["full", "diag", "off"], PAPER, SequentialSettings(lookahead=0.0))
+    # rounds end at 134, 198, 326, 582, 1094, 1517: full at ~70 % of 1,517 (1,060) in the fifth, diag (~21 %,
+    # 312) in the third
+    assert loads0 == [5.0, 3.0, 5.0]
