@@ -245,10 +245,10 @@ class Checkpoint:
             resolved[name] = cache[shard_name]
         return resolved
 
-    def read(self, name: str) -> torch.Tensor:
-        """A fresh (owned, contiguous) CPU tensor in the checkpoint's dtype."""
+    def read(self, name: str, *, mapped: bool = True) -> torch.Tensor:
+        """A fresh (owned, contiguous) CPU tensor in the checkpoint's dtype (``mapped``: as in :meth:`read_part`)."""
         info = self.tensors[name]
-        return self._read_bytes(info, info.start, info.nbytes, info.shape)
+        return self._read_bytes(info, info.start, info.nbytes, info.shape, mapped)
 
     def read_part(self, name: str, *, index: Optional[int] = None,
                   rows: Optional[tuple[int, int]] = None, mapped: bool = True) -> torch.Tensor:
@@ -261,7 +261,7 @@ class Checkpoint:
         block (the channels pass's LM head slices)."""
         info = self.tensors[name]
         if index is None and rows is None:
-            return self.read(name)
+            return self.read(name, mapped=mapped)
         if info.dtype not in BY_CODE:
             raise CheckpointError(f"tensor '{name}' in {info.shard} has unsupported dtype {info.dtype}")
         step = math.prod(info.shape[1:]) * BY_CODE[info.dtype].itemsize  # bytes per step along the first axis

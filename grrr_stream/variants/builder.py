@@ -170,7 +170,7 @@ class VariantBuilder:
             parts = self._parts.get(spec.name)
             if parts:
                 # start from the home tensor (any part not decomposed keeps it), then put every part in place
-                out = self.home.read(spec.name).to(spec.dtype)
+                out = self.home.read(spec.name, mapped=False).to(spec.dtype)
                 for key, part in parts:
                     rebuilt = self._composer.matrix(key, part, spec.dtype)
                     if part.get("index") is not None:
@@ -181,7 +181,9 @@ class VariantBuilder:
                 yield spec.name, out
             elif attrs is None:
                 with self.timer.phase("other_tensors"):
-                    t = self.home.read(spec.name)
+                    # read into the tensor, not copied from a memory map: the mapped pages would count in the
+                    # RSS beside it, a second copy of an embedding while the engine holds its own
+                    t = self.home.read(spec.name, mapped=False)
                     t = t if t.dtype == spec.dtype else t.to(spec.dtype)  # same dtype: the bytes as read
                 yield spec.name, t
             else:

@@ -186,6 +186,9 @@ def test_read_part_is_the_slice(tmp_path):
             assert torch.equal(ck.read_part("a", index=e, mapped=mapped), tensors["a"][e])
         assert torch.equal(ck.read_part("b", rows=(2, 7), mapped=mapped), tensors["b"][2:7])
         assert torch.equal(ck.read_part("b", rows=(8, 9), mapped=mapped), tensors["b"][8:9])
+        for name in tensors:  # whole tensors both ways (a variant streams its rest tensors with readinto)
+            assert torch.equal(ck.read(name, mapped=mapped), tensors[name])
+            assert torch.equal(ck.read_part(name, mapped=mapped), tensors[name])
     assert ck.matrix_shape(MatrixName(0, "x", "a[1]", tensor="a", index=1)) == (3, 7)
     with pytest.raises(Exception, match="no slice 5"):
         ck.read_part("a", index=5)

@@ -218,7 +218,9 @@ def estimate(u: Unit, facts) -> UnitForecast:
 
 
 def _hours(seconds: Optional[float]) -> str:
-    return "does not fit" if seconds is None else f"{seconds / 3600:.1f} h"
+    if seconds is None:
+        return "does not fit"
+    return f"{seconds / 3600:.1f} h" if seconds >= 360 else f"{seconds:.0f} s"
 
 
 def _benchmark_prompts(p: EvaluateParams) -> Optional[list[tuple[str, int]]]:
