@@ -172,7 +172,9 @@ def engine_dtype(p: EvaluateParams, facts) -> tuple[str, str]:
 
 def estimate(u: Unit, facts) -> UnitForecast:
     """prompts × samples × the expected answer length × 2 × parameters (every answer to max_new_tokens printed
-    beside: the upper bound), plus the engine's start and a swap per variant. Host RAM and GPU memory apart."""
+    beside: the upper bound), plus the engine's start and a swap per variant; under the sequential design each
+    variant's expected share of the prompts (:mod:`grrr_stream.forecast.sequential`), the other design's time
+    printed beside. Host RAM and GPU memory apart."""
     from ...dtypes import ITEMSIZE
     from ...forecast import answers, sequential, target as tgt, work
 
@@ -193,28 +195,38 @@ def estimate(u: Unit, facts) -> UnitForecast:
     n, limit = len(p.variants), engine.max_new_tokens
     length, length_basis = answers.expected_tokens(counts, base.params, limit)
     # the fixed design: every variant answers every prompt, streamed in once; the sequential one: each its share of
-    # the prompts (in batches of at most a round's new problems), streamed in once a round
-    shares, loads, design_basis = [1.0] * n, [1] * n, ""
-    if p.options.design == "sequential":
-        shares, loads, design_basis = sequential.expected(p.variants, dict(counts), p.options.sequential)
-    answered = sum(shares) / n * prompts  # prompts per variant, on average
-    seconds = {}
-    for key, tokens in (("limit", limit), ("expected", length)):
-        gen, build = tgt.evaluate_parts(params=base.params, kv_elems=base.kv_elems, attn_elems=base.attn_elems,
-                                        shapes=base.shapes, variants=sum(loads),
-                                        sequences=max(1, round(answered * sampling.n)),
-                                        max_tokens=max(1, round(tokens)), engine=engine, rates=rates, dtype=dtype)
-        per_token = 0.0 if gpu_target else CPU_TOKEN_S  # vLLM's per-token cost on a CPU (measured); on a GPU in MFU
-        seconds[key] = None if gen.seconds is None else (
-            ENGINE_START_S + sum(loads) * ENGINE_SWAP_S + n * gen.seconds + build
-            + n * answered * sampling.n * tokens * per_token)
+    # the prompts, streamed in once a round. The forecast is of the configured design, the other printed beside.
+    fixed = ([1.0] * n, [1.0] * n)
+    shares, loads, seq_basis = sequential.expected(p.variants, dict(counts), p.options.sequential)
+    mine, other = ((shares, loads), fixed) if p.options.design == "sequential" else (fixed, (shares, loads))
+    timed = lambda design, tokens: _seconds(p, base, rates, dtype, *design, prompts, tokens)  # noqa: E731
+    (expected_s, gen, answered), (limit_s, _, _) = timed(mine, length), timed(mine, limit)
+    other_s = timed(other, length)[0]
     flops = n * work.generation_flops(base.params, answered, length, sampling.n)
-    bound = f"every answer to {limit}: {_hours(seconds['limit'])}"
+    instead = "fixed" if p.options.design == "sequential" else "sequential"
     basis = (f"{n} variants × {prompts} prompts × {sampling.n} × {length_basis}, {gen.describe()}; {dtype}"
-             f"{' (' + dtype_basis + ')' if dtype_basis else ''}; upper bound {bound}"
-             + (f"; {design_basis}" if design_basis else ""))
+             f"{' (' + dtype_basis + ')' if dtype_basis else ''}; upper bound every answer to {limit}: "
+             f"{_hours(limit_s)}; {seq_basis}; the {instead} design instead: {_hours(other_s)}")
     gpu = gen.weights + gen.kv_cache if gpu_target else None
-    return UnitForecast(u.id, u.kind, 0, 0, ram, seconds["expected"], basis, flops, gpu)
+    return UnitForecast(u.id, u.kind, 0, 0, ram, expected_s, basis, flops, gpu)
+
+
+def _seconds(p: EvaluateParams, base, rates, dtype: str, shares: list[float], loads: list[float], prompts: int,
+             tokens: float) -> tuple[Optional[float], Any, float]:
+    """(seconds, the modelled generation, prompts per variant on average) of an evaluation in which variant i
+    answers ``shares[i]`` of the prompts, ``tokens`` each, and is streamed into the engine ``loads[i]`` times."""
+    from ...forecast import target as tgt
+
+    engine, samples, n = p.options.engine, p.options.sampling.n, len(shares)
+    answered = sum(shares) / n * prompts
+    gen, build = tgt.evaluate_parts(params=base.params, kv_elems=base.kv_elems, attn_elems=base.attn_elems,
+                                    shapes=base.shapes, variants=sum(loads), sequences=max(1, round(answered * samples)),
+                                    max_tokens=max(1, round(tokens)), engine=engine, rates=rates, dtype=dtype)
+    per_token = 0.0 if tgt.on_gpu(rates) else CPU_TOKEN_S  # vLLM's per-token cost on a CPU (measured); GPU: in MFU
+    if gen.seconds is None:
+        return None, gen, answered
+    return (ENGINE_START_S + sum(loads) * ENGINE_SWAP_S + n * gen.seconds + build
+            + n * answered * samples * tokens * per_token), gen, answered
 
 
 def _hours(seconds: Optional[float]) -> str:
