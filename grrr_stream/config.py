@@ -27,7 +27,13 @@ from .dtypes import COMPUTE_NAMES, FLOAT_NAMES, SIXTEEN_BIT
 from .errors import ConfigError
 
 DEFAULT_MODULES: tuple[str, ...] = (
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
 )
 
 # the dtype choices come from the one dtype table (Literal of a tuple: one choice per name)
@@ -61,8 +67,8 @@ class ClaimSettings(StrictModel):
     """The paper's headline statistics over evaluated transitions (:mod:`grrr_stream.stats.claims_sets`): their
     thresholds (the paper's values by default) and the joint bootstrap's settings; a sweep's ``claims``."""
 
-    within_points: float = Field(4.3, ge=0.0)        # "stays within k points of full" (informative set)
-    informative_points: float = Field(1.0, ge=0.0)   # informative: full − base ≥ this
+    within_points: float = Field(4.3, ge=0.0)  # "stays within k points of full" (informative set)
+    informative_points: float = Field(1.0, ge=0.0)  # informative: full − base ≥ this
     retention_floor_pct: float = Field(95.0, ge=0.0)  # "retention ≥ 95 % in 22 of 28" (all evaluated)
     retention_second_floor_pct: float = Field(92.0, ge=0.0)  # "≥ 92 % in 25 of 28"
     retention_ceiling_pct: float = Field(25.0, ge=0.0)  # "the diagonal alone retains at most 25 % in 6 of 11"
@@ -72,6 +78,7 @@ class ClaimSettings(StrictModel):
     resamples: int = Field(10_000, ge=100)
     seed: int = 0
     level: float = Field(0.95, gt=0.0, lt=1.0)
+
 
 class TrackingConfig(StrictModel):
     """Where and whether results are logged to MLflow."""
@@ -284,8 +291,11 @@ def result_settings(cfg: DecompositionSettings) -> dict[str, Any]:
         "modules": list(cfg.modules),
         "module_pattern": cfg.module_pattern,
     }
-    analyses = {"band_edges": list(cfg.band_edges), "angle_edges": list(cfg.angle_edges),
-                "survival_dtype": cfg.survival_dtype}
+    analyses = {
+        "band_edges": list(cfg.band_edges),
+        "angle_edges": list(cfg.angle_edges),
+        "survival_dtype": cfg.survival_dtype,
+    }
     if cfg.split_fused:  # only when set: the stores and keys of earlier runs keep their identity
         out["split_fused"] = True
     if analyses != _ANALYSES_DEFAULT:  # defaults stay out: stores and keys of earlier runs keep their identity
@@ -332,7 +342,7 @@ def build_config(values: dict[str, Any], source: str = "arguments") -> Decompose
         raise ConfigError(format_validation_error(e, source)) from None
 
 
-MAX_CONFIG_BYTES = 1 << 20   # a sweep over hundreds of models is a few kB
+MAX_CONFIG_BYTES = 1 << 20  # a sweep over hundreds of models is a few kB
 MAX_CONFIG_VALUES = 100_000  # counted with YAML aliases expanded: an "alias bomb" stops here
 MAX_CONFIG_DEPTH = 40
 
@@ -375,8 +385,10 @@ def _check_extent(data: Any, path: Path) -> None:
         node, depth = stack.pop()
         count += 1
         if count > MAX_CONFIG_VALUES:
-            raise ConfigError(f"config file {path} expands to more than {MAX_CONFIG_VALUES} values (YAML aliases "
-                              "repeating large parts?); refusing it")
+            raise ConfigError(
+                f"config file {path} expands to more than {MAX_CONFIG_VALUES} values (YAML aliases "
+                "repeating large parts?); refusing it"
+            )
         if depth > MAX_CONFIG_DEPTH:
             raise ConfigError(f"config file {path} nests deeper than {MAX_CONFIG_DEPTH} levels")
         if isinstance(node, dict):

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DType:
-    name: str            # 'bfloat16'
-    code: str            # the safetensors header's code: 'BF16'
-    itemsize: int        # bytes per element
+    name: str  # 'bfloat16'
+    code: str  # the safetensors header's code: 'BF16'
+    itemsize: int  # bytes per element
     floating: bool
 
     @property

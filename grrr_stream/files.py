@@ -31,8 +31,10 @@ def check_component(name: str, what: str) -> str:
     """``name`` if it is safe as one folder or file name, else a ConfigError naming ``what``."""
     if not isinstance(name, str) or not COMPONENT_RE.match(name):
         shown = repr(name)[:80]
-        raise ConfigError(f"{what} {shown} must start with a letter or digit and use only letters, digits, "
-                          "'_', '.', '-' (at most 64 characters): it names a folder")
+        raise ConfigError(
+            f"{what} {shown} must start with a letter or digit and use only letters, digits, "
+            "'_', '.', '-' (at most 64 characters): it names a folder"
+        )
     return name
 
 
@@ -99,6 +101,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def to_json(obj) -> str:
     """``obj`` as indented JSON text, numpy scalars written as the Python numbers they equal."""
+
     def plain(x):
         if isinstance(x, np.generic):
             return x.item()
@@ -121,8 +124,18 @@ def to_csv(rows: Iterable[dict]) -> str:
     for r in rows:
         # repr keeps every bit of a float; numpy scalars (np.float64 is a float) are
         # converted first, or their repr would read 'np.float64(...)'
-        w.writerow({k: (repr(float(v)) if isinstance(v, (float, np.floating)) else
-                        int(v) if isinstance(v, np.integer) else v) for k, v in r.items()})
+        w.writerow(
+            {
+                k: (
+                    repr(float(v))
+                    if isinstance(v, (float, np.floating))
+                    else int(v)
+                    if isinstance(v, np.integer)
+                    else v
+                )
+                for k, v in r.items()
+            }
+        )
     return buf.getvalue()
 
 
@@ -148,8 +161,10 @@ def describe_os_error(e: OSError) -> str:
     """One sentence for an environment fault: what happened, where, and what to do."""
     where = f" ({e.filename})" if getattr(e, "filename", None) else ""
     if e.errno == errno.ENOSPC:
-        return (f"the disk is full{where}. Free space, then rerun the same command: finished work is kept and it "
-                "resumes where it stopped")
+        return (
+            f"the disk is full{where}. Free space, then rerun the same command: finished work is kept and it "
+            "resumes where it stopped"
+        )
     if e.errno == errno.EROFS:
         return f"the file system is read-only{where}; write the results to a writable folder"
     if e.errno in (errno.EACCES, errno.EPERM):

@@ -18,7 +18,7 @@ def _plt():
 
 
 DPI = 110
-PAGE_INCHES = 12.0   # the report's column is ~1,340 px wide: a figure this wide at DPI is shown at its own size
+PAGE_INCHES = 12.0  # the report's column is ~1,340 px wide: a figure this wide at DPI is shown at its own size
 
 
 def _save(fig, path: Path) -> Path:
@@ -67,7 +67,8 @@ def cosine_label(item: dict) -> str:
     nlo, nhi = item.get("null_lo"), item.get("null_hi")
     ci = f"CI [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else "no CI"
     outside = item.get("verdict") in ("aligned", "anti-aligned") or (
-        nlo is not None and nhi is not None and med is not None and not nlo <= med <= nhi)
+        nlo is not None and nhi is not None and med is not None and not nlo <= med <= nhi
+    )
     if med is None or med != med:
         return "no cosine"
     if not outside:
@@ -83,8 +84,9 @@ def energy_fractions_by_layer(rows: Sequence[dict], path: Path, title: str = "")
     plt = _plt()
     modules = list(dict.fromkeys(r["module"] for r in rows))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharex=True)
-    for ax, key, label in zip(axes, ("f_diag", "f_off", "f_null"),
-                              ("diagonal (reshaping)", "off-diagonal (rotation)", "null (routing)")):
+    for ax, key, label in zip(
+        axes, ("f_diag", "f_off", "f_null"), ("diagonal (reshaping)", "off-diagonal (rotation)", "null (routing)")
+    ):
         for mod in modules:
             pts = sorted((r["layer"], r[key]) for r in rows if r["module"] == mod)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=mod)
@@ -128,17 +130,38 @@ def cosine_medians(items: Sequence[dict], path: Path, title: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(min(PAGE_INCHES, max(5.0, 2.6 * len(items) + 2)), 4.4))
     xs = np.arange(len(items))
     for x, it in zip(xs, items):
-        ax.fill_between([x - 0.3, x + 0.3], it["null_lo"], it["null_hi"], color="0.85",
-                        label="isotropic null ±2σ" if x == 0 else None)
+        ax.fill_between(
+            [x - 0.3, x + 0.3],
+            it["null_lo"],
+            it["null_hi"],
+            color="0.85",
+            label="isotropic null ±2σ" if x == 0 else None,
+        )
         label = cosine_label(it)
         resolved = label.startswith(("aligned", "anti-aligned"))
-        color = ({"aligned": "tab:green", "anti-aligned": "tab:red"}.get(it["verdict"], "tab:gray") if resolved
-                 else "tab:gray")
-        ax.errorbar([x], [it["median_cos_off"]], yerr=[[it["median_cos_off"] - it["ci_lo"]],
-                                                      [it["ci_hi"] - it["median_cos_off"]]],
-                    fmt="o", color=color, capsize=4, label=None)
-        ax.annotate(_wrap(label, 34), (x, max(it["ci_hi"], it["null_hi"])), textcoords="offset points",
-                    xytext=(0, 6), ha="center", va="bottom", fontsize=7.5)
+        color = (
+            {"aligned": "tab:green", "anti-aligned": "tab:red"}.get(it["verdict"], "tab:gray")
+            if resolved
+            else "tab:gray"
+        )
+        ax.errorbar(
+            [x],
+            [it["median_cos_off"]],
+            yerr=[[it["median_cos_off"] - it["ci_lo"]], [it["ci_hi"] - it["median_cos_off"]]],
+            fmt="o",
+            color=color,
+            capsize=4,
+            label=None,
+        )
+        ax.annotate(
+            _wrap(label, 34),
+            (x, max(it["ci_hi"], it["null_hi"])),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            va="bottom",
+            fontsize=7.5,
+        )
     ax.axhline(0.0, color="k", lw=0.8)
     ax.set_xticks(xs)
     ax.set_xticklabels([_wrap(str(it["label"]), 24) for it in items], fontsize=8)
@@ -183,9 +206,14 @@ def norm_bars(items: Sequence[dict], path: Path, title: str = "") -> Path:
     return _save(fig, path)
 
 
-BAND_PARTS = (("diag_principal", "diag, principal", "#1f4e79"), ("diag_tail", "diag, tail", "#8fb3d9"),
-              ("off_principal", "off, principal×principal", "#7f2704"), ("off_mixed", "off, mixed", "#d94801"),
-              ("off_tail", "off, tail×tail", "#fdae6b"), ("null", "null", "#999999"))
+BAND_PARTS = (
+    ("diag_principal", "diag, principal", "#1f4e79"),
+    ("diag_tail", "diag, tail", "#8fb3d9"),
+    ("off_principal", "off, principal×principal", "#7f2704"),
+    ("off_mixed", "off, mixed", "#d94801"),
+    ("off_tail", "off, tail×tail", "#fdae6b"),
+    ("null", "null", "#999999"),
+)
 
 
 def band_energy_by_module(rows: Sequence[dict], edges: Sequence[int], path: Path, title: str = "") -> Path:
@@ -198,8 +226,9 @@ def band_energy_by_module(rows: Sequence[dict], edges: Sequence[int], path: Path
         bottom = np.zeros(len(modules))
         for part, label, color in BAND_PARTS:
             key = "f_null" if part == "null" else f"band{k}_{part}"
-            vals = np.array([np.mean([r[key] for r in rows if r["module"] == m and key in r] or [0.0])
-                             for m in modules])
+            vals = np.array(
+                [np.mean([r[key] for r in rows if r["module"] == m and key in r] or [0.0]) for m in modules]
+            )
             ax.bar(modules, vals, bottom=bottom, color=color, label=label)
             bottom += vals
         ax.set_title(f"top-{k} band")
@@ -232,8 +261,12 @@ def band_energy_by_transition(rows: Sequence[dict], edge: int, path: Path, title
     return _save(fig, path)
 
 
-HEATMAP_KEYS = (("f_diag", "f_diag (reshaping)", (0.0, 1.0)), ("f_off", "f_off (rotation)", (0.0, 1.0)),
-                ("f_null", "f_null (routing)", (0.0, 1.0)), ("r_delta", "r_Δ = ‖ΔW‖/‖W0‖", None))
+HEATMAP_KEYS = (
+    ("f_diag", "f_diag (reshaping)", (0.0, 1.0)),
+    ("f_off", "f_off (rotation)", (0.0, 1.0)),
+    ("f_null", "f_null (routing)", (0.0, 1.0)),
+    ("r_delta", "r_Δ = ‖ΔW‖/‖W0‖", None),
+)
 
 
 def layer_module_heatmaps(rows: Sequence[dict], path: Path, title: str = "") -> Path:
@@ -247,8 +280,11 @@ def layer_module_heatmaps(rows: Sequence[dict], path: Path, title: str = "") -> 
         grid = np.full((len(layers), len(modules)), np.nan)
         for i, layer in enumerate(layers):
             for j, m in enumerate(modules):
-                vals = [float(r[key]) for r in rows if int(r["layer"]) == layer and r["module"] == m
-                        and r.get(key) is not None]
+                vals = [
+                    float(r[key])
+                    for r in rows
+                    if int(r["layer"]) == layer and r["module"] == m and r.get(key) is not None
+                ]
                 if vals:
                     grid[i, j] = np.mean(vals)
         lo, hi = limits or (np.nanmin(grid), np.nanmax(grid))
@@ -274,9 +310,10 @@ def accuracy_bars(rows: Sequence[dict], path: Path, title: str = "", per_row: in
     groups = list(dict.fromkeys(r["transition"] for r in rows))
     cols = max(1, min(per_row, len(groups)))
     nrows = -(-len(groups) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(min(PAGE_INCHES, 3.0 * cols + 1.0), 3.2 * nrows), squeeze=False,
-                             sharey=True)
-    for ax in axes.flat[len(groups):]:
+    fig, axes = plt.subplots(
+        nrows, cols, figsize=(min(PAGE_INCHES, 3.0 * cols + 1.0), 3.2 * nrows), squeeze=False, sharey=True
+    )
+    for ax in axes.flat[len(groups) :]:
         ax.set_visible(False)
     top = 0.0
     for ax, g in zip(axes.flat, groups):
@@ -284,15 +321,23 @@ def accuracy_bars(rows: Sequence[dict], path: Path, title: str = "", per_row: in
         xs = np.arange(len(mine))
         score = np.array([float(r["score"]) for r in mine])
         ax.bar(xs, score, color=["tab:gray" if r["variant"] in ("full", "base") else "tab:blue" for r in mine])
-        have = [i for i, r in enumerate(mine) if r.get("minus_full_ci_lo") is not None
-                and r.get("minus_full_ci_hi") is not None]
+        have = [
+            i
+            for i, r in enumerate(mine)
+            if r.get("minus_full_ci_lo") is not None and r.get("minus_full_ci_hi") is not None
+        ]
         if have:
             d = np.array([float(mine[i]["minus_full"]) for i in have])
             lo_end = np.clip(score[have] - d + np.array([float(mine[i]["minus_full_ci_lo"]) for i in have]), 0, 100)
             hi_end = np.clip(score[have] - d + np.array([float(mine[i]["minus_full_ci_hi"]) for i in have]), 0, 100)
-            ax.errorbar(xs[have], score[have], yerr=[np.maximum(score[have] - lo_end, 0),
-                                                     np.maximum(hi_end - score[have], 0)],
-                        fmt="none", color="k", capsize=3)
+            ax.errorbar(
+                xs[have],
+                score[have],
+                yerr=[np.maximum(score[have] - lo_end, 0), np.maximum(hi_end - score[have], 0)],
+                fmt="none",
+                color="k",
+                capsize=3,
+            )
         ax.set_xticks(xs)
         ax.set_xticklabels([r["variant"] for r in mine], rotation=45, ha="right", fontsize=8)
         ax.set_title(g, fontsize=9)
@@ -329,7 +374,7 @@ def grouped_fractions(rows: Sequence[dict], columns: Sequence[tuple[str, str]], 
 
 
 SFT_RL_COLORS = {"SFT": "#1f77b4", "RL": "#d62728"}
-SFT_RL_MAPS = {"SFT": "Blues", "RL": "Reds"}   # one shade per transition within its group
+SFT_RL_MAPS = {"SFT": "Blues", "RL": "Reds"}  # one shade per transition within its group
 
 
 def _group_shades(groups: dict[str, str]) -> dict[str, object]:
@@ -342,8 +387,9 @@ def _group_shades(groups: dict[str, str]) -> dict[str, object]:
     for g, tids in by.items():
         cmap = plt.get_cmap(SFT_RL_MAPS.get(g, "Greys"))
         for k, tid in enumerate(tids):
-            out[tid] = cmap(0.85 - 0.5 * k / max(len(tids) - 1, 1)) if len(tids) > 1 else \
-                (SFT_RL_COLORS.get(g) or "grey")
+            out[tid] = (
+                cmap(0.85 - 0.5 * k / max(len(tids) - 1, 1)) if len(tids) > 1 else (SFT_RL_COLORS.get(g) or "grey")
+            )
     return out
 
 
@@ -359,13 +405,21 @@ def channel_layer_shares(rows: Sequence[dict], path: Path, title: str = "") -> P
     for ax, comp in zip(axes[0], comps):
         mine = [r for r in rows if r["component"] == comp]
         for tid in dict.fromkeys(r["transition"] for r in mine):
-            pts = sorted((int(r["layer"]), float(r["energy_share"]) if r["energy_share"] is not None else np.nan)
-                         for r in mine if r["transition"] == tid)
+            pts = sorted(
+                (int(r["layer"]), float(r["energy_share"]) if r["energy_share"] is not None else np.nan)
+                for r in mine
+                if r["transition"] == tid
+            )
             first = next(r for r in mine if r["transition"] == tid)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
-                    color=shades[tid],
-                    ls="-" if first.get("step") in (True, "True") else "--",
-                    label=f"{tid} ({first.get('group_sft_rl') or 'no method'})")
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker="o",
+                ms=3,
+                color=shades[tid],
+                ls="-" if first.get("step") in (True, "True") else "--",
+                label=f"{tid} ({first.get('group_sft_rl') or 'no method'})",
+            )
         shares = sorted({float(r["channel_share"]) for r in mine})
         for s in shares:
             ax.axhline(s, color="black", ls=":", lw=0.8)

@@ -31,8 +31,16 @@ class Progress:
     do not count skipped work as instant.
     """
 
-    def __init__(self, total: int, *, done: int = 0, label: str = "", enabled: bool = True,
-                 stream: Optional[TextIO] = None, every: float = 10.0):
+    def __init__(
+        self,
+        total: int,
+        *,
+        done: int = 0,
+        label: str = "",
+        enabled: bool = True,
+        stream: Optional[TextIO] = None,
+        every: float = 10.0,
+    ):
         self.total = total
         self.done = done
         self.label = label
@@ -89,8 +97,7 @@ class Progress:
                 return
             self._last = now
         width = len(str(self.total))
-        text = (f"{self.label}[{self.done:>{width}}/{self.total}] {pct:5.1f}% | {item} | "
-                f"{rate:.2f} s/it | ETA {eta}")
+        text = f"{self.label}[{self.done:>{width}}/{self.total}] {pct:5.1f}% | {item} | {rate:.2f} s/it | ETA {eta}"
         self._emit(text, final=final)
 
     def _emit(self, text: str, final: bool) -> None:

@@ -19,8 +19,14 @@ from grrr_stream.fixtures.synthetic import TINY, ModelShape, Update, make_transi
 def planted_f64(tmp_path_factory):
     """float64 Qwen2-layout pair with planted shares (0.2, 0.5, 0.3) at r_Δ = 1e-2, several shards."""
     root = tmp_path_factory.mktemp("planted_f64")
-    return make_transition(root, TINY, family="qwen2", dtype="float64",
-                           update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3)), max_shard_bytes=60_000)
+    return make_transition(
+        root,
+        TINY,
+        family="qwen2",
+        dtype="float64",
+        update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3)),
+        max_shard_bytes=60_000,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -28,16 +34,23 @@ def planted_f32_small(tmp_path_factory):
     """float32 Llama-layout pair with an RL-sized update (r_Δ = 3e-4) and planted shares (0.1, 0.6, 0.3)."""
     root = tmp_path_factory.mktemp("planted_f32")
     shape = ModelShape(hidden=96, intermediate=256, layers=2, heads=6, kv_heads=2)
-    return make_transition(root, shape, family="llama", dtype="float32",
-                           update=Update(r_delta=3e-4, plant=(0.1, 0.6, 0.3)), max_shard_bytes=200_000)
+    return make_transition(
+        root,
+        shape,
+        family="llama",
+        dtype="float32",
+        update=Update(r_delta=3e-4, plant=(0.1, 0.6, 0.3)),
+        max_shard_bytes=200_000,
+    )
 
 
 @pytest.fixture(scope="session")
 def bf16_pair(tmp_path_factory):
     """bf16 Qwen3-layout pair with an isotropic update, as real checkpoints are stored."""
     root = tmp_path_factory.mktemp("bf16")
-    return make_transition(root, TINY, family="qwen3", dtype="bfloat16", update=Update(r_delta=5e-2),
-                           max_shard_bytes=40_000)
+    return make_transition(
+        root, TINY, family="qwen3", dtype="bfloat16", update=Update(r_delta=5e-2), max_shard_bytes=40_000
+    )
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +74,6 @@ def tiny_chain(tmp_path_factory):
         torch.set_num_threads(threads)
     print(f"\nquick chain built in {time.time() - t0:.1f} s")
     return out, paths
-
 
 
 def pytest_collection_modifyitems(config, items):

@@ -115,9 +115,14 @@ def subcommands(parser: argparse.ArgumentParser) -> Dict[str, argparse.ArgumentP
 
 def subcommand_flags(parser: argparse.ArgumentParser) -> Dict[str, Dict[str, Optional[Set[str]]]]:
     """Subcommand name → every option string its parser accepts → its choices (None: any value)."""
-    return {name: {opt: ({str(c) for c in act.choices} if act.choices else None)
-                   for act in sub._actions for opt in act.option_strings}
-            for name, sub in subcommands(parser).items()}
+    return {
+        name: {
+            opt: ({str(c) for c in act.choices} if act.choices else None)
+            for act in sub._actions
+            for opt in act.option_strings
+        }
+        for name, sub in subcommands(parser).items()
+    }
 
 
 def flag_values(cmd: str) -> Iterator[Tuple[str, str]]:
@@ -137,8 +142,7 @@ def flag_values(cmd: str) -> Iterator[Tuple[str, str]]:
 def bad_choices(value: str, choices: Set[str]) -> List[str]:
     """Alternatives of a written value that are not among the flag's choices; placeholders
     (anything with a capital letter: N, DIR, pass@K) and ellipses pass."""
-    return [alt for alt in value.split("|")
-            if alt and not re.search(r"[A-Z.…]", alt) and alt not in choices]
+    return [alt for alt in value.split("|") if alt and not re.search(r"[A-Z.…]", alt) and alt not in choices]
 
 
 def command_problems(where: str, text: str, known: Dict[str, Set[str]]) -> List[str]:
@@ -178,8 +182,24 @@ def test_the_docs_hold_commands_and_links_to_check():
     """The checker sees what the pages hold: if it found nothing, the test above could not fail."""
     known = subcommand_flags(build_parser())
     seen = {cmd.split()[1] for p in doc_files() for cmd in commands(p.read_text())}
-    assert {"decompose", "sweep", "status", "report", "track", "variants", "evaluate", "stats", "compare",
-            "bands", "channels", "channel-stats"} <= seen <= set(known)
+    assert (
+        {
+            "decompose",
+            "sweep",
+            "status",
+            "report",
+            "track",
+            "variants",
+            "evaluate",
+            "stats",
+            "compare",
+            "bands",
+            "channels",
+            "channel-stats",
+        }
+        <= seen
+        <= set(known)
+    )
     readme = (ROOT / "README.md").read_text()
     assert sum(1 for _ in LINK.finditer(readme)) >= 15
 
@@ -200,7 +220,8 @@ def test_the_checker_reports_a_bad_flag_a_bad_subcommand_and_bad_links(tmp_path)
         "    --store DIR --compute-dtpye float64   # --not-checked in a comment\n"
         "cd WORKDIR && grrr-stream status CONFIG --all\n"
         "grrr-stream variants --store S --out D [--rest-from base|pre]\n"
-        "```\n")
+        "```\n"
+    )
     problems = check(tmp_path)
     assert len(problems) == 6, problems
     text = "\n".join(problems)
@@ -213,7 +234,9 @@ def test_the_checker_reports_a_bad_flag_a_bad_subcommand_and_bad_links(tmp_path)
 
 
 def test_github_anchors():
-    assert github_anchor("Near-degenerate singular values (`f_degenerate`)") == \
-        "near-degenerate-singular-values-f_degenerate"
+    assert (
+        github_anchor("Near-degenerate singular values (`f_degenerate`)")
+        == "near-degenerate-singular-values-f_degenerate"
+    )
     assert github_anchor("When MLflow is down: logged later") == "when-mlflow-is-down-logged-later"
     assert anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}

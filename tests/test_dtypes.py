@@ -19,7 +19,7 @@ def test_every_row_matches_torch_and_the_safetensors_header_code():
         assert d.floating == d.torch.is_floating_point
         blob = save({"t": t})
         (n,) = struct.unpack("<Q", blob[:8])
-        assert json.loads(blob[8:8 + n])["t"]["dtype"] == d.code
+        assert json.loads(blob[8 : 8 + n])["t"]["dtype"] == d.code
     assert len(BY_CODE) == len(BY_NAME) == len(BY_TORCH) == len(TABLE)
 
 

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 import torch
-
 from helpers.common import ROOT, no_track_config
+
 from grrr_stream.decompose.run import run_transition
 
 
@@ -23,8 +23,13 @@ def gc():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the check would run")
 def test_fails_loudly_without_a_gpu():
-    p = subprocess.run(["bash", str(ROOT / "tools" / "gpu_check.sh"), "--layers", "1"], capture_output=True,
-                       text=True, cwd=ROOT, timeout=300)
+    p = subprocess.run(
+        ["bash", str(ROOT / "tools" / "gpu_check.sh"), "--layers", "1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert p.returncode == 2
     assert "FAILED: torch sees no CUDA GPU" in p.stderr and "Traceback" not in p.stderr
 

@@ -15,8 +15,10 @@ PKG = Path(__file__).resolve().parents[1] / "grrr_stream"
 # lowest first; a name is a package or a root module below grrr_stream ("" = grrr_stream/__init__.py,
 # whose public names are imported lazily, on first use, so it imports nothing of ours at import time)
 LAYERS = [
-    ("shared: settings, errors, formats everyone uses", ["", "config", "errors", "dtypes", "files", "locks",
-                                                          "progress", "unit_log", "plots"]),
+    (
+        "shared: settings, errors, formats everyone uses",
+        ["", "config", "errors", "dtypes", "files", "locks", "progress", "unit_log", "plots"],
+    ),
     ("the machine: device, Dask, disk, timing", ["runtime"]),
     ("checkpoints: the safetensors format and tensor names", ["checkpoints"]),
     ("per-matrix math, pure torch", ["geometry"]),
@@ -31,7 +33,7 @@ LAYERS = [
 # (importing module, imported module): why it may look upward
 EXCEPTIONS = {
     ("tracking.runs", "evaluation.engine"): "inside log_evaluation only: an evaluation run records the engine's "
-                                            "versions, asked of the vLLM owner when that run is logged",
+    "versions, asked of the vLLM owner when that run is logged",
 }
 ROOT_MODULES_MAX = 8
 
@@ -62,17 +64,19 @@ def imports_of(module: str, path: Path, known: set) -> list[tuple[int, str]]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[:len(package) - (node.level - 1)]
+                base = package[: len(package) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             elif node.module == "grrr_stream" or (node.module or "").startswith("grrr_stream."):
-                target = node.module[len("grrr_stream."):] if node.module != "grrr_stream" else ""
+                target = node.module[len("grrr_stream.") :] if node.module != "grrr_stream" else ""
             else:
                 continue
             for a in node.names:  # `from pkg import module` imports the module
                 sub = f"{target}.{a.name}" if target else a.name
                 out.append((node.lineno, sub if sub in known else target))
         elif isinstance(node, ast.Import):
-            out += [(node.lineno, a.name[len("grrr_stream."):]) for a in node.names if a.name.startswith("grrr_stream.")]
+            out += [
+                (node.lineno, a.name[len("grrr_stream.") :]) for a in node.names if a.name.startswith("grrr_stream.")
+            ]
     return out
 
 
@@ -85,13 +89,16 @@ def private_imports(module: str, path: Path) -> list[tuple[int, str]]:
         if not isinstance(node, ast.ImportFrom):
             continue
         if node.level:
-            target = ".".join(package[:len(package) - (node.level - 1)] + ([node.module] if node.module else []))
+            target = ".".join(package[: len(package) - (node.level - 1)] + ([node.module] if node.module else []))
         elif (node.module or "").startswith("grrr_stream"):
-            target = node.module[len("grrr_stream."):] if node.module != "grrr_stream" else ""
+            target = node.module[len("grrr_stream.") :] if node.module != "grrr_stream" else ""
         else:
             continue
-        out += [(node.lineno, f"{target}.{a.name}") for a in node.names
-                if a.name.startswith("_") and not a.name.startswith("__")]
+        out += [
+            (node.lineno, f"{target}.{a.name}")
+            for a in node.names
+            if a.name.startswith("_") and not a.name.startswith("__")
+        ]
     return out
 
 
@@ -147,8 +154,10 @@ def test_no_import_runs_upward():
     for module, path in mods.items():
         for line, target in imports_of(module, path, set(mods)):
             if layer_of(target) > layer_of(module) and (module, target) not in EXCEPTIONS:
-                upward.append(f"grrr_stream/{path.relative_to(PKG)}:{line}: {module or '__init__'} "
-                              f"({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})")
+                upward.append(
+                    f"grrr_stream/{path.relative_to(PKG)}:{line}: {module or '__init__'} "
+                    f"({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+                )
     assert not upward, "imports running upward:\n" + "\n".join(upward)
 
 
@@ -162,8 +171,10 @@ def test_exceptions_are_still_needed():
 def test_the_checker_sees_upward_imports(tmp_path):
     """The parser resolves relative imports to the module they name (so a violation cannot hide)."""
     f = tmp_path / "kernel.py"
-    f.write_text("from ..store import transition_store\nfrom .. import errors\n"
-                 "def f():\n    from ..sweep.plan import plan_sweep\n")
+    f.write_text(
+        "from ..store import transition_store\nfrom .. import errors\n"
+        "def f():\n    from ..sweep.plan import plan_sweep\n"
+    )
     got = imports_of("geometry.kernel", f, {"store.transition_store", "errors"})
     assert got == [(1, "store.transition_store"), (2, "errors"), (4, "sweep.plan")]
     assert layer_of("sweep.plan") > layer_of("geometry.kernel") > layer_of("errors")
@@ -178,8 +189,11 @@ def test_no_import_cycles():
 
 def test_no_module_imports_another_modules_private_names():
     """A ``_name`` is its module's own: a name another module needs is public (no underscore), or moves."""
-    found = [f"grrr_stream/{p.relative_to(PKG)}:{line}: {m or '__init__'} imports {name}"
-             for m, p in modules().items() for line, name in private_imports(m, p)]
+    found = [
+        f"grrr_stream/{p.relative_to(PKG)}:{line}: {m or '__init__'} imports {name}"
+        for m, p in modules().items()
+        for line, name in private_imports(m, p)
+    ]
     assert not found, "private imports:\n" + "\n".join(found)
 
 
@@ -187,7 +201,9 @@ def test_the_checkers_see_cycles_and_private_imports(tmp_path):
     """Planted: a three-module cycle and a lone self-contained module; a private and a dunder import."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}) == [["a", "b", "c"]]
     f = tmp_path / "x.py"
-    f.write_text("from .plan import _keyed, Plan\nfrom .. import __version__\ndef f():\n    from ..stats.claims import _ratio\n")
+    f.write_text(
+        "from .plan import _keyed, Plan\nfrom .. import __version__\ndef f():\n    from ..stats.claims import _ratio\n"
+    )
     assert private_imports("sweep.x", f) == [(1, "sweep.plan._keyed"), (4, "stats.claims._ratio")]
 
 
@@ -219,8 +235,11 @@ def kind_names() -> dict[str, Path]:
                 targets = [node.target.id]
             else:
                 continue
-            if set(targets) & {"NAME", "kind"} and isinstance(node.value, ast.Constant) \
-                    and isinstance(node.value.value, str):
+            if (
+                set(targets) & {"NAME", "kind"}
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
                 out[node.value.value] = path
     return out
 
@@ -235,8 +254,9 @@ def _strings(node: ast.AST) -> list[str]:
 
 
 def _is_kind(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "kind") or (isinstance(node, ast.Name)
-                                                                         and node.id == "kind")
+    return (isinstance(node, ast.Attribute) and node.attr == "kind") or (
+        isinstance(node, ast.Name) and node.id == "kind"
+    )
 
 
 def kind_name_literals(path: Path, names: set[str]) -> list[tuple[int, str]]:
@@ -247,13 +267,17 @@ def kind_name_literals(path: Path, names: set[str]) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Compare) and any(_is_kind(s) for s in (node.left, *node.comparators)):
-            found += [(node.lineno, s) for side in (node.left, *node.comparators) for s in _strings(side)
-                      if s in names]
+            found += [(node.lineno, s) for side in (node.left, *node.comparators) for s in _strings(side) if s in names]
         elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "KINDS":
             found += [(node.lineno, s) for s in _strings(node.slice) if s in names]
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith":
-            found += [(node.lineno, s) for a in node.args for s in _strings(a) for n in names
-                      if s == n or s.startswith(f"{n}/")]
+            found += [
+                (node.lineno, s)
+                for a in node.args
+                for s in _strings(a)
+                for n in names
+                if s == n or s.startswith(f"{n}/")
+            ]
     return found
 
 
@@ -262,10 +286,13 @@ def test_a_kinds_name_is_spelled_only_in_its_own_module():
     renamed kind, or a kind whose name another module misspells, would silently match no unit."""
     names = kind_names()
     assert {"generate", "decompose", "evaluate"} <= set(names), names
-    found = [f"grrr_stream/{p.relative_to(PKG)}:{line}: {s!r} (the name of kind {s.split('/')[0]}, "
-             f"owned by {names[s.split('/')[0]].name})"
-             for p in sorted(PKG.rglob("*.py"))
-             for line, s in kind_name_literals(p, set(names)) if p != names[s.split("/")[0]]]
+    found = [
+        f"grrr_stream/{p.relative_to(PKG)}:{line}: {s!r} (the name of kind {s.split('/')[0]}, "
+        f"owned by {names[s.split('/')[0]].name})"
+        for p in sorted(PKG.rglob("*.py"))
+        for line, s in kind_name_literals(p, set(names))
+        if p != names[s.split("/")[0]]
+    ]
     assert not found, "kind names spelled outside their module:\n" + "\n".join(found)
 
 
@@ -273,11 +300,13 @@ def test_the_kind_name_check_bites(tmp_path):
     """Planted: a comparison, a membership test, a registry lookup and a unit id, beside look-alikes it leaves
     alone (a transition's kind, a dict key or a metric name that happens to hold a kind's name)."""
     f = tmp_path / "x.py"
-    f.write_text('gen = [u for u in units if u.kind == "generate"]\n'
-                 'if kind in ("decompose", "other"):\n    pass\n'
-                 'k = KINDS["evaluate"]\n'
-                 'done = [u for u in units if u.id.startswith(("decompose/", "x"))]\n'
-                 'ok = tr.kind == "cumulative" and row["variant"] and {"channels": 1} and "channels/count"\n')
+    f.write_text(
+        'gen = [u for u in units if u.kind == "generate"]\n'
+        'if kind in ("decompose", "other"):\n    pass\n'
+        'k = KINDS["evaluate"]\n'
+        'done = [u for u in units if u.id.startswith(("decompose/", "x"))]\n'
+        'ok = tr.kind == "cumulative" and row["variant"] and {"channels": 1} and "channels/count"\n'
+    )
     got = kind_name_literals(f, {"generate", "decompose", "evaluate", "variant", "channels"})
     assert sorted(got) == [(1, "generate"), (2, "decompose"), (4, "evaluate"), (5, "decompose/")]
 
@@ -287,40 +316,56 @@ def test_the_kind_name_check_bites(tmp_path):
 # are owned by the package that writes them.
 WORKDIR_NAMES = {
     **dict.fromkeys([".sweep", "units", "lock", "tracking", "forecast.json", "report", "logs"], "sweep/workdir.py"),
-    "evaluation.json": "evaluation/pipeline.py",         # an evaluation's record (the evaluate kind's marker)
-    "comparisons.csv": "stats/run.py",                   # the comparisons' table (compare's marker and report table)
-    "offdiag_cosine_medians.png": "stats/run.py",        # the comparisons' figures (also in WORKDIR/report)
+    "evaluation.json": "evaluation/pipeline.py",  # an evaluation's record (the evaluate kind's marker)
+    "comparisons.csv": "stats/run.py",  # the comparisons' table (compare's marker and report table)
+    "offdiag_cosine_medians.png": "stats/run.py",  # the comparisons' figures (also in WORKDIR/report)
     "update_norms.png": "stats/run.py",
-    "channels.json": "channels/analysis.py",             # a channels unit's marker
-    "chain.json": "fixtures/tinychain_shipped.py",       # the tiny chain's record (the generate kind's marker)
+    "channels.json": "channels/analysis.py",  # a channels unit's marker
+    "chain.json": "fixtures/tinychain_shipped.py",  # the tiny chain's record (the generate kind's marker)
     # WORKDIR/report: the tables and figures each kind writes there, read back by the HTML page (report/)
-    "transitions.csv": "sweep/kinds/decompose.py", "band_energy.png": "sweep/kinds/decompose.py",
-    "channels.csv": "sweep/kinds/channel_stats.py", "channel_layers.png": "sweep/kinds/channel_stats.py",
-    "channel_models.csv": "sweep/kinds/channels.py", "channels_sft_rl.csv": "sweep/kinds/channel_groups.py",
+    "transitions.csv": "sweep/kinds/decompose.py",
+    "band_energy.png": "sweep/kinds/decompose.py",
+    "channels.csv": "sweep/kinds/channel_stats.py",
+    "channel_layers.png": "sweep/kinds/channel_stats.py",
+    "channel_models.csv": "sweep/kinds/channels.py",
+    "channels_sft_rl.csv": "sweep/kinds/channel_groups.py",
     **dict.fromkeys(["retention.csv", "removal.csv", "sampled.csv"], "sweep/kinds/evaluate_report.py"),
-    **dict.fromkeys(["differences.csv", "informative.csv", "claims.csv", "claims.json", "claims"],
-                    "sweep/kinds/claims.py"),
-    "channels_sft_rl.json": "sweep/kinds/channel_groups.py", "channel_groups": "sweep/kinds/channel_groups.py",
-    "units.csv": "sweep/rows.py", "index.html": "report/build.py",
+    **dict.fromkeys(
+        ["differences.csv", "informative.csv", "claims.csv", "claims.json", "claims"], "sweep/kinds/claims.py"
+    ),
+    "channels_sft_rl.json": "sweep/kinds/channel_groups.py",
+    "channel_groups": "sweep/kinds/channel_groups.py",
+    "units.csv": "sweep/rows.py",
+    "index.html": "report/build.py",
     # WORKDIR/<folder>: each kind's results (its FOLDER constant, given to ctx.keyed / Workdir.folder)
-    "stores": "sweep/kinds/decompose.py", "channels": "sweep/kinds/channels.py",
-    "channel_stats": "sweep/kinds/channel_stats.py", "stats": "sweep/kinds/stats.py",
-    "comparisons": "sweep/kinds/compare.py", "variants": "sweep/kinds/variant.py",
-    "evaluations": "sweep/kinds/evaluate.py", "tinychain": "sweep/kinds/generate.py",
+    "stores": "sweep/kinds/decompose.py",
+    "channels": "sweep/kinds/channels.py",
+    "channel_stats": "sweep/kinds/channel_stats.py",
+    "stats": "sweep/kinds/stats.py",
+    "comparisons": "sweep/kinds/compare.py",
+    "variants": "sweep/kinds/variant.py",
+    "evaluations": "sweep/kinds/evaluate.py",
+    "tinychain": "sweep/kinds/generate.py",
 }
 # an evaluation's results folder holds an accuracy.csv and a solved_lost.csv of its own (evaluation/pipeline.py) and
 # the report one of the same names: the scan checks these names for both owners
-SHARED_NAMES = {"accuracy.csv": {"evaluation/pipeline.py", "sweep/kinds/evaluate_report.py"},
-                "solved_lost.csv": {"evaluation/pipeline.py", "sweep/kinds/evaluate_report.py"},
-                # WORKDIR/frames (the sweep's frame cache) and a lone decomposition's STORE/frames
-                "frames": {"sweep/kinds/decompose.py", "config.py"}}
+SHARED_NAMES = {
+    "accuracy.csv": {"evaluation/pipeline.py", "sweep/kinds/evaluate_report.py"},
+    "solved_lost.csv": {"evaluation/pipeline.py", "sweep/kinds/evaluate_report.py"},
+    # WORKDIR/frames (the sweep's frame cache) and a lone decomposition's STORE/frames
+    "frames": {"sweep/kinds/decompose.py", "config.py"},
+}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
     out = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
-                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        ):
             out.add(id(node.body[0].value))
     return out
 
@@ -333,14 +378,24 @@ def spelled_names(path: Path, names: set[str]) -> list[tuple[int, str]]:
     skip = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
-                and "." in node.value.strip(".") and node.value in names:
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in skip
+            and "." in node.value.strip(".")
+            and node.value in names
+        ):
             found.append((node.lineno, node.value))
-        parts = [node.left, node.right] if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) else \
-            node.args if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-            and node.func.attr in ("joinpath", "folder") else []
-        found += [(node.lineno, s) for p in parts for s in _strings(p)
-                  if s in names and "." not in s.strip(".")]
+        parts = (
+            [node.left, node.right]
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+            else node.args
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("joinpath", "folder")
+            else []
+        )
+        found += [(node.lineno, s) for p in parts for s in _strings(p) if s in names and "." not in s.strip(".")]
     return sorted(set(found))
 
 
@@ -348,9 +403,12 @@ def test_no_workdir_name_is_spelled_outside_its_owner():
     """Every other module reaches a workdir folder or file through its owner, so a layout change is one edit
     and an old workdir keeps reading as done."""
     owners = {n: {o} for n, o in WORKDIR_NAMES.items()} | SHARED_NAMES
-    found = [f"grrr_stream/{p.relative_to(PKG)}:{line}: {name!r} (owned by {', '.join(sorted(owners[name]))})"
-             for p in sorted(PKG.rglob("*.py"))
-             for line, name in spelled_names(p, set(owners)) if p.relative_to(PKG).as_posix() not in owners[name]]
+    found = [
+        f"grrr_stream/{p.relative_to(PKG)}:{line}: {name!r} (owned by {', '.join(sorted(owners[name]))})"
+        for p in sorted(PKG.rglob("*.py"))
+        for line, name in spelled_names(p, set(owners))
+        if p.relative_to(PKG).as_posix() not in owners[name]
+    ]
     assert not found, "workdir names spelled outside their owner:\n" + "\n".join(found)
 
 
@@ -358,11 +416,13 @@ def test_the_workdir_name_check_bites(tmp_path):
     """Planted: a folder joined into a path, a file name in a constant and in a call; left alone: a docstring, a
     folder name that builds no path (a dict key, a CLI subcommand) and a message that mentions a file."""
     f = tmp_path / "x.py"
-    f.write_text('"""Writes WORKDIR/logs and forecast.json."""\n'
-                 'log = Path(w) / "logs" / name\n'
-                 'FILE = "forecast.json"\n'
-                 'read_rows(out.joinpath("units"), "comparisons.csv", ctx.workdir.folder("stores"))\n'
-                 'row = {"units": 3, "report": 1}\n'
-                 'print(f"wrote {out}/forecast.json")\n')
+    f.write_text(
+        '"""Writes WORKDIR/logs and forecast.json."""\n'
+        'log = Path(w) / "logs" / name\n'
+        'FILE = "forecast.json"\n'
+        'read_rows(out.joinpath("units"), "comparisons.csv", ctx.workdir.folder("stores"))\n'
+        'row = {"units": 3, "report": 1}\n'
+        'print(f"wrote {out}/forecast.json")\n'
+    )
     got = spelled_names(f, {"logs", "forecast.json", "units", "report", "comparisons.csv", "stores"})
     assert got == [(2, "logs"), (3, "forecast.json"), (4, "comparisons.csv"), (4, "stores"), (4, "units")]

@@ -9,12 +9,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers.common import SteppingClock
+from helpers.stand_in import SETTINGS, StandInEngine, sums_transition
 
 from grrr_stream import progress as progress_module
 from grrr_stream.cli.entry import main
-
-from helpers.common import SteppingClock
-from helpers.stand_in import SETTINGS, StandInEngine, sums_transition
 
 LINE = r"\[ *(\d+)/(\d+)\] +\d+\.\d% \| (.+) \| \d+\.\d\d s/it \| ETA (\S+)$"
 
@@ -31,7 +30,7 @@ def clock(monkeypatch):
 
 def _lines(err: str, label: str) -> list[re.Match]:
     """The progress lines of ``label``, each checked against the reporter's format."""
-    found = [ln[len(label):] for ln in err.splitlines() if ln.startswith(label + "[")]
+    found = [ln[len(label) :] for ln in err.splitlines() if ln.startswith(label + "[")]
     matches = [re.match(LINE, ln) for ln in found]
     assert found and all(matches), (label, err)
     return matches
@@ -48,8 +47,9 @@ def test_evaluation_shows_each_benchmark_the_weights_and_the_pairs(transition, t
 
     base, post, store, bench = transition
     logs: list[str] = []
-    request = EvaluationRequest(store, tmp_path / "e", ["base", "full"], ["sums"], bench, settings=SETTINGS,
-                                progress=True)
+    request = EvaluationRequest(
+        store, tmp_path / "e", ["base", "full"], ["sums"], bench, settings=SETTINGS, progress=True
+    )
     run_evaluation(request, engine_factory=StandInEngine, log=logs.append)
     err = capsys.readouterr().err
     for variant in ("base", "full"):
@@ -69,16 +69,36 @@ def test_evaluation_shows_each_benchmark_the_weights_and_the_pairs(transition, t
 
 def test_variants_stats_and_compare_commands(transition, tmp_path, clock, capsys):
     base, post, store, bench = transition
-    assert main(["variants", "--store", str(store), "--out", str(tmp_path / "v"), "--variant", "randrm-0",
-                 "--no-track"]) == 0  # a random-removal control
+    assert (
+        main(["variants", "--store", str(store), "--out", str(tmp_path / "v"), "--variant", "randrm-0", "--no-track"])
+        == 0
+    )  # a random-removal control
     err = capsys.readouterr().err
     _ends(_lines(err, "  [variant randrm-0] "))
     assert [m.group(3) for m in _lines(err, "[variants] ")] == ["randrm-0"]
     assert main(["stats", str(store), "--out", str(tmp_path / "s"), "--resamples", "200", "--no-track"]) == 0
     _ends(_lines(capsys.readouterr().err, "[stats] "))
-    assert main(["compare", "--cumulative", str(store), str(store), "--out", str(tmp_path / "c"),
-                 "--resamples", "200", "--null-draws", "200", "--no-track"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--cumulative",
+                str(store),
+                str(store),
+                "--out",
+                str(tmp_path / "c"),
+                "--resamples",
+                "200",
+                "--null-draws",
+                "200",
+                "--no-track",
+            ]
+        )
+        == 0
+    )
     _ends(_lines(capsys.readouterr().err, "[compare 1/1 cumulative] "))
-    assert main(["stats", str(store), "--out", str(tmp_path / "s2"), "--resamples", "200", "--no-track",
-                 "--no-progress"]) == 0
+    assert (
+        main(["stats", str(store), "--out", str(tmp_path / "s2"), "--resamples", "200", "--no-track", "--no-progress"])
+        == 0
+    )
     assert "[stats]" not in capsys.readouterr().err

@@ -10,8 +10,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from helpers.common import ROOT
+
 from grrr_stream.config import ClaimSettings
 from grrr_stream.stats.sequential import Thresholds, decide, problem_order, retention_interval, score_path
 
@@ -36,6 +36,7 @@ def _pairs(sim, studies, seed=1):
 
 def test_vectorised_decide_and_retention_are_the_scalar_ones(sim):
     import sim_sequential as ss
+
     order, _, correct = _pairs(sim, 1)
     full = correct[0, :, 1].astype(float)
     th = Thresholds((-4.3,), (95.0, 92.0))
@@ -67,6 +68,7 @@ def test_fixed_scores_are_benchmark_means_and_abilities_hit_the_accuracies(sim):
     assert fixed[1, 5, 3] == pytest.approx(plain, abs=1e-12)
     delta = np.array(list(sim.DIFFICULTY.values()))
     from scipy.special import ndtr
+
     assert np.allclose(ndtr(sim.ability(acc)[..., None] - delta).mean(-1), acc, atol=1e-9)
     # the draws follow the model: 2 studies × 28 × 12 rows of 1,517 problems land near their planted accuracies
     assert abs((fixed / 100 - acc).mean()) < 0.01 and np.abs(fixed / 100 - acc).max() < 0.2
@@ -92,8 +94,15 @@ def test_coverage_is_counted_against_the_planted_values(sim):
     """A batch whose sequential intervals are replaced by the exact finite-population values covers them all;
     moved off by a point, none."""
     rng = np.random.default_rng(0)
-    settings = {"coupling": 0.9, "precisions": (2.0,), "chunk": 64, "resamples": 100, "tolerance": 1e-3,
-                "design": sim.design(ClaimSettings()), "claim_settings": ClaimSettings()}
+    settings = {
+        "coupling": 0.9,
+        "precisions": (2.0,),
+        "chunk": 64,
+        "resamples": 100,
+        "tolerance": 1e-3,
+        "design": sim.design(ClaimSettings()),
+        "claim_settings": ClaimSettings(),
+    }
     res = sim.run_batch(rng, 1, problem_order(sim.SIZES), settings, retention=False)
     f = res["fixed"]
     for shift, want in ((0.0, 1.0), (1.0, 0.0)):
@@ -109,10 +118,16 @@ def test_coverage_is_counted_against_the_planted_values(sim):
 def test_the_paper_rows_are_the_papers():
     text = FACTS.read_text()
     sim_rows = {(g, name): vals for g, name, vals in _load_rows()}
-    sft = re.findall(r"^- (C\d+) ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+)\s*$",
-                     text.split("Table 5 (SFT)")[1].split("Table 6")[0], flags=re.M)
-    rl = re.findall(r"^- (.+?) ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+)",
-                    text.split("Table 6 (RL)")[1].split("Table 7")[0], flags=re.M)
+    sft = re.findall(
+        r"^- (C\d+) ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+)\s*$",
+        text.split("Table 5 (SFT)")[1].split("Table 6")[0],
+        flags=re.M,
+    )
+    rl = re.findall(
+        r"^- (.+?) ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+)",
+        text.split("Table 6 (RL)")[1].split("Table 7")[0],
+        flags=re.M,
+    )
     want = {("SFT", r[0]): tuple(map(float, r[1:])) for r in sft} | {("RL", r[0]): tuple(map(float, r[1:])) for r in rl}
     assert len(want) == 12 and sim_rows == want
 
@@ -130,6 +145,7 @@ def test_the_betting_prototype_covers_planted_populations_and_closes():
     to 3 binomial standard errors) and, without replacement, closes on it to a few grid steps."""
     sys.path.insert(0, str(ROOT / "tools"))
     from sim_betting import hedged_wor_cs
+
     rng = np.random.default_rng(3)
     n, paths = 200, 120
     pop = (rng.random(n) < 0.4).astype(float)

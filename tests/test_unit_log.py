@@ -10,9 +10,9 @@ import sys
 import warnings
 from pathlib import Path
 
+from grrr_stream.config import TrackingConfig
 from grrr_stream.progress import Progress
 from grrr_stream.sweep.display import Display
-from grrr_stream.config import TrackingConfig
 from grrr_stream.sweep.kinds import KINDS
 from grrr_stream.sweep.kinds.generate import GenerateParams
 from grrr_stream.sweep.runners import RunContext, run_unit
@@ -27,8 +27,15 @@ def _noise() -> None:
     sys.stderr.write(warnings.formatwarning("`foo` is deprecated", FutureWarning, __file__, 1))
     print("Loading safetensors checkpoint shards: 100%")
     os.write(2, b"NUMA node(s) seen by the C++ side\n")
-    subprocess.run([sys.executable, "-c", "import sys, warnings; print('child out'); "
-                    "print('child NUMA err', file=sys.stderr); warnings.warn('child says', FutureWarning)"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, warnings; print('child out'); "
+            "print('child NUMA err', file=sys.stderr); warnings.warn('child says', FutureWarning)",
+        ],
+        check=True,
+    )
 
 
 def test_third_party_output_goes_to_the_log_and_own_lines_to_the_terminal(tmp_path, capfd):
@@ -40,11 +47,17 @@ def test_third_party_output_goes_to_the_log_and_own_lines_to_the_terminal(tmp_pa
     print(after)
     out, err = capfd.readouterr()
     text = log.read_text()
-    for said in ("FutureWarning: `foo`", "Loading safetensors", "NUMA node(s)", "child out", "child NUMA err",
-                 "FutureWarning: child says"):
+    for said in (
+        "FutureWarning: `foo`",
+        "Loading safetensors",
+        "NUMA node(s)",
+        "child out",
+        "child NUMA err",
+        "FutureWarning: child says",
+    ):
         assert said in text and said not in out + err
     assert "[own] matrix 1 of 2" in err and "[own]" not in text  # the package's own progress stays on the terminal
-    assert after in out and after not in text           # descriptors restored after the unit
+    assert after in out and after not in text  # descriptors restored after the unit
     assert console() is sys.stderr
 
 

@@ -20,14 +20,30 @@ NOISE = ("FutureWarning", "NUMA", "Loading safetensors", "pid=", "Triton", "[arg
 
 
 def _config(models, workdir, bench_dir) -> SweepConfig:
-    return SweepConfig.model_validate({
-        "name": "eval-quiet", "workdir": str(workdir),
-        "chains": [{"name": "tiny", "base": {"id": "base", "source": str(models["base"])},
-                    "models": [{"id": "sft", "source": str(models["sft"]), "method": "SFT"}]}],
-        "decomposition": {"device": "cpu"}, "statistics": {"enabled": False}, "variants": {"enabled": False},
-        "evaluation": {"variants": ["base", "full"], "benchmarks": ["arith"], "bench_dir": str(bench_dir),
-                       "limit": 8, "engine": SETTINGS.model_dump()},
-        "tracking": {"enabled": False}})
+    return SweepConfig.model_validate(
+        {
+            "name": "eval-quiet",
+            "workdir": str(workdir),
+            "chains": [
+                {
+                    "name": "tiny",
+                    "base": {"id": "base", "source": str(models["base"])},
+                    "models": [{"id": "sft", "source": str(models["sft"]), "method": "SFT"}],
+                }
+            ],
+            "decomposition": {"device": "cpu"},
+            "statistics": {"enabled": False},
+            "variants": {"enabled": False},
+            "evaluation": {
+                "variants": ["base", "full"],
+                "benchmarks": ["arith"],
+                "bench_dir": str(bench_dir),
+                "limit": 8,
+                "engine": SETTINGS.model_dump(),
+            },
+            "tracking": {"enabled": False},
+        }
+    )
 
 
 def test_evaluation_unit_output_goes_to_its_log(tiny_chain, tmp_path, capfd):

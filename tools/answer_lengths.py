@@ -29,24 +29,74 @@ def main() -> None:
     from grrr_stream.fixtures.tinychain_shipped import SHIPPED
 
     here = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": here, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": here,
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_LOGGING_LEVEL": "WARNING",
+        "HF_HUB_OFFLINE": "1",
+    }
     cli = [sys.executable, "-m", "grrr_stream.cli"]
     for w0, w1 in (("base", "sft"), ("sft", "rl")):
         store, out = args.out / f"{w0}-{w1}", args.out / f"eval-{w0}-{w1}"
         if not (store / "zarr.json").is_file():
-            subprocess.run([*cli, "decompose", "--base", str(SHIPPED / w0), "--post", str(SHIPPED / w1), "--store",
-                            str(store), "--no-progress", "--no-track"], check=True, env=env, capture_output=True)
-        subprocess.run([*cli, "evaluate", "--store", str(store),
-                        *[a for v in args.variant.split(",") for a in ("--variant", v)], "--benchmark", "arith",
-                        "--bench-dir", str(SHIPPED / "benchmarks"), "--out", str(out), "--max-new-tokens", "64",
-                        "--engine-dtype", "float32", "--enforce-eager", "--no-progress", "--no-track"],
-                       check=True, env=env, capture_output=True)
+            subprocess.run(
+                [
+                    *cli,
+                    "decompose",
+                    "--base",
+                    str(SHIPPED / w0),
+                    "--post",
+                    str(SHIPPED / w1),
+                    "--store",
+                    str(store),
+                    "--no-progress",
+                    "--no-track",
+                ],
+                check=True,
+                env=env,
+                capture_output=True,
+            )
+        subprocess.run(
+            [
+                *cli,
+                "evaluate",
+                "--store",
+                str(store),
+                *[a for v in args.variant.split(",") for a in ("--variant", v)],
+                "--benchmark",
+                "arith",
+                "--bench-dir",
+                str(SHIPPED / "benchmarks"),
+                "--out",
+                str(out),
+                "--max-new-tokens",
+                "64",
+                "--engine-dtype",
+                "float32",
+                "--enforce-eager",
+                "--no-progress",
+                "--no-track",
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
         table = next(out.rglob("accuracy.csv"))
         with table.open() as f:
             rows = {r["variant"]: float(r["tokens_mean"]) for r in csv.DictReader(f)}
-        print(json.dumps({"transition": f"{w0}->{w1}", "tokens_mean": rows,
-                          "mean": round(sum(rows.values()) / len(rows), 2), "table": str(table)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "transition": f"{w0}->{w1}",
+                    "tokens_mean": rows,
+                    "mean": round(sum(rows.values()) / len(rows), 2),
+                    "table": str(table),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

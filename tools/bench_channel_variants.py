@@ -18,28 +18,46 @@ import tempfile
 import time
 from pathlib import Path
 
-NAMES = ("proj", "offnull", "channels-outlier", "channels-rest", "channels-outlier-offnull", "channels-rest-offnull",
-         "channels-outlier-diag")
+NAMES = (
+    "proj",
+    "offnull",
+    "channels-outlier",
+    "channels-rest",
+    "channels-outlier-offnull",
+    "channels-rest-offnull",
+    "channels-outlier-diag",
+)
 
 
 def main() -> None:
     from grrr_stream.config import build_config
     from grrr_stream.decompose.run import run_transition
     from grrr_stream.fixtures.synthetic import DEMO, Update, make_transition
-    from grrr_stream.variants.spec import parse_variant
     from grrr_stream.variants.builder import VariantBuilder
+    from grrr_stream.variants.spec import parse_variant
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workdir", type=Path)
     args = ap.parse_args()
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench_channel_variants_"))
-    base, post = make_transition(root / "pair", DEMO, family="qwen2", dtype="bfloat16",
-                                 update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3)))
+    base, post = make_transition(
+        root / "pair", DEMO, family="qwen2", dtype="bfloat16", update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3))
+    )
     store = root / "store"
     if not store.exists():
-        run_transition(build_config({"base": str(base), "post": str(post), "store": str(store), "device": "cpu",
-                                     "tracking": {"enabled": False}, "progress": False}))
+        run_transition(
+            build_config(
+                {
+                    "base": str(base),
+                    "post": str(post),
+                    "store": str(store),
+                    "device": "cpu",
+                    "tracking": {"enabled": False},
+                    "progress": False,
+                }
+            )
+        )
     channels = root / "channels.json"
     channels.write_text(json.dumps({"base": {"channels": list(range(0, DEMO.hidden, 20)), "hidden_size": DEMO.hidden}}))
     seconds: dict[str, list[float]] = {n: [] for n in NAMES}

@@ -41,7 +41,9 @@ def rss_mib(key):
             return int(line.split()[1]) / 1024
 """
 
-CALIBRATION = PROC + r"""
+CALIBRATION = (
+    PROC
+    + r"""
 import json, sys, time, torch
 from grrr_stream.channels.imports import lean_transformers
 lean = lean_transformers()  # as `grrr-stream channels` does (GRRR_STREAM_LEAN_IMPORTS=0: --imports full)
@@ -66,8 +68,11 @@ print(json.dumps({"offloaded": off, "copied_mib": copied / 2**20, "seconds": tim
                   "perplexity": res.perplexity, "rms_sum": float(res.rms.sum()), "baseline_mib": baseline,
                   "peak_mib": rss_mib("VmHWM"), "checkpoint_mib": checkpoint_bytes(folder) / 2**20}))
 """
+)
 
-DECOMPOSE = PROC + r"""
+DECOMPOSE = (
+    PROC
+    + r"""
 import json, sys, time
 from grrr_stream.config import build_config
 from grrr_stream.decompose.run import run_transition
@@ -79,11 +84,13 @@ res = run_transition(build_config({"base": base, "post": post, "store": store, "
 print(json.dumps({"seconds": time.perf_counter() - t, "baseline_mib": baseline, "peak_mib": rss_mib("VmHWM"),
                   "computed": res.computed}))
 """
+)
 
 
 def child(code: str, *args: str, env: dict | None = None) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                         env={**os.environ, **(env or {})})
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
     if out.returncode != 0:
         raise SystemExit(f"child failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -100,9 +107,15 @@ def build_pair(tmp: Path, a: argparse.Namespace) -> tuple[Path, Path]:
 
     base, post = tmp / "base", tmp / "post"
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
-                         num_attention_heads=a.hidden // 64, num_key_value_heads=max(1, a.hidden // 256),
-                         vocab_size=a.vocab, max_position_embeddings=max(512, a.seq_len))
+    cfg = tf.LlamaConfig(
+        hidden_size=a.hidden,
+        intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers,
+        num_attention_heads=a.hidden // 64,
+        num_key_value_heads=max(1, a.hidden // 256),
+        vocab_size=a.vocab,
+        max_position_embeddings=max(512, a.seq_len),
+    )
     model = tf.LlamaForCausalLM(cfg).to(getattr(torch, a.dtype))
     model.save_pretrained(base, max_shard_size=a.shard_size)
     del model
@@ -137,21 +150,34 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--max-memory", default="200MiB", help="resident-weight budget of the first offloaded run")
     ap.add_argument("--shard-size", default="2GB", help="max_shard_size of the synthetic base checkpoint")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                    help="storage dtype of the synthetic checkpoints (the calibration pass computes in float32)")
+    ap.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "float16"],
+        help="storage dtype of the synthetic checkpoints (the calibration pass computes in float32)",
+    )
     ap.add_argument("--no-decompose", action="store_true", help="skip the decomposition's measurement")
-    ap.add_argument("--imports", choices=["lean", "full"], default="lean",
-                    help="lean: the calibration children import transformers as `grrr-stream channels` does, "
-                         "without scikit-learn, SciPy and Triton (grrr_stream/channels/imports.py); full: as is")
-    ap.add_argument("--modes", default="none,MAX,0",
-                    help="calibration runs: comma-separated budgets, 'none' = in memory, MAX = --max-memory")
+    ap.add_argument(
+        "--imports",
+        choices=["lean", "full"],
+        default="lean",
+        help="lean: the calibration children import transformers as `grrr-stream channels` does, "
+        "without scikit-learn, SciPy and Triton (grrr_stream/channels/imports.py); full: as is",
+    )
+    ap.add_argument(
+        "--modes",
+        default="none,MAX,0",
+        help="calibration runs: comma-separated budgets, 'none' = in memory, MAX = --max-memory",
+    )
     a = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-channels-") as tmp:
         base, post = build_pair(Path(tmp), a)
         n_shards = len(list(base.glob("*.safetensors")))
-        print(f"synthetic Llama: hidden {a.hidden}, {a.layers} layers, MLP {a.intermediate}, vocab {a.vocab}, "
-              f"{n_shards} shard(s), stored in {a.dtype}; {a.sequences} × {a.seq_len} tokens")
+        print(
+            f"synthetic Llama: hidden {a.hidden}, {a.layers} layers, MLP {a.intermediate}, vocab {a.vocab}, "
+            f"{n_shards} shard(s), stored in {a.dtype}; {a.sequences} × {a.seq_len} tokens"
+        )
         calib = {}
         env = {"GRRR_STREAM_LEAN_IMPORTS": "1" if a.imports == "lean" else "0"}
         budgets = [a.max_memory if b == "MAX" else b for b in a.modes.split(",")]
@@ -159,21 +185,27 @@ def main() -> None:
             r = child(CALIBRATION, str(base), str(a.sequences), str(a.seq_len), budget, env=env)
             calib[budget] = r
             mode = "in memory" if budget == "none" else f"offloaded (--max-memory {budget})"
-            print(f"calibration {mode:32s} checkpoint {r['checkpoint_mib']:.0f} MiB  peak RSS {r['peak_mib']:.0f} MiB "
-                  f"(baseline {r['baseline_mib']:.0f}, growth {r['peak_mib'] - r['baseline_mib']:.0f})  "
-                  f"{r['seconds']:.1f} s  offloaded={r['offloaded']}  copied {r['copied_mib']:.0f} MiB  "
-                  f"perplexity {r['perplexity']:.4f}  ΣRMS {r['rms_sum']:.6f}  lean imports {r['lean']}, log-probs by head slices {r['head_by_slices']}")
+            print(
+                f"calibration {mode:32s} checkpoint {r['checkpoint_mib']:.0f} MiB  peak RSS {r['peak_mib']:.0f} MiB "
+                f"(baseline {r['baseline_mib']:.0f}, growth {r['peak_mib'] - r['baseline_mib']:.0f})  "
+                f"{r['seconds']:.1f} s  offloaded={r['offloaded']}  copied {r['copied_mib']:.0f} MiB  "
+                f"perplexity {r['perplexity']:.4f}  ΣRMS {r['rms_sum']:.6f}  lean imports {r['lean']}, log-probs by head slices {r['head_by_slices']}"
+            )
         if a.no_decompose:
             return
         d = child(DECOMPOSE, str(base), str(post), str(Path(tmp) / "store.zarr"), str(Path(tmp) / "frames"))
-        print(f"decompose base → post ({d['computed']} matrices){'':10s} peak RSS {d['peak_mib']:.0f} MiB "
-              f"(baseline {d['baseline_mib']:.0f}, growth {d['peak_mib'] - d['baseline_mib']:.0f})  "
-              f"{d['seconds']:.1f} s")
+        print(
+            f"decompose base → post ({d['computed']} matrices){'':10s} peak RSS {d['peak_mib']:.0f} MiB "
+            f"(baseline {d['baseline_mib']:.0f}, growth {d['peak_mib'] - d['baseline_mib']:.0f})  "
+            f"{d['seconds']:.1f} s"
+        )
         for budget in [b for b in budgets if b != "none"]:
             r = calib[budget]
-            print(f"offloaded calibration (--max-memory {budget}) / decompose, peak RSS: "
-                  f"{r['peak_mib'] / d['peak_mib']:.2f}; growth over each baseline: "
-                  f"{(r['peak_mib'] - r['baseline_mib']) / (d['peak_mib'] - d['baseline_mib']):.2f}")
+            print(
+                f"offloaded calibration (--max-memory {budget}) / decompose, peak RSS: "
+                f"{r['peak_mib'] / d['peak_mib']:.2f}; growth over each baseline: "
+                f"{(r['peak_mib'] - r['baseline_mib']) / (d['peak_mib'] - d['baseline_mib']):.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -160,11 +160,27 @@ CODEC = textwrap.dedent("""
     print(json.dumps(out))
 """)
 
-PHASES = [("reader", ["read", "digest", "checks", "frame_read", "sparsity_sample"]),
-          ("compute", ["upcast", "svdvals_w1", "svd_w0", "angles", "delta", "spectral_norm", "projection",
-                       "analyses", "channel_energy", "wait_read", "wait_write"]),
-          ("writer", ["frame_write", "store_write", "fsync"]),
-          ("run", ["plan", "matrices_wall", "tables", "figures"])]
+PHASES = [
+    ("reader", ["read", "digest", "checks", "frame_read", "sparsity_sample"]),
+    (
+        "compute",
+        [
+            "upcast",
+            "svdvals_w1",
+            "svd_w0",
+            "angles",
+            "delta",
+            "spectral_norm",
+            "projection",
+            "analyses",
+            "channel_energy",
+            "wait_read",
+            "wait_write",
+        ],
+    ),
+    ("writer", ["frame_write", "store_write", "fsync"]),
+    ("run", ["plan", "matrices_wall", "tables", "figures"]),
+]
 
 
 def run_child(code: str, *args: str) -> dict:
@@ -174,10 +190,12 @@ def run_child(code: str, *args: str) -> dict:
 
 def presets(layers: dict[str, int]) -> dict[str, ModelShape]:
     return {
-        "smollm2-135m": ModelShape(hidden=576, intermediate=1536, layers=layers["smollm2-135m"], heads=9,
-                                   kv_heads=3, head_dim=64, vocab=1024),
-        "qwen25-1.5b": ModelShape(hidden=1536, intermediate=8960, layers=layers["qwen25-1.5b"], heads=12,
-                                  kv_heads=2, head_dim=128, vocab=1024),
+        "smollm2-135m": ModelShape(
+            hidden=576, intermediate=1536, layers=layers["smollm2-135m"], heads=9, kv_heads=3, head_dim=64, vocab=1024
+        ),
+        "qwen25-1.5b": ModelShape(
+            hidden=1536, intermediate=8960, layers=layers["qwen25-1.5b"], heads=12, kv_heads=2, head_dim=128, vocab=1024
+        ),
         "qwen3-14b": qwen3_14b_like(layers["qwen3-14b"]),
     }
 
@@ -207,8 +225,16 @@ def bench_shape(key: str, shape: ModelShape, out: Path, args) -> dict:
     spec_file.write_text(spec)
     for name, updates in (("base", ()), ("post_a", (Update(r_delta=1e-2),)), ("post_b", (Update(r_delta=3e-3),))):
         if not (models / name / "config.json").is_file():
-            write_model(models / name, shape, family="qwen3", dtype=dtype, seed=0, updates=updates,
-                        max_shard_bytes=2 * 2**30, overwrite=True)
+            write_model(
+                models / name,
+                shape,
+                family="qwen3",
+                dtype=dtype,
+                seed=0,
+                updates=updates,
+                max_shard_bytes=2 * 2**30,
+                overwrite=True,
+            )
     print(f"[{key}] generated checkpoints in {time.perf_counter() - t:.0f} s", flush=True)
     n = len([x for x in Checkpoint.open(models / "base").tensors if x.endswith("_proj.weight")])
     for d in ("stores", "frames", "frames_plain", "frames_no_angles"):
@@ -226,19 +252,25 @@ def bench_shape(key: str, shape: ModelShape, out: Path, args) -> dict:
         shutil.rmtree(out / key / "peer_writes", ignore_errors=True)
         print(f"[{key}] peer (whole-model load): {peer}", flush=True)
     first = run_child(CHILD, base, post_a, str(stores / "a"), frames, args.config)
-    print(f"[{key}] first transition: {first['wall_s']:.1f} s, peak RSS {first['maxrss_mib']:.0f} MiB\n"
-          + breakdown(first["phases"], first["cpu_phases"]), flush=True)
+    print(
+        f"[{key}] first transition: {first['wall_s']:.1f} s, peak RSS {first['maxrss_mib']:.0f} MiB\n"
+        + breakdown(first["phases"], first["cpu_phases"]),
+        flush=True,
+    )
     second = None
     if not args.first_only:
         second = run_child(CHILD, base, post_b, str(stores / "b"), frames, args.config)
-        print(f"[{key}] second transition (same base): {second['wall_s']:.1f} s, peak RSS "
-              f"{second['maxrss_mib']:.0f} MiB\n" + breakdown(second["phases"], second["cpu_phases"]), flush=True)
+        print(
+            f"[{key}] second transition (same base): {second['wall_s']:.1f} s, peak RSS "
+            f"{second['maxrss_mib']:.0f} MiB\n" + breakdown(second["phases"], second["cpu_phases"]),
+            flush=True,
+        )
     codec = run_child(CODEC, str(stores / "a"))
     print(f"[{key}] codec: {codec}", flush=True)
     wall, ph = first["wall_s"], first["phases"]
     fig = {
         "shape": f"hidden {shape.hidden}, intermediate {shape.intermediate}, heads {shape.heads}/{shape.kv_heads}"
-                 f" x {shape.hd}, {shape.layers} layers, {n} matrices, {dtype}",
+        f" x {shape.hd}, {shape.layers} layers, {n} matrices, {dtype}",
         "torch_threads": torch.get_num_threads(),
         "bare_svd_s": round(bare, 2),
         "floor_s": round(floor, 2),
@@ -262,69 +294,116 @@ def bench_shape(key: str, shape: ModelShape, out: Path, args) -> dict:
         "codec": codec,
     }
     if second is not None:
-        fig.update({"second_transition_s": round(second["wall_s"], 2),
-                    "ratio_second_to_first": round(second["wall_s"] / wall, 3),
-                    "peak_rss_second_gib": round(second["maxrss_mib"] / 1024, 3),
-                    "phases_second_s": {k: round(v, 2) for k, v in second["phases"].items()}})
+        fig.update(
+            {
+                "second_transition_s": round(second["wall_s"], 2),
+                "ratio_second_to_first": round(second["wall_s"] / wall, 3),
+                "peak_rss_second_gib": round(second["maxrss_mib"] / 1024, 3),
+                "phases_second_s": {k: round(v, 2) for k, v in second["phases"].items()},
+            }
+        )
     if peer is not None:
-        fig.update({"peer_s": round(peer["wall_s"], 2), "peer_load_s": round(peer["load_s"], 2),
-                    "peer_writes_s": round(peer["wall_with_writes_s"], 2),
-                    "peer_peak_rss_gib": round(peer["maxrss_mib"] / 1024, 3),
-                    "ratio_decompose_to_peer": round(wall / peer["wall_s"], 3),
-                    "ratio_decompose_to_peer_writes": round(wall / peer["wall_with_writes_s"], 3),
-                    "peer_cpu_s": round(peer["cpu_s"], 2)})
+        fig.update(
+            {
+                "peer_s": round(peer["wall_s"], 2),
+                "peer_load_s": round(peer["load_s"], 2),
+                "peer_writes_s": round(peer["wall_with_writes_s"], 2),
+                "peer_peak_rss_gib": round(peer["maxrss_mib"] / 1024, 3),
+                "ratio_decompose_to_peer": round(wall / peer["wall_s"], 3),
+                "ratio_decompose_to_peer_writes": round(wall / peer["wall_with_writes_s"], 3),
+                "peer_cpu_s": round(peer["cpu_s"], 2),
+            }
+        )
     if args.analyses_cost:  # the first run is the default (standard) profile unless --config says otherwise
-        paper = run_child(CHILD, base, post_a, str(stores / "paper"), str(out / key / "frames_paper"),
-                          json.dumps({"profile": "paper"}))
-        full = run_child(CHILD, base, post_a, str(stores / "full"), str(out / key / "frames_full"),
-                         json.dumps({"profile": "full"}))
-        print(f"[{key}] profiles: paper {paper['wall_s']:.1f} s ({paper['cpu_s']:.1f} CPU s), first run "
-              f"{wall:.1f} s ({first['cpu_s']:.1f}), full {full['wall_s']:.1f} s ({full['cpu_s']:.1f}); "
-              f"floor {floor:.1f} s ({floor_cpu:.1f})", flush=True)
-        fig.update({"paper_profile_s": round(paper["wall_s"], 2), "full_profile_s": round(full["wall_s"], 2),
-                    "paper_profile_cpu_s": round(paper["cpu_s"], 2), "full_profile_cpu_s": round(full["cpu_s"], 2),
-                    "ratio_paper_profile_to_floor": round(paper["wall_s"] / floor, 3),
-                    "ratio_full_profile_to_floor": round(full["wall_s"] / floor, 3),
-                    # the analyses beyond the paper and the angles, as shares of the paper profile's run
-                    "analyses_cost_pct": round(100 * (full["wall_s"] / paper["wall_s"] - 1), 1),
-                    "angles_cost_pct": round(100 * (full["wall_s"] - wall) / paper["wall_s"], 1)})
+        paper = run_child(
+            CHILD,
+            base,
+            post_a,
+            str(stores / "paper"),
+            str(out / key / "frames_paper"),
+            json.dumps({"profile": "paper"}),
+        )
+        full = run_child(
+            CHILD, base, post_a, str(stores / "full"), str(out / key / "frames_full"), json.dumps({"profile": "full"})
+        )
+        print(
+            f"[{key}] profiles: paper {paper['wall_s']:.1f} s ({paper['cpu_s']:.1f} CPU s), first run "
+            f"{wall:.1f} s ({first['cpu_s']:.1f}), full {full['wall_s']:.1f} s ({full['cpu_s']:.1f}); "
+            f"floor {floor:.1f} s ({floor_cpu:.1f})",
+            flush=True,
+        )
+        fig.update(
+            {
+                "paper_profile_s": round(paper["wall_s"], 2),
+                "full_profile_s": round(full["wall_s"], 2),
+                "paper_profile_cpu_s": round(paper["cpu_s"], 2),
+                "full_profile_cpu_s": round(full["cpu_s"], 2),
+                "ratio_paper_profile_to_floor": round(paper["wall_s"] / floor, 3),
+                "ratio_full_profile_to_floor": round(full["wall_s"] / floor, 3),
+                # the analyses beyond the paper and the angles, as shares of the paper profile's run
+                "analyses_cost_pct": round(100 * (full["wall_s"] / paper["wall_s"] - 1), 1),
+                "angles_cost_pct": round(100 * (full["wall_s"] - wall) / paper["wall_s"], 1),
+            }
+        )
     return fig
 
 
 def goal_table(results: dict) -> str:
     """The issue-26 table: floor, bare SVDs, peer script with and without writes, decompose, and the ratios."""
-    lines = ["| shape set | floor | bare SVDs | peer | peer + writes | decompose | / floor | / peer + writes "
-             "| / bare | CPU s / floor CPU s | channel energy (wall / CPU) | peak RSS |", "|---" * 12 + "|"]
+    lines = [
+        "| shape set | floor | bare SVDs | peer | peer + writes | decompose | / floor | / peer + writes "
+        "| / bare | CPU s / floor CPU s | channel energy (wall / CPU) | peak RSS |",
+        "|---" * 12 + "|",
+    ]
     for key, f in results.items():
         peer = f"{f['peer_s']:.1f} s" if "peer_s" in f else "-"
         pw = f"{f['peer_writes_s']:.1f} s" if "peer_writes_s" in f else "-"
         rpw = f"{f['ratio_decompose_to_peer_writes']:.2f}" if "peer_writes_s" in f else "-"
-        lines.append(f"| {key} | {f['floor_s']:.1f} s | {f['bare_svd_s']:.1f} s | {peer} | {pw} | "
-                     f"{f['decompose_s']:.1f} s | {f['ratio_decompose_to_floor']:.2f} | {rpw} | "
-                     f"{f['ratio_decompose_to_bare']:.2f} | {f['cpu_ratio_decompose_to_floor']:.2f} | "
-                     f"{f['channel_energy_pct']:.1f} % / {f['channel_energy_cpu_pct']:.1f} % | "
-                     f"{f['peak_rss_first_gib']:.2f} GiB |")
+        lines.append(
+            f"| {key} | {f['floor_s']:.1f} s | {f['bare_svd_s']:.1f} s | {peer} | {pw} | "
+            f"{f['decompose_s']:.1f} s | {f['ratio_decompose_to_floor']:.2f} | {rpw} | "
+            f"{f['ratio_decompose_to_bare']:.2f} | {f['cpu_ratio_decompose_to_floor']:.2f} | "
+            f"{f['channel_energy_pct']:.1f} % / {f['channel_energy_cpu_pct']:.1f} % | "
+            f"{f['peak_rss_first_gib']:.2f} GiB |"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", default="qwen3-14b",
-                    help="comma-separated shape sets: smollm2-135m, qwen25-1.5b, qwen3-14b, or 'all' "
-                         "(default qwen3-14b)")
-    ap.add_argument("--layers", type=int, default=None,
-                    help="layers of every shape set (default: 30 for smollm2-135m = the whole model, 4 for "
-                         "qwen25-1.5b, 2 for qwen3-14b)")
-    ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
-                    help="checkpoint dtype of the synthetic pairs (default bfloat16)")
+    ap.add_argument(
+        "--shapes",
+        default="qwen3-14b",
+        help="comma-separated shape sets: smollm2-135m, qwen25-1.5b, qwen3-14b, or 'all' (default qwen3-14b)",
+    )
+    ap.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="layers of every shape set (default: 30 for smollm2-135m = the whole model, 4 for "
+        "qwen25-1.5b, 2 for qwen3-14b)",
+    )
+    ap.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float32"],
+        default="bfloat16",
+        help="checkpoint dtype of the synthetic pairs (default bfloat16)",
+    )
     ap.add_argument("--peer", action="store_true", help="also run the whole-model-load approach")
     ap.add_argument("--out", type=Path, default=Path("bench_out"))
-    ap.add_argument("--analyses-cost", action="store_true",
-                    help="also decompose the first transition with --profile paper (no analyses beyond the paper) "
-                         "and --profile full (every analysis, the exact subspace angles too), each into its own "
-                         "frame cache, and print their times against the floor")
-    ap.add_argument("--config", default="{}", help="JSON of decompose settings for both transitions, e.g. "
-                    "'{\"cpu_threads\": 2}' (default: none, the defaults)")
+    ap.add_argument(
+        "--analyses-cost",
+        action="store_true",
+        help="also decompose the first transition with --profile paper (no analyses beyond the paper) "
+        "and --profile full (every analysis, the exact subspace angles too), each into its own "
+        "frame cache, and print their times against the floor",
+    )
+    ap.add_argument(
+        "--config",
+        default="{}",
+        help="JSON of decompose settings for both transitions, e.g. "
+        "'{\"cpu_threads\": 2}' (default: none, the defaults)",
+    )
     ap.add_argument("--first-only", action="store_true", help="skip the second transition (cached frames)")
     ap.add_argument("--keep", action="store_true", help="keep generated checkpoints and stores")
     args = ap.parse_args()

@@ -42,32 +42,56 @@ def decomposed(tid: str, out: Path) -> StoredTransition:
     parent, child = tid.split("-")
     store = out / "stores" / tid
     if not (store / "zarr.json").is_file():
-        run_transition(build_config({"base": str(SHIPPED / parent), "post": str(SHIPPED / child), "store": str(store),
-                                     "device": "cpu", "tracking": {"enabled": False}, "progress": False}))
+        run_transition(
+            build_config(
+                {
+                    "base": str(SHIPPED / parent),
+                    "post": str(SHIPPED / child),
+                    "store": str(store),
+                    "device": "cpu",
+                    "tracking": {"enabled": False},
+                    "progress": False,
+                }
+            )
+        )
     return StoredTransition(store)
 
 
 def evaluate(store: Path, out: Path, variants: list[str], limit: int, dtype: str):
     options = EvaluationOptions(engine=EngineSettings(dtype=dtype, **ENGINE), limit=limit)
     began = time.perf_counter()
-    res = run_evaluation(EvaluationRequest(store, out, variants, ["arith"], SHIPPED / BENCHMARKS, options),
-                         log=lambda m: None)
+    res = run_evaluation(
+        EvaluationRequest(store, out, variants, ["arith"], SHIPPED / BENCHMARKS, options), log=lambda m: None
+    )
     return res, time.perf_counter() - began
 
 
 def agreement(tid: str, fp32, bf16, variants: list[str], resamples: int) -> list[dict]:
     """Per variant: both accuracies, bf16 − fp32 with its paired interval, problems graded differently."""
-    both = {f"{v}@{tag}": c for tag, res in (("fp32", fp32), ("bf16", bf16))
-            for v, c in correctness_of(res.results, variants).items()}
+    both = {
+        f"{v}@{tag}": c
+        for tag, res in (("fp32", fp32), ("bf16", bf16))
+        for v, c in correctness_of(res.results, variants).items()
+    }
     ts = transition_scores(both, transition=f"dtype:{tid}", resamples=resamples)
     rows = []
     for v in variants:
         a, b = f"{v}@fp32", f"{v}@bf16"
         lo, hi = interval(ts.rep(b) - ts.rep(a))
         bits = [ts.per_problem["arith"][:, ts.variants.index(x)] for x in (a, b)]
-        rows.append({"transition": tid, "variant": v, "fp32": ts.score(a), "bf16": ts.score(b),
-                     "diff": ts.score(b) - ts.score(a), "lo": lo, "hi": hi,
-                     "differ": int((bits[0] != bits[1]).sum()), "n": len(bits[0])})
+        rows.append(
+            {
+                "transition": tid,
+                "variant": v,
+                "fp32": ts.score(a),
+                "bf16": ts.score(b),
+                "diff": ts.score(b) - ts.score(a),
+                "lo": lo,
+                "hi": hi,
+                "differ": int((bits[0] != bits[1]).sum()),
+                "n": len(bits[0]),
+            }
+        )
     return rows
 
 
@@ -89,13 +113,16 @@ def main() -> None:
         bf16, s16 = evaluate(t.path, args.out / "eval" / tid / "bfloat16", variants, args.limit, "bfloat16")
         print(f"{tid}: evaluated in {s32:.0f} s (float32), {s16:.0f} s (bfloat16)", flush=True)
         rows += agreement(tid, fp32, bf16, variants, args.resamples)
-    print(f"\naccuracy (%) on the first {args.limit} arith problems, greedy; bf16 − fp32 in points with the paired "
-          "bootstrap 95 % interval over problems; 'differ': problems graded differently")
-    print(f"{'transition':<13} {'variant':<8} {'fp32':>6} {'bf16':>6} {'bf16−fp32':>10} {'95 % CI':>17} "
-          f"{'differ':>7}")
+    print(
+        f"\naccuracy (%) on the first {args.limit} arith problems, greedy; bf16 − fp32 in points with the paired "
+        "bootstrap 95 % interval over problems; 'differ': problems graded differently"
+    )
+    print(f"{'transition':<13} {'variant':<8} {'fp32':>6} {'bf16':>6} {'bf16−fp32':>10} {'95 % CI':>17} {'differ':>7}")
     for r in rows:
-        print(f"{r['transition']:<13} {r['variant']:<8} {r['fp32']:6.1f} {r['bf16']:6.1f} {r['diff']:+10.1f} "
-              f"[{r['lo']:+6.1f}, {r['hi']:+6.1f}] {r['differ']:>4}/{r['n']}")
+        print(
+            f"{r['transition']:<13} {r['variant']:<8} {r['fp32']:6.1f} {r['bf16']:6.1f} {r['diff']:+10.1f} "
+            f"[{r['lo']:+6.1f}, {r['hi']:+6.1f}] {r['differ']:>4}/{r['n']}"
+        )
     print("\nengine.dtype auto (floor 0.999):")
     for tid, c in picks:
         print(f"  {tid}: {c.dtype}; {c.reason}")

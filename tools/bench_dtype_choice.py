@@ -40,8 +40,19 @@ def smollm2_135m(layers: int) -> ModelShape:
 
 def decompose(base: Path, post: Path, store: Path, **settings) -> float:
     began = time.perf_counter()
-    run_transition(build_config({"base": str(base), "post": str(post), "store": str(store), "device": "cpu",
-                                 "tracking": {"enabled": False}, "progress": False, **settings}))
+    run_transition(
+        build_config(
+            {
+                "base": str(base),
+                "post": str(post),
+                "store": str(store),
+                "device": "cpu",
+                "tracking": {"enabled": False},
+                "progress": False,
+                **settings,
+            }
+        )
+    )
     return time.perf_counter() - began
 
 
@@ -54,14 +65,16 @@ def timed(fn):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=4, help="layers of the SmolLM2-135M shapes (the model has 30)")
-    ap.add_argument("--repeats", type=int, default=3, help="measurements of the measured shares (the first reads "
-                                                                "the files cold)")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="measurements of the measured shares (the first reads the files cold)"
+    )
     ap.add_argument("--out", type=Path, default=Path("bench_dtype_choice"))
     args = ap.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
     shape = smollm2_135m(args.layers)
-    base, post = make_transition(args.out / "m", shape, dtype="bfloat16",
-                                 update=Update(r_delta=3e-4, plant=(0.3, 0.5, 0.2)))
+    base, post = make_transition(
+        args.out / "m", shape, dtype="bfloat16", update=Update(r_delta=3e-4, plant=(0.3, 0.5, 0.2))
+    )
     t_std = decompose(base, post, args.out / "standard")
     t_paper = decompose(base, post, args.out / "paper", profile="paper")
     standard, paper = StoredTransition(args.out / "standard"), StoredTransition(args.out / "paper")
@@ -74,18 +87,24 @@ def main() -> None:
     specs, auto = parse_variants(DEFAULT_VARIANTS), EngineSettings(dtype="auto")
     choice_std, t_choice_std = timed(lambda: resolve_engine_dtype(standard, specs, auto))
     choice_paper, t_choice_paper = timed(lambda: resolve_engine_dtype(paper, specs, auto))
-    print(f"shares read from the store's columns: {t_read:.3f} s; whole choice {t_choice_std:.3f} s "
-          f"({choice_std.source})")
-    print(f"shares measured from the store and checkpoints: {t_measure:.2f} s, the fastest of "
-          f"{', '.join(f'{t:.2f}' for _, t in runs)} s "
-          f"({100 * t_measure / t_paper:.0f} % of the paper-profile decomposition); whole choice "
-          f"{t_choice_paper:.2f} s ({choice_paper.source})")
+    print(
+        f"shares read from the store's columns: {t_read:.3f} s; whole choice {t_choice_std:.3f} s ({choice_std.source})"
+    )
+    print(
+        f"shares measured from the store and checkpoints: {t_measure:.2f} s, the fastest of "
+        f"{', '.join(f'{t:.2f}' for _, t in runs)} s "
+        f"({100 * t_measure / t_paper:.0f} % of the paper-profile decomposition); whole choice "
+        f"{t_choice_paper:.2f} s ({choice_paper.source})"
+    )
     by_name = {r["name"]: r for r in stored_rows}
     worst = max(abs(r[f"kept_{c}"] - by_name[r["name"]][f"kept_{c}"]) for r in measured_rows for c in COMPONENTS)
     print(f"largest |measured − stored| per-matrix share: {worst:.2e}")
     pooled_std = pooled(stored_rows)
-    print("pooled bf16 energy kept: " + ", ".join(f"{c} {pooled_std[c].kept:.4f}" for c in COMPONENTS)
-          + f" -> auto picks {choice_std.dtype} (floor {auto.auto_min_energy:g})")
+    print(
+        "pooled bf16 energy kept: "
+        + ", ".join(f"{c} {pooled_std[c].kept:.4f}" for c in COMPONENTS)
+        + f" -> auto picks {choice_std.dtype} (floor {auto.auto_min_energy:g})"
+    )
 
 
 if __name__ == "__main__":

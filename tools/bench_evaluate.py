@@ -27,18 +27,27 @@ def main() -> None:
     args = ap.parse_args()
 
     from grrr_stream.config import build_config
-    from grrr_stream.evaluation.settings import EngineSettings
     from grrr_stream.decompose.run import run_transition
     from grrr_stream.evaluation.benchmarks import load_benchmark
     from grrr_stream.evaluation.engine import Engine
+    from grrr_stream.evaluation.settings import EngineSettings
     from grrr_stream.fixtures.tinychain import build_chain
-    from grrr_stream.variants.spec import parse_variant
     from grrr_stream.variants.builder import VariantBuilder, write_variant
+    from grrr_stream.variants.spec import parse_variant
 
     models = build_chain(args.work / "chain", quick=args.quick, progress=False)
     store = args.work / "store"
-    run_transition(build_config({"base": str(models["base"]), "post": str(models["sft"]), "store": store,
-                                 "progress": False, "tracking": {"enabled": False}}))
+    run_transition(
+        build_config(
+            {
+                "base": str(models["base"]),
+                "post": str(models["sft"]),
+                "store": store,
+                "progress": False,
+                "tracking": {"enabled": False},
+            }
+        )
+    )
     settings = EngineSettings(max_new_tokens=64, enforce_eager=True, max_model_len=512)
     bench = load_benchmark("arith", models["benchmark"], limit=args.prompts)
     names = ["diag", "off", "offnull", "null", "base"][: args.variants]
@@ -64,11 +73,20 @@ def main() -> None:
         Engine(folder, settings).close()
         shutil.rmtree(folder)
     restart_s = (time.perf_counter() - t) / len(names)
-    print(json.dumps({"engine_first_start_s": round(start_s, 2), "swap_per_variant_s": round(swap_s, 3),
-                      "restart_per_variant_s": round(restart_s, 2),
-                      "ratio_restart_to_swap": round(restart_s / swap_s, 1),
-                      "prompts": len(prompts), "generated_tokens": tokens,
-                      "generated_tokens_per_s": round(tokens / gen_s, 1)}, indent=2))
+    print(
+        json.dumps(
+            {
+                "engine_first_start_s": round(start_s, 2),
+                "swap_per_variant_s": round(swap_s, 3),
+                "restart_per_variant_s": round(restart_s, 2),
+                "ratio_restart_to_swap": round(restart_s / swap_s, 1),
+                "prompts": len(prompts),
+                "generated_tokens": tokens,
+                "generated_tokens_per_s": round(tokens / gen_s, 1),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -30,10 +30,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, as the children use
 
 SHAPES = {  # the published configs' sizes (vocabulary included: the embedding is the largest tensor)
-    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                         num_key_value_heads=3, head_dim=64, vocab_size=49152),
-    "qwen25-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                        num_key_value_heads=2, head_dim=128, vocab_size=151936),
+    "smollm2-135m": dict(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        vocab_size=49152,
+    ),
+    "qwen25-1.5b": dict(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        head_dim=128,
+        vocab_size=151936,
+    ),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 ENGINE_CHILD = """
@@ -55,8 +69,14 @@ with open("/proc/self/status") as f:
 
 def _env() -> dict:
     here = str(Path(__file__).resolve().parents[1])  # this checkout's package, not an installed one
-    return {**os.environ, "PYTHONPATH": here, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": here,
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_LOGGING_LEVEL": "WARNING",
+        "HF_HUB_OFFLINE": "1",
+    }
 
 
 def build(root: Path, sizes: dict) -> dict[str, Path]:
@@ -71,9 +91,18 @@ def build(root: Path, sizes: dict) -> dict[str, Path]:
     for name, seed in (("base", 0), ("post", 1)):
         folder = root / name
         if not (folder / "model.safetensors.index.json").is_file() and not (folder / "model.safetensors").is_file():
-            make_hf_model(folder, "qwen2", seed=seed, dtype=torch.float32, tie_word_embeddings=False,
-                          max_position_embeddings=512, bos_token_id=256, eos_token_id=258, pad_token_id=256,
-                          **sizes)
+            make_hf_model(
+                folder,
+                "qwen2",
+                seed=seed,
+                dtype=torch.float32,
+                tie_word_embeddings=False,
+                max_position_embeddings=512,
+                bos_token_id=256,
+                eos_token_id=258,
+                pad_token_id=256,
+                **sizes,
+            )
         for f in TOKENIZER_FILES:
             shutil.copy(tok / f, folder / f)
         out[name] = folder
@@ -84,28 +113,73 @@ def decompose(models: dict[str, Path], store: Path) -> None:
     """The store of base → post (kept when there)."""
     if (store / "zarr.json").is_file():
         return
-    subprocess.run([sys.executable, "-m", "grrr_stream.cli", "decompose", "--base", str(models["base"]),
-                    "--post", str(models["post"]), "--store", str(store), "--no-progress", "--no-track"],
-                   check=True, env=_env())
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grrr_stream.cli",
+            "decompose",
+            "--base",
+            str(models["base"]),
+            "--post",
+            str(models["post"]),
+            "--store",
+            str(store),
+            "--no-progress",
+            "--no-track",
+        ],
+        check=True,
+        env=_env(),
+    )
 
 
 def evaluate_peak(store: Path, bench: Path, out: Path, args) -> float:
     """Peak RSS (MiB) of ``grrr-stream evaluate`` in a fresh process (its only child: RUSAGE_CHILDREN)."""
     shutil.rmtree(out, ignore_errors=True)
-    code = ("import resource, subprocess, sys, json; subprocess.run(sys.argv[1:], check=True); "
-            "print(json.dumps({'peak_rss_mib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))")
-    cmd = [sys.executable, "-m", "grrr_stream.cli", "evaluate", "--store", str(store),
-           *[a for v in args.variants.split(",") for a in ("--variant", v)],
-           "--benchmark", "arith", "--bench-dir", str(bench), "--out", str(out), "--limit", str(args.prompts),
-           "--max-new-tokens", str(args.max_new_tokens), "--engine-dtype", "float32", "--enforce-eager",
-           "--max-model-len", "512", "--cpu-kv-cache-gib", "0.25", "--no-progress", "--no-track"]
+    code = (
+        "import resource, subprocess, sys, json; subprocess.run(sys.argv[1:], check=True); "
+        "print(json.dumps({'peak_rss_mib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))"
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "grrr_stream.cli",
+        "evaluate",
+        "--store",
+        str(store),
+        *[a for v in args.variants.split(",") for a in ("--variant", v)],
+        "--benchmark",
+        "arith",
+        "--bench-dir",
+        str(bench),
+        "--out",
+        str(out),
+        "--limit",
+        str(args.prompts),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--engine-dtype",
+        "float32",
+        "--enforce-eager",
+        "--max-model-len",
+        "512",
+        "--cpu-kv-cache-gib",
+        "0.25",
+        "--no-progress",
+        "--no-track",
+    ]
     res = subprocess.run([sys.executable, "-c", code, *cmd], check=True, capture_output=True, text=True, env=_env())
     return json.loads(res.stdout.strip().splitlines()[-1])["peak_rss_mib"]
 
 
 def engine_peak(model: Path, bench: Path, args) -> float:
-    res = subprocess.run([sys.executable, "-c", ENGINE_CHILD, str(model), str(bench), str(args.prompts),
-                          str(args.max_new_tokens)], check=True, capture_output=True, text=True, env=_env())
+    res = subprocess.run(
+        [sys.executable, "-c", ENGINE_CHILD, str(model), str(bench), str(args.prompts), str(args.max_new_tokens)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
     return json.loads(res.stdout.strip().splitlines()[-1])["peak_rss_mib"]
 
 
@@ -130,8 +204,13 @@ def forecast_mib(folder: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="smollm2-135m,qwen25-1.5b")
-    ap.add_argument("--layers-1.5b", dest="layers_15b", type=int, default=28,
-                    help="layers of the 1.5B-shaped model (fewer: same tensors, a smaller engine)")
+    ap.add_argument(
+        "--layers-1.5b",
+        dest="layers_15b",
+        type=int,
+        default=28,
+        help="layers of the 1.5B-shaped model (fewer: same tensors, a smaller engine)",
+    )
     ap.add_argument("--variants", default="base,full,offnull")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=8)
@@ -150,11 +229,22 @@ def main() -> None:
         engine = engine_peak(models["base"], bench, args)
         evaluate = evaluate_peak(root / "store", bench, root / "eval", args)
         big = largest_tensor_mib(models["base"])
-        print(json.dumps({"shapes": key, "layers": sizes["num_hidden_layers"], "variants": args.variants,
-                          "engine_peak_rss_mib": round(engine), "evaluate_peak_rss_mib": round(evaluate),
-                          "beside_engine_mib": round(evaluate - engine), "largest_tensor_mib": round(big),
-                          "beside_less_tensor_mib": round(evaluate - engine - big), **forecast_mib(models["base"])}),
-              flush=True)
+        print(
+            json.dumps(
+                {
+                    "shapes": key,
+                    "layers": sizes["num_hidden_layers"],
+                    "variants": args.variants,
+                    "engine_peak_rss_mib": round(engine),
+                    "evaluate_peak_rss_mib": round(evaluate),
+                    "beside_engine_mib": round(evaluate - engine),
+                    "largest_tensor_mib": round(big),
+                    "beside_less_tensor_mib": round(evaluate - engine - big),
+                    **forecast_mib(models["base"]),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

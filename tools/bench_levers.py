@@ -55,7 +55,7 @@ def sigma_from_b(frame, proj) -> torch.Tensor:
     S, V, P, N = frame.S, frame.V, proj.P, proj.null
     if N.shape[0] < N.shape[1]:
         V, P, N = frame.U, P.mT, N.mT
-    top = torch.diag(S[:V.shape[1]]) + P
+    top = torch.diag(S[: V.shape[1]]) + P
     if proj.null_is_structural_zero:
         return torch.linalg.svdvals(top)
     R = torch.linalg.qr(N @ V, mode="r")[1]
@@ -68,8 +68,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     print(f"torch threads {torch.get_num_threads()}")
-    print("| shape | class | m×n | svdvals(W1) | via B (N V0, QR, svdvals) | B / W1 | max rel diff σ "
-          "| Lanczos ‖ΔW‖₂ | svdvals(P) |")
+    print(
+        "| shape | class | m×n | svdvals(W1) | via B (N V0, QR, svdvals) | B / W1 | max rel diff σ "
+        "| Lanczos ‖ΔW‖₂ | svdvals(P) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for key in args.shapes.split(","):
         for cls, (m, n) in SHAPES[key].items():
@@ -82,8 +84,11 @@ def main() -> None:
             rel = float(((s_b - s_w1).abs() / s_w1[0]).max())
             t_l, _ = timed(lambda: spectral_norm(delta), args.repeat)
             t_p, _ = timed(lambda: torch.linalg.svdvals(proj.P), args.repeat)
-            print(f"| {key} | {cls} | {m}×{n} | {t_w1 * 1e3:.1f} ms | {t_b * 1e3:.1f} ms | {t_b / t_w1:.2f} "
-                  f"| {rel:.1e} | {t_l * 1e3:.1f} ms | {t_p * 1e3:.1f} ms |", flush=True)
+            print(
+                f"| {key} | {cls} | {m}×{n} | {t_w1 * 1e3:.1f} ms | {t_b * 1e3:.1f} ms | {t_b / t_w1:.2f} "
+                f"| {rel:.1e} | {t_l * 1e3:.1f} ms | {t_p * 1e3:.1f} ms |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ def main() -> None:
         r = run_child(CHILD, str(models / "base"), str(models / "post"), str(run / "store"), str(run / "frames"), extra)
         walls[sched] = r["wall_s"]
         print(f"  {sched:>8}: {r['wall_s']:7.1f} s  ({r['computed']} computed)")
-    for n in sorted({int(s.split(':')[1]) for s in walls if s.startswith('local:')}):
+    for n in sorted({int(s.split(":")[1]) for s in walls if s.startswith("local:")}):
         print(f"  starting local:{n} alone: {cluster_start_seconds(n):.1f} s")
     if "local:1" in walls and "local:2" in walls:
         print(f"  2 workers / 1 worker: {walls['local:2'] / walls['local:1']:.2f}")

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grrr_stream.stats import comparisons, summaries as stats
+from grrr_stream.stats import comparisons
+from grrr_stream.stats import summaries as stats
 from grrr_stream.store.transition_store import StoredTransition
 
 
@@ -35,22 +36,30 @@ def main() -> None:
     cos = rng.normal(0.0, 1e-3, size=len(sizes))
     t = time.perf_counter()
     ci = stats.bootstrap_ci(cos, resamples=10_000, seed=0, scheduler=args.scheduler)
-    null = stats.median_cosine_null(float(np.median(cos)), [r * r - r for r in sizes], draws=10_000, seed=0,
-                                    scheduler=args.scheduler)
-    figures = {"bootstrap_10k_plus_null_10k_280_matrices_s": round(time.perf_counter() - t, 2),
-               "median_ci": [float(ci["median"][0]), float(ci["median"][1])], "p_value": null.p_value}
+    null = stats.median_cosine_null(
+        float(np.median(cos)), [r * r - r for r in sizes], draws=10_000, seed=0, scheduler=args.scheduler
+    )
+    figures = {
+        "bootstrap_10k_plus_null_10k_280_matrices_s": round(time.perf_counter() - t, 2),
+        "median_ci": [float(ci["median"][0]), float(ci["median"][1])],
+        "p_value": null.p_value,
+    }
     if args.stores:
         a, b = (StoredTransition(p) for p in args.stores)
         t = time.perf_counter()
-        comp = comparisons.compare(a, b, "independent", resamples=10_000, null_draws=10_000, seed=0,
-                                   scheduler=args.scheduler)
-        figures.update({
-            "compare_matrices": len(comp.rows),
-            "compare_largest_P": max(a.dask_array(n, "P").shape[0] for n in a.matrices),
-            "compare_s": round(time.perf_counter() - t, 2),
-            "compare_peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
-            "median_cos_off": comp.median, "verdict": comp.null.verdict,
-        })
+        comp = comparisons.compare(
+            a, b, "independent", resamples=10_000, null_draws=10_000, seed=0, scheduler=args.scheduler
+        )
+        figures.update(
+            {
+                "compare_matrices": len(comp.rows),
+                "compare_largest_P": max(a.dask_array(n, "P").shape[0] for n in a.matrices),
+                "compare_s": round(time.perf_counter() - t, 2),
+                "compare_peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
+                "median_cos_off": comp.median,
+                "verdict": comp.null.verdict,
+            }
+        )
     print(json.dumps(figures, indent=2))
 
 

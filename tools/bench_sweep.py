@@ -30,8 +30,17 @@ def bench_demo(out: Path) -> dict:
     work = out / "demo"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "grrr_stream.cli", "sweep", str(ROOT / "configs" / "demo.yaml"),
-           "--workdir", str(work / "grrr_demo"), "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grrr_stream.cli",
+        "sweep",
+        str(ROOT / "configs" / "demo.yaml"),
+        "--workdir",
+        str(work / "grrr_demo"),
+        "--tracking-uri",
+        f"sqlite:///{work / 'mlflow.db'}",
+    ]
     t = time.perf_counter()
     subprocess.run(cmd, cwd=work, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = time.perf_counter() - t
@@ -39,17 +48,20 @@ def bench_demo(out: Path) -> dict:
     subprocess.run(cmd, cwd=work, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     noop = time.perf_counter() - t
     units = json.loads((work / "grrr_demo" / "tinychain" / "seed0" / "chain.json").read_text())
-    return {"demo_wall_s": round(first, 1), "noop_rerun_s": round(noop, 2),
-            "resume_overhead_pct": round(100 * noop / first, 2),
-            "tiny_chain_training_s": units["seconds"]["total"]}
+    return {
+        "demo_wall_s": round(first, 1),
+        "noop_rerun_s": round(noop, 2),
+        "resume_overhead_pct": round(100 * noop / first, 2),
+        "tiny_chain_training_s": units["seconds"]["total"],
+    }
 
 
 def bench_cluster(out: Path) -> dict:
     import yaml
 
-    from grrr_stream.sweep.config import SweepConfig
-    from grrr_stream.sweep import plan_sweep, run_sweep
     from grrr_stream.fixtures.synthetic import ModelShape, Update, write_model
+    from grrr_stream.sweep import plan_sweep, run_sweep
+    from grrr_stream.sweep.config import SweepConfig
 
     shape = ModelShape(hidden=768, intermediate=2048, layers=4, heads=12, kv_heads=4)
     models = out / "cluster_models"
@@ -60,15 +72,32 @@ def bench_cluster(out: Path) -> dict:
             write_model(models / name, shape, family="qwen2", dtype="bfloat16", seed=0, updates=ups, overwrite=True)
 
     def cfg(workdir: Path) -> SweepConfig:
-        return SweepConfig.model_validate(yaml.safe_load(yaml.safe_dump({
-            "name": "bench", "workdir": str(workdir),
-            "chains": [{"name": "c", "base": {"id": "base", "source": str(models / "base")},
-                        "models": [{"id": "sft", "source": str(models / "sft")},
-                                   {"id": "rl", "source": str(models / "rl"), "parent": "sft"},
-                                   {"id": "sibling", "source": str(models / "sibling")}]}],
-            "decomposition": {"device": "cpu"},
-            "statistics": {"enabled": False}, "variants": {"enabled": False}, "evaluation": {"enabled": False},
-            "progress": False})))
+        return SweepConfig.model_validate(
+            yaml.safe_load(
+                yaml.safe_dump(
+                    {
+                        "name": "bench",
+                        "workdir": str(workdir),
+                        "chains": [
+                            {
+                                "name": "c",
+                                "base": {"id": "base", "source": str(models / "base")},
+                                "models": [
+                                    {"id": "sft", "source": str(models / "sft")},
+                                    {"id": "rl", "source": str(models / "rl"), "parent": "sft"},
+                                    {"id": "sibling", "source": str(models / "sibling")},
+                                ],
+                            }
+                        ],
+                        "decomposition": {"device": "cpu"},
+                        "statistics": {"enabled": False},
+                        "variants": {"enabled": False},
+                        "evaluation": {"enabled": False},
+                        "progress": False,
+                    }
+                )
+            )
+        )
 
     times = {}
     for label, scheduler in (("one_process", None), ("local_cluster_2", "local:2")):
@@ -78,9 +107,13 @@ def bench_cluster(out: Path) -> dict:
         res = run_sweep(plan_sweep(cfg(work)), scheduler=scheduler, progress=False)
         times[label] = time.perf_counter() - t
         assert res.ok, res.failed
-    return {"decompose_units": 4, "shape": f"hidden {shape.hidden}, inter {shape.intermediate}, {shape.layers} layers",
-            "one_process_s": round(times["one_process"], 1), "local_cluster_2_s": round(times["local_cluster_2"], 1),
-            "cluster_over_one_process": round(times["local_cluster_2"] / times["one_process"], 3)}
+    return {
+        "decompose_units": 4,
+        "shape": f"hidden {shape.hidden}, inter {shape.intermediate}, {shape.layers} layers",
+        "one_process_s": round(times["one_process"], 1),
+        "local_cluster_2_s": round(times["local_cluster_2"], 1),
+        "cluster_over_one_process": round(times["local_cluster_2"] / times["one_process"], 3),
+    }
 
 
 def main() -> None:

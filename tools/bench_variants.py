@@ -79,29 +79,49 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=Path("bench_out/stores/a"))
     ap.add_argument("--variant", default="offnull")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--swap", default="full,diag,off,offnull",
-                    help="variants streamed one after another in one process, as an evaluation swaps them")
+    ap.add_argument(
+        "--swap",
+        default="full,diag,off,offnull",
+        help="variants streamed one after another in one process, as an evaluation swaps them",
+    )
     args = ap.parse_args()
     read = _child(READ, str(args.store))["read_s"]
     swap = _child(SWAP, str(args.store), args.dtype, args.swap)
     for v in swap["variants"]:
-        print(f"swap {v['variant']}: {v['stream_s']:.2f} s = {v['stream_s'] / read:.2f} x reading both checkpoints; "
-              f"phases {v['phases']}", flush=True)
+        print(
+            f"swap {v['variant']}: {v['stream_s']:.2f} s = {v['stream_s'] / read:.2f} x reading both checkpoints; "
+            f"phases {v['phases']}",
+            flush=True,
+        )
     diag = next((v for v in swap["variants"] if v["variant"] == "diag"), None)
     if diag is not None and diag["phases"].get("rank_r_product"):
         gf = swap["rank_r_gflop"]
-        print(f"rank-r product of 'diag' (U diag(p) Vᵀ, 2·m·n·r flop per matrix): {gf:.1f} GFLOP in "
-              f"{diag['phases']['rank_r_product']:.2f} s = {gf / diag['phases']['rank_r_product']:.1f} GFLOP/s", flush=True)
+        print(
+            f"rank-r product of 'diag' (U diag(p) Vᵀ, 2·m·n·r flop per matrix): {gf:.1f} GFLOP in "
+            f"{diag['phases']['rank_r_product']:.2f} s = {gf / diag['phases']['rank_r_product']:.1f} GFLOP/s",
+            flush=True,
+        )
     out = Path(tempfile.mkdtemp(dir=args.store.parent)) / args.variant
     try:
         build = _child(BUILD, str(args.store), args.variant, str(out), args.dtype)
     finally:
         shutil.rmtree(out.parent, ignore_errors=True)
-    print(json.dumps({"swaps": {v["variant"]: round(v["stream_s"], 2) for v in swap["variants"]},
-                      "ratio_swap_to_read": {v["variant"]: round(v["stream_s"] / read, 2) for v in swap["variants"]},
-                      "variant": args.variant, "dtype": args.dtype, "read_both_s": round(read, 2),
-                      "build_s": round(build["build_s"], 2), "ratio_build_to_read": round(build["build_s"] / read, 2),
-                      "peak_rss_gib": round(build["maxrss_gib"], 3), "fidelity": build["fidelity"]}, indent=2))
+    print(
+        json.dumps(
+            {
+                "swaps": {v["variant"]: round(v["stream_s"], 2) for v in swap["variants"]},
+                "ratio_swap_to_read": {v["variant"]: round(v["stream_s"] / read, 2) for v in swap["variants"]},
+                "variant": args.variant,
+                "dtype": args.dtype,
+                "read_both_s": round(read, 2),
+                "build_s": round(build["build_s"], 2),
+                "ratio_build_to_read": round(build["build_s"] / read, 2),
+                "peak_rss_gib": round(build["maxrss_gib"], 3),
+                "fidelity": build["fidelity"],
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

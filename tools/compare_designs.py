@@ -34,8 +34,13 @@ def evaluation_box(claims: dict) -> dict[str, tuple[str, str]]:
 
 def answered(units: list[dict], suite: str) -> tuple[int, int, float]:
     """(problems answered, problems of the fixed design, seconds) of a suite's evaluate units."""
-    done = [u for u in units if u["kind"] == "evaluate" and (u["unit"].count("/") == 2) == (suite != "main")
-            and (suite == "main" or u["unit"].endswith("/" + suite))]
+    done = [
+        u
+        for u in units
+        if u["kind"] == "evaluate"
+        and (u["unit"].count("/") == 2) == (suite != "main")
+        and (suite == "main" or u["unit"].endswith("/" + suite))
+    ]
     got = fixed = 0
     seconds = 0.0
     for u in done:
@@ -44,8 +49,11 @@ def answered(units: list[dict], suite: str) -> tuple[int, int, float]:
         n = sum(b["n"] for b in record["benchmarks"].values())
         fixed += n * len(record["variants"])
         seq = out / "sequential.json"
-        got += sum(v["problems"] for v in json.loads(seq.read_text())["variants"].values()) if seq.is_file() \
+        got += (
+            sum(v["problems"] for v in json.loads(seq.read_text())["variants"].values())
+            if seq.is_file()
             else n * len(record["variants"])
+        )
         seconds += float(u["seconds"] or 0.0)
     return got, fixed, seconds
 

@@ -44,7 +44,9 @@ from grrr_stream.sweep.kinds.channels import seconds as channels_seconds  # noqa
 from grrr_stream.sweep.kinds.decompose import OVERHEAD_S as DECOMPOSE_OVERHEAD_S  # noqa: E402
 
 SEEDS = (0, 1, 2)
-CHANNELS_CHILD = PEAK_RSS + """
+CHANNELS_CHILD = (
+    PEAK_RSS
+    + """
 import json, sys, time
 import torch  # noqa: F401 - loaded in a sweep's process already: not timed
 t = time.perf_counter()
@@ -57,6 +59,7 @@ r = run_channels(Path(model), Path(out), rule=OutlierRule(threshold=1.0), sequen
 print(json.dumps({"wall_s": time.perf_counter() - t, "maxrss_mib": peak_rss_mib(),
                   "offloaded": r["base"]["offloaded"], "channels": len(r["base"]["channels"])}))
 """
+)
 STATS_CHILD = """
 import json, sys, time
 import numpy as np
@@ -76,20 +79,46 @@ def channel_errors(models: Path, facts, rates, args) -> dict:
     ``models/store_post_a`` (every 20th channel as the set: the statistics' cost does not depend on it)."""
     from grrr_stream.channels.activations import parse_bytes
 
-    est = channels_seconds(facts.params, rates, sequences=args.sequences, seq_len=args.seq_len, batch_size=1,
-                           ablation_seeds=SEEDS, first=True)
-    ram = work.calibration_ram(facts.params, facts.largest, facts.vocab, batch_size=1, seq_len=args.seq_len,
-                               budget=parse_bytes("1GiB"), hidden=facts.hidden)
-    got = run_child(CHANNELS_CHILD, str(models / "base"), str(models / "channels_out"), str(args.sequences),
-                    str(args.seq_len))
+    est = channels_seconds(
+        facts.params,
+        rates,
+        sequences=args.sequences,
+        seq_len=args.seq_len,
+        batch_size=1,
+        ablation_seeds=SEEDS,
+        first=True,
+    )
+    ram = work.calibration_ram(
+        facts.params,
+        facts.largest,
+        facts.vocab,
+        batch_size=1,
+        seq_len=args.seq_len,
+        budget=parse_bytes("1GiB"),
+        hidden=facts.hidden,
+    )
+    got = run_child(
+        CHANNELS_CHILD, str(models / "base"), str(models / "channels_out"), str(args.sequences), str(args.seq_len)
+    )
     st_est = channel_stats_seconds(len(facts.shapes), facts.hidden, args.draws, rates)
     st = run_child(STATS_CHILD, str(models / "store_post_a"), str(args.draws))
-    return {"channels": {"forecast_s": round(est, 2), "measured_s": round(got["wall_s"], 2),
-                         "ratio": round(est / got["wall_s"], 2), "forecast_ram_mib": round(ram / 2**20),
-                         "peak_rss_mib": round(got["maxrss_mib"]), "offloaded": got["offloaded"],
-                         "tokens": f"5 × {args.sequences}×{args.seq_len}"},
-            "channel_stats": {"forecast_s": round(st_est, 3), "measured_s": round(st["wall_s"], 3),
-                              "ratio": round(st_est / st["wall_s"], 2), "draws": args.draws}}
+    return {
+        "channels": {
+            "forecast_s": round(est, 2),
+            "measured_s": round(got["wall_s"], 2),
+            "ratio": round(est / got["wall_s"], 2),
+            "forecast_ram_mib": round(ram / 2**20),
+            "peak_rss_mib": round(got["maxrss_mib"]),
+            "offloaded": got["offloaded"],
+            "tokens": f"5 × {args.sequences}×{args.seq_len}",
+        },
+        "channel_stats": {
+            "forecast_s": round(st_est, 3),
+            "measured_s": round(st["wall_s"], 3),
+            "ratio": round(st_est / st["wall_s"], 2),
+            "draws": args.draws,
+        },
+    }
 
 
 def published() -> None:
@@ -100,11 +129,29 @@ def published() -> None:
     for row in ROWS:
         tok_s, regime = forecast_tok_s(row)
         ratio = tok_s / row.tok_s
-        print(json.dumps({"case": row.label, "device": row.device, "vllm": row.vllm, "dtype": row.dtype,
-                          "running": row.running, "context": row.context, "published_tok_s": round(row.tok_s),
-                          "forecast_tok_s": round(tok_s), "forecast/published": round(ratio, 2), "regime": regime,
-                          "fitted": row.fitted, "within": within(ratio), "bound": BOUND, "note": row.note,
-                          "source": row.source}, ensure_ascii=False), flush=True)
+        print(
+            json.dumps(
+                {
+                    "case": row.label,
+                    "device": row.device,
+                    "vllm": row.vllm,
+                    "dtype": row.dtype,
+                    "running": row.running,
+                    "context": row.context,
+                    "published_tok_s": round(row.tok_s),
+                    "forecast_tok_s": round(tok_s),
+                    "forecast/published": round(ratio, 2),
+                    "regime": regime,
+                    "fitted": row.fitted,
+                    "within": within(ratio),
+                    "bound": BOUND,
+                    "note": row.note,
+                    "source": row.source,
+                },
+                ensure_ascii=False,
+            ),
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -125,26 +172,48 @@ def main() -> None:
     for key in keys:
         models = args.out / key
         for name, updates in (("base", ()), ("post_a", (Update(r_delta=1e-2),)), ("post_b", (Update(r_delta=3e-3),))):
-            write_model(models / name, shapes[key], family="qwen3", dtype="float32", seed=0, updates=updates,
-                        overwrite=True)
+            write_model(
+                models / name, shapes[key], family="qwen3", dtype="float32", seed=0, updates=updates, overwrite=True
+            )
         facts = from_checkpoint(models / "base")
         t = time.perf_counter()
         rates = calibrate(max(facts.shapes, key=work.decompose_flops))
         calib_s = time.perf_counter() - t
-        est = [sum(work.decompose_flops(s, frame_cached=c) for s in facts.shapes) / rates.decompose_flops_s
-               + DECOMPOSE_OVERHEAD_S for c in (False, True)]
+        est = [
+            sum(work.decompose_flops(s, frame_cached=c) for s in facts.shapes) / rates.decompose_flops_s
+            + DECOMPOSE_OVERHEAD_S
+            for c in (False, True)
+        ]
         frames = str(models / "frames")
         for old in ("frames", "store_post_a", "store_post_b", "channels_out"):  # a rerun must measure, not resume
             shutil.rmtree(models / old, ignore_errors=True)
-        measured = [run_child(CHILD, str(models / "base"), str(models / post), str(models / f"store_{post}"),
-                              frames)["wall_s"] for post in ("post_a", "post_b")]
-        print(json.dumps({"shapes": key, "layers": args.layers, "matrices": len(facts.shapes),
-                          "calibration": rates.describe(), "calibration_s": round(calib_s, 1),
-                          "first": {"forecast_s": round(est[0], 1), "measured_s": round(measured[0], 1),
-                                    "ratio": round(est[0] / measured[0], 2)},
-                          "second": {"forecast_s": round(est[1], 1), "measured_s": round(measured[1], 1),
-                                     "ratio": round(est[1] / measured[1], 2)},
-                          **(channel_errors(models, facts, rates, args) if args.channels else {})}), flush=True)
+        measured = [
+            run_child(CHILD, str(models / "base"), str(models / post), str(models / f"store_{post}"), frames)["wall_s"]
+            for post in ("post_a", "post_b")
+        ]
+        print(
+            json.dumps(
+                {
+                    "shapes": key,
+                    "layers": args.layers,
+                    "matrices": len(facts.shapes),
+                    "calibration": rates.describe(),
+                    "calibration_s": round(calib_s, 1),
+                    "first": {
+                        "forecast_s": round(est[0], 1),
+                        "measured_s": round(measured[0], 1),
+                        "ratio": round(est[0] / measured[0], 2),
+                    },
+                    "second": {
+                        "forecast_s": round(est[1], 1),
+                        "measured_s": round(measured[1], 1),
+                        "ratio": round(est[1] / measured[1], 2),
+                    },
+                    **(channel_errors(models, facts, rates, args) if args.channels else {}),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

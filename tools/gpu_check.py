@@ -37,9 +37,11 @@ SHAPES = {"qwen25-1.5b mlp": (8960, 1536), "qwen3-14b mlp": (17408, 5120)}
 
 def require_cuda() -> torch.device:
     if not torch.cuda.is_available():
-        sys.stderr.write("gpu_check: FAILED: torch sees no CUDA GPU (torch.cuda.is_available() is False; torch "
-                         f"{torch.__version__}, CUDA build: {torch.version.cuda or 'none'}). Run it on a machine "
-                         "with an NVIDIA GPU and a CUDA build of torch.\n")
+        sys.stderr.write(
+            "gpu_check: FAILED: torch sees no CUDA GPU (torch.cuda.is_available() is False; torch "
+            f"{torch.__version__}, CUDA build: {torch.version.cuda or 'none'}). Run it on a machine "
+            "with an NVIDIA GPU and a CUDA build of torch.\n"
+        )
         sys.exit(2)
     return torch.device("cuda")
 
@@ -90,8 +92,13 @@ def svd_errors(A: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tens
     return recon, orth
 
 
-def time_drivers(shapes: dict[str, tuple[int, int]], device: torch.device, drivers=DRIVERS,
-                 sync: Callable[[], None] = lambda: None, seed: int = 0) -> list[dict]:
+def time_drivers(
+    shapes: dict[str, tuple[int, int]],
+    device: torch.device,
+    drivers=DRIVERS,
+    sync: Callable[[], None] = lambda: None,
+    seed: int = 0,
+) -> list[dict]:
     """One row per (shape, driver): seconds of a thin float32 SVD and its errors. The test matrix
     has a decaying spectrum like a pretrained weight's (σ_i ∝ 1/√(1+i) plus noise)."""
     rows = []
@@ -110,12 +117,31 @@ def time_drivers(shapes: dict[str, tuple[int, int]], device: torch.device, drive
                 sync()
                 secs = time.perf_counter() - t
                 recon, orth = svd_errors(A, U, S, Vh)
-                rows.append({"shape": label, "m": m, "n": n, "driver": d or "default", "seconds": secs,
-                             "recon_err": recon, "orth_err": orth})
+                rows.append(
+                    {
+                        "shape": label,
+                        "m": m,
+                        "n": n,
+                        "driver": d or "default",
+                        "seconds": secs,
+                        "recon_err": recon,
+                        "orth_err": orth,
+                    }
+                )
                 del U, S, Vh
             except (RuntimeError, torch.linalg.LinAlgError) as e:
-                rows.append({"shape": label, "m": m, "n": n, "driver": d or "default", "seconds": math.nan,
-                             "recon_err": math.nan, "orth_err": math.nan, "error": str(e).splitlines()[0][:120]})
+                rows.append(
+                    {
+                        "shape": label,
+                        "m": m,
+                        "n": n,
+                        "driver": d or "default",
+                        "seconds": math.nan,
+                        "recon_err": math.nan,
+                        "orth_err": math.nan,
+                        "error": str(e).splitlines()[0][:120],
+                    }
+                )
     return rows
 
 
@@ -126,9 +152,12 @@ def pick_driver(rows: Sequence[dict], tol: float) -> Optional[str]:
     for r in rows:
         by.setdefault(r["driver"], []).append(r)
     n_shapes = len({r["shape"] for r in rows})
-    ok = {d: sum(r["seconds"] for r in rs) for d, rs in by.items()
-          if len(rs) == n_shapes and all(math.isfinite(r["seconds"]) and r["recon_err"] <= tol
-                                         and r["orth_err"] <= tol for r in rs)}
+    ok = {
+        d: sum(r["seconds"] for r in rs)
+        for d, rs in by.items()
+        if len(rs) == n_shapes
+        and all(math.isfinite(r["seconds"]) and r["recon_err"] <= tol and r["orth_err"] <= tol for r in rs)
+    }
     return min(ok, key=ok.get) if ok else None
 
 
@@ -148,20 +177,32 @@ def vllm_swap(work: Path) -> str:
     except ImportError:
         return "skipped (vllm not installed: pip install -e '.[vllm]')"
     from grrr_stream.config import build_config
-    from grrr_stream.evaluation.settings import EngineSettings
     from grrr_stream.decompose.run import run_transition
     from grrr_stream.evaluation.benchmarks import load_benchmark
     from grrr_stream.evaluation.engine import Engine
+    from grrr_stream.evaluation.settings import EngineSettings
     from grrr_stream.fixtures.tinychain import build_chain
-    from grrr_stream.variants.spec import parse_variant
     from grrr_stream.variants.builder import VariantBuilder
+    from grrr_stream.variants.spec import parse_variant
 
     models = build_chain(work / "chain", quick=True, progress=False)
     store = work / "chain_store"
-    run_transition(build_config({"base": str(models["base"]), "post": str(models["sft"]), "store": store,
-                                 "progress": False, "tracking": {"enabled": False}}))
-    engine = Engine(models["base"], EngineSettings(max_new_tokens=32, max_model_len=512,
-                                                   gpu_memory_utilization=0.3), prompt_format=models["sft"])
+    run_transition(
+        build_config(
+            {
+                "base": str(models["base"]),
+                "post": str(models["sft"]),
+                "store": store,
+                "progress": False,
+                "tracking": {"enabled": False},
+            }
+        )
+    )
+    engine = Engine(
+        models["base"],
+        EngineSettings(max_new_tokens=32, max_model_len=512, gpu_memory_utilization=0.3),
+        prompt_format=models["sft"],
+    )
     bench = load_benchmark("arith", models["benchmark"], limit=40)
     prompts = engine.prompts(bench.problems)
     t = time.perf_counter()
@@ -187,34 +228,61 @@ def main() -> None:
     from grrr_stream.decompose.run import run_transition
     from grrr_stream.fixtures.synthetic import ModelShape, Update, write_model
 
-    shape = ModelShape(hidden=1536, intermediate=8960, layers=args.layers, heads=12, kv_heads=2, head_dim=128,
-                       vocab=1024)
+    shape = ModelShape(
+        hidden=1536, intermediate=8960, layers=args.layers, heads=12, kv_heads=2, head_dim=128, vocab=1024
+    )
     models = args.out / "models"
     for name, updates in (("base", ()), ("post", (Update(r_delta=1e-2),))):
         if not (models / name / "config.json").is_file():
-            write_model(models / name, shape, family="qwen2", dtype="bfloat16", seed=0, updates=updates,
-                        overwrite=True)
-    table: list[tuple[str, str]] = [("GPU", f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, "
-                                            f"CUDA {torch.version.cuda}")]
+            write_model(models / name, shape, family="qwen2", dtype="bfloat16", seed=0, updates=updates, overwrite=True)
+    table: list[tuple[str, str]] = [
+        ("GPU", f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+    ]
     shutil.rmtree(args.out / "store", ignore_errors=True)
-    res = run_transition(build_config({"base": str(models / "base"), "post": str(models / "post"),
-                                       "store": args.out / "store", "device": "cuda", "sync_timing": True,
-                                       "progress": False, "tracking": {"enabled": False}}))
+    res = run_transition(
+        build_config(
+            {
+                "base": str(models / "base"),
+                "post": str(models / "post"),
+                "store": args.out / "store",
+                "device": "cuda",
+                "sync_timing": True,
+                "progress": False,
+                "tracking": {"enabled": False},
+            }
+        )
+    )
     ph = res.timings
-    table.append((f"decompose 1.5B shapes, {args.layers} layers ({len(res.rows)} matrices)",
-                  f"{ph['total_s']:.1f} s; svd_w0 {ph.get('svd_w0', 0):.1f}, svdvals_w1 {ph.get('svdvals_w1', 0):.1f}, "
-                  f"store_write {ph.get('store_write', 0):.1f}, read {ph.get('read', 0):.1f} s"))
+    table.append(
+        (
+            f"decompose 1.5B shapes, {args.layers} layers ({len(res.rows)} matrices)",
+            f"{ph['total_s']:.1f} s; svd_w0 {ph.get('svd_w0', 0):.1f}, svdvals_w1 {ph.get('svdvals_w1', 0):.1f}, "
+            f"store_write {ph.get('store_write', 0):.1f}, read {ph.get('read', 0):.1f} s",
+        )
+    )
     names = [r["name"] for r in res.rows][: args.check]
     worst, where = max_fraction_error(args.out / "store", names)
-    table.append((f"max |error| of f_diag/f_off/f_null vs CPU float64 ({len(names)} matrices)",
-                  f"{worst:.2e} ({where.get('metric')} of {where.get('matrix')})"))
+    table.append(
+        (
+            f"max |error| of f_diag/f_off/f_null vs CPU float64 ({len(names)} matrices)",
+            f"{worst:.2e} ({where.get('metric')} of {where.get('matrix')})",
+        )
+    )
     rows = time_drivers(SHAPES, device, sync=lambda: torch.cuda.synchronize(device))
     for r in rows:
-        table.append((f"svd {r['shape']} {r['m']}x{r['n']} driver {r['driver']}",
-                      r.get("error") or f"{r['seconds']:.3f} s, recon {r['recon_err']:.1e}, orth {r['orth_err']:.1e}"))
+        table.append(
+            (
+                f"svd {r['shape']} {r['m']}x{r['n']} driver {r['driver']}",
+                r.get("error") or f"{r['seconds']:.3f} s, recon {r['recon_err']:.1e}, orth {r['orth_err']:.1e}",
+            )
+        )
     best = pick_driver(rows, args.tol)
-    table.append(("fastest driver meeting the bar", f"{best} (tol {args.tol:g}; pass svd_driver: {best})"
-                  if best else f"none meets tol {args.tol:g}"))
+    table.append(
+        (
+            "fastest driver meeting the bar",
+            f"{best} (tol {args.tol:g}; pass svd_driver: {best})" if best else f"none meets tol {args.tol:g}",
+        )
+    )
     table.append(("vLLM in-engine swap on GPU", "skipped (--skip-vllm)" if args.skip_vllm else vllm_swap(args.out)))
     print(format_table(table))
     if args.json:

@@ -32,7 +32,7 @@ def drop_illustrations(text: str) -> str:
 
 def main(src: str, dst: str) -> None:
     text = open(src, encoding="utf-8").read().replace("\r\n", "\n")
-    text = text[text.index("It is a truth universally acknowledged"):]
+    text = text[text.index("It is a truth universally acknowledged") :]
     text = drop_illustrations(text)
     text = re.sub(r"[ \t]+\n", "\n", text)
     text = re.sub(r"\n{3,}", "\n\n", text)

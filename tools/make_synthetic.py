@@ -41,16 +41,32 @@ def main() -> None:
     ap.add_argument("--overwrite", action="store_true")
     a = ap.parse_args()
     shape: ModelShape = PRESETS[a.preset]
-    overrides = {k: v for k, v in {"layers": a.layers, "hidden": a.hidden, "intermediate": a.intermediate,
-                                   "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim}.items()
-                 if v is not None}
+    overrides = {
+        k: v
+        for k, v in {
+            "layers": a.layers,
+            "hidden": a.hidden,
+            "intermediate": a.intermediate,
+            "heads": a.heads,
+            "kv_heads": a.kv_heads,
+            "head_dim": a.head_dim,
+        }.items()
+        if v is not None
+    }
     shape = replace(shape, **overrides)
     plant = tuple(float(x) for x in a.plant.split(",")) if a.plant else None
     if plant is not None and (len(plant) != 3 or abs(sum(plant) - 1) > 1e-9 or min(plant) < 0):
         ap.error("--plant needs three non-negative shares that sum to 1")
-    base, post = make_transition(a.out, shape, family=a.family, dtype=a.dtype, seed=a.seed,
-                                 update=Update(r_delta=a.r_delta, plant=plant, rest_drift=a.rest_drift),
-                                 max_shard_bytes=int(a.shard_mb * 2**20), overwrite=a.overwrite)
+    base, post = make_transition(
+        a.out,
+        shape,
+        family=a.family,
+        dtype=a.dtype,
+        seed=a.seed,
+        update=Update(r_delta=a.r_delta, plant=plant, rest_drift=a.rest_drift),
+        max_shard_bytes=int(a.shard_mb * 2**20),
+        overwrite=a.overwrite,
+    )
     print(f"base: {base}\npost: {post}")
 
 

@@ -40,7 +40,7 @@ def hedged_wor_cs(x: np.ndarray, population: int, alpha: float = 0.05, grid: int
     var_before = (0.25 + np.cumsum((x - mean_after) ** 2) - (x - mean_after) ** 2) / t
     lam = np.sqrt(2 * math.log(2 / alpha) / (var_before * t * np.log1p(t)))
     m = np.linspace(0, 1, grid)[:, None]
-    mu = (population * m - before) / (population - t + 1)                   # grid × draws
+    mu = (population * m - before) / (population - t + 1)  # grid × draws
     possible = np.cumprod((mu >= 0) & (mu <= 1), axis=1).astype(bool)
     mu_c = np.clip(mu, 1e-12, 1 - 1e-12)
     up, down = np.minimum(lam, 0.5 / mu_c), np.minimum(lam, 0.5 / (1 - mu_c))
@@ -51,7 +51,7 @@ def hedged_wor_cs(x: np.ndarray, population: int, alpha: float = 0.05, grid: int
     excluded = np.maximum.accumulate(~possible | (capital >= math.log(1 / alpha)), axis=1)
     alive = ~excluded
     grid_m = m[:, 0]
-    step = 1 / (grid - 1)   # the set of surviving means between grid points is known to a grid step
+    step = 1 / (grid - 1)  # the set of surviving means between grid points is known to a grid step
     lo = np.where(alive.any(0), grid_m[np.argmax(alive, axis=0)] - step, np.nan)
     hi = np.where(alive.any(0), grid_m[grid - 1 - np.argmax(alive[::-1], axis=0)] + step, np.nan)
     return np.maximum(lo, 0.0), np.minimum(hi, 1.0)
@@ -66,7 +66,7 @@ def main() -> None:
     order = problem_order(sd.SIZES, seed=0)
     end, cmax, pooled = order.census_end, order.max_weight, len(order.weight)
     weight = np.array([order.weight[b] for b, _ in order.items[end:]])
-    to_points = 100 * pooled * cmax * 2 / len(order.sizes)   # a half-width in z units → points of the score
+    to_points = 100 * pooled * cmax * 2 / len(order.sizes)  # a half-width in z units → points of the score
     looks = np.array(order.boundaries(64)) - 1 - end
     first = {"eb": {2: [], 3: []}, "hedged": {2: [], 3: []}}
     widths = {"eb": [], "hedged": []}
@@ -84,10 +84,12 @@ def main() -> None:
                 k = np.flatnonzero(half[looks] <= p)
                 first[name][p].append((looks[k[0]] + 1 + end) if len(k) else order.total)
     for name in ("eb", "hedged"):
-        print(f"{name:7s} first look within ±2: median {np.median(first[name][2]):.0f} problems "
-              f"({np.median(first[name][2]) / order.total:.3f}), within ±3: median {np.median(first[name][3]):.0f} "
-              f"({np.median(first[name][3]) / order.total:.3f}); half-width at 1/3 of the problems: "
-              f"{np.mean(np.array(widths[name])[:, np.searchsorted(looks, order.total // 3 - end)]):.2f} points")
+        print(
+            f"{name:7s} first look within ±2: median {np.median(first[name][2]):.0f} problems "
+            f"({np.median(first[name][2]) / order.total:.3f}), within ±3: median {np.median(first[name][3]):.0f} "
+            f"({np.median(first[name][3]) / order.total:.3f}); half-width at 1/3 of the problems: "
+            f"{np.mean(np.array(widths[name])[:, np.searchsorted(looks, order.total // 3 - end)]):.2f} points"
+        )
 
 
 if __name__ == "__main__":

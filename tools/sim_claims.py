@@ -17,8 +17,16 @@ from grrr_stream.stats.claims import TIE
 _BOX = {c.id: c for c in CLAIMS if c.source == "claims"}
 # the paper's "≥ 92 % in 25 of 28": the design decides it (offnull's second floor), the verdict box has no row
 EXTRA = {"offnull-floor-92": 25 / 28}
-CLAIM_IDS = ("offnull-within", "offnull-median", "offnull-floor", "offnull-floor-92", "diag-median-sft",
-             "diag-median-rl", "diag-ceiling-sft", "null-above-diag")
+CLAIM_IDS = (
+    "offnull-within",
+    "offnull-median",
+    "offnull-floor",
+    "offnull-floor-92",
+    "diag-median-sft",
+    "diag-median-rl",
+    "diag-ceiling-sft",
+    "null-above-diag",
+)
 
 
 def _nanmedian(x, axis):
@@ -59,39 +67,47 @@ def _side_or_point(side, point_ok):
 def _per_transition(d_base, d_off, d_diag, cs):
     """The sequential design's per-transition booleans: informative, within, ≥ floor, ≥ second floor,
     ≤ ceiling (diag)."""
-    return {"informative": _side_or_point(-d_base["sides"][..., 0], d_base["minus_full"] <= -cs.informative_points
-                                          + TIE),
-            "within": _side_or_point(d_off["sides"][..., 0], d_off["minus_full"] >= -cs.within_points - TIE),
-            "floor": _side_or_point(d_off["sides"][..., 1], d_off["retention"] >= cs.retention_floor_pct - TIE),
-            "floor92": _side_or_point(d_off["sides"][..., 2],
-                                      d_off["retention"] >= cs.retention_second_floor_pct - TIE),
-            "ceiling": _side_or_point(-d_diag["sides"][..., 0], d_diag["retention"] <= cs.retention_ceiling_pct
-                                      + TIE)}
+    return {
+        "informative": _side_or_point(-d_base["sides"][..., 0], d_base["minus_full"] <= -cs.informative_points + TIE),
+        "within": _side_or_point(d_off["sides"][..., 0], d_off["minus_full"] >= -cs.within_points - TIE),
+        "floor": _side_or_point(d_off["sides"][..., 1], d_off["retention"] >= cs.retention_floor_pct - TIE),
+        "floor92": _side_or_point(d_off["sides"][..., 2], d_off["retention"] >= cs.retention_second_floor_pct - TIE),
+        "ceiling": _side_or_point(-d_diag["sides"][..., 0], d_diag["retention"] <= cs.retention_ceiling_pct + TIE),
+    }
 
 
 def _fixed_booleans(sc, cs):
     """The same booleans from scores (…, T, variant) in CLAIM_VARIANTS' order (points)."""
     b, f, o, d = sc[..., 0], sc[..., 1], sc[..., 2], sc[..., 3]
-    return {"informative": f - b >= cs.informative_points - TIE, "within": o - f >= -cs.within_points - TIE,
-            "floor": _ratio(o, f) >= cs.retention_floor_pct - TIE,
-            "floor92": _ratio(o, f) >= cs.retention_second_floor_pct - TIE,
-            "ceiling": _ratio(d, f) <= cs.retention_ceiling_pct + TIE}
+    return {
+        "informative": f - b >= cs.informative_points - TIE,
+        "within": o - f >= -cs.within_points - TIE,
+        "floor": _ratio(o, f) >= cs.retention_floor_pct - TIE,
+        "floor92": _ratio(o, f) >= cs.retention_second_floor_pct - TIE,
+        "ceiling": _ratio(d, f) <= cs.retention_ceiling_pct + TIE,
+    }
 
 
 def _medians(sc, sft):
     """offnull all, diag SFT, diag RL, null all, diag all: medians of retention over transitions (axis −2 of
     scores (…, T, variant))."""
     r = {v: _ratio(sc[..., j], sc[..., 1]) for v, j in (("offnull", 2), ("diag", 3), ("null", 4))}
-    return {"offnull": _nanmedian(r["offnull"], -1), "diag-sft": _nanmedian(r["diag"][..., sft], -1),
-            "diag-rl": _nanmedian(r["diag"][..., ~sft], -1), "null": _nanmedian(r["null"], -1),
-            "diag": _nanmedian(r["diag"], -1)}
+    return {
+        "offnull": _nanmedian(r["offnull"], -1),
+        "diag-sft": _nanmedian(r["diag"][..., sft], -1),
+        "diag-rl": _nanmedian(r["diag"][..., ~sft], -1),
+        "null": _nanmedian(r["null"], -1),
+        "diag": _nanmedian(r["diag"], -1),
+    }
 
 
 def _counts(bools, inf, sft):
-    return {"offnull-within": ((bools["within"] & inf).sum(-1), inf.sum(-1)),
-            "offnull-floor": (bools["floor"].sum(-1), bools["floor"].shape[-1]),
-            "offnull-floor-92": (bools["floor92"].sum(-1), bools["floor92"].shape[-1]),
-            "diag-ceiling-sft": (bools["ceiling"][..., sft].sum(-1), int(sft.sum()))}
+    return {
+        "offnull-within": ((bools["within"] & inf).sum(-1), inf.sum(-1)),
+        "offnull-floor": (bools["floor"].sum(-1), bools["floor"].shape[-1]),
+        "offnull-floor-92": (bools["floor92"].sum(-1), bools["floor92"].shape[-1]),
+        "diag-ceiling-sft": (bools["ceiling"][..., sft].sum(-1), int(sft.sum())),
+    }
 
 
 def _target(cid):
@@ -103,8 +119,8 @@ def claim_verdicts(fixed, boot, seq, settings, variants, claim_variants, groups)
     and per threshold how many (study, transition) pairs the two designs put on the same side."""
     cs = settings["claim_settings"]
     sft = np.array([g == "SFT" for g in groups])
-    pts = fixed[..., [variants.index(v) for v in claim_variants]]          # S × T × 5
-    reps = np.moveaxis(boot, -1, 1)                                         # S × R × T × 5
+    pts = fixed[..., [variants.index(v) for v in claim_variants]]  # S × T × 5
+    reps = np.moveaxis(boot, -1, 1)  # S × R × T × 5
     fb_pt, fb_rep = _fixed_booleans(pts, cs), _fixed_booleans(reps, cs)
     inf = fb_pt["informative"]
     sb = _per_transition(seq["base"], seq["offnull"], seq["diag"], cs)
@@ -113,21 +129,28 @@ def claim_verdicts(fixed, boot, seq, settings, variants, claim_variants, groups)
     c_rep = _counts(fb_rep, inf[:, None], sft)
     for cid in c_pt:
         lo, hi = np.percentile(c_rep[cid][0], [2.5, 97.5], axis=1)
-        out[cid] = (at_least(c_seq[cid][0], c_seq[cid][0], np.asarray(c_seq[cid][1]), _target(cid)),
-                    at_least(c_pt[cid][0], c_pt[cid][0], np.asarray(c_pt[cid][1]), _target(cid)),
-                    at_least(lo, hi, np.asarray(c_pt[cid][1]), _target(cid)))
+        out[cid] = (
+            at_least(c_seq[cid][0], c_seq[cid][0], np.asarray(c_seq[cid][1]), _target(cid)),
+            at_least(c_pt[cid][0], c_pt[cid][0], np.asarray(c_pt[cid][1]), _target(cid)),
+            at_least(lo, hi, np.asarray(c_pt[cid][1]), _target(cid)),
+        )
     m_pt, m_rep = _medians(pts, sft), _medians(reps, sft)
     m_ci = {k: np.nanpercentile(v, [2.5, 97.5], axis=1) for k, v in m_rep.items()}
     seq_med = _seq_medians(seq, sft)
     for cid, key in (("offnull-median", "offnull"), ("diag-median-sft", "diag-sft"), ("diag-median-rl", "diag-rl")):
         t = _target(cid)
         est, lo, hi = seq_med[key]
-        out[cid] = (np.where(np.isnan(est), np.nan, contains(lo, hi, t)), contains(m_pt[key], m_pt[key], t),
-                    contains(m_ci[key][0], m_ci[key][1], t))
+        out[cid] = (
+            np.where(np.isnan(est), np.nan, contains(lo, hi, t)),
+            contains(m_pt[key], m_pt[key], t),
+            contains(m_ci[key][0], m_ci[key][1], t),
+        )
     s_null, s_diag = seq_med["null"], seq_med["diag"]
-    out["null-above-diag"] = (above(s_null[1], s_null[2], s_diag[1], s_diag[2]),
-                              above(m_pt["null"], m_pt["null"], m_pt["diag"], m_pt["diag"]),
-                              above(m_ci["null"][0], m_ci["null"][1], m_ci["diag"][0], m_ci["diag"][1]))
+    out["null-above-diag"] = (
+        above(s_null[1], s_null[2], s_diag[1], s_diag[2]),
+        above(m_pt["null"], m_pt["null"], m_pt["diag"], m_pt["diag"]),
+        above(m_ci["null"][0], m_ci["null"][1], m_ci["diag"][0], m_ci["diag"][1]),
+    )
     sides = {k: (int((sb[k] == fb_pt[k]).sum()), sb[k].size) for k in sb}
     return {"claims": out, "sides": sides}
 
@@ -136,8 +159,13 @@ def _seq_medians(seq, sft):
     """(median of the point estimates, median of the lower ends, median of the upper ends) of retention over
     transitions; NaN where the retention intervals were not computed."""
     out = {}
-    for key, v, mask in (("offnull", "offnull", None), ("diag-sft", "diag", sft), ("diag-rl", "diag", ~sft),
-                         ("null", "null", None), ("diag", "diag", None)):
+    for key, v, mask in (
+        ("offnull", "offnull", None),
+        ("diag-sft", "diag", sft),
+        ("diag-rl", "diag", ~sft),
+        ("null", "null", None),
+        ("diag", "diag", None),
+    ):
         d = seq[v]
         pick = (lambda x: x) if mask is None else (lambda x, m=mask: x[..., m])  # noqa: E731
         if "ret_lo" not in d:

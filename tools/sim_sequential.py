@@ -27,16 +27,27 @@ def score_estimate(order: Order, values: np.ndarray) -> np.ndarray:
     if n <= end:
         return est
     names = [b for b, _ in order.items[:n]]
-    census = sum(values[..., [i for i in range(end) if names[i] == b]].mean(axis=-1) for b in order.census) \
-        if order.census else 0.0
+    census = (
+        sum(values[..., [i for i in range(end) if names[i] == b]].mean(axis=-1) for b in order.census)
+        if order.census
+        else 0.0
+    )
     weight = np.array([order.weight[b] for b in names[end:]])
     running = np.cumsum(weight * values[..., end:], axis=-1) / np.arange(1, n - end + 1)
     est[..., end:] = (np.asarray(census)[..., None] + len(order.weight) * running) / len(order.sizes)
     return est
 
 
-def decide_many(order: Order, variant: np.ndarray, full: np.ndarray, thresholds: Thresholds, *, chunk: int,
-                precisions, alpha: float = 0.05) -> dict:
+def decide_many(
+    order: Order,
+    variant: np.ndarray,
+    full: np.ndarray,
+    thresholds: Thresholds,
+    *,
+    chunk: int,
+    precisions,
+    alpha: float = 0.05,
+) -> dict:
     """decide() for every row of ``variant``/``full`` (paths × problems, every problem answered) and each
     precision target: {target: {'problems', 'reason' (REASON_CODES), 'minus_full', 'lo', 'hi' (points), 'sides'
     (paths × thresholds: +1 above, −1 below, 0 open, in Thresholds.labels' order)}}."""
@@ -59,16 +70,30 @@ def decide_many(order: Order, variant: np.ndarray, full: np.ndarray, thresholds:
     out = {}
     for p in precisions:
         stop = exhausted | decided | (half <= p)
-        first = np.argmax(stop, axis=1)   # the last mark is the end: every row stops somewhere
+        first = np.argmax(stop, axis=1)  # the last mark is the end: every row stops somewhere
         reason = np.where(exhausted[rows, first], 2, np.where(decided[rows, first], 0, 1))
         i = at[first]
-        out[p] = {"problems": marks[first], "reason": reason, "minus_full": 100 * diff.estimate[rows, i],
-                  "lo": 100 * diff.lo[rows, i], "hi": 100 * diff.hi[rows, i], "sides": side[rows, first]}
+        out[p] = {
+            "problems": marks[first],
+            "reason": reason,
+            "minus_full": 100 * diff.estimate[rows, i],
+            "lo": 100 * diff.lo[rows, i],
+            "hi": 100 * diff.hi[rows, i],
+            "sides": side[rows, first],
+        }
     return out
 
 
-def retention_many(order: Order, variant: np.ndarray, full: np.ndarray, stops: np.ndarray, *, alpha: float = 0.05,
-                   top: float = 10.0, tolerance: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
+def retention_many(
+    order: Order,
+    variant: np.ndarray,
+    full: np.ndarray,
+    stops: np.ndarray,
+    *,
+    alpha: float = 0.05,
+    top: float = 10.0,
+    tolerance: float = 1e-4,
+) -> tuple[np.ndarray, np.ndarray]:
     """retention_interval() of each row after its first ``stops[row]`` problems: (lower, upper) in percent. The
     bisection halves every row's bracket in step, so it takes the scalar loop's exact steps."""
     lower, upper = np.full(len(stops), np.nan), np.full(len(stops), np.nan)
@@ -92,8 +117,12 @@ def _bisect(order, v, f, alpha, top, tolerance):
     lo0, hi0 = _ends(order, v, f, np.zeros(m), alpha)
     lo_t, hi_t = _ends(order, v, f, np.full(m, top), alpha)
     # lower edge: the first θ with lo(θ) ≤ 0; upper edge: the first θ with hi(θ) < 0 (edge() of the package)
-    fixed = np.concatenate([np.where(lo0 <= 0.0, 0.0, np.where(~(lo_t <= 0.0), top, np.nan)),
-                            np.where(hi0 < 0.0, 0.0, np.where(~(hi_t < 0.0), top, np.nan))])
+    fixed = np.concatenate(
+        [
+            np.where(lo0 <= 0.0, 0.0, np.where(~(lo_t <= 0.0), top, np.nan)),
+            np.where(hi0 < 0.0, 0.0, np.where(~(hi_t < 0.0), top, np.nan)),
+        ]
+    )
     a, b = np.zeros(2 * m), np.full(2 * m, top)
     is_lower = np.arange(2 * m) < m
     while b[0] - a[0] > tolerance:

@@ -55,8 +55,20 @@ from grrr_stream.stats.sequential import Thresholds, problem_order  # noqa: E402
 
 SIZES = {"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675}
 DIFFICULTY = {"math500": -0.8, "minerva_math": 0.4, "olympiadbench": 0.6, "amc23": 0.5, "aime24": 1.5}
-VARIANTS = ("base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0", "randrm-1", "randrm-2",
-            "off-principal-64", "no-off-principal-64")
+VARIANTS = (
+    "base",
+    "full",
+    "proj",
+    "diag",
+    "off",
+    "null",
+    "offnull",
+    "randrm-0",
+    "randrm-1",
+    "randrm-2",
+    "off-principal-64",
+    "no-off-principal-64",
+)
 TABULATED = ("base", "full", "diag", "off", "null", "offnull")
 # GRRR (J. Qi, H. Tang, Z. Zhu, cs.LG 2026), Tables 5 (SFT) and 6 (RL): accuracy in points averaged over the five
 # benchmarks, base / full / diag / off / null / offnull, as the team's PAPER_FACTS.md ("Rows visible") copies them
@@ -74,7 +86,7 @@ PAPER_ROWS = (
     ("RL", "C5 zephyr-beta (DPO)", (5.7, 3.1, 5.2, 5.3, 4.7, 3.7)),
     ("RL", "C6 DPO", (43.5, 49.7, 41.2, 45.0, 48.5, 49.8)),
 )
-HIDDEN = {"SFT": 5, "RL": 11}   # the paper's 11 SFT and 17 RL rows less the shown ones
+HIDDEN = {"SFT": 5, "RL": 11}  # the paper's 11 SFT and 17 RL rows less the shown ones
 GROUPS = tuple(["SFT"] * 11 + ["RL"] * 17)
 CLAIM_VARIANTS = ("base", "full", "offnull", "diag", "null")
 RETENTION_VARIANTS = ("offnull", "diag", "null")
@@ -166,11 +178,12 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
     correct = draw_correct(rng, acc, order, settings["coupling"])
     s, t, nv, n = correct.shape
     flat = correct.reshape(-1, n).astype(np.float32)
-    counts = (flat @ bench_matrix(order)).astype(np.float64)       # correct answers per benchmark: exact integers
+    counts = (flat @ bench_matrix(order)).astype(np.float64)  # correct answers per benchmark: exact integers
     fixed = 100 * (counts / np.array(list(SIZES.values()))).mean(-1).reshape(s, t, nv)
     cv = [VARIANTS.index(v) for v in CLAIM_VARIANTS]
-    boot = 100 * (correct[:, :, cv].reshape(-1, n).astype(np.float32)
-                  @ bootstrap_weights(rng, order, settings["resamples"])).reshape(s, t, len(cv), -1)
+    boot = 100 * (
+        correct[:, :, cv].reshape(-1, n).astype(np.float32) @ bootstrap_weights(rng, order, settings["resamples"])
+    ).reshape(s, t, len(cv), -1)
     full = correct[:, :, VARIANTS.index("full")].reshape(s * t, n).astype(np.float64)
     full_est = score_estimate(order, full)
     out = {"fixed": fixed, "boot": boot.astype(np.float64), "seq": {}}
@@ -186,8 +199,9 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
             with np.errstate(divide="ignore", invalid="ignore"):
                 d["retention"] = 100 * x_est[rows, i] / full_est[rows, i]
             if v in RETENTION_VARIANTS and retention:
-                d["ret_lo"], d["ret_hi"] = retention_many(order, x, full, d["problems"],
-                                                          tolerance=settings["tolerance"])
+                d["ret_lo"], d["ret_hi"] = retention_many(
+                    order, x, full, d["problems"], tolerance=settings["tolerance"]
+                )
             out["seq"][p][v] = {k: a.reshape((s, t) + a.shape[1:]) for k, a in d.items()}
     return out
 
@@ -197,8 +211,18 @@ def summarise_batch(res: dict, settings: dict, acc: dict) -> None:
     fixed, n_all = res["fixed"], sum(SIZES.values())
     f_full = fixed[..., VARIANTS.index("full")]
     for p, seq in res["seq"].items():
-        a = acc.setdefault(p, {"cover": [0, 0], "cover_ret": [0, 0], "problems": {}, "reasons": np.zeros(3),
-                               "agree": {}, "side_agree": {}, "holds_fixed": {}})
+        a = acc.setdefault(
+            p,
+            {
+                "cover": [0, 0],
+                "cover_ret": [0, 0],
+                "problems": {},
+                "reasons": np.zeros(3),
+                "agree": {},
+                "side_agree": {},
+                "holds_fixed": {},
+            },
+        )
         longest = np.zeros(fixed.shape[:2], dtype=np.int64)
         for v, d in seq.items():
             truth = fixed[..., VARIANTS.index(v)] - f_full
@@ -246,43 +270,82 @@ def report(acc: dict, settings: dict) -> dict:
             "ratio_total": sum(a["problems"].values()) / (studies * len(GROUPS) * len(VARIANTS) * n_all),
             "ratio_per_variant": per_variant,
             "stop_reasons": dict(zip(REASONS, (a["reasons"] / a["reasons"].sum()).tolist())),
-            "claims": {cid: {"agree_point": g[0] / g[2], "agree_report_rule": g[1] / g[2], "studies": g[2],
-                             "holds_fixed_point": g[3] / g[2], "unresolved_fixed_report_rule": g[4] / g[2]}
-                       for cid, g in a["agree"].items() if g[2]},
+            "claims": {
+                cid: {
+                    "agree_point": g[0] / g[2],
+                    "agree_report_rule": g[1] / g[2],
+                    "studies": g[2],
+                    "holds_fixed_point": g[3] / g[2],
+                    "unresolved_fixed_report_rule": g[4] / g[2],
+                }
+                for cid, g in a["agree"].items()
+                if g[2]
+            },
             "threshold_sides_agree": {k: s[0] / s[1] for k, s in a["side_agree"].items()},
         }
     return out
 
 
 def print_report(out: dict, settings: dict) -> None:
-    print(f"coupling ρ = {settings['coupling']}, chunk {settings['chunk']}, α = 0.05, "
-          f"{settings['resamples']} bootstrap resamples for the fixed design's report rule")
+    print(
+        f"coupling ρ = {settings['coupling']}, chunk {settings['chunk']}, α = 0.05, "
+        f"{settings['resamples']} bootstrap resamples for the fixed design's report rule"
+    )
     for p, r in out.items():
-        print(f"\n== precision ±{p} points: {r['studies']} studies; problems answered / fixed design: "
-              f"{r['ratio_total']:.3f} ({'meets' if r['ratio_total'] <= 1 / 3 else 'does NOT meet'} ≤ 1/3)")
-        print(f"difference CI coverage {r['difference_coverage']:.4f}; retention CI coverage "
-              + (f"{r['retention_coverage']:.4f} over {r['retention_intervals_over']}" if r["retention_coverage"]
-                 is not None else "not computed"))
+        print(
+            f"\n== precision ±{p} points: {r['studies']} studies; problems answered / fixed design: "
+            f"{r['ratio_total']:.3f} ({'meets' if r['ratio_total'] <= 1 / 3 else 'does NOT meet'} ≤ 1/3)"
+        )
+        print(
+            f"difference CI coverage {r['difference_coverage']:.4f}; retention CI coverage "
+            + (
+                f"{r['retention_coverage']:.4f} over {r['retention_intervals_over']}"
+                if r["retention_coverage"] is not None
+                else "not computed"
+            )
+        )
         print("stop reasons: " + ", ".join(f"{k} {v:.3f}" for k, v in r["stop_reasons"].items()))
         print("ratio per variant: " + ", ".join(f"{v} {x:.3f}" for v, x in r["ratio_per_variant"].items()))
-        print(f"{'claim':24s} {'agree (point)':>14s} {'agree (report)':>15s} {'fixed holds':>12s} "
-              f"{'fixed unres.':>13s} {'studies':>8s}")
+        print(
+            f"{'claim':24s} {'agree (point)':>14s} {'agree (report)':>15s} {'fixed holds':>12s} "
+            f"{'fixed unres.':>13s} {'studies':>8s}"
+        )
         for cid in CLAIM_IDS:
             c = r["claims"].get(cid)
             if c:
-                print(f"{cid:24s} {c['agree_point']:14.3f} {c['agree_report_rule']:15.3f} "
-                      f"{c['holds_fixed_point']:12.3f} {c['unresolved_fixed_report_rule']:13.3f} {c['studies']:8d}")
-        print("per-transition threshold sides agree: "
-              + ", ".join(f"{k} {v:.3f}" for k, v in r["threshold_sides_agree"].items()))
+                print(
+                    f"{cid:24s} {c['agree_point']:14.3f} {c['agree_report_rule']:15.3f} "
+                    f"{c['holds_fixed_point']:12.3f} {c['unresolved_fixed_report_rule']:13.3f} {c['studies']:8d}"
+                )
+        print(
+            "per-transition threshold sides agree: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in r["threshold_sides_agree"].items())
+        )
 
 
-def simulate(studies: int, *, coupling: float = 0.9, precisions=(2.0, 3.0, 4.0, 5.0), chunk: int = 64,
-             batch: int = 25, resamples: int = 200, retention_studies: int = 250, tolerance: float = 1e-3,
-             seed: int = 0, progress: bool = False) -> dict:
+def simulate(
+    studies: int,
+    *,
+    coupling: float = 0.9,
+    precisions=(2.0, 3.0, 4.0, 5.0),
+    chunk: int = 64,
+    batch: int = 25,
+    resamples: int = 200,
+    retention_studies: int = 250,
+    tolerance: float = 1e-3,
+    seed: int = 0,
+    progress: bool = False,
+) -> dict:
     """Run ``studies`` simulated studies in batches; the figures per precision target (:func:`report`)."""
-    settings = {"coupling": coupling, "precisions": tuple(float(p) for p in precisions), "chunk": chunk,
-                "resamples": resamples, "tolerance": tolerance, "design": design(ClaimSettings()),
-                "claim_settings": ClaimSettings()}
+    settings = {
+        "coupling": coupling,
+        "precisions": tuple(float(p) for p in precisions),
+        "chunk": chunk,
+        "resamples": resamples,
+        "tolerance": tolerance,
+        "design": design(ClaimSettings()),
+        "claim_settings": ClaimSettings(),
+    }
     order, start = problem_order(SIZES, seed=seed), time.perf_counter()
     rng = np.random.default_rng(seed)
     acc: dict = {}
@@ -294,8 +357,10 @@ def simulate(studies: int, *, coupling: float = 0.9, precisions=(2.0, 3.0, 4.0, 
         done += size
         if progress:
             print(f"{done} studies, {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-    return {"settings": {k: v for k, v in settings.items() if k not in ("design", "claim_settings")},
-            "results": report(acc, settings)}
+    return {
+        "settings": {k: v for k, v in settings.items() if k not in ("design", "claim_settings")},
+        "results": report(acc, settings),
+    }
 
 
 def main() -> None:
@@ -305,8 +370,12 @@ def main() -> None:
     ap.add_argument("--coupling", type=float, default=0.9, help="ρ: the share of the latent shared by variants")
     ap.add_argument("--precisions", default="2,3,4,5", help="precision targets in points; the first is the default")
     ap.add_argument("--chunk", type=int, default=64)
-    ap.add_argument("--retention-studies", type=int, default=250,
-                    help="the first N studies get retention intervals (retention coverage, the median claims)")
+    ap.add_argument(
+        "--retention-studies",
+        type=int,
+        default=250,
+        help="the first N studies get retention intervals (retention coverage, the median claims)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args()
@@ -314,9 +383,15 @@ def main() -> None:
     if studies < 1 or not 0.0 <= args.coupling < 1.0:
         ap.error("--studies must be ≥ 1 and --coupling in [0, 1)")
     t = time.perf_counter()
-    out = simulate(studies, coupling=args.coupling, precisions=[float(x) for x in args.precisions.split(",")],
-                   chunk=args.chunk, retention_studies=studies if args.quick else args.retention_studies,
-                   seed=args.seed, progress=True)
+    out = simulate(
+        studies,
+        coupling=args.coupling,
+        precisions=[float(x) for x in args.precisions.split(",")],
+        chunk=args.chunk,
+        retention_studies=studies if args.quick else args.retention_studies,
+        seed=args.seed,
+        progress=True,
+    )
     out["seconds"] = round(time.perf_counter() - t, 1)
     print_report(out["results"], out["settings"])
     print(f"\n{studies} studies in {out['seconds']} s")

@@ -32,14 +32,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="output folder (created)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="smaller, faster configuration (for tests)")
-    ap.add_argument("--retrain", action="store_true",
-                    help="train the chain on this machine even where the package ships it (seed 0, full)")
+    ap.add_argument(
+        "--retrain",
+        action="store_true",
+        help="train the chain on this machine even where the package ships it (seed 0, full)",
+    )
     ap.add_argument("--quiet", action="store_true", help="no training progress on stderr")
     args = ap.parse_args()
 
     try:
-        paths = build_chain(args.out, seed=args.seed, quick=args.quick, progress=not args.quiet,
-                            retrain=args.retrain)
+        paths = build_chain(args.out, seed=args.seed, quick=args.quick, progress=not args.quiet, retrain=args.retrain)
     except GrrrError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

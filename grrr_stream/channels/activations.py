@@ -30,6 +30,7 @@ import torch
 
 from ..errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from . import logprobs, sliced, validate
+
 # the model's config and layer list, shared with validate.py (a leaf, so validate need not import this module)
 from .model_config import config_from, decoder_layers, need, text_config
 from .upcast import compute_in, storage_dtype_modules
@@ -45,8 +46,8 @@ def parse_bytes(text: str) -> int:
     units = {"gib": 2**30, "mib": 2**20, "kib": 2**10, "gb": 10**9, "mb": 10**6, "kb": 10**3, "b": 1}
     t = str(text).strip().lower()
     for u, f in units.items():
-        if t.endswith(u) and t[:-len(u)].strip().replace(".", "", 1).isdigit():
-            return int(float(t[:-len(u)]) * f)
+        if t.endswith(u) and t[: -len(u)].strip().replace(".", "", 1).isdigit():
+            return int(float(t[: -len(u)]) * f)
     if t.isdigit():
         return int(t)
     raise ConfigError(f"memory size {text!r}: write e.g. 1GiB, 512MiB or a number of bytes")
@@ -69,8 +70,9 @@ def module_name(model: torch.nn.Module, module: torch.nn.Module | None) -> str |
     return next((n for n, m in model.named_modules() if m is module), None) if module is not None else None
 
 
-def layerwise_device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype, layers_name: str,
-                         on_disk: tuple[str, ...] = ()) -> dict[str, str]:
+def layerwise_device_map(
+    model: torch.nn.Module, budget: int, dtype: torch.dtype, layers_name: str, on_disk: tuple[str, ...] = ()
+) -> dict[str, str]:
     """One entry per decoder layer (of the list ``layers_name``), per module named in ``on_disk`` and
     per other top-level block; blocks stay on "cpu" in order while their weights fit ``budget``
     bytes, the rest go to "disk" (read by accelerate when they run). The ``on_disk`` modules are
@@ -121,8 +123,9 @@ def layerwise_device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype
 
 
 @contextlib.contextmanager
-def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_MEMORY,
-               dtype: torch.dtype = torch.float32) -> Iterator[Loaded]:
+def load_model(
+    model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_MEMORY, dtype: torch.dtype = torch.float32
+) -> Iterator[Loaded]:
     """The model of ``model_dir``, in memory if it fits ``max_memory`` (None: always), else offloaded."""
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
@@ -154,12 +157,20 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         # with the missing and unexpected tensors); the model is never run when there are any.
         try:
             model, info = transformers.AutoModelForCausalLM.from_pretrained(
-                str(model_dir), config=config, device_map=device_map, offload_folder=offload,
-                dtype="auto" if offloaded else dtype, output_loading_info=True, ignore_mismatched_sizes=True)
+                str(model_dir),
+                config=config,
+                device_map=device_map,
+                offload_folder=offload,
+                dtype="auto" if offloaded else dtype,
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,
+            )
         except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, OSError) as e:
-            raise CheckpointError(f"transformers could not load {model_dir} as it stands "
-                                  f"({type(e).__name__}: {validate.first_line(e)}); check that config.json describes the "
-                                  "weights beside it (--debug shows the traceback)") from e
+            raise CheckpointError(
+                f"transformers could not load {model_dir} as it stands "
+                f"({type(e).__name__}: {validate.first_line(e)}); check that config.json describes the "
+                "weights beside it (--debug shows the traceback)"
+            ) from e
         validate.raise_loading_problems(model_dir, model, info, config)
         layers, norm = decoder_layers(model, text_config(config).num_hidden_layers)
         io: list[torch.nn.Module] = []
@@ -177,8 +188,9 @@ def load_model(model_dir: Path, *, max_memory: str | int | None = DEFAULT_MAX_ME
         # Non-zero only when transformers had to convert an offloaded weight at load time (its
         # WeightConverter families) and so re-saved it: then the disk holds a copy, RAM still does not.
         copied = sum(f.stat().st_size for f in Path(offload).rglob("*") if f.is_file())
-        yield Loaded(model, layers, norm, offloaded, config, copied, tuple(module_name(model, m) for m in io), head,
-                     dtype)
+        yield Loaded(
+            model, layers, norm, offloaded, config, copied, tuple(module_name(model, m) for m in io), head, dtype
+        )
 
 
 def _head_rows(model: torch.nn.Module, io: list[torch.nn.Module], sources: dict, dtype: torch.dtype):
@@ -195,8 +207,9 @@ def _head_rows(model: torch.nn.Module, io: list[torch.nn.Module], sources: dict,
     if type(head) is not torch.nn.Linear or head.weight.device.type == "meta" or hasattr(head, "_hf_hook"):
         return None
     w, b = head.weight, head.bias
-    return logprobs.HeadRows(lambda s, e: (w[s:e].to(dtype), None if b is None else b[s:e].to(dtype)),
-                             n_out, n_in, per_slice)
+    return logprobs.HeadRows(
+        lambda s, e: (w[s:e].to(dtype), None if b is None else b[s:e].to(dtype)), n_out, n_in, per_slice
+    )
 
 
 def _device_map(model: torch.nn.Module, budget: int, dtype: torch.dtype, config) -> dict[str, str]:
@@ -232,6 +245,7 @@ def _hidden(args, kwargs) -> torch.Tensor:
 def residual_hooks(loaded: Loaded, fn: Callable[[int, torch.Tensor], torch.Tensor | None]):
     """Call ``fn(depth, x)`` on the residual stream x at each decoder layer's input (depth 0..L-1)
     and at the final norm's input (depth L); a returned tensor replaces x."""
+
     def make(depth):
         def pre(module, args, kwargs):
             x = _hidden(args, kwargs)
@@ -241,6 +255,7 @@ def residual_hooks(loaded: Loaded, fn: Callable[[int, torch.Tensor], torch.Tenso
             if args:
                 return (y, *args[1:]), kwargs
             return args, {**kwargs, "hidden_states": y}
+
         return pre
 
     handles = [layer.register_forward_pre_hook(make(i), with_kwargs=True) for i, layer in enumerate(loaded.layers)]
@@ -255,7 +270,7 @@ def residual_hooks(loaded: Loaded, fn: Callable[[int, torch.Tensor], torch.Tenso
 @dataclass
 class PassResult:
     rms: np.ndarray  # (layers, hidden) float64: RMS over all calibration tokens at each layer's input
-    nll_sum: float   # Σ −log p(next token), float64
+    nll_sum: float  # Σ −log p(next token), float64
     n_predicted: int
 
     @property
@@ -264,9 +279,14 @@ class PassResult:
 
 
 @torch.no_grad()
-def calibration_pass(loaded: Loaded, ids: torch.Tensor, *, batch_size: int = 1,
-                     zero_channels: np.ndarray | None = None,
-                     on_layer: Callable[[int, int], None] | None = None) -> PassResult:
+def calibration_pass(
+    loaded: Loaded,
+    ids: torch.Tensor,
+    *,
+    batch_size: int = 1,
+    zero_channels: np.ndarray | None = None,
+    on_layer: Callable[[int, int], None] | None = None,
+) -> PassResult:
     """One pass over ``ids``: RMS at every layer input and the next-token NLL.
 
     With ``zero_channels``, those residual channels are set to 0 at every decoder layer's input
@@ -296,12 +316,11 @@ def calibration_pass(loaded: Loaded, ids: torch.Tensor, *, batch_size: int = 1,
         return y
 
     nll, n_pred = 0.0, 0
-    capture = (logprobs.captured_head_input(loaded.model) if loaded.head is not None
-               else contextlib.nullcontext(None))
+    capture = logprobs.captured_head_input(loaded.model) if loaded.head is not None else contextlib.nullcontext(None)
     with residual_hooks(loaded, on_residual), capture as seen:
         for start in range(0, ids.shape[0], batch_size):
             current[0] = start // batch_size
-            batch = ids[start:start + batch_size]
+            batch = ids[start : start + batch_size]
             counts[0] += batch.numel()
             out = loaded.model(input_ids=batch, use_cache=False)
             if seen is not None:
@@ -326,8 +345,12 @@ def _next_token_logp(logits: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
     per_row = logits.shape[-1] * 4
     step = max(1, LOGP_CHUNK_BYTES // (per_row * logits.shape[0]))
     target, n = batch[:, 1:, None].to(logits.device), logits.shape[1] - 1
-    parts = [torch.log_softmax(logits[:, s:min(s + step, n)].float(), dim=-1).gather(-1, target[:, s:s + step])
-             .squeeze(-1) for s in range(0, n, step)]
+    parts = [
+        torch.log_softmax(logits[:, s : min(s + step, n)].float(), dim=-1)
+        .gather(-1, target[:, s : s + step])
+        .squeeze(-1)
+        for s in range(0, n, step)
+    ]
     return torch.cat(parts, dim=1)
 
 
@@ -335,6 +358,7 @@ def write_rms_csv(path: Path, rms: np.ndarray) -> None:
     """One row per channel: channel, rms_layer0 … rms_layer{L-1}."""
     from ..files import atomic_write_text, to_csv
 
-    rows = [{"channel": c, **{f"rms_layer{l}": float(rms[l, c]) for l in range(rms.shape[0])}}
-            for c in range(rms.shape[1])]
+    rows = [
+        {"channel": c, **{f"rms_layer{l}": float(rms[l, c]) for l in range(rms.shape[0])}} for c in range(rms.shape[1])
+    ]
     atomic_write_text(path, to_csv(rows))

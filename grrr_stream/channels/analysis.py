@@ -14,18 +14,27 @@ from ..progress import Progress, fmt_seconds
 from . import validate
 from .ablation import SEEDS, ablate
 from .activations import DEFAULT_MAX_MEMORY, calibration_pass, load_model, write_rms_csv
-from .model_config import text_config
 from .calibration import DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
+from .model_config import text_config
 from .proxy import proxy_inputs
 from .rule import OutlierRule, channel_scores, jaccard, proxy_channels, select
 
-
 CHANNELS_FILE = "channels.json"  # written last: the run's (and a sweep channels unit's) completion marker
 
-def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequences: int = DEFAULT_SEQUENCES,
-                  seq_len: int = DEFAULT_SEQ_LEN, batch_size: int = 1, max_memory=DEFAULT_MAX_MEMORY,
-                  do_ablate: bool = False, ablation_seeds=SEEDS, progress: bool = False,
-                  label: str = "channels") -> tuple[dict, np.ndarray]:
+
+def analyse_model(
+    model_dir: Path,
+    *,
+    rule: OutlierRule = OutlierRule(),
+    sequences: int = DEFAULT_SEQUENCES,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    batch_size: int = 1,
+    max_memory=DEFAULT_MAX_MEMORY,
+    do_ablate: bool = False,
+    ablation_seeds=SEEDS,
+    progress: bool = False,
+    label: str = "channels",
+) -> tuple[dict, np.ndarray]:
     """(the channels.json record of ``model_dir``, its (layers, hidden) RMS array); ``ablation_seeds``: one
     count-matched random channel set per seed when ``do_ablate``. Refused before any forward pass when the
     folder is not a model the pass can run (:mod:`.validate`, every problem at once). ``progress``: lines
@@ -35,15 +44,23 @@ def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequenc
     t0 = time.perf_counter()
     say = Progress(0, enabled=progress)
     ckpt, _, cal = validate.preflight(model_dir, sequences=sequences, seq_len=seq_len)
-    say.message(f"[{label}] loading {model_dir} (--max-memory {max_memory}: larger models are offloaded layer by layer)")
+    say.message(
+        f"[{label}] loading {model_dir} (--max-memory {max_memory}: larger models are offloaded layer by layer)"
+    )
     with load_model(model_dir, max_memory=max_memory) as loaded:
         tc = text_config(loaded.config)
         n_layers = len(loaded.layers)
-        say.message(f"[{label}] loaded in {fmt_seconds(time.perf_counter() - t0)}: {n_layers} decoder layers, "
-                    + (f"offloaded ({_resident(loaded)} resident; the others read from the checkpoint for each batch)"
-                       if loaded.offloaded else "in memory"))
-        scan = Progress(validate.tensor_count(ckpt), enabled=progress, label=f"[{label}: weights] ",
-                        every=PROGRESS_EVERY)
+        say.message(
+            f"[{label}] loaded in {fmt_seconds(time.perf_counter() - t0)}: {n_layers} decoder layers, "
+            + (
+                f"offloaded ({_resident(loaded)} resident; the others read from the checkpoint for each batch)"
+                if loaded.offloaded
+                else "in memory"
+            )
+        )
+        scan = Progress(
+            validate.tensor_count(ckpt), enabled=progress, label=f"[{label}: weights] ", every=PROGRESS_EVERY
+        )
         validate.raise_nonfinite(model_dir, validate.nonfinite_tensors(ckpt, on_tensor=lambda n: scan.advance(n)))
         batches = -(-sequences // batch_size)
         passes = 1 + ((1 + len(tuple(ablation_seeds))) if do_ablate else 0)
@@ -52,17 +69,32 @@ def analyse_model(model_dir: Path, *, rule: OutlierRule = OutlierRule(), sequenc
         res = calibration_pass(loaded, cal.ids, batch_size=batch_size, on_layer=ticker.of("calibration"))
         scores = channel_scores(res.rms, rule)
         channels = select(scores, rule)
-        record = {"model": str(model_dir), "hidden_size": int(tc.hidden_size), "n_layers": int(res.rms.shape[0]),
-                  "rule": rule.describe(), "channels": channels, "fraction": len(channels) / tc.hidden_size,
-                  "calibration": {"sequences": sequences, "seq_len": seq_len, "tokenizer": cal.tokenizer},
-                  "offloaded": loaded.offloaded, "perplexity": res.perplexity,
-                  "score_max": float(scores.max())}
+        record = {
+            "model": str(model_dir),
+            "hidden_size": int(tc.hidden_size),
+            "n_layers": int(res.rms.shape[0]),
+            "rule": rule.describe(),
+            "channels": channels,
+            "fraction": len(channels) / tc.hidden_size,
+            "calibration": {"sequences": sequences, "seq_len": seq_len, "tokenizer": cal.tokenizer},
+            "offloaded": loaded.offloaded,
+            "perplexity": res.perplexity,
+            "score_max": float(scores.max()),
+        }
         if do_ablate:
             if not channels:  # the outliers' pass is skipped: nothing to zero
                 bar.total -= batches * n_layers
                 ticker.passes -= 1
-            record["ablation"] = ablate(loaded, cal.ids, channels, tc.hidden_size, batch_size=batch_size,
-                                        seeds=tuple(ablation_seeds), baseline=res.perplexity, on_layer=ticker.of)
+            record["ablation"] = ablate(
+                loaded,
+                cal.ids,
+                channels,
+                tc.hidden_size,
+                batch_size=batch_size,
+                seeds=tuple(ablation_seeds),
+                baseline=res.perplexity,
+                on_layer=ticker.of,
+            )
     inputs = proxy_inputs(model_dir)
     if isinstance(inputs, str):
         record.update(proxy_channels=None, jaccard=None, proxy_note=inputs)
@@ -93,8 +125,11 @@ class _Ticker:
         k = self.index
 
         def tick(batch: int, layer: int) -> None:
-            self.bar.advance(f"pass {k}/{self.passes} ({what}) · batch {batch + 1}/{self.batches} · "
-                             f"layer {layer + 1}/{self.n_layers}")
+            self.bar.advance(
+                f"pass {k}/{self.passes} ({what}) · batch {batch + 1}/{self.batches} · "
+                f"layer {layer + 1}/{self.n_layers}"
+            )
+
         return tick
 
 

@@ -33,8 +33,10 @@ def calibration_text() -> str:
     data = text_path().read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != TEXT_SHA256:
-        raise ConfigError(f"{text_path()} has sha256 {digest}, expected {TEXT_SHA256}: the package's calibration "
-                          "text was modified; reinstall grrr-stream")
+        raise ConfigError(
+            f"{text_path()} has sha256 {digest}, expected {TEXT_SHA256}: the package's calibration "
+            "text was modified; reinstall grrr-stream"
+        )
     return data.decode("utf-8")
 
 
@@ -54,19 +56,27 @@ def _tokenizer_ids(model_dir: Path, text: str) -> tuple[list[int], list[int], st
         tok = AutoTokenizer.from_pretrained(str(model_dir))
     except Exception as e:  # noqa: BLE001 - broken or partial tokenizer files fail in many library-specific ways
         text = " ".join(str(e).split())[:300] or type(e).__name__
-        raise ConfigError(f"the tokenizer in {model_dir} cannot be loaded ({type(e).__name__}: {text}); repair or "
-                          f"remove its tokenizer files ({', '.join(TOKENIZER_FILES)}: without them the "
-                          "calibration text is cut into bytes)") from e
+        raise ConfigError(
+            f"the tokenizer in {model_dir} cannot be loaded ({type(e).__name__}: {text}); repair or "
+            f"remove its tokenizer files ({', '.join(TOKENIZER_FILES)}: without them the "
+            "calibration text is cut into bytes)"
+        ) from e
     # a tokenizer that starts every document with BOS gets BOS at the start of every sequence
     with_special = tok("a", add_special_tokens=True)["input_ids"]
     plain = tok("a", add_special_tokens=False)["input_ids"]
-    prefix = with_special[:len(with_special) - len(plain)] if with_special[-len(plain):] == plain else []
+    prefix = with_special[: len(with_special) - len(plain)] if with_special[-len(plain) :] == plain else []
     ids = tok(text, add_special_tokens=False)["input_ids"]
     return list(prefix), list(ids), f"{type(tok).__name__} of {model_dir.name}"
 
 
-def calibration_ids(model_dir: Path, *, vocab_size: int, sequences: int = DEFAULT_SEQUENCES,
-                    seq_len: int = DEFAULT_SEQ_LEN, max_positions: int | None = None) -> Calibration:
+def calibration_ids(
+    model_dir: Path,
+    *,
+    vocab_size: int,
+    sequences: int = DEFAULT_SEQUENCES,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    max_positions: int | None = None,
+) -> Calibration:
     """The first ``sequences`` consecutive, non-overlapping windows of ``seq_len`` tokens of the text."""
     if sequences < 1 or seq_len < 2:
         raise ConfigError(f"need at least 1 sequence of at least 2 tokens (got {sequences} × {seq_len})")
@@ -82,9 +92,11 @@ def calibration_ids(model_dir: Path, *, vocab_size: int, sequences: int = DEFAUL
     if body < 1:
         raise ConfigError(f"--seq-len {seq_len} leaves no room for text after the tokenizer's prefix {prefix}")
     if len(ids) < sequences * body:
-        raise ConfigError(f"the calibration text has {len(ids)} tokens with this tokenizer: too few for "
-                          f"{sequences} sequences of {seq_len} tokens; ask for fewer or shorter sequences")
-    if max(ids[:sequences * body], default=0) >= vocab_size:
+        raise ConfigError(
+            f"the calibration text has {len(ids)} tokens with this tokenizer: too few for "
+            f"{sequences} sequences of {seq_len} tokens; ask for fewer or shorter sequences"
+        )
+    if max(ids[: sequences * body], default=0) >= vocab_size:
         raise ConfigError(f"the tokenizer in {model_dir} produces ids beyond the model's vocab_size {vocab_size}")
-    rows = [prefix + ids[i * body:(i + 1) * body] for i in range(sequences)]
+    rows = [prefix + ids[i * body : (i + 1) * body] for i in range(sequences)]
     return Calibration(torch.tensor(rows, dtype=torch.long), label)

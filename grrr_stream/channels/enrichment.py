@@ -51,8 +51,9 @@ def load_channel_set(spec: str) -> ChannelSet:
     try:
         chans = [int(x) for x in spec.replace(" ", "").split(",") if x]
     except ValueError:
-        raise ConfigError(f"--channels {spec!r}: neither a file nor a comma-separated list of channel indices") \
-            from None
+        raise ConfigError(
+            f"--channels {spec!r}: neither a file nor a comma-separated list of channel indices"
+        ) from None
     return ChannelSet(_indices(chans, spec), None, "list")
 
 
@@ -73,16 +74,19 @@ def groups_of(records: list[dict]) -> dict[str, list[int]]:
     return {g: idx for g, idx in out.items() if idx}
 
 
-def enrichment(energies: np.ndarray, records: list[dict], channels: np.ndarray, *, draws: int = 2000,
-               seed: int = 0) -> list[dict]:
+def enrichment(
+    energies: np.ndarray, records: list[dict], channels: np.ndarray, *, draws: int = 2000, seed: int = 0
+) -> list[dict]:
     """One row per (group, component): shares, ratio, bootstrap interval, null quantile, p-value.
 
     ``energies``: (matrices, H, 3) per-channel energies; ``records``: each matrix's side and module."""
     n, H, _ = energies.shape
     k = len(channels)
     if channels[-1] >= H or k >= H:
-        raise ConfigError(f"the channel set ({k} channels, largest index {channels[-1]}) does not fit the store's "
-                          f"{H} residual channels (it needs fewer than {H}, all below {H})")
+        raise ConfigError(
+            f"the channel set ({k} channels, largest index {channels[-1]}) does not fit the store's "
+            f"{H} residual channels (it needs fewer than {H}, all below {H})"
+        )
     groups = groups_of(records)
     mask = np.zeros(H, dtype=bool)
     mask[channels] = True
@@ -100,13 +104,25 @@ def enrichment(energies: np.ndarray, records: list[dict], channels: np.ndarray, 
             t = total[idx, c].sum()
             obs = inside[idx, c].sum() / t / (k / H) if t > 0 else np.nan
             nr = null[:, g, c] / (k / H)
-            rows.append({"group": name, "component": comp, "matrices": len(idx), "channels": k, "hidden": H,
-                         "channel_share": k / H, "energy_share": obs * k / H, "ratio": obs,
-                         "ci_lo": float(np.nanquantile(boot[:, c], 0.025)) if t > 0 else np.nan,
-                         "ci_hi": float(np.nanquantile(boot[:, c], 0.975)) if t > 0 else np.nan,
-                         "null_q975": float(np.quantile(nr, 0.975)) if t > 0 else np.nan,
-                         "p_value": float((1 + np.sum(nr >= obs)) / (1 + draws)) if t > 0 else np.nan,
-                         "energy": float(t), "draws": draws, "seed": seed})
+            rows.append(
+                {
+                    "group": name,
+                    "component": comp,
+                    "matrices": len(idx),
+                    "channels": k,
+                    "hidden": H,
+                    "channel_share": k / H,
+                    "energy_share": obs * k / H,
+                    "ratio": obs,
+                    "ci_lo": float(np.nanquantile(boot[:, c], 0.025)) if t > 0 else np.nan,
+                    "ci_hi": float(np.nanquantile(boot[:, c], 0.975)) if t > 0 else np.nan,
+                    "null_q975": float(np.quantile(nr, 0.975)) if t > 0 else np.nan,
+                    "p_value": float((1 + np.sum(nr >= obs)) / (1 + draws)) if t > 0 else np.nan,
+                    "energy": float(t),
+                    "draws": draws,
+                    "seed": seed,
+                }
+            )
     return rows
 
 
@@ -122,7 +138,7 @@ def null_shares(per_group: np.ndarray, k: int, draws: int, rng: np.random.Genera
         ind = np.zeros((b, H))
         np.put_along_axis(ind, picks, 1.0, axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[start:start + b] = (ind @ flat) / totals
+            out[start : start + b] = (ind @ flat) / totals
     return out.reshape(draws, G, C)
 
 
@@ -135,8 +151,10 @@ def store_energies(path: Path) -> tuple[np.ndarray, list[dict]]:
     sides = attrs["sides"]
     energies, records = [], []
     layers = arrays["layer"].tolist()
-    for key, mods, experts in (("energy", attrs["modules"], [None]),
-                               ("expert_energy", attrs["expert_modules"], arrays.get("expert", np.array([])).tolist())):
+    for key, mods, experts in (
+        ("energy", attrs["modules"], [None]),
+        ("expert_energy", attrs["expert_modules"], arrays.get("expert", np.array([])).tolist()),
+    ):
         if key not in arrays:
             continue
         grid = arrays[key] if key == "expert_energy" else arrays[key][:, :, None]

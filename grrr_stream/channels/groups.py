@@ -48,9 +48,9 @@ class Member:
     summarised without opening the store again."""
 
     transition: str
-    per_matrix: np.ndarray      # (matrices, 8): inside, then total, per component
+    per_matrix: np.ndarray  # (matrices, 8): inside, then total, per component
     channel_totals: np.ndarray  # (H, 4)
-    signature: str              # the matrix list's identity: transitions with the same one are resampled jointly
+    signature: str  # the matrix list's identity: transitions with the same one are resampled jointly
     channels: np.ndarray
 
     @classmethod
@@ -72,15 +72,26 @@ class Member:
         path = Path(path)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
-            np.savez(f, per_matrix=self.per_matrix, channel_totals=self.channel_totals, channels=self.channels,
-                     signature=np.asarray(self.signature), transition=np.asarray(self.transition))
+            np.savez(
+                f,
+                per_matrix=self.per_matrix,
+                channel_totals=self.channel_totals,
+                channels=self.channels,
+                signature=np.asarray(self.signature),
+                transition=np.asarray(self.transition),
+            )
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: Path) -> "Member":
         with np.load(Path(path)) as z:
-            return cls(str(z["transition"]), z["per_matrix"], z["channel_totals"], str(z["signature"]),
-                       z["channels"].astype(np.int64))
+            return cls(
+                str(z["transition"]),
+                z["per_matrix"],
+                z["channel_totals"],
+                str(z["signature"]),
+                z["channels"].astype(np.int64),
+            )
 
 
 def _signature(records: list[dict]) -> str:
@@ -96,8 +107,7 @@ def _usable(members: list[Member]) -> list[Member]:
 def bootstrap_means(members: list[Member], *, draws: int, seed: int) -> np.ndarray:
     """(draws, 4) replicates of the group's mean ratio per component (NaN where no transition has one)."""
     # per member: means over resampled matrices (the stream names as before: the same draws)
-    reps = joint_replicates([{m.signature: m.per_matrix} for m in members], resamples=draws, seed=seed,
-                            prefix="joint")
+    reps = joint_replicates([{m.signature: m.per_matrix} for m in members], resamples=draws, seed=seed, prefix="joint")
     ratios = []
     for m, r in zip(members, reps):
         share = len(m.channels) / m.hidden
@@ -118,8 +128,9 @@ def null_means(members: list[Member], *, draws: int, seed: int) -> np.ndarray:
                     continue
                 T = m.channel_totals
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    acc[i, start:start + size] = (T[perm[:, m.channels]].sum(axis=1) / T.sum(axis=0)
-                                                  / (len(m.channels) / H))
+                    acc[i, start : start + size] = (
+                        T[perm[:, m.channels]].sum(axis=1) / T.sum(axis=0) / (len(m.channels) / H)
+                    )
             start += size
     return _nanmean(acc, axis=0)
 
@@ -135,8 +146,17 @@ def group_enrichment(members: list[Member], *, draws: int, seed: int, level: flo
     """Per component: the group's mean ratio, its interval (``ci_lo``, ``ci_hi``), the null's 97.5 %
     quantile and the p-value, over the members with an outlier set."""
     members = _usable(members)
-    out = {c: {"ratio": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "null_q975": math.nan,
-               "p_value": math.nan, "draws": draws} for c in COMPONENTS}
+    out = {
+        c: {
+            "ratio": math.nan,
+            "ci_lo": math.nan,
+            "ci_hi": math.nan,
+            "null_q975": math.nan,
+            "p_value": math.nan,
+            "draws": draws,
+        }
+        for c in COMPONENTS
+    }
     if not members:
         return out
     point = []
@@ -151,7 +171,11 @@ def group_enrichment(members: list[Member], *, draws: int, seed: int, level: flo
             continue
         b, nl = boot[:, c][np.isfinite(boot[:, c])], null[:, c][np.isfinite(null[:, c])]
         lo, hi = interval(b, level)
-        out[comp].update(ratio=float(point[c]), ci_lo=lo, ci_hi=hi,
-                         null_q975=float(np.quantile(nl, 0.975)) if nl.size else math.nan,
-                         p_value=float((1 + np.sum(nl >= point[c] * (1 - TIE))) / (1 + nl.size)))
+        out[comp].update(
+            ratio=float(point[c]),
+            ci_lo=lo,
+            ci_hi=hi,
+            null_q975=float(np.quantile(nl, 0.975)) if nl.size else math.nan,
+            p_value=float((1 + np.sum(nl >= point[c] * (1 - TIE))) / (1 + nl.size)),
+        )
     return out

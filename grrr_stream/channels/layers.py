@@ -28,8 +28,16 @@ def layer_shares(energies: np.ndarray, records: list[dict], channels: np.ndarray
         total = sub.sum(axis=(0, 1))
         inside = sub[:, mask, :].sum(axis=(0, 1))
         for c, comp in enumerate(COMPONENTS):
-            rows.append({"layer": int(layer), "component": comp, "matrices": int(sub.shape[0]),
-                         "channels": int(mask.sum()), "hidden": H, "channel_share": float(mask.sum()) / H,
-                         "energy_share": float(inside[c] / total[c]) if total[c] > 0 else float("nan"),
-                         "energy": float(total[c])})
+            rows.append(
+                {
+                    "layer": int(layer),
+                    "component": comp,
+                    "matrices": int(sub.shape[0]),
+                    "channels": int(mask.sum()),
+                    "hidden": H,
+                    "channel_share": float(mask.sum()) / H,
+                    "energy_share": float(inside[c] / total[c]) if total[c] > 0 else float("nan"),
+                    "energy": float(total[c]),
+                }
+            )
     return rows

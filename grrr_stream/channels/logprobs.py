@@ -37,7 +37,7 @@ class HeadRows:
     rows: Callable[[int, int], tuple[torch.Tensor, Optional[torch.Tensor]]]
     vocab: int
     hidden: int
-    slice_rows: int            # rows read at a time
+    slice_rows: int  # rows read at a time
     softcap: Optional[float] = None  # logits → cap · tanh(logits / cap) (Gemma 2's final soft-capping)
 
 
@@ -54,6 +54,7 @@ def _replace_forward(module: torch.nn.Module, forward: Callable) -> contextlib.A
                 module.forward = saved
             else:
                 del module.forward
+
     return swap()
 
 
@@ -130,8 +131,9 @@ def next_token_logp(h: torch.Tensor, batch: torch.Tensor, head: HeadRows, dtype:
                 picked[p0 + rows] = z[rows, t[rows] - v0].double()
             # m holds logits (values of z), so z − m is one subtraction in z's dtype; exp there, sums in float64
             new_m = torch.maximum(m[p0:p1], z.max(dim=1).values.double())
-            s[p0:p1] = s[p0:p1] * torch.exp(m[p0:p1] - new_m) + (
-                z.sub_(new_m[:, None].to(z.dtype)).exp_()).sum(dim=1, dtype=torch.float64)
+            s[p0:p1] = s[p0:p1] * torch.exp(m[p0:p1] - new_m) + (z.sub_(new_m[:, None].to(z.dtype)).exp_()).sum(
+                dim=1, dtype=torch.float64
+            )
             m[p0:p1] = new_m
             del z
     return (picked - (m + torch.log(s))).reshape(batch.shape[0], -1)

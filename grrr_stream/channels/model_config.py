@@ -17,8 +17,9 @@ def need(module: str):
     try:
         return __import__(module)
     except ImportError as e:
-        raise MissingDependencyError(f"'grrr-stream channels' needs {module} "
-                                     f"(pip install 'grrr-stream[channels]'): {e}") from e
+        raise MissingDependencyError(
+            f"'grrr-stream channels' needs {module} (pip install 'grrr-stream[channels]'): {e}"
+        ) from e
 
 
 def decoder_layers(model: torch.nn.Module, n_layers: int) -> tuple[torch.nn.ModuleList, torch.nn.Module]:

@@ -42,8 +42,11 @@ class OutlierRule:
             raise ConfigError(f"outlier rule threshold {self.threshold!r} must be a finite number")
 
     def describe(self) -> dict:
-        return {**asdict(self), "score": "robust z of log-RMS per layer (median, 1.4826·MAD across channels), "
-                                         f"{self.aggregate} over layers"}
+        return {
+            **asdict(self),
+            "score": "robust z of log-RMS per layer (median, 1.4826·MAD across channels), "
+            f"{self.aggregate} over layers",
+        }
 
 
 def robust_z(values: np.ndarray) -> np.ndarray:

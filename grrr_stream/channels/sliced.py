@@ -62,8 +62,12 @@ def offloaded_from_safetensors(model: torch.nn.Module):
         for pname, p in module._parameters.items():
             info = index.get(f"{wm.prefix}{pname}")
             if p is not None and info and "safetensors_file" in info:
-                yield (f"{wm.prefix}{pname}", p, info.get("weight_name", f"{wm.prefix}{pname}"),
-                       info["safetensors_file"])
+                yield (
+                    f"{wm.prefix}{pname}",
+                    p,
+                    info.get("weight_name", f"{wm.prefix}{pname}"),
+                    info["safetensors_file"],
+                )
 
 
 def offload_sources(model: torch.nn.Module, model_dir: Path) -> dict[int, RowSource]:
@@ -86,10 +90,14 @@ def sliced_modules(model: torch.nn.Module, sources: dict[int, RowSource]) -> lis
     """The input embedding (any ``nn.Embedding``) and the LM head (a plain ``nn.Linear`` without
     bias) whose weight is in ``sources``; a weight tied to a module outside them keeps them out."""
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
-    chosen = [m for m in dict.fromkeys((emb, head)) if m is not None and id(m.weight) in sources
-              and (isinstance(m, torch.nn.Embedding)
-                   or (type(m) is torch.nn.Linear and m.bias is None))
-              and all(n == "weight" for n, p in m.named_parameters())]
+    chosen = [
+        m
+        for m in dict.fromkeys((emb, head))
+        if m is not None
+        and id(m.weight) in sources
+        and (isinstance(m, torch.nn.Embedding) or (type(m) is torch.nn.Linear and m.bias is None))
+        and all(n == "weight" for n, p in m.named_parameters())
+    ]
     ids = {id(m.weight) for m in chosen}
     for m in model.modules():
         if all(m is not c for c in chosen) and any(id(p) in ids for p in m._parameters.values() if p is not None):
@@ -105,8 +113,9 @@ def install(modules: list[torch.nn.Module], sources: dict[int, RowSource], dtype
     for m in modules:
         remove_hook_from_module(m)
         src = sources[id(m.weight)]
-        m.forward = (_embedding_forward(m, src, dtype) if isinstance(m, torch.nn.Embedding)
-                     else _linear_forward(src, dtype))
+        m.forward = (
+            _embedding_forward(m, src, dtype) if isinstance(m, torch.nn.Embedding) else _linear_forward(src, dtype)
+        )
 
 
 def _embedding_forward(m: torch.nn.Embedding, src: RowSource, dtype: torch.dtype) -> Callable:
@@ -122,6 +131,7 @@ def _embedding_forward(m: torch.nn.Embedding, src: RowSource, dtype: torch.dtype
             return own(m, inverse)
         finally:
             m._parameters["weight"], m.padding_idx = saved, padding
+
     return forward
 
 
@@ -136,4 +146,5 @@ def _linear_forward(src: RowSource, dtype: torch.dtype) -> Callable:
             e = min(s + rows, n_out)
             out[..., s:e] = torch.nn.functional.linear(x, src.rows(s, e).to(dtype))
         return out
+
     return forward

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import StoreError
 from .groups import Member
 
-STATS_FILE = "channel_stats.csv"    # written last: the sweep's channel-stats unit's completion marker
+STATS_FILE = "channel_stats.csv"  # written last: the sweep's channel-stats unit's completion marker
 LAYERS_FILE = "channel_layers.csv"
 
 
@@ -28,9 +28,9 @@ class ChannelStats:
     transition: str
     hidden: int
     channels: np.ndarray
-    rows: list[dict]       # channel_stats.csv
-    layers: list[dict]     # channel_layers.csv
-    member: "Member"       # what a group of transitions reads of this one (channels.groups)
+    rows: list[dict]  # channel_stats.csv
+    layers: list[dict]  # channel_layers.csv
+    member: "Member"  # what a group of transitions reads of this one (channels.groups)
 
     def write(self, out: Path) -> list[Path]:
         """channel_layers.csv, then channel_stats.csv (last: it marks the pair complete), in ``out``."""
@@ -43,10 +43,17 @@ class ChannelStats:
         return [out / STATS_FILE, out / LAYERS_FILE]
 
 
-def transition_channel_stats(store: Path, channels: Sequence[int], *, draws: int, seed: int,
-                             hidden: Optional[int] = None, label: Optional[str] = None,
-                             post_channels: Optional[Sequence[int]] = None, what: str = "the channel set"
-                             ) -> ChannelStats:
+def transition_channel_stats(
+    store: Path,
+    channels: Sequence[int],
+    *,
+    draws: int,
+    seed: int,
+    hidden: Optional[int] = None,
+    label: Optional[str] = None,
+    post_channels: Optional[Sequence[int]] = None,
+    what: str = "the channel set",
+) -> ChannelStats:
     """The statistics of ``store``'s update on ``channels`` (chosen for hidden size ``hidden``: refused when the
     store has another); ``label``: the transition's name (default: the store's)."""
     from .enrichment import store_energies
@@ -55,8 +62,10 @@ def transition_channel_stats(store: Path, channels: Sequence[int], *, draws: int
 
     energies, records = store_energies(Path(store))
     if hidden is not None and int(hidden) != energies.shape[1]:
-        raise StoreError(f"{what} was chosen for hidden size {hidden}, but {store} has {energies.shape[1]} "
-                         "residual channels: a different model")
+        raise StoreError(
+            f"{what} was chosen for hidden size {hidden}, but {store} has {energies.shape[1]} "
+            "residual channels: a different model"
+        )
     if label is None:
         from ..store.transition_store import StoredTransition
 
@@ -70,8 +79,9 @@ def transition_channel_stats(store: Path, channels: Sequence[int], *, draws: int
     return ChannelStats(label, int(energies.shape[1]), chans, rows, layers, Member.of(label, energies, records, chans))
 
 
-def stats_rows(energies: np.ndarray, records: list[dict], channels: np.ndarray, *, resamples: int,
-               seed: int) -> list[dict]:
+def stats_rows(
+    energies: np.ndarray, records: list[dict], channels: np.ndarray, *, resamples: int, seed: int
+) -> list[dict]:
     """:func:`.enrichment.enrichment`'s rows, plus component ``total`` (the whole update: the three components'
     energies summed per channel, with the same null draws and resamples); with no outlier channel, rows with
     zero shares and no ratio (the rule found none: nothing to enrich)."""
@@ -82,15 +92,34 @@ def stats_rows(energies: np.ndarray, records: list[dict], channels: np.ndarray, 
     total = np.repeat(e.sum(axis=2, keepdims=True), 3, axis=2)  # one component's rows are the total's
     if channels.size:
         rows = enrichment(e, records, channels, draws=resamples, seed=seed)
-        whole = [{**r, "component": "total"} for r in enrichment(total, records, channels, draws=resamples,
-                                                                  seed=seed) if r["component"] == COMPONENTS[0]]
+        whole = [
+            {**r, "component": "total"}
+            for r in enrichment(total, records, channels, draws=resamples, seed=seed)
+            if r["component"] == COMPONENTS[0]
+        ]
         return _interleave(rows, whole)
     H, nan = e.shape[1], float("nan")
-    return [{"group": g, "component": c, "matrices": len(idx), "channels": 0, "hidden": H, "channel_share": 0.0,
-             "energy_share": 0.0, "ratio": nan, "ci_lo": nan, "ci_hi": nan, "null_q975": nan, "p_value": nan,
-             "energy": float((total if c == "total" else e)[idx][:, :, 0 if c == "total" else k].sum()),
-             "draws": resamples, "seed": seed}
-            for g, idx in groups_of(records).items() for k, c in enumerate((*COMPONENTS, "total"))]
+    return [
+        {
+            "group": g,
+            "component": c,
+            "matrices": len(idx),
+            "channels": 0,
+            "hidden": H,
+            "channel_share": 0.0,
+            "energy_share": 0.0,
+            "ratio": nan,
+            "ci_lo": nan,
+            "ci_hi": nan,
+            "null_q975": nan,
+            "p_value": nan,
+            "energy": float((total if c == "total" else e)[idx][:, :, 0 if c == "total" else k].sum()),
+            "draws": resamples,
+            "seed": seed,
+        }
+        for g, idx in groups_of(records).items()
+        for k, c in enumerate((*COMPONENTS, "total"))
+    ]
 
 
 def _interleave(rows: list[dict], whole: list[dict]) -> list[dict]:

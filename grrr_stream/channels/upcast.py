@@ -17,8 +17,9 @@ _HALF = (torch.bfloat16, torch.float16)
 HEAD_CHUNK_BYTES = 64 * 2**20  # rows of a kept Linear (LM head, decoder linears) upcast at a time
 
 
-def storage_dtype_modules(model: torch.nn.Module, layers: torch.nn.ModuleList,
-                           dtype: torch.dtype) -> list[torch.nn.Module]:
+def storage_dtype_modules(
+    model: torch.nn.Module, layers: torch.nn.ModuleList, dtype: torch.dtype
+) -> list[torch.nn.Module]:
     """The modules that can keep a 16-bit checkpoint's weights while computing in float32/float64
     with the same values: the input embedding and LM head (vocab × hidden, the largest blocks of an
     LLM: 2.9 GiB each in float32 for a 14B model) and the decoder layers' linear maps (q/k/v/o,
@@ -32,15 +33,22 @@ def storage_dtype_modules(model: torch.nn.Module, layers: torch.nn.ModuleList,
     if dtype not in (torch.float32, torch.float64):
         return []
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
-    io = [m for m in (emb, head) if m is not None and type(m) in (torch.nn.Embedding, torch.nn.Linear)
-          and getattr(m, "bias", None) is None]
+    io = [
+        m
+        for m in (emb, head)
+        if m is not None and type(m) in (torch.nn.Embedding, torch.nn.Linear) and getattr(m, "bias", None) is None
+    ]
     linears = [m for layer in layers for m in layer.modules() if type(m) is torch.nn.Linear]
-    kept = [m for m in dict.fromkeys(io + linears)
-            if all(p.dtype in _HALF for p in m.parameters(recurse=False))]
+    kept = [m for m in dict.fromkeys(io + linears) if all(p.dtype in _HALF for p in m.parameters(recurse=False))]
     while True:  # drop a module whose weight another module (outside the kept ones) also holds
         ids = {id(p) for m in kept for p in m.parameters(recurse=False)}
-        shared = {id(p) for m in model.modules() if all(m is not k for k in kept)
-                  for p in m._parameters.values() if p is not None and id(p) in ids}
+        shared = {
+            id(p)
+            for m in model.modules()
+            if all(m is not k for k in kept)
+            for p in m._parameters.values()
+            if p is not None and id(p) in ids
+        }
         if not shared:
             return kept
         kept = [m for m in kept if not any(id(p) in shared for p in m.parameters(recurse=False))]
@@ -76,7 +84,9 @@ def chunked_upcast_linear(m: torch.nn.Linear, dtype: torch.dtype) -> Callable[[t
             return torch.nn.functional.linear(x, w.to(dtype), None if b is None else b.to(dtype))
         out = x.new_empty(*x.shape[:-1], w.shape[0])
         for s in range(0, w.shape[0], rows):
-            out[..., s:s + rows] = torch.nn.functional.linear(
-                x, w[s:s + rows].to(dtype), None if b is None else b[s:s + rows].to(dtype))
+            out[..., s : s + rows] = torch.nn.functional.linear(
+                x, w[s : s + rows].to(dtype), None if b is None else b[s : s + rows].to(dtype)
+            )
         return out
+
     return forward

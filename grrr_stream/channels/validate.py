@@ -43,8 +43,8 @@ def preflight(model_dir: Path, *, sequences: int, seq_len: int):
 
     from ..checkpoints.reader import Checkpoint
     from ..errors import CheckpointNotFoundError
-    from .model_config import REMOTE_DECODERS, config_from, decoder_layers, need, text_config
     from .calibration import calibration_ids
+    from .model_config import REMOTE_DECODERS, config_from, decoder_layers, need, text_config
 
     model_dir = Path(model_dir)
     ckpt = Checkpoint.open(model_dir)  # a structural fault of the files ends here, with its own message
@@ -61,12 +61,16 @@ def preflight(model_dir: Path, *, sequences: int, seq_len: int):
         config = config_from(transformers, model_dir)
     except Exception as e:  # noqa: BLE001 - transformers raises ValueError, KeyError, its own validation errors
         if model_type and model_type not in REMOTE_DECODERS and _unknown_type(transformers, model_type):
-            problems.append(f"its model_type '{model_type}' is not an architecture transformers "
-                            f"{transformers.__version__} implements (the channels pass runs the model's own "
-                            "forward: a newer transformers, or a model_type it knows, is needed)")
+            problems.append(
+                f"its model_type '{model_type}' is not an architecture transformers "
+                f"{transformers.__version__} implements (the channels pass runs the model's own "
+                "forward: a newer transformers, or a model_type it knows, is needed)"
+            )
         else:
-            problems.append(f"transformers {transformers.__version__} cannot read its config.json "
-                            f"({type(e).__name__}: {first_line(e)})")
+            problems.append(
+                f"transformers {transformers.__version__} cannot read its config.json "
+                f"({type(e).__name__}: {first_line(e)})"
+            )
     if config is not None:
         try:
             with init_empty_weights():
@@ -74,12 +78,16 @@ def preflight(model_dir: Path, *, sequences: int, seq_len: int):
         except Exception as e:  # noqa: BLE001 - an unsupported architecture or an inconsistent config
             model = None
             if "Unrecognized configuration class" in str(e):
-                problems.append(f"its architecture ({type(config).__name__}, model_type '{model_type}') has no "
-                                "causal language-model class in transformers: `grrr-stream channels` needs a "
-                                "decoder-only LLM")
+                problems.append(
+                    f"its architecture ({type(config).__name__}, model_type '{model_type}') has no "
+                    "causal language-model class in transformers: `grrr-stream channels` needs a "
+                    "decoder-only LLM"
+                )
             else:
-                problems.append(f"transformers cannot build the model its config.json describes "
-                                f"({type(e).__name__}: {first_line(e)})")
+                problems.append(
+                    f"transformers cannot build the model its config.json describes "
+                    f"({type(e).__name__}: {first_line(e)})"
+                )
         if model is not None:
             try:
                 decoder_layers(model, text_config(config).num_hidden_layers)
@@ -107,6 +115,7 @@ def preflight(model_dir: Path, *, sequences: int, seq_len: int):
 def _unknown_type(transformers, model_type: str) -> bool:
     try:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
         return model_type not in CONFIG_MAPPING
     except ImportError:
         return False
@@ -135,18 +144,23 @@ def raise_loading_problems(model_dir: Path, model: torch.nn.Module, info: dict, 
     if missing:
         problems.append(f"{len(missing)} tensor(s) the model needs are not in the checkpoint: {_names(missing)}")
     if unexpected:
-        problems.append(f"{len(unexpected)} tensor(s) of the checkpoint have no place in the model the config "
-                        f"describes: {_names(unexpected)}")
+        problems.append(
+            f"{len(unexpected)} tensor(s) of the checkpoint have no place in the model the config "
+            f"describes: {_names(unexpected)}"
+        )
     if mismatched:
-        shown = [f"{k} is {list(a)} in the checkpoint, {list(b)} in the model"
-                 for k, (a, b) in sorted(mismatched.items())]
+        shown = [
+            f"{k} is {list(a)} in the checkpoint, {list(b)} in the model" for k, (a, b) in sorted(mismatched.items())
+        ]
         problems.append(f"{len(mismatched)} tensor(s) have another shape than the config implies: {_names(shown)}")
     if problems:
-        raise CheckpointError(f"{model_dir}: config.json does not describe the weights beside it "
-                              f"(hidden_size {getattr(text_config(config), 'hidden_size', '?')}, num_hidden_layers "
-                              f"{getattr(text_config(config), 'num_hidden_layers', '?')}, vocab_size "
-                              f"{getattr(text_config(config), 'vocab_size', '?')}): {_listing(problems)}. Use the "
-                              "config.json that was saved with these weights")
+        raise CheckpointError(
+            f"{model_dir}: config.json does not describe the weights beside it "
+            f"(hidden_size {getattr(text_config(config), 'hidden_size', '?')}, num_hidden_layers "
+            f"{getattr(text_config(config), 'num_hidden_layers', '?')}, vocab_size "
+            f"{getattr(text_config(config), 'vocab_size', '?')}): {_listing(problems)}. Use the "
+            "config.json that was saved with these weights"
+        )
 
 
 def _names(items: list[str], limit: int = 6) -> str:
@@ -167,19 +181,22 @@ def nonfinite_tensors(ckpt, on_tensor: Optional[Callable[[str], None]] = None) -
 def _has_nonfinite(ckpt, name: str, shape: tuple[int, ...], nbytes: int) -> bool:
     if len(shape) != 2 or nbytes <= SCAN_BLOCK_BYTES:
         if len(shape) == 3 and nbytes > SCAN_BLOCK_BYTES:
-            return any(not torch.isfinite(ckpt.read_part(name, index=i, mapped=False)).all()
-                       for i in range(shape[0]))
+            return any(not torch.isfinite(ckpt.read_part(name, index=i, mapped=False)).all() for i in range(shape[0]))
         return not bool(torch.isfinite(ckpt.read(name)).all())
     rows = max(1, SCAN_BLOCK_BYTES // max(1, nbytes // max(1, shape[0])))
-    return any(not torch.isfinite(ckpt.read_part(name, rows=(s, min(s + rows, shape[0])), mapped=False)).all()
-               for s in range(0, shape[0], rows))
+    return any(
+        not torch.isfinite(ckpt.read_part(name, rows=(s, min(s + rows, shape[0])), mapped=False)).all()
+        for s in range(0, shape[0], rows)
+    )
 
 
 def raise_nonfinite(model_dir: Path, bad: list[str]) -> None:
     if bad:
-        raise NonFiniteWeightError(f"{model_dir}: {len(bad)} tensor(s) hold NaN or Inf values: {_names(bad)}. A "
-                                   "forward pass would make the residual stream NaN; repair or re-download "
-                                   "the checkpoint")
+        raise NonFiniteWeightError(
+            f"{model_dir}: {len(bad)} tensor(s) hold NaN or Inf values: {_names(bad)}. A "
+            "forward pass would make the residual stream NaN; repair or re-download "
+            "the checkpoint"
+        )
 
 
 def total_scan_bytes(ckpt) -> int:
@@ -188,4 +205,3 @@ def total_scan_bytes(ckpt) -> int:
 
 def tensor_count(ckpt) -> int:
     return sum(1 for t in ckpt.tensors.values() if t.is_floating)
-

@@ -79,14 +79,15 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {
-    **{t: Family(STANDARD_PATTERN, STANDARD_MODULES)
-       for t in ("llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "mimo", "gemma", "gemma2", "gemma3_text")},
+    **{
+        t: Family(STANDARD_PATTERN, STANDARD_MODULES)
+        for t in ("llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "mimo", "gemma", "gemma2", "gemma3_text")
+    },
     "gemma3": Family(GEMMA3_MM_PATTERN, STANDARD_MODULES),
     "phi3": Family(PHI3_PATTERN, ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")),
     "qwen3_moe": Family(QWEN3_MOE_PATTERN, STANDARD_MODULES + ("gate",)),
     "mixtral": Family(MIXTRAL_PATTERN, ("q_proj", "k_proj", "v_proj", "o_proj", "w1", "w2", "w3", "gate")),
-    "gpt_oss": Family(GPT_OSS_PATTERN, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj",
-                                        "router")),
+    "gpt_oss": Family(GPT_OSS_PATTERN, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj", "router")),
 }
 # families whose RMSNorm scales by (1 + weight): the effective gain of a stored norm weight w is 1 + w
 ONE_PLUS_W_NORMS = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
@@ -169,8 +170,9 @@ def _module(m: re.Match) -> str:
     raise ConfigError(f"pattern matched '{m.string}' without a module group")
 
 
-def select_matrices(names: Iterable[str], pattern: str, modules: Iterable[str],
-                    shapes: Optional[Mapping[str, tuple]] = None) -> list[MatrixName]:
+def select_matrices(
+    names: Iterable[str], pattern: str, modules: Iterable[str], shapes: Optional[Mapping[str, tuple]] = None
+) -> list[MatrixName]:
     """Names matching ``pattern`` whose module is in ``modules``, ordered by layer, module order, expert.
 
     With ``shapes``, a matched 3-D tensor becomes one matrix per slice along its first axis (one
@@ -190,16 +192,16 @@ def select_matrices(names: Iterable[str], pattern: str, modules: Iterable[str],
         expert = m.groupdict().get("expert")
         shape = tuple(shapes[name]) if shapes is not None and name in shapes else ()
         if len(shape) == 3 and expert is None:
-            found += [MatrixName(layer, module, f"{name}[{e}]", expert=e, tensor=name, index=e)
-                      for e in range(shape[0])]
+            found += [
+                MatrixName(layer, module, f"{name}[{e}]", expert=e, tensor=name, index=e) for e in range(shape[0])
+            ]
         else:
             found.append(MatrixName(layer, module, name, expert=None if expert is None else int(expert)))
     found.sort(key=lambda x: (x.layer, order[x.module], -1 if x.expert is None else x.expert, x.name))
     return found
 
 
-def split_fused(matrices: list[MatrixName], config: Optional[dict],
-                shapes: Mapping[str, tuple]) -> list[MatrixName]:
+def split_fused(matrices: list[MatrixName], config: Optional[dict], shapes: Mapping[str, tuple]) -> list[MatrixName]:
     """Replace every whole fused ``qkv_proj`` / ``gate_up_proj`` matrix by its logical row blocks.
 
     Row counts come from the config: q = num_attention_heads·head_dim, k = v =
@@ -225,7 +227,8 @@ def split_fused(matrices: list[MatrixName], config: Optional[dict],
             raise ConfigError(
                 f"split_fused: cannot split {m.name} ({rows} rows) into {'/'.join(FUSED_PARTS[m.module])} from "
                 f"config.json (head counts, head_dim, intermediate_size give {sizes}); decompose it as stored "
-                "(split_fused: false)")
+                "(split_fused: false)"
+            )
         start = 0
         for part, size in zip(FUSED_PARTS[m.module], sizes):
             label = part.removesuffix("_proj")

@@ -66,9 +66,13 @@ def _header_entry(shard: Path, name: str, meta: Any) -> dict[str, Any]:
     """One tensor's header entry, type-checked, with a byte span that fits its dtype and shape."""
     try:
         offsets, shape_raw, dtype = meta["data_offsets"], meta["shape"], meta["dtype"]
-        if not (isinstance(offsets, list) and len(offsets) == 2 and isinstance(shape_raw, list)
-                and isinstance(dtype, str)
-                and all(type(x) is int and x >= 0 for x in offsets + shape_raw)):
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and isinstance(shape_raw, list)
+            and isinstance(dtype, str)
+            and all(type(x) is int and x >= 0 for x in offsets + shape_raw)
+        ):
             raise TypeError
         b, e = offsets
         shape = tuple(shape_raw)
@@ -82,8 +86,10 @@ def _header_entry(shard: Path, name: str, meta: Any) -> dict[str, Any]:
                 f"{expect}; the header is corrupt, re-download it"
             )
     elif e < b:
-        raise CheckpointError(f"shard {shard}: tensor '{name}' has data_offsets [{b}, {e}] that end before "
-                              "they begin; the header is corrupt, re-download it")
+        raise CheckpointError(
+            f"shard {shard}: tensor '{name}' has data_offsets [{b}, {e}] that end before "
+            "they begin; the header is corrupt, re-download it"
+        )
     return {"dtype": dtype, "shape": shape, "data_offsets": (b, e)}
 
 
@@ -95,8 +101,10 @@ def _check_tiling(shard: Path, entries: dict[str, Any], data_start: int, size: i
         b, e = meta["data_offsets"]
         if b != end:
             what = "overlaps the tensor before it" if b < end else "leaves a gap before it"
-            raise CheckpointError(f"shard {shard}: tensor '{name}' (data_offsets [{b}, {e}]) {what}; the header is "
-                                  "corrupt or crafted, re-download the checkpoint")
+            raise CheckpointError(
+                f"shard {shard}: tensor '{name}' (data_offsets [{b}, {e}]) {what}; the header is "
+                "corrupt or crafted, re-download the checkpoint"
+            )
         end = e
     if data_start + end > size:
         raise CheckpointError(
@@ -120,8 +128,10 @@ def regular_file_size(path: Path, what: str) -> int:
     except OSError as e:  # ELOOP (a symlink loop), EACCES, ...
         raise CheckpointError(f"{what} {path} cannot be read: {e.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
-            "a device or socket"
-        raise CheckpointError(f"{what} {path} is {kind}, not a regular file; give a checkpoint folder whose files "
-                              "are regular files")
+        kind = (
+            "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+        )
+        raise CheckpointError(
+            f"{what} {path} is {kind}, not a regular file; give a checkpoint folder whose files are regular files"
+        )
     return st.st_size

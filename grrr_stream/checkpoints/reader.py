@@ -79,8 +79,9 @@ def resolve_source(source: str, revision: Optional[str] = None) -> Path:
     except ImportError:  # pragma: no cover - a core dependency
         raise MissingDependencyError("huggingface_hub is needed for Hub ids: pip install huggingface_hub") from None
     try:
-        local = snapshot_download(repo_id=source, revision=revision, allow_patterns=HUB_PATTERNS,
-                                  tqdm_class=_console_bars())
+        local = snapshot_download(
+            repo_id=source, revision=revision, allow_patterns=HUB_PATTERNS, tqdm_class=_console_bars()
+        )
     except Exception as e:  # network, auth, missing repo: all end the same way for the user
         raise CheckpointNotFoundError(
             f"'{source}' is not a local folder and could not be fetched from the Hugging Face Hub "
@@ -147,7 +148,7 @@ def _unindexed_shards(folder: Path) -> list[Path]:
                 f"{folder} holds only pickle checkpoints ({', '.join(pickles[:5])}). Loading them would "
                 "run arbitrary code from the file (unpickling), so grrr_stream reads safetensors only. "
                 "Convert once, in an environment you trust, e.g. "
-                "`python -c \"from transformers import AutoModelForCausalLM as M; "
+                '`python -c "from transformers import AutoModelForCausalLM as M; '
                 "M.from_pretrained('IN').save_pretrained('OUT', safe_serialization=True)\"`, "
                 "or use a safetensors revision of the model."
             )
@@ -250,8 +251,9 @@ class Checkpoint:
         info = self.tensors[name]
         return self._read_bytes(info, info.start, info.nbytes, info.shape, mapped)
 
-    def read_part(self, name: str, *, index: Optional[int] = None,
-                  rows: Optional[tuple[int, int]] = None, mapped: bool = True) -> torch.Tensor:
+    def read_part(
+        self, name: str, *, index: Optional[int] = None, rows: Optional[tuple[int, int]] = None, mapped: bool = True
+    ) -> torch.Tensor:
         """One matrix of a tensor without reading the rest: slice ``index`` of a 3-D tensor (an
         expert), or the row block ``rows`` = [start, stop) of a 2-D one (a part of a fused projection),
         or the whole tensor when neither is given. Both parts are contiguous in the row-major file
@@ -267,21 +269,24 @@ class Checkpoint:
         step = math.prod(info.shape[1:]) * BY_CODE[info.dtype].itemsize  # bytes per step along the first axis
         if index is not None:
             if len(info.shape) != 3 or not 0 <= index < info.shape[0]:
-                raise CheckpointError(f"tensor '{name}' {list(info.shape)} has no slice {index} (expected a 3-D "
-                                      "stack of expert matrices)")
+                raise CheckpointError(
+                    f"tensor '{name}' {list(info.shape)} has no slice {index} (expected a 3-D stack of expert matrices)"
+                )
             return self._read_bytes(info, info.start + index * step, step, info.shape[1:], mapped)
         start, stop = rows
         if len(info.shape) != 2 or not 0 <= start < stop <= info.shape[0]:
             raise CheckpointError(f"tensor '{name}' {list(info.shape)} has no row block [{start}, {stop})")
-        return self._read_bytes(info, info.start + start * step, (stop - start) * step,
-                                (stop - start, info.shape[1]), mapped)
+        return self._read_bytes(
+            info, info.start + start * step, (stop - start) * step, (stop - start, info.shape[1]), mapped
+        )
 
     def read_matrix(self, m) -> torch.Tensor:
         """The matrix an :class:`~grrr_stream.checkpoints.arch.MatrixName` (or its store record) names."""
         if isinstance(m, dict):  # a completion record of the store
             rows = m.get("rows")
-            return self.read_part(m.get("tensor") or m["name"], index=m.get("index"),
-                                  rows=tuple(rows) if rows else None)
+            return self.read_part(
+                m.get("tensor") or m["name"], index=m.get("index"), rows=tuple(rows) if rows else None
+            )
         return self.read_part(m.source, index=m.index, rows=m.rows)
 
     def matrix_shape(self, m) -> tuple[int, ...]:
@@ -293,8 +298,9 @@ class Checkpoint:
             return (m.rows[1] - m.rows[0],) + tuple(shape[1:])
         return tuple(shape)
 
-    def _read_bytes(self, info: TensorInfo, start: int, nbytes: int, shape: tuple[int, ...],
-                    mapped: bool = True) -> torch.Tensor:
+    def _read_bytes(
+        self, info: TensorInfo, start: int, nbytes: int, shape: tuple[int, ...], mapped: bool = True
+    ) -> torch.Tensor:
         if info.dtype not in BY_CODE:
             raise CheckpointError(f"tensor '{info.name}' in {info.shard} has unsupported dtype {info.dtype}")
         tdtype = BY_CODE[info.dtype].torch

@@ -51,8 +51,11 @@ def _safetensors_header(specs: list[TensorSpec]) -> bytes:
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for spec in specs:
-        header[spec.name] = {"dtype": BY_TORCH[spec.dtype].code, "shape": list(spec.shape),
-                             "data_offsets": [offset, offset + spec.nbytes]}
+        header[spec.name] = {
+            "dtype": BY_TORCH[spec.dtype].code,
+            "shape": list(spec.shape),
+            "data_offsets": [offset, offset + spec.nbytes],
+        }
         offset += spec.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     return raw + b" " * (-len(raw) % 8)  # the format pads the header to 8-byte alignment
@@ -124,8 +127,16 @@ def _remove_stale_partials(folder: Path) -> None:
             continue
 
 
-def _write_into(tmp: Path, folder: Path, tensors, layout, total: int, max_shard_bytes: int,
-                config: Optional[dict], extra_files: Optional[dict]) -> None:
+def _write_into(
+    tmp: Path,
+    folder: Path,
+    tensors,
+    layout,
+    total: int,
+    max_shard_bytes: int,
+    config: Optional[dict],
+    extra_files: Optional[dict],
+) -> None:
     shards = plan_shards(layout, max_shard_bytes)
     n = len(shards)
     names = [SINGLE_NAME] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
@@ -164,8 +175,18 @@ def _write_into(tmp: Path, folder: Path, tensors, layout, total: int, max_shard_
 
 
 # Files of a model folder that travel with its weights (tokenizer, chat template, generation config).
-COMPANION_PATTERNS = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
-                      "generation_config.json", "chat_template*", "*.model", "*.tiktoken", "preprocessor_config.json")
+COMPANION_PATTERNS = (
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "generation_config.json",
+    "chat_template*",
+    "*.model",
+    "*.tiktoken",
+    "preprocessor_config.json",
+)
 
 
 def companion_files(folder: Path) -> dict[str, bytes]:

@@ -17,8 +17,18 @@ from typing import Optional, Sequence
 from ..errors import GrrrError
 from .channel_stats import channel_stats_parser, cmd_channel_stats
 from .channels import channels_parser, cmd_channels
-from .parsers import (bands_parser, compare_parser, decompose_parser, evaluate_parser, report_parser, stats_parser,
-                      status_parser, sweep_parser, track_parser, variants_parser)
+from .parsers import (
+    bands_parser,
+    compare_parser,
+    decompose_parser,
+    evaluate_parser,
+    report_parser,
+    stats_parser,
+    status_parser,
+    sweep_parser,
+    track_parser,
+    variants_parser,
+)
 from .sweep import cmd_report, cmd_status, cmd_sweep, cmd_track
 from .transition import cmd_bands, cmd_compare, cmd_decompose, cmd_evaluate, cmd_stats, cmd_variants
 
@@ -46,11 +56,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"decompose": cmd_decompose, "stats": cmd_stats, "compare": cmd_compare, "bands": cmd_bands,
-            "variants": cmd_variants,
-            "evaluate": cmd_evaluate, "demo": cmd_sweep,
-            "sweep": cmd_sweep, "status": cmd_status, "report": cmd_report, "track": cmd_track,
-            "channels": cmd_channels, "channel-stats": cmd_channel_stats}
+COMMANDS = {
+    "decompose": cmd_decompose,
+    "stats": cmd_stats,
+    "compare": cmd_compare,
+    "bands": cmd_bands,
+    "variants": cmd_variants,
+    "evaluate": cmd_evaluate,
+    "demo": cmd_sweep,
+    "sweep": cmd_sweep,
+    "status": cmd_status,
+    "report": cmd_report,
+    "track": cmd_track,
+    "channels": cmd_channels,
+    "channel-stats": cmd_channel_stats,
+}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -63,9 +83,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rc = COMMANDS[args.command](args)
         missed = run_log.missed()[missed_before:]
         if rc == 0 and missed:
-            print(f"grrr-stream: the work is done, but {len(missed)} MLflow logging(s) were missed and recorded "
-                  "beside their results; rerun the same command or `grrr-stream track PATH` to log them "
-                  f"(exit status {EXIT_TRACKING})", file=sys.stderr)
+            print(
+                f"grrr-stream: the work is done, but {len(missed)} MLflow logging(s) were missed and recorded "
+                "beside their results; rerun the same command or `grrr-stream track PATH` to log them "
+                f"(exit status {EXIT_TRACKING})",
+                file=sys.stderr,
+            )
             return EXIT_TRACKING
         return rc
     except GrrrError as e:

@@ -8,17 +8,25 @@ from typing import Any, Optional
 from ..config import TrackingConfig
 
 
-def add_tracking(p: argparse.ArgumentParser, *, experiment: bool = True,
-                 experiment_default: Optional[str] = "grrr_stream") -> None:
+def add_tracking(
+    p: argparse.ArgumentParser, *, experiment: bool = True, experiment_default: Optional[str] = "grrr_stream"
+) -> None:
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     if experiment:
-        p.add_argument("--experiment", default=experiment_default,
-                       help=f"MLflow experiment (default {experiment_default})" if experiment_default else
-                       "MLflow experiment (default: the config's tracking.experiment)")
+        p.add_argument(
+            "--experiment",
+            default=experiment_default,
+            help=f"MLflow experiment (default {experiment_default})"
+            if experiment_default
+            else "MLflow experiment (default: the config's tracking.experiment)",
+        )
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
-    p.add_argument("--tracking-required", action="store_true",
-                   help="refuse to start when the tracking target cannot be reached (default: work without it "
-                        "and record what to log for `grrr-stream track`)")
+    p.add_argument(
+        "--tracking-required",
+        action="store_true",
+        help="refuse to start when the tracking target cannot be reached (default: work without it "
+        "and record what to log for `grrr-stream track`)",
+    )
 
 
 def positive_float(text: str) -> float:

@@ -8,8 +8,10 @@ import sys
 def print_summary(result, out=None) -> None:
     out = out or sys.stdout
     cols = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos", "alpha")
-    out.write(f"\n{result.store}: {len(result.rows)} matrices ({result.computed} computed now, "
-              f"{result.frames_reused} base frames reused)\n")
+    out.write(
+        f"\n{result.store}: {len(result.rows)} matrices ({result.computed} computed now, "
+        f"{result.frames_reused} base frames reused)\n"
+    )
     out.write(f"{'scope':<10} {'n':>4} " + " ".join(f"{c + ' mean±std':>22}" for c in cols) + "\n")
     for r in result.summary_rows:
         cells = " ".join(f"{r[c + '_mean']:>11.4g} ± {r[c + '_std']:<8.2g}" for c in cols)
@@ -24,38 +26,59 @@ def print_evaluation(res, out=None) -> None:
     benches = accuracy_columns(res.accuracy_rows)
     diffs = {r["variant"]: r for r in res.differences}
     sequential = getattr(res, "design", "fixed") == "sequential"
-    out.write(f"\n{'variant':<12} " + " ".join(f"{b:>13}" for b in benches)
-              + f" {'average':>9} {'− full [95 % CI]':>24} {'cut off':>8}"
-              + (f" {'problems':>8}  stopped" if sequential else "") + "\n")
+    out.write(
+        f"\n{'variant':<12} "
+        + " ".join(f"{b:>13}" for b in benches)
+        + f" {'average':>9} {'− full [95 % CI]':>24} {'cut off':>8}"
+        + (f" {'problems':>8}  stopped" if sequential else "")
+        + "\n"
+    )
     for r in res.accuracy_rows:
         cells = " ".join(f"{r[b]:>13.1f}" if r[b] is not None else f"{'':>13}" for b in benches)
         d = diffs.get(r["variant"], {})
-        ci = (f"{d['minus_full']:+7.2f} [{d['minus_full_ci_lo']:+6.2f}, {d['minus_full_ci_hi']:+6.2f}]"
-              if "minus_full" in d else "")
+        ci = (
+            f"{d['minus_full']:+7.2f} [{d['minus_full_ci_lo']:+6.2f}, {d['minus_full_ci_hi']:+6.2f}]"
+            if "minus_full" in d
+            else ""
+        )
         avg = f"{r['average']:>9.2f}" if r["average"] is not None else f"{'':>9}"
         seq = f" {d.get('problems', ''):>8}  {d.get('stopped', '')}" if sequential else ""
         out.write(f"{r['variant']:<12} {cells} {avg} {ci:>24} {r['truncated']:>8}{seq}\n")
     if sequential:
-        out.write("design sequential: intervals are anytime-valid confidence sequences over the problems each "
-                  "variant answered (sequential.json)\n")
+        out.write(
+            "design sequential: intervals are anytime-valid confidence sequences over the problems each "
+            "variant answered (sequential.json)\n"
+        )
     info = res.info
     if "gain" in info:
-        call = "informative" if info["informative"] else f"NOT informative: < {info.get('informative_points', 1.0):g} point"
-        out.write(f"gain full − base: {info['gain']:+.2f} points [95 % CI {info['gain_ci_lo']:+.2f}, "
-                  f"{info['gain_ci_hi']:+.2f}] ({call}"
-                  + ("; by less than its interval" if info.get("informative_within_ci") else "") + ")\n")
+        call = (
+            "informative"
+            if info["informative"]
+            else f"NOT informative: < {info.get('informative_points', 1.0):g} point"
+        )
+        out.write(
+            f"gain full − base: {info['gain']:+.2f} points [95 % CI {info['gain_ci_lo']:+.2f}, "
+            f"{info['gain_ci_hi']:+.2f}] ({call}"
+            + ("; by less than its interval" if info.get("informative_within_ci") else "")
+            + ")\n"
+        )
     if "full_minus_proj" in info:
-        out.write(f"full − proj (what the tensors that are not decomposed carry): {info['full_minus_proj']:+.2f} "
-                  f"points [{info['full_minus_proj_ci_lo']:+.2f}, {info['full_minus_proj_ci_hi']:+.2f}]"
-                  + (f"; {info['note']}" if info.get("note") else "") + "\n")
+        out.write(
+            f"full − proj (what the tensors that are not decomposed carry): {info['full_minus_proj']:+.2f} "
+            f"points [{info['full_minus_proj_ci_lo']:+.2f}, {info['full_minus_proj_ci_hi']:+.2f}]"
+            + (f"; {info['note']}" if info.get("note") else "")
+            + "\n"
+        )
     if info.get("rest_fallback"):
         out.write(f"rest_from fell back to post: {info['rest_fallback']}\n")
     if res.solved_lost:
         from collections import Counter
 
         counts = Counter((r["variant"], r["change"]) for r in res.solved_lost)
-        out.write("problems full solves and a variant loses / the variant solves and full does not "
-                  f"(solved_lost.csv, metric {res.metric}):\n")
+        out.write(
+            "problems full solves and a variant loses / the variant solves and full does not "
+            f"(solved_lost.csv, metric {res.metric}):\n"
+        )
         for v in dict.fromkeys(r["variant"] for r in res.solved_lost):
             out.write(f"  {v:<12} lost {counts[(v, 'lost')]:>5}   gained {counts[(v, 'gained')]:>5}\n")
     for r in res.table56:
@@ -93,20 +116,33 @@ def print_plan(plan, rows: dict, disk: dict, to_run: list, needs: list) -> None:
         deps = f"  (after {', '.join(u.deps)})" if u.deps else ""
         print(f"  {rows[u.id]['state']:<11} {u.id}: {u.label}{deps}")
         broken = _broken_sources(plan, u)
-        size = f"  [cannot run: {', '.join(broken)} cannot be read, see below]" if broken else "" \
-            if u.id not in disk else "  [disk: known once its checkpoints are here]" if disk[u.id] is None \
+        size = (
+            f"  [cannot run: {', '.join(broken)} cannot be read, see below]"
+            if broken
+            else ""
+            if u.id not in disk
+            else "  [disk: known once its checkpoints are here]"
+            if disk[u.id] is None
             else f"  [disk: {describe(disk[u.id])}]"
+        )
         print(f"  {'':<11}   → {u.out}{size}")
     if plan.source_problems:
-        print(f"{len(plan.source_problems)} local checkpoint(s) cannot be read; their units will fail as decompose "
-              "does, the rest runs:")
+        print(
+            f"{len(plan.source_problems)} local checkpoint(s) cannot be read; their units will fail as decompose "
+            "does, the rest runs:"
+        )
         for mid, problem in plan.source_problems.items():
             print(f"  {mid}: {problem}")
     unknown = [u.id for u in to_run if u.id in disk and disk[u.id] is None and not _broken_sources(plan, u)]
     if needs:
-        print(f"disk for the {len(to_run)} unit(s) to run: {gib(sum(n.bytes for n in needs))}"
-              + (f" (+ {len(unknown)} unit(s) whose size is known only once their checkpoints are here)"
-                 if unknown else ""))
+        print(
+            f"disk for the {len(to_run)} unit(s) to run: {gib(sum(n.bytes for n in needs))}"
+            + (
+                f" (+ {len(unknown)} unit(s) whose size is known only once their checkpoints are here)"
+                if unknown
+                else ""
+            )
+        )
         for line in shortfalls(needs):
             print(f"  NOT ENOUGH SPACE: {line}")
 
@@ -121,11 +157,15 @@ def transition_counts(plan) -> str:
 
     kinds = Counter(tr.kind for tr in plan.transitions.values())
     evaluated = [u.params.transition for u in plan.units if u.kind == evaluate.NAME and u.params.suite is None]
-    groups = Counter(method_group(plan.transitions[t].method, plan.config.claims.sft_methods) or "no method"
-                     for t in evaluated)
-    return (f"transitions: {len(plan.transitions)} decomposed ({kinds['cumulative']} cumulative from the base, "
-            f"{kinds['incremental']} incremental from a parent); {len(evaluated)} evaluated ("
-            + ", ".join(f"{groups[g]} {g}" for g in ("SFT", "RL", "no method") if groups[g]) + ")")
+    groups = Counter(
+        method_group(plan.transitions[t].method, plan.config.claims.sft_methods) or "no method" for t in evaluated
+    )
+    return (
+        f"transitions: {len(plan.transitions)} decomposed ({kinds['cumulative']} cumulative from the base, "
+        f"{kinds['incremental']} incremental from a parent); {len(evaluated)} evaluated ("
+        + ", ".join(f"{groups[g]} {g}" for g in ("SFT", "RL", "no method") if groups[g])
+        + ")"
+    )
 
 
 def _broken_sources(plan, u) -> list[str]:
@@ -139,15 +179,19 @@ def print_sweep_summary(res, out=None) -> None:
     numbers as numbers and None for an empty cell)."""
     out = out or sys.stdout
     rep = res.plan.layout.report
-    out.write(f"\nsweep {res.plan.config.name}: {totals([{'state': s} for s in res.states.values()])}; "
-              f"{len(res.ran)} unit(s) run now; report in {rep}\n")
+    out.write(
+        f"\nsweep {res.plan.config.name}: {totals([{'state': s} for s in res.states.values()])}; "
+        f"{len(res.ran)} unit(s) run now; report in {rep}\n"
+    )
     _print_transitions(res.report.transitions, out)
     cmps = res.report.comparisons
     if cmps:
         out.write("\nmedian off-diagonal cosine (95 % CI) vs the isotropic null:\n")
         for r in cmps:
-            out.write(f"  {r['label']:<44} {r['median_cos_off']:+.4f} [{r['ci_lo']:+.4f}, "
-                      f"{r['ci_hi']:+.4f}]  p = {r['p_value']:.3g} → {r['verdict']}\n")
+            out.write(
+                f"  {r['label']:<44} {r['median_cos_off']:+.4f} [{r['ci_lo']:+.4f}, "
+                f"{r['ci_hi']:+.4f}]  p = {r['p_value']:.3g} → {r['verdict']}\n"
+            )
     _print_accuracy(res.report.accuracy, res.claims, out)
     from ..sweep.kinds.channel_groups import sft_rl_text
 
@@ -166,31 +210,42 @@ def print_sweep_summary(res, out=None) -> None:
 
 def _print_transitions(trs: list[dict], out) -> None:
     if trs:
-        out.write(f"\n{'transition':<28} {'kind':<12} {'method':<12} {'f_diag':>8} {'f_off':>8} {'f_null':>8} "
-                  f"{'r_delta':>9}\n")
+        out.write(
+            f"\n{'transition':<28} {'kind':<12} {'method':<12} {'f_diag':>8} {'f_off':>8} {'f_null':>8} "
+            f"{'r_delta':>9}\n"
+        )
         for r in trs:
-            out.write(f"{r['transition']:<28} {r['kind']:<12} {r['method']:<12} {r['f_diag_mean']:>8.4f} "
-                      f"{r['f_off_mean']:>8.4f} {r['f_null_mean']:>8.4f} {r['r_delta_mean']:>9.2e}\n")
+            out.write(
+                f"{r['transition']:<28} {r['kind']:<12} {r['method']:<12} {r['f_diag_mean']:>8.4f} "
+                f"{r['f_off_mean']:>8.4f} {r['f_null_mean']:>8.4f} {r['r_delta_mean']:>9.2e}\n"
+            )
     beyond = [r for r in trs if r.get("frac_unchanged_pooled") is not None]
     if not beyond:
         return
-    kept = next((k[:-len("_kept_diag_mean")] for k in beyond[0] if k.endswith("_kept_diag_mean")), None)
+    kept = next((k[: -len("_kept_diag_mean")] for k in beyond[0] if k.endswith("_kept_diag_mean")), None)
     edge = next((e for e in ("64", "16", "256") if f"band{e}_off_principal_mean" in beyond[0]), None)
-    means = ([f"share of ‖ΔW‖² in the top-{edge} block of P", f"largest angle between top-{edge} subspaces"]
-             if edge else []) + ([f"energy of each component kept through {kept}"] if kept else [])
-    out.write("\nbeyond the paper: unchanged entries, entries within one ulp (as values, pooled over the "
-              "transition's entries)" + ("; means over matrices: " + "; ".join(means) if means else "") + "\n")
+    means = (
+        [f"share of ‖ΔW‖² in the top-{edge} block of P", f"largest angle between top-{edge} subspaces"] if edge else []
+    ) + ([f"energy of each component kept through {kept}"] if kept else [])
+    out.write(
+        "\nbeyond the paper: unchanged entries, entries within one ulp (as values, pooled over the "
+        "transition's entries)" + ("; means over matrices: " + "; ".join(means) if means else "") + "\n"
+    )
     for r in beyond:
-        line = (f"  {r['transition']:<26} unchanged {r['frac_unchanged_pooled']:6.3f}  "
-                f"≤1 ulp {r['frac_within_ulp_pooled']:6.3f}")
+        line = (
+            f"  {r['transition']:<26} unchanged {r['frac_unchanged_pooled']:6.3f}  "
+            f"≤1 ulp {r['frac_within_ulp_pooled']:6.3f}"
+        )
         if "(" in str(r.get("sparsity_compare") or ""):  # a mixed-dtype pair: compared in the wider dtype
             line += f" [{r['sparsity_compare']}]"
         if edge:
             top = r[f"band{edge}_diag_principal_mean"] + r[f"band{edge}_off_principal_mean"]
             line += f"  top-{edge} {top:6.3f}"
             if r.get(f"angle{edge}_left_max_deg_mean") is not None:
-                line += (f"  angle L {r[f'angle{edge}_left_max_deg_mean']:5.1f}° "
-                         f"R {r[f'angle{edge}_right_max_deg_mean']:5.1f}°")
+                line += (
+                    f"  angle L {r[f'angle{edge}_left_max_deg_mean']:5.1f}° "
+                    f"R {r[f'angle{edge}_right_max_deg_mean']:5.1f}°"
+                )
         if kept:
             line += "  kept " + " ".join(f"{c} {r[f'{kept}_kept_{c}_mean']:.3f}" for c in ("diag", "off", "null"))
         out.write(line + "\n")
@@ -202,23 +257,34 @@ def _print_accuracy(acc: list[dict], claims: dict, out) -> None:
     from ..evaluation.tables import accuracy_columns
 
     benches = accuracy_columns(acc)
-    diffs = {(d["transition"] + (f" [{suite}]" if suite else ""), d["variant"]): d
-             for suite, s in claims.items() for d in s["differences"]}
+    diffs = {
+        (d["transition"] + (f" [{suite}]" if suite else ""), d["variant"]): d
+        for suite, s in claims.items()
+        for d in s["differences"]
+    }
     metric = acc[0].get("metric") or "avg"
-    out.write(f"\naccuracy (%, metric {metric}); − full: paired bootstrap 95 % CI over problems\n"
-              f"{'transition':<28} {'kind':<12} "
-              f"{'variant':<12} " + " ".join(f"{b:>12}" for b in benches)
-              + f" {'average':>8} {'− full [95 % CI]':>24} {'cut off':>8}\n")
+    out.write(
+        f"\naccuracy (%, metric {metric}); − full: paired bootstrap 95 % CI over problems\n"
+        f"{'transition':<28} {'kind':<12} "
+        f"{'variant':<12} "
+        + " ".join(f"{b:>12}" for b in benches)
+        + f" {'average':>8} {'− full [95 % CI]':>24} {'cut off':>8}\n"
+    )
     for r in acc:
         # a suite covers some transitions only: its cells are empty for the others
         d = diffs.get((r["transition"], r["variant"]), {})
-        ci = (f"{d['minus_full']:+7.2f} [{d['minus_full_ci_lo']:+6.2f}, {d['minus_full_ci_hi']:+6.2f}]"
-              if "minus_full" in d else "")
+        ci = (
+            f"{d['minus_full']:+7.2f} [{d['minus_full_ci_lo']:+6.2f}, {d['minus_full_ci_hi']:+6.2f}]"
+            if "minus_full" in d
+            else ""
+        )
         truncated = "" if r["truncated"] is None else r["truncated"]
-        out.write(f"{r['transition']:<28} {r['kind']:<12} {r['variant']:<12} "
-                  + " ".join(f"{r[b]:>12.1f}" if r[b] is not None else f"{'':>12}" for b in benches)
-                  + (f" {r['average']:>8.2f}" if r["average"] is not None else f" {'':>8}")
-                  + f" {ci:>24} {truncated:>8}\n")
+        out.write(
+            f"{r['transition']:<28} {r['kind']:<12} {r['variant']:<12} "
+            + " ".join(f"{r[b]:>12.1f}" if r[b] is not None else f"{'':>12}" for b in benches)
+            + (f" {r['average']:>8.2f}" if r["average"] is not None else f" {'':>8}")
+            + f" {ci:>24} {truncated:>8}\n"
+        )
 
 
 def _print_sampled(rows: list[dict], out) -> None:
@@ -227,11 +293,16 @@ def _print_sampled(rows: list[dict], out) -> None:
     metrics = list(dict.fromkeys(k for r in rows for k in r if k not in fixed))
     if not rows or not metrics:
         return
-    out.write(f"\nsampled answers (%, n answers per problem)\n{'transition':<28} {'variant':<12} {'benchmark':<14} "
-              f"{'n':>3} " + " ".join(f"{m:>8}" for m in metrics) + "\n")
+    out.write(
+        f"\nsampled answers (%, n answers per problem)\n{'transition':<28} {'variant':<12} {'benchmark':<14} "
+        f"{'n':>3} " + " ".join(f"{m:>8}" for m in metrics) + "\n"
+    )
     for r in rows:
-        out.write(f"{r['transition']:<28} {r['variant']:<12} {r['benchmark']:<14} {r['samples']:>3} "
-                  + " ".join(f"{r[m]:>8.1f}" if r.get(m) is not None else f"{'':>8}" for m in metrics) + "\n")
+        out.write(
+            f"{r['transition']:<28} {r['variant']:<12} {r['benchmark']:<14} {r['samples']:>3} "
+            + " ".join(f"{r[m]:>8.1f}" if r.get(m) is not None else f"{'':>8}" for m in metrics)
+            + "\n"
+        )
 
 
 def _print_claims(res, out) -> None:
@@ -239,20 +310,30 @@ def _print_claims(res, out) -> None:
 
     for suite, s in res.claims.items():
         name = f" ({suite})" if suite else ""
-        out.write(f"\ninformative transitions{name} (full − base ≥ {res.plan.config.claims.informative_points:g} "
-                  f"point): {s['counts']['informative']} of {s['counts']['transitions']}, "
-                  f"{s['counts']['informative_within_ci']} of them by less than their 95 % CI\n")
+        out.write(
+            f"\ninformative transitions{name} (full − base ≥ {res.plan.config.claims.informative_points:g} "
+            f"point): {s['counts']['informative']} of {s['counts']['transitions']}, "
+            f"{s['counts']['informative_within_ci']} of them by less than their 95 % CI\n"
+        )
         for r in s["informative"]:
             if "gain" in r:
-                proj = (f"; full − proj {r['full_minus_proj']:+.2f} [{r['full_minus_proj_ci_lo']:+.2f}, "
-                        f"{r['full_minus_proj_ci_hi']:+.2f}]" if "full_minus_proj" in r else "")
-                out.write(f"  {r['transition']:<26} {r['kind']:<12} gain {r['gain']:+6.2f} [{r['gain_ci_lo']:+6.2f}, "
-                          f"{r['gain_ci_hi']:+6.2f}]{proj}\n")
+                proj = (
+                    f"; full − proj {r['full_minus_proj']:+.2f} [{r['full_minus_proj_ci_lo']:+.2f}, "
+                    f"{r['full_minus_proj_ci_hi']:+.2f}]"
+                    if "full_minus_proj" in r
+                    else ""
+                )
+                out.write(
+                    f"  {r['transition']:<26} {r['kind']:<12} gain {r['gain']:+6.2f} [{r['gain_ci_lo']:+6.2f}, "
+                    f"{r['gain_ci_hi']:+6.2f}]{proj}\n"
+                )
         lines = sentences(s["claims"])
         if lines:
             notes = sorted({r["resampling"] for r in s["claims"] if r["resampling"] != "joint"})
-            out.write(f"claims{name} over the evaluated transitions (selector: {s.get('selector') or '?'}; "
-                      f"{res.plan.config.claims.level:.0%} intervals resample the problems jointly across "
-                      "transitions):\n")
+            out.write(
+                f"claims{name} over the evaluated transitions (selector: {s.get('selector') or '?'}; "
+                f"{res.plan.config.claims.level:.0%} intervals resample the problems jointly across "
+                "transitions):\n"
+            )
             out.writelines(f"  {line}\n" for line in lines)
             out.writelines(f"  note: {n}\n" for n in notes)

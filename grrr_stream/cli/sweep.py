@@ -15,16 +15,24 @@ def load_sweep(args: argparse.Namespace):
     from ..sweep.config import SweepEvaluation, load_sweep_config
 
     if args.config == DEMO_CONFIG and not DEMO_CONFIG.is_file():
-        raise ConfigError(f"the demo config {DEMO_CONFIG} is not there (an install without the repository?); "
-                          "run `grrr-stream sweep PATH/TO/configs/demo.yaml` from a checkout")
+        raise ConfigError(
+            f"the demo config {DEMO_CONFIG} is not there (an install without the repository?); "
+            "run `grrr-stream sweep PATH/TO/configs/demo.yaml` from a checkout"
+        )
     cfg = load_sweep_config(args.config, workdir=args.workdir)
     if getattr(args, "math_subset", None) is not None:
         if args.math_subset < 1:
             raise ConfigError("--math-subset must be at least 1")
         bench_dir = str(args.bench_dir)
-        extra = SweepEvaluation.model_validate({
-            **cfg.evaluation.model_dump(), "suite": "math", "benchmarks": list(FIVE), "bench_dir": bench_dir,
-            "limit": args.math_subset})
+        extra = SweepEvaluation.model_validate(
+            {
+                **cfg.evaluation.model_dump(),
+                "suite": "math",
+                "benchmarks": list(FIVE),
+                "bench_dir": bench_dir,
+                "limit": args.math_subset,
+            }
+        )
         cfg = cfg.model_copy(update={"extra_evaluations": [*cfg.extra_evaluations, extra]})
     return cfg
 
@@ -51,13 +59,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print_other_devices(plan, {u.id for u in to_run}, target.strip().lower())
         return 0
     tracking = tracking_from_args(args, cfg.tracking)
-    res = run_sweep(plan, scheduler=args.scheduler or cfg.scheduler, tracking=tracking,
-                    progress=cfg.progress and not args.no_progress, device=args.device,
-                    verbose=getattr(args, "verbose", False), forecast_for=target)
+    res = run_sweep(
+        plan,
+        scheduler=args.scheduler or cfg.scheduler,
+        tracking=tracking,
+        progress=cfg.progress and not args.no_progress,
+        device=args.device,
+        verbose=getattr(args, "verbose", False),
+        forecast_for=target,
+    )
     print_sweep_summary(res)
     if res.tracking_missed:
-        print(f"\ntracking: {len(res.tracking_missed)} run(s) not logged to MLflow (units, and 'sweep' for its own; recorded in "
-              f"{plan.layout.tracking}); rerun the sweep or `grrr-stream track {plan.workdir}`")
+        print(
+            f"\ntracking: {len(res.tracking_missed)} run(s) not logged to MLflow (units, and 'sweep' for its own; recorded in "
+            f"{plan.layout.tracking}); rerun the sweep or `grrr-stream track {plan.workdir}`"
+        )
     if tracking.enabled and not res.tracking_missed:
         from ..tracking.mlflow_client import limits, prepare, runs_page
 
@@ -65,10 +81,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         experiment = tracking.experiment
         with limits(tracking.timeout_s, 0):
             exp_id = prepare(uri, experiment)
-        print(f"\nLogged to MLflow ({uri}, experiment {experiment}). Open the UI with:\n"
-              f"  mlflow ui --backend-store-uri {uri}\nand its runs at {runs_page('http://127.0.0.1:5000', exp_id)}"
-              if not uri.startswith("http") else
-              f"\nLogged to MLflow at {uri} (experiment {experiment}); its runs: {runs_page(uri, exp_id)}")
+        print(
+            f"\nLogged to MLflow ({uri}, experiment {experiment}). Open the UI with:\n"
+            f"  mlflow ui --backend-store-uri {uri}\nand its runs at {runs_page('http://127.0.0.1:5000', exp_id)}"
+            if not uri.startswith("http")
+            else f"\nLogged to MLflow at {uri} (experiment {experiment}); its runs: {runs_page(uri, exp_id)}"
+        )
     print(f"\nreport: {res.html} (one self-contained page: open it in a browser)")
     return 1 if not res.ok else (3 if res.tracking_missed else 0)
 
@@ -81,14 +99,16 @@ def _forecast_device(args: argparse.Namespace):
     from ..forecast.devices import names
 
     if name.strip().lower() not in names():
-        raise ConfigError(f"--forecast-for {name}: not a device of the forecast's table; choose one of "
-                          f"{', '.join(names())} (cpu: this machine, measured)")
+        raise ConfigError(
+            f"--forecast-for {name}: not a device of the forecast's table; choose one of "
+            f"{', '.join(names())} (cpu: this machine, measured)"
+        )
     return name
 
 
 def cmd_track(args: argparse.Namespace) -> int:
-    from ..tracking.run_log import find_pending, flush, pending_files
     from ..tracking.mlflow_client import limits
+    from ..tracking.run_log import find_pending, flush, pending_files
 
     for p in args.paths:
         if not p.is_dir():
@@ -129,8 +149,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     pending = pending_files(plan.layout.tracking)
     if pending:
-        print(f"\ntracking: {len(pending)} recorded MLflow logging(s) not yet logged; rerun the sweep or "
-              f"`grrr-stream track {plan.workdir}`")
+        print(
+            f"\ntracking: {len(pending)} recorded MLflow logging(s) not yet logged; rerun the sweep or "
+            f"`grrr-stream track {plan.workdir}`"
+        )
     return 1 if failed else 0
 
 
@@ -148,8 +170,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     tracking = tracking_from_args(args, cfg.tracking)
     # without a tracking URI given anywhere there is no store to ask (and none is created for asking)
     known = bool(tracking.uri or os.environ.get("MLFLOW_TRACKING_URI"))
-    tracking = tracking.model_copy(update={"enabled": tracking.enabled and known,
-                                           "sweep": tracking.sweep or cfg.name})
+    tracking = tracking.model_copy(update={"enabled": tracking.enabled and known, "sweep": tracking.sweep or cfg.name})
     res = SweepResult(plan, states, records, [], write_report(plan, states, records))
     page = write_pages(res, tracking)
     print(f"sweep {cfg.name}: {totals([{'state': s} for s in states.values()])}; report: {page}")
@@ -172,8 +193,10 @@ def _report_config(args: argparse.Namespace):
 
     saved = Workdir(args.target).report / CONFIG_FILE
     if not saved.is_file():
-        raise ConfigError(f"{args.target} holds no {saved.relative_to(args.target)}: not the workdir of a sweep run "
-                          "by this version; give the sweep's config YAML instead")
+        raise ConfigError(
+            f"{args.target} holds no {saved.relative_to(args.target)}: not the workdir of a sweep run "
+            "by this version; give the sweep's config YAML instead"
+        )
     try:
         return SweepConfig.model_validate({**json.loads(saved.read_text()), "workdir": str(args.target)})
     except (ValueError, ValidationError) as e:

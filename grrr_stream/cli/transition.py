@@ -30,15 +30,24 @@ def config_from_args(args: argparse.Namespace):
 
     values: dict[str, Any] = load_yaml(args.config) if args.config else {}
     flat = {
-        "base": args.base, "post": args.post, "store": args.store, "device": args.device,
-        "compute_dtype": args.compute_dtype, "store_dtype": args.store_dtype, "frame_cache": args.frame_cache,
-        "core_rel_threshold": args.core_rel_threshold, "module_pattern": args.module_pattern,
+        "base": args.base,
+        "post": args.post,
+        "store": args.store,
+        "device": args.device,
+        "compute_dtype": args.compute_dtype,
+        "store_dtype": args.store_dtype,
+        "frame_cache": args.frame_cache,
+        "core_rel_threshold": args.core_rel_threshold,
+        "module_pattern": args.module_pattern,
         "null_storage": args.null_storage,
         "split_fused": args.split_fused,
-        "method": args.method, "chain": args.chain, "overwrite": args.overwrite,
+        "method": args.method,
+        "chain": args.chain,
+        "overwrite": args.overwrite,
         "modules": [m.strip() for m in args.modules.split(",") if m.strip()] if args.modules else None,
         "progress": False if args.no_progress else None,
-        "scheduler": args.scheduler, "figures": args.figures,
+        "scheduler": args.scheduler,
+        "figures": args.figures,
     }
     values.update({k: v for k, v in flat.items() if v is not None})
     if getattr(args, "profile", None):  # what the profile sets is config.PROFILES's, below explicit settings
@@ -58,13 +67,21 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     if args.resamples < 100:
         raise ConfigError("--resamples must be at least 100")
-    res = run_stats(args.stores, args.out, resamples=args.resamples, seed=args.seed,
-                    scheduler=compute_scheduler(args.scheduler), tracking=tracking_from_args(args),
-                    progress=not args.no_progress)
+    res = run_stats(
+        args.stores,
+        args.out,
+        resamples=args.resamples,
+        seed=args.seed,
+        scheduler=compute_scheduler(args.scheduler),
+        tracking=tracking_from_args(args),
+        progress=not args.no_progress,
+    )
     overall = [r for r in res.long_rows if r["scope"] == "all" and r["metric"] in ("f_diag", "f_off", "f_null")]
     for r in overall:
-        print(f"{r['transition']:<40} {r['metric']:<7} mean {r['mean']:.4f} "
-              f"[{r['mean_ci_lo']:.4f}, {r['mean_ci_hi']:.4f}]  median {r['median']:.4f}")
+        print(
+            f"{r['transition']:<40} {r['metric']:<7} mean {r['mean']:.4f} "
+            f"[{r['mean_ci_lo']:.4f}, {r['mean_ci_hi']:.4f}]  median {r['median']:.4f}"
+        )
     print("wrote " + ", ".join(str(f) for f in res.files))
     return 0
 
@@ -80,16 +97,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
         pairs.append(("independent", *map(Path, stores)))
     pairs += [("cumulative", Path(a), Path(b)) for a, b in args.cumulative]
     if not pairs:
-        raise ConfigError("give at least one --sequential SFT_STORE CUM_STORE, --independent A_STORE B_STORE "
-                          "[ANCESTOR_STORE] or --cumulative A_STORE B_STORE")
+        raise ConfigError(
+            "give at least one --sequential SFT_STORE CUM_STORE, --independent A_STORE B_STORE "
+            "[ANCESTOR_STORE] or --cumulative A_STORE B_STORE"
+        )
     if not 0 < args.alpha < 1 or args.null_draws < 100 or args.resamples < 100:
         raise ConfigError("need 0 < --alpha < 1, --null-draws >= 100 and --resamples >= 100")
-    res = run_comparisons(pairs, args.out, resamples=args.resamples, null_draws=args.null_draws, seed=args.seed,
-                          alpha=args.alpha, scheduler=compute_scheduler(args.scheduler),
-                          tracking=tracking_from_args(args), progress=not args.no_progress)
+    res = run_comparisons(
+        pairs,
+        args.out,
+        resamples=args.resamples,
+        null_draws=args.null_draws,
+        seed=args.seed,
+        alpha=args.alpha,
+        scheduler=compute_scheduler(args.scheduler),
+        tracking=tracking_from_args(args),
+        progress=not args.no_progress,
+    )
     for s in res.summaries:
-        print(f"{s['label']}: median cos_off {s['median_cos_off']:+.4f} [{s['ci_lo']:+.4f}, {s['ci_hi']:+.4f}], "
-              f"null ±2σ [{s['null_lo']:+.4f}, {s['null_hi']:+.4f}], p = {s['p_value']:.3g} → {s['verdict']}")
+        print(
+            f"{s['label']}: median cos_off {s['median_cos_off']:+.4f} [{s['ci_lo']:+.4f}, {s['ci_hi']:+.4f}], "
+            f"null ±2σ [{s['null_lo']:+.4f}, {s['null_hi']:+.4f}], p = {s['p_value']:.3g} → {s['verdict']}"
+        )
     print("wrote " + ", ".join(str(f) for f in res.files))
     return 0
 
@@ -104,46 +133,66 @@ def cmd_bands(args: argparse.Namespace) -> int:
         raise ConfigError(f"--edges takes comma-separated positive integers, got {args.edges!r}") from None
     if not edges or edges[0] < 1:
         raise ConfigError("--edges takes comma-separated positive integers")
-    files = run_bands(args.stores, args.out, edges=edges, scheduler=compute_scheduler(args.scheduler),
-                      progress=not args.no_progress)
+    files = run_bands(
+        args.stores, args.out, edges=edges, scheduler=compute_scheduler(args.scheduler), progress=not args.no_progress
+    )
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
     from ..runtime.device import resolve_device
-    from ..variants.spec import DEFAULT_VARIANTS
     from ..variants.run import run_variants
+    from ..variants.spec import DEFAULT_VARIANTS
 
-    res = run_variants(args.store, args.out, args.variant or list(DEFAULT_VARIANTS), dtype=args.dtype,
-                       rest_from=args.rest_from, device=str(resolve_device(args.device)), overwrite=args.overwrite,
-                       channels=args.channels,
-                       max_shard_bytes=int(args.shard_gb * 2**30), tracking=tracking_from_args(args),
-                       progress=not args.no_progress)
+    res = run_variants(
+        args.store,
+        args.out,
+        args.variant or list(DEFAULT_VARIANTS),
+        dtype=args.dtype,
+        rest_from=args.rest_from,
+        device=str(resolve_device(args.device)),
+        overwrite=args.overwrite,
+        channels=args.channels,
+        max_shard_bytes=int(args.shard_gb * 2**30),
+        tracking=tracking_from_args(args),
+        progress=not args.no_progress,
+    )
     w = max([14] + [len(s["variant"]) for s in res.summaries])  # channel variants' names are longer
     print(f"{'variant':<{w}} {'dtype':<9} {'fidelity err':>12} {'worst':>10} {'energy kept':>12}  folder")
     for s, folder in zip(res.summaries, res.folders):
-        print(f"{s['variant']:<{w}} {s['dtype']:<9} {s['fidelity']:>12.3e} {s['fidelity_max']:>10.3e} "
-              f"{100 * s['energy_survived']:>11.2f}%  {folder}")
+        print(
+            f"{s['variant']:<{w}} {s['dtype']:<9} {s['fidelity']:>12.3e} {s['fidelity_max']:>10.3e} "
+            f"{100 * s['energy_survived']:>11.2f}%  {folder}"
+        )
     for s in res.summaries:  # channel variants: how much of their unrestricted update the channel set holds
         if "channel_share" in s:
-            print(f"{s['variant']}: its {s['kept_channels']} '{s['channels']}' channels hold "
-                  f"{100 * s['channel_share']:.2f}% of the energy of its update on every channel")
+            print(
+                f"{s['variant']}: its {s['kept_channels']} '{s['channels']}' channels hold "
+                f"{100 * s['channel_share']:.2f}% of the energy of its update on every channel"
+            )
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ..evaluation.settings import build_engine_settings, build_evaluation_options, build_sampling_settings
     from ..evaluation.benchmarks import FIVE
     from ..evaluation.pipeline import EvaluationRequest, run_evaluation
+    from ..evaluation.settings import build_engine_settings, build_evaluation_options, build_sampling_settings
     from ..variants.spec import DEFAULT_VARIANTS
 
-    settings = build_engine_settings({
-        "dtype": args.engine_dtype, "auto_min_energy": args.auto_min_energy, "max_new_tokens": args.max_new_tokens,
-        "seed": args.seed,
-        "tensor_parallel_size": args.tensor_parallel_size, "gpu_memory_utilization": args.gpu_memory_utilization,
-        "max_model_len": args.max_model_len, "enforce_eager": args.enforce_eager,
-        "cpu_kv_cache_gib": args.cpu_kv_cache_gib})
+    settings = build_engine_settings(
+        {
+            "dtype": args.engine_dtype,
+            "auto_min_energy": args.auto_min_energy,
+            "max_new_tokens": args.max_new_tokens,
+            "seed": args.seed,
+            "tensor_parallel_size": args.tensor_parallel_size,
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "max_model_len": args.max_model_len,
+            "enforce_eager": args.enforce_eager,
+            "cpu_kv_cache_gib": args.cpu_kv_cache_gib,
+        }
+    )
     if args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be at least 1")
 
@@ -153,22 +202,53 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         except ValueError:
             raise ConfigError(f"expected comma-separated integers, got {text!r}") from None
 
-    sampling = build_sampling_settings({"n": args.n, "temperature": args.temperature, "top_p": args.top_p,
-                                        "seed": args.sampling_seed, "pass_k": ks(args.pass_k),
-                                        "maj_k": ks(args.maj_k)})
+    sampling = build_sampling_settings(
+        {
+            "n": args.n,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "seed": args.sampling_seed,
+            "pass_k": ks(args.pass_k),
+            "maj_k": ks(args.maj_k),
+        }
+    )
     # the flags of the evaluation's options (evaluation.settings.EvaluationOptions), by their names there
-    options = build_evaluation_options({"engine": settings, "sampling": sampling, "metric": args.metric,
-                                        "materialize": args.materialize, "limit": args.limit,
-                                        "lenient": args.lenient_benchmarks, "template": args.template,
-                                        "instruction": args.instruction, "design": args.design,
-                                        "sequential": {k: v for k, v in {
-                                            "precision_points": args.precision_points, "chunk": args.chunk,
-                                            "seed": args.order_seed}.items() if v is not None}})
-    request = EvaluationRequest(args.store, args.out, args.variant or list(DEFAULT_VARIANTS),
-                                args.benchmark or list(FIVE), args.bench_dir, options,
-                                keep_variants=args.keep_variants, rest_from=args.rest_from, resamples=args.resamples,
-                                channels=args.channels, informative_points=args.informative_points,
-                                progress=not args.no_progress)
+    options = build_evaluation_options(
+        {
+            "engine": settings,
+            "sampling": sampling,
+            "metric": args.metric,
+            "materialize": args.materialize,
+            "limit": args.limit,
+            "lenient": args.lenient_benchmarks,
+            "template": args.template,
+            "instruction": args.instruction,
+            "design": args.design,
+            "sequential": {
+                k: v
+                for k, v in {
+                    "precision_points": args.precision_points,
+                    "chunk": args.chunk,
+                    "seed": args.order_seed,
+                }.items()
+                if v is not None
+            },
+        }
+    )
+    request = EvaluationRequest(
+        args.store,
+        args.out,
+        args.variant or list(DEFAULT_VARIANTS),
+        args.benchmark or list(FIVE),
+        args.bench_dir,
+        options,
+        keep_variants=args.keep_variants,
+        rest_from=args.rest_from,
+        resamples=args.resamples,
+        channels=args.channels,
+        informative_points=args.informative_points,
+        progress=not args.no_progress,
+    )
     res = run_evaluation(request, tracking=tracking_from_args(args))
     print_evaluation(res)
     return 0

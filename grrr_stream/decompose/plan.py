@@ -58,11 +58,14 @@ def plan_transition(base: Checkpoint, post: Checkpoint, cfg: DecomposeConfig) ->
             problems.append(f"{m.source}: shape {list(b.shape)} in base but {list(p.shape)} in post")
         shape = base.matrix_shape(m)
         if len(shape) != 2:
-            problems.append(f"{m.name}: expected a 2-D matrix (or a 3-D stack of expert matrices), got shape "
-                            f"{list(b.shape)}")
+            problems.append(
+                f"{m.name}: expected a 2-D matrix (or a 3-D stack of expert matrices), got shape {list(b.shape)}"
+            )
         elif 0 in shape:
-            problems.append(f"{m.name}: shape {list(shape)} has a zero-size dimension; there is nothing to "
-                            "decompose (a broken export?)")
+            problems.append(
+                f"{m.name}: shape {list(shape)} has a zero-size dimension; there is nothing to "
+                "decompose (a broken export?)"
+            )
         for side, info in (("base", b), ("post", p)):
             if not info.is_floating:
                 problems.append(f"{m.name}: dtype {info.dtype} in {side} is not floating point")
@@ -81,8 +84,9 @@ def default_selection(ckpt: Checkpoint) -> list[MatrixName]:
     modules; fused tensors as stored, the default), e.g. for the sweep's forecast; raises ConfigError for an
     unknown family."""
     pattern = pattern_for(ckpt.model_type, None)
-    return _selected_matrices(ckpt, pattern, default_modules(ckpt.model_type, DEFAULT_MODULES, DEFAULT_MODULES),
-                              split=False)
+    return _selected_matrices(
+        ckpt, pattern, default_modules(ckpt.model_type, DEFAULT_MODULES, DEFAULT_MODULES), split=False
+    )
 
 
 def _selected_matrices(ckpt: Checkpoint, pattern: str, modules, split: bool) -> list[MatrixName]:
@@ -92,8 +96,10 @@ def _selected_matrices(ckpt: Checkpoint, pattern: str, modules, split: bool) -> 
 
 
 # decoder-layer weights a family's built-in selection must account for (biases and norms aside)
-_DECODER_WEIGHT_RE = re.compile(r"^(?:model|language_model\.model|model\.language_model)\.layers\.\d+\."
-                                r"(?:self_attn|mlp|block_sparse_moe)\.(?!.*bias$)")
+_DECODER_WEIGHT_RE = re.compile(
+    r"^(?:model|language_model\.model|model\.language_model)\.layers\.\d+\."
+    r"(?:self_attn|mlp|block_sparse_moe)\.(?!.*bias$)"
+)
 
 
 def _refuse_partial(ckpt: Checkpoint, selected: list[MatrixName], model_type: Optional[str], pattern: str) -> None:
@@ -101,14 +107,16 @@ def _refuse_partial(ckpt: Checkpoint, selected: list[MatrixName], model_type: Op
     it leaves out means the checkpoint is not laid out as its model_type says (a wrong model_type, a newer
     variant of the family), and decomposing the rest would be a partial result without notice."""
     taken = {m.source for m in selected}
-    left = sorted(n for n, i in ckpt.tensors.items()
-                  if len(i.shape) >= 2 and n not in taken and _DECODER_WEIGHT_RE.match(n))
+    left = sorted(
+        n for n, i in ckpt.tensors.items() if len(i.shape) >= 2 and n not in taken and _DECODER_WEIGHT_RE.match(n)
+    )
     if left:
         raise ConfigError(
             f"{ckpt.folder}: the built-in pattern of model_type '{model_type}' leaves out {len(left)} decoder "
             f"weight(s), e.g. {', '.join(left[:3])}: the checkpoint is not laid out as that family. Check "
             "config.json's model_type, or pass module_pattern (a regex with named groups (?P<layer>\\d+) and "
-            f"(?P<module>...)) and modules for this layout; the built-in pattern was '{pattern}'.")
+            f"(?P<module>...)) and modules for this layout; the built-in pattern was '{pattern}'."
+        )
 
 
 def _refuse_quantized_experts(ckpt: Checkpoint) -> None:
@@ -119,7 +127,8 @@ def _refuse_quantized_experts(ckpt: Checkpoint) -> None:
         raise TensorMismatchError(
             f"{ckpt.folder} stores expert weights quantized ({packed[0]}, MXFP4 blocks and scales); dequantize "
             "it first (e.g. load with transformers, Mxfp4Config(dequantize=True), and save_pretrained), then "
-            "decompose the bf16/float32 checkpoint")
+            "decompose the bf16/float32 checkpoint"
+        )
 
 
 def _memory_problems(base: Checkpoint, matrices: list[MatrixName], compute_dtype: str) -> list[str]:
@@ -134,6 +143,8 @@ def _memory_problems(base: Checkpoint, matrices: list[MatrixName], compute_dtype
     need = 4 * m * n * ITEMSIZE[compute_dtype]
     avail = psutil.virtual_memory().available + psutil.swap_memory().free
     if need > avail:
-        return [f"the largest matrix ({m}×{n}) needs about {need / 2**30:.1f} GiB in {compute_dtype} for its SVD; "
-                f"{avail / 2**30:.1f} GiB of memory is available. Free memory, or use a machine with more"]
+        return [
+            f"the largest matrix ({m}×{n}) needs about {need / 2**30:.1f} GiB in {compute_dtype} for its SVD; "
+            f"{avail / 2**30:.1f} GiB of memory is available. Free memory, or use a machine with more"
+        ]
     return []

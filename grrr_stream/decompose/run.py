@@ -73,8 +73,6 @@ def versions() -> dict[str, str]:
     }
 
 
-
-
 def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, client: Any = None) -> TransitionResult:
     """Decompose every selected matrix of ``cfg.base`` → ``cfg.post`` into ``cfg.store``.
 
@@ -83,8 +81,12 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
     workers (grrr_stream.decompose.spread); the results are the same. Raises a
     :class:`~grrr_stream.errors.GrrrError` subclass for bad inputs before any SVD.
     """
-    spreads = client is not None or require(parse_scheduler(cfg.scheduler), ("threads", "synchronous", "local",
-                                                                             "address"), "decompose").distributed
+    spreads = (
+        client is not None
+        or require(
+            parse_scheduler(cfg.scheduler), ("threads", "synchronous", "local", "address"), "decompose"
+        ).distributed
+    )
     t_start = time.monotonic()
     started_ms = int(time.time() * 1000)  # the MLflow run, opened after the work, starts here
     from ..unit_log import console
@@ -107,8 +109,9 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
     with StoreLock(cfg.store):
         store, done = _open_store(cfg, plan, manifest, stream)
         pending = [m for m in plan.matrices if m.name not in done]
-        progress = Progress(len(plan.matrices), done=len(plan.matrices) - len(pending),
-                            enabled=cfg.progress, stream=stream)
+        progress = Progress(
+            len(plan.matrices), done=len(plan.matrices) - len(pending), enabled=cfg.progress, stream=stream
+        )
         if pending:
             _check_disk_space(cfg, plan, pending, frames, progress, base_fingerprint)
         if done:
@@ -119,11 +122,13 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
         if pending and spreads:
             from .spread import run_spread
 
-            computed, reused, failures, workers = run_spread(cfg, plan, pending, progress, base_fingerprint,
-                                                             folders, client=client)
+            computed, reused, failures, workers = run_spread(
+                cfg, plan, pending, progress, base_fingerprint, folders, client=client
+            )
         else:
-            computed, reused, failures = _stream_here(cfg, plan, pending, store, frames, device, dtype, progress,
-                                                      timer, base_fingerprint)
+            computed, reused, failures = _stream_here(
+                cfg, plan, pending, store, frames, device, dtype, progress, timer, base_fingerprint
+            )
         timer.add("matrices_wall", time.perf_counter() - t_matrices)
         _refuse_failures(failures, len(plan.matrices))
         with timer.phase("tables"):
@@ -136,8 +141,9 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
     result = TransitionResult(cfg.store, rows, summary_rows, computed, reused, workers=workers)
     if cfg.tracking.enabled:
         with timer.phase("tracking"):
-            result.run_id = log_decomposition(cfg, store, manifest, rows, summary, started_ms,
-                                              time.monotonic() - t_start)
+            result.run_id = log_decomposition(
+                cfg, store, manifest, rows, summary, started_ms, time.monotonic() - t_start
+            )
     result.timings = {**timer.seconds(), "total_s": time.monotonic() - t_start}
     result.cpu_timings = timer.cpu_seconds()
     return result
@@ -170,8 +176,9 @@ def _manifest(cfg: DecomposeConfig, plan: TransitionPlan, folders: tuple[str, st
     }
 
 
-def _open_store(cfg: DecomposeConfig, plan: TransitionPlan, manifest: dict, stream: TextIO
-                ) -> tuple[TransitionStore, dict[str, dict]]:
+def _open_store(
+    cfg: DecomposeConfig, plan: TransitionPlan, manifest: dict, stream: TextIO
+) -> tuple[TransitionStore, dict[str, dict]]:
     """The store opened or resumed, and the completion records of its matrices still valid."""
     store = TransitionStore.open(cfg.store, manifest, overwrite=cfg.overwrite)
     done = store.completed()
@@ -184,13 +191,15 @@ def _open_store(cfg: DecomposeConfig, plan: TransitionPlan, manifest: dict, stre
         done = {k: v for k, v in done.items() if k not in names}
         Progress(0, enabled=cfg.progress, stream=stream).message(
             f"{cfg.store}: the inputs changed since the unfinished run; {len(done)} matrices whose tensors are "
-            f"unchanged are kept, {len(names)} changed ones are recomputed")
+            f"unchanged are kept, {len(names)} changed ones are recomputed"
+        )
     elif done and cfg.verify_resume:
         changed = _changed_since_recorded(plan, done)
         if changed and not cfg.overwrite:
             raise StoreMismatchError(
                 f"{len(changed)} tensor(s) differ from those the stored results were computed from, e.g. "
-                + ", ".join(changed[:5]) + f". The checkpoint was modified in place since {cfg.store} was "
+                + ", ".join(changed[:5])
+                + f". The checkpoint was modified in place since {cfg.store} was "
                 "written. Use another --store, or pass --overwrite to recompute everything."
             )
         if changed:
@@ -200,14 +209,24 @@ def _open_store(cfg: DecomposeConfig, plan: TransitionPlan, manifest: dict, stre
     return store, done
 
 
-def _stream_here(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[MatrixName], store: TransitionStore,
-                 frames: FrameCache, device: torch.device, dtype: torch.dtype, progress: Progress,
-                 timer: PhaseTimer, base_fingerprint: str) -> tuple[int, int, list[str]]:
+def _stream_here(
+    cfg: DecomposeConfig,
+    plan: TransitionPlan,
+    pending: list[MatrixName],
+    store: TransitionStore,
+    frames: FrameCache,
+    device: torch.device,
+    dtype: torch.dtype,
+    progress: Progress,
+    timer: PhaseTimer,
+    base_fingerprint: str,
+) -> tuple[int, int, list[str]]:
     """The pipeline in this process, with torch's thread count set for its math and restored after."""
     layout = compute_layout(cfg, device, plan)
     with torch_threads(layout.threads):
-        return stream_matrices(cfg, plan, pending, store, frames, device, dtype, progress, timer, base_fingerprint,
-                               layout)
+        return stream_matrices(
+            cfg, plan, pending, store, frames, device, dtype, progress, timer, base_fingerprint, layout
+        )
 
 
 def _refuse_failures(failures: list[str], total: int) -> None:
@@ -220,21 +239,35 @@ def _refuse_failures(failures: list[str], total: int) -> None:
         )
 
 
-def _check_disk_space(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[MatrixName], frames: FrameCache,
-                      progress: Progress, base_fingerprint: str) -> None:
+def _check_disk_space(
+    cfg: DecomposeConfig,
+    plan: TransitionPlan,
+    pending: list[MatrixName],
+    frames: FrameCache,
+    progress: Progress,
+    base_fingerprint: str,
+) -> None:
     """Say what the pending matrices will write, and refuse to start when it cannot fit."""
     from ..runtime.diskplan import check_space, describe, transition_needs
 
     # frames of this base in these settings already cached (a sweep shares one cache between bases)
     cached = frames.count(base_fingerprint, cfg.compute_dtype, cfg.core_rel_threshold)
     needs = transition_needs(
-        (plan.base.matrix_shape(m) for m in pending), cfg.store, frames.path,
-        store_dtype=cfg.store_dtype, compute_dtype=cfg.compute_dtype, null_storage=cfg.null_storage,
+        (plan.base.matrix_shape(m) for m in pending),
+        cfg.store,
+        frames.path,
+        store_dtype=cfg.store_dtype,
+        compute_dtype=cfg.compute_dtype,
+        null_storage=cfg.null_storage,
         core_truncated=cfg.core_rel_threshold is not None,
-        frames_cached_fraction=min(1.0, cached / max(1, len(plan.matrices))))
+        frames_cached_fraction=min(1.0, cached / max(1, len(plan.matrices))),
+    )
     progress.message(f"disk: {describe(needs)} for {len(pending)} matrices")
-    check_space(needs, f"{len(pending)} matrices of {cfg.store}",
-                "Free space or point --store / --frame-cache at another disk; a rerun resumes where it stopped.")
+    check_space(
+        needs,
+        f"{len(pending)} matrices of {cfg.store}",
+        "Free space or point --store / --frame-cache at another disk; a rerun resumes where it stopped.",
+    )
 
 
 def _changed_since_recorded(plan: TransitionPlan, done: dict[str, dict]) -> list[str]:
@@ -250,7 +283,6 @@ def _changed_since_recorded(plan: TransitionPlan, done: dict[str, dict]) -> list
     return changed
 
 
-
 # ---------------------------------------------------------------------------
 # tables and tracking
 
@@ -264,8 +296,11 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
     # above a small matrix's rank) is summarised over those that have it
     metrics: list[str] = []
     for r in rows:
-        metrics += [k for k, v in r.items() if k not in metrics and isinstance(v, (int, float))
-                    and not isinstance(v, bool) and k not in SUMMARY_EXCLUDE]
+        metrics += [
+            k
+            for k, v in r.items()
+            if k not in metrics and isinstance(v, (int, float)) and not isinstance(v, bool) and k not in SUMMARY_EXCLUDE
+        ]
     scopes: dict[str, list[dict]] = {"all": rows}
     for r in rows:
         scopes.setdefault(r["module"], []).append(r)

@@ -62,9 +62,16 @@ def batches(matrices: list[MatrixName]) -> list[tuple[str, list[MatrixName]]]:
     return [(f"layer{b[0].layer}-{stable_hash([m.name for m in b], 12)}", b) for b in out]
 
 
-def run_spread(cfg: DecomposeConfig, plan: Any, pending: list[MatrixName], progress: Progress,
-               base_fingerprint: str, folders: tuple[str, str], *, client: Any = None
-               ) -> tuple[int, int, list[str], dict[str, int]]:
+def run_spread(
+    cfg: DecomposeConfig,
+    plan: Any,
+    pending: list[MatrixName],
+    progress: Progress,
+    base_fingerprint: str,
+    folders: tuple[str, str],
+    *,
+    client: Any = None,
+) -> tuple[int, int, list[str], dict[str, int]]:
     """Decompose ``pending`` on the cluster of ``cfg.scheduler`` (or ``client``).
 
     Returns (computed, frames reused, failures, matrices computed per worker address)."""
@@ -80,9 +87,15 @@ def run_spread(cfg: DecomposeConfig, plan: Any, pending: list[MatrixName], progr
         close(*own)
 
 
-def _submit_and_collect(client: Any, cfg: DecomposeConfig, plan: Any, pending: list[MatrixName],
-                        progress: Progress, base_fingerprint: str, folders: tuple[str, str]
-                        ) -> tuple[int, int, list[str], dict[str, int]]:
+def _submit_and_collect(
+    client: Any,
+    cfg: DecomposeConfig,
+    plan: Any,
+    pending: list[MatrixName],
+    progress: Progress,
+    base_fingerprint: str,
+    folders: tuple[str, str],
+) -> tuple[int, int, list[str], dict[str, int]]:
     from distributed import as_completed
 
     per_host = workers_per_host(client)
@@ -95,11 +108,23 @@ def _submit_and_collect(client: Any, cfg: DecomposeConfig, plan: Any, pending: l
     for batch_id, batch in batches(plan.matrices):
         mine = [m for m in batch if m.name in todo]
         if mine:
-            fut = client.submit(run_batch, cfg, folders, batch_id, mine, per_host, base_fingerprint,
-                                key=f"grrr-decompose-{batch_id}-{run}", pure=False, **on_gpu)
+            fut = client.submit(
+                run_batch,
+                cfg,
+                folders,
+                batch_id,
+                mine,
+                per_host,
+                base_fingerprint,
+                key=f"grrr-decompose-{batch_id}-{run}",
+                pure=False,
+                **on_gpu,
+            )
             futures[fut] = mine
-    progress.message(f"{len(todo)} matrices in {len(futures)} batches over {sum(per_host.values())} Dask "
-                     f"worker(s) on {len(per_host)} host(s)")
+    progress.message(
+        f"{len(todo)} matrices in {len(futures)} batches over {sum(per_host.values())} Dask "
+        f"worker(s) on {len(per_host)} host(s)"
+    )
     computed = reused = 0
     failures: list[str] = []
     by_worker: dict[str, int] = {}
@@ -117,13 +142,19 @@ def _submit_and_collect(client: Any, cfg: DecomposeConfig, plan: Any, pending: l
     return computed, reused, failures, by_worker
 
 
-def run_batch(cfg: DecomposeConfig, folders: tuple[str, str], batch_id: str, matrices: list[MatrixName],
-              per_host: dict[str, int], base_fingerprint: str) -> dict:
+def run_batch(
+    cfg: DecomposeConfig,
+    folders: tuple[str, str],
+    batch_id: str,
+    matrices: list[MatrixName],
+    per_host: dict[str, int],
+    base_fingerprint: str,
+) -> dict:
     """On a worker: decompose this batch's matrices that are not complete yet into the store."""
     from distributed import get_worker
 
-    from .streaming import compute_layout, stream_matrices, torch_threads
     from .plan import TransitionPlan
+    from .streaming import compute_layout, stream_matrices, torch_threads
 
     address = get_worker().address
     store = TransitionStore.attach(cfg.store)
@@ -137,8 +168,18 @@ def run_batch(cfg: DecomposeConfig, folders: tuple[str, str], batch_id: str, mat
         layout = compute_layout(cfg, device, plan, available=share)
         with torch_threads(layout.threads):
             computed, reused, failures = stream_matrices(
-                cfg, plan, todo, store, FrameCache(cfg.frame_cache_path()), device, torch_dtype(cfg.compute_dtype),
-                Progress(len(todo), enabled=False), PhaseTimer(None), base_fingerprint, layout)
+                cfg,
+                plan,
+                todo,
+                store,
+                FrameCache(cfg.frame_cache_path()),
+                device,
+                torch_dtype(cfg.compute_dtype),
+                Progress(len(todo), enabled=False),
+                PhaseTimer(None),
+                base_fingerprint,
+                layout,
+            )
     return {"worker": address, "computed": computed, "reused": reused, "failures": failures}
 
 

@@ -84,8 +84,10 @@ def _nonfinite_result(res: MatrixResult, name: str, compute_dtype: str) -> Optio
     bad += [k for k, t in arrays.items() if not all_finite(t)]
     if not bad:
         return None
-    return (f"{name}: non-finite result in {compute_dtype} ({', '.join(bad[:6])}): the update W1 − W0 overflows or "
-            "the weights are too large for the compute dtype; try compute_dtype float64")
+    return (
+        f"{name}: non-finite result in {compute_dtype} ({', '.join(bad[:6])}): the update W1 − W0 overflows or "
+        "the weights are too large for the compute dtype; try compute_dtype float64"
+    )
 
 
 # A cached frame larger than this is read when its matrix is computed instead of by the reader thread
@@ -146,8 +148,9 @@ def lanes_for(largest_entries: int, itemsize: int, cores: int) -> ComputeLayout:
     return ComputeLayout(lanes, max(1, cores // lanes))
 
 
-def compute_layout(cfg: DecomposeConfig, device: torch.device, plan: TransitionPlan,
-                   available: Optional[int] = None) -> ComputeLayout:
+def compute_layout(
+    cfg: DecomposeConfig, device: torch.device, plan: TransitionPlan, available: Optional[int] = None
+) -> ComputeLayout:
     """The lanes and torch intra-op threads of this run's math (:func:`lanes_for`). On a GPU, or when the
     user set cpu_threads: one lane on the given threads. ``available``: the cores this process may use (a
     Dask worker's share of its host), default torch's current thread count."""
@@ -209,8 +212,19 @@ class _Pipeline:
         if not problems and not deferred:
             with timer.phase("frame_read"):
                 frame = self.frames.get(key, self.dtype, shape=tuple(w0.shape))
-        item = _Loaded(m, w0, w1, d0, d1, key, frame, problems, tuple(w0.shape), frame_deferred=deferred,
-                       dtypes={"base": name_of(w0.dtype), "post": name_of(w1.dtype)})
+        item = _Loaded(
+            m,
+            w0,
+            w1,
+            d0,
+            d1,
+            key,
+            frame,
+            problems,
+            tuple(w0.shape),
+            frame_deferred=deferred,
+            dtypes={"base": name_of(w0.dtype), "post": name_of(w1.dtype)},
+        )
         if not problems:  # in the checkpoints' own dtypes (compared in the one holding both), while the reader has them
             with timer.phase("sparsity_sample"):
                 item.sparsity = update_sparsity(w0, w1)
@@ -237,13 +251,20 @@ class _Pipeline:
         survival = item.survival
         if survival is not None:
             survival = (survival[0], survival[1].to(device), survival[2].to(device), survival[3])
-        res = decompose_matrix(item.take("w0", timer, device=device, dtype=dtype),
-                               item.take("w1", timer, device=device, dtype=dtype),
-                               frame=frame, core_rel_threshold=cfg.core_rel_threshold,
-                               rank_thresholds=cfg.rank_thresholds, band_edges=cfg.band_edges,
-                               angle_edges=cfg.angle_edges, survival=survival, timer=timer,
-                               svd_driver=cfg.svd_driver, degenerate_gap=cfg.degenerate_gap,
-                               channel_axis=residual_axis(item.matrix) if cfg.channel_energy else None)
+        res = decompose_matrix(
+            item.take("w0", timer, device=device, dtype=dtype),
+            item.take("w1", timer, device=device, dtype=dtype),
+            frame=frame,
+            core_rel_threshold=cfg.core_rel_threshold,
+            rank_thresholds=cfg.rank_thresholds,
+            band_edges=cfg.band_edges,
+            angle_edges=cfg.angle_edges,
+            survival=survival,
+            timer=timer,
+            svd_driver=cfg.svd_driver,
+            degenerate_gap=cfg.degenerate_gap,
+            channel_axis=residual_axis(item.matrix) if cfg.channel_energy else None,
+        )
         return res, frame_is_new
 
     def write(self, item: _Loaded, res: MatrixResult, frame_is_new: bool) -> None:
@@ -251,25 +272,41 @@ class _Pipeline:
         cfg = self.cfg
         if frame_is_new:
             with self.timer.phase("frame_write"):
-                self.frames.put(item.frame_key, res.frame, {"shape": list(item.shape), "dtype": cfg.compute_dtype,
-                                                            "core_rel_threshold": cfg.core_rel_threshold,
-                                                            "base_digest": item.digest0,
-                                                            "base_fingerprint": self.base_fingerprint})
+                self.frames.put(
+                    item.frame_key,
+                    res.frame,
+                    {
+                        "shape": list(item.shape),
+                        "dtype": cfg.compute_dtype,
+                        "core_rel_threshold": cfg.core_rel_threshold,
+                        "base_digest": item.digest0,
+                        "base_fingerprint": self.base_fingerprint,
+                    },
+                )
         arrays, array_attrs, null_kept = _store_arrays(res, cfg.null_storage, cfg.store_dtype)
         m = item.matrix
         attrs = {
-            "name": m.name, "layer": m.layer, "module": m.module, **m.record(),
-            "shape": list(item.shape), "rank": res.frame.rank, "dtypes": item.dtypes,
-            "base_digest": item.digest0, "post_digest": item.digest1, "frame_key": item.frame_key,
-            "null_stored": "null" in arrays, "null_kept": null_kept,
+            "name": m.name,
+            "layer": m.layer,
+            "module": m.module,
+            **m.record(),
+            "shape": list(item.shape),
+            "rank": res.frame.rank,
+            "dtypes": item.dtypes,
+            "base_digest": item.digest0,
+            "post_digest": item.digest1,
+            "frame_key": item.frame_key,
+            "null_stored": "null" in arrays,
+            "null_kept": null_kept,
             **({"channels": {"side": side(m.module), "axis": residual_axis(m)}} if "channel_energy" in arrays else {}),
             "metrics": {**res.metrics.as_row(), **item.sparsity},
         }
         self.store.write_matrix(m.name, arrays, attrs, array_attrs, timer=self.timer)
 
 
-def _store_arrays(res: MatrixResult, null_storage: str, store_dtype: str
-                  ) -> tuple[dict[str, np.ndarray], dict[str, dict], str]:
+def _store_arrays(
+    res: MatrixResult, null_storage: str, store_dtype: str
+) -> tuple[dict[str, np.ndarray], dict[str, dict], str]:
     """(arrays, their attributes, how the null residual is kept) of one matrix's result."""
     arrays: dict[str, np.ndarray] = {}
     array_attrs: dict[str, dict] = {}
@@ -295,18 +332,29 @@ def _sigma_only(res: MatrixResult) -> MatrixResult:
     return replace(res, frame=Frame(U=res.frame.U.new_empty(0, r), S=res.frame.S, V=res.frame.V.new_empty(0, r)))
 
 
-def stream_matrices(cfg: DecomposeConfig, plan: TransitionPlan, pending: list[MatrixName], store: TransitionStore,
-                    frames: FrameCache, device: torch.device, dtype: torch.dtype, progress: Progress,
-                    timer: PhaseTimer, base_fingerprint: str, layout: Optional[ComputeLayout] = None
-                    ) -> tuple[int, int, list[str]]:
+def stream_matrices(
+    cfg: DecomposeConfig,
+    plan: TransitionPlan,
+    pending: list[MatrixName],
+    store: TransitionStore,
+    frames: FrameCache,
+    device: torch.device,
+    dtype: torch.dtype,
+    progress: Progress,
+    timer: PhaseTimer,
+    base_fingerprint: str,
+    layout: Optional[ComputeLayout] = None,
+) -> tuple[int, int, list[str]]:
     """Decompose ``pending`` into ``store``: (matrices computed, frames reused, why the others were refused).
     ``layout``: see :func:`compute_layout` (default one lane, on the caller's thread)."""
     tally = _Tally()
     if not pending:
         return tally.computed, tally.reused, tally.failures
     pipe = _Pipeline(cfg, plan, store, frames, device, dtype, timer, base_fingerprint)
-    with ThreadPoolExecutor(1, thread_name_prefix="grrr-read", initializer=_side_thread) as reader, \
-            ThreadPoolExecutor(1, thread_name_prefix="grrr-write", initializer=_side_thread) as writer:
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="grrr-read", initializer=_side_thread) as reader,
+        ThreadPoolExecutor(1, thread_name_prefix="grrr-write", initializer=_side_thread) as writer,
+    ):
         if layout is not None and layout.lanes > 1:
             _stream_lanes(pipe, pending, reader, writer, layout, progress, tally)
         else:
@@ -325,8 +373,16 @@ class _Tally:
         self.failures.extend(why)
         progress.advance(f"{name} SKIPPED ({what})")
 
-    def hand_to_writer(self, pipe: _Pipeline, writer: ThreadPoolExecutor, item: _Loaded, res: MatrixResult,
-                       frame_is_new: bool, progress: Progress, queued: int) -> None:
+    def hand_to_writer(
+        self,
+        pipe: _Pipeline,
+        writer: ThreadPoolExecutor,
+        item: _Loaded,
+        res: MatrixResult,
+        frame_is_new: bool,
+        progress: Progress,
+        queued: int,
+    ) -> None:
         """The result checked and queued for the writer, with at most ``queued`` writes already waiting
         (waiting on them surfaces the writer's errors)."""
         m, cfg = item.matrix, pipe.cfg
@@ -349,8 +405,14 @@ class _Tally:
             self.in_flight.pop(0).result()
 
 
-def _stream_one_lane(pipe: _Pipeline, pending: list[MatrixName], reader: ThreadPoolExecutor,
-                     writer: ThreadPoolExecutor, progress: Progress, tally: _Tally) -> None:
+def _stream_one_lane(
+    pipe: _Pipeline,
+    pending: list[MatrixName],
+    reader: ThreadPoolExecutor,
+    writer: ThreadPoolExecutor,
+    progress: Progress,
+    tally: _Tally,
+) -> None:
     """One matrix at a time on this thread, the next pair read and the last result written meanwhile."""
     next_load: Optional[Future] = reader.submit(pipe.read, pending[0])
     for i, m in enumerate(pending):
@@ -376,8 +438,15 @@ def _lane_thread(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _stream_lanes(pipe: _Pipeline, pending: list[MatrixName], reader: ThreadPoolExecutor,
-                  writer: ThreadPoolExecutor, layout: ComputeLayout, progress: Progress, tally: _Tally) -> None:
+def _stream_lanes(
+    pipe: _Pipeline,
+    pending: list[MatrixName],
+    reader: ThreadPoolExecutor,
+    writer: ThreadPoolExecutor,
+    layout: ComputeLayout,
+    progress: Progress,
+    tally: _Tally,
+) -> None:
     """Several small matrices at once, each lane on its own thread: the reader keeps one pair ready per
     lane, and results are written in the order they finish (the store and the frame cache are per matrix).
     At most 3 × lanes matrices are alive: per lane one computing, one read and one result queued for the
@@ -388,8 +457,9 @@ def _stream_lanes(pipe: _Pipeline, pending: list[MatrixName], reader: ThreadPool
     layer is an 8960 × 1536 down_proj, about 3 s on one core, which the other lane spent idle."""
     lanes = layout.lanes
     pending = sorted(pending, key=lambda m: -math.prod(pipe.plan.base.matrix_shape(m)))  # stable
-    with ThreadPoolExecutor(lanes, thread_name_prefix="grrr-lane",
-                            initializer=_lane_thread, initargs=(layout.threads,)) as pool:
+    with ThreadPoolExecutor(
+        lanes, thread_name_prefix="grrr-lane", initializer=_lane_thread, initargs=(layout.threads,)
+    ) as pool:
         loads = [reader.submit(pipe.read, m) for m in pending[:lanes]]
         nxt = len(loads)
         computing: dict[Future, _Loaded] = {}

@@ -112,8 +112,10 @@ def load_benchmark(name: str, root: Path, *, limit: Optional[int] = None, lenien
                         break
                     continue
         if not lenient:
-            raise ConfigError(bad + "; fix the file, or skip such lines with `grrr-stream evaluate "
-                              "--lenient-benchmarks` (`evaluation.lenient: true` in a sweep config)")
+            raise ConfigError(
+                bad + "; fix the file, or skip such lines with `grrr-stream evaluate "
+                "--lenient-benchmarks` (`evaluation.lenient: true` in a sweep config)"
+            )
         skipped += 1
     if not problems:
         raise ConfigError(f"benchmark file {path} holds no usable problem")
@@ -143,8 +145,10 @@ def fetch_benchmark_from_hub(name: str, root: Path, repo: str = HUB_REPO) -> Pat
     try:
         local = hf_hub_download(repo, HUB_PATH.format(name=name))
     except Exception as e:  # network, auth, missing file, not in the offline cache
-        raise BenchmarkNotFoundError(f"could not fetch benchmark {name} from the Hub ({repo}): {e}; the same "
-                                     "five benchmarks ship with grrr_stream (leave --bench-dir unset)") from None
+        raise BenchmarkNotFoundError(
+            f"could not fetch benchmark {name} from the Hub ({repo}): {e}; the same "
+            "five benchmarks ship with grrr_stream (leave --bench-dir unset)"
+        ) from None
     (Path(root) / name).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(local, Path(root) / name / "test.jsonl")
     return Path(root)
@@ -170,7 +174,8 @@ def resolve_bench_dir(spec: Optional[str | Path], names: Sequence[str], out: Pat
         fetch_benchmark_from_hub(b, root, repo)
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if b in sums and digest != sums[b]:
-            log(f"WARNING: {b} from the Hub ({repo}) differs from the copy shipped with grrr_stream "
-                f"(sha256 {digest[:12]}… vs {sums[b][:12]}…); evaluating the Hub's file")
+            log(
+                f"WARNING: {b} from the Hub ({repo}) differs from the copy shipped with grrr_stream "
+                f"(sha256 {digest[:12]}… vs {sums[b][:12]}…); evaluating the Hub's file"
+            )
     return root
-

@@ -23,7 +23,7 @@ from ..variants.survival import ComponentSurvival, transition_survival
 from .settings import EngineSettings
 
 NARROW = "bfloat16"  # the dtype 'auto' takes where the update survives it
-WIDE = "float32"     # and where it does not
+WIDE = "float32"  # and where it does not
 
 
 def evaluated_parts(specs: Sequence[VariantSpec], checkpoints_narrow: bool) -> dict[str, list[str]]:
@@ -35,8 +35,9 @@ def evaluated_parts(specs: Sequence[VariantSpec], checkpoints_narrow: bool) -> d
     for s in specs:
         if s.is_base:
             continue
-        copies_w1 = s.is_full or ((s.diag, s.off, s.null) == (1.0, 1.0, 1.0) and s.random_removal_seed is None
-                                  and s.band is None)
+        copies_w1 = s.is_full or (
+            (s.diag, s.off, s.null) == (1.0, 1.0, 1.0) and s.random_removal_seed is None and s.band is None
+        )
         if copies_w1:
             parts = set() if checkpoints_narrow else {"diag", "off", "null"}
         else:
@@ -48,8 +49,9 @@ def evaluated_parts(specs: Sequence[VariantSpec], checkpoints_narrow: bool) -> d
     return out
 
 
-def choose_engine_dtype(survival: Mapping[str, ComponentSurvival], floor: float,
-                        needed_by: Optional[Mapping[str, Sequence[str]]] = None) -> tuple[str, str]:
+def choose_engine_dtype(
+    survival: Mapping[str, ComponentSurvival], floor: float, needed_by: Optional[Mapping[str, Sequence[str]]] = None
+) -> tuple[str, str]:
     """(dtype, reason): bfloat16 when every part in ``survival`` keeps at least ``floor`` of its energy through
     bf16 rounding, else float32, the reason naming each part below the floor (its share, its worst matrix and the
     variants that carry it). No part to judge (only base and checkpoints exact in bf16): bfloat16."""
@@ -59,13 +61,17 @@ def choose_engine_dtype(survival: Mapping[str, ComponentSurvival], floor: float,
     failed = [s for s in survival.values() if s.kept < floor]
     if not failed:
         worst = min(survival.values(), key=lambda s: s.kept)
-        return NARROW, (f"every part keeps at least {floor:g} of its energy in bf16 ("
-                        f"{', '.join(shown(s) for s in survival.values())}; lowest {worst.component})")
+        return NARROW, (
+            f"every part keeps at least {floor:g} of its energy in bf16 ("
+            f"{', '.join(shown(s) for s in survival.values())}; lowest {worst.component})"
+        )
     said = []
     for s in sorted(failed, key=lambda s: s.kept):
         users = ", ".join((needed_by or {}).get(s.component, ()))
-        said.append(f"{s.component} keeps {s.kept:.4f} < {floor:g} (worst matrix {s.worst_matrix}: "
-                    f"{s.worst_kept:.4f})" + (f", carried by {users}" if users else ""))
+        said.append(
+            f"{s.component} keeps {s.kept:.4f} < {floor:g} (worst matrix {s.worst_matrix}: "
+            f"{s.worst_kept:.4f})" + (f", carried by {users}" if users else "")
+        )
     return WIDE, "bf16 rounding takes too much: " + "; ".join(said)
 
 
@@ -84,12 +90,20 @@ class EngineChoice:
     seconds: float = 0.0
 
     def record(self) -> dict:
-        return {"requested": self.requested, "dtype": self.dtype, "reason": self.reason, "floor": self.floor,
-                "parts": self.parts, "source": self.source, "seconds": round(self.seconds, 3)}
+        return {
+            "requested": self.requested,
+            "dtype": self.dtype,
+            "reason": self.reason,
+            "floor": self.floor,
+            "parts": self.parts,
+            "source": self.source,
+            "seconds": round(self.seconds, 3),
+        }
 
 
-def resolve_engine_dtype(transition: StoredTransition, specs: Sequence[VariantSpec],
-                         engine: EngineSettings) -> EngineChoice:
+def resolve_engine_dtype(
+    transition: StoredTransition, specs: Sequence[VariantSpec], engine: EngineSettings
+) -> EngineChoice:
     """The engine dtype of evaluating ``specs`` of ``transition``: the setting itself unless it is 'auto'."""
     if engine.dtype != "auto":
         return EngineChoice(engine.dtype, engine.dtype, "set in the engine settings")
@@ -97,8 +111,10 @@ def resolve_engine_dtype(transition: StoredTransition, specs: Sequence[VariantSp
     needed = evaluated_parts(specs, _narrow_checkpoints(transition))
     survival, source = transition_survival(transition, NARROW, sorted(needed)) if needed else ({}, "")
     dtype, reason = choose_engine_dtype(survival, engine.auto_min_energy, needed)
-    parts = {c: {"kept": s.kept, "worst_matrix": s.worst_matrix, "worst_kept": s.worst_kept,
-                 "variants": needed[c]} for c, s in survival.items()}
+    parts = {
+        c: {"kept": s.kept, "worst_matrix": s.worst_matrix, "worst_kept": s.worst_kept, "variants": needed[c]}
+        for c, s in survival.items()
+    }
     return EngineChoice("auto", dtype, reason, engine.auto_min_energy, parts, source, time.monotonic() - began)
 
 

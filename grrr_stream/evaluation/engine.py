@@ -66,7 +66,7 @@ class Engine:
     """
 
     progress = False  # generation shows prompts done / total with an ETA on the terminal (unit_log.console)
-    bar: Any = None   # a Progress of the caller's (a benchmark's problems) that generation advances instead
+    bar: Any = None  # a Progress of the caller's (a benchmark's problems) that generation advances instead
 
     def __init__(self, model: Path, settings: EngineSettings, *, prompt_format: Optional[Path] = None):
         vllm = _import_vllm()
@@ -75,9 +75,13 @@ class Engine:
         self.settings = settings
         self.model = Path(model)
         self.on_cpu = not torch.cuda.is_available()
-        kwargs: dict[str, Any] = dict(model=str(model), dtype=settings.dtype, seed=settings.seed,
-                                      enforce_eager=settings.enforce_eager,
-                                      tensor_parallel_size=settings.tensor_parallel_size)
+        kwargs: dict[str, Any] = dict(
+            model=str(model),
+            dtype=settings.dtype,
+            seed=settings.seed,
+            enforce_eager=settings.enforce_eager,
+            tensor_parallel_size=settings.tensor_parallel_size,
+        )
         if prompt_format is not None and Path(prompt_format) != Path(model):
             kwargs.update(tokenizer=str(prompt_format), generation_config=str(prompt_format))
         if settings.max_model_len:
@@ -95,13 +99,21 @@ class Engine:
         """vLLM's SamplingParams: greedy with the engine seed by default; n samples in one request otherwise."""
         s = sampling or SamplingSettings()
         if s.greedy:
-            return self._vllm.SamplingParams(temperature=0.0, max_tokens=self.settings.max_new_tokens,
-                                             seed=self.settings.seed)
-        return self._vllm.SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-                                         max_tokens=self.settings.max_new_tokens)
+            return self._vllm.SamplingParams(
+                temperature=0.0, max_tokens=self.settings.max_new_tokens, seed=self.settings.seed
+            )
+        return self._vllm.SamplingParams(
+            n=s.n, temperature=s.temperature, top_p=s.top_p, seed=s.seed, max_tokens=self.settings.max_new_tokens
+        )
 
-    def load_weights(self, tensors: Iterable[tuple[str, Any]], *, scratch: Optional[Path] = None,
-                     layout=None, config: Optional[dict] = None) -> None:
+    def load_weights(
+        self,
+        tensors: Iterable[tuple[str, Any]],
+        *,
+        scratch: Optional[Path] = None,
+        layout=None,
+        config: Optional[dict] = None,
+    ) -> None:
         """Replace every weight in the running engine, then drop cached KV state."""
         if self.in_process:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors)})
@@ -114,14 +126,19 @@ class Engine:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
         self.llm.reset_prefix_cache()
 
-    def prompts(self, problems: Sequence[Problem], template: str = "chat",
-                instruction: str = DEFAULT_INSTRUCTION) -> list[str]:
+    def prompts(
+        self, problems: Sequence[Problem], template: str = "chat", instruction: str = DEFAULT_INSTRUCTION
+    ) -> list[str]:
         out = []
         for p in problems:
             if template == "chat":
-                out.append(self.tokenizer.apply_chat_template(
-                    [{"role": "user", "content": f"{p.question}\n{instruction}"}],
-                    tokenize=False, add_generation_prompt=True))
+                out.append(
+                    self.tokenizer.apply_chat_template(
+                        [{"role": "user", "content": f"{p.question}\n{instruction}"}],
+                        tokenize=False,
+                        add_generation_prompt=True,
+                    )
+                )
             else:
                 out.append(template.format(problem=p.question, instruction=instruction))
         return out
@@ -142,8 +159,13 @@ class Engine:
         fits = [limit is None or k < limit for k in lengths]
         todo = [(p, k) for p, k, ok in zip(prompts, lengths, fits) if ok]
         params = self.sampling_params(sampling)
-        outs = iter([o for batch in self._batches(todo, s)
-                     for o in self.llm.generate(batch, params, use_tqdm=self._progress_bar())])
+        outs = iter(
+            [
+                o
+                for batch in self._batches(todo, s)
+                for o in self.llm.generate(batch, params, use_tqdm=self._progress_bar())
+            ]
+        )
         res: list[list[Generation]] = []
         for ok in fits:
             if not ok:

@@ -34,7 +34,7 @@ def last_boxed(text: str) -> Optional[str]:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         if depth == 0:
-            return text[start:i - 1].strip()
+            return text[start : i - 1].strip()
     m = re.search(r"\\boxed ([^\s$]+)", text)  # \boxed 5
     return m.group(1) if m else None
 
@@ -89,4 +89,3 @@ def answers_equivalent(a: str, b: str, *, timeout: int = 5) -> bool:
         return bool(pa and pb and verify(pa, pb, timeout_seconds=t, raise_on_error=True))
     except Exception:  # noqa: BLE001 - unparsable or timed out: not shown to agree
         return False
-

@@ -26,11 +26,16 @@ from .scoring import BenchmarkResult, evaluation_key, problem_rows, score_benchm
 from .settings import EvaluationOptions, build_evaluation_options
 from .tables import accuracy_table, diagnostics_table, retention_tables, solved_lost
 
-
 RECORD_FILE = "evaluation.json"  # written last: what was evaluated and its summary (a sweep unit's marker)
 # the tables of a results folder that others read (a sweep's report): name → file
-TABLES = {"accuracy": "accuracy.csv", "retention": "table_retention.csv", "removal": "table_removal.csv",
-          "solved_lost": "solved_lost.csv", "metrics": "metrics.csv"}
+TABLES = {
+    "accuracy": "accuracy.csv",
+    "retention": "table_retention.csv",
+    "removal": "table_removal.csv",
+    "solved_lost": "solved_lost.csv",
+    "metrics": "metrics.csv",
+}
+
 
 @dataclass(frozen=True)
 class EvaluationRequest:
@@ -74,11 +79,21 @@ class EvaluationRequest:
     instruction: InitVar[Optional[str]] = None
 
     def __post_init__(self, settings, sampling, metric, materialize, limit, lenient, template, instruction) -> None:
-        legacy = {"engine": settings, "sampling": sampling, "metric": metric, "materialize": materialize,
-                  "limit": limit, "lenient": lenient, "template": template, "instruction": instruction}
+        legacy = {
+            "engine": settings,
+            "sampling": sampling,
+            "metric": metric,
+            "materialize": materialize,
+            "limit": limit,
+            "lenient": lenient,
+            "template": template,
+            "instruction": instruction,
+        }
         given = {k: v for k, v in legacy.items() if v is not None}
         if given:
-            object.__setattr__(self, "options", build_evaluation_options({**self.options.model_dump(), **given}))  # frozen
+            object.__setattr__(
+                self, "options", build_evaluation_options({**self.options.model_dump(), **given})
+            )  # frozen
 
 
 @dataclass
@@ -93,15 +108,20 @@ class EvaluationResult:
     files: list[Path]
     run_ids: list[str]
     differences: list[dict] = field(default_factory=list)  # paired bootstrap CIs against full, base, proj
-    prompt: dict = field(default_factory=dict)             # the prompt format every variant was asked in
+    prompt: dict = field(default_factory=dict)  # the prompt format every variant was asked in
     solved_lost: list[dict] = field(default_factory=list)  # problems full solves and a variant loses, and reverse
-    metric: str = "avg"                                    # the accuracy the tables use
-    spans: dict = field(default_factory=dict)              # variant → (start, end) of its scoring, epoch seconds
-    design: str = "fixed"                                  # 'sequential': variants rest on their own problems
+    metric: str = "avg"  # the accuracy the tables use
+    spans: dict = field(default_factory=dict)  # variant → (start, end) of its scoring, epoch seconds
+    design: str = "fixed"  # 'sequential': variants rest on their own problems
 
 
-def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingConfig] = None, log=print,
-                   engine_factory: Optional[Callable[..., Any]] = None) -> EvaluationResult:
+def run_evaluation(
+    request: EvaluationRequest,
+    *,
+    tracking: Optional[TrackingConfig] = None,
+    log=print,
+    engine_factory: Optional[Callable[..., Any]] = None,
+) -> EvaluationResult:
     """Evaluate variants of a stored transition on benchmarks with vLLM; resumable at prompt level.
 
     Every variant is prompted in the post model's format (tokenizer, chat template, generation config).
@@ -123,9 +143,16 @@ def run_evaluation(request: EvaluationRequest, *, tracking: Optional[TrackingCon
     _write_problem_tables(ev, scores.keys_of)
     res.files.append(_write_record(ev, res))
     if runs.enabled(tracking):
-        res.run_ids = runs.log_evaluation(ev.transition, [ev.builders[n] for n in ev.names], ev.benches, res,
-                                          ev.options, tracking,
-                                          started=started, seconds=time.time() - started)
+        res.run_ids = runs.log_evaluation(
+            ev.transition,
+            [ev.builders[n] for n in ev.names],
+            ev.benches,
+            res,
+            ev.options,
+            tracking,
+            started=started,
+            seconds=time.time() - started,
+        )
     return res
 
 
@@ -150,9 +177,9 @@ class _Evaluation:
 
 def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     """Every refusal (settings, variant names, a rest source the base cannot supply) before an engine starts."""
+    from ..variants.builder import VariantBuilder
     from ..variants.channels import load_channels
     from ..variants.spec import parse_variants
-    from ..variants.builder import VariantBuilder
     from .dtype_choice import resolve_engine_dtype
 
     opts = request.options  # validated when made (the metric against the sampling, materialize, limit)
@@ -169,20 +196,26 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     # their fidelity reports measure its rounding, and answers are keyed by it
     choice = resolve_engine_dtype(t, specs, opts.engine)
     if opts.engine.dtype == "auto":
-        log(f"engine dtype auto: {choice.dtype} ({choice.reason}"
-            + (f"; per-matrix shares {choice.source}, {choice.seconds:.1f} s)" if choice.source else ")"))
+        log(
+            f"engine dtype auto: {choice.dtype} ({choice.reason}"
+            + (f"; per-matrix shares {choice.source}, {choice.seconds:.1f} s)" if choice.source else ")")
+        )
     resolved = opts.model_copy(update={"engine": opts.engine.resolved(choice.dtype)})
     vdtype = choice.dtype
     post_folder = Path(t.manifest["post_folder"])
     prompt = prompt_format(post_folder, opts.template, instruction)
     # on the CPU, not the "auto" default: the vLLM engine holds the GPU's memory while variants are built
-    channel_set = load_channels(request.channels) if request.channels is not None and any(s.channels for s in specs) \
-        else None
-    builders = {s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=request.rest_from, device="cpu",
-                                       channels=channel_set) for s in specs}
+    channel_set = (
+        load_channels(request.channels) if request.channels is not None and any(s.channels for s in specs) else None
+    )
+    builders = {
+        s.name: VariantBuilder(t.path, s, dtype=vdtype, rest_from=request.rest_from, device="cpu", channels=channel_set)
+        for s in specs
+    }
     homes = {n: post_folder if builders[n].runs_in_post_engine() else Path(builders[n].home.folder) for n in names}
-    return _Evaluation(request, resolved, choice, t, out, instruction, benches, names, builders, post_folder, prompt,
-                       homes)
+    return _Evaluation(
+        request, resolved, choice, t, out, instruction, benches, names, builders, post_folder, prompt, homes
+    )
 
 
 def _check_design(opts: EvaluationOptions, names: Sequence[str]) -> None:
@@ -191,11 +224,14 @@ def _check_design(opts: EvaluationOptions, names: Sequence[str]) -> None:
         return
     problems = []
     if "full" not in names or len(names) < 2:
-        problems.append(f"design: sequential compares variants with full: evaluate full and at least one other "
-                        f"variant (got {', '.join(names)})")
+        problems.append(
+            f"design: sequential compares variants with full: evaluate full and at least one other "
+            f"variant (got {', '.join(names)})"
+        )
     if opts.materialize != "engine":
-        problems.append("design: sequential swaps variants in and out of one engine a few times each: it needs "
-                        "materialize: engine")
+        problems.append(
+            "design: sequential swaps variants in and out of one engine a few times each: it needs materialize: engine"
+        )
     if problems:
         raise ConfigError("; ".join(problems))
 
@@ -214,9 +250,9 @@ def _load_benchmarks(request: EvaluationRequest, out: Path, log) -> list[Benchma
 @dataclass
 class _Scores:
     results: dict[str, list[BenchmarkResult]] = field(default_factory=dict)  # variant → one per benchmark
-    fidelity: dict[str, dict] = field(default_factory=dict)                   # variant → fidelity summary
-    keys_of: dict[str, dict[str, str]] = field(default_factory=dict)          # variant → benchmark → key
-    spans: dict[str, tuple[float, float]] = field(default_factory=dict)       # variant → its scoring's start, end
+    fidelity: dict[str, dict] = field(default_factory=dict)  # variant → fidelity summary
+    keys_of: dict[str, dict[str, str]] = field(default_factory=dict)  # variant → benchmark → key
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)  # variant → its scoring's start, end
     bar: Any = None  # Progress over (variant, benchmark) pairs
     sequential: Any = None  # (SequentialRun, SequentialOutcome) under the sequential design
 
@@ -236,9 +272,11 @@ class _EngineSlot:
         if self.engine is None or self.home != home:
             self.close()
             if home != ev.post_folder:
-                log(f"{name}: its config or tensor layout is the base model's and differs from the post "
+                log(
+                    f"{name}: its config or tensor layout is the base model's and differs from the post "
                     f"model's ({', '.join(ev.builders[name].config_differences()) or 'tensor names/shapes'}); "
-                    f"running it in an engine on {home}")
+                    f"running it in an engine on {home}"
+                )
             self.engine, self.home, self.loaded = _start_engine(self.make_engine, home, ev, log), home, None
         return self.engine
 
@@ -280,8 +318,9 @@ def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _S
         finally:
             slot.close()
         return scores
-    scores.bar = Progress(len(ev.names) * len(ev.benches), label=f"  [evaluate {ev.transition.label}] ",
-                          enabled=ev.request.progress)
+    scores.bar = Progress(
+        len(ev.names) * len(ev.benches), label=f"  [evaluate {ev.transition.label}] ", enabled=ev.request.progress
+    )
     try:
         for name in order:
             began = time.time()  # each variant's own time (an engine it starts included), for its MLflow run
@@ -295,8 +334,10 @@ def _score_variants(ev: _Evaluation, make_engine: Callable[..., Any], log) -> _S
 def _keys(ev: _Evaluation, name: str) -> dict[str, str]:
     """Benchmark → the key of variant ``name``'s answers on it."""
     opts, meta = ev.options, ev.builders[name].metadata()  # the engine dtype resolved: answers keyed by it
-    return {b.name: evaluation_key(b, meta, opts.engine, opts.template, ev.instruction, ev.prompt["digest"],
-                                   opts.sampling) for b in ev.benches}
+    return {
+        b.name: evaluation_key(b, meta, opts.engine, opts.template, ev.instruction, ev.prompt["digest"], opts.sampling)
+        for b in ev.benches
+    }
 
 
 def _stream_variant(ev: _Evaluation, name: str, active: Any, scores: _Scores, log) -> None:
@@ -304,8 +345,9 @@ def _stream_variant(ev: _Evaluation, name: str, active: Any, scores: _Scores, lo
     builder = ev.builders[name]
     layout = builder.layout()
     shown = Progress(len(layout), label=f"  [variant {name}: weights] ", enabled=ev.request.progress)
-    active.load_weights(shown.track(builder.tensors(), lambda t: t[0]), scratch=ev.out / "_swap",
-                        layout=layout, config=builder.config())
+    active.load_weights(
+        shown.track(builder.tensors(), lambda t: t[0]), scratch=ev.out / "_swap", layout=layout, config=builder.config()
+    )
     scores.fidelity[name] = builder.report.summary()
     from ..variants.fidelity import store_warning
 
@@ -321,8 +363,16 @@ def _score_sequential(ev: _Evaluation, order: list[str], slot: _EngineSlot, scor
     names = [REFERENCE] + [n for n in order if n != REFERENCE]
     scores.keys_of = {n: _keys(ev, n) for n in names}
     began = time.time()
-    run = SequentialRun(ev.benches, names, scores.keys_of, ev.out, ev.options, ev.instruction,
-                        lambda name: slot.holding(name, scores, log), log)
+    run = SequentialRun(
+        ev.benches,
+        names,
+        scores.keys_of,
+        ev.out,
+        ev.options,
+        ev.instruction,
+        lambda name: slot.holding(name, scores, log),
+        log,
+    )
     scores.sequential = (run, run.run())
     scores.results = scores.sequential[1].results
     scores.spans = {n: (began, time.time()) for n in names}
@@ -345,8 +395,9 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
     from ..variants.builder import write_variant
 
     folder = ev.out / "_variants" / name
-    scores.fidelity[name] = write_variant(builder, folder, overwrite=True, within=ev.out / "_variants",
-                                          progress=req.progress)
+    scores.fidelity[name] = write_variant(
+        builder, folder, overwrite=True, within=ev.out / "_variants", progress=req.progress
+    )
     active = _start_engine(slot.make_engine, folder, ev, log)
     try:
         scores.results[name] = _score_benchmarks(ev, name, active, keys, have, log, scores.bar)
@@ -356,8 +407,15 @@ def _score_variant(ev: _Evaluation, name: str, slot: _EngineSlot, scores: _Score
             remove_tree(folder, within=ev.out / "_variants")
 
 
-def _score_benchmarks(ev: _Evaluation, name: str, active: Any, keys: dict[str, str],
-                      have: dict[str, Optional[BenchmarkResult]], log, bar: Any) -> list[BenchmarkResult]:
+def _score_benchmarks(
+    ev: _Evaluation,
+    name: str,
+    active: Any,
+    keys: dict[str, str],
+    have: dict[str, Optional[BenchmarkResult]],
+    log,
+    bar: Any,
+) -> list[BenchmarkResult]:
     """Variant ``name`` (loaded in ``active``) on every benchmark not yet scored under its key; ``bar``
     (a Progress over the evaluation's (variant, benchmark) pairs) advanced after each."""
     req, results = ev.request, []
@@ -366,10 +424,20 @@ def _score_benchmarks(ev: _Evaluation, name: str, active: Any, keys: dict[str, s
             results.append(have[b.name])
             bar.skip()
             continue
-        r = score_benchmark(active, b, name, ev.out, keys[b.name], template=req.options.template,
-                            instruction=ev.instruction, sampling=req.options.sampling)
-        log(f"{name} / {b.name}: {r.accuracy:.1f} % of {r.n}"
-            + (f" ({r.truncated} cut off at {req.options.engine.max_new_tokens} tokens)" if r.truncated else ""))
+        r = score_benchmark(
+            active,
+            b,
+            name,
+            ev.out,
+            keys[b.name],
+            template=req.options.template,
+            instruction=ev.instruction,
+            sampling=req.options.sampling,
+        )
+        log(
+            f"{name} / {b.name}: {r.accuracy:.1f} % of {r.n}"
+            + (f" ({r.truncated} cut off at {req.options.engine.max_new_tokens} tokens)" if r.truncated else "")
+        )
         results.append(r)
         bar.advance(f"{name} / {b.name}")
     return results
@@ -383,8 +451,9 @@ def _tabulate(ev: _Evaluation, scores: _Scores, log) -> EvaluationResult:
     flat = [r for n in ev.names for r in scores.results[n]]
     acc = accuracy_table(flat, [b.name for b in ev.benches], req.options.metric)
     used = {builders[n].rest_from for n in ev.names if builders[n].spec.composed}
-    t56, t8, info = retention_tables(acc, rest_from=used.pop() if len(used) == 1 else None,
-                                     informative_points=req.informative_points)
+    t56, t8, info = retention_tables(
+        acc, rest_from=used.pop() if len(used) == 1 else None, informative_points=req.informative_points
+    )
     fallbacks = sorted({builders[n].rest_fallback for n in ev.names if builders[n].rest_fallback})
     info["rest_from_requested"] = req.rest_from
     if fallbacks:
@@ -393,20 +462,38 @@ def _tabulate(ev: _Evaluation, scores: _Scores, log) -> EvaluationResult:
         diffs = _sequential_differences(ev, scores, acc, info, req.informative_points)
         lost: list[dict] = []  # the variants rest on different problems: nothing to set side by side
     else:
-        per_problem = claims.transition_scores(claims.correctness_of(flat, metric=req.options.metric),
-                                               transition=ev.transition.label, resamples=req.resamples,
-                                               seed=req.bootstrap_seed)
+        per_problem = claims.transition_scores(
+            claims.correctness_of(flat, metric=req.options.metric),
+            transition=ev.transition.label,
+            resamples=req.resamples,
+            seed=req.bootstrap_seed,
+        )
         diffs = claims.difference_rows(per_problem)
         informative = claims.informative_rows([per_problem], informative_points=req.informative_points)[0]
         info.update({k: v for k, v in informative.items() if k not in ("transition", "kind")})
         lost = solved_lost(flat, req.options.metric)
     warn_truncated(acc, req.options.engine.max_new_tokens, log)
-    return EvaluationResult(ev.out, flat, acc, t56, t8, info, scores.fidelity, [], [], diffs, ev.prompt,
-                            lost, req.options.metric, design=req.options.design)
+    return EvaluationResult(
+        ev.out,
+        flat,
+        acc,
+        t56,
+        t8,
+        info,
+        scores.fidelity,
+        [],
+        [],
+        diffs,
+        ev.prompt,
+        lost,
+        req.options.metric,
+        design=req.options.design,
+    )
 
 
-def _sequential_differences(ev: _Evaluation, scores: _Scores, acc: list[dict], info: dict,
-                            informative_points: float) -> list[dict]:
+def _sequential_differences(
+    ev: _Evaluation, scores: _Scores, acc: list[dict], info: dict, informative_points: float
+) -> list[dict]:
     """The sequential design's difference rows, and its gain full − base (paired, anytime-valid) in ``info``."""
     from .sequential import difference_rows
 
@@ -415,9 +502,14 @@ def _sequential_differences(ev: _Evaluation, scores: _Scores, acc: list[dict], i
     base = next((r for r in rows if r["variant"] == "base"), None)
     if base is not None:
         gain = -base["minus_full"]
-        info.update(gain=gain, gain_ci_lo=-base["minus_full_ci_hi"], gain_ci_hi=-base["minus_full_ci_lo"],
-                    informative=gain >= informative_points, gain_problems=base["problems"],
-                    interval="anytime-valid")
+        info.update(
+            gain=gain,
+            gain_ci_lo=-base["minus_full_ci_hi"],
+            gain_ci_hi=-base["minus_full_ci_lo"],
+            informative=gain >= informative_points,
+            gain_problems=base["problems"],
+            interval="anytime-valid",
+        )
         info["informative_within_ci"] = bool(info["informative"] and info["gain_ci_lo"] < informative_points)
     info["design"] = "sequential"
     info["problems"] = {r["variant"]: r["problems"] for r in rows}
@@ -428,12 +520,20 @@ def _write_tables(ev: _Evaluation, res: EvaluationResult) -> list[Path]:
     """The tables as CSV files in the results folder; returns their paths."""
     files = []
     # every metric of every variant and benchmark (the tables use `metric`)
-    long = [{"variant": r.variant, "benchmark": r.benchmark, "metric": m, "value": v, "problems": r.n,
-             "samples": r.samples} for r in res.results for m, v in (r.metrics or {"avg": r.accuracy}).items()]
-    for fname, rows in ((TABLES["accuracy"], res.accuracy_rows), (TABLES["retention"], res.table56),
-                        (TABLES["removal"], res.table8), ("table_differences.csv", res.differences),
-                        (TABLES["metrics"], long), (TABLES["solved_lost"], res.solved_lost),
-                        ("diagnostics.csv", diagnostics_table(res.results))):
+    long = [
+        {"variant": r.variant, "benchmark": r.benchmark, "metric": m, "value": v, "problems": r.n, "samples": r.samples}
+        for r in res.results
+        for m, v in (r.metrics or {"avg": r.accuracy}).items()
+    ]
+    for fname, rows in (
+        (TABLES["accuracy"], res.accuracy_rows),
+        (TABLES["retention"], res.table56),
+        (TABLES["removal"], res.table8),
+        ("table_differences.csv", res.differences),
+        (TABLES["metrics"], long),
+        (TABLES["solved_lost"], res.solved_lost),
+        ("diagnostics.csv", diagnostics_table(res.results)),
+    ):
         atomic_write_text(ev.out / fname, to_csv(rows))
         files.append(ev.out / fname)
     return files
@@ -452,17 +552,36 @@ def _write_record(ev: _Evaluation, res: EvaluationResult) -> Path:
 
     req = ev.request
     path = ev.out / RECORD_FILE
-    atomic_write_text(path, json.dumps(
-        {"store": str(ev.transition.path), "engine": ev.options.engine.model_dump(),
-         "engine_dtype": ev.dtype_choice.record(), "versions": engine_versions(),
-         "prompt_format": ev.prompt, "bootstrap": {"resamples": req.resamples, "seed": req.bootstrap_seed},
-         "sampling": req.options.sampling.model_dump(), "metric": req.options.metric,
-         "design": req.options.design,
-         **({"sequential": req.options.sequential.model_dump(mode="json")} if req.options.design != "fixed" else {}),
-         "benchmarks": {b.name: {"sha256": b.sha256, "n": len(b.problems), "skipped": b.skipped, "path": str(b.path)}
-                        for b in ev.benches},
-         "variants": {n: ev.builders[n].metadata() for n in ev.names},
-         "info": res.info, "fidelity": res.fidelity}, indent=2, default=str))
+    atomic_write_text(
+        path,
+        json.dumps(
+            {
+                "store": str(ev.transition.path),
+                "engine": ev.options.engine.model_dump(),
+                "engine_dtype": ev.dtype_choice.record(),
+                "versions": engine_versions(),
+                "prompt_format": ev.prompt,
+                "bootstrap": {"resamples": req.resamples, "seed": req.bootstrap_seed},
+                "sampling": req.options.sampling.model_dump(),
+                "metric": req.options.metric,
+                "design": req.options.design,
+                **(
+                    {"sequential": req.options.sequential.model_dump(mode="json")}
+                    if req.options.design != "fixed"
+                    else {}
+                ),
+                "benchmarks": {
+                    b.name: {"sha256": b.sha256, "n": len(b.problems), "skipped": b.skipped, "path": str(b.path)}
+                    for b in ev.benches
+                },
+                "variants": {n: ev.builders[n].metadata() for n in ev.names},
+                "info": res.info,
+                "fidelity": res.fidelity,
+            },
+            indent=2,
+            default=str,
+        ),
+    )
     return path
 
 
@@ -472,6 +591,8 @@ TRUNCATION_WARN_PCT = 5.0  # above this share of capped answers an accuracy is a
 def warn_truncated(acc_rows: Sequence[dict], max_new_tokens: int, log=print) -> None:
     for r in acc_rows:
         if r["truncated_pct"] > TRUNCATION_WARN_PCT:
-            log(f"WARNING: {r['truncated']} of {r['answers']} answers of variant '{r['variant']}' "
+            log(
+                f"WARNING: {r['truncated']} of {r['answers']} answers of variant '{r['variant']}' "
                 f"({r['truncated_pct']:.1f} %) were cut off at max_new_tokens = {max_new_tokens}: its accuracy "
-                "and Wait count are lower bounds; raise max_new_tokens")
+                "and Wait count are lower bounds; raise max_new_tokens"
+            )

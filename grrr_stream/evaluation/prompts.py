@@ -11,8 +11,15 @@ from ..config import stable_hash
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 # The files that fix how a prompt is written and when an answer stops.
-PROMPT_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json",
-                "chat_template.jinja", "chat_template.json", "generation_config.json")
+PROMPT_FILES = (
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+)
 
 
 def prompt_format(folder: Path, template: str, instruction: str) -> dict:
@@ -32,7 +39,12 @@ def prompt_format(folder: Path, template: str, instruction: str) -> dict:
             chat = json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template")
         except json.JSONDecodeError:
             chat = None
-    fmt = {"from": str(folder), "template": template, "instruction": instruction, "files": files,
-           "chat_template_sha256": hashlib.sha256(str(chat).encode()).hexdigest() if chat else None}
+    fmt = {
+        "from": str(folder),
+        "template": template,
+        "instruction": instruction,
+        "files": files,
+        "chat_template_sha256": hashlib.sha256(str(chat).encode()).hexdigest() if chat else None,
+    }
     fmt["digest"] = stable_hash({k: v for k, v in fmt.items() if k != "from"}, 16)
     return fmt

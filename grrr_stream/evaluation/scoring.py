@@ -46,8 +46,8 @@ class BenchmarkResult:
     correct_bits: str = ""  # '1'/'0' per problem for the first sample, in benchmark order
     samples: int = 1  # answers per problem
     metrics: dict = field(default_factory=dict)  # 'avg', 'pass@k', 'maj@k' → percent
-    scores: dict = field(default_factory=dict)   # the same → per-problem value in [0, 1] (paired statistics)
-    tokens: list = field(default_factory=list)   # generated tokens of every answer (problem-major)
+    scores: dict = field(default_factory=dict)  # the same → per-problem value in [0, 1] (paired statistics)
+    tokens: list = field(default_factory=list)  # generated tokens of every answer (problem-major)
     tokens_correct: int = 0  # tokens summed over correct answers
     answers_correct: int = 0
 
@@ -83,8 +83,9 @@ def result_path(out: Path, variant: str, benchmark: str) -> Path:
     return Path(out) / variant / f"{benchmark}.json"
 
 
-def scored(out: Path, variant: str, bench: Benchmark, key: str,
-           sampling: Optional[SamplingSettings] = None) -> Optional[BenchmarkResult]:
+def scored(
+    out: Path, variant: str, bench: Benchmark, key: str, sampling: Optional[SamplingSettings] = None
+) -> Optional[BenchmarkResult]:
     """The finished result of ``variant`` on ``bench`` under ``key``, or None. A finished benchmark whose
     summary lacks a metric asked for now (a pass@k or maj@k added later) is summarised again from its
     records, without generating anything."""
@@ -106,17 +107,37 @@ def scored(out: Path, variant: str, bench: Benchmark, key: str,
         return None
     from ..files import atomic_write_text
 
-    res = summarise_records([done[pr.idx] for pr in bench.problems], variant=variant, benchmark=bench.name,
-                            sampling=sampling, sha256=bench.sha256, key=key)
+    res = summarise_records(
+        [done[pr.idx] for pr in bench.problems],
+        variant=variant,
+        benchmark=bench.name,
+        sampling=sampling,
+        sha256=bench.sha256,
+        key=key,
+    )
     atomic_write_text(p, json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2))
     return res
 
 
-def evaluation_key(bench: Benchmark, variant_meta: dict, settings: EngineSettings, template: str,
-                   instruction: str, prompt_digest: str = "", sampling: Optional[SamplingSettings] = None) -> str:
-    fields = {"benchmark": bench.name, "sha256": bench.sha256, "n": len(bench.problems),
-              "variant": variant_meta, "engine": settings.result_fields(), "template": template,
-              "instruction": instruction, "prompt_format": prompt_digest}
+def evaluation_key(
+    bench: Benchmark,
+    variant_meta: dict,
+    settings: EngineSettings,
+    template: str,
+    instruction: str,
+    prompt_digest: str = "",
+    sampling: Optional[SamplingSettings] = None,
+) -> str:
+    fields = {
+        "benchmark": bench.name,
+        "sha256": bench.sha256,
+        "n": len(bench.problems),
+        "variant": variant_meta,
+        "engine": settings.result_fields(),
+        "template": template,
+        "instruction": instruction,
+        "prompt_format": prompt_digest,
+    }
     drawn = (sampling or SamplingSettings()).key_fields()
     if drawn is not None:  # greedy results keep the keys they always had; pass@k / maj@k are not generated
         fields["sampling"] = drawn
@@ -132,12 +153,22 @@ def problem_rows(out: Path, variant: str, bench: Benchmark, key: str) -> list[di
         if rec is None:
             continue
         for s, a in enumerate(_answers(rec)):
-            rows.append({"variant": variant, "benchmark": bench.name, "problem": p.idx, "sample": s, "gold": p.gold,
-                         "extracted": a.get("extracted"), "status": a["status"], "correct": bool(a["correct"]),
-                         "tokens": int(a["tokens"]), "finish_reason": a.get("finish_reason", ""),
-                         "wait": int(a["wait"])})
+            rows.append(
+                {
+                    "variant": variant,
+                    "benchmark": bench.name,
+                    "problem": p.idx,
+                    "sample": s,
+                    "gold": p.gold,
+                    "extracted": a.get("extracted"),
+                    "status": a["status"],
+                    "correct": bool(a["correct"]),
+                    "tokens": int(a["tokens"]),
+                    "finish_reason": a.get("finish_reason", ""),
+                    "wait": int(a["wait"]),
+                }
+            )
     return rows
-
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -145,7 +176,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
 
 
 def majority_correct(answers: Sequence[dict], k: int) -> bool:
@@ -184,13 +214,29 @@ def problem_scores(rec: dict, sampling: SamplingSettings) -> dict[str, float]:
 
 def _answer(gen: Generation, gold: str) -> dict:
     g = grade(gen.text, gold) if gen.text is not None else Grade(None, False, "prompt_too_long")
-    return {"generation": gen.text or "", "tokens": gen.tokens, "finish_reason": gen.finish_reason,
-            "extracted": g.extracted, "correct": g.correct, "status": g.status, "wait": count_wait(gen.text or "")}
+    return {
+        "generation": gen.text or "",
+        "tokens": gen.tokens,
+        "finish_reason": gen.finish_reason,
+        "extracted": g.extracted,
+        "correct": g.correct,
+        "status": g.status,
+        "wait": count_wait(gen.text or ""),
+    }
 
 
-def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, key: str, *,
-                    template: str = "chat", instruction: str = DEFAULT_INSTRUCTION,
-                    sampling: Optional[SamplingSettings] = None, chunk: int = 256) -> BenchmarkResult:
+def score_benchmark(
+    engine: Engine,
+    bench: Benchmark,
+    variant: str,
+    out: Path,
+    key: str,
+    *,
+    template: str = "chat",
+    instruction: str = DEFAULT_INSTRUCTION,
+    sampling: Optional[SamplingSettings] = None,
+    chunk: int = 256,
+) -> BenchmarkResult:
     """Generate and grade every problem not yet answered under ``key``; write the summary.
 
     One JSONL record per problem: the first answer's fields at the top level and, with more than
@@ -199,14 +245,31 @@ def score_benchmark(engine: Engine, bench: Benchmark, variant: str, out: Path, k
     from ..files import atomic_write_text
 
     sampling = sampling or SamplingSettings()
-    done, answered_now = answer_problems(engine, [(bench, p) for p in bench.problems], variant, out,
-                                         {bench.name: key}, template=template, instruction=instruction,
-                                         sampling=sampling, chunk=chunk)
+    done, answered_now = answer_problems(
+        engine,
+        [(bench, p) for p in bench.problems],
+        variant,
+        out,
+        {bench.name: key},
+        template=template,
+        instruction=instruction,
+        sampling=sampling,
+        chunk=chunk,
+    )
     recs = [done[bench.name][p.idx] for p in bench.problems]
-    res = summarise_records(recs, variant=variant, benchmark=bench.name, sampling=sampling, sha256=bench.sha256,
-                            key=key, scored_now=bool(answered_now))
-    atomic_write_text(result_path(out, variant, bench.name),
-                      json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2))
+    res = summarise_records(
+        recs,
+        variant=variant,
+        benchmark=bench.name,
+        sampling=sampling,
+        sha256=bench.sha256,
+        key=key,
+        scored_now=bool(answered_now),
+    )
+    atomic_write_text(
+        result_path(out, variant, bench.name),
+        json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2),
+    )
     return res
 
 
@@ -232,10 +295,18 @@ def _records_so_far(out: Path, variant: str, bench: Benchmark, key: str) -> dict
     return done
 
 
-def answer_problems(engine: Engine, problems: Sequence[tuple[Benchmark, Problem]], variant: str, out: Path,
-                    keys: dict[str, str], *, template: str = "chat", instruction: str = DEFAULT_INSTRUCTION,
-                    sampling: Optional[SamplingSettings] = None,
-                    chunk: int = 256) -> tuple[dict[str, dict[int, dict]], int]:
+def answer_problems(
+    engine: Engine,
+    problems: Sequence[tuple[Benchmark, Problem]],
+    variant: str,
+    out: Path,
+    keys: dict[str, str],
+    *,
+    template: str = "chat",
+    instruction: str = DEFAULT_INSTRUCTION,
+    sampling: Optional[SamplingSettings] = None,
+    chunk: int = 256,
+) -> tuple[dict[str, dict[int, dict]], int]:
     """Generate and grade those of ``problems`` ((benchmark, problem) pairs, benchmarks mixed) not yet answered
     under their benchmark's key (``keys``), ``chunk`` prompts a batch, each batch appended to the variant's JSONL
     files (fsynced) before the next: a kill loses at most the batch in flight. Returns every record under the keys
@@ -247,10 +318,11 @@ def answer_problems(engine: Engine, problems: Sequence[tuple[Benchmark, Problem]
     done = {name: _records_so_far(out, variant, b, keys[name]) for name, b in benches.items()}
     todo = [(b, p) for b, p in problems if p.idx not in done[b.name]]
     label = next(iter(benches)) if len(benches) == 1 else f"{len(benches)} benchmarks"
-    bar = Progress(len(todo), label=f"  [evaluate {variant} / {label}] ",
-                   enabled=bool(getattr(engine, "progress", False)))
+    bar = Progress(
+        len(todo), label=f"  [evaluate {variant} / {label}] ", enabled=bool(getattr(engine, "progress", False))
+    )
     for i in range(0, len(todo), chunk):
-        part = todo[i:i + chunk]
+        part = todo[i : i + chunk]
         engine.bar = bar
         try:
             outs = engine.generate(engine.prompts([p for _, p in part], template, instruction), sampling)
@@ -270,8 +342,16 @@ def answer_problems(engine: Engine, problems: Sequence[tuple[Benchmark, Problem]
     return done, len(todo)
 
 
-def summarise_records(recs: Sequence[dict], *, variant: str, benchmark: str, sampling: SamplingSettings,
-                      sha256: str, key: str, scored_now: bool = False) -> BenchmarkResult:
+def summarise_records(
+    recs: Sequence[dict],
+    *,
+    variant: str,
+    benchmark: str,
+    sampling: SamplingSettings,
+    sha256: str,
+    key: str,
+    scored_now: bool = False,
+) -> BenchmarkResult:
     """A benchmark's result from its per-problem records (metrics, per-problem scores, diagnostics)."""
     answers = [a for r in recs for a in _answers(r)]
     per_problem = [problem_scores(r, sampling) for r in recs]
@@ -279,9 +359,13 @@ def summarise_records(recs: Sequence[dict], *, variant: str, benchmark: str, sam
     scores = {k: [p[k] for p in per_problem] for k in sampling.metrics()}
     correct = [a for a in answers if a["correct"]]
     return BenchmarkResult(
-        variant=variant, benchmark=benchmark, n=n, samples=sampling.n,
+        variant=variant,
+        benchmark=benchmark,
+        n=n,
+        samples=sampling.n,
         accuracy=100.0 * sum(scores["avg"]) / n if n else 0.0,
-        metrics={k: 100.0 * sum(v) / n if n else 0.0 for k, v in scores.items()}, scores=scores,
+        metrics={k: 100.0 * sum(v) / n if n else 0.0 for k, v in scores.items()},
+        scores=scores,
         wait_mean=sum(a["wait"] for a in answers) / m if m else 0.0,
         no_answer=sum(a["status"] == "no_answer" for a in answers),
         parse_failed=sum(a["status"] in ("parse_failed", "error") for a in answers),
@@ -289,8 +373,11 @@ def summarise_records(recs: Sequence[dict], *, variant: str, benchmark: str, sam
         too_long=sum(a["status"] == "prompt_too_long" for a in answers),
         truncated=sum(a.get("finish_reason") == "length" for a in answers),
         wait_total=sum(a["wait"] for a in answers),
-        tokens=[int(a["tokens"]) for a in answers], tokens_correct=sum(int(a["tokens"]) for a in correct),
+        tokens=[int(a["tokens"]) for a in answers],
+        tokens_correct=sum(int(a["tokens"]) for a in correct),
         answers_correct=len(correct),
         correct_bits="".join("1" if r["correct"] else "0" for r in recs),
-        sha256=sha256, key=key, scored_now=scored_now)
-
+        sha256=sha256,
+        key=key,
+        scored_now=scored_now,
+    )

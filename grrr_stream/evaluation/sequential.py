@@ -19,8 +19,16 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ..files import atomic_write_text
-from ..stats.sequential import (Decision, Order, batch_end, benchmark_mean, decide, problem_order, retention_interval,
-                                round_ends)
+from ..stats.sequential import (
+    Decision,
+    Order,
+    batch_end,
+    benchmark_mean,
+    decide,
+    problem_order,
+    retention_interval,
+    round_ends,
+)
 from .benchmarks import Benchmark
 from .scoring import BenchmarkResult, answer_problems, answered, problem_scores, summarise_records
 from .settings import EvaluationOptions
@@ -44,17 +52,28 @@ class SequentialRun:
     """One evaluation's variants under the sequential design. ``load(name)`` returns an engine holding variant
     ``name`` (the pipeline's engine slot, which swaps weights only when the variant changes)."""
 
-    def __init__(self, benches: Sequence[Benchmark], names: Sequence[str], keys_of: dict[str, dict[str, str]],
-                 out: Path, options: EvaluationOptions, instruction: str, load: Callable[[str], Any], log=print):
+    def __init__(
+        self,
+        benches: Sequence[Benchmark],
+        names: Sequence[str],
+        keys_of: dict[str, dict[str, str]],
+        out: Path,
+        options: EvaluationOptions,
+        instruction: str,
+        load: Callable[[str], Any],
+        log=print,
+    ):
         self.settings = options.sequential
         self.options, self.instruction, self.load, self.log = options, instruction, load, log
         self.benches = {b.name: b for b in benches}
-        self.order = problem_order({b.name: len(b.problems) for b in benches}, self.settings.seed,
-                                   self.settings.max_weight)
+        self.order = problem_order(
+            {b.name: len(b.problems) for b in benches}, self.settings.seed, self.settings.max_weight
+        )
         self.names, self.keys_of, self.out = list(names), keys_of, Path(out)
         self.others = [n for n in self.names if n != REFERENCE]
         self._records: dict[str, dict[str, dict[int, dict]]] = {
-            n: {b: answered(self.out, n, self.benches[b], keys_of[n][b]) for b in self.benches} for n in self.names}
+            n: {b: answered(self.out, n, self.benches[b], keys_of[n][b]) for b in self.benches} for n in self.names
+        }
 
     def values(self, name: str) -> np.ndarray:
         """The per-problem metric of variant ``name`` along the order, as far as it answered without a gap."""
@@ -69,8 +88,15 @@ class SequentialRun:
 
     def decision(self, name: str) -> Decision:
         s = self.settings
-        return decide(self.order, self.values(name), self.values(REFERENCE), s.thresholds(name), chunk=s.chunk,
-                      precision_points=s.precision_points, alpha=1 - s.level)
+        return decide(
+            self.order,
+            self.values(name),
+            self.values(REFERENCE),
+            s.thresholds(name),
+            chunk=s.chunk,
+            precision_points=s.precision_points,
+            alpha=1 - s.level,
+        )
 
     def answer(self, name: str, end: int) -> None:
         """Variant ``name`` answers the order's problems up to ``end`` that it has not answered."""
@@ -79,8 +105,17 @@ class SequentialRun:
         if not todo:
             return
         o = self.options
-        done, _ = answer_problems(self.load(name), todo, name, self.out, self.keys_of[name], template=o.template,
-                                  instruction=self.instruction, sampling=o.sampling, chunk=len(todo))
+        done, _ = answer_problems(
+            self.load(name),
+            todo,
+            name,
+            self.out,
+            self.keys_of[name],
+            template=o.template,
+            instruction=self.instruction,
+            sampling=o.sampling,
+            chunk=len(todo),
+        )
         for b, recs in done.items():
             self._records[name][b] = recs
 
@@ -110,16 +145,27 @@ class SequentialRun:
 
     def _batch_end(self, name: str, d: Decision, end: int, slack: Optional[float] = None) -> int:
         s = self.settings
-        return batch_end(self.order, d, self.values(name), self.values(REFERENCE), s.thresholds(name), chunk=s.chunk,
-                         precision_points=s.precision_points, end=end,
-                         slack=s.lookahead if slack is None else slack)
+        return batch_end(
+            self.order,
+            d,
+            self.values(name),
+            self.values(REFERENCE),
+            s.thresholds(name),
+            chunk=s.chunk,
+            precision_points=s.precision_points,
+            end=end,
+            slack=s.lookahead if slack is None else slack,
+        )
 
     def _next_end(self, end: int) -> int:
         """How far the running variants are expected to need full's answers (0 when none could say)."""
         if self.settings.lookahead <= 0:
             return 0
-        needs = [self._batch_end(n, d, self.order.total, slack=1.0)
-                 for n in self.others if not (d := self.decision(n)).stopped]
+        needs = [
+            self._batch_end(n, d, self.order.total, slack=1.0)
+            for n in self.others
+            if not (d := self.decision(n)).stopped
+        ]
         return max(needs, default=0)
 
     def outcome(self) -> SequentialOutcome:
@@ -130,8 +176,10 @@ class SequentialRun:
         used = {**{n: d.problems for n, d in decisions.items()}, REFERENCE: min(last, len(full))}
         results = {n: self._results(n, used[n]) for n in self.names}
         alpha = 1 - self.settings.level
-        retention = {n: retention_interval(self.order, self.values(n)[:used[n]], full[:used[n]], alpha=alpha)
-                     for n in self.others}
+        retention = {
+            n: retention_interval(self.order, self.values(n)[: used[n]], full[: used[n]], alpha=alpha)
+            for n in self.others
+        }
         decisions[REFERENCE] = Decision(used[REFERENCE], "reference", 0.0, 0.0, 0.0)
         return SequentialOutcome(self.order, decisions, results, retention)
 
@@ -144,8 +192,16 @@ class SequentialRun:
         for b, positions in mine.items():
             bench = self.benches[b]
             recs = [self._records[name][b][bench.problems[p].idx] for p in sorted(positions)]
-            out.append(summarise_records(recs, variant=name, benchmark=b, sampling=self.options.sampling,
-                                         sha256=bench.sha256, key=self.keys_of[name][b]))
+            out.append(
+                summarise_records(
+                    recs,
+                    variant=name,
+                    benchmark=b,
+                    sampling=self.options.sampling,
+                    sha256=bench.sha256,
+                    key=self.keys_of[name][b],
+                )
+            )
         return out
 
     def paired_retention(self, name: str, upto: int) -> float:
@@ -156,27 +212,46 @@ class SequentialRun:
 
 
 def _said(d: Decision, total: int) -> str:
-    why = {"thresholds": "every threshold decided", "precision": "difference within the precision target",
-           "exhausted": "every problem answered"}.get(d.reason, "not decided yet")
-    return (f"{'stopped' if d.stopped else 'running'} at {d.problems} of {total} problems ({why}); minus_full "
-            f"{d.minus_full:+.1f} points, anytime-valid [{d.lo:+.1f}, {d.hi:+.1f}]")
+    why = {
+        "thresholds": "every threshold decided",
+        "precision": "difference within the precision target",
+        "exhausted": "every problem answered",
+    }.get(d.reason, "not decided yet")
+    return (
+        f"{'stopped' if d.stopped else 'running'} at {d.problems} of {total} problems ({why}); minus_full "
+        f"{d.minus_full:+.1f} points, anytime-valid [{d.lo:+.1f}, {d.hi:+.1f}]"
+    )
 
 
-def difference_rows(run: SequentialRun, outcome: SequentialOutcome, transition: str,
-                    averages: dict[str, Any]) -> list[dict]:
+def difference_rows(
+    run: SequentialRun, outcome: SequentialOutcome, transition: str, averages: dict[str, Any]
+) -> list[dict]:
     """Per variant: its score on the problems it answered, its paired difference to full with the anytime-valid
     interval, its retention with its interval, how many problems they rest on, why it stopped and which side of
     each threshold it is on."""
     rows = []
     for name in run.names:
         d = outcome.decisions[name]
-        row: dict = {"transition": transition, "kind": "", "variant": name, "score": averages.get(name),
-                     "interval": "anytime-valid", "problems": d.problems, "stopped": d.reason}
+        row: dict = {
+            "transition": transition,
+            "kind": "",
+            "variant": name,
+            "score": averages.get(name),
+            "interval": "anytime-valid",
+            "problems": d.problems,
+            "stopped": d.reason,
+        }
         if name != REFERENCE:
             lo, hi = outcome.retention[name]
-            row.update(minus_full=d.minus_full, minus_full_ci_lo=d.lo, minus_full_ci_hi=d.hi,
-                       retention_full_pct=run.paired_retention(name, d.problems), retention_full_ci_lo=lo,
-                       retention_full_ci_hi=hi, **{f"side: {k}": v for k, v in d.sides.items()})
+            row.update(
+                minus_full=d.minus_full,
+                minus_full_ci_lo=d.lo,
+                minus_full_ci_hi=d.hi,
+                retention_full_pct=run.paired_retention(name, d.problems),
+                retention_full_ci_lo=lo,
+                retention_full_ci_hi=hi,
+                **{f"side: {k}": v for k, v in d.sides.items()},
+            )
         rows.append(row)
     return rows
 
@@ -185,14 +260,27 @@ def write_record(out: Path, run: SequentialRun, outcome: SequentialOutcome, rows
     """``sequential.json``: the design's settings, the order's census and weights, each variant's decision, and the
     difference rows with their numbers exact (what the claims over a sweep read)."""
     o = outcome.order
-    record = {"design": "sequential", "settings": run.settings.model_dump(mode="json"), "problems": o.total,
-              "census": list(o.census), "weights": o.weight,
-              "rounds": round_ends(o, run.settings.chunk, run.settings.growth),
-              "variants": {n: {"problems": d.problems, "stopped": d.reason, "minus_full": d.minus_full,
-                               "lo": d.lo, "hi": d.hi, "sides": d.sides,
-                               "retention_ci": list(outcome.retention.get(n, ()))}
-                           for n, d in outcome.decisions.items()},
-              "rows": list(rows)}
+    record = {
+        "design": "sequential",
+        "settings": run.settings.model_dump(mode="json"),
+        "problems": o.total,
+        "census": list(o.census),
+        "weights": o.weight,
+        "rounds": round_ends(o, run.settings.chunk, run.settings.growth),
+        "variants": {
+            n: {
+                "problems": d.problems,
+                "stopped": d.reason,
+                "minus_full": d.minus_full,
+                "lo": d.lo,
+                "hi": d.hi,
+                "sides": d.sides,
+                "retention_ci": list(outcome.retention.get(n, ())),
+            }
+            for n, d in outcome.decisions.items()
+        },
+        "rows": list(rows),
+    }
     path = Path(out) / FILE
     atomic_write_text(path, json.dumps(record, indent=2, default=float))
     return path

@@ -35,10 +35,15 @@ class EngineSettings(StrictModel):
         """Settings that can change generations (everything but memory knobs). The floor of 'auto' only with
         'auto' (keys of other dtypes stay as they were); a result's own key holds the dtype 'auto' resolved to
         (:meth:`resolved`), so that it is shared with evaluations that asked for that dtype."""
-        return {"dtype": self.dtype, **({"auto_min_energy": self.auto_min_energy} if self.dtype == "auto" else {}),
-                "max_new_tokens": self.max_new_tokens, "seed": self.seed,
-                "tensor_parallel_size": self.tensor_parallel_size, "max_model_len": self.max_model_len,
-                "enforce_eager": self.enforce_eager}
+        return {
+            "dtype": self.dtype,
+            **({"auto_min_energy": self.auto_min_energy} if self.dtype == "auto" else {}),
+            "max_new_tokens": self.max_new_tokens,
+            "seed": self.seed,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "max_model_len": self.max_model_len,
+            "enforce_eager": self.enforce_eager,
+        }
 
     def resolved(self, dtype: str) -> "EngineSettings":
         """These settings with 'auto' replaced by the dtype chosen for one transition."""
@@ -98,7 +103,7 @@ class SequentialSettings(StrictModel):
     retention ≥ 95 % / ≥ 92 %, diag against retention ≤ 25 %, base against "full gains ≥ 1 point"."""
 
     seed: int = 0
-    chunk: int = Field(64, ge=1)         # problems between two looks at the sequences
+    chunk: int = Field(64, ge=1)  # problems between two looks at the sequences
     level: float = Field(0.95, gt=0.5, lt=1.0)
     precision_points: float = Field(2.0, gt=0.0)
     # the engine takes the variants in rounds: each round's answered prefix this many times the last, so that a
@@ -111,9 +116,11 @@ class SequentialSettings(StrictModel):
     # a benchmark whose weight in the score over its share of the problems exceeds this is answered in full first
     max_weight: float = Field(2.0, ge=1.0)
     difference_points: dict[str, tuple[float, ...]] = Field(
-        default_factory=lambda: {"offnull": (-4.3,), "base": (-1.0,)})
+        default_factory=lambda: {"offnull": (-4.3,), "base": (-1.0,)}
+    )
     retention_pct: dict[str, tuple[float, ...]] = Field(
-        default_factory=lambda: {"offnull": (95.0, 92.0), "diag": (25.0,)})
+        default_factory=lambda: {"offnull": (95.0, 92.0), "diag": (25.0,)}
+    )
 
     def thresholds(self, variant: str):
         """The :class:`~grrr_stream.stats.sequential.Thresholds` of ``variant`` (none: it stops on precision)."""
@@ -148,20 +155,31 @@ class EvaluationOptions(StrictModel):
 
     def model_post_init(self, _ctx: Any) -> None:
         if self.metric not in self.sampling.metrics():
-            raise ValueError(f"metric {self.metric!r} is not computed by the sampling settings; choose one of "
-                             f"{', '.join(self.sampling.metrics())} (pass@k and maj@k need sampling.pass_k / "
-                             "maj_k)")
+            raise ValueError(
+                f"metric {self.metric!r} is not computed by the sampling settings; choose one of "
+                f"{', '.join(self.sampling.metrics())} (pass@k and maj@k need sampling.pass_k / "
+                "maj_k)"
+            )
 
     def key_fields(self) -> dict:
         """What of these changes the answers generated, as result keys hold it. The table metric, pass@k, maj@k,
         ``materialize`` and the engine's memory knobs change none; ``lenient`` and sampling are left out while
         off (greedy), and the design while fixed, so that keys of results made before they existed stay as they were."""
         sampling = self.sampling.key_fields()
-        design = {"design": self.design, "sequential": self.sequential.model_dump(mode="json")} \
-            if self.design != "fixed" else {}
-        return {"limit": self.limit, **({"lenient": True} if self.lenient else {}), "template": self.template,
-                "instruction": self.instruction, "engine": self.engine.result_fields(),
-                **({"sampling": sampling} if sampling else {}), **design}
+        design = (
+            {"design": self.design, "sequential": self.sequential.model_dump(mode="json")}
+            if self.design != "fixed"
+            else {}
+        )
+        return {
+            "limit": self.limit,
+            **({"lenient": True} if self.lenient else {}),
+            "template": self.template,
+            "instruction": self.instruction,
+            "engine": self.engine.result_fields(),
+            **({"sampling": sampling} if sampling else {}),
+            **design,
+        }
 
     @classmethod
     def of(cls, holder: Any) -> "EvaluationOptions":

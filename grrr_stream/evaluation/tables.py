@@ -20,13 +20,15 @@ def diagnostics(rs: Sequence[BenchmarkResult]) -> dict:
     waits = sum(r.wait_total for r in rs)
     truncated = sum(r.truncated for r in rs)
     return {
-        "answers": answers, "truncated": truncated,
+        "answers": answers,
+        "truncated": truncated,
         "truncated_pct": 100.0 * truncated / answers if answers else 0.0,
         "tokens_mean": sum(tokens) / len(tokens) if tokens else None,
         "tokens_median": float(statistics.median(tokens)) if tokens else None,
         "tokens_mean_correct": t_correct / n_correct if n_correct else None,
-        "tokens_mean_wrong": ((sum(tokens) - t_correct) / (len(tokens) - n_correct)
-                              if len(tokens) > n_correct else None),
+        "tokens_mean_wrong": (
+            (sum(tokens) - t_correct) / (len(tokens) - n_correct) if len(tokens) > n_correct else None
+        ),
         "wait_per_answer": waits / answers if answers else 0.0,
         "wait_per_1k_tokens": 1000.0 * waits / sum(tokens) if sum(tokens) else 0.0,
     }
@@ -41,8 +43,9 @@ def accuracy_table(results: Sequence[BenchmarkResult], benchmarks: Sequence[str]
         by_variant.setdefault(r.variant, []).append(r)
     rows = []
     for v, rs in by_variant.items():
-        accs = {r.benchmark: (r.metrics.get(metric) if r.metrics else (r.accuracy if metric == "avg" else None))
-                for r in rs}
+        accs = {
+            r.benchmark: (r.metrics.get(metric) if r.metrics else (r.accuracy if metric == "avg" else None)) for r in rs
+        }
         row: dict[str, Any] = {"variant": v, **{b: accs.get(b) for b in benchmarks}}
         vals = [accs[b] for b in benchmarks if accs.get(b) is not None]
         row["average"] = sum(vals) / len(vals) if len(vals) == len(benchmarks) else None
@@ -59,17 +62,33 @@ def diagnostics_table(results: Sequence[BenchmarkResult]) -> list[dict]:
 
 def accuracy_columns(acc_rows: Sequence[dict]) -> list[str]:
     """The benchmark columns of an accuracy table."""
-    fixed = {"variant", "average", "metric", "answers", "wait_per_answer", "wait_per_1k_tokens", "truncated",
-             "truncated_pct", "tokens_mean", "tokens_median", "tokens_mean_correct", "tokens_mean_wrong",
-             "transition", "kind", "from", "to"}
+    fixed = {
+        "variant",
+        "average",
+        "metric",
+        "answers",
+        "wait_per_answer",
+        "wait_per_1k_tokens",
+        "truncated",
+        "truncated_pct",
+        "tokens_mean",
+        "tokens_median",
+        "tokens_mean_correct",
+        "tokens_mean_wrong",
+        "transition",
+        "kind",
+        "from",
+        "to",
+    }
     return [k for k in (acc_rows[0] if acc_rows else {}) if k not in fixed]
 
 
 TABLE56 = ("base", "full", "proj", "diag", "off", "null", "offnull")
 
 
-def retention_tables(acc_rows: Sequence[dict], *, rest_from: Optional[str] = None,
-                     informative_points: float = 1.0) -> tuple[list[dict], list[dict], dict]:
+def retention_tables(
+    acc_rows: Sequence[dict], *, rest_from: Optional[str] = None, informative_points: float = 1.0
+) -> tuple[list[dict], list[dict], dict]:
     """Tables 5/6 (component retention, against full as the paper and against proj) and 8
     (diagonal vs random removal; Δ = remove − reference, negative when removal hurts); the transition is
     informative when full − base ≥ ``informative_points`` (the claims' setting; a tie counts)."""
@@ -90,9 +109,11 @@ def retention_tables(acc_rows: Sequence[dict], *, rest_from: Optional[str] = Non
     def pct(v: float, ref: Optional[float]) -> Optional[float]:
         return 100.0 * v / ref if ref else None
 
-    t56 = [{"variant": v, "average": avg[v], "retention_pct": pct(avg[v], full),
-            "retention_proj_pct": pct(avg[v], proj)}
-           for v in (*TABLE56, *(v for v in avg if v not in TABLE56 and not v.startswith("randrm-"))) if v in avg]
+    t56 = [
+        {"variant": v, "average": avg[v], "retention_pct": pct(avg[v], full), "retention_proj_pct": pct(avg[v], proj)}
+        for v in (*TABLE56, *(v for v in avg if v not in TABLE56 and not v.startswith("randrm-")))
+        if v in avg
+    ]
     rand = [a for v, a in avg.items() if v.startswith("randrm-")]
     t8 = []
     if full is not None and ("offnull" in avg or rand):
@@ -114,6 +135,7 @@ def solved_lost(results: Sequence[BenchmarkResult], metric: str = "avg", referen
     """Per variant, the problems the reference solves and the variant does not ('lost'), and the
     reverse ('gained'); a problem counts as solved when its per-problem ``metric`` is at least 0.5
     (for greedy decoding: answered correctly)."""
+
     def solved(r: BenchmarkResult) -> list[bool]:
         vals = r.scores.get(metric) if r.scores else None
         if vals is None:
@@ -128,6 +150,14 @@ def solved_lost(results: Sequence[BenchmarkResult], metric: str = "avg", referen
         mine = solved(r)
         for i, (a, b) in enumerate(zip(ref[r.benchmark], mine)):
             if a != b:
-                rows.append({"variant": r.variant, "benchmark": r.benchmark, "problem": i,
-                             "change": "lost" if a else "gained", "reference": reference, "metric": metric})
+                rows.append(
+                    {
+                        "variant": r.variant,
+                        "benchmark": r.benchmark,
+                        "problem": i,
+                        "change": "lost" if a else "gained",
+                        "reference": reference,
+                        "metric": metric,
+                    }
+                )
     return rows

@@ -24,9 +24,9 @@ _DEMO = "the demo's evaluation of the tiny chain, tokens_mean (tools/answer_leng
 
 @dataclass(frozen=True)
 class AnswerLength:
-    benchmarks: tuple[str, ...]   # the benchmark names it applies to
-    params_up_to: float           # the largest model size (parameters) it applies to; rows are tried in order
-    tokens: float                 # mean generated tokens per answer
+    benchmarks: tuple[str, ...]  # the benchmark names it applies to
+    params_up_to: float  # the largest model size (parameters) it applies to; rows are tried in order
+    tokens: float  # mean generated tokens per answer
     source: str
 
 

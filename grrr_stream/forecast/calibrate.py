@@ -43,32 +43,37 @@ BUDGET_S = 8.0  # a calibration takes about this long at most (a few seconds mor
 
 @dataclass(frozen=True)
 class Rates:
-    device: str             # e.g. 'cpu (2 threads)', 'cuda (NVIDIA H200)'
+    device: str  # e.g. 'cpu (2 threads)', 'cuda (NVIDIA H200)'
     shape: tuple[int, int]  # where the rates were measured
     decompose_flops_s: float
     gemm_flops_s: float
-    measured_s: float       # wall seconds the measurement took
+    measured_s: float  # wall seconds the measurement took
     forward_flops_s: Optional[float] = None  # CPU: 256 token rows × a matrix (channels' forward passes)
-    null_cells_s: Optional[float] = None     # CPU: channel-stats' null, cells (channel × draw × group) per second
+    null_cells_s: Optional[float] = None  # CPU: channel-stats' null, cells (channel × draw × group) per second
     cached: bool = False
-    load: Optional[float] = None             # 1-minute load average when measured
+    load: Optional[float] = None  # 1-minute load average when measured
     cores: Optional[int] = None
-    notes: tuple = ()                        # refusals and corrections, in words
-    bandwidth_gbs: Optional[float] = None    # memory copy rate (read + write), GB/s
-    svd_flops_s: Optional[float] = None      # set for a target device: its SVD rate, apart from its products
-    target: Optional[str] = None             # a --forecast-for device name (None: this machine, measured)
+    notes: tuple = ()  # refusals and corrections, in words
+    bandwidth_gbs: Optional[float] = None  # memory copy rate (read + write), GB/s
+    svd_flops_s: Optional[float] = None  # set for a target device: its SVD rate, apart from its products
+    target: Optional[str] = None  # a --forecast-for device name (None: this machine, measured)
 
     def describe(self) -> str:
         if self.target is not None:
             return self.device + "".join(f"; {n}" for n in self.notes)
         m, n = self.shape
         how = "cached" if self.cached else f"measured now in {self.measured_s:.1f} s"
-        cpu = (f"; CPU forward products (256 tokens) {self.forward_flops_s / 1e9:.1f} GFLOP/s"
-               if self.forward_flops_s else "")
+        cpu = (
+            f"; CPU forward products (256 tokens) {self.forward_flops_s / 1e9:.1f} GFLOP/s"
+            if self.forward_flops_s
+            else ""
+        )
         load = f"; load {self.load:.1f} on {self.cores} core(s)" if self.load is not None else ""
-        return (f"{self.device}: decomposition {self.decompose_flops_s / 1e9:.1f} GFLOP/s, products "
-                f"{self.gemm_flops_s / 1e9:.1f} GFLOP/s{cpu}, at {m}×{n} ({how}{load})"
-                + "".join(f"; {x}" for x in self.notes))
+        return (
+            f"{self.device}: decomposition {self.decompose_flops_s / 1e9:.1f} GFLOP/s, products "
+            f"{self.gemm_flops_s / 1e9:.1f} GFLOP/s{cpu}, at {m}×{n} ({how}{load})"
+            + "".join(f"; {x}" for x in self.notes)
+        )
 
 
 def cache_file() -> Path:
@@ -112,9 +117,9 @@ def _time_decompose(shape: tuple[int, int]) -> float:
     return time.perf_counter() - t
 
 
-GEMM_SIDE = 1024       # the timed product: 1024×1024 by 1024×1024, 2.1 GFLOP (compute-bound on any CPU)
-GEMM_REPEATS = 5       # the best of these: a shared core stalls some of them
-REFUSE_FACTOR = 10.0   # a measured rate further than this from the device's figure is refused
+GEMM_SIDE = 1024  # the timed product: 1024×1024 by 1024×1024, 2.1 GFLOP (compute-bound on any CPU)
+GEMM_REPEATS = 5  # the best of these: a shared core stalls some of them
+REFUSE_FACTOR = 10.0  # a measured rate further than this from the device's figure is refused
 
 
 def gemm_shape(largest: Sequence[int]) -> tuple[int, int]:
@@ -211,8 +216,12 @@ def expected_rates(device: str) -> Optional[dict[str, float]]:
     if device.startswith("cpu"):
         cpu = d.local_cpu()
         peak = cpu.fp32_tflops * 1e12
-        return {"gemm": peak * d.CPU_GEMM_EFFICIENCY, "forward": peak * d.CPU_GEMM_EFFICIENCY,
-                "decompose": peak * d.CPU_DECOMPOSE_EFFICIENCY, "bandwidth": cpu.bandwidth_gbs * 1e9}
+        return {
+            "gemm": peak * d.CPU_GEMM_EFFICIENCY,
+            "forward": peak * d.CPU_GEMM_EFFICIENCY,
+            "decompose": peak * d.CPU_DECOMPOSE_EFFICIENCY,
+            "bandwidth": cpu.bandwidth_gbs * 1e9,
+        }
     for row in d.DEVICES.values():
         tag = row.source.split(",")[0].replace("NVIDIA ", "").replace(" datasheet", "")
         if device.startswith("cuda") and tag in device:
@@ -220,20 +229,25 @@ def expected_rates(device: str) -> Optional[dict[str, float]]:
     return None
 
 
-def check_rate(what: str, measured: float, expected: Optional[float], loaded: bool,
-               unit: str = "GFLOP/s") -> tuple[float, Optional[str]]:
+def check_rate(
+    what: str, measured: float, expected: Optional[float], loaded: bool, unit: str = "GFLOP/s"
+) -> tuple[float, Optional[str]]:
     """(the rate to use, a note when it is not the measured one). Refused: off by more than REFUSE_FACTOR
     from ``expected`` either way; raised to ``expected`` when the machine is loaded and it is below."""
     if not expected:
         return measured, None
     ratio = measured / expected
     if ratio < 1.0 / REFUSE_FACTOR or ratio > REFUSE_FACTOR:
-        return expected, (f"{what} rate {measured / 1e9:.3g} {unit} refused: {ratio:.3g}× the "
-                          f"{expected / 1e9:.3g} {unit} the device's figures give (off by more than "
-                          f"{REFUSE_FACTOR:g}×{', the machine is loaded' if loaded else ''}); that figure used")
+        return expected, (
+            f"{what} rate {measured / 1e9:.3g} {unit} refused: {ratio:.3g}× the "
+            f"{expected / 1e9:.3g} {unit} the device's figures give (off by more than "
+            f"{REFUSE_FACTOR:g}×{', the machine is loaded' if loaded else ''}); that figure used"
+        )
     if loaded and measured < expected:
-        return expected, (f"{what} rate {measured / 1e9:.3g} {unit} measured under load: the device's "
-                          f"{expected / 1e9:.3g} {unit} used")
+        return expected, (
+            f"{what} rate {measured / 1e9:.3g} {unit} measured under load: the device's "
+            f"{expected / 1e9:.3g} {unit} used"
+        )
     return measured, None
 
 
@@ -253,8 +267,13 @@ def ladder(largest: Sequence[int], smallest_side: int = 256) -> list[tuple[int, 
     return out[::-1]
 
 
-def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] = None,
-              cache: Optional[Path] = None, budget_s: float = BUDGET_S) -> Rates:
+def calibrate(
+    largest: Sequence[int],
+    *,
+    timers: Optional[dict[str, Callable]] = None,
+    cache: Optional[Path] = None,
+    budget_s: float = BUDGET_S,
+) -> Rates:
     """This machine's rates near ``largest`` (m, n), from the cache or measured now.
 
     Small matrices run far below a machine's rate (call overheads; LAPACK's blocking pays off with size),
@@ -262,17 +281,26 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
     ``budget_s`` at the best rate measured so far; the rates are the best measured, normally at the largest
     shape (the sweep's largest when it fits: otherwise an overestimate of the time, by the efficiency still
     to gain)."""
-    timers = {"decompose": _time_decompose, "gemm": _time_gemm, "device": device_name, "forward": _time_forward,
-              "null": _time_null, "copy": _time_copy, "load": os.getloadavg, "expected": expected_rates,
-              **(timers or {})}
+    timers = {
+        "decompose": _time_decompose,
+        "gemm": _time_gemm,
+        "device": device_name,
+        "forward": _time_forward,
+        "null": _time_null,
+        "copy": _time_copy,
+        "load": os.getloadavg,
+        "expected": expected_rates,
+        **(timers or {}),
+    }
     device = timers["device"]()
     path = cache or cache_file()
     stored = read_cache(path)
     wanted = _key(device, (int(largest[0]), int(largest[1])))
     if wanted in stored:
         entry = {k: v for k, v in stored[wanted].items() if k in Rates.__dataclass_fields__}
-        return Rates(**{**entry, "shape": tuple(entry["shape"]), "notes": tuple(entry.get("notes") or ()),
-                        "cached": True})
+        return Rates(
+            **{**entry, "shape": tuple(entry["shape"]), "notes": tuple(entry.get("notes") or ()), "cached": True}
+        )
     load, cores, loaded = load_state(timers["load"])
     t0 = time.perf_counter()
     steps = ladder(largest)
@@ -307,10 +335,23 @@ def calibrate(largest: Sequence[int], *, timers: Optional[dict[str, Callable]] =
     bandwidth = bw / 1e9
     notes += [note] if note else []
     if loaded:  # the rates above are the machine's own; the other work will slow the sweep as it slowed these
-        notes.append(f"load {load:.1f} on {cores} core(s): times are for this machine without the other work "
-                     f"(while it lasts, expect up to ~{max(load / cores, 1.0):.0f}× longer)")
-    rates = Rates(device, shape, dec, gemm, time.perf_counter() - t0, forward, null, load=load, cores=cores,
-                  notes=tuple(notes), bandwidth_gbs=bandwidth)
+        notes.append(
+            f"load {load:.1f} on {cores} core(s): times are for this machine without the other work "
+            f"(while it lasts, expect up to ~{max(load / cores, 1.0):.0f}× longer)"
+        )
+    rates = Rates(
+        device,
+        shape,
+        dec,
+        gemm,
+        time.perf_counter() - t0,
+        forward,
+        null,
+        load=load,
+        cores=cores,
+        notes=tuple(notes),
+        bandwidth_gbs=bandwidth,
+    )
     stored[wanted] = {k: v for k, v in asdict(rates).items() if k != "cached"}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

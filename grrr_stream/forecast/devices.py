@@ -41,58 +41,72 @@ class Device:
     """One device's published figures (per GPU; a CPU's are this machine's, worked out or measured)."""
 
     name: str
-    kind: str                  # 'gpu' | 'cpu'
-    bf16_tflops: float         # dense bf16/fp16 tensor-core rate
-    fp32_tflops: float         # dense float32 rate (non-tensor-core on a GPU)
-    bandwidth_gbs: float       # memory bandwidth, GB/s (1e9 B/s)
-    memory_gib: float          # device memory
-    svd_tflops: float          # effective rate of the decomposition's SVD work in float32
-    svd_basis: str             # 'guess: ...' | 'measured ...'
-    source: str                # where the figures come from
-    host_tflops: float = 1.0   # the node's CPU (variants are composed there during an evaluation): a guess
-    mbu: float = MBU           # fraction of bandwidth_gbs a vLLM decode step streams at
+    kind: str  # 'gpu' | 'cpu'
+    bf16_tflops: float  # dense bf16/fp16 tensor-core rate
+    fp32_tflops: float  # dense float32 rate (non-tensor-core on a GPU)
+    bandwidth_gbs: float  # memory bandwidth, GB/s (1e9 B/s)
+    memory_gib: float  # device memory
+    svd_tflops: float  # effective rate of the decomposition's SVD work in float32
+    svd_basis: str  # 'guess: ...' | 'measured ...'
+    source: str  # where the figures come from
+    host_tflops: float = 1.0  # the node's CPU (variants are composed there during an evaluation): a guess
+    mbu: float = MBU  # fraction of bandwidth_gbs a vLLM decode step streams at
 
     def flops(self, dtype: str) -> float:
         """FLOP/s of dense products in ``dtype`` ('float32', 'bfloat16', 'float16', 'auto')."""
         return (self.fp32_tflops if dtype == "float32" else self.bf16_tflops) * 1e12
 
     def describe(self) -> str:
-        return (f"{self.name}: {self.bf16_tflops:g} TFLOP/s bf16, {self.fp32_tflops:g} TFLOP/s float32, "
-                f"{self.bandwidth_gbs:g} GB/s, {self.memory_gib:g} GiB; SVD {self.svd_tflops * 1e3:.3g} GFLOP/s "
-                f"({self.svd_basis}) [{self.source}]")
+        return (
+            f"{self.name}: {self.bf16_tflops:g} TFLOP/s bf16, {self.fp32_tflops:g} TFLOP/s float32, "
+            f"{self.bandwidth_gbs:g} GB/s, {self.memory_gib:g} GiB; SVD {self.svd_tflops * 1e3:.3g} GFLOP/s "
+            f"({self.svd_basis}) [{self.source}]"
+        )
 
 
 def _gpu(name, bf16, fp32, bw, mem, source) -> Device:
-    return Device(name, "gpu", bf16, fp32, bw, mem, fp32 * SVD_FRACTION_GUESS,
-                  f"guess: {SVD_FRACTION_GUESS:.0%} of the float32 peak, not measured", source)
+    return Device(
+        name,
+        "gpu",
+        bf16,
+        fp32,
+        bw,
+        mem,
+        fp32 * SVD_FRACTION_GUESS,
+        f"guess: {SVD_FRACTION_GUESS:.0%} of the float32 peak, not measured",
+        source,
+    )
 
 
-DEVICES: dict[str, Device] = {d.name: d for d in (
-    # NVIDIA A100 Tensor Core GPU datasheet (2021), SXM column: BF16 312 TFLOPS dense, FP32 19.5 TFLOPS,
-    # HBM2e 2,039 GB/s, 80 GB
-    _gpu("a100-80g", 312.0, 19.5, 2039.0, 80.0, "NVIDIA A100 datasheet, SXM 80GB"),
-    # same datasheet, 40 GB SXM: 1,555 GB/s
-    _gpu("a100-40g", 312.0, 19.5, 1555.0, 40.0, "NVIDIA A100 datasheet, SXM 40GB"),
-    # NVIDIA H100 Tensor Core GPU datasheet, SXM column: BF16 1,979 TFLOPS with sparsity (989.5 dense),
-    # FP32 67 TFLOPS, HBM3 3.35 TB/s, 80 GB
-    _gpu("h100-80g", 989.5, 67.0, 3350.0, 80.0, "NVIDIA H100 datasheet, SXM 80GB"),
-    # same datasheet, PCIe column: BF16 1,513 sparse (756.5 dense), FP32 51 TFLOPS, 2 TB/s, 80 GB
-    _gpu("h100-pcie", 756.5, 51.0, 2000.0, 80.0, "NVIDIA H100 datasheet, PCIe 80GB"),
-    # NVIDIA H200 Tensor Core GPU datasheet, SXM column: compute as H100 SXM, HBM3e 4.8 TB/s, 141 GB
-    _gpu("h200", 989.5, 67.0, 4800.0, 141.0, "NVIDIA H200 datasheet, SXM 141GB"),
-    # NVIDIA L40S datasheet: BF16 733 TFLOPS with sparsity (366 dense), FP32 91.6 TFLOPS, 864 GB/s, 48 GB
-    _gpu("l40s", 366.0, 91.6, 864.0, 48.0, "NVIDIA L40S datasheet"),
-)}
+DEVICES: dict[str, Device] = {
+    d.name: d
+    for d in (
+        # NVIDIA A100 Tensor Core GPU datasheet (2021), SXM column: BF16 312 TFLOPS dense, FP32 19.5 TFLOPS,
+        # HBM2e 2,039 GB/s, 80 GB
+        _gpu("a100-80g", 312.0, 19.5, 2039.0, 80.0, "NVIDIA A100 datasheet, SXM 80GB"),
+        # same datasheet, 40 GB SXM: 1,555 GB/s
+        _gpu("a100-40g", 312.0, 19.5, 1555.0, 40.0, "NVIDIA A100 datasheet, SXM 40GB"),
+        # NVIDIA H100 Tensor Core GPU datasheet, SXM column: BF16 1,979 TFLOPS with sparsity (989.5 dense),
+        # FP32 67 TFLOPS, HBM3 3.35 TB/s, 80 GB
+        _gpu("h100-80g", 989.5, 67.0, 3350.0, 80.0, "NVIDIA H100 datasheet, SXM 80GB"),
+        # same datasheet, PCIe column: BF16 1,513 sparse (756.5 dense), FP32 51 TFLOPS, 2 TB/s, 80 GB
+        _gpu("h100-pcie", 756.5, 51.0, 2000.0, 80.0, "NVIDIA H100 datasheet, PCIe 80GB"),
+        # NVIDIA H200 Tensor Core GPU datasheet, SXM column: compute as H100 SXM, HBM3e 4.8 TB/s, 141 GB
+        _gpu("h200", 989.5, 67.0, 4800.0, 141.0, "NVIDIA H200 datasheet, SXM 141GB"),
+        # NVIDIA L40S datasheet: BF16 733 TFLOPS with sparsity (366 dense), FP32 91.6 TFLOPS, 864 GB/s, 48 GB
+        _gpu("l40s", 366.0, 91.6, 864.0, 48.0, "NVIDIA L40S datasheet"),
+    )
+}
 
 # FLOP per cycle per core in float32 with fused multiply-add: AVX-512 (two 512-bit FMA units: 2 × 16 × 2),
 # AVX2 (two 256-bit FMA units), SSE only. An upper bound: some AVX-512 cores have one unit or run 256 bits wide.
 _FLOP_PER_CYCLE = (("avx512f", 64), ("avx2", 32), ("sse2", 8))
-CPU_GEMM_EFFICIENCY = 0.5   # a float32 GEMM on a quiet CPU reaches about half its nominal peak (MKL/oneDNN)
+CPU_GEMM_EFFICIENCY = 0.5  # a float32 GEMM on a quiet CPU reaches about half its nominal peak (MKL/oneDNN)
 # the decomposition's work (SVDs and products, :func:`.work.decompose_flops`) in LAPACK on a quiet CPU: measured
 # 184.5 GFLOP/s at 4352×1280 on this project's 2-core machine (docs/forecast.md), nominal peak 333 (0.55);
 # smaller matrices reach less, so a quarter
 CPU_DECOMPOSE_EFFICIENCY = 0.25
-CPU_BANDWIDTH_GBS = 10.0    # per core, when not measured: a guess (DDR4/5 servers give 5-20 GB/s per core)
+CPU_BANDWIDTH_GBS = 10.0  # per core, when not measured: a guess (DDR4/5 servers give 5-20 GB/s per core)
 
 
 def cpu_cores() -> int:
@@ -112,8 +126,7 @@ def cpu_peak_flops(cpuinfo: Optional[str] = None, cores: Optional[int] = None) -
         except OSError:
             cpuinfo = ""
     cores = cores or cpu_cores()
-    mhz = [float(line.split(":")[1]) for line in cpuinfo.splitlines()
-           if line.startswith("cpu MHz") and ":" in line]
+    mhz = [float(line.split(":")[1]) for line in cpuinfo.splitlines() if line.startswith("cpu MHz") and ":" in line]
     ghz = max(mhz) / 1e3 if mhz else 2.5  # no clock listed: a typical server base clock (a guess)
     flags = next((line.split(":")[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
     per_cycle = next((n for flag, n in _FLOP_PER_CYCLE if flag in flags), 16)
@@ -124,10 +137,19 @@ def local_cpu(cores: Optional[int] = None, cpuinfo: Optional[str] = None) -> Dev
     """This machine's CPU as a device row: its nominal peak (not a measurement)."""
     peak, how = cpu_peak_flops(cpuinfo, cores)
     cores = cores or cpu_cores()
-    return Device("cpu", "cpu", peak / 1e12, peak / 1e12, CPU_BANDWIDTH_GBS * cores, 0.0,
-                  peak * CPU_DECOMPOSE_EFFICIENCY / 1e12, f"{CPU_DECOMPOSE_EFFICIENCY:.0%} of the nominal peak",
-                  f"this machine, nominal peak {how}", host_tflops=peak * CPU_GEMM_EFFICIENCY / 1e12,
-                  mbu=CPU_MBU)
+    return Device(
+        "cpu",
+        "cpu",
+        peak / 1e12,
+        peak / 1e12,
+        CPU_BANDWIDTH_GBS * cores,
+        0.0,
+        peak * CPU_DECOMPOSE_EFFICIENCY / 1e12,
+        f"{CPU_DECOMPOSE_EFFICIENCY:.0%} of the nominal peak",
+        f"this machine, nominal peak {how}",
+        host_tflops=peak * CPU_GEMM_EFFICIENCY / 1e12,
+        mbu=CPU_MBU,
+    )
 
 
 def names() -> list[str]:
@@ -154,8 +176,14 @@ def with_measured_svd(device: Device, gflops: Optional[float], where: str) -> De
 def measured_svd(device: Device, cache: dict) -> Optional[tuple[float, str]]:
     """A decomposition rate calibrated on this kind of GPU, from the calibration cache's entries (their device
     names say 'cuda (NVIDIA H100 80GB HBM3)'): (GFLOP/s, the entry's key), or None."""
-    tag = {"a100-80g": "A100", "a100-40g": "A100", "h100-80g": "H100", "h100-pcie": "H100", "h200": "H200",
-           "l40s": "L40S"}.get(device.name)
+    tag = {
+        "a100-80g": "A100",
+        "a100-40g": "A100",
+        "h100-80g": "H100",
+        "h100-pcie": "H100",
+        "h200": "H200",
+        "l40s": "L40S",
+    }.get(device.name)
     if tag is None:
         return None
     best = None

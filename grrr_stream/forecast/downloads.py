@@ -25,11 +25,11 @@ ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 @dataclass(frozen=True)
 class Stored:
-    dtype: str                      # the checkpoint's stored dtype
-    basis: str                      # 'published' | 'config' | 'assumed'
+    dtype: str  # the checkpoint's stored dtype
+    basis: str  # 'published' | 'config' | 'assumed'
     note: str = ""
     published_bytes: Optional[int] = None  # the stated size (basis 'published')
-    untied: bool = False            # a separate LM head is stored though the base ties it
+    untied: bool = False  # a separate LM head is stored though the base ties it
 
 
 _R1 = "R1-distill stores a separate lm_head (tie_word_embeddings false), 1.78B parameters"
@@ -40,8 +40,9 @@ TABLE: dict[str, Stored] = {
     "Qwen/Qwen2.5-Math-1.5B": Stored("bfloat16", "config", "Qwen2.5 releases are bf16"),
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": Stored("bfloat16", "config", _R1, untied=True),
     # issue 34 (from the Hub's file listing): "DeepScaleR-1.5B is published in float32 (7.1 GB)"
-    "agentica-org/DeepScaleR-1.5B-Preview": Stored("float32", "published", "issue 34: float32, 7.1 GB on the Hub",
-                                                   published_bytes=7_100_000_000, untied=True),
+    "agentica-org/DeepScaleR-1.5B-Preview": Stored(
+        "float32", "published", "issue 34: float32, 7.1 GB on the Hub", published_bytes=7_100_000_000, untied=True
+    ),
     "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B": Stored("float32", "assumed", _VERL, untied=True),
     # C2/C4: Qwen3-8B
     "Qwen/Qwen3-8B-Base": Stored("bfloat16", "config", "Qwen3 releases are bf16"),
@@ -114,6 +115,8 @@ def download_basis(notes: dict) -> str:
     config = sum("dtype from its config" in n for n in flat)
     assumed = len(flat) - published - config
     f32 = sum(n.startswith("download float32") for n in flat)
-    return (f"downloads of {len(flat)} Hub id(s) from the built-in table: {published} published size(s), "
-            f"{config} estimate(s) from the dtype in their config, {assumed} from an assumed dtype "
-            f"({f32} stored in float32); forecast/downloads.py lists each")
+    return (
+        f"downloads of {len(flat)} Hub id(s) from the built-in table: {published} published size(s), "
+        f"{config} estimate(s) from the dtype in their config, {assumed} from an assumed dtype "
+        f"({f32} stored in float32); forecast/downloads.py lists each"
+    )

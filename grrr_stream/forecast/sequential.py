@@ -15,14 +15,54 @@ from typing import Sequence
 
 # precision target (points) → variant → share of the problems answered (the simulation, ρ = 0.9)
 SIMULATED: dict[float, dict[str, float]] = {
-    2.0: {"base": 0.265, "full": 0.635, "proj": 0.569, "diag": 0.187, "off": 0.606, "null": 0.608, "offnull": 0.403,
-          "randrm": 0.584, "off-principal-64": 0.587, "no-off-principal-64": 0.586},
-    3.0: {"base": 0.238, "full": 0.454, "proj": 0.411, "diag": 0.170, "off": 0.434, "null": 0.437, "offnull": 0.328,
-          "randrm": 0.418, "off-principal-64": 0.421, "no-off-principal-64": 0.421},
-    4.0: {"base": 0.215, "full": 0.352, "proj": 0.326, "diag": 0.157, "off": 0.339, "null": 0.342, "offnull": 0.279,
-          "randrm": 0.330, "off-principal-64": 0.331, "no-off-principal-64": 0.331},
-    5.0: {"base": 0.197, "full": 0.293, "proj": 0.272, "diag": 0.147, "off": 0.282, "null": 0.283, "offnull": 0.245,
-          "randrm": 0.276, "off-principal-64": 0.277, "no-off-principal-64": 0.276},
+    2.0: {
+        "base": 0.265,
+        "full": 0.635,
+        "proj": 0.569,
+        "diag": 0.187,
+        "off": 0.606,
+        "null": 0.608,
+        "offnull": 0.403,
+        "randrm": 0.584,
+        "off-principal-64": 0.587,
+        "no-off-principal-64": 0.586,
+    },
+    3.0: {
+        "base": 0.238,
+        "full": 0.454,
+        "proj": 0.411,
+        "diag": 0.170,
+        "off": 0.434,
+        "null": 0.437,
+        "offnull": 0.328,
+        "randrm": 0.418,
+        "off-principal-64": 0.421,
+        "no-off-principal-64": 0.421,
+    },
+    4.0: {
+        "base": 0.215,
+        "full": 0.352,
+        "proj": 0.326,
+        "diag": 0.157,
+        "off": 0.339,
+        "null": 0.342,
+        "offnull": 0.279,
+        "randrm": 0.330,
+        "off-principal-64": 0.331,
+        "no-off-principal-64": 0.331,
+    },
+    5.0: {
+        "base": 0.197,
+        "full": 0.293,
+        "proj": 0.272,
+        "diag": 0.147,
+        "off": 0.282,
+        "null": 0.283,
+        "offnull": 0.245,
+        "randrm": 0.276,
+        "off-principal-64": 0.277,
+        "no-off-principal-64": 0.276,
+    },
 }
 # answering ahead of the next look (sequential.lookahead 0.5) generates a few answers past each stop: 8.5 % more
 # on the stand-in engine's test evaluation (tests/evaluation/test_sequential_design.py's setting); taken as 10 %
@@ -64,8 +104,11 @@ def expected(variants: Sequence[str], sizes: dict[str, int], settings) -> tuple[
     if settings.lookahead > 0:
         counts = [1.0 if s * order.total <= ends[0] else 2.25 for s in shares]
     else:
-        counts = [float(next((i + 1 for i, end in enumerate(ends) if end >= s * order.total), len(ends)))
-                  for s in shares]
-    basis = (f"sequential ±{settings.precision_points:g} points: {sum(shares) / len(shares):.0%} of the problems "
-             f"on average, {sum(counts) / len(counts):.1f} loads a variant ({SOURCE})")
+        counts = [
+            float(next((i + 1 for i, end in enumerate(ends) if end >= s * order.total), len(ends))) for s in shares
+        ]
+    basis = (
+        f"sequential ±{settings.precision_points:g} points: {sum(shares) / len(shares):.0%} of the problems "
+        f"on average, {sum(counts) / len(counts):.1f} loads a variant ({SOURCE})"
+    )
     return shares, counts, basis

@@ -40,8 +40,15 @@ class Arch:
         """(out, in) of every decomposed matrix, as stored in the checkpoint."""
         hd = self.head_dim or self.hidden // self.heads
         h, i = self.hidden, self.intermediate
-        layer = [(self.heads * hd, h), (self.kv_heads * hd, h), (self.kv_heads * hd, h), (h, self.heads * hd),
-                 (i, h), (i, h), (h, i)]
+        layer = [
+            (self.heads * hd, h),
+            (self.kv_heads * hd, h),
+            (self.kv_heads * hd, h),
+            (h, self.heads * hd),
+            (i, h),
+            (i, h),
+            (h, i),
+        ]
         return layer * self.layers
 
     def kv_elems(self) -> int:
@@ -68,25 +75,55 @@ _MIMO_7B = Arch(4096, 11008, 36, 32, 8, 151680)
 _DEEPSEEK_MATH_7B = Arch(4096, 11008, 30, 32, 32, 102400)
 
 _FAMILIES: dict[Arch, tuple[str, ...]] = {
-    _QWEN25_MATH_15B: ("Qwen/Qwen2.5-Math-1.5B", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
-                       "agentica-org/DeepScaleR-1.5B-Preview", "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B"),
-    _QWEN25_7B: ("Qwen/Qwen2.5-Math-7B", "RLHFlow/Qwen2.5-7B-SFT", "RLHFlow/Qwen2.5-7B-DPO",
-                 "RLHFlow/Qwen2.5-7B-DPO-Zero", "RLHFlow/Qwen2.5-7B-PPO-Zero", "RLHFlow/Qwen2.5-7B-RAFT-Zero",
-                 "RLHFlow/Qwen2.5-Math-7B-Zero-RAFTpp", "RLHFlow/Qwen2.5-Math-7B-Zero-Reinforce-Rej",
-                 "PRIME-RL/Eurus-2-7B-SFT", "PRIME-RL/Eurus-2-7B-PRIME", "PRIME-RL/Eurus-2-7B-PRIME-Zero"),
+    _QWEN25_MATH_15B: (
+        "Qwen/Qwen2.5-Math-1.5B",
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+        "agentica-org/DeepScaleR-1.5B-Preview",
+        "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
+    ),
+    _QWEN25_7B: (
+        "Qwen/Qwen2.5-Math-7B",
+        "RLHFlow/Qwen2.5-7B-SFT",
+        "RLHFlow/Qwen2.5-7B-DPO",
+        "RLHFlow/Qwen2.5-7B-DPO-Zero",
+        "RLHFlow/Qwen2.5-7B-PPO-Zero",
+        "RLHFlow/Qwen2.5-7B-RAFT-Zero",
+        "RLHFlow/Qwen2.5-Math-7B-Zero-RAFTpp",
+        "RLHFlow/Qwen2.5-Math-7B-Zero-Reinforce-Rej",
+        "PRIME-RL/Eurus-2-7B-SFT",
+        "PRIME-RL/Eurus-2-7B-PRIME",
+        "PRIME-RL/Eurus-2-7B-PRIME-Zero",
+    ),
     _QWEN3_8B: ("Qwen/Qwen3-8B-Base", "Kwai-Klear/Klear-Reasoner-8B-SFT", "Kwai-Klear/Klear-Reasoner-8B"),
-    _QWEN3_14B: ("Qwen/Qwen3-14B-Base", "ReasoningTransferability/UniReason-Qwen3-14B-think-SFT",
-                 "ReasoningTransferability/UniReason-Qwen3-14B-no-think-SFT",
-                 "ReasoningTransferability/UniReason-Qwen3-14B-RL"),
+    _QWEN3_14B: (
+        "Qwen/Qwen3-14B-Base",
+        "ReasoningTransferability/UniReason-Qwen3-14B-think-SFT",
+        "ReasoningTransferability/UniReason-Qwen3-14B-no-think-SFT",
+        "ReasoningTransferability/UniReason-Qwen3-14B-RL",
+    ),
     _MISTRAL_7B: ("mistralai/Mistral-7B-v0.1", "HuggingFaceH4/mistral-7b-sft-beta", "HuggingFaceH4/zephyr-7b-beta"),
     _LLAMA3_8B: ("meta-llama/Meta-Llama-3-8B", "OpenRLHF/Llama-3-8b-sft-mixture", "OpenRLHF/Llama-3-8b-rlhf-100k"),
-    _OLMO2_7B: ("allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-7B-SFT", "allenai/OLMo-2-1124-7B-DPO",
-                "allenai/OLMo-2-1124-7B-Instruct", "allenai/Olmo-3-1025-7B", "allenai/Olmo-3-7B-Think-SFT",
-                "allenai/Olmo-3-7B-Think-DPO", "allenai/Olmo-3-7B-Think"),
-    _MIMO_7B: ("XiaomiMiMo/MiMo-7B-Base", "XiaomiMiMo/MiMo-7B-SFT", "XiaomiMiMo/MiMo-7B-RL",
-               "XiaomiMiMo/MiMo-7B-RL-Zero"),
-    _DEEPSEEK_MATH_7B: ("deepseek-ai/deepseek-math-7b-base", "deepseek-ai/deepseek-math-7b-instruct",
-                        "deepseek-ai/deepseek-math-7b-rl"),
+    _OLMO2_7B: (
+        "allenai/OLMo-2-1124-7B",
+        "allenai/OLMo-2-1124-7B-SFT",
+        "allenai/OLMo-2-1124-7B-DPO",
+        "allenai/OLMo-2-1124-7B-Instruct",
+        "allenai/Olmo-3-1025-7B",
+        "allenai/Olmo-3-7B-Think-SFT",
+        "allenai/Olmo-3-7B-Think-DPO",
+        "allenai/Olmo-3-7B-Think",
+    ),
+    _MIMO_7B: (
+        "XiaomiMiMo/MiMo-7B-Base",
+        "XiaomiMiMo/MiMo-7B-SFT",
+        "XiaomiMiMo/MiMo-7B-RL",
+        "XiaomiMiMo/MiMo-7B-RL-Zero",
+    ),
+    _DEEPSEEK_MATH_7B: (
+        "deepseek-ai/deepseek-math-7b-base",
+        "deepseek-ai/deepseek-math-7b-instruct",
+        "deepseek-ai/deepseek-math-7b-rl",
+    ),
 }
 KNOWN: dict[str, Arch] = {repo: arch for arch, repos in _FAMILIES.items() for repo in repos}
 TABLE_BYTES_PER_PARAM = 2  # the table's downloads: these checkpoints ship in bf16
@@ -98,14 +135,14 @@ class ModelFacts:
 
     shapes: Optional[list[tuple[int, int]]] = None
     params: Optional[int] = None
-    download: Optional[int] = None      # bytes still to fetch; 0: here already; None: unknown
-    where: str = "unknown"              # hub | local headers | built-in table | generated | unknown
+    download: Optional[int] = None  # bytes still to fetch; 0: here already; None: unknown
+    where: str = "unknown"  # hub | local headers | built-in table | generated | unknown
     notes: list[str] = field(default_factory=list)
-    hidden: Optional[int] = None        # residual width (from the input embedding: vocab × hidden)
+    hidden: Optional[int] = None  # residual width (from the input embedding: vocab × hidden)
     vocab: Optional[int] = None
-    largest: Optional[int] = None       # bytes of the largest tensor as stored (a channels unit's largest block)
-    kv_elems: Optional[int] = None      # one token's KV cache: 2 × Σ over layers of k_proj's output size
-    attn_elems: Optional[int] = None    # Σ over layers of q_proj's output size (attention's FLOP per context token / 4)
+    largest: Optional[int] = None  # bytes of the largest tensor as stored (a channels unit's largest block)
+    kv_elems: Optional[int] = None  # one token's KV cache: 2 × Σ over layers of k_proj's output size
+    attn_elems: Optional[int] = None  # Σ over layers of q_proj's output size (attention's FLOP per context token / 4)
 
 
 def _embedding(tensors: dict[str, tuple[int, ...]]) -> tuple[Optional[int], Optional[int]]:
@@ -118,8 +155,17 @@ def from_arch(arch: Arch, where: str, download: Optional[int]) -> ModelFacts:
     """The table's models, taken as bf16 for the largest tensor (the embedding, or a larger matrix)."""
     largest = max([arch.vocab * arch.hidden] + [m * n for m, n in arch.matrices()]) * TABLE_BYTES_PER_PARAM
     hd = arch.head_dim or arch.hidden // arch.heads
-    return ModelFacts(arch.matrices(), arch.params(), download, where, hidden=arch.hidden, vocab=arch.vocab,
-                      largest=largest, kv_elems=arch.kv_elems(), attn_elems=arch.layers * arch.heads * hd)
+    return ModelFacts(
+        arch.matrices(),
+        arch.params(),
+        download,
+        where,
+        hidden=arch.hidden,
+        vocab=arch.vocab,
+        largest=largest,
+        kv_elems=arch.kv_elems(),
+        attn_elems=arch.layers * arch.heads * hd,
+    )
 
 
 def _attention_sizes(tensors: dict[str, tuple[int, ...]]) -> tuple[Optional[int], Optional[int]]:
@@ -133,8 +179,8 @@ def _attention_sizes(tensors: dict[str, tuple[int, ...]]) -> tuple[Optional[int]
 def from_checkpoint(folder: Path, download: int = 0) -> Optional[ModelFacts]:
     """Shapes and parameters from a local checkpoint's safetensors headers (None: not readable)."""
     from ..checkpoints.reader import Checkpoint
-    from ..errors import GrrrError
     from ..decompose.plan import default_selection
+    from ..errors import GrrrError
 
     try:
         ck = Checkpoint.open(Path(folder))
@@ -146,9 +192,17 @@ def from_checkpoint(folder: Path, download: int = 0) -> Optional[ModelFacts]:
     every = {n: tuple(t.shape) for n, t in ck.tensors.items()}
     vocab, hidden = _embedding(every)
     kv, attn = _attention_sizes(every)
-    return ModelFacts([(int(a), int(b)) for a, b in shapes], int(params), download, "local headers",
-                      hidden=hidden, vocab=vocab, largest=max((t.nbytes for t in ck.tensors.values()), default=None),
-                      kv_elems=kv, attn_elems=attn)
+    return ModelFacts(
+        [(int(a), int(b)) for a, b in shapes],
+        int(params),
+        download,
+        "local headers",
+        hidden=hidden,
+        vocab=vocab,
+        largest=max((t.nbytes for t in ck.tensors.values()), default=None),
+        kv_elems=kv,
+        attn_elems=attn,
+    )
 
 
 def hub_reachable(timeout: float = 2.0) -> bool:
@@ -193,8 +247,9 @@ def from_hub(repo: str, revision: Optional[str], timeout: float = 10.0) -> Optio
         return None
     vocab, hidden = _embedding(every)
     kv, attn = _attention_sizes(every)
-    return ModelFacts(shapes, params, size, "hub", hidden=hidden, vocab=vocab, largest=largest or None,
-                      kv_elems=kv, attn_elems=attn)
+    return ModelFacts(
+        shapes, params, size, "hub", hidden=hidden, vocab=vocab, largest=largest or None, kv_elems=kv, attn_elems=attn
+    )
 
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1}

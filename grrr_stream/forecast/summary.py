@@ -9,8 +9,13 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 # the kinds a person plans for; the rest (stats, comparisons, tiny-chain training) are summed as 'other'
-_KINDS = (("decompose", "decompositions"), ("evaluate", "evaluations"), ("variant", "variant builds"),
-          ("channels", "channel passes"), ("channel-stats", "channel statistics"))
+_KINDS = (
+    ("decompose", "decompositions"),
+    ("evaluate", "evaluations"),
+    ("variant", "variant builds"),
+    ("channels", "channel passes"),
+    ("channel-stats", "channel statistics"),
+)
 
 
 def split(rows: Iterable) -> dict:
@@ -21,8 +26,7 @@ def split(rows: Iterable) -> dict:
     for kind, label in (*_KINDS, (None, "other")):
         sub = [u for u in rows if (u.kind == kind if kind else u.kind not in named)]
         if sub:
-            out["seconds"][label] = (sum(u.seconds or 0.0 for u in sub), len(sub),
-                                     sum(u.seconds is None for u in sub))
+            out["seconds"][label] = (sum(u.seconds or 0.0 for u in sub), len(sub), sum(u.seconds is None for u in sub))
     out["download"] = sum(u.download or 0 for u in rows)
     out["write"] = sum(u.write or 0 for u in rows)
     out["ram"] = max((u.ram for u in rows if u.ram is not None), default=None)
@@ -42,8 +46,11 @@ def split_lines(rows: Iterable, device: str) -> list[str]:
     """The split as lines: 'on h100-80g: 412.3 h = decompositions 20.1 h (47) + evaluations ...'."""
     s = split(rows)
     total = sum(v[0] for v in s["seconds"].values())
-    parts = " + ".join(f"{label} {_h(sec)} ({n}{f', {unk} unknown' if unk else ''})"
-                       for label, (sec, n, unk) in s["seconds"].items())
-    return [f"on {device}: {_h(total)} one unit after another = {parts}",
-            f"  downloads {_gib(s['download'])}, disk written {_gib(s['write'])}, largest RAM {_gib(s['ram'])}, "
-            f"largest GPU memory {_gib(s['gpu'])}"]
+    parts = " + ".join(
+        f"{label} {_h(sec)} ({n}{f', {unk} unknown' if unk else ''})" for label, (sec, n, unk) in s["seconds"].items()
+    )
+    return [
+        f"on {device}: {_h(total)} one unit after another = {parts}",
+        f"  downloads {_gib(s['download'])}, disk written {_gib(s['write'])}, largest RAM {_gib(s['ram'])}, "
+        f"largest GPU memory {_gib(s['gpu'])}",
+    ]

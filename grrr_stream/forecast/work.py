@@ -28,17 +28,17 @@ def _tall(shape: Sequence[int]) -> tuple[int, int]:
 
 def svd_flops(shape: Sequence[int]) -> float:
     m, n = _tall(shape)
-    return 6.0 * m * n * n + 20.0 * n ** 3
+    return 6.0 * m * n * n + 20.0 * n**3
 
 
 def svdvals_flops(shape: Sequence[int]) -> float:
     m, n = _tall(shape)
-    return 2.0 * m * n * n + 2.0 * n ** 3
+    return 2.0 * m * n * n + 2.0 * n**3
 
 
 def projection_flops(shape: Sequence[int]) -> float:
     m, n = _tall(shape)
-    return 2.0 * m * n * n + 2.0 * n ** 3 + 4.0 * m * n * n
+    return 2.0 * m * n * n + 2.0 * n**3 + 4.0 * m * n * n
 
 
 def decompose_flops(shape: Sequence[int], *, frame_cached: bool = False) -> float:
@@ -75,8 +75,16 @@ def calibration_flops(params: int, sequences: int, seq_len: int, ablation_seeds:
     return calibration_passes(ablation_seeds) * 2.0 * params * sequences * seq_len
 
 
-def calibration_ram(params: int, largest_bytes: Optional[int], vocab: Optional[int], *, batch_size: int,
-                    seq_len: int, budget: Optional[int], hidden: Optional[int] = None) -> int:
+def calibration_ram(
+    params: int,
+    largest_bytes: Optional[int],
+    vocab: Optional[int],
+    *,
+    batch_size: int,
+    seq_len: int,
+    budget: Optional[int],
+    hidden: Optional[int] = None,
+) -> int:
     """Peak bytes of a channels unit (docs/channels.md, Peak RSS): in memory when the float32 weights fit
     ``budget`` (None: always), else the resident blocks + the largest block as stored + one 64 MiB float32
     slice; plus one batch's logits about three times and the process. Blocks stay resident in order while
@@ -128,8 +136,7 @@ def variant_stream_ram(shapes: Iterable[Sequence[int]], largest_tensor: Optional
     return max(4 * worst * 4, 2 * (largest_tensor or 0))
 
 
-def evaluate_ram(params: int, itemsize: int, kv_cache_bytes: int, stream_bytes: int, *,
-                 engine_on_host: bool) -> int:
+def evaluate_ram(params: int, itemsize: int, kv_cache_bytes: int, stream_bytes: int, *, engine_on_host: bool) -> int:
     """Host RAM of an evaluation: the process and vLLM, the variant streamed in (``stream_bytes``,
     :func:`variant_stream_ram`) and, when the engine runs on the CPU, its weights and KV cache too. On a GPU
     those are GPU memory (:func:`grrr_stream.forecast.generation.generation`'s weights and cache), not host RAM."""

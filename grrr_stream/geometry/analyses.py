@@ -41,17 +41,20 @@ def band_energies(P: torch.Tensor, edges: Sequence[int]) -> dict[str, float]:
     return out
 
 
-ANGLE_TOL = 2e-3          # stop when the Davis–Kahan bound on the Ritz subspace's error is below this share of sin(largest angle)
-ANGLE_OVERSAMPLE = 16     # the start: W0's top kmax + 16 directions (more where Weyl lets more reach the top kmax)
+ANGLE_TOL = (
+    2e-3  # stop when the Davis–Kahan bound on the Ritz subspace's error is below this share of sin(largest angle)
+)
+ANGLE_OVERSAMPLE = 16  # the start: W0's top kmax + 16 directions (more where Weyl lets more reach the top kmax)
 ANGLE_DIRECT_SHARE = 0.5  # a search space past half the dimension: one dense eigh of BᵀB instead (cheaper, exact)
-ANGLE_MAX_STEPS = 12      # Davidson steps before the dense solve (3–4 on every spectrum tried)
+ANGLE_MAX_STEPS = 12  # Davidson steps before the dense solve (3–4 on every spectrum tried)
 
 # (left max°, left mean cos²), (right max°, right mean cos²) for one k
 AnglePair = tuple[tuple[float, float], tuple[float, float]]
 
 
-def principal_angles_in_frame(frame: Frame, proj: Projection, ks: Sequence[int],
-                              delta_spec: Optional[float] = None) -> tuple[dict[int, AnglePair], str]:
+def principal_angles_in_frame(
+    frame: Frame, proj: Projection, ks: Sequence[int], delta_spec: Optional[float] = None
+) -> tuple[dict[int, AnglePair], str]:
     """Angles between the top-k singular subspaces of W0 and W1 from the projection, in W0's frame (for an
     untruncated core, r = min(m, n)). Returns ({k: angles}, how they were solved: "davidson:<steps>" or
     "dense"). ``delta_spec``: ‖ΔW‖₂ (default: the bound ‖ΔW‖_F), which sets how far the start reaches.
@@ -74,8 +77,13 @@ def principal_angles_in_frame(frame: Frame, proj: Projection, ks: Sequence[int],
     r, wd = V.shape[1], P.dtype
     s = S[:r].double()
     null = None if proj.null_is_structural_zero else N
-    d_norm = float(delta_spec) if delta_spec is not None else math.hypot(
-        float(torch.linalg.vector_norm(P)), 0.0 if null is None else float(torch.linalg.vector_norm(null)))
+    d_norm = (
+        float(delta_spec)
+        if delta_spec is not None
+        else math.hypot(
+            float(torch.linalg.vector_norm(P)), 0.0 if null is None else float(torch.linalg.vector_norm(null))
+        )
+    )
     kmax = max(ks)
     top = P[:kmax].double()  # the first kmax rows of P: the left coordinates of By
 
@@ -144,7 +152,7 @@ def principal_angles_of_w1(W1: torch.Tensor, frame: Frame, ks: Sequence[int]) ->
     def dense() -> torch.Tensor:
         G = torch.zeros(n, n, dtype=torch.float64, device=W1.device)
         for i in range(0, W1.shape[0], 4096):  # float64 in row blocks: no float64 copy of W1
-            c = W1[i:i + 4096].double()
+            c = W1[i : i + 4096].double()
             G += c.mT @ c
         return G
 
@@ -162,6 +170,7 @@ def principal_angles_of_w1(W1: torch.Tensor, frame: Frame, ks: Sequence[int]) ->
 
         def inv(den: torch.Tensor) -> torch.Tensor:
             return 1.0 / torch.where(den.abs() < floor, torch.full_like(den, -floor), den)
+
         c = Vd.mT @ R
         T = (R - Vd @ c) * inv(tail * tail - lam)[None, :]
         c = c * inv((s * s)[:, None] - lam[None, :])
@@ -172,8 +181,9 @@ def principal_angles_of_w1(W1: torch.Tensor, frame: Frame, ks: Sequence[int]) ->
     return ({k: (a[1], a[0]) for k, a in got.items()} if flip else got), how
 
 
-def _top_eigenvectors(apply, dense, start: torch.Tensor, ks: Sequence[int], measure, precondition,
-                      noise: float) -> tuple[dict[int, AnglePair], str]:
+def _top_eigenvectors(
+    apply, dense, start: torch.Tensor, ks: Sequence[int], measure, precondition, noise: float
+) -> tuple[dict[int, AnglePair], str]:
     """The angles of the top-k eigenvectors of a symmetric G (k in ``ks``), by block Davidson from ``start``
     (orthonormal columns, float64), or by one dense eigh.
 
@@ -199,7 +209,7 @@ def _top_eigenvectors(apply, dense, start: torch.Tensor, ks: Sequence[int], meas
     for step in range(1, ANGLE_MAX_STEPS + 1):
         H = K.mT @ GK
         lam, Z = torch.linalg.eigh((H + H.mT) / 2)
-        lam, Z = lam.flip(0)[:kmax + 1], Z.flip(1)[:, :kmax + 1]
+        lam, Z = lam.flip(0)[: kmax + 1], Z.flip(1)[:, : kmax + 1]
         Y = K @ Z
         R = GK @ Z - Y * lam
         rn = torch.linalg.vector_norm(R, dim=0)
@@ -265,10 +275,10 @@ def common_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
     8-bit floats the 16-bit one that holds both (float16 first).
     A dtype X holds Y when X's precision is at least Y's (eps), its largest value at least Y's and its
     smallest subnormal at most Y's: every IEEE-style value of Y is then a value of X."""
+
     def holds(x: torch.dtype, y: torch.dtype) -> bool:
         fx, fy = torch.finfo(x), torch.finfo(y)
-        return (fx.eps <= fy.eps and fx.max >= fy.max
-                and fx.smallest_normal * fx.eps <= fy.smallest_normal * fy.eps)
+        return fx.eps <= fy.eps and fx.max >= fy.max and fx.smallest_normal * fx.eps <= fy.smallest_normal * fy.eps
 
     candidates = {a, b, torch.float16, torch.bfloat16, torch.float32, torch.float64}
     for cand in sorted(candidates, key=lambda d: (torch.finfo(d).bits, torch.finfo(d).eps)):  # ties: finer first
@@ -329,8 +339,8 @@ def update_sparsity(w0: torch.Tensor, w1: torch.Tensor) -> dict:
     d, mask = np.empty(step, signed), np.empty(step, bool)
     same = bitwise = within = 0
     for i in range(0, n, step):  # blocks: bounded temporaries (the upcast of a mixed pair included)
-        x, y = (t[i:i + step].to(common).view(ints).cpu().numpy() for t in (a, b))  # may view the inputs: read only
-        dk, mk = d[:x.size], mask[:x.size]
+        x, y = (t[i : i + step].to(common).view(ints).cpu().numpy() for t in (a, b))  # may view the inputs: read only
+        dk, mk = d[: x.size], mask[: x.size]
         bitwise += int(np.count_nonzero(np.equal(x, y, out=mk)))
         np.subtract(x, y, out=dk)  # wraps silently in the patterns' width; see the docstring
         dk += 1  # d ∈ {−1, 0, 1} ⇔ d + 1 ∈ {0, 1, 2} ⇔ (d + 1) as unsigned ≤ 2 (negatives are huge)
@@ -378,8 +388,9 @@ def pooled_sparsity(rows: Sequence[dict]) -> dict:
     return out
 
 
-def round_trip_survival(w0_rows: torch.Tensor, components: dict[str, torch.Tensor],
-                        dtype: torch.dtype = torch.bfloat16) -> dict[str, float]:
+def round_trip_survival(
+    w0_rows: torch.Tensor, components: dict[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16
+) -> dict[str, float]:
     """How much of each component survives W0 + component stored in ``dtype``: the share of its energy
     that is left once the rounding error is taken out, max(0, 1 − ‖realised − c‖² / ‖c‖²) with realised
     = cast(W0 + c) − W0 (1 for a zero component). ``w0_rows`` and each component: the same sample of
@@ -406,6 +417,7 @@ def round_trip_survival(w0_rows: torch.Tensor, components: dict[str, torch.Tenso
         out[name] = max(0.0, 1.0 - err / cc) if cc > 0 else 1.0
     return out
 
+
 def survival_sample(shape: tuple[int, int], target: int = 256) -> tuple[int, torch.Tensor]:
     """(axis, indices): an evenly spaced sample of at most ``target`` rows (axis 0) or columns (axis 1)
     along the longer side, on which component survival is estimated (all of them when fewer). 256
@@ -417,8 +429,9 @@ def survival_sample(shape: tuple[int, int], target: int = 256) -> tuple[int, tor
     return axis, torch.arange(0, size, step)
 
 
-def component_samples(proj: Projection, frame: Frame, axis: int, idx: torch.Tensor,
-                       delta_sample: torch.Tensor) -> dict[str, torch.Tensor]:
+def component_samples(
+    proj: Projection, frame: Frame, axis: int, idx: torch.Tensor, delta_sample: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """ΔW_diag, ΔW_off and ΔW_null on the sampled rows (axis 0) or columns (axis 1), given ΔW there.
 
     One rank-r product (the diagonal part); the off-diagonal part is what remains of ΔW, ΔW − diag −
@@ -437,4 +450,3 @@ def component_samples(proj: Projection, frame: Frame, axis: int, idx: torch.Tens
     if proj.null_is_structural_zero:
         null = torch.zeros_like(null)
     return {"diag": diag, "off": delta_sample - diag - null, "null": null}
-

@@ -32,8 +32,9 @@ from ..checkpoints.arch import MatrixName
 
 COMPONENTS = ("diag", "off", "null")
 ROWS = 1024  # channels per block of the products below
-READERS = frozenset({"q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "gate_up_proj",
-                     "gate", "router", "w1", "w3"})
+READERS = frozenset(
+    {"q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "gate_up_proj", "gate", "router", "w1", "w3"}
+)
 WRITERS = frozenset({"o_proj", "down_proj", "w2"})
 
 
@@ -52,8 +53,14 @@ def residual_axis(m: MatrixName) -> Optional[int]:
     return 1 - linear if m.index is not None else linear  # 3-D expert slices are in×out
 
 
-def channel_energies(P: torch.Tensor, null: torch.Tensor, U: torch.Tensor, V: torch.Tensor,
-                     axis: int, lifted: Optional[torch.Tensor] = None) -> torch.Tensor:
+def channel_energies(
+    P: torch.Tensor,
+    null: torch.Tensor,
+    U: torch.Tensor,
+    V: torch.Tensor,
+    axis: int,
+    lifted: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """(channels, 3) float64: diag, off and null energy per channel along ``axis`` (see the module doc).
 
     P is r×r in the frame (U m×r, V n×r); ``null`` the m×n null residual, in the compute dtype. ``lifted``:
@@ -68,12 +75,12 @@ def channel_energies(P: torch.Tensor, null: torch.Tensor, U: torch.Tensor, V: to
         off = off.mT if axis == 1 else off  # rows of V0 (P−D)ᵀ, or of U0 (P−D)
     e_diag, e_off = torch.empty_like(F[:, 0]), torch.empty_like(F[:, 0])
     for a in range(0, F.shape[0], ROWS):  # blocks of channels: no n×r temporary beside the frame (14B: 100 MB)
-        block = F[a:a + ROWS]
-        e_diag[a:a + ROWS] = block.square() @ p2
+        block = F[a : a + ROWS]
+        e_diag[a : a + ROWS] = block.square() @ p2
         if lifted is None:
-            e_off[a:a + ROWS] = (block @ off).square().sum(dim=1)  # the one r×r-by-n product, in blocks
+            e_off[a : a + ROWS] = (block @ off).square().sum(dim=1)  # the one r×r-by-n product, in blocks
         else:
-            e_off[a:a + ROWS] = torch.sub(lifted[a:a + ROWS], block * d).square().sum(dim=1)  # F P − F D
+            e_off[a : a + ROWS] = torch.sub(lifted[a : a + ROWS], block * d).square().sum(dim=1)  # F P − F D
     e_null = squared_norms(null, axis)
     return torch.stack([e_diag, e_off, e_null], dim=1).to(torch.float64)
 
@@ -90,5 +97,5 @@ def squared_norms(X: torch.Tensor, axis: int) -> torch.Tensor:
         return torch.linalg.vector_norm(X, dim=1).square()
     out = X.new_zeros(X.shape[1])
     for a in range(0, X.shape[0], NULL_ROWS):
-        out += X[a:a + NULL_ROWS].square().sum(dim=0)
+        out += X[a : a + NULL_ROWS].square().sum(dim=0)
     return out

@@ -67,15 +67,24 @@ def clusters_above_floor(S: torch.Tensor, gap: Optional[float]) -> list[tuple[in
     return degenerate_clusters(S, int((S > DEGENERATE_FLOOR * S[0]).sum()), gap)
 
 
-def resolve_clusters(W0: torch.Tensor, U: torch.Tensor, S: torch.Tensor, V: torch.Tensor,
-                     clusters: list[tuple[int, int]], *, halo: int = HALO, accuracy: float = ACCURACY,
-                     max_window: int = MAX_WINDOW, block_rows: int = 1024
-                     ) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def resolve_clusters(
+    W0: torch.Tensor,
+    U: torch.Tensor,
+    S: torch.Tensor,
+    V: torch.Tensor,
+    clusters: list[tuple[int, int]],
+    *,
+    halo: int = HALO,
+    accuracy: float = ACCURACY,
+    max_window: int = MAX_WINDOW,
+    block_rows: int = 1024,
+) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(U, S, V) of the float32 thin SVD of W0 with every cluster's vectors and values as float64 would
     have them, or None where the error estimate (module docstring) does not vouch for it."""
     if W0.shape[0] < W0.shape[1]:  # the tall orientation: W0ᵀ = V S Uᵀ
-        out = resolve_clusters(W0.mT, V, S, U, clusters, halo=halo, accuracy=accuracy,
-                               max_window=max_window, block_rows=block_rows)
+        out = resolve_clusters(
+            W0.mT, V, S, U, clusters, halo=halo, accuracy=accuracy, max_window=max_window, block_rows=block_rows
+        )
         return None if out is None else (out[2], out[1], out[0])
     m, n = W0.shape
     windows = [(max(0, a - halo), min(n, b + halo)) for a, b in clusters]
@@ -90,9 +99,9 @@ def resolve_clusters(W0: torch.Tensor, U: torch.Tensor, S: torch.Tensor, V: torc
     X = torch.empty(m, len(cols), **f64)
     Y = torch.zeros(n, len(cols), **f64)
     for s in range(0, m, block_rows):
-        Wb = W0[s:s + block_rows].double()
-        X[s:s + block_rows] = Wb @ Vc
-        Y += Wb.mT @ Uc[s:s + block_rows]
+        Wb = W0[s : s + block_rows].double()
+        X[s : s + block_rows] = Wb @ Vc
+        Y += Wb.mT @ Uc[s : s + block_rows]
     del Wb
 
     parts = [_window(Uc, Vc, X, Y, [at[c] for c in range(lo, hi)]) for lo, hi in windows]
@@ -108,8 +117,18 @@ def resolve_clusters(W0: torch.Tensor, U: torch.Tensor, S: torch.Tensor, V: torc
     for (a, b), (lo, hi), part in zip(clusters, windows, parts):
         cols_k = slice(start, start + hi - lo)
         start += hi - lo
-        rotation = _cluster_rotation(part, alpha[:, cols_k], beta[:, cols_k],
-                                     None if Rp is None else Rp[:, cols_k], S, a - lo, b - lo, lo, hi, accuracy)
+        rotation = _cluster_rotation(
+            part,
+            alpha[:, cols_k],
+            beta[:, cols_k],
+            None if Rp is None else Rp[:, cols_k],
+            S,
+            a - lo,
+            b - lo,
+            lo,
+            hi,
+            accuracy,
+        )
         if rotation is None:
             return None
         rotations.append(rotation)
@@ -142,7 +161,7 @@ def _cluster_rotation(part, alpha, beta, Rp, S, a, b, lo, hi, accuracy):
     k = hi - lo
     out = torch.cat([torch.arange(0, lo), torch.arange(hi, n)]).to(S.device)
     s_out = S[out].double()
-    lam = float(S[lo + a:lo + b].double().mean())
+    lam = float(S[lo + a : lo + b].double().mean())
     H = torch.zeros(2 * k, 2 * k, dtype=torch.float64, device=S.device)
     H[:k, k:], H[k:, :k] = A, A.mT
     if out.numel():
@@ -167,7 +186,7 @@ def _cluster_rotation(part, alpha, beta, Rp, S, a, b, lo, hi, accuracy):
     gap_out = min(float((lam - s_out).abs().min()) if out.numel() else float("inf"), lam)
     spread = float(values[0] - values[-1])
     inner = float((values[:-1] - values[1:]).min())
-    error = rho_c ** 2 * (rho_1 + spread) / gap_out ** 2 + 4 * _EPS64 * float(S[0]) * (m + n) ** 0.5
+    error = rho_c**2 * (rho_1 + spread) / gap_out**2 + 4 * _EPS64 * float(S[0]) * (m + n) ** 0.5
     if not inner > 0 or error > accuracy * inner:
         return None
 

@@ -84,8 +84,12 @@ def _thin_svd(W0: torch.Tensor, driver: Optional[str]) -> tuple[torch.Tensor, to
     return (Vh.mT, S, U) if wide else (U, S, Vh.mT)
 
 
-def compute_frame(W0: torch.Tensor, core_rel_threshold: Optional[float] = None,
-                  driver: Optional[str] = None, degenerate_gap: Optional[float] = DEGENERATE_GAP) -> Frame:
+def compute_frame(
+    W0: torch.Tensor,
+    core_rel_threshold: Optional[float] = None,
+    driver: Optional[str] = None,
+    degenerate_gap: Optional[float] = DEGENERATE_GAP,
+) -> Frame:
     """Thin SVD of W0 with canonical signs; optionally keep only σ_i > threshold·σ_1 in the core.
     ``driver`` picks cuSOLVER's routine on a GPU (tools/gpu_check.py times them).
 
@@ -112,8 +116,9 @@ def compute_frame(W0: torch.Tensor, core_rel_threshold: Optional[float] = None,
     return Frame(U=U.contiguous(), S=S, V=V.contiguous())
 
 
-def spectral_norm(X: torch.Tensor, *, tol: Optional[float] = None, max_steps: int = 300,
-                  exact_below: int = 512, seed: int = 0) -> float:
+def spectral_norm(
+    X: torch.Tensor, *, tol: Optional[float] = None, max_steps: int = 300, exact_below: int = 512, seed: int = 0
+) -> float:
     """‖X‖₂ by Lanczos on the Gram matrix G = XᵀX, with full reorthogonalisation of the Lanczos vectors;
     ‖X‖₂ = √λmax(G).
 
@@ -192,7 +197,7 @@ def _gram_mv(X: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
     out.zero_()
     step = max(16, GRAM_BLOCK_BYTES // (X.element_size() * X.shape[1]))
     for a in range(0, X.shape[0], step):
-        Xb = X[a:a + step]
+        Xb = X[a : a + step]
         out.addmv_(Xb.mT, torch.mv(Xb, v))
 
 
@@ -211,8 +216,7 @@ class Projection:
     lifted: Optional[torch.Tensor] = None
 
 
-def project(delta: torch.Tensor, frame: Frame, *, in_place: bool = False,
-            lift: Optional[int] = None) -> Projection:
+def project(delta: torch.Tensor, frame: Frame, *, in_place: bool = False, lift: Optional[int] = None) -> Projection:
     """P = U0ᵀ ΔW V0 and ΔW_null = ΔW − U0 P V0ᵀ, the latter computed explicitly.
 
     With ``in_place`` the null residual overwrites ``delta`` (saves one m×n buffer).
@@ -257,9 +261,14 @@ def split_energies(P: torch.Tensor, null: torch.Tensor) -> tuple[float, float, f
     return e_diag, e_off, e_null
 
 
-
-def random_core_coefficients(r: int, norm: float, generator: torch.Generator, *,
-                             dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> torch.Tensor:
+def random_core_coefficients(
+    r: int,
+    norm: float,
+    generator: torch.Generator,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
     """Q: standard Gaussian r×r scaled to Frobenius norm ``norm``.
 
     R = U0 Q V0ᵀ is then a random component of exactly that norm lying entirely inside
@@ -270,4 +279,3 @@ def random_core_coefficients(r: int, norm: float, generator: torch.Generator, *,
     q = float(torch.linalg.matrix_norm(Q))
     Q *= (norm / q) if q > 0 else 0.0
     return Q.to(device=device, dtype=dtype)
-

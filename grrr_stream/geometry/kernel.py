@@ -14,8 +14,15 @@ import torch
 
 from ..dtypes import name_of
 from ..runtime.phases import NO_TIMER, PhaseTimer
-from .analyses import (AnglePair, angle_columns, band_energies, component_samples, principal_angles_in_frame,
-                       principal_angles_of_w1, round_trip_survival)
+from .analyses import (
+    AnglePair,
+    angle_columns,
+    band_energies,
+    component_samples,
+    principal_angles_in_frame,
+    principal_angles_of_w1,
+    round_trip_survival,
+)
 from .channel_energy import channel_energies
 from .degenerate import degenerate_clusters
 from .frame import DEGENERATE_GAP, Frame, Projection, compute_frame, project, spectral_norm, split_energies, svdvals
@@ -35,13 +42,21 @@ class MatrixResult:
     channel_energy: Optional[torch.Tensor] = None
 
 
-def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Frame] = None,
-                     core_rel_threshold: Optional[float] = None, rank_thresholds: Sequence[float] = (1e-7, 1e-3),
-                     band_edges: Sequence[int] = (), angle_edges: Sequence[int] = (),
-                     survival: Optional[Survival] = None, timer: PhaseTimer = NO_TIMER,
-                     svd_driver: Optional[str] = None,
-                     degenerate_gap: Optional[float] = DEGENERATE_GAP,
-                     channel_axis: Optional[int] = None) -> MatrixResult:
+def decompose_matrix(
+    W0: torch.Tensor,
+    W1: torch.Tensor,
+    *,
+    frame: Optional[Frame] = None,
+    core_rel_threshold: Optional[float] = None,
+    rank_thresholds: Sequence[float] = (1e-7, 1e-3),
+    band_edges: Sequence[int] = (),
+    angle_edges: Sequence[int] = (),
+    survival: Optional[Survival] = None,
+    timer: PhaseTimer = NO_TIMER,
+    svd_driver: Optional[str] = None,
+    degenerate_gap: Optional[float] = DEGENERATE_GAP,
+    channel_axis: Optional[int] = None,
+) -> MatrixResult:
     """Full GRRR treatment of one matrix pair, given already upcast (float32/64) tensors.
 
     Consumes ``W1`` (it becomes ΔW, then the null residual) and drops ``W0`` as soon as
@@ -103,17 +118,26 @@ def decompose_matrix(W0: torch.Tensor, W1: torch.Tensor, *, frame: Optional[Fram
     with timer.phase("analyses"):
         extra = _beyond_the_paper(proj, frame, delta_fro, band_edges, ks, angles, angles_failed, survival, delta_sample)
     if degenerate_gap is not None:
-        extra["f_degenerate"] = ratio_or_zero(degenerate_energy(proj.P, frame.S, degenerate_gap), delta_fro ** 2)
-    metrics = matrix_metrics(frame.S.double().cpu().numpy(), sigma1.double().cpu().numpy(), delta_fro=delta_fro,
-                             delta_spec=delta_spec, energies=energies, rows=m, cols=n, rank=frame.rank,
-                             rank_thresholds=rank_thresholds)
+        extra["f_degenerate"] = ratio_or_zero(degenerate_energy(proj.P, frame.S, degenerate_gap), delta_fro**2)
+    metrics = matrix_metrics(
+        frame.S.double().cpu().numpy(),
+        sigma1.double().cpu().numpy(),
+        delta_fro=delta_fro,
+        delta_spec=delta_spec,
+        energies=energies,
+        rows=m,
+        cols=n,
+        rank=frame.rank,
+        rank_thresholds=rank_thresholds,
+    )
     if extra:
         metrics = replace(metrics, extra=extra)
     return MatrixResult(frame=frame, projection=proj, sigma1=sigma1, metrics=metrics, channel_energy=per_channel)
 
 
-def _angles_in_frame(frame: Frame, proj: Projection, ks: list[int], delta_fro: float, delta_spec: float,
-                     timer: PhaseTimer) -> tuple[Optional[dict[int, AnglePair]], bool]:
+def _angles_in_frame(
+    frame: Frame, proj: Projection, ks: list[int], delta_fro: float, delta_spec: float, timer: PhaseTimer
+) -> tuple[Optional[dict[int, AnglePair]], bool]:
     """The angles of an untruncated core, from P and the null residual (exactly 0° and cos² 1 when W1 == W0:
     the subspaces coincide)."""
     if delta_fro == 0.0:
@@ -134,16 +158,24 @@ def _guarded(compute) -> tuple[Optional[dict[int, AnglePair]], bool]:
     try:
         return compute(), False
     except torch.linalg.LinAlgError:  # products that overflow (weights near the dtype's limit): the angles
-        return None, True             # are NaN, and the caller refuses the matrix as non-finite
+        return None, True  # are NaN, and the caller refuses the matrix as non-finite
 
 
-def _beyond_the_paper(proj: Projection, frame: Frame, delta_fro: float, band_edges: Sequence[int], ks: list[int],
-                      angles: Optional[dict[int, AnglePair]], angles_failed: bool,
-                      survival: Optional[Survival], delta_sample: Optional[torch.Tensor]) -> dict[str, float]:
+def _beyond_the_paper(
+    proj: Projection,
+    frame: Frame,
+    delta_fro: float,
+    band_edges: Sequence[int],
+    ks: list[int],
+    angles: Optional[dict[int, AnglePair]],
+    angles_failed: bool,
+    survival: Optional[Survival],
+    delta_sample: Optional[torch.Tensor],
+) -> dict[str, float]:
     """The extra metric columns: band shares of ‖ΔW‖², principal angles, round-trip survival."""
     extra: dict[str, float] = {}
     if band_edges:
-        d2 = delta_fro ** 2
+        d2 = delta_fro**2
         extra.update({f"band{k}": ratio_or_zero(v, d2) for k, v in band_energies(proj.P, band_edges).items()})
     if angles is not None:
         extra.update(angle_columns(angles))

@@ -48,9 +48,23 @@ def _gesdd(dtype: torch.dtype):
     except (ImportError, KeyError, AttributeError, ValueError):
         return None
     # jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work, lwork, iwork, info
-    proto = ctypes.CFUNCTYPE(None, ctypes.c_char_p, _INT, _INT, ctypes.c_void_p, _INT, ctypes.c_void_p,
-                             ctypes.c_void_p, _INT, ctypes.c_void_p, _INT, ctypes.c_void_p, _INT, ctypes.c_void_p,
-                             _INT)
+    proto = ctypes.CFUNCTYPE(
+        None,
+        ctypes.c_char_p,
+        _INT,
+        _INT,
+        ctypes.c_void_p,
+        _INT,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        _INT,
+        ctypes.c_void_p,
+        _INT,
+        ctypes.c_void_p,
+        _INT,
+        ctypes.c_void_p,
+        _INT,
+    )
     return proto(address)
 
 
@@ -107,9 +121,22 @@ def _gesdd_call(X: torch.Tensor, *, vectors: bool) -> Optional[tuple[np.ndarray,
     info = ctypes.c_int(0)
 
     def call(work: np.ndarray, lwork: int) -> None:
-        fn(b"S" if vectors else b"N", _ref(m), _ref(n), a.ctypes.data, _ref(max(1, m)), s.ctypes.data,
-           u.ctypes.data, _ref(ldu), vh.ctypes.data, _ref(ldvt), work.ctypes.data, _ref(lwork), iwork.ctypes.data,
-           ctypes.byref(info))
+        fn(
+            b"S" if vectors else b"N",
+            _ref(m),
+            _ref(n),
+            a.ctypes.data,
+            _ref(max(1, m)),
+            s.ctypes.data,
+            u.ctypes.data,
+            _ref(ldu),
+            vh.ctypes.data,
+            _ref(ldvt),
+            work.ctypes.data,
+            _ref(lwork),
+            iwork.ctypes.data,
+            ctypes.byref(info),
+        )
 
     query = np.empty(1, np_dtype)
     call(query, -1)  # workspace query: the optimal lwork comes back in work[0]
@@ -123,8 +150,14 @@ def _gesdd_call(X: torch.Tensor, *, vectors: bool) -> Optional[tuple[np.ndarray,
 
 
 def _applies(X: torch.Tensor) -> bool:
-    return (X.device.type == "cpu" and X.dtype in _ROUTINES and X.ndim == 2 and min(X.shape) > 0
-            and torch.get_num_threads() == 1 and preferred())
+    return (
+        X.device.type == "cpu"
+        and X.dtype in _ROUTINES
+        and X.ndim == 2
+        and min(X.shape) > 0
+        and torch.get_num_threads() == 1
+        and preferred()
+    )
 
 
 def preferred() -> bool:

@@ -116,4 +116,3 @@ def matrix_metrics(
         rank_w0={f"{t:g}": numerical_rank(s0, t) for t in rank_thresholds},
         rank_w1={f"{t:g}": numerical_rank(s1, t) for t in rank_thresholds},
     )
-

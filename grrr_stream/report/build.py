@@ -18,17 +18,18 @@ from ..files import atomic_write_text
 from ..sweep.kinds import TABLES
 from ..sweep.rows import UNITS_TABLE
 from . import figures as figs
-from .paper_claims import PAPER
 from . import tables as tbl
+from .paper_claims import PAPER
 
 PAGE = "index.html"
 # the report folder's files that sections show already; any other CSV there is an extra table
 KNOWN_CSV = {UNITS_TABLE, *TABLES}  # named by the sweep's kinds (sweep/kinds), which write them
-CONFIG_FILE = "config.json"   # the sweep's config, for `grrr-stream report WORKDIR`
+CONFIG_FILE = "config.json"  # the sweep's config, for `grrr-stream report WORKDIR`
 
 
-def write_html(plan, report, records: dict, *, tracking=None, run_id: Optional[str] = None,
-               runs: Optional[list[dict]] = None) -> Path:
+def write_html(
+    plan, report, records: dict, *, tracking=None, run_id: Optional[str] = None, runs: Optional[list[dict]] = None
+) -> Path:
     """Write WORKDIR/report/index.html (and the sweep's config beside it) from ``report``; ``tracking``,
     ``run_id``, ``runs``: the sweep's MLflow settings, its run and the runs tagged with the sweep, for the
     provenance. Returns the page's path (also appended to ``report.files``)."""
@@ -46,12 +47,20 @@ def write_html(plan, report, records: dict, *, tracking=None, run_id: Optional[s
     extras = _extra_tables(folder)
     loose = figs.loose_images(folder, {f.path.resolve() for f in shown})
     context = {
-        "name": plan.config.name, "workdir": str(plan.workdir), "written": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "counts": _counts(report.units), "paper": PAPER, "verdicts": _verdicts(report, plan, method_of, sft),
+        "name": plan.config.name,
+        "workdir": str(plan.workdir),
+        "written": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "counts": _counts(report.units),
+        "paper": PAPER,
+        "verdicts": _verdicts(report, plan, method_of, sft),
         "paper_tables": tbl.paper_tables(report, method_of, sft) + tbl.comparison_table(report),
-        "other_tables": tbl.other_tables(report, method_of, sft), "claims": _claims(report, plan),
-        "key_figures": [f for f in shown if f.id in figs.KEY], "figures": [f for f in shown if f.id not in figs.KEY],
-        "extra_tables": extras, "extra_figures": loose, "csvs": sorted(p.name for p in folder.glob("*.csv")),
+        "other_tables": tbl.other_tables(report, method_of, sft),
+        "claims": _claims(report, plan),
+        "key_figures": [f for f in shown if f.id in figs.KEY],
+        "figures": [f for f in shown if f.id not in figs.KEY],
+        "extra_tables": extras,
+        "extra_figures": loose,
+        "csvs": sorted(p.name for p in folder.glob("*.csv")),
         "provenance": _provenance(plan, report, records, config, tracking, run_id, runs or []),
     }
     page = folder / PAGE
@@ -64,9 +73,13 @@ def write_html(plan, report, records: dict, *, tracking=None, run_id: Optional[s
 def _environment():
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.PackageLoader("grrr_stream.report", "templates"),
-                             autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
-                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("grrr_stream.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
     return env
 
 
@@ -88,9 +101,14 @@ def _verdicts(report, plan, method_of, sft) -> list:
     from .verdict import verdicts
 
     suite = report.claims.get("") or next(iter(report.claims.values()), {"claims": []})
-    return verdicts(suite["claims"], report.transitions, report.comparisons,
-                    group_of=lambda r: method_group(method_of(r), sft), steps=steps_of(plan),
-                    level=plan.config.claims.level)
+    return verdicts(
+        suite["claims"],
+        report.transitions,
+        report.comparisons,
+        group_of=lambda r: method_group(method_of(r), sft),
+        steps=steps_of(plan),
+        level=plan.config.claims.level,
+    )
 
 
 def _claims(report, plan) -> list[dict]:
@@ -102,13 +120,20 @@ def _claims(report, plan) -> list[dict]:
     out = []
     for suite, s in report.claims.items():
         notes = sorted({r["resampling"] for r in s["claims"] if r["resampling"] != "joint"})
-        out.append({"suite": suite or "main", "selector": s.get("selector") or "", "counts": s["counts"],
-                    "sentences": sentences(s["claims"]), "notes": notes,
-                    "settings": f"{c.level:.0%} intervals from {c.resamples} bootstrap resamples of the problems, "
-                                f"drawn jointly across transitions, the transitions fixed (seed {c.seed}); sets hold "
-                                f"the evaluated training steps, a multi-step transition (base → RL after an SFT) "
-                                f"only its own group; informative: full − base ≥ "
-                                f"{c.informative_points:g} point; within: {c.within_points:g} points"})
+        out.append(
+            {
+                "suite": suite or "main",
+                "selector": s.get("selector") or "",
+                "counts": s["counts"],
+                "sentences": sentences(s["claims"]),
+                "notes": notes,
+                "settings": f"{c.level:.0%} intervals from {c.resamples} bootstrap resamples of the problems, "
+                f"drawn jointly across transitions, the transitions fixed (seed {c.seed}); sets hold "
+                f"the evaluated training steps, a multi-step transition (base → RL after an SFT) "
+                f"only its own group; informative: full − base ≥ "
+                f"{c.informative_points:g} point; within: {c.within_points:g} points",
+            }
+        )
     return out
 
 
@@ -120,8 +145,9 @@ def _extra_tables(folder: Path) -> list:
     out = []
     for i, p in enumerate(sorted(folder.glob("*.csv"))):
         if p.name not in KNOWN_CSV:
-            out += tbl.plain_table(f"extra-{i}", p.stem.replace("_", " "), f"{p.name} (found in the report "
-                                   "folder)", read_rows(p), p.name)
+            out += tbl.plain_table(
+                f"extra-{i}", p.stem.replace("_", " "), f"{p.name} (found in the report folder)", read_rows(p), p.name
+            )
     return out
 
 
@@ -129,8 +155,19 @@ def _versions() -> dict[str, str]:
     from importlib import metadata
 
     out = {"python": platform.python_version()}
-    for dist in ("grrr-stream", "torch", "numpy", "zarr", "mlflow", "dask", "scipy", "matplotlib", "jinja2",
-                 "vllm", "math-verify"):
+    for dist in (
+        "grrr-stream",
+        "torch",
+        "numpy",
+        "zarr",
+        "mlflow",
+        "dask",
+        "scipy",
+        "matplotlib",
+        "jinja2",
+        "vllm",
+        "math-verify",
+    ):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -145,11 +182,27 @@ def _provenance(plan, report, records: dict, config: dict, tracking, run_id, run
     for i, (u, row) in enumerate(zip(plan.units, report.units)):
         rec = records.get(u.id) or {}
         started = rec.get("started")
-        units.append({"row": i, "unit": u.id, "kind": u.kind, "state": row["state"], "seconds": row["seconds"],
-                      "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else "",
-                      "key": u.key, "out": u.out, "error": row["error"]})
-    return {"config_yaml": yaml.safe_dump(config, sort_keys=False), "plan_key": plan.key, "versions": _versions(),
-            "units": units, "settings": _settings_hashes(report), "mlflow": mlflow_links(tracking, run_id, runs)}
+        units.append(
+            {
+                "row": i,
+                "unit": u.id,
+                "kind": u.kind,
+                "state": row["state"],
+                "seconds": row["seconds"],
+                "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else "",
+                "key": u.key,
+                "out": u.out,
+                "error": row["error"],
+            }
+        )
+    return {
+        "config_yaml": yaml.safe_dump(config, sort_keys=False),
+        "plan_key": plan.key,
+        "versions": _versions(),
+        "units": units,
+        "settings": _settings_hashes(report),
+        "mlflow": mlflow_links(tracking, run_id, runs),
+    }
 
 
 def _settings_hashes(report) -> list[dict]:
@@ -178,7 +231,14 @@ def mlflow_links(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[
     # the tracking owner's addresses: they carry the query that opens MLflow's UI in its training mode
     page = runs_page(ui, exp) if exp else ""
     link = (lambda rid: run_page(ui, exp, rid)) if exp else (lambda rid: "")
-    return {"uri": uri, "experiment": tracking.experiment, "ui": ui, "served": served, "run_id": run_id or "",
-            "experiment_link": page, "run_link": link(run_id) if run_id else "",
-            "runs": [{**r, "link": link(r["run_id"])} for r in runs],
-            "start_ui": "" if served else f"mlflow ui --backend-store-uri {uri}"}
+    return {
+        "uri": uri,
+        "experiment": tracking.experiment,
+        "ui": ui,
+        "served": served,
+        "run_id": run_id or "",
+        "experiment_link": page,
+        "run_link": link(run_id) if run_id else "",
+        "runs": [{**r, "link": link(r["run_id"])} for r in runs],
+        "start_ui": "" if served else f"mlflow ui --backend-store-uri {uri}",
+    }

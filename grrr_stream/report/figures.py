@@ -25,7 +25,7 @@ class Figure:
     title: str
     caption: str
     path: Path
-    folded: bool = False   # shown inside a closed <details> (one per transition: the heatmaps)
+    folded: bool = False  # shown inside a closed <details> (one per transition: the heatmaps)
 
     @property
     def data_uri(self) -> str:
@@ -34,22 +34,33 @@ class Figure:
 
 # the sweep report's own figures: file → (id, title, caption)
 SWEEP_FIGURES = {
-    NORMS_FIGURE: ("fig-norms", "Update norms per component (paper Fig. 4A / 5A)",
-                   "Frobenius norms of the updates of each comparison: sequential ‖ΔW_SFT‖, ‖ΔW_incr‖ against "
-                   "‖ΔW_cum‖ = 1; independent: the two updates against the larger."),
-    COSINES_FIGURE: ("fig-cosines", "Sequential and independent cosines against the isotropic null "
-                     "(paper Fig. 4B / 5B)",
-                     "Median off-diagonal cosine over matrices with its 95 % bootstrap CI over matrices; "
-                     "grey band: the matched isotropic null's ±2σ envelope. Each label says what it rests "
-                     "on: inside / outside the band from the null test (p over its draws; 'p < 1e-4' at "
-                     "the floor of 10,000 draws), the direction only where the CI over matrices excludes "
-                     "0."),
-    decompose.BANDS_FIGURE: ("fig-bands", "Band energies",
-                             "Mean share of ‖ΔW‖² per transition by the top-k principal band of W0."),
-    channel_stats.LAYERS_FIGURE: ("fig-channels", "Outlier channels per layer, SFT vs RL",
-                                  "Per decoder layer, the share of each component's ‖ΔW‖² on W0's outlier residual "
-                                  "channels (shades of blue SFT, of red RL, one per transition; dashed: a transition that is not one training step, "
-                                  "e.g. base → grandchild); dotted: the channels' own share."),
+    NORMS_FIGURE: (
+        "fig-norms",
+        "Update norms per component (paper Fig. 4A / 5A)",
+        "Frobenius norms of the updates of each comparison: sequential ‖ΔW_SFT‖, ‖ΔW_incr‖ against "
+        "‖ΔW_cum‖ = 1; independent: the two updates against the larger.",
+    ),
+    COSINES_FIGURE: (
+        "fig-cosines",
+        "Sequential and independent cosines against the isotropic null (paper Fig. 4B / 5B)",
+        "Median off-diagonal cosine over matrices with its 95 % bootstrap CI over matrices; "
+        "grey band: the matched isotropic null's ±2σ envelope. Each label says what it rests "
+        "on: inside / outside the band from the null test (p over its draws; 'p < 1e-4' at "
+        "the floor of 10,000 draws), the direction only where the CI over matrices excludes "
+        "0.",
+    ),
+    decompose.BANDS_FIGURE: (
+        "fig-bands",
+        "Band energies",
+        "Mean share of ‖ΔW‖² per transition by the top-k principal band of W0.",
+    ),
+    channel_stats.LAYERS_FIGURE: (
+        "fig-channels",
+        "Outlier channels per layer, SFT vs RL",
+        "Per decoder layer, the share of each component's ‖ΔW‖² on W0's outlier residual "
+        "channels (shades of blue SFT, of red RL, one per transition; dashed: a transition that is not one training step, "
+        "e.g. base → grandchild); dotted: the channels' own share.",
+    ),
 }
 
 # the figures shown right after the verdict box (Figs. 4–5 and the accuracy per variant); the others follow the tables
@@ -61,26 +72,47 @@ BEYOND = (("frac_unchanged_pooled", "unchanged entries"), ("frac_within_ulp_pool
 def figures(report, rows_by_transition: dict, folder: Path) -> list[Figure]:
     """Every figure of the page, in the order shown: the sweep report's, then the heatmaps per transition,
     the accuracy bars and the beyond-the-paper fractions (drawn now into ``folder``)."""
-    out = [Figure(fid, title, caption, report.folder / name) for name, (fid, title, caption) in SWEEP_FIGURES.items()
-           if (report.folder / name).is_file()]
+    out = [
+        Figure(fid, title, caption, report.folder / name)
+        for name, (fid, title, caption) in SWEEP_FIGURES.items()
+        if (report.folder / name).is_file()
+    ]
     folder.mkdir(parents=True, exist_ok=True)
     for i, (tid, rows) in enumerate(rows_by_transition.items()):
         if rows:
-            out.append(Figure(f"fig-heat-{i}", f"{tid}: layer × module", "Per matrix f_diag, f_off, f_null (shares "
-                              "of ‖ΔW‖²) and r_Δ; experts averaged per layer and module.",
-                              plots.layer_module_heatmaps(rows, folder / f"heatmap_{i}.png", title=tid),
-                              folded=True))
+            out.append(
+                Figure(
+                    f"fig-heat-{i}",
+                    f"{tid}: layer × module",
+                    "Per matrix f_diag, f_off, f_null (shares "
+                    "of ‖ΔW‖²) and r_Δ; experts averaged per layer and module.",
+                    plots.layer_module_heatmaps(rows, folder / f"heatmap_{i}.png", title=tid),
+                    folded=True,
+                )
+            )
     if report.differences:
-        out.append(Figure("fig-accuracy", "Accuracy per variant", "Score (%, unweighted mean over benchmarks) of "
-                          "each variant; whiskers: the paired bootstrap 95 % CI over problems of its difference to "
-                          "full, drawn around its score (full's own is zero-width) and clipped to 0–100 %.",
-                          plots.accuracy_bars(report.differences, folder / "accuracy.png")))
+        out.append(
+            Figure(
+                "fig-accuracy",
+                "Accuracy per variant",
+                "Score (%, unweighted mean over benchmarks) of "
+                "each variant; whiskers: the paired bootstrap 95 % CI over problems of its difference to "
+                "full, drawn around its score (full's own is zero-width) and clipped to 0–100 %.",
+                plots.accuracy_bars(report.differences, folder / "accuracy.png"),
+            )
+        )
     beyond = _beyond_columns(report.transitions)
     if beyond:
-        out.append(Figure("fig-beyond", "Beyond the paper", "Update sparsity (pooled over the transition's entries), "
-                          "the share of ‖ΔW‖² in the top-k block of P and the energy of each component kept "
-                          "through 16-bit rounding (means over matrices).",
-                          plots.grouped_fractions(report.transitions, beyond, folder / "beyond.png")))
+        out.append(
+            Figure(
+                "fig-beyond",
+                "Beyond the paper",
+                "Update sparsity (pooled over the transition's entries), "
+                "the share of ‖ΔW‖² in the top-k block of P and the energy of each component kept "
+                "through 16-bit rounding (means over matrices).",
+                plots.grouped_fractions(report.transitions, beyond, folder / "beyond.png"),
+            )
+        )
     return out
 
 
@@ -89,18 +121,25 @@ def _beyond_columns(trs: list) -> list[tuple[str, str]]:
         return []
     first = trs[0]
     cols = [(k, label) for k, label in BEYOND if first.get(k) is not None]
-    edge: Optional[str] = next((e for e in ("64", "16", "256") if first.get(f"band{e}_diag_principal_mean") is not None),
-                               None)
+    edge: Optional[str] = next(
+        (e for e in ("64", "16", "256") if first.get(f"band{e}_diag_principal_mean") is not None), None
+    )
     if edge:
         cols.append((f"band{edge}_diag_principal_mean", f"top-{edge} block, diag"))
         cols.append((f"band{edge}_off_principal_mean", f"top-{edge} block, off"))
-    cols += [(k, k.replace("_mean", "").replace("_", " ")) for k in first
-             if "_kept_" in k and k.endswith("_mean") and first.get(k) is not None]
+    cols += [
+        (k, k.replace("_mean", "").replace("_", " "))
+        for k in first
+        if "_kept_" in k and k.endswith("_mean") and first.get(k) is not None
+    ]
     return cols
 
 
 def loose_images(folder: Path, shown: set[Path]) -> list[Figure]:
     """PNG files in the report folder that no section shows (the hook for analyses the report does not know,
     such as the residual-channel analysis once it writes its figure there)."""
-    return [Figure(f"fig-extra-{i}", p.stem.replace("_", " "), f"{p.name} (found in the report folder)", p)
-            for i, p in enumerate(sorted(folder.glob("*.png"))) if p.resolve() not in shown]
+    return [
+        Figure(f"fig-extra-{i}", p.stem.replace("_", " "), f"{p.name} (found in the report folder)", p)
+        for i, p in enumerate(sorted(folder.glob("*.png")))
+        if p.resolve() not in shown
+    ]

@@ -49,8 +49,8 @@ def shown(v) -> str:
 @dataclass
 class Cell:
     value: object
-    src: str = ""        # 'file.csv#row:column' ('' for a cell computed for display only)
-    lo: Optional["Cell"] = None   # an interval's ends: shown as 'x [lo, hi]', each end naming its own source
+    src: str = ""  # 'file.csv#row:column' ('' for a cell computed for display only)
+    lo: Optional["Cell"] = None  # an interval's ends: shown as 'x [lo, hi]', each end naming its own source
     hi: Optional["Cell"] = None
 
     @property
@@ -77,7 +77,7 @@ class Table:
     note: str
     columns: list[str]
     groups: list[tuple[str, list[list[Cell]]]] = field(default_factory=list)
-    folded: bool = False          # a dump: shown inside <details>, closed
+    folded: bool = False  # a dump: shown inside <details>, closed
 
     @property
     def n_rows(self) -> int:
@@ -86,21 +86,57 @@ class Table:
 
 # CSV columns as the paper writes them
 LABELS = {
-    "transition": "transition", "kind": "kind", "method": "method", "n": "matrices", "variant": "variant",
-    "sv_cos_mean": "SV cos", "delta_max_mean": "δ_max", "sr_w0_mean": "SR(W0)", "sr_delta_mean": "SR(ΔW)",
-    "sr_w1_mean": "SR(W1)", "dsr_pct_mean": "Δ% SR", "alpha_mean": "α", "r_delta_mean": "r_Δ",
-    "f_diag_mean": "f_diag", "f_off_mean": "f_off", "f_null_mean": "f_null", "average": "score (%)",
-    "retention_pct": "retention vs Full (%)", "retention_proj_pct": "retention vs proj (%)",
-    "minus_full": "− Full (points)", "minus_proj": "− proj (points)", "full": "Full", "proj": "proj",
-    "remove_diag": "Remove diag", "remove_random": "Remove random", "delta_diag": "Δ_diag", "delta_rand": "Δ_rand",
-    "delta_diag_proj": "Δ_diag vs proj", "delta_rand_proj": "Δ_rand vs proj", "remove_random_seeds": "random seeds",
-    "median_cos_off": "median cos_off", "n_matrices": "matrices", "gain": "Full − Base (points)",
-    "full_minus_proj": "Full − proj (points)", "informative_within_ci": "within its CI", "value": "value",
-    "transitions": "transitions", "norm_sft": "‖ΔW_SFT‖", "norm_incr": "‖ΔW_incr‖", "norm_cum": "‖ΔW_cum‖",
+    "transition": "transition",
+    "kind": "kind",
+    "method": "method",
+    "n": "matrices",
+    "variant": "variant",
+    "sv_cos_mean": "SV cos",
+    "delta_max_mean": "δ_max",
+    "sr_w0_mean": "SR(W0)",
+    "sr_delta_mean": "SR(ΔW)",
+    "sr_w1_mean": "SR(W1)",
+    "dsr_pct_mean": "Δ% SR",
+    "alpha_mean": "α",
+    "r_delta_mean": "r_Δ",
+    "f_diag_mean": "f_diag",
+    "f_off_mean": "f_off",
+    "f_null_mean": "f_null",
+    "average": "score (%)",
+    "retention_pct": "retention vs Full (%)",
+    "retention_proj_pct": "retention vs proj (%)",
+    "minus_full": "− Full (points)",
+    "minus_proj": "− proj (points)",
+    "full": "Full",
+    "proj": "proj",
+    "remove_diag": "Remove diag",
+    "remove_random": "Remove random",
+    "delta_diag": "Δ_diag",
+    "delta_rand": "Δ_rand",
+    "delta_diag_proj": "Δ_diag vs proj",
+    "delta_rand_proj": "Δ_rand vs proj",
+    "remove_random_seeds": "random seeds",
+    "median_cos_off": "median cos_off",
+    "n_matrices": "matrices",
+    "gain": "Full − Base (points)",
+    "full_minus_proj": "Full − proj (points)",
+    "informative_within_ci": "within its CI",
+    "value": "value",
+    "transitions": "transitions",
+    "norm_sft": "‖ΔW_SFT‖",
+    "norm_incr": "‖ΔW_incr‖",
+    "norm_cum": "‖ΔW_cum‖",
 }
-VARIANT_LABELS = {"base": "Base", "full": "Full", "diag": "Diag", "off": "Off", "null": "Null", "offnull": "OffNull",
-                  "proj": "proj"}
-MAX_COLUMNS = 12   # wider tables are split into parts (the key columns repeated), never scrolled
+VARIANT_LABELS = {
+    "base": "Base",
+    "full": "Full",
+    "diag": "Diag",
+    "off": "Off",
+    "null": "Null",
+    "offnull": "OffNull",
+    "proj": "proj",
+}
+MAX_COLUMNS = 12  # wider tables are split into parts (the key columns repeated), never scrolled
 
 
 def label(col: str) -> str:
@@ -113,12 +149,13 @@ def label(col: str) -> str:
 class Col:
     key: str
     label: str
-    lo: str = ""     # the columns of its interval's ends ('' for none)
+    lo: str = ""  # the columns of its interval's ends ('' for none)
     hi: str = ""
 
 
-def columns_of(rows: Sequence[Row], wanted: Sequence[str], intervals: Optional[dict[str, tuple[str, str]]] = None
-               ) -> list[Col]:
+def columns_of(
+    rows: Sequence[Row], wanted: Sequence[str], intervals: Optional[dict[str, tuple[str, str]]] = None
+) -> list[Col]:
     """The wanted columns that the rows have, each X with X_ci_lo / X_ci_hi (or the ends ``intervals`` names)
     folded into one interval column; the ends never stand alone."""
     have = set().union(*(r.keys() for r in rows)) if rows else set()
@@ -140,6 +177,7 @@ def columns_of(rows: Sequence[Row], wanted: Sequence[str], intervals: Optional[d
 def cell(r: Row, i: Optional[int], source: str, col: Col) -> Cell:
     def one(key: str) -> Cell:
         return Cell(r.get(key), f"{source}#{i}:{key}" if i is not None and key in r else "")
+
     c = one(col.key)
     if col.lo:
         c.lo, c.hi = one(col.lo), one(col.hi)
@@ -150,9 +188,14 @@ def _cells(rows: Sequence[Row], source: str, cols: Sequence[Col]) -> list[tuple[
     return [(i, [cell(r, i, source, c) for c in cols]) for i, r in enumerate(rows)]
 
 
-def grouped(rows: Sequence[Row], source: str, cols: Sequence[Col], method_of: Callable[[Row], Optional[str]],
-            sft_methods: Sequence[str], extra: Optional[Callable[[int, Row], list[Cell]]] = None
-            ) -> list[tuple[str, list[list[Cell]]]]:
+def grouped(
+    rows: Sequence[Row],
+    source: str,
+    cols: Sequence[Col],
+    method_of: Callable[[Row], Optional[str]],
+    sft_methods: Sequence[str],
+    extra: Optional[Callable[[int, Row], list[Cell]]] = None,
+) -> list[tuple[str, list[list[Cell]]]]:
     """The rows as cells, in groups SFT, RL and (rows without a method) 'no method', in that order."""
     out: dict[str, list[list[Cell]]] = {"SFT": [], "RL": [], "no method": []}
     for i, cells in _cells(rows, source, cols):
@@ -168,33 +211,67 @@ def split(table: Table, keep: int) -> list[Table]:
         return [table]
     rest = list(range(keep, len(table.columns)))
     step = MAX_COLUMNS - keep
-    parts = [rest[k:k + step] for k in range(0, len(rest), step)]
+    parts = [rest[k : k + step] for k in range(0, len(rest), step)]
     out = []
     for n, idx in enumerate(parts, 1):
         cols = list(range(keep)) + idx
-        out.append(Table(table.id if n == 1 else f"{table.id}-{n}", f"{table.title} (part {n} of {len(parts)})",
-                         table.note if n == 1 else "", [table.columns[c] for c in cols],
-                         [(g, [[row[c] for c in cols] for row in rows]) for g, rows in table.groups], table.folded))
+        out.append(
+            Table(
+                table.id if n == 1 else f"{table.id}-{n}",
+                f"{table.title} (part {n} of {len(parts)})",
+                table.note if n == 1 else "",
+                [table.columns[c] for c in cols],
+                [(g, [[row[c] for c in cols] for row in rows]) for g, rows in table.groups],
+                table.folded,
+            )
+        )
     return out
 
 
-def transposed(tid: str, title: str, note: str, rows: Sequence[Row], source: str, keys: Sequence[str],
-               name: str = "transition", per_table: int = 6) -> list[Table]:
+def transposed(
+    tid: str,
+    title: str,
+    note: str,
+    rows: Sequence[Row],
+    source: str,
+    keys: Sequence[str],
+    name: str = "transition",
+    per_table: int = 6,
+) -> list[Table]:
     """Many statistics of a few transitions: one row per statistic, one column per transition (at most
     ``per_table`` transitions per table)."""
     out = []
-    chunks = [list(range(len(rows)))[k:k + per_table] for k in range(0, len(rows), per_table)] or [[]]
+    chunks = [list(range(len(rows)))[k : k + per_table] for k in range(0, len(rows), per_table)] or [[]]
     for n, idx in enumerate(chunks, 1):
-        body = [[Cell(label(k))] + [Cell(rows[i].get(k), f"{source}#{i}:{k}" if k in rows[i] else "") for i in idx]
-                for k in keys]
-        out.append(Table(tid if n == 1 else f"{tid}-{n}", title + (f" ({n} of {len(chunks)})" if len(chunks) > 1
-                                                                   else ""), note if n == 1 else "",
-                         ["statistic"] + [str(rows[i].get(name)) for i in idx], [("", body)]))
+        body = [
+            [Cell(label(k))] + [Cell(rows[i].get(k), f"{source}#{i}:{k}" if k in rows[i] else "") for i in idx]
+            for k in keys
+        ]
+        out.append(
+            Table(
+                tid if n == 1 else f"{tid}-{n}",
+                title + (f" ({n} of {len(chunks)})" if len(chunks) > 1 else ""),
+                note if n == 1 else "",
+                ["statistic"] + [str(rows[i].get(name)) for i in idx],
+                [("", body)],
+            )
+        )
     return out
 
 
-TABLE34 = ("transition", "kind", "n", "sv_cos_mean", "delta_max_mean", "sr_w0_mean", "sr_delta_mean",
-           "sr_w1_mean", "dsr_pct_mean", "alpha_mean", "r_delta_mean")
+TABLE34 = (
+    "transition",
+    "kind",
+    "n",
+    "sv_cos_mean",
+    "delta_max_mean",
+    "sr_w0_mean",
+    "sr_delta_mean",
+    "sr_w1_mean",
+    "dsr_pct_mean",
+    "alpha_mean",
+    "r_delta_mean",
+)
 TABLE7 = ("transition", "kind", "f_diag_mean", "f_off_mean", "f_null_mean", "r_delta_mean")
 BEYOND_PREFIX = ("frac_", "band", "angle", "bfloat16_kept_", "float16_kept_", "sparsity_compare")
 PAPER_VARIANTS = ("base", "full", "diag", "off", "null", "offnull")
@@ -207,30 +284,48 @@ def paper_tables(report, method_of: Callable[[Row], Optional[str]], sft: Sequenc
     tables = []
     if trs:
         cols = columns_of(trs, TABLE34)
-        tables.append(Table("table34", "Tables 3/4 — spectral invariance, stable rank, additivity",
-                            "Means over each transition's matrices (transitions.csv): SV cos = cosine of the "
-                            "singular-value profiles of W0 and W1, δ_max, stable ranks SR and their change Δ% SR, "
-                            "additivity α, r_Δ = ‖ΔW‖/‖W0‖.", [c.label for c in cols],
-                            grouped(trs, decompose.TABLE, cols, method_of, sft)))
+        tables.append(
+            Table(
+                "table34",
+                "Tables 3/4 — spectral invariance, stable rank, additivity",
+                "Means over each transition's matrices (transitions.csv): SV cos = cosine of the "
+                "singular-value profiles of W0 and W1, δ_max, stable ranks SR and their change Δ% SR, "
+                "additivity α, r_Δ = ‖ΔW‖/‖W0‖.",
+                [c.label for c in cols],
+                grouped(trs, decompose.TABLE, cols, method_of, sft),
+            )
+        )
         ranks = [c for c in trs[0] if c.startswith("nrank_change_")]
         if ranks:
             cols = columns_of(trs, ["transition", "kind", *ranks])
             for c in cols[2:]:
-                t = c.key[len("nrank_change_"):].rpartition("_")
+                t = c.key[len("nrank_change_") :].rpartition("_")
                 c.label = f"Δ rank at {t[0]}: {'mean' if t[2] == 'mean' else 'max |·|'}"
-            tables.append(Table("table4-rank", "Table 4 — numerical rank change W0 → W1",
-                                "Per rank threshold T: nrank(W1) − nrank(W0) over matrices, mean and largest "
-                                "magnitude. T = 0.001 is the paper's reading (≤ 87); at 1e-07 rounding of the small "
-                                "singular values dominates.", [c.label for c in cols],
-                                grouped(trs, decompose.TABLE, cols, method_of, sft)))
+            tables.append(
+                Table(
+                    "table4-rank",
+                    "Table 4 — numerical rank change W0 → W1",
+                    "Per rank threshold T: nrank(W1) − nrank(W0) over matrices, mean and largest "
+                    "magnitude. T = 0.001 is the paper's reading (≤ 87); at 1e-07 rounding of the small "
+                    "singular values dominates.",
+                    [c.label for c in cols],
+                    grouped(trs, decompose.TABLE, cols, method_of, sft),
+                )
+            )
     tables += _evaluation_tables(report, method_of, sft)
     if trs:
         cols = columns_of(trs, TABLE7)
-        tables.insert(_after(tables, ("table56", "table56-retention", "table34", "table4-rank")),
-                      Table("table7", "Table 7 — energy fractions of ΔW",
-                            "Shares of ‖ΔW‖² in the diagonal (reshaping), off-diagonal (rotation) and null (routing) "
-                            "parts, means over matrices.", [c.label for c in cols],
-                            grouped(trs, decompose.TABLE, cols, method_of, sft)))
+        tables.insert(
+            _after(tables, ("table56", "table56-retention", "table34", "table4-rank")),
+            Table(
+                "table7",
+                "Table 7 — energy fractions of ΔW",
+                "Shares of ‖ΔW‖² in the diagonal (reshaping), off-diagonal (rotation) and null (routing) "
+                "parts, means over matrices.",
+                [c.label for c in cols],
+                grouped(trs, decompose.TABLE, cols, method_of, sft),
+            ),
+        )
     return tables
 
 
@@ -256,15 +351,24 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
             cells = [Cell(t, f"{src}#{i0}:transition"), Cell(r0.get("kind"), f"{src}#{i0}:kind")]
             for v in order:
                 i = at.get((t, v))
-                cells.append(Cell(report.retention[i]["average"], f"{src}#{i}:average") if i is not None
-                             else Cell(None))
+                cells.append(
+                    Cell(report.retention[i]["average"], f"{src}#{i}:average") if i is not None else Cell(None)
+                )
             groups[method_group(method_of(r0), sft) or "no method"].append(cells)
-        tables += split(Table("table56", "Tables 5/6 — causal decomposition: accuracy per variant",
-                              "Score (%): unweighted mean over benchmarks, as the paper's Tables 5 (SFT) and 6 (RL).",
-                              ["transition", "kind"] + [VARIANT_LABELS.get(v, v) for v in order],
-                              [(g, rs) for g, rs in groups.items() if rs]), 2)
-        diffs = {(d["transition"] + ("" if d["suite"] == "main" else f" [{d['suite']}]"), d["variant"]): (i, d)
-                 for i, d in enumerate(report.differences)}
+        tables += split(
+            Table(
+                "table56",
+                "Tables 5/6 — causal decomposition: accuracy per variant",
+                "Score (%): unweighted mean over benchmarks, as the paper's Tables 5 (SFT) and 6 (RL).",
+                ["transition", "kind"] + [VARIANT_LABELS.get(v, v) for v in order],
+                [(g, rs) for g, rs in groups.items() if rs],
+            ),
+            2,
+        )
+        diffs = {
+            (d["transition"] + ("" if d["suite"] == "main" else f" [{d['suite']}]"), d["variant"]): (i, d)
+            for i, d in enumerate(report.differences)
+        }
         dcols = columns_of(report.differences, ("minus_full", "minus_proj", "problems"))
         sequential = any(d.get("interval") == "anytime-valid" for d in report.differences)
 
@@ -273,40 +377,81 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
             return [cell(d, j, CLAIM_FILES["differences"], c) for c in dcols]
 
         cols = columns_of(report.retention, ("transition", "variant", "retention_pct", "retention_proj_pct"))
-        tables.append(Table("table56-retention", "Tables 5/6 — retention and the paired differences",
-                            "Retention = 100 · score / Full (and / proj); − Full, − proj: the difference in points "
-                            "with its paired bootstrap 95 % CI over the transition's problems (differences.csv)."
-                            + (" Rows of a sequential suite: its anytime-valid 95 % interval over the problems the "
-                               "variant answered (problems), against Full only." if sequential else ""),
-                            [c.label for c in cols] + [c.label for c in dcols],
-                            grouped(report.retention, FILES["retention"], cols, method_of, sft, paired)))
+        tables.append(
+            Table(
+                "table56-retention",
+                "Tables 5/6 — retention and the paired differences",
+                "Retention = 100 · score / Full (and / proj); − Full, − proj: the difference in points "
+                "with its paired bootstrap 95 % CI over the transition's problems (differences.csv)."
+                + (
+                    " Rows of a sequential suite: its anytime-valid 95 % interval over the problems the "
+                    "variant answered (problems), against Full only."
+                    if sequential
+                    else ""
+                ),
+                [c.label for c in cols] + [c.label for c in dcols],
+                grouped(report.retention, FILES["retention"], cols, method_of, sft, paired),
+            )
+        )
     if report.removal:
-        cols = columns_of(report.removal, ("transition", "kind", "full", "remove_diag", "remove_random", "delta_diag",
-                                           "delta_rand", "proj", "delta_diag_proj", "delta_rand_proj",
-                                           "remove_random_seeds"))
-        tables.append(Table("table8", "Table 8 — removing the diagonal against random removal",
-                            "Scores (%); Δ = remove − Full (points; negative when removal hurts); vs proj: against "
-                            "proj (removal.csv).", [c.label for c in cols],
-                            grouped(report.removal, FILES["removal"], cols, method_of, sft)))
+        cols = columns_of(
+            report.removal,
+            (
+                "transition",
+                "kind",
+                "full",
+                "remove_diag",
+                "remove_random",
+                "delta_diag",
+                "delta_rand",
+                "proj",
+                "delta_diag_proj",
+                "delta_rand_proj",
+                "remove_random_seeds",
+            ),
+        )
+        tables.append(
+            Table(
+                "table8",
+                "Table 8 — removing the diagonal against random removal",
+                "Scores (%); Δ = remove − Full (points; negative when removal hurts); vs proj: against "
+                "proj (removal.csv).",
+                [c.label for c in cols],
+                grouped(report.removal, FILES["removal"], cols, method_of, sft),
+            )
+        )
     if report.accuracy:
         cols = columns_of(report.accuracy, [k for k in report.accuracy[0] if k not in ("from", "to")])
-        t = Table("accuracy", "Accuracy per benchmark",
-                  "Per variant: the table metric per benchmark (%), its average, and answer diagnostics.",
-                  [c.label for c in cols], grouped(report.accuracy, FILES["accuracy"], cols, method_of, sft),
-                  folded=True)
+        t = Table(
+            "accuracy",
+            "Accuracy per benchmark",
+            "Per variant: the table metric per benchmark (%), its average, and answer diagnostics.",
+            [c.label for c in cols],
+            grouped(report.accuracy, FILES["accuracy"], cols, method_of, sft),
+            folded=True,
+        )
         tables += split(t, 2)
     if report.sampled:
         cols = columns_of(report.sampled, [k for k in report.sampled[0] if k not in ("from", "to")])
-        tables += split(Table("sampled", "Sampled answers — pass@k, maj@k, avg@n",
-                              "Where each problem was answered n > 1 times: avg@n (mean accuracy of the n answers), "
-                              "unbiased pass@k and maj@k (majority vote over equivalent answers), in percent, from "
-                              "each evaluation's metrics.csv.", [c.label for c in cols],
-                              grouped(report.sampled, FILES["sampled"], cols, method_of, sft), folded=True), 2)
+        tables += split(
+            Table(
+                "sampled",
+                "Sampled answers — pass@k, maj@k, avg@n",
+                "Where each problem was answered n > 1 times: avg@n (mean accuracy of the n answers), "
+                "unbiased pass@k and maj@k (majority vote over equivalent answers), in percent, from "
+                "each evaluation's metrics.csv.",
+                [c.label for c in cols],
+                grouped(report.sampled, FILES["sampled"], cols, method_of, sft),
+                folded=True,
+            ),
+            2,
+        )
     return tables
 
 
-def _plain(rows: Sequence[Row], source: str, wanted: Sequence[str],
-           intervals: Optional[dict[str, tuple[str, str]]] = None) -> tuple[list[Col], list[tuple[str, list]]]:
+def _plain(
+    rows: Sequence[Row], source: str, wanted: Sequence[str], intervals: Optional[dict[str, tuple[str, str]]] = None
+) -> tuple[list[Col], list[tuple[str, list]]]:
     cols = columns_of(rows, wanted, intervals)
     return cols, [("", [c for _, c in _cells(rows, source, cols)])]
 
@@ -316,30 +461,71 @@ def channel_tables(report) -> list[Table]:
     analysed models' outlier sets (sweep/kinds/channels.py, channel_stats.py, channel_groups.py)."""
     tables = []
     if report.channels_sft_rl:
-        cols, body = _plain(report.channels_sft_rl, SFT_RL_TABLE, list(report.channels_sft_rl[0]),
-                            {"ratio": ("ci_lo", "ci_hi")})
-        tables += split(Table("channels-sft-rl", "Outlier residual channels — SFT vs RL",
-                              "Share of each component's ‖ΔW‖² on W0's outlier channels (label-free rule) next to "
-                              "their share of channels, and the enrichment ratio; means over each group's training "
-                              "steps (by method); for the mean ratio, a 95 % bootstrap interval over matrices "
-                              "(resampled jointly across the group's steps) and a p against count-matched random "
-                              "channel sets pooled over the group (channels_sft_rl.csv).",
-                              [c.label for c in cols], body), 1)
+        cols, body = _plain(
+            report.channels_sft_rl, SFT_RL_TABLE, list(report.channels_sft_rl[0]), {"ratio": ("ci_lo", "ci_hi")}
+        )
+        tables += split(
+            Table(
+                "channels-sft-rl",
+                "Outlier residual channels — SFT vs RL",
+                "Share of each component's ‖ΔW‖² on W0's outlier channels (label-free rule) next to "
+                "their share of channels, and the enrichment ratio; means over each group's training "
+                "steps (by method); for the mean ratio, a 95 % bootstrap interval over matrices "
+                "(resampled jointly across the group's steps) and a p against count-matched random "
+                "channel sets pooled over the group (channels_sft_rl.csv).",
+                [c.label for c in cols],
+                body,
+            ),
+            1,
+        )
     if report.channels:
         keep = [(i, r) for i, r in enumerate(report.channels) if r["group"] in ("all", "reader", "writer")]
-        cols = columns_of(report.channels, ("transition", "kind", "method", "group", "component", "channels",
-                                            "hidden", "channel_share", "energy_share", "ratio", "null_q975",
-                                            "p_value", "post_jaccard"), {"ratio": ("ci_lo", "ci_hi")})
+        cols = columns_of(
+            report.channels,
+            (
+                "transition",
+                "kind",
+                "method",
+                "group",
+                "component",
+                "channels",
+                "hidden",
+                "channel_share",
+                "energy_share",
+                "ratio",
+                "null_q975",
+                "p_value",
+                "post_jaccard",
+            ),
+            {"ratio": ("ci_lo", "ci_hi")},
+        )
         rows = [[cell(r, i, channel_stats.TABLE, c) for c in cols] for i, r in keep]
-        tables += split(Table("channels", "Outlier channels per transition",
-                              "All matrices, readers (residual = input) and writers (residual = output); per module "
-                              "in channels.csv.", [c.label for c in cols], [("", rows)], folded=True), 1)
+        tables += split(
+            Table(
+                "channels",
+                "Outlier channels per transition",
+                "All matrices, readers (residual = input) and writers (residual = output); per module in channels.csv.",
+                [c.label for c in cols],
+                [("", rows)],
+                folded=True,
+            ),
+            1,
+        )
     if report.channel_models:
         cols, body = _plain(report.channel_models, channels.TABLE, list(report.channel_models[0]))
-        tables += split(Table("channel-models", "Outlier channels per model",
-                              "Channels the rule selects (fraction against the paper's ~5 %), the weight proxy's "
-                              "Jaccard overlap, calibration perplexity and, when run, the ablation "
-                              "(channel_models.csv).", [c.label for c in cols], body, folded=True), 1)
+        tables += split(
+            Table(
+                "channel-models",
+                "Outlier channels per model",
+                "Channels the rule selects (fraction against the paper's ~5 %), the weight proxy's "
+                "Jaccard overlap, calibration perplexity and, when run, the ablation "
+                "(channel_models.csv).",
+                [c.label for c in cols],
+                body,
+                folded=True,
+            ),
+            1,
+        )
     return tables
 
 
@@ -350,8 +536,11 @@ def comparison_table(report) -> list[Table]:
 
     if not report.comparisons:
         return []
-    cols = columns_of(report.comparisons, ("label", "kind", "median_cos_off", "n_matrices", "norm_sft", "norm_incr",
-                                           "norm_cum"), {"median_cos_off": ("ci_lo", "ci_hi")})
+    cols = columns_of(
+        report.comparisons,
+        ("label", "kind", "median_cos_off", "n_matrices", "norm_sft", "norm_incr", "norm_cum"),
+        {"median_cos_off": ("ci_lo", "ci_hi")},
+    )
     band = Col("null_lo", "isotropic band ±2σ")
     cols.insert(next((k + 1 for k, c in enumerate(cols) if c.key == "median_cos_off"), len(cols)), band)
     rows = []
@@ -360,46 +549,105 @@ def comparison_table(report) -> list[Table]:
         for c in cols:
             if c is band:
                 b = Cell(None)
-                b.lo, b.hi = cell(r, i, COMPARISONS_TABLE, Col("null_lo", "")), \
-                    cell(r, i, COMPARISONS_TABLE, Col("null_hi", ""))
+                b.lo, b.hi = (
+                    cell(r, i, COMPARISONS_TABLE, Col("null_lo", "")),
+                    cell(r, i, COMPARISONS_TABLE, Col("null_hi", "")),
+                )
                 cells.append(b)
             else:
                 cells.append(cell(r, i, COMPARISONS_TABLE, c))
         cells.append(Cell(p_text(r.get("p_value"), r.get("null_draws"))))
         cells.append(Cell(cosine_label(r)))
         rows.append(cells)
-    return [Table("comparisons", "Figures 4–5 — sequential and independent cosines against the isotropic null",
-                  "Median off-diagonal cosine over matrices with its 95 % bootstrap CI over matrices, the matched "
-                  "isotropic null's ±2σ band and its Monte Carlo p (comparisons.csv); the reading says what rests on "
-                  "which: the band on the null test, the direction on the CI. Norms: ‖ΔW‖_F against ‖ΔW_cum‖_F.",
-                  [c.label for c in cols] + ["p (null draws)", "reading"], [("", rows)])]
+    return [
+        Table(
+            "comparisons",
+            "Figures 4–5 — sequential and independent cosines against the isotropic null",
+            "Median off-diagonal cosine over matrices with its 95 % bootstrap CI over matrices, the matched "
+            "isotropic null's ±2σ band and its Monte Carlo p (comparisons.csv); the reading says what rests on "
+            "which: the band on the null test, the direction on the CI. Norms: ‖ΔW‖_F against ‖ΔW_cum‖_F.",
+            [c.label for c in cols] + ["p (null draws)", "reading"],
+            [("", rows)],
+        )
+    ]
 
 
 def other_tables(report, method_of, sft) -> list[Table]:
     """Residual channels, the informative set, the beyond-the-paper means, the claims' rows (folded)."""
     tables = channel_tables(report)
     if report.informative:
-        cols, body = _plain(report.informative, CLAIM_FILES["informative"],
-                            ("suite", "transition", "kind", "gain", "informative", "informative_within_ci",
-                             "full_minus_proj", "problems", "rest_from", "note", "rest_fallback"))
-        tables += split(Table("informative", "The informative set", "Full − Base ≥ the informative threshold, with "
-                              "its paired 95 % CI over problems (informative.csv).", [c.label for c in cols], body), 2)
+        cols, body = _plain(
+            report.informative,
+            CLAIM_FILES["informative"],
+            (
+                "suite",
+                "transition",
+                "kind",
+                "gain",
+                "informative",
+                "informative_within_ci",
+                "full_minus_proj",
+                "problems",
+                "rest_from",
+                "note",
+                "rest_fallback",
+            ),
+        )
+        tables += split(
+            Table(
+                "informative",
+                "The informative set",
+                "Full − Base ≥ the informative threshold, with its paired 95 % CI over problems (informative.csv).",
+                [c.label for c in cols],
+                body,
+            ),
+            2,
+        )
     trs = report.transitions
     beyond = [c for c in (trs[0] if trs else {}) if c.startswith(BEYOND_PREFIX)]
     if beyond:
-        tables += [dataclasses_replace(t, folded=True) for t in transposed(
-            "beyond", "Beyond the paper", "Update sparsity (pooled over entries, with the per-matrix spread), "
-            "principal-band energies, subspace angles and component survival through 16-bit rounding (means over "
-            "matrices; docs/statistics.md: 'Beyond the paper'); one column per transition.", trs, decompose.TABLE,
-            beyond)]
+        tables += [
+            dataclasses_replace(t, folded=True)
+            for t in transposed(
+                "beyond",
+                "Beyond the paper",
+                "Update sparsity (pooled over entries, with the per-matrix spread), "
+                "principal-band energies, subspace angles and component survival through 16-bit rounding (means over "
+                "matrices; docs/statistics.md: 'Beyond the paper'); one column per transition.",
+                trs,
+                decompose.TABLE,
+                beyond,
+            )
+        ]
     if report.claim_rows:
-        cols, body = _plain(report.claim_rows, CLAIM_FILES["claim_rows"], ("suite", "set", "group", "statistic", "variant",
-                                                              "reference", "transitions", "threshold", "value",
-                                                              "resampling"),
-                            {"value": ("ci_lo", "ci_hi")})
-        tables.append(Table("claims_table", "Claims, every statistic", "One row per suite, statistic, variant, "
-                            "reference, set and group; intervals over problems, the transitions fixed (claims.csv).",
-                            [c.label for c in cols], body, folded=True))
+        cols, body = _plain(
+            report.claim_rows,
+            CLAIM_FILES["claim_rows"],
+            (
+                "suite",
+                "set",
+                "group",
+                "statistic",
+                "variant",
+                "reference",
+                "transitions",
+                "threshold",
+                "value",
+                "resampling",
+            ),
+            {"value": ("ci_lo", "ci_hi")},
+        )
+        tables.append(
+            Table(
+                "claims_table",
+                "Claims, every statistic",
+                "One row per suite, statistic, variant, "
+                "reference, set and group; intervals over problems, the transitions fixed (claims.csv).",
+                [c.label for c in cols],
+                body,
+                folded=True,
+            )
+        )
     return tables
 
 

@@ -28,9 +28,9 @@ HOLDS, FAILS, UNRESOLVED, NOT_COMPARABLE = "holds", "does not hold", "not resolv
 @dataclass
 class Verdict:
     claim: PaperClaim
-    value: str          # this sweep's value with its interval ('—' when there is none)
-    set: str            # the set it is over
-    basis: str          # what the interval rests on
+    value: str  # this sweep's value with its interval ('—' when there is none)
+    set: str  # the set it is over
+    basis: str  # what the interval rests on
     verdict: str
     reason: str = ""
 
@@ -78,8 +78,9 @@ def _from_claims(c: PaperClaim, rows: dict, level: float) -> Verdict:
         return Verdict(c, "—", "—", "—", NOT_COMPARABLE, _missing(c, rows))
     n = int(r["transitions"])
     v, lo, hi = r["value"], r.get("ci_lo"), r.get("ci_hi")
-    basis = f"{level:.0%} {ANYTIME}" if str(r.get("resampling", "")).startswith("anytime") \
-        else f"{level:.0%} {PROBLEMS}"
+    basis = (
+        f"{level:.0%} {ANYTIME}" if str(r.get("resampling", "")).startswith("anytime") else f"{level:.0%} {PROBLEMS}"
+    )
     where = _group_set(group, set_name, n)
     if c.test == "at_least_fraction":
         text = f"{v:.0f} of {n}" + (f" [{lo:.0f}–{hi:.0f}]" if _finite(lo, hi) else "")
@@ -96,8 +97,7 @@ def _from_claims(c: PaperClaim, rows: dict, level: float) -> Verdict:
     if not _finite(v):
         return Verdict(c, "—", where, basis, NOT_COMPARABLE, "undefined here (a reference scores 0)")
     too_few = _too_few(n, c)
-    return Verdict(c, text, where, basis, NOT_COMPARABLE if too_few else verdict,
-                   too_few or _why(verdict, c))
+    return Verdict(c, text, where, basis, NOT_COMPARABLE if too_few else verdict, too_few or _why(verdict, c))
 
 
 def _missing(c: PaperClaim, rows: dict) -> str:
@@ -112,8 +112,10 @@ def _missing(c: PaperClaim, rows: dict) -> str:
     pre = "informative" if set_name == "informative" else "evaluated"
     reason = f"no {pre} {what}step here"
     if multi:
-        reason += (f"; {_plural(int(multi['transitions']), 'multi-step transition')} (e.g. base → RL after an SFT) "
-                   "kept apart, as the paper does not evaluate them")
+        reason += (
+            f"; {_plural(int(multi['transitions']), 'multi-step transition')} (e.g. base → RL after an SFT) "
+            "kept apart, as the paper does not evaluate them"
+        )
     elif set_name == "informative":
         reason += " (Full − Base below the informative threshold)"
     return reason
@@ -132,19 +134,29 @@ def _above_other(c: PaperClaim, rows: dict, level: float) -> Verdict:
     if a is None or b is None:
         return Verdict(c, "—", "—", "—", NOT_COMPARABLE, "not evaluated here (null or diag missing)")
     n = int(a["transitions"])
-    text = (f"null {a['value']:.1f} % [{a['ci_lo']:.1f}, {a['ci_hi']:.1f}] vs diag {b['value']:.1f} % "
-            f"[{b['ci_lo']:.1f}, {b['ci_hi']:.1f}]")
+    text = (
+        f"null {a['value']:.1f} % [{a['ci_lo']:.1f}, {a['ci_hi']:.1f}] vs diag {b['value']:.1f} % "
+        f"[{b['ci_lo']:.1f}, {b['ci_hi']:.1f}]"
+    )
     verdict = HOLDS if a["ci_lo"] > b["ci_hi"] else FAILS if a["ci_hi"] < b["ci_lo"] else UNRESOLVED
     too_few = _too_few(n, c)
     reason = too_few or ("the two intervals overlap" if verdict == UNRESOLVED else "")
-    return Verdict(c, text, _group_set("all", "all evaluated", n), f"{level:.0%} {PROBLEMS}",
-                   NOT_COMPARABLE if too_few else verdict, reason)
+    return Verdict(
+        c,
+        text,
+        _group_set("all", "all evaluated", n),
+        f"{level:.0%} {PROBLEMS}",
+        NOT_COMPARABLE if too_few else verdict,
+        reason,
+    )
 
 
-def _energy(c: PaperClaim, transitions: Sequence[dict], group_of: Callable[[dict], Optional[str]],
-            steps: set) -> Verdict:
-    mine = [r for r in transitions if r["transition"] in steps and group_of(r) == "RL"
-            and _finite(r.get("f_diag_mean"))]
+def _energy(
+    c: PaperClaim, transitions: Sequence[dict], group_of: Callable[[dict], Optional[str]], steps: set
+) -> Verdict:
+    mine = [
+        r for r in transitions if r["transition"] in steps and group_of(r) == "RL" and _finite(r.get("f_diag_mean"))
+    ]
     n = len(mine)
     where = _plural(n, "decomposed RL step")
     if not mine:
@@ -154,8 +166,7 @@ def _energy(c: PaperClaim, transitions: Sequence[dict], group_of: Callable[[dict
     text = f"{ok} of {n} ≤ {c.bound[0]:g} (largest {worst['f_diag_mean']:.3g}, {worst['transition']})"
     verdict = HOLDS if ok == n else FAILS
     too_few = _too_few(n, c)
-    return Verdict(c, text, where, "means over matrices, no CI",
-                   NOT_COMPARABLE if too_few else verdict, too_few)
+    return Verdict(c, text, where, "means over matrices, no CI", NOT_COMPARABLE if too_few else verdict, too_few)
 
 
 def _cosines(c: PaperClaim, comparisons: Sequence[dict], level: float) -> Verdict:
@@ -172,33 +183,54 @@ def _cosines(c: PaperClaim, comparisons: Sequence[dict], level: float) -> Verdic
         ratios = [r["norm_incr"] / r["norm_sft"] for r in have]
         text = ", ".join(f"{x:.3g}×" for x in ratios)
         ok = all(c.bound[0] <= x <= c.bound[1] for x in ratios)
-        return Verdict(c, text, where, "‖ΔW_incr‖/‖ΔW_SFT‖, no CI", HOLDS if ok else FAILS,
-                       "" if ok else f"outside {c.bound[0]:g}–{c.bound[1]:g}")
+        return Verdict(
+            c,
+            text,
+            where,
+            "‖ΔW_incr‖/‖ΔW_SFT‖, no CI",
+            HOLDS if ok else FAILS,
+            "" if ok else f"outside {c.bound[0]:g}–{c.bound[1]:g}",
+        )
     text = "; ".join(f"{r['median_cos_off']:.3g} [{r['ci_lo']:.3g}, {r['ci_hi']:.3g}]" for r in mine)
     if c.test == "within_all":
         wide = max(abs(r["null_hi"]) for r in mine)
         if wide >= c.bound[1]:
-            return Verdict(c, text, where, basis, NOT_COMPARABLE,
-                           f"the isotropic band at this model size (±{wide:.2g}) is wider than the paper's bound "
-                           f"{c.bound[1]:g}")
+            return Verdict(
+                c,
+                text,
+                where,
+                basis,
+                NOT_COMPARABLE,
+                f"the isotropic band at this model size (±{wide:.2g}) is wider than the paper's bound {c.bound[1]:g}",
+            )
         ok_lo = all(c.bound[0] < r["ci_lo"] and r["ci_hi"] < c.bound[1] for r in mine)
         ok_hi = all(c.bound[0] < r["median_cos_off"] < c.bound[1] for r in mine)
         verdict = HOLDS if ok_lo else UNRESOLVED if ok_hi else FAILS
-        reason = {UNRESOLVED: f"the median is within ±{c.bound[1]:g}, its CI over matrices reaches beyond",
-                  FAILS: f"a median beyond ±{c.bound[1]:g}"}.get(verdict, "")
+        reason = {
+            UNRESOLVED: f"the median is within ±{c.bound[1]:g}, its CI over matrices reaches beyond",
+            FAILS: f"a median beyond ±{c.bound[1]:g}",
+        }.get(verdict, "")
         return Verdict(c, text, where, basis, verdict, reason)
     # above_band: the median above the null's upper 2σ edge, and its interval too
     ok_all = all(r["ci_lo"] > r["null_hi"] for r in mine)
     ok_pt = all(r["median_cos_off"] > r["null_hi"] for r in mine)
     verdict = HOLDS if ok_all else UNRESOLVED if ok_pt else FAILS
     # the pairs that do not clear the band, with what their reading rests on
-    reason = "; ".join(f"{r.get('label') or r.get('comparison')}: {cosine_label(r)}" for r in mine
-                       if not r["ci_lo"] > r["null_hi"])
+    reason = "; ".join(
+        f"{r.get('label') or r.get('comparison')}: {cosine_label(r)}" for r in mine if not r["ci_lo"] > r["null_hi"]
+    )
     return Verdict(c, text, where, basis, verdict, reason)
 
 
-def verdicts(claim_rows: Sequence[dict], transitions: Sequence[dict], comparisons: Sequence[dict], *,
-             group_of: Callable[[dict], Optional[str]], steps: set, level: float = 0.95) -> list[Verdict]:
+def verdicts(
+    claim_rows: Sequence[dict],
+    transitions: Sequence[dict],
+    comparisons: Sequence[dict],
+    *,
+    group_of: Callable[[dict], Optional[str]],
+    steps: set,
+    level: float = 0.95,
+) -> list[Verdict]:
     """One verdict per claim of :data:`.paper_claims.CLAIMS`, in that order. ``claim_rows``: the main suite's
     claims rows (:func:`grrr_stream.stats.claims_sets.claims_rows`); ``transitions``, ``comparisons``: the sweep
     report's rows; ``group_of``: a transitions row → 'SFT' / 'RL' / None; ``steps``: the ids of the transitions

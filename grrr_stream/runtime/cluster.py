@@ -23,8 +23,8 @@ from ..errors import ConfigError
 IN_PROCESS = ("threads", "synchronous")
 # Dask resources a worker declares (dask worker ... --resources "GPU=1,GPU_MEMORY_GIB=80"), held by a task while
 # it runs; what a sweep unit asks of them: grrr_stream/sweep/resources.py
-GPU = "GPU"                        # the worker's GPUs (count)
-GPU_MEMORY = "GPU_MEMORY_GIB"      # its GPU memory in GiB, summed over its GPUs
+GPU = "GPU"  # the worker's GPUs (count)
+GPU_MEMORY = "GPU_MEMORY_GIB"  # its GPU memory in GiB, summed over its GPUs
 HINT = "use threads, synchronous, processes, local:N (N worker processes) or a scheduler address (tcp://HOST:8786)"
 
 
@@ -67,10 +67,14 @@ def parse_scheduler(text: Optional[str]) -> Scheduler:
 def require(spec: Scheduler, allowed: tuple[str, ...], what: str) -> Scheduler:
     """Refuse a kind that ``what`` cannot use, saying which it can."""
     if spec.kind not in allowed:
-        names = {"threads": "threads", "synchronous": "synchronous", "processes": "processes",
-                 "local": "local:N", "address": "a scheduler ADDRESS"}
-        raise ConfigError(f"{what} cannot use --scheduler {spec}: it takes "
-                          + ", ".join(names[k] for k in allowed))
+        names = {
+            "threads": "threads",
+            "synchronous": "synchronous",
+            "processes": "processes",
+            "local": "local:N",
+            "address": "a scheduler ADDRESS",
+        }
+        raise ConfigError(f"{what} cannot use --scheduler {spec}: it takes " + ", ".join(names[k] for k in allowed))
     return spec
 
 

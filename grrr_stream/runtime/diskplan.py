@@ -27,13 +27,19 @@ HEADROOM = 64 << 20  # never fill a disk to the last byte: logs, temp files, the
 
 @dataclass(frozen=True)
 class DiskNeed:
-    what: str      # frames, P, null, sigmas, variant, ...
-    folder: Path   # where it is written
+    what: str  # frames, P, null, sigmas, variant, ...
+    folder: Path  # where it is written
     bytes: int
 
 
-def matrix_needs(shape: Sequence[int], *, store_dtype: str, compute_dtype: str, null_storage: str = "array",
-                 core_truncated: bool = False) -> dict[str, int]:
+def matrix_needs(
+    shape: Sequence[int],
+    *,
+    store_dtype: str,
+    compute_dtype: str,
+    null_storage: str = "array",
+    core_truncated: bool = False,
+) -> dict[str, int]:
     """Bytes of one decomposed m×n matrix: P (r×r), the null residual (m×n, absent when W0 is
     square with an untruncated core: zero by construction; m + n norms with null_storage 'norms'),
     σ(W0) and σ(W1), and its base frame U (m×r), S, V (n×r) in the compute dtype."""
@@ -43,24 +49,39 @@ def matrix_needs(shape: Sequence[int], *, store_dtype: str, compute_dtype: str, 
     null = 0
     if m != n or core_truncated:
         null = m * n * s if null_storage == "array" else (m + n) * 8
-    return {"P": r * r * s, "null": null, "sigmas": 2 * r * 8 + MATRIX_OVERHEAD,
-            "frames": (m * r + n * r + r) * c}
+    return {"P": r * r * s, "null": null, "sigmas": 2 * r * 8 + MATRIX_OVERHEAD, "frames": (m * r + n * r + r) * c}
 
 
-def transition_needs(shapes: Iterable[Sequence[int]], store: Path, frame_cache: Path, *, store_dtype: str,
-                     compute_dtype: str, null_storage: str = "array", core_truncated: bool = False,
-                     frames_cached_fraction: float = 0.0) -> list[DiskNeed]:
+def transition_needs(
+    shapes: Iterable[Sequence[int]],
+    store: Path,
+    frame_cache: Path,
+    *,
+    store_dtype: str,
+    compute_dtype: str,
+    null_storage: str = "array",
+    core_truncated: bool = False,
+    frames_cached_fraction: float = 0.0,
+) -> list[DiskNeed]:
     """What decomposing matrices of these shapes writes into ``store`` and ``frame_cache``."""
     tot = {"P": 0, "null": 0, "sigmas": 0, "frames": 0}
     for shape in shapes:
-        for k, v in matrix_needs(shape, store_dtype=store_dtype, compute_dtype=compute_dtype,
-                                 null_storage=null_storage, core_truncated=core_truncated).items():
+        for k, v in matrix_needs(
+            shape,
+            store_dtype=store_dtype,
+            compute_dtype=compute_dtype,
+            null_storage=null_storage,
+            core_truncated=core_truncated,
+        ).items():
             tot[k] += v
     tot["frames"] = int(tot["frames"] * max(0.0, 1.0 - frames_cached_fraction))
     tot["sigmas"] += TRANSITION_OVERHEAD
-    return [DiskNeed("P", Path(store), tot["P"]), DiskNeed("null", Path(store), tot["null"]),
-            DiskNeed("sigmas, tables", Path(store), tot["sigmas"]),
-            DiskNeed("frames", Path(frame_cache), tot["frames"])]
+    return [
+        DiskNeed("P", Path(store), tot["P"]),
+        DiskNeed("null", Path(store), tot["null"]),
+        DiskNeed("sigmas, tables", Path(store), tot["sigmas"]),
+        DiskNeed("frames", Path(frame_cache), tot["frames"]),
+    ]
 
 
 def gib(n: int) -> str:
@@ -95,8 +116,10 @@ def shortfalls(needs: Sequence[DiskNeed]) -> list[str]:
         free = shutil.disk_usage(at).free
         if total + HEADROOM > free:
             folders = sorted({str(n.folder) for n in items})
-            lines.append(f"{', '.join(folders)}: needs about {gib(total)} ({describe(items)}), "
-                         f"{gib(free)} free on that filesystem")
+            lines.append(
+                f"{', '.join(folders)}: needs about {gib(total)} ({describe(items)}), "
+                f"{gib(free)} free on that filesystem"
+            )
         # several folders on one filesystem add up: checked together
     return lines
 
@@ -105,5 +128,8 @@ def check_space(needs: Sequence[DiskNeed], what: str, hint: Optional[str] = None
     """Refuse, with the numbers, when a filesystem lacks the space for ``needs``."""
     short = shortfalls(needs)
     if short:
-        raise StoreError(f"not enough disk space for {what}:\n  " + "\n  ".join(short)
-                         + f"\n{hint or 'Free space or point the output at another disk.'}")
+        raise StoreError(
+            f"not enough disk space for {what}:\n  "
+            + "\n  ".join(short)
+            + f"\n{hint or 'Free space or point the output at another disk.'}"
+        )

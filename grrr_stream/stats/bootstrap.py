@@ -47,8 +47,9 @@ def ratio(a, b):
     return float(out) if out.ndim == 0 else out
 
 
-def joint_replicates(members: Sequence[Mapping[str, np.ndarray]], *, resamples: int, seed: int,
-                     prefix: str = "joint") -> list[np.ndarray]:
+def joint_replicates(
+    members: Sequence[Mapping[str, np.ndarray]], *, resamples: int, seed: int, prefix: str = "joint"
+) -> list[np.ndarray]:
     """Per member, its (resamples, V) column means over resampled units, summed over its sets.
 
     ``members[i]``: set name → (n, V_i) values of its n units (problems of a benchmark, matrices of an
@@ -73,6 +74,6 @@ def joint_replicates(members: Sequence[Mapping[str, np.ndarray]], *, resamples: 
             counts = rng.multinomial(n, np.full(n, 1.0 / n), size=size).astype(np.float64)
             acc = counts @ stacked / n
             for j, i in enumerate(who):
-                reps[i][start:start + size] += acc[:, cuts[j]:cuts[j + 1]]
+                reps[i][start : start + size] += acc[:, cuts[j] : cuts[j + 1]]
             start += size
     return reps

@@ -41,15 +41,15 @@ class TransitionScores:
     """Point scores and bootstrap replicates of every variant of one evaluated transition."""
 
     transition: str
-    kind: str                      # 'cumulative' or 'incremental' (or '' when unknown)
+    kind: str  # 'cumulative' or 'incremental' (or '' when unknown)
     variants: list[str]
     benchmarks: list[str]
     n_problems: dict[str, int]
-    point: np.ndarray              # (V,) scores in percent
-    reps: np.ndarray               # (R, V) the same scores on resampled problems (this transition's own draws)
+    point: np.ndarray  # (V,) scores in percent
+    reps: np.ndarray  # (R, V) the same scores on resampled problems (this transition's own draws)
     # benchmark → (n_b, V) per-problem values, for resampling problems jointly across transitions
     per_problem: dict[str, np.ndarray] = field(default_factory=dict)
-    method: str = ""               # the child model's post-training method (SFT, DPO, ...; '' when unknown)
+    method: str = ""  # the child model's post-training method (SFT, DPO, ...; '' when unknown)
     # one training step (W0 is the model the child was trained from); False for a cumulative base → RL of an RL
     # model that follows an SFT, which the paper decomposes but does not evaluate: claims leave it out of their sets
     step: bool = True
@@ -72,9 +72,16 @@ def _values(v: object) -> np.ndarray:
     return np.asarray(v, dtype=np.float64)
 
 
-def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition: str = "", kind: str = "",
-                      resamples: int = 10_000, seed: int = 0, method: Optional[str] = None,
-                      step: bool = True) -> TransitionScores:
+def transition_scores(
+    correct: Mapping[str, Mapping[str, object]],
+    *,
+    transition: str = "",
+    kind: str = "",
+    resamples: int = 10_000,
+    seed: int = 0,
+    method: Optional[str] = None,
+    step: bool = True,
+) -> TransitionScores:
     """Scores and paired bootstrap replicates from per-problem correctness.
 
     ``correct``: variant → benchmark → per-problem values in problem order (a bool sequence, a
@@ -92,8 +99,10 @@ def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition
         cols = [_values(correct[v][b]) for v in variants]
         n = {len(c) for c in cols}
         if len(n) != 1 or 0 in n:
-            raise ValueError(f"{transition}: benchmark {b} has different or zero problem counts across variants: "
-                             f"{dict(zip(variants, (len(c) for c in cols)))}")
+            raise ValueError(
+                f"{transition}: benchmark {b} has different or zero problem counts across variants: "
+                f"{dict(zip(variants, (len(c) for c in cols)))}"
+            )
         n_problems[b] = n.pop()
         mats.append(np.stack(cols, axis=1).astype(np.float64))  # n_b × V
     point = 100.0 * np.mean([m.mean(axis=0) for m in mats], axis=0)
@@ -107,8 +116,9 @@ def transition_scores(correct: Mapping[str, Mapping[str, object]], *, transition
             acc += counts @ m / n
         parts.append(100.0 * acc / len(mats))
     reps = np.concatenate(parts) if parts else np.zeros((0, len(variants)))
-    return TransitionScores(transition, kind, variants, benchmarks, n_problems, point, reps,
-                            dict(zip(benchmarks, mats)), method or "", step)
+    return TransitionScores(
+        transition, kind, variants, benchmarks, n_problems, point, reps, dict(zip(benchmarks, mats)), method or "", step
+    )
 
 
 def difference_rows(ts: TransitionScores, *, level: float = 0.95) -> list[dict]:
@@ -132,12 +142,12 @@ def difference_rows(ts: TransitionScores, *, level: float = 0.95) -> list[dict]:
 
 def is_informative(ts: TransitionScores, informative_points: float) -> bool:
     """full − base ≥ ``informative_points`` at the point estimates (a tie counts, within :data:`TIE`)."""
-    return (ts.has("full") and ts.has("base")
-            and ts.score("full") - ts.score("base") >= informative_points - TIE)
+    return ts.has("full") and ts.has("base") and ts.score("full") - ts.score("base") >= informative_points - TIE
 
 
-def informative_rows(scores: Sequence[TransitionScores], *, informative_points: float = 1.0,
-                     level: float = 0.95) -> list[dict]:
+def informative_rows(
+    scores: Sequence[TransitionScores], *, informative_points: float = 1.0, level: float = 0.95
+) -> list[dict]:
     """Per transition: the gain full − base with its interval, whether it is informative, whether
     that call is within the interval's reach (informative, but the interval reaches below the
     threshold), and full − proj: what the tensors that are not decomposed carry."""
@@ -148,8 +158,13 @@ def informative_rows(scores: Sequence[TransitionScores], *, informative_points: 
             gain = ts.score("full") - ts.score("base")
             lo, hi = interval(ts.rep("full") - ts.rep("base"), level)
             informative = is_informative(ts, informative_points)
-            row.update(gain=gain, gain_ci_lo=lo, gain_ci_hi=hi, informative=informative,
-                       informative_within_ci=bool(informative and lo < informative_points))
+            row.update(
+                gain=gain,
+                gain_ci_lo=lo,
+                gain_ci_hi=hi,
+                informative=informative,
+                informative_within_ci=bool(informative and lo < informative_points),
+            )
         if ts.has("full") and ts.has("proj"):
             d = ts.score("full") - ts.score("proj")
             lo, hi = interval(ts.rep("full") - ts.rep("proj"), level)
@@ -159,8 +174,9 @@ def informative_rows(scores: Sequence[TransitionScores], *, informative_points: 
     return rows
 
 
-def correctness_of(results: Sequence, variants: Optional[Sequence[str]] = None,
-                   metric: str = "avg") -> dict[str, dict[str, object]]:
+def correctness_of(
+    results: Sequence, variants: Optional[Sequence[str]] = None, metric: str = "avg"
+) -> dict[str, dict[str, object]]:
     """variant → benchmark → per-problem values of ``metric``, from evaluation results (objects or
     dicts with ``variant``, ``benchmark``, ``scores`` and/or ``correct_bits``)."""
     out: dict[str, dict[str, object]] = {}

@@ -46,8 +46,7 @@ def _bounds(e: SequentialEvaluation, variant: str, column: str) -> tuple[float, 
 
 def _statistics(cs: ClaimSettings) -> list[tuple[str, str, Optional[float], str, Callable]]:
     """statistic → its set, threshold, column, and (values, lower ends, upper ends) → (value, lo, hi)."""
-    k, f1, f2, c = (cs.within_points, cs.retention_floor_pct, cs.retention_second_floor_pct,
-                    cs.retention_ceiling_pct)
+    k, f1, f2, c = (cs.within_points, cs.retention_floor_pct, cs.retention_second_floor_pct, cs.retention_ceiling_pct)
 
     def count_at_least(t):
         return lambda v, lo, hi: (int(np.sum(v >= t - TIE)), float(np.sum(lo >= t - TIE)), float(np.sum(hi >= t - TIE)))
@@ -61,14 +60,16 @@ def _statistics(cs: ClaimSettings) -> list[tuple[str, str, Optional[float], str,
     def extreme(f):
         return lambda v, lo, hi: (float(f(v)), math.nan, math.nan)
 
-    return [("within_k", "informative", k, "minus_full", count_at_least(-k)),
-            ("retention_median_pct", "all evaluated", None, "retention_full_pct", central(np.median)),
-            ("retention_mean_pct", "all evaluated", None, "retention_full_pct", central(np.mean)),
-            ("retention_min_pct", "all evaluated", None, "retention_full_pct", extreme(np.min)),
-            ("retention_max_pct", "all evaluated", None, "retention_full_pct", extreme(np.max)),
-            ("at_floor", "all evaluated", f1, "retention_full_pct", count_at_least(f1)),
-            ("at_second_floor", "all evaluated", f2, "retention_full_pct", count_at_least(f2)),
-            ("at_most_ceiling", "all evaluated", c, "retention_full_pct", count_at_most(c))]
+    return [
+        ("within_k", "informative", k, "minus_full", count_at_least(-k)),
+        ("retention_median_pct", "all evaluated", None, "retention_full_pct", central(np.median)),
+        ("retention_mean_pct", "all evaluated", None, "retention_full_pct", central(np.mean)),
+        ("retention_min_pct", "all evaluated", None, "retention_full_pct", extreme(np.min)),
+        ("retention_max_pct", "all evaluated", None, "retention_full_pct", extreme(np.max)),
+        ("at_floor", "all evaluated", f1, "retention_full_pct", count_at_least(f1)),
+        ("at_second_floor", "all evaluated", f2, "retention_full_pct", count_at_least(f2)),
+        ("at_most_ceiling", "all evaluated", c, "retention_full_pct", count_at_most(c)),
+    ]
 
 
 def _members(evaluations: Sequence[SequentialEvaluation], cs: ClaimSettings) -> dict[tuple[str, str], list[int]]:
@@ -100,9 +101,22 @@ def claims_rows(evaluations: Sequence[SequentialEvaluation], cs: ClaimSettings, 
                 if not have:
                     continue
                 value, lo, hi = fn(*np.array([_bounds(e, v, column) for e in have]).T)
-                rows.append({"selector": selector, "set": set_name, "group": group, "statistic": stat,
-                             "variant": v, "reference": "full", "transitions": len(have), "threshold": threshold,
-                             "value": value, "ci_lo": lo, "ci_hi": hi, "resampling": RESAMPLING})
+                rows.append(
+                    {
+                        "selector": selector,
+                        "set": set_name,
+                        "group": group,
+                        "statistic": stat,
+                        "variant": v,
+                        "reference": "full",
+                        "transitions": len(have),
+                        "threshold": threshold,
+                        "value": value,
+                        "ci_lo": lo,
+                        "ci_hi": hi,
+                        "resampling": RESAMPLING,
+                    }
+                )
     return rows
 
 
@@ -112,8 +126,9 @@ def informative_rows(evaluations: Sequence[SequentialEvaluation]) -> list[dict]:
     for e in evaluations:
         row = {"transition": e.transition, "kind": e.kind}
         if "gain" in e.info:
-            row.update({k: e.info[k] for k in ("gain", "gain_ci_lo", "gain_ci_hi", "informative",
-                                               "informative_within_ci")})
+            row.update(
+                {k: e.info[k] for k in ("gain", "gain_ci_lo", "gain_ci_hi", "informative", "informative_within_ci")}
+            )
         if "proj" in e.rows:
             d, lo, hi = _bounds(e, "proj", "minus_full")
             row.update(full_minus_proj=-d, full_minus_proj_ci_lo=-hi, full_minus_proj_ci_hi=-lo)
@@ -122,13 +137,22 @@ def informative_rows(evaluations: Sequence[SequentialEvaluation]) -> list[dict]:
     return out
 
 
-def summarise(evaluations: Sequence[SequentialEvaluation], settings: Optional[ClaimSettings] = None, *,
-              selector: str = "") -> dict:
+def summarise(
+    evaluations: Sequence[SequentialEvaluation], settings: Optional[ClaimSettings] = None, *, selector: str = ""
+) -> dict:
     """The three tables (differences, informative, claims) and the counts, as ``claims_sets.summarise``."""
     cs = settings or ClaimSettings()
     diffs = [{**r, "transition": e.transition, "kind": e.kind} for e in evaluations for r in e.rows.values()]
     info = informative_rows(evaluations)
-    return {"differences": diffs, "informative": info, "claims": claims_rows(evaluations, cs, selector),
-            "selector": selector, "design": "sequential",
-            "counts": {"transitions": len(evaluations), "informative": sum(1 for r in info if r.get("informative")),
-                       "informative_within_ci": sum(1 for r in info if r.get("informative_within_ci"))}}
+    return {
+        "differences": diffs,
+        "informative": info,
+        "claims": claims_rows(evaluations, cs, selector),
+        "selector": selector,
+        "design": "sequential",
+        "counts": {
+            "transitions": len(evaluations),
+            "informative": sum(1 for r in info if r.get("informative")),
+            "informative_within_ci": sum(1 for r in info if r.get("informative_within_ci")),
+        },
+    }

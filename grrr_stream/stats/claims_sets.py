@@ -34,7 +34,7 @@ from .claims import TIE, TransitionScores, difference_rows, informative_rows, is
 
 SETS = ("informative", "all evaluated")
 GROUPS = ("all", "SFT", "RL")
-MULTI_STEP = "multi-step"   # the group of evaluated transitions that span more than one training step
+MULTI_STEP = "multi-step"  # the group of evaluated transitions that span more than one training step
 
 
 def method_group(method: Optional[str], sft_methods: Sequence[str] = DEFAULT_SFT_METHODS) -> Optional[str]:
@@ -55,8 +55,9 @@ def joint_replicates(scores: Sequence[TransitionScores], *, resamples: int, seed
     for ts in scores:
         if set(ts.per_problem) != set(ts.benchmarks):
             raise ValueError(f"{ts.transition}: no per-problem values kept, cannot resample it jointly")
-    reps = bootstrap.joint_replicates([{b: ts.per_problem[b] for b in ts.benchmarks} for ts in scores],
-                                      resamples=resamples, seed=seed, prefix="joint")
+    reps = bootstrap.joint_replicates(
+        [{b: ts.per_problem[b] for b in ts.benchmarks} for ts in scores], resamples=resamples, seed=seed, prefix="joint"
+    )
     return [100.0 * r / len(ts.benchmarks) for r, ts in zip(reps, scores)]
 
 
@@ -69,8 +70,11 @@ def resampling_note(scores: Sequence[TransitionScores]) -> str:
     split = {b: sorted(ns) for b, ns in sorted(counts.items()) if len(ns) > 1}
     if not split:
         return "joint"
-    return ("joint per problem count (" + "; ".join(f"{b}: n = {', '.join(map(str, ns))}" for b, ns in split.items())
-            + "): transitions with different counts of a benchmark are resampled independently there")
+    return (
+        "joint per problem count ("
+        + "; ".join(f"{b}: n = {', '.join(map(str, ns))}" for b, ns in split.items())
+        + "): transitions with different counts of a benchmark are resampled independently there"
+    )
 
 
 # statistic → (set, function of (variant, reference) scores along the last axis → value, threshold setting)
@@ -87,10 +91,10 @@ def _statistics(cs: ClaimSettings) -> list[tuple[str, str, Optional[float], Call
             with np.errstate(all="ignore"), warnings.catch_warnings():  # all-NaN slices give NaN, quietly
                 warnings.simplefilter("ignore", RuntimeWarning)
                 return f(np.where(np.isfinite(x), x, np.nan), axis=-1)
+
         return g
 
-    k, f1, f2, c = (cs.within_points, cs.retention_floor_pct, cs.retention_second_floor_pct,
-                    cs.retention_ceiling_pct)
+    k, f1, f2, c = (cs.within_points, cs.retention_floor_pct, cs.retention_second_floor_pct, cs.retention_ceiling_pct)
     return [
         ("within_k", "informative", k, lambda v, r: count(v - r >= -k - TIE)),
         ("retention_median_pct", "all evaluated", None, nanstat(np.nanmedian)),
@@ -107,8 +111,9 @@ _COUNTS = ("within_k", "at_floor", "at_second_floor", "at_most_ceiling")
 _NO_INTERVAL = ("retention_min_pct", "retention_max_pct")  # a percentile bootstrap of an extreme is no interval
 
 
-def claims_rows(scores: Sequence[TransitionScores], settings: Optional[ClaimSettings] = None, *,
-                selector: str = "") -> list[dict]:
+def claims_rows(
+    scores: Sequence[TransitionScores], settings: Optional[ClaimSettings] = None, *, selector: str = ""
+) -> list[dict]:
     """One row per statistic, variant, reference (full, as the paper, and proj), set and group: the
     statistic at the point estimates, its joint bootstrap interval, how many transitions it is over,
     its threshold, the evaluated set's ``selector`` and how the problems were resampled."""
@@ -140,8 +145,9 @@ def claims_rows(scores: Sequence[TransitionScores], settings: Optional[ClaimSett
                 for group in groups:
                     have = [i for i in members[(set_name, group)] if scores[i].has(v) and scores[i].has(ref)]
                     if have:
-                        rows.append(_row(stat, set_name, group, v, ref, threshold, fn, scores, reps, have, cs,
-                                         selector))
+                        rows.append(
+                            _row(stat, set_name, group, v, ref, threshold, fn, scores, reps, have, cs, selector)
+                        )
     return rows
 
 
@@ -156,9 +162,20 @@ def _row(stat, set_name, group, v, ref, threshold, fn, scores, reps, have, cs, s
     if stat not in _NO_INTERVAL:
         rep = np.asarray(fn(rp_v, rp_r), dtype=np.float64)
         lo, hi = interval(rep[np.isfinite(rep)], cs.level)
-    return {"selector": selector, "set": set_name, "group": group, "statistic": stat, "variant": v,
-            "reference": ref, "transitions": len(have), "threshold": threshold, "value": value,
-            "ci_lo": lo, "ci_hi": hi, "resampling": resampling_note([scores[i] for i in have])}
+    return {
+        "selector": selector,
+        "set": set_name,
+        "group": group,
+        "statistic": stat,
+        "variant": v,
+        "reference": ref,
+        "transitions": len(have),
+        "threshold": threshold,
+        "value": value,
+        "ci_lo": lo,
+        "ci_hi": hi,
+        "resampling": resampling_note([scores[i] for i in have]),
+    }
 
 
 def sentences(rows: Sequence[dict], reference: str = "full") -> list[str]:
@@ -170,24 +187,29 @@ def sentences(rows: Sequence[dict], reference: str = "full") -> list[str]:
     for v in dict.fromkeys(r["variant"] for r in rows if r["reference"] == reference):
         w = by.get((v, "informative", "all", "within_k"))
         if w:
-            out.append(f"{v}: within {w['threshold']:g} points of {reference} in {w['value']:.0f} of "
-                       f"{w['transitions']} informative transitions {_ci(w, '.0f', '–')}")
+            out.append(
+                f"{v}: within {w['threshold']:g} points of {reference} in {w['value']:.0f} of "
+                f"{w['transitions']} informative transitions {_ci(w, '.0f', '–')}"
+            )
         for g in GROUPS:
             med = by.get((v, "all evaluated", g, "retention_median_pct"))
             if not med:
                 continue
             n = med["transitions"]
             stat = lambda name: by[(v, "all evaluated", g, name)]  # noqa: E731
-            counts = ", ".join(f"{sign} {stat(name)['threshold']:g} % in {stat(name)['value']:.0f} of {n} "
-                               f"{_ci(stat(name), '.0f', '–')}"
-                               for name, sign in (("at_floor", "≥"), ("at_second_floor", "≥"),
-                                                  ("at_most_ceiling", "≤")))
+            counts = ", ".join(
+                f"{sign} {stat(name)['threshold']:g} % in {stat(name)['value']:.0f} of {n} "
+                f"{_ci(stat(name), '.0f', '–')}"
+                for name, sign in (("at_floor", "≥"), ("at_second_floor", "≥"), ("at_most_ceiling", "≤"))
+            )
             who = f"all {n} evaluated transitions" if g == "all" else f"the {n} evaluated {g} transitions"
-            out.append(f"{v}: retention vs {reference} over {who}: median {med['value']:.1f} % "
-                       f"{_ci(med, '.1f', ', ')}, mean {stat('retention_mean_pct')['value']:.1f} % "
-                       f"{_ci(stat('retention_mean_pct'), '.1f', ', ')}, range "
-                       f"{stat('retention_min_pct')['value']:.1f}–{stat('retention_max_pct')['value']:.1f} %; "
-                       f"{counts}")
+            out.append(
+                f"{v}: retention vs {reference} over {who}: median {med['value']:.1f} % "
+                f"{_ci(med, '.1f', ', ')}, mean {stat('retention_mean_pct')['value']:.1f} % "
+                f"{_ci(stat('retention_mean_pct'), '.1f', ', ')}, range "
+                f"{stat('retention_min_pct')['value']:.1f}–{stat('retention_max_pct')['value']:.1f} %; "
+                f"{counts}"
+            )
     return out
 
 
@@ -205,6 +227,14 @@ def summarise(scores: Sequence[TransitionScores], settings=None, *, selector: st
     info = informative_rows(scores, informative_points=cs.informative_points, level=cs.level)
     claims = claims_rows(scores, cs, selector=selector)
     n_inf = sum(1 for r in info if r.get("informative"))
-    return {"differences": diffs, "informative": info, "claims": claims, "selector": selector,
-            "counts": {"transitions": len(scores), "informative": n_inf,
-                       "informative_within_ci": sum(1 for r in info if r.get("informative_within_ci"))}}
+    return {
+        "differences": diffs,
+        "informative": info,
+        "claims": claims,
+        "selector": selector,
+        "counts": {
+            "transitions": len(scores),
+            "informative": n_inf,
+            "informative_within_ci": sum(1 for r in info if r.get("informative_within_ci")),
+        },
+    }

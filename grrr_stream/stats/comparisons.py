@@ -23,9 +23,11 @@ def _offdiag_sums(a, b):
 
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     da_, db_ = da.diagonal(a64), da.diagonal(b64)
-    return ((a64 * b64).sum() - (da_ * db_).sum(),
-            (a64 * a64).sum() - (da_ * da_).sum(),
-            (b64 * b64).sum() - (db_ * db_).sum())
+    return (
+        (a64 * b64).sum() - (da_ * db_).sum(),
+        (a64 * a64).sum() - (da_ * da_).sum(),
+        (b64 * b64).sum() - (db_ * db_).sum(),
+    )
 
 
 def check_shared_frame(a: StoredTransition, b: StoredTransition) -> None:
@@ -38,11 +40,13 @@ def check_shared_frame(a: StoredTransition, b: StoredTransition) -> None:
     else:
         bad = [n for n in a.matrices if a.matrices[n]["frame_key"] != b.matrices[n]["frame_key"]]
         if bad:
-            problems.append(f"{len(bad)} matrices use different frames (compute dtype or core threshold), "
-                            f"e.g. {bad[0]}")
+            problems.append(
+                f"{len(bad)} matrices use different frames (compute dtype or core threshold), e.g. {bad[0]}"
+            )
     if problems:
         raise StoreMismatchError(
-            f"cannot compare {a.path} with {b.path}: " + "; ".join(problems)
+            f"cannot compare {a.path} with {b.path}: "
+            + "; ".join(problems)
             + ". Both transitions must start from the same base with the same frame settings."
         )
 
@@ -68,17 +72,28 @@ class Comparison:
     ci: tuple[float, float]
     null: NullTest
     norms: dict[str, float] = field(default_factory=dict)
-    ancestor: Optional[str] = None        # store of base→C for an independent pair whose C is not the base
+    ancestor: Optional[str] = None  # store of base→C for an independent pair whose C is not the base
     ancestor_label: Optional[str] = None  # the model the two updates are taken from
 
     def summary(self) -> dict:
         return {
-            "kind": self.kind, "a": self.a, "b": self.b, "ancestor": self.ancestor_label or "",
-            "ancestor_store": self.ancestor or "", "n_matrices": len(self.rows),
-            "median_cos_off": self.median, "ci_lo": self.ci[0], "ci_hi": self.ci[1],
-            "p_value": self.null.p_value, "null_mean": self.null.null_mean, "null_std": self.null.null_std,
-            "null_lo": self.null.envelope[0], "null_hi": self.null.envelope[1], "null_draws": self.null.draws,
-            "verdict": self.null.verdict, **self.norms,
+            "kind": self.kind,
+            "a": self.a,
+            "b": self.b,
+            "ancestor": self.ancestor_label or "",
+            "ancestor_store": self.ancestor or "",
+            "n_matrices": len(self.rows),
+            "median_cos_off": self.median,
+            "ci_lo": self.ci[0],
+            "ci_hi": self.ci[1],
+            "p_value": self.null.p_value,
+            "null_mean": self.null.null_mean,
+            "null_std": self.null.null_std,
+            "null_lo": self.null.envelope[0],
+            "null_hi": self.null.envelope[1],
+            "null_draws": self.null.draws,
+            "verdict": self.null.verdict,
+            **self.norms,
         }
 
 
@@ -88,7 +103,8 @@ def _refuse_reduced_precision_differences(stores: Sequence[StoredTransition], wh
         raise StoreMismatchError(
             f"{what} takes differences of stored P matrices, and {low[0].path} stores them in "
             f"{low[0].store_dtype()}: an increment that is a small fraction of the cumulative update keeps few "
-            "or none of its bits there. Decompose these transitions with store_dtype float32 (or float64).")
+            "or none of its bits there. Decompose these transitions with store_dtype float32 (or float64)."
+        )
 
 
 def _refuse_null_norms_only(stores: Sequence[StoredTransition], what: str) -> None:
@@ -98,13 +114,14 @@ def _refuse_null_norms_only(stores: Sequence[StoredTransition], what: str) -> No
         raise StoreMismatchError(
             f"{what} needs the norm of the increment, which takes differences of the stored null residual "
             f"arrays, and {short[0].path} kept only their norms (null_storage: norms). Decompose these "
-            "transitions again with null_storage: array (the default).")
+            "transitions again with null_storage: array (the default)."
+        )
 
 
 def _increment_norm_sq(t: StoredTransition, ref: StoredTransition, name: str):
     """Dask scalar ‖ΔW_t − ΔW_ref‖² of one matrix from stored P and null arrays (float64)."""
     dP = t.dask_array(name, "P").astype(np.float64) - ref.dask_array(name, "P").astype(np.float64)
-    sq = (dP ** 2).sum()
+    sq = (dP**2).sum()
     has_t, has_r = t.has_array(name, "null"), ref.has_array(name, "null")
     if has_t or has_r:
         Nt = t.dask_array(name, "null").astype(np.float64) if has_t else 0.0
@@ -113,9 +130,19 @@ def _increment_norm_sq(t: StoredTransition, ref: StoredTransition, name: str):
     return sq
 
 
-def compare(a: StoredTransition, b: StoredTransition, kind: str, *, ancestor: Optional[StoredTransition] = None,
-            ancestor_label: Optional[str] = None, resamples: int = 10_000, null_draws: int = 10_000, seed: int = 0,
-            alpha: float = 0.05, scheduler: Any = None) -> Comparison:
+def compare(
+    a: StoredTransition,
+    b: StoredTransition,
+    kind: str,
+    *,
+    ancestor: Optional[StoredTransition] = None,
+    ancestor_label: Optional[str] = None,
+    resamples: int = 10_000,
+    null_draws: int = 10_000,
+    seed: int = 0,
+    alpha: float = 0.05,
+    scheduler: Any = None,
+) -> Comparison:
     """Off-diagonal cosine geometry of two transitions in the shared base frame.
 
     ``sequential``: ``a`` is base→SFT and ``b`` is base→RL (cumulative); the increment
@@ -139,20 +166,34 @@ def compare(a: StoredTransition, b: StoredTransition, kind: str, *, ancestor: Op
         stream += f":from:{ancestor.manifest['identity']['post_fingerprint']}"
     median = float(np.median(cos))
     ci_job = bootstrap_ci(cos, resamples=resamples, seed=seed, stream=stream + ":boot", delayed=True)
-    null_job = median_cosine_null(median, [r["d"] for r in rows], draws=null_draws, seed=seed,
-                                  stream=stream + ":null", alpha=alpha, delayed=True)
+    null_job = median_cosine_null(
+        median, [r["d"] for r in rows], draws=null_draws, seed=seed, stream=stream + ":null", alpha=alpha, delayed=True
+    )
     ci, null = dask.compute(ci_job, null_job, scheduler=scheduler or "threads")
     norms = _update_norms(a, b, kind, ancestor, computed_norms)
     if ancestor_label is None:
-        ancestor_label = Path(ancestor.manifest["post"]).name if ancestor is not None else \
-            (Path(a.manifest["base"]).name if kind == "independent" else None)
-    return Comparison(kind=kind, a=str(a.path), b=str(b.path), rows=rows, median=median,
-                      ci=(float(ci["median"][0]), float(ci["median"][1])), null=null, norms=norms,
-                      ancestor=str(ancestor.path) if ancestor is not None else None, ancestor_label=ancestor_label)
+        ancestor_label = (
+            Path(ancestor.manifest["post"]).name
+            if ancestor is not None
+            else (Path(a.manifest["base"]).name if kind == "independent" else None)
+        )
+    return Comparison(
+        kind=kind,
+        a=str(a.path),
+        b=str(b.path),
+        rows=rows,
+        median=median,
+        ci=(float(ci["median"][0]), float(ci["median"][1])),
+        null=null,
+        norms=norms,
+        ancestor=str(ancestor.path) if ancestor is not None else None,
+        ancestor_label=ancestor_label,
+    )
 
 
-def _check_comparable(a: StoredTransition, b: StoredTransition, kind: str,
-                      ancestor: Optional[StoredTransition]) -> None:
+def _check_comparable(
+    a: StoredTransition, b: StoredTransition, kind: str, ancestor: Optional[StoredTransition]
+) -> None:
     """Refuse an unknown kind, and stores that do not share the frame or cannot give the differences."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}")
@@ -169,8 +210,9 @@ def _check_comparable(a: StoredTransition, b: StoredTransition, kind: str,
         _refuse_null_norms_only([a, b, ancestor], "an independent comparison from a common ancestor")
 
 
-def _cosine_graphs(a: StoredTransition, b: StoredTransition, kind: str,
-                   ancestor: Optional[StoredTransition]) -> tuple[list, list, list]:
+def _cosine_graphs(
+    a: StoredTransition, b: StoredTransition, kind: str, ancestor: Optional[StoredTransition]
+) -> tuple[list, list, list]:
     """Per matrix, lazily: the off-diagonal sums of the two compared updates, the squared norms of the
     increments (sequential, or from a common ancestor), and (name, layer, module, d)."""
     sums, norm_terms, meta = [], [], []
@@ -193,13 +235,23 @@ def _cosine_rows(meta: list, computed_sums: list) -> list[dict]:
     rows = []
     for (name, layer, module, d), (ab, aa, bb) in zip(meta, computed_sums):
         cos = ab / math.sqrt(aa * bb) if aa > 0 and bb > 0 else 0.0
-        rows.append({"name": name, "layer": layer, "module": module, "d": d, "cos_off": cos,
-                     "off_norm_a": math.sqrt(max(aa, 0.0)), "off_norm_b": math.sqrt(max(bb, 0.0))})
+        rows.append(
+            {
+                "name": name,
+                "layer": layer,
+                "module": module,
+                "d": d,
+                "cos_off": cos,
+                "off_norm_a": math.sqrt(max(aa, 0.0)),
+                "off_norm_b": math.sqrt(max(bb, 0.0)),
+            }
+        )
     return rows
 
 
-def _update_norms(a: StoredTransition, b: StoredTransition, kind: str, ancestor: Optional[StoredTransition],
-                  computed_norms: list) -> dict[str, float]:
+def _update_norms(
+    a: StoredTransition, b: StoredTransition, kind: str, ancestor: Optional[StoredTransition], computed_norms: list
+) -> dict[str, float]:
     """The sizes of the compared updates: relative to the cumulative one for a sequential pair."""
     na = math.sqrt(sum(r["delta_fro"] ** 2 for r in a.rows()))
     nb = math.sqrt(sum(r["delta_fro"] ** 2 for r in b.rows()))

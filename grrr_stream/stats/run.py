@@ -22,12 +22,21 @@ class StatsResult:
     files: list[Path]
 
 
-OVERALL_TABLE = "table_overall.csv"    # run_stats: one row per transition (its last table but two)
+OVERALL_TABLE = "table_overall.csv"  # run_stats: one row per transition (its last table but two)
 COMPARISONS_TABLE = "comparisons.csv"  # run_comparisons: one row per comparison, written after them all
 COSINES_FIGURE, NORMS_FIGURE = "offdiag_cosine_medians.png", "update_norms.png"  # run_comparisons' figures
 
-def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, seed: int = 0,
-              scheduler: Any = None, tracking: Optional[TrackingConfig] = None, progress: bool = False) -> StatsResult:
+
+def run_stats(
+    stores: Sequence[Path],
+    out: Path,
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+    scheduler: Any = None,
+    tracking: Optional[TrackingConfig] = None,
+    progress: bool = False,
+) -> StatsResult:
     """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``; ``progress``:
     the bootstrap's Dask tasks done / total with an ETA (local schedulers)."""
     from ..progress import dask_tasks
@@ -40,10 +49,12 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
         long_rows = stats.summary_tables(transitions, resamples=resamples, seed=seed, scheduler=scheduler)
     out = ensure_folder(Path(out), "--out")
     files = []
-    for name, rows in (("summary_long.csv", long_rows),
-                       (OVERALL_TABLE, stats.wide_table(long_rows, "all")),
-                       ("table_by_module.csv", stats.wide_table(long_rows, "module")),
-                       ("table_by_layer.csv", stats.wide_table(long_rows, "layer"))):
+    for name, rows in (
+        ("summary_long.csv", long_rows),
+        (OVERALL_TABLE, stats.wide_table(long_rows, "all")),
+        ("table_by_module.csv", stats.wide_table(long_rows, "module")),
+        ("table_by_layer.csv", stats.wide_table(long_rows, "layer")),
+    ):
         atomic_write_text(out / name, to_csv(rows))
         files.append(out / name)
     if runs.enabled(tracking):
@@ -51,8 +62,14 @@ def run_stats(stores: Sequence[Path], out: Path, *, resamples: int = 10_000, see
     return StatsResult(out, long_rows, files)
 
 
-def run_bands(stores: Sequence[Path], out: Path, *, edges: Sequence[int] = (16, 64, 256),
-              scheduler: Any = None, progress: bool = False) -> list[Path]:
+def run_bands(
+    stores: Sequence[Path],
+    out: Path,
+    *,
+    edges: Sequence[int] = (16, 64, 256),
+    scheduler: Any = None,
+    progress: bool = False,
+) -> list[Path]:
     """Principal-band energies of finished stores from their stored P (``grrr-stream bands``): per matrix,
     mean per module and per layer, and a figure per transition, in ``out``; ``progress``: Dask tasks done /
     total with an ETA (local schedulers)."""
@@ -69,15 +86,16 @@ def run_bands(stores: Sequence[Path], out: Path, *, edges: Sequence[int] = (16, 
             rows = [{"transition": t.label, **r} for r in stats.band_rows(t, edges, scheduler=scheduler)]
         all_rows += rows
         stem = stable_hash(str(t.path), 8)
-        files.append(plots.band_energy_by_module(rows, list(edges), out / f"band_energy_by_module_{stem}.png",
-                                                 t.label))
+        files.append(plots.band_energy_by_module(rows, list(edges), out / f"band_energy_by_module_{stem}.png", t.label))
     cols = [k for k in all_rows[0] if k.startswith("band") or k == "f_null"] if all_rows else []
     for scope in ("module", "layer"):
         groups: dict[tuple, list[dict]] = {}
         for r in all_rows:
             groups.setdefault((r["transition"], r[scope]), []).append(r)
-        table = [{"transition": tr, scope: s, "n": len(rs), **{c: sum(r[c] for r in rs) / len(rs) for c in cols}}
-                 for (tr, s), rs in groups.items()]
+        table = [
+            {"transition": tr, scope: s, "n": len(rs), **{c: sum(r[c] for r in rs) / len(rs) for c in cols}}
+            for (tr, s), rs in groups.items()
+        ]
         atomic_write_text(out / f"bands_by_{scope}.csv", to_csv(table))
         files.append(out / f"bands_by_{scope}.csv")
     atomic_write_text(out / "bands.csv", to_csv(all_rows))
@@ -102,9 +120,18 @@ def comparison_label(kind: str, a: StoredTransition, b: StoredTransition, ancest
     return f"{a.label} vs {b.label} (from {ancestor_label})"
 
 
-def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_000,
-                    null_draws: int = 10_000, seed: int = 0, alpha: float = 0.05, scheduler: Any = None,
-                    tracking: Optional[TrackingConfig] = None, progress: bool = False) -> CompareResult:
+def run_comparisons(
+    pairs: Sequence[tuple],
+    out: Path,
+    *,
+    resamples: int = 10_000,
+    null_draws: int = 10_000,
+    seed: int = 0,
+    alpha: float = 0.05,
+    scheduler: Any = None,
+    tracking: Optional[TrackingConfig] = None,
+    progress: bool = False,
+) -> CompareResult:
     """Off-diagonal cosine geometry for each (kind, a, b) or (kind, a, b, ancestor) of stores;
     CSV/JSON + Figures 4/5 in ``out``. ``ancestor``: the store of base → C, C the nearest common
     ancestor of an independent pair (None or absent: C is the base). ``progress``: each comparison's Dask
@@ -122,8 +149,17 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
         c = StoredTransition(Path(c_path)) if c_path is not None else None
         started = time.time()
         with dask_tasks(f"[compare {i}/{len(pairs)} {kind}] ", enabled=progress):
-            comp = compare(a, b, kind, ancestor=c, resamples=resamples, null_draws=null_draws, seed=seed,
-                           alpha=alpha, scheduler=scheduler)
+            comp = compare(
+                a,
+                b,
+                kind,
+                ancestor=c,
+                resamples=resamples,
+                null_draws=null_draws,
+                seed=seed,
+                alpha=alpha,
+                scheduler=scheduler,
+            )
         summary = {"label": comparison_label(kind, a, b, comp.ancestor_label), **comp.summary()}
         stem = f"{kind}_{stable_hash([str(a.path), str(b.path)] + ([str(c.path)] if c else []), 8)}"
         atomic_write_text(out / f"{stem}_per_matrix.csv", to_csv(comp.rows))
@@ -133,14 +169,26 @@ def run_comparisons(pairs: Sequence[tuple], out: Path, *, resamples: int = 10_00
         summaries.append(summary)
     atomic_write_text(out / COMPARISONS_TABLE, to_csv(summaries))  # written last: the comparisons are done
     files.append(out / COMPARISONS_TABLE)
-    figs = [plots.cosine_medians(summaries, out / COSINES_FIGURE),
-            plots.norm_bars(summaries, out / NORMS_FIGURE)]
+    figs = [plots.cosine_medians(summaries, out / COSINES_FIGURE), plots.norm_bars(summaries, out / NORMS_FIGURE)]
     files += figs
     run_ids = []
     if runs.enabled(tracking):
-        run_ids = [runs.log_comparison(comp, a, b, c, summary, [out / f"{stem}_per_matrix.csv", out / f"{stem}.json",
-                                                              *figs], tracking, resamples=resamples,
-                                       null_draws=null_draws, seed=seed, alpha=alpha, started=started,
-                                       seconds=seconds)
-                   for (comp, a, b, c, stem, started, seconds), summary in zip(comparisons, summaries)]
+        run_ids = [
+            runs.log_comparison(
+                comp,
+                a,
+                b,
+                c,
+                summary,
+                [out / f"{stem}_per_matrix.csv", out / f"{stem}.json", *figs],
+                tracking,
+                resamples=resamples,
+                null_draws=null_draws,
+                seed=seed,
+                alpha=alpha,
+                started=started,
+                seconds=seconds,
+            )
+            for (comp, a, b, c, stem, started, seconds), summary in zip(comparisons, summaries)
+        ]
     return CompareResult(out, [c[0] for c in comparisons], summaries, files, run_ids)

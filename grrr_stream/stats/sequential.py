@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -43,8 +43,8 @@ class Order:
 
     items: tuple[tuple[str, int], ...]
     sizes: dict[str, int]
-    census: tuple[str, ...]      # benchmarks answered in full first
-    weight: dict[str, float]     # c_b of the pooled benchmarks
+    census: tuple[str, ...]  # benchmarks answered in full first
+    weight: dict[str, float]  # c_b of the pooled benchmarks
 
     @property
     def census_end(self) -> int:
@@ -100,12 +100,12 @@ def eb_wor_cs(x: np.ndarray, population: int, alpha: float = 0.05) -> tuple[np.n
         raise ValueError(f"{n} draws from a population of {population}")
     t = np.arange(1, n + 1, dtype=np.float64)
     cum = np.cumsum(x, axis=-1)
-    before = cum - x                                        # S_{i−1}
-    mean_before = (0.5 + before) / t                        # μ̂_{i−1}, shrunk to 1/2
+    before = cum - x  # S_{i−1}
+    mean_before = (0.5 + before) / t  # μ̂_{i−1}, shrunk to 1/2
     sq = np.cumsum((x - (0.5 + cum) / (t + 1)) ** 2, axis=-1)
     var_before = (0.25 + sq - (x - (0.5 + cum) / (t + 1)) ** 2) / t  # σ̂²_{i−1}
     lam = np.minimum(np.sqrt(2 * math.log(2 / alpha) / (var_before * t * np.log1p(t))), TRUNCATION)
-    left = population - t + 1                               # N − i + 1
+    left = population - t + 1  # N − i + 1
     centre = np.cumsum(lam * (x + before / left), axis=-1)
     scale = np.cumsum(lam * (1 + (t - 1) / left), axis=-1)
     psi = (-np.log1p(-lam) - lam) / 4
@@ -138,15 +138,19 @@ def score_path(order: Order, values: np.ndarray, low: float, high: float, alpha:
     if n <= end:
         return Path(lo, hi, est)
     names = [b for b, _ in order.items[:n]]
-    census = sum(values[..., [i for i in range(end) if names[i] == b]].mean(axis=-1) for b in order.census) \
-        if order.census else 0.0
+    census = (
+        sum(values[..., [i for i in range(end) if names[i] == b]].mean(axis=-1) for b in order.census)
+        if order.census
+        else 0.0
+    )
     cmax, pooled = order.max_weight, len(order.weight)
     weight = np.array([order.weight[b] for b in names[end:]])
     y = weight * values[..., end:]
     z = (y - cmax * low) / (cmax * (high - low))
     zlo, zhi = eb_wor_cs(z, order.total - end, alpha)
-    to_score = lambda m: (np.asarray(census)[..., None] + pooled * (cmax * low + cmax * (high - low) * m)) \
-        / len(benches)  # noqa: E731 (one affine map, used three times)
+    to_score = lambda m: (
+        (np.asarray(census)[..., None] + pooled * (cmax * low + cmax * (high - low) * m)) / len(benches)
+    )  # noqa: E731 (one affine map, used three times)
     running = np.cumsum(z, axis=-1) / np.arange(1, n - end + 1)
     lo[..., end:], hi[..., end:], est[..., end:] = to_score(zlo), to_score(zhi), to_score(running)
     return Path(lo, hi, est)
@@ -187,8 +191,16 @@ def _side(lo: np.ndarray, hi: np.ndarray, at: float) -> np.ndarray:
     return np.where(lo > at, "above", np.where(hi < at, "below", "open"))
 
 
-def decide(order: Order, variant: np.ndarray, full: np.ndarray, thresholds: Thresholds, *, chunk: int,
-           precision_points: float, alpha: float = 0.05) -> Decision:
+def decide(
+    order: Order,
+    variant: np.ndarray,
+    full: np.ndarray,
+    thresholds: Thresholds,
+    *,
+    chunk: int,
+    precision_points: float,
+    alpha: float = 0.05,
+) -> Decision:
     """The first decision boundary at which a variant stops, from its per-problem values and full's (in the order's
     order, each a prefix: answered so far); if none, where it stands at the last boundary both have answered."""
     n = min(len(variant), len(full))
@@ -204,17 +216,36 @@ def decide(order: Order, variant: np.ndarray, full: np.ndarray, thresholds: Thre
         sides[f"retention {r:g}%"] = _side(path.lo, path.hi, 0.0)
     for k in marks:
         i = k - 1
-        reason = ("exhausted" if k == order.total else
-                  "thresholds" if sides and all(s[i] != "open" for s in sides.values()) else
-                  "precision" if 100 * (diff.hi[i] - diff.lo[i]) / 2 <= precision_points else "")
+        reason = (
+            "exhausted"
+            if k == order.total
+            else "thresholds"
+            if sides and all(s[i] != "open" for s in sides.values())
+            else "precision"
+            if 100 * (diff.hi[i] - diff.lo[i]) / 2 <= precision_points
+            else ""
+        )
         if reason or k == marks[-1]:
-            return Decision(k, reason, 100 * float(diff.estimate[i]), 100 * float(diff.lo[i]),
-                            100 * float(diff.hi[i]), {lab: str(s[i]) for lab, s in sides.items()})
+            return Decision(
+                k,
+                reason,
+                100 * float(diff.estimate[i]),
+                100 * float(diff.lo[i]),
+                100 * float(diff.hi[i]),
+                {lab: str(s[i]) for lab, s in sides.items()},
+            )
     raise AssertionError("unreachable: the last boundary returns")
 
 
-def retention_interval(order: Order, variant: np.ndarray, full: np.ndarray, *, alpha: float = 0.05,
-                       top: float = 10.0, tolerance: float = 1e-4) -> tuple[float, float]:
+def retention_interval(
+    order: Order,
+    variant: np.ndarray,
+    full: np.ndarray,
+    *,
+    alpha: float = 0.05,
+    top: float = 10.0,
+    tolerance: float = 1e-4,
+) -> tuple[float, float]:
     """The anytime-valid interval of variant / full (percent) after the answered prefix: the ratios θ whose sequence
     for the mean of (variant − θ full) has not put it above 0 (ratio > θ) nor below 0 (ratio < θ), found by
     bisection (both sides move monotonically with θ). (NaN, NaN) before the census is complete; the upper end is
@@ -239,15 +270,15 @@ def retention_interval(order: Order, variant: np.ndarray, full: np.ndarray, *, a
             a, b = (a, mid) if excluded(mid) else (mid, b)
         return (a + b) / 2
 
-    lower = edge(lambda t: ends(t)[0] <= 0.0)   # below it, variant − θ full is surely positive
-    upper = edge(lambda t: ends(t)[1] < 0.0)    # from it on, surely negative
+    lower = edge(lambda t: ends(t)[0] <= 0.0)  # below it, variant − θ full is surely positive
+    upper = edge(lambda t: ends(t)[1] < 0.0)  # from it on, surely negative
     return 100 * lower, 100 * upper
 
 
 def benchmark_mean(order: Order, values: np.ndarray) -> float:
     """The mean over benchmarks of each benchmark's mean of ``values`` (a prefix of the order): the score on the
     problems answered (NaN while a benchmark has none)."""
-    names = [b for b, _ in order.items[:len(values)]]
+    names = [b for b, _ in order.items[: len(values)]]
     means = []
     for b in order.sizes:
         mine = [v for v, name in zip(values, names) if name == b]
@@ -270,8 +301,18 @@ def round_ends(order: Order, chunk: int, growth: float) -> list[int]:
     return ends
 
 
-def batch_end(order: Order, decision: Decision, variant: np.ndarray, full: np.ndarray, thresholds: Thresholds, *,
-              chunk: int, precision_points: float, end: int, slack: float = 0.5) -> int:
+def batch_end(
+    order: Order,
+    decision: Decision,
+    variant: np.ndarray,
+    full: np.ndarray,
+    thresholds: Thresholds,
+    *,
+    chunk: int,
+    precision_points: float,
+    end: int,
+    slack: float = 0.5,
+) -> int:
     """How far a running variant answers in its next batch: the next decision boundary, or further when its
     interval is still far from deciding. An interval's width shrinks about as 1/√n, so its stop is not expected
     before the n at which the width would reach the precision target or the farthest open threshold (all of them
@@ -286,10 +327,16 @@ def batch_end(order: Order, decision: Decision, variant: np.ndarray, full: np.nd
     if not (have > order.census_end and math.isfinite(half) and half > 0):
         return marks[0]
     v, f = benchmark_mean(order, variant[:have]), benchmark_mean(order, full[:have])
-    gaps = [abs(decision.minus_full - d) for d, side in zip(thresholds.difference_points, decision.sides.values())
-            if side == "open"]
-    gaps += [100 * abs(v - r / 100 * f) for r in thresholds.retention_pct
-             if decision.sides.get(f"retention {r:g}%") == "open"]
+    gaps = [
+        abs(decision.minus_full - d)
+        for d, side in zip(thresholds.difference_points, decision.sides.values())
+        if side == "open"
+    ]
+    gaps += [
+        100 * abs(v - r / 100 * f)
+        for r in thresholds.retention_pct
+        if decision.sides.get(f"retention {r:g}%") == "open"
+    ]
     needed = lambda gap: have * (half / gap) ** 2 if gap > 0 else math.inf  # noqa: E731
     earliest = min(needed(precision_points), max(map(needed, gaps)) if gaps else math.inf)
     target = have + max(chunk, slack * (earliest - have))

@@ -20,8 +20,19 @@ from ..store.transition_store import StoredTransition
 from .bootstrap import block_rng, blocks
 
 # paper Tables 3/4/7; the numerical ranks (nrank_w0_T, nrank_w1_T per rank threshold T) join them
-SUMMARY_METRICS = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max",
-                   "sr_w0", "sr_delta", "sr_w1", "dsr_pct", "alpha")
+SUMMARY_METRICS = (
+    "f_diag",
+    "f_off",
+    "f_null",
+    "r_delta",
+    "sv_cos",
+    "delta_max",
+    "sr_w0",
+    "sr_delta",
+    "sr_w1",
+    "dsr_pct",
+    "alpha",
+)
 
 
 _EXTRA_PREFIXES = ("nrank_", "band", "angle", "frac_", "bfloat16_kept_", "float16_kept_", "f_degenerate")
@@ -31,8 +42,9 @@ def summary_metrics(rows: Sequence[dict]) -> list[str]:
     """SUMMARY_METRICS plus the numerical ranks and the analyses beyond the paper (principal bands,
     subspace angles, sparsity, component survival) that every one of these rows carries."""
     common = set.intersection(*(set(r) for r in rows)) if rows else set()
-    return list(SUMMARY_METRICS) + [k for k in (rows[0] if rows else {})
-                                    if k.startswith(_EXTRA_PREFIXES) and k in common]
+    return list(SUMMARY_METRICS) + [
+        k for k in (rows[0] if rows else {}) if k.startswith(_EXTRA_PREFIXES) and k in common
+    ]
 
 
 def band_rows(t: StoredTransition, edges: Sequence[int], *, scheduler: Any = None) -> list[dict]:
@@ -52,16 +64,27 @@ def band_rows(t: StoredTransition, edges: Sequence[int], *, scheduler: Any = Non
             k = min(int(edge), r)
             per_k[edge] = (sq[:k, :k].sum(), sq[:k, :].sum(), sq[:, :k].sum(), d2[:k].sum())
         jobs.append((sq.sum(), d2.sum(), per_k))
-        meta.append((name, attrs["layer"], attrs["module"], float(attrs["metrics"]["delta_fro"]) ** 2,
-                     float(attrs["metrics"]["f_null"])))
+        meta.append(
+            (
+                name,
+                attrs["layer"],
+                attrs["module"],
+                float(attrs["metrics"]["delta_fro"]) ** 2,
+                float(attrs["metrics"]["f_null"]),
+            )
+        )
     computed = dask.compute(jobs, scheduler=scheduler or "threads")[0]
     rows = []
     for (name, layer, module, dd, f_null), (total, d_all, per_k) in zip(meta, computed):
         row = {"name": name, "layer": layer, "module": module, "f_null": f_null}
         for edge, (top, rows_k, cols_k, d_top) in per_k.items():
-            parts = {"diag_principal": d_top, "diag_tail": d_all - d_top, "off_principal": top - d_top,
-                     "off_mixed": rows_k + cols_k - 2 * top,
-                     "off_tail": total - rows_k - cols_k + top - (d_all - d_top)}
+            parts = {
+                "diag_principal": d_top,
+                "diag_tail": d_all - d_top,
+                "off_principal": top - d_top,
+                "off_mixed": rows_k + cols_k - 2 * top,
+                "off_tail": total - rows_k - cols_k + top - (d_all - d_top),
+            }
             row.update({f"band{edge}_{p}": (max(v, 0.0) / dd if dd > 0 else 0.0) for p, v in parts.items()})
         rows.append(row)
     return rows
@@ -84,8 +107,16 @@ def _boot_block(values: np.ndarray, size: int, seed: int, stream: str, block: in
     return sample.mean(axis=1), np.median(sample, axis=1)
 
 
-def bootstrap_ci(values: np.ndarray, *, resamples: int = 10_000, seed: int = 0, stream: str = "",
-                 level: float = 0.95, scheduler: Any = None, delayed: bool = False):
+def bootstrap_ci(
+    values: np.ndarray,
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+    stream: str = "",
+    level: float = 0.95,
+    scheduler: Any = None,
+    delayed: bool = False,
+):
     """Percentile bootstrap CIs of the mean and the median, column-wise.
 
     ``values``: n × k (n matrices, k metrics) or a 1-D vector. Returns
@@ -113,8 +144,14 @@ def bootstrap_ci(values: np.ndarray, *, resamples: int = 10_000, seed: int = 0, 
     return job if delayed else _compute([job], scheduler)[0]
 
 
-def summary_tables(transitions: Sequence[StoredTransition], *, resamples: int = 10_000, seed: int = 0,
-                   scheduler: Any = None, metrics: Optional[Sequence[str]] = None) -> list[dict]:
+def summary_tables(
+    transitions: Sequence[StoredTransition],
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+    scheduler: Any = None,
+    metrics: Optional[Sequence[str]] = None,
+) -> list[dict]:
     """Long table: one row per (transition, scope, metric) with n, mean, std, median and
     bootstrap 95 % CIs of the mean and the median (over matrices), and for the update-sparsity fractions
     ``pooled``, the scope's entry-pooled fraction (geometry.analyses.pooled_sparsity; empty for other metrics). Scopes: 'all', 'module:<m>', 'layer:<i>', and for
@@ -144,15 +181,24 @@ def summary_tables(transitions: Sequence[StoredTransition], *, resamples: int = 
     for (t, scope, values, cols, pooled), ci in zip(keys, results):
         for j, m in enumerate(cols):
             col = values[:, j]
-            out.append({
-                "transition": t.label, "store": str(t.path), "scope": scope, "metric": m, "n": len(col),
-                "mean": float(col.mean()), "std": float(col.std(ddof=1)) if len(col) > 1 else 0.0,
-                "median": float(np.median(col)),
-                "mean_ci_lo": float(ci["mean"][0][j]), "mean_ci_hi": float(ci["mean"][1][j]),
-                "median_ci_lo": float(ci["median"][0][j]), "median_ci_hi": float(ci["median"][1][j]),
-                # update sparsity: the scope's figure is pooled over its entries (mean and CIs: over matrices)
-                "pooled": pooled.get(f"{m}_pooled"),
-            })
+            out.append(
+                {
+                    "transition": t.label,
+                    "store": str(t.path),
+                    "scope": scope,
+                    "metric": m,
+                    "n": len(col),
+                    "mean": float(col.mean()),
+                    "std": float(col.std(ddof=1)) if len(col) > 1 else 0.0,
+                    "median": float(np.median(col)),
+                    "mean_ci_lo": float(ci["mean"][0][j]),
+                    "mean_ci_hi": float(ci["mean"][1][j]),
+                    "median_ci_lo": float(ci["median"][0][j]),
+                    "median_ci_hi": float(ci["median"][1][j]),
+                    # update sparsity: the scope's figure is pooled over its entries (mean and CIs: over matrices)
+                    "pooled": pooled.get(f"{m}_pooled"),
+                }
+            )
     return out
 
 
@@ -194,9 +240,17 @@ class NullTest:
     verdict: str  # 'aligned', 'anti-aligned' or 'indistinguishable'
 
 
-def median_cosine_null(observed: float, dofs: Sequence[int], *, draws: int = 10_000, seed: int = 0,
-                       stream: str = "null", alpha: float = 0.05, scheduler: Any = None,
-                       delayed: bool = False):
+def median_cosine_null(
+    observed: float,
+    dofs: Sequence[int],
+    *,
+    draws: int = 10_000,
+    seed: int = 0,
+    stream: str = "null",
+    alpha: float = 0.05,
+    scheduler: Any = None,
+    delayed: bool = False,
+):
     """Matched isotropic null of the median over matrices of off-diagonal cosines.
 
     ``dofs``: d_k = r_k² − r_k per matrix (the dimension of its off-diagonal space).
@@ -217,8 +271,15 @@ def median_cosine_null(observed: float, dofs: Sequence[int], *, draws: int = 10_
         verdict = "indistinguishable"
         if p < alpha:
             verdict = "aligned" if observed > 0 else "anti-aligned"
-        return NullTest(observed=float(observed), p_value=p, null_mean=mu, null_std=sd,
-                        envelope=(mu - 2 * sd, mu + 2 * sd), draws=len(null), verdict=verdict)
+        return NullTest(
+            observed=float(observed),
+            p_value=p,
+            null_mean=mu,
+            null_std=sd,
+            envelope=(mu - 2 * sd, mu + 2 * sd),
+            draws=len(null),
+            verdict=verdict,
+        )
 
     job = dask.delayed(finish)(tasks)
     return job if delayed else _compute([job], scheduler)[0]

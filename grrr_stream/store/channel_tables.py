@@ -25,8 +25,9 @@ from .zarr_arrays import CHANNEL_DIMENSIONS as DIMS
 GROUP = "channels"
 
 
-def channel_tables(matrices: list[MatrixName], done: dict[str, dict], read: Callable[[str], np.ndarray]
-                   ) -> tuple[dict[str, tuple[np.ndarray, tuple[str, ...]]], dict]:
+def channel_tables(
+    matrices: list[MatrixName], done: dict[str, dict], read: Callable[[str], np.ndarray]
+) -> tuple[dict[str, tuple[np.ndarray, tuple[str, ...]]], dict]:
     """(arrays with their dimension names, group attrs) of the matrices whose energies were stored;
     ``read(name)`` gives one matrix's (channel, component) array. Empty when none has them."""
     with_energy = [m for m in matrices if done[m.name].get("channels")]
@@ -58,9 +59,14 @@ def channel_tables(matrices: list[MatrixName], done: dict[str, dict], read: Call
             grid[li[m.layer], expert_modules.index(m.module), ids.index(m.expert)] = data[m.name]
         arrays["expert_energy"] = (grid, DIMS["expert_energy"])
         arrays["expert"] = (np.array(ids, dtype=np.int64), DIMS["expert"])
-    attrs = {"modules": modules, "expert_modules": expert_modules, "components": list(COMPONENTS),
-             "sides": {m.module: done[m.name]["channels"]["side"] for m in kept}, "channels": int(hidden),
-             "left_out": left_out}
+    attrs = {
+        "modules": modules,
+        "expert_modules": expert_modules,
+        "components": list(COMPONENTS),
+        "sides": {m.module: done[m.name]["channels"]["side"] for m in kept},
+        "channels": int(hidden),
+        "left_out": left_out,
+    }
     return arrays, attrs
 
 

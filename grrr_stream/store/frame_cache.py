@@ -44,11 +44,19 @@ class FrameCache:
         self.path = Path(path)
 
     @staticmethod
-    def key(base_digest: str, compute_dtype: str, core_rel_threshold: Optional[float],
-            degenerate_gap: Optional[float] = DEGENERATE_GAP) -> str:
+    def key(
+        base_digest: str,
+        compute_dtype: str,
+        core_rel_threshold: Optional[float],
+        degenerate_gap: Optional[float] = DEGENERATE_GAP,
+    ) -> str:
         thr = "full" if core_rel_threshold is None else f"t{core_rel_threshold:g}"
         # a non-default degenerate_gap can change a float32 frame (computed in float64 instead): its own key
-        gap = "" if degenerate_gap == DEGENERATE_GAP else ("-gnone" if degenerate_gap is None else f"-g{degenerate_gap:g}")
+        gap = (
+            ""
+            if degenerate_gap == DEGENERATE_GAP
+            else ("-gnone" if degenerate_gap is None else f"-g{degenerate_gap:g}")
+        )
         return f"{base_digest}-{compute_dtype}-{thr}{gap}"
 
     # -- the cache folder -----------------------------------------------------------
@@ -70,16 +78,24 @@ class FrameCache:
         if attrs is not None and attrs.get(self.MARKER):
             return self
         # another process preparing the same new cache at this moment leaves only its temporary zarr.json
-        others = [c.name for c in p.iterdir() if c.name != "zarr.json" and not c.name.startswith(".zarr.json.tmp-")] \
-            if p.is_dir() else []
+        others = (
+            [c.name for c in p.iterdir() if c.name != "zarr.json" and not c.name.startswith(".zarr.json.tmp-")]
+            if p.is_dir()
+            else []
+        )
         legacy = attrs is not None and all(_FRAME_KEY_RE.match(n) or n.startswith(".") for n in others)
         if others and not legacy:
             raise StoreError(
                 f"--frame-cache {p} is not a grrr_stream frame cache (no marker in its zarr.json) and is not empty; "
-                "refusing to write into it. Point --frame-cache at a new or empty folder, or at an existing cache.")
+                "refusing to write into it. Point --frame-cache at a new or empty folder, or at an existing cache."
+            )
         p.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(meta, json.dumps({"zarr_format": 3, "node_type": "group",
-                                            "attributes": {**(attrs or {}), self.MARKER: FORMAT_VERSION}}))
+        atomic_write_text(
+            meta,
+            json.dumps(
+                {"zarr_format": 3, "node_type": "group", "attributes": {**(attrs or {}), self.MARKER: FORMAT_VERSION}}
+            ),
+        )
         return self
 
     # -- frames ---------------------------------------------------------------------------
@@ -95,8 +111,12 @@ class FrameCache:
                 attrs = json.loads((d / "zarr.json").read_text()).get("attributes", {})
             except (OSError, ValueError, AttributeError):
                 continue  # the root metadata file, temporaries, damaged frames: not counted
-            if attrs.get("complete") and attrs.get("base_fingerprint") == base_fingerprint \
-                    and attrs.get("dtype") == compute_dtype and attrs.get("core_rel_threshold") == core_rel_threshold:
+            if (
+                attrs.get("complete")
+                and attrs.get("base_fingerprint") == base_fingerprint
+                and attrs.get("dtype") == compute_dtype
+                and attrs.get("core_rel_threshold") == core_rel_threshold
+            ):
                 n += 1
         return n
 

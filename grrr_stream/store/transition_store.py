@@ -81,8 +81,10 @@ class StoreLock(FileLock):
         return super().__enter__()
 
     def busy(self, holder: str) -> Exception:
-        return StoreError(f"store {self.path.parent} is in use by another grrr-stream process ({holder}); wait for "
-                          "it to finish or use another --store")
+        return StoreError(
+            f"store {self.path.parent} is in use by another grrr-stream process ({holder}); wait for "
+            "it to finish or use another --store"
+        )
 
 
 class TransitionStore:
@@ -110,8 +112,11 @@ class TransitionStore:
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise StoreError(f"--store {path} is a file; give a directory path")
-        if (cls.read_manifest(path) is None and path.exists()
-                and any(p.name not in (".lock", "frames") for p in path.iterdir())):
+        if (
+            cls.read_manifest(path) is None
+            and path.exists()
+            and any(p.name not in (".lock", "frames") for p in path.iterdir())
+        ):
             raise StoreError(
                 f"{path} exists and is not a grrr_stream store; refusing to write into it. Choose an empty or new --store."
             )
@@ -130,8 +135,11 @@ class TransitionStore:
         if existing is not None and existing.get("identity") != manifest["identity"]:
             # an unfinished store of the same settings whose inputs changed (e.g. a NaN repaired in the
             # base): keep it; the caller drops the matrices whose recorded input digests no longer match
-            adopted = not overwrite and not existing.get("complete") and \
-                existing.get("identity", {}).get("settings_hash") == manifest["identity"].get("settings_hash")
+            adopted = (
+                not overwrite
+                and not existing.get("complete")
+                and existing.get("identity", {}).get("settings_hash") == manifest["identity"].get("settings_hash")
+            )
             if not overwrite and not adopted:
                 old, new = existing.get("identity", {}), manifest["identity"]
                 diffs = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
@@ -160,8 +168,10 @@ class TransitionStore:
         """Open a store that another process (the run's driver, which holds its lock) has opened with
         :meth:`open`, to write matrices into it: a Dask worker's share of a spread transition."""
         if cls.read_manifest(path) is None:
-            raise StoreError(f"{path} is not a grrr_stream store (or this machine does not see it: the workers of "
-                             "a spread transition need the store on a filesystem they share with the driver)")
+            raise StoreError(
+                f"{path} is not a grrr_stream store (or this machine does not see it: the workers of "
+                "a spread transition need the store on a filesystem they share with the driver)"
+            )
         return cls(Path(path), zarr_module().open_group(str(path), mode="r+", zarr_format=3))
 
     adopted = False  # opened over an unfinished store whose inputs changed (see :meth:`open`)
@@ -199,8 +209,15 @@ class TransitionStore:
         """Whether one matrix's completion record is durable (reads only that matrix's metadata)."""
         return _complete_attrs(self._matrix_dir(name)) is not None
 
-    def write_matrix(self, name: str, arrays: dict[str, np.ndarray], attrs: dict, array_attrs: dict[str, dict],
-                     *, timer: PhaseTimer = NO_TIMER) -> None:
+    def write_matrix(
+        self,
+        name: str,
+        arrays: dict[str, np.ndarray],
+        attrs: dict,
+        array_attrs: dict[str, dict],
+        *,
+        timer: PhaseTimer = NO_TIMER,
+    ) -> None:
         """Write one matrix's arrays durably, then mark it complete (the commit point)."""
         d = self._matrix_dir(name)
         with timer.phase("store_write"):
@@ -223,11 +240,16 @@ class TransitionStore:
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
         numeric: list[str] = []
         for r in rows:  # a column some matrices lack (an angle above a small matrix's size) is NaN there
-            numeric += [k for k, v in r.items() if k not in numeric and isinstance(v, (int, float))
-                        and not isinstance(v, bool)]
-        arrays = {col: (np.array([np.nan if r.get(col) is None else float(r[col]) for r in rows], dtype=np.float64),
-                        (METRICS_DIM,))  # a column some rows leave empty (expert of a dense matrix) is NaN there
-                  for col in numeric}
+            numeric += [
+                k for k, v in r.items() if k not in numeric and isinstance(v, (int, float)) and not isinstance(v, bool)
+            ]
+        arrays = {
+            col: (
+                np.array([np.nan if r.get(col) is None else float(r[col]) for r in rows], dtype=np.float64),
+                (METRICS_DIM,),
+            )  # a column some rows leave empty (expert of a dense matrix) is NaN there
+            for col in numeric
+        }
         self.write_group("metrics", arrays, {"names": [r["name"] for r in rows], "columns": numeric})
 
     def read_matrix_array(self, name: str, key: str) -> np.ndarray:
@@ -265,9 +287,12 @@ def _complete_attrs(d: Path) -> Optional[dict]:
         attrs = json.loads(meta.read_text()).get("attributes", {})
     except json.JSONDecodeError:
         return None  # torn write from a killed run: redone
-    arrays = ["P", "sigma0", "sigma1"] + (["null"] if attrs.get("null_stored") else []) \
-        + (["null_row_norms", "null_col_norms"] if attrs.get("null_kept") == "norms" else []) \
+    arrays = (
+        ["P", "sigma0", "sigma1"]
+        + (["null"] if attrs.get("null_stored") else [])
+        + (["null_row_norms", "null_col_norms"] if attrs.get("null_kept") == "norms" else [])
         + (["channel_energy"] if attrs.get("channels") else [])
+    )
     # a record without its arrays (files removed by hand) is not done either
     if attrs.get("complete") and all((d / a / "zarr.json").is_file() for a in arrays):
         return attrs
@@ -282,7 +307,9 @@ def _bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
 def to_store_array(t: torch.Tensor, dtype: str) -> tuple[np.ndarray, dict]:
     """numpy array for storage in ``dtype`` plus the attrs that describe its encoding."""
     arr = _to_numpy(t, dtype)
-    return arr, ({"grrr_dtype": "bfloat16", "encoding": "bfloat16 bit pattern as uint16"} if dtype == "bfloat16" else {})
+    return arr, (
+        {"grrr_dtype": "bfloat16", "encoding": "bfloat16 bit pattern as uint16"} if dtype == "bfloat16" else {}
+    )
 
 
 class StoredTransition:
@@ -304,7 +331,8 @@ class StoredTransition:
             raise StoreError(
                 f"store {self.path} lacks the results of {len(missing)} matrix(es), e.g. {missing[0]} (folder "
                 f"matrices/{node_key(missing[0])} missing or incomplete); rerun its `grrr-stream decompose` "
-                "command: it recomputes only those")
+                "command: it recomputes only those"
+            )
         self.matrices: dict[str, dict] = {name: done[name] for name in manifest["matrices"]}
 
     @property
@@ -313,8 +341,10 @@ class StoredTransition:
 
     def rows(self) -> list[dict]:
         """Per-matrix metrics in plan order (as in metrics.csv)."""
-        return [{"name": n, "layer": a["layer"], "module": a["module"], "expert": a.get("expert"), **a["metrics"]}
-                for n, a in self.matrices.items()]
+        return [
+            {"name": n, "layer": a["layer"], "module": a["module"], "expert": a.get("expert"), **a["metrics"]}
+            for n, a in self.matrices.items()
+        ]
 
     def dask_array(self, name: str, key: str):
         """Lazy dask view of one stored array (``P``, ``null``, ``sigma0``, ``sigma1``) holding its
@@ -345,8 +375,10 @@ class StoredTransition:
     def read_group(self, group: str) -> tuple[dict[str, np.ndarray], dict]:
         """Every array of a group beside the matrices (``channels``) and the group's attributes."""
         if not (self.path / group / "zarr.json").is_file():
-            raise StoreError(f"store {self.path} has no {group}/ arrays: it was decomposed with channel_energy off or "
-                             "before grrr_stream computed them; decompose it again (another --store, or --overwrite)")
+            raise StoreError(
+                f"store {self.path} has no {group}/ arrays: it was decomposed with channel_energy off or "
+                "before grrr_stream computed them; decompose it again (another --store, or --overwrite)"
+            )
         grp = zarr_module().open_group(str(self.path / group), mode="r")
         return {k: np.asarray(a[...]) for k, a in grp.arrays()}, dict(grp.attrs)
 
@@ -368,9 +400,13 @@ def name_dimensions(path: Path) -> int:
         doc = json.loads(meta.read_text())
         if doc.get("node_type") != "array" or doc.get("dimension_names"):
             continue
-        dims = (METRICS_DIM,) if len(rel) == 3 and rel[0] == "metrics" else \
-            CHANNEL_DIMENSIONS.get(meta.parent.name) if len(rel) == 3 and rel[0] == "channels" else \
-            DIMENSIONS.get(meta.parent.name)
+        dims = (
+            (METRICS_DIM,)
+            if len(rel) == 3 and rel[0] == "metrics"
+            else CHANNEL_DIMENSIONS.get(meta.parent.name)
+            if len(rel) == 3 and rel[0] == "channels"
+            else DIMENSIONS.get(meta.parent.name)
+        )
         if dims is None or len(dims) != len(doc["shape"]):  # checked for all before any is changed
             raise StoreError(f"{meta.parent} is not an array grrr_stream writes; cannot name its dimensions")
         todo.append((meta, {**doc, "dimension_names": list(dims)}))

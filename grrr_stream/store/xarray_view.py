@@ -18,14 +18,17 @@ def _xarray():
     try:
         import xarray
     except ImportError:
-        raise MissingDependencyError("open_store and read_metrics need xarray: pip install 'grrr-stream[xarray]'") \
-            from None
+        raise MissingDependencyError(
+            "open_store and read_metrics need xarray: pip install 'grrr-stream[xarray]'"
+        ) from None
     return xarray
 
 
-_UNNAMED = ("{path} was written before grrr_stream recorded dimension names, which xarray needs; add them once "
-            "with grrr_stream.name_dimensions({path!r}) (rewrites array metadata only, the data stays as it is) "
-            "and open it again")
+_UNNAMED = (
+    "{path} was written before grrr_stream recorded dimension names, which xarray needs; add them once "
+    "with grrr_stream.name_dimensions({path!r}) (rewrites array metadata only, the data stays as it is) "
+    "and open it again"
+)
 
 
 def open_store(path: Path | str, *, decode_bfloat16: bool = True):
@@ -42,8 +45,9 @@ def open_store(path: Path | str, *, decode_bfloat16: bool = True):
     xr = _xarray()
     path = Path(path)
     if not (path / "zarr.json").is_file():
-        raise StoreError(f"{path} is not a Zarr store (no zarr.json); give a store folder written by "
-                         "`grrr-stream decompose`")
+        raise StoreError(
+            f"{path} is not a Zarr store (no zarr.json); give a store folder written by `grrr-stream decompose`"
+        )
     with warnings.catch_warnings():
         # metrics.csv, figures/ and the lock file sit beside the Zarr nodes on purpose
         warnings.filterwarnings("ignore", message=".*not recognized as a component of a Zarr hierarchy")
@@ -95,12 +99,15 @@ def read_metrics(path: Path | str):
     df["layer"] = df["layer"].astype("int64")  # stored as a float64 column like every metric
     # the expert index (metrics.csv's `expert` column): a stored column when some matrix is an expert,
     # otherwise empty for every row (dense models), as in the csv
-    df["expert"] = pd.array([None if pd.isna(e) else int(e) for e in df["expert"]] if "expert" in columns
-                            else [records[n].get("expert") for n in names], dtype="Int64")
+    df["expert"] = pd.array(
+        [None if pd.isna(e) else int(e) for e in df["expert"]]
+        if "expert" in columns
+        else [records[n].get("expert") for n in names],
+        dtype="Int64",
+    )
     rest = [c for c in columns if c not in ("layer", "expert")]
     # text metrics (sparsity_compare) are not column arrays: from each matrix's record, as in the csv
-    text = list(dict.fromkeys(k for n in names for k, v in records[n].get("metrics", {}).items()
-                              if isinstance(v, str)))
+    text = list(dict.fromkeys(k for n in names for k, v in records[n].get("metrics", {}).items() if isinstance(v, str)))
     for k in text:
         df[k] = [records[n].get("metrics", {}).get(k) for n in names]
     return df[["name", "layer", "module", "expert", *rest, *text]]
@@ -112,7 +119,9 @@ def metrics_dataset(path: Path | str):
     df = read_metrics(path)
     dup = df[df.duplicated(["layer", "module"], keep=False)]
     if len(dup):
-        raise StoreError(f"{path}: several matrices share a (layer, module) cell, e.g. {list(dup['name'][:2])}; "
-                         "use read_metrics, which has one row per matrix")
+        raise StoreError(
+            f"{path}: several matrices share a (layer, module) cell, e.g. {list(dup['name'][:2])}; "
+            "use read_metrics, which has one row per matrix"
+        )
     ds = _xarray().Dataset.from_dataframe(df.set_index(["layer", "module"]))
     return ds.reindex(module=list(dict.fromkeys(df["module"])))  # plan order (q, k, v, o, …), not alphabetical

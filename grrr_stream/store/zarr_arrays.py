@@ -44,16 +44,23 @@ def _compressors(dtype: np.dtype) -> Optional[list]:
 # a group: P is r×r with r the frame's core rank (≤ min(m, n) with a truncated core), indexed by U's
 # columns (r_out) and V's (r_in); the singular values have min(m, n) entries (sv) whatever the core.
 DIMENSIONS: dict[str, tuple[str, ...]] = {
-    "P": ("r_out", "r_in"), "null": ("out", "in"), "sigma0": ("sv",), "sigma1": ("sv",),  # matrices/<name>/
-    "null_row_norms": ("out",), "null_col_norms": ("in",),  # instead of null with null_storage: norms
+    "P": ("r_out", "r_in"),
+    "null": ("out", "in"),
+    "sigma0": ("sv",),
+    "sigma1": ("sv",),  # matrices/<name>/
+    "null_row_norms": ("out",),
+    "null_col_norms": ("in",),  # instead of null with null_storage: norms
     "channel_energy": ("channel", "component"),  # per residual channel: diag, off, null (channels.energy)
-    "U": ("out", "r"), "S": ("sv",), "V": ("in", "r"),                                    # frames/<key>/
+    "U": ("out", "r"),
+    "S": ("sv",),
+    "V": ("in", "r"),  # frames/<key>/
 }
 # channels/<name>: every matrix's channel_energy on one grid (grrr_stream.store.channel_tables)
 CHANNEL_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "energy": ("layer", "module", "channel", "component"),
     "expert_energy": ("layer", "expert_module", "expert", "channel", "component"),
-    "layer": ("layer",), "expert": ("expert",),
+    "layer": ("layer",),
+    "expert": ("expert",),
 }
 METRICS_DIM = "matrix"  # metrics/<column>: one entry per matrix, in the order of attrs["names"]
 
@@ -79,8 +86,13 @@ def group_metadata(attrs: dict) -> str:
     return json.dumps({"attributes": attrs, "zarr_format": 3, "node_type": "group"}, indent=2)
 
 
-def write_array(group: Union["object", Path], name: str, data: np.ndarray, attrs: Optional[dict] = None,
-                dims: Optional[tuple[str, ...]] = None):
+def write_array(
+    group: Union["object", Path],
+    name: str,
+    data: np.ndarray,
+    attrs: Optional[dict] = None,
+    dims: Optional[tuple[str, ...]] = None,
+):
     """``data`` as the array ``name`` of ``group``: a zarr Group, or the folder of a group on local disk
     (:func:`write_group`). Into a folder, an uncompressed array is written without zarr: its zarr.json and
     chunk files as zarr writes them (byte for byte, tests/store/test_store.py). Zarr's own path costs about
@@ -99,8 +111,15 @@ def write_array(group: Union["object", Path], name: str, data: np.ndarray, attrs
             return None
         group = zarr_module().open_group(str(group), mode="r+", zarr_format=3)
     arr = group.create_array(
-        name, shape=data.shape, chunks=chunks, dtype=data.dtype, compressors=compressors,
-        overwrite=True, attributes=attrs or {}, fill_value=0, dimension_names=dims,
+        name,
+        shape=data.shape,
+        chunks=chunks,
+        dtype=data.dtype,
+        compressors=compressors,
+        overwrite=True,
+        attributes=attrs or {},
+        fill_value=0,
+        dimension_names=dims,
     )
     store = arr.store_path.store
     if compressors is None and data.size and hasattr(store, "root"):
@@ -110,8 +129,9 @@ def write_array(group: Union["object", Path], name: str, data: np.ndarray, attrs
     return arr
 
 
-def array_metadata(dtype: np.dtype, shape: tuple[int, ...], chunks: tuple[int, ...], dims: tuple[str, ...],
-                   attrs: dict) -> str:
+def array_metadata(
+    dtype: np.dtype, shape: tuple[int, ...], chunks: tuple[int, ...], dims: tuple[str, ...], attrs: dict
+) -> str:
     """The zarr.json text of an uncompressed array: zarr's own metadata for this dtype and rank (taken once
     per process from an array zarr writes), with the shape, chunks, dimension names and attributes set."""
     meta = json.loads(_array_template(np.dtype(dtype).str, len(shape)))
@@ -127,8 +147,15 @@ def _array_template(dtype: str, ndim: int) -> str:
     zarr = zarr_module()
     with tempfile.TemporaryDirectory() as tmp:
         zarr.open_group(tmp, mode="w", zarr_format=3).create_array(
-            "a", shape=(1,) * ndim, chunks=(1,) * ndim, dtype=np.dtype(dtype), compressors=None, fill_value=0,
-            dimension_names=[f"d{i}" for i in range(ndim)], attributes={})
+            "a",
+            shape=(1,) * ndim,
+            chunks=(1,) * ndim,
+            dtype=np.dtype(dtype),
+            compressors=None,
+            fill_value=0,
+            dimension_names=[f"d{i}" for i in range(ndim)],
+            attributes={},
+        )
         return (Path(tmp) / "a" / "zarr.json").read_text()
 
 

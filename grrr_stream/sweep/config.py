@@ -12,7 +12,14 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, ValidationError, field_validator
 
-from ..config import ClaimSettings, DecompositionSettings, StrictModel, TrackingConfig, format_validation_error, load_yaml
+from ..config import (
+    ClaimSettings,
+    DecompositionSettings,
+    StrictModel,
+    TrackingConfig,
+    format_validation_error,
+    load_yaml,
+)
 from ..dtypes import FLOAT_NAMES
 from ..errors import ConfigError
 from ..evaluation.settings import EvaluationOptions
@@ -32,8 +39,10 @@ def _selector(v: Any) -> Any:
 
 def _component(v: str) -> str:
     if not _ID_RE.match(v):
-        raise ValueError("must start with a letter or digit and use only letters, digits, '_', '.', '-' "
-                         "(at most 64 characters): it names folders and runs")
+        raise ValueError(
+            "must start with a letter or digit and use only letters, digits, '_', '.', '-' "
+            "(at most 64 characters): it names folders and runs"
+        )
     return v
 
 
@@ -65,8 +74,8 @@ class ChainSpec(StrictModel):
 
 
 class SweepDecomposition(DecompositionSettings):
-    incremental: bool = True   # parent → child for every child
-    cumulative: bool = True    # base → child where the parent is not the base
+    incremental: bool = True  # parent → child for every child
+    cumulative: bool = True  # base → child where the parent is not the base
 
 
 class SweepStatistics(StrictModel):
@@ -75,8 +84,8 @@ class SweepStatistics(StrictModel):
     null_draws: int = Field(10_000, ge=100)
     seed: int = 0
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
-    sequential: bool = True    # base→parent vs parent→child in the base frame, for every grandchild
-    independent: bool = True   # every pair of same-base models neither of which descends from the other
+    sequential: bool = True  # base→parent vs parent→child in the base frame, for every grandchild
+    independent: bool = True  # every pair of same-base models neither of which descends from the other
 
 
 def _yaml_variant_names(v: Any) -> Any:
@@ -90,8 +99,20 @@ def _yaml_variant_names(v: Any) -> Any:
 class SweepVariants(StrictModel):
     enabled: bool = True
     transitions: TransitionSelector = "cumulative"
-    names: list[str] = Field(default_factory=lambda: ["base", "full", "proj", "diag", "off", "null", "offnull",
-                                                      "randrm-0", "randrm-1", "randrm-2"])
+    names: list[str] = Field(
+        default_factory=lambda: [
+            "base",
+            "full",
+            "proj",
+            "diag",
+            "off",
+            "null",
+            "offnull",
+            "randrm-0",
+            "randrm-1",
+            "randrm-2",
+        ]
+    )
     dtype: Literal[FLOAT_NAMES] = "float32"
     # where composed variants take the tensors that are not decomposed (embeddings, norms,
     # lm_head, biases): the base (the paper's "added to the pretrained checkpoint"), the post
@@ -122,8 +143,9 @@ class SweepEvaluation(EvaluationOptions):
     suite: Optional[str] = None
     transitions: TransitionSelector = "cumulative"
     variants: Optional[list[str]] = None  # None: the variants section's names
-    benchmarks: list[str] = Field(default_factory=lambda: ["math500", "aime24", "amc23", "minerva_math",
-                                                           "olympiadbench"])
+    benchmarks: list[str] = Field(
+        default_factory=lambda: ["math500", "aime24", "amc23", "minerva_math", "olympiadbench"]
+    )
     # folder with <name>/test.jsonl, 'bundled' (the five math benchmarks shipped with the package),
     # 'tinychain' (the generated chain's own benchmark), or 'hub[:OWNER/REPO]'
     bench_dir: str = "bundled"
@@ -151,15 +173,15 @@ class SweepChannels(StrictModel):
     for a forward pass."""
 
     enabled: bool = False
-    transitions: TransitionSelector = "all"   # whose channel statistics are computed (W0s analysed as needed)
+    transitions: TransitionSelector = "all"  # whose channel statistics are computed (W0s analysed as needed)
     post_models: bool = False  # also analyse each selected transition's W1, for comparison (Jaccard with W0's set)
-    threshold: float = 2.5     # the rule (channels/rule.py): robust z of log-RMS, aggregated over layers
+    threshold: float = 2.5  # the rule (channels/rule.py): robust z of log-RMS, aggregated over layers
     aggregate: Literal["median", "max", "mean"] = "median"
-    sequences: int = Field(256, ge=1)   # calibration text: sequences of seq_len tokens
+    sequences: int = Field(256, ge=1)  # calibration text: sequences of seq_len tokens
     seq_len: int = Field(256, ge=2)
-    batch_size: int = Field(1, ge=1)    # sequences per forward (not in keys)
-    max_memory: str = "1GiB"            # resident weights; the rest offloaded layer by layer (not in keys)
-    ablation: bool = False              # perplexity with the outliers zeroed against random sets
+    batch_size: int = Field(1, ge=1)  # sequences per forward (not in keys)
+    max_memory: str = "1GiB"  # resident weights; the rest offloaded layer by layer (not in keys)
+    ablation: bool = False  # perplexity with the outliers zeroed against random sets
     ablation_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     resamples: int = Field(2000, ge=100)  # random channel sets (null) and bootstrap resamples (interval)
     seed: int = 0
@@ -232,13 +254,15 @@ def _with_include(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if include is None:
         return values
     if not isinstance(include, str) or not include.strip():
-        raise ConfigError(f"{path}: include must be the path of one sweep YAML (relative to {path.parent}), "
-                          f"got {include!r}")
+        raise ConfigError(
+            f"{path}: include must be the path of one sweep YAML (relative to {path.parent}), got {include!r}"
+        )
     target = (path.parent / include).resolve()
     chain = (*seen, path.resolve())
     if target in chain:
-        raise ConfigError(f"{path}: include cycle ({' → '.join(str(p) for p in (*chain, target))}); "
-                          "remove one of the includes")
+        raise ConfigError(
+            f"{path}: include cycle ({' → '.join(str(p) for p in (*chain, target))}); remove one of the includes"
+        )
     if len(chain) > MAX_INCLUDE_DEPTH:
         raise ConfigError(f"{path}: includes nest deeper than {MAX_INCLUDE_DEPTH} files; include fewer levels")
     return _merge(_with_include(target, chain), values, path)
@@ -266,9 +290,11 @@ def _merge_chains(base: list[Any], top: list[Any], path: Path) -> list[Any]:
             continue
         extra = sorted(set(entry) - {"name", "models"})
         if extra:
-            raise ConfigError(f"{path}: chain '{name}' is in the included config; an entry that extends it holds "
-                              f"name and models only (got {', '.join(map(str, extra))}): change the included "
-                              "config, or give this chain another name")
+            raise ConfigError(
+                f"{path}: chain '{name}' is in the included config; an entry that extends it holds "
+                f"name and models only (got {', '.join(map(str, extra))}): change the included "
+                "config, or give this chain another name"
+            )
         models = entry.get("models") or []
         if not isinstance(models, list):
             raise ConfigError(f"{path}: chain '{name}': models must be a list of models")

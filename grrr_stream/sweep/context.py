@@ -26,13 +26,13 @@ class PlanContext:
 
     cfg: SweepConfig
     workdir: Workdir
-    models: dict[str, PlannedModel]       # model id → where it is read from, its chain and lineage
-    lineage: dict[str, list[str]]         # model id → its ancestors, nearest first
+    models: dict[str, PlannedModel]  # model id → where it is read from, its chain and lineage
+    lineage: dict[str, list[str]]  # model id → its ancestors, nearest first
     transitions: dict[str, Transition]
-    generated: dict[str, str]             # model id → the tiny chain's model name, for tinychain: sources
-    specs: dict[str, Any]                 # variant name → VariantSpec (the names that parse)
+    generated: dict[str, str]  # model id → the tiny chain's model name, for tinychain: sources
+    specs: dict[str, Any]  # variant name → VariantSpec (the names that parse)
     units: list[Unit] = field(default_factory=list)
-    gen: Optional[Unit] = None            # the unit that makes the tiny chain, set by the generate kind's plan
+    gen: Optional[Unit] = None  # the unit that makes the tiny chain, set by the generate kind's plan
 
     @cached_property
     def sources(self) -> Sources:
@@ -61,17 +61,22 @@ class PlanContext:
             return [t for t, tr in transitions.items() if tr.kind == selector], []
         if selector == "steps":
             # one training step each: W0 is the model the child was trained from (its parent), whatever the kind
-            missing = [f"{m.parent}-to-{mid}" for mid, m in models.items()
-                       if f"{m.base}-to-{mid}" in transitions and f"{m.parent}-to-{mid}" not in transitions]
-            problems = [f"{what}: steps needs decomposition.incremental: true; not decomposed: {missing}"] \
-                if missing else []
+            missing = [
+                f"{m.parent}-to-{mid}"
+                for mid, m in models.items()
+                if f"{m.base}-to-{mid}" in transitions and f"{m.parent}-to-{mid}" not in transitions
+            ]
+            problems = (
+                [f"{what}: steps needs decomposition.incremental: true; not decomposed: {missing}"] if missing else []
+            )
             return [t for t, tr in transitions.items() if models[tr.child].parent == tr.parent], problems
         if isinstance(selector, list):
             unknown = [s for s in selector if s not in transitions]
             problems = [f"{what}: unknown transition(s) {unknown}; planned: {sorted(transitions)}"] if unknown else []
             return [s for s in selector if s in transitions], problems
-        return [], [f"{what}: expected cumulative, incremental, steps, all, none or a list of transition ids, "
-                    f"got {selector!r}"]
+        return [], [
+            f"{what}: expected cumulative, incremental, steps, all, none or a list of transition ids, got {selector!r}"
+        ]
 
 
 @dataclass(frozen=True)
@@ -79,16 +84,16 @@ class RunContext:
     """What a unit is run with that cannot change its result. It travels to Dask workers, less ``client``."""
 
     workdir: str
-    tracking: TrackingConfig             # pickled as the pydantic object to Dask workers
+    tracking: TrackingConfig  # pickled as the pydantic object to Dask workers
     progress: bool
     device: Optional[str]
-    threads: Optional[int]                # torch threads of a worker process (its share of the cores)
+    threads: Optional[int]  # torch threads of a worker process (its share of the cores)
     stores: dict[str, str] = field(default_factory=dict)  # transition id → its decomposition's store
     # claims.informative_points, for an evaluation's own informative flag (recorded beside it in evaluation.json;
     # the report's informative.csv recomputes it with the current setting)
     informative_points: float = 1.0
-    client: Any = None                    # the Dask client, for units run in the scheduler's process
-    verbose: bool = False                 # third-party output live on the terminal too, not only in its log
+    client: Any = None  # the Dask client, for units run in the scheduler's process
+    verbose: bool = False  # third-party output live on the terminal too, not only in its log
 
     def for_worker(self) -> "RunContext":
         return replace(self, client=None)

@@ -18,12 +18,18 @@ class Display:
     0.3 s variant build). Printed and counted by a :class:`~grrr_stream.progress.Progress`, as a
     decomposition's matrices are; the lines are worded here."""
 
-    def __init__(self, total: int, done: int, enabled: bool, stream: TextIO,
-                 forecast: Optional[dict[str, Optional[float]]] = None):
+    def __init__(
+        self,
+        total: int,
+        done: int,
+        enabled: bool,
+        stream: TextIO,
+        forecast: Optional[dict[str, Optional[float]]] = None,
+    ):
         self.progress = Progress(total, done=done, enabled=enabled, stream=stream)
         self.forecast = {k: v for k, v in (forecast or {}).items() if v is not None and v > 0}
-        self.by_kind: dict[str, list[float]] = {}                # measured seconds of ended units
-        self.pairs: dict[str, list[tuple[float, float]]] = {}    # kind → (measured, forecast) of ended units
+        self.by_kind: dict[str, list[float]] = {}  # measured seconds of ended units
+        self.pairs: dict[str, list[tuple[float, float]]] = {}  # kind → (measured, forecast) of ended units
 
     def say(self, text: str) -> None:
         self.progress.message(f"[sweep] {text}")
@@ -43,8 +49,10 @@ class Display:
                 self.pairs.setdefault(unit.kind, []).append((secs, self.forecast[unit.id]))
         status = "done" if rec["status"] == "done" else "FAILED"
         tail = f" — {rec['error']}" if rec["status"] != "done" else ""
-        self.say(f"[{self.progress.done}/{self.progress.total}] {status} {unit.id} in {secs:.1f} s{tail} | "
-                 f"{self._eta(pending)}")
+        self.say(
+            f"[{self.progress.done}/{self.progress.total}] {status} {unit.id} in {secs:.1f} s{tail} | "
+            f"{self._eta(pending)}"
+        )
 
     def ratio(self, kind: str) -> float:
         """Measured / forecast seconds over the ended units of ``kind`` (all ended units while none of it has

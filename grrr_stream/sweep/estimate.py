@@ -21,13 +21,13 @@ TINYCHAIN = Arch(128, 384, 2, 4, 2, vocab=256, tied=True)  # fixtures.tinychain 
 class UnitForecast:
     unit: str
     kind: str
-    download: Optional[int]   # bytes; None: unknown
-    write: Optional[int]      # bytes; None: unknown
-    ram: Optional[int]        # peak bytes; None: unknown
+    download: Optional[int]  # bytes; None: unknown
+    write: Optional[int]  # bytes; None: unknown
+    ram: Optional[int]  # peak bytes; None: unknown
     seconds: Optional[float]  # None: unknown
-    basis: str                # how it was estimated
+    basis: str  # how it was estimated
     flops: Optional[float] = None  # the modelled work (None: a constant or unknown)
-    gpu: Optional[int] = None      # peak GPU memory in bytes (None: the unit does not use one)
+    gpu: Optional[int] = None  # peak GPU memory in bytes (None: the unit does not use one)
 
 
 def constant(u: Unit, seconds: Optional[float], write: Optional[int], basis: str = "constant") -> UnitForecast:
@@ -57,15 +57,16 @@ class DiskFacts:
     """What a kind's ``disk(unit, facts)`` reads: the local checkpoints, and each transition's decomposition."""
 
     checkpoints: Checkpoints
-    dec: dict[str, Unit]      # transition id → its decompose unit
+    dec: dict[str, Unit]  # transition id → its decompose unit
 
 
 class Facts:
     """The plan's facts for the estimates (given by the forecast, which asks the kinds for them): each checkpoint source looked up once (a model's bytes counted at the
     first unit that fetches it), the device's rates, each transition's decomposition, each unit's disk need."""
 
-    def __init__(self, dec: dict[str, Unit], generated: Optional[str], online: Optional[bool],
-                 disk: dict[str, Optional[list]]):
+    def __init__(
+        self, dec: dict[str, Unit], generated: Optional[str], online: Optional[bool], disk: dict[str, Optional[list]]
+    ):
         self.generated = generated  # the tiny chain's folder, if the plan makes it
         self._online = online  # None: probed when a Hub model is first looked up (local plans never probe)
         self.models: dict[str, ModelFacts] = {}
@@ -74,7 +75,7 @@ class Facts:
         self.dec = dec  # transition id → its decompose unit
         self.disk = disk
         self.rates: Optional[Rates] = None
-        self.transitions: dict = {}       # transition id → its Transition (kind, method), from the plan
+        self.transitions: dict = {}  # transition id → its Transition (kind, method), from the plan
         self.sft_methods: tuple[str, ...] = ()  # the claims' SFT methods (the others are RL)
 
     @property

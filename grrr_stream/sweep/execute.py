@@ -16,10 +16,10 @@ from dataclasses import replace
 from graphlib import TopologicalSorter
 from typing import Any, Optional
 
-from .display import Display
-from .records import BLOCKING, Records, blockers
 from .context import RunContext
+from .display import Display
 from .kinds import KINDS
+from .records import BLOCKING, Records, blockers
 from .resources import Needs, Offer, submit_options
 from .runners import run_unit
 from .units import Unit
@@ -46,7 +46,7 @@ class Frontier:
         self._sorter.prepare()
         self._candidates: list[tuple[int, str]] = []  # a heap by plan position
         self._unended = set(ids)
-        self.waiting: list[Unit] = list(todo)         # neither started nor blocked yet, in plan order
+        self.waiting: list[Unit] = list(todo)  # neither started nor blocked yet, in plan order
         self._release()
 
     @property
@@ -96,8 +96,13 @@ class DaskExecutor:
     own Dask graphs to the same cluster. ``needs`` (unit id → :class:`~.resources.Needs`) and ``workers``
     (:func:`~.placement.place`) send each unit to a worker that holds what it needs; without them, anywhere."""
 
-    def __init__(self, client: Any, ctx: RunContext, needs: Optional[dict[str, Needs]] = None,
-                 workers: Optional[list[Offer]] = None):
+    def __init__(
+        self,
+        client: Any,
+        ctx: RunContext,
+        needs: Optional[dict[str, Needs]] = None,
+        workers: Optional[list[Offer]] = None,
+    ):
         from distributed import as_completed
 
         self.client, self.ctx = client, ctx
@@ -114,8 +119,9 @@ class DaskExecutor:
         if not KINDS[u.kind].on_worker:
             return run_unit(u, replace(self.ctx, client=self.client))
         where = submit_options(self.needs[u.id], self.workers) if u.id in self.needs else {}
-        fut = self.client.submit(run_unit, u, self.ctx.for_worker(), pure=False, key=f"grrr-{u.id}-{time.time_ns()}",
-                                 **where)
+        fut = self.client.submit(
+            run_unit, u, self.ctx.for_worker(), pure=False, key=f"grrr-{u.id}-{time.time_ns()}", **where
+        )
         self._futures[fut] = u
         self._completed.add(fut)
         return None
@@ -126,14 +132,14 @@ class DaskExecutor:
         try:
             return u, fut.result()
         except Exception as e:  # noqa: BLE001 - a worker died or could not run it
-            rec = {"id": u.id, "key": u.key, "status": "failed", "error": f"{type(e).__name__}: {e}",
-                   "seconds": 0.0}
+            rec = {"id": u.id, "key": u.key, "status": "failed", "error": f"{type(e).__name__}: {e}", "seconds": 0.0}
             Records(self.ctx.workdir).write(u, rec)
             return u, rec
 
 
-def execute_units(todo: list[Unit], states: dict[str, str], executor: LocalExecutor | DaskExecutor,
-                  display: Display) -> list[str]:
+def execute_units(
+    todo: list[Unit], states: dict[str, str], executor: LocalExecutor | DaskExecutor, display: Display
+) -> list[str]:
     """Run ``todo`` (dependencies first), updating ``states``; the ids of the units that ran, in order."""
     frontier = Frontier(todo)
     ran: list[str] = []

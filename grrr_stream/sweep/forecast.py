@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..forecast import work
 from ..forecast import target as tgt  # a device to forecast for (--forecast-for): published figures
+from ..forecast import work
 from ..forecast.calibrate import Rates, calibrate
 from ..forecast.downloads import download_basis
 from .estimate import Facts, UnitForecast
@@ -33,7 +33,7 @@ __all__ = ["Forecast", "UnitForecast", "estimates", "forecast_plan", "print_fore
 class Forecast:
     units: list[UnitForecast]
     rates: Optional[Rates]
-    sources: dict[str, str]   # model source → where its facts came from
+    sources: dict[str, str]  # model source → where its facts came from
     downloads: dict = field(default_factory=dict)  # model source → how its download size is known (notes)
 
     def total(self, field: str) -> tuple[float, int]:
@@ -45,13 +45,20 @@ class Forecast:
         """'time 5m10s on cpu (2 threads) for 12 unit(s)' (+ how many are unknown)."""
         rows = Forecast([u for u in self.units if u.unit in todo], self.rates, self.sources)
         known, unknown = rows.total("seconds")
-        return (f"{_secs(known)}" + (f" + {unknown} unit(s) unknown" if unknown else "")
-                + f" for {len(rows.units)} unit(s) on {self.rates.device if self.rates else 'an unknown device'}")
+        return (
+            f"{_secs(known)}"
+            + (f" + {unknown} unit(s) unknown" if unknown else "")
+            + f" for {len(rows.units)} unit(s) on {self.rates.device if self.rates else 'an unknown device'}"
+        )
 
     def write_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"units": {u.unit: asdict(u) for u in self.units},
-                                    "device": self.rates.device if self.rates else None}, indent=1))
+        path.write_text(
+            json.dumps(
+                {"units": {u.unit: asdict(u) for u in self.units}, "device": self.rates.device if self.rates else None},
+                indent=1,
+            )
+        )
 
 
 def estimates(workdir: Path) -> dict[str, Optional[float]]:
@@ -63,8 +70,14 @@ def estimates(workdir: Path) -> dict[str, Optional[float]]:
         return {}
 
 
-def forecast_plan(plan: Plan, *, online: Optional[bool] = None, rates: Optional[Rates] = None,
-                  disk: Optional[dict] = None, target: Optional[str] = None) -> Forecast:
+def forecast_plan(
+    plan: Plan,
+    *,
+    online: Optional[bool] = None,
+    rates: Optional[Rates] = None,
+    disk: Optional[dict] = None,
+    target: Optional[str] = None,
+) -> Forecast:
     """The forecast of every unit of ``plan`` (``online`` None: probe the Hub when a Hub model is looked up;
     ``rates`` None: calibrate, or with ``target`` (a device of :mod:`grrr_stream.forecast.devices` other than
     'cpu') its published figures; ``disk``: :func:`~.status.unit_disk_needs` of the plan, when known already)."""
@@ -73,8 +86,12 @@ def forecast_plan(plan: Plan, *, online: Optional[bool] = None, rates: Optional[
     from .status import unit_disk_needs
 
     gen = generate.planned(plan.units)
-    facts = Facts(decompose.by_transition(plan.units), gen.out if gen else None, online,
-                  unit_disk_needs(plan) if disk is None else disk)
+    facts = Facts(
+        decompose.by_transition(plan.units),
+        gen.out if gen else None,
+        online,
+        unit_disk_needs(plan) if disk is None else disk,
+    )
     for u in facts.dec.values():
         facts.get(u.params.base, u.params.base_revision)
         facts.get(u.params.post, u.params.post_revision)
@@ -84,8 +101,12 @@ def forecast_plan(plan: Plan, *, online: Optional[bool] = None, rates: Optional[
     facts.rates = rates
     facts.transitions, facts.sft_methods = plan.transitions, tuple(plan.config.claims.sft_methods)
     out = [KINDS[u.kind].estimate(u, facts) for u in plan.units]
-    return Forecast(out, rates, {s: f.where for s, f in facts.models.items()},
-                    {s: f.notes for s, f in facts.models.items() if f.notes})
+    return Forecast(
+        out,
+        rates,
+        {s: f.where for s, f in facts.models.items()},
+        {s: f.notes for s, f in facts.models.items() if f.notes},
+    )
 
 
 def _size(n: Optional[float]) -> str:
@@ -112,8 +133,10 @@ def print_forecast(fc: Forecast, todo: set[str], out=None) -> None:
     out.write(f"\nforecast ({len(rows)} unit(s) to run):\n")
     width = max((len(u.unit) for u in rows), default=10)
     for u in rows:
-        out.write(f"  {u.unit:<{width}}  download {_size(u.download):>9}  write {_size(u.write):>9}  "
-                  f"RAM {_size(u.ram):>9}  time {_secs(u.seconds):>7}  ({u.basis})\n")
+        out.write(
+            f"  {u.unit:<{width}}  download {_size(u.download):>9}  write {_size(u.write):>9}  "
+            f"RAM {_size(u.ram):>9}  time {_secs(u.seconds):>7}  ({u.basis})\n"
+        )
     sub = Forecast(rows, fc.rates, fc.sources)
 
     def total(field: str, fmt) -> str:
@@ -121,17 +144,26 @@ def print_forecast(fc: Forecast, todo: set[str], out=None) -> None:
         return fmt(known) + (f" + {unknown} unit(s) unknown" if unknown else "")
 
     peak = max((u.ram for u in rows if u.ram is not None), default=None)
-    out.write(f"total: download {total('download', _size)}, write {total('write', _size)}, peak RAM {_size(peak)} "
-              f"(largest unit), time {total('seconds', _secs)} one unit after another\n")
-    work_by_kind = {k: sum(u.flops or 0.0 for u in rows if u.kind == k)
-                    for k in KINDS}
-    out.write("  work (any device: divide by its rate): " + ", ".join(
-        f"{k}{' (on the CPU)' if k == 'channels' else ''} {v / 1e15:.3g} PFLOP" for k, v in work_by_kind.items()
-        if v) + "\n")
+    out.write(
+        f"total: download {total('download', _size)}, write {total('write', _size)}, peak RAM {_size(peak)} "
+        f"(largest unit), time {total('seconds', _secs)} one unit after another\n"
+    )
+    work_by_kind = {k: sum(u.flops or 0.0 for u in rows if u.kind == k) for k in KINDS}
+    out.write(
+        "  work (any device: divide by its rate): "
+        + ", ".join(
+            f"{k}{' (on the CPU)' if k == 'channels' else ''} {v / 1e15:.3g} PFLOP"
+            for k, v in work_by_kind.items()
+            if v
+        )
+        + "\n"
+    )
     kinds = sorted({w for w in fc.sources.values()})
-    out.write(f"  shapes and downloads from: {', '.join(kinds) or 'nothing'}"
-              + (" (built-in table: the published configs of those Hub ids)"
-                 if "built-in table" in kinds else "") + "\n")
+    out.write(
+        f"  shapes and downloads from: {', '.join(kinds) or 'nothing'}"
+        + (" (built-in table: the published configs of those Hub ids)" if "built-in table" in kinds else "")
+        + "\n"
+    )
     out.write(f"  times assume {fc.rates.describe()}\n" if fc.rates else "  times: no matrix shape known\n")
     from ..forecast.summary import split_lines  # the total's parts
 

@@ -14,8 +14,9 @@ from .resources import Needs, Offer, declared, offers, refuse_misfits
 from .units import Unit
 
 
-def place(client: Any, plan: Plan, todo: list[Unit], fc: Optional[Forecast], device: Optional[str],
-          stream: TextIO) -> tuple[dict[str, Needs], list[Offer]]:
+def place(
+    client: Any, plan: Plan, todo: list[Unit], fc: Optional[Forecast], device: Optional[str], stream: TextIO
+) -> tuple[dict[str, Needs], list[Offer]]:
     """(unit id → its needs, the workers) for the units of ``todo`` that run on workers; refuses
     (:class:`~grrr_stream.errors.ConfigError`) the units no worker holds, all of them in one message.
 
@@ -49,6 +50,8 @@ def _gpu_forecast(plan: Plan, workers: list[Offer], stream: TextIO) -> Optional[
     except Exception as e:  # noqa: BLE001 - the units then ask for GPUs without a memory figure
         stream.write(f"[sweep] GPU memory not forecast ({type(e).__name__}: {e}): GPU units ask for GPUs only\n")
         return None
-    stream.write(f"[sweep] GPU memory of the units forecast for {name} ({DEVICES[name].memory_gib:g} GiB, nearest "
-                 f"the workers' {per_gpu:g} GiB per GPU; --forecast-for DEVICE to choose)\n")
+    stream.write(
+        f"[sweep] GPU memory of the units forecast for {name} ({DEVICES[name].memory_gib:g} GiB, nearest "
+        f"the workers' {per_gpu:g} GiB per GPU; --forecast-for DEVICE to choose)\n"
+    )
     return fc

@@ -28,9 +28,9 @@ __all__ = ["Plan", "nearest_common_ancestor", "plan_sweep"]
 class Plan:
     config: SweepConfig
     workdir: Path
-    units: list[Unit]                     # dependencies before dependents
+    units: list[Unit]  # dependencies before dependents
     transitions: dict[str, Transition]
-    models: dict[str, PlannedModel]       # model id → where it is read from, its chain and lineage
+    models: dict[str, PlannedModel]  # model id → where it is read from, its chain and lineage
     # model id → why decompose would refuse its local checkpoint (missing folder, FIFO, truncated header):
     # its units are planned all the same (the rest of a sweep runs); a dry run names them
     source_problems: dict[str, str] = field(default_factory=dict)
@@ -48,16 +48,21 @@ class Plan:
 
     @property
     def key(self) -> str:
-        return stable_hash({"name": self.config.name, "units": sorted(u.key for u in self.units),
-                            "claims": self.config.claims.model_dump()}, 24)
+        return stable_hash(
+            {
+                "name": self.config.name,
+                "units": sorted(u.key for u in self.units),
+                "claims": self.config.claims.model_dump(),
+            },
+            24,
+        )
 
 
 def plan_sweep(cfg: SweepConfig) -> Plan:
     """Every unit of the sweep, dependencies first; all config problems reported at once."""
     workdir = Path(cfg.workdir).absolute()
     models, problems = _models(cfg)
-    generated = {mid: m.source.split(":", 1)[1] for mid, m in models.items()
-                 if m.source.startswith("tinychain:")}
+    generated = {mid: m.source.split(":", 1)[1] for mid, m in models.items() if m.source.startswith("tinychain:")}
     lineage, broken, found = _lineages(models)
     problems += found
     specs, found = _variant_specs(cfg)
@@ -92,10 +97,12 @@ def _raise_problems(cfg: SweepConfig, problems: Problems) -> None:
     if not problems:
         return
     problems = list(dict.fromkeys(problems))
-    shown = [clip(p, 2000) for p in problems[:40]] + ([f"... and {len(problems) - 40} more"]
-                                                       if len(problems) > 40 else [])
-    raise ConfigError(f"sweep '{clip(cfg.name, 80)}' cannot be planned ({len(problems)} problem(s)):\n  "
-                      + "\n  ".join(shown))
+    shown = [clip(p, 2000) for p in problems[:40]] + (
+        [f"... and {len(problems) - 40} more"] if len(problems) > 40 else []
+    )
+    raise ConfigError(
+        f"sweep '{clip(cfg.name, 80)}' cannot be planned ({len(problems)} problem(s)):\n  " + "\n  ".join(shown)
+    )
 
 
 # -- models, lineage, transitions ---------------------------------------------------------------
@@ -110,8 +117,16 @@ def _models(cfg: SweepConfig) -> tuple[dict[str, PlannedModel], Problems]:
                 problems.append(f"model id '{m.id}' is used twice (chains {models[m.id].chain} and {chain.name})")
                 continue
             parent = None if i == 0 else (m.parent or chain.base.id)
-            models[m.id] = PlannedModel(source=m.source, revision=m.revision, chain=chain.name, parent=parent,
-                                        base=chain.base.id, method=m.method, domain=m.domain, confirmed=m.confirmed)
+            models[m.id] = PlannedModel(
+                source=m.source,
+                revision=m.revision,
+                chain=chain.name,
+                parent=parent,
+                base=chain.base.id,
+                method=m.method,
+                domain=m.domain,
+                confirmed=m.confirmed,
+            )
     return models, problems
 
 

@@ -52,9 +52,11 @@ class SweepLock(FileLock):
         super().__init__(self.workdir.lock)
 
     def busy(self, holder: str) -> Exception:
-        return WorkdirBusyError(f"another grrr-stream sweep is running on {self.workdir.root} ({holder}); "
-                                "wait for it to finish (`grrr-stream status CONFIG` shows its progress) or stop it "
-                                "before starting this one")
+        return WorkdirBusyError(
+            f"another grrr-stream sweep is running on {self.workdir.root} ({holder}); "
+            "wait for it to finish (`grrr-stream status CONFIG` shows its progress) or stop it "
+            "before starting this one"
+        )
 
 
 def output_complete(unit: Unit) -> bool:

@@ -29,8 +29,8 @@ class Needs:
     """What one unit needs of the worker it runs on (None: not known, so not asked for)."""
 
     gpus: int = 0
-    gpu_memory: Optional[int] = None   # bytes over its GPUs
-    ram: Optional[int] = None          # host bytes
+    gpu_memory: Optional[int] = None  # bytes over its GPUs
+    ram: Optional[int] = None  # host bytes
     # the unit's own task only coordinates tasks that hold these (a decomposition's batches): it is checked
     # against the workers, and submitted asking for nothing (a task keeps its resources while it secedes)
     spread: bool = False
@@ -67,7 +67,7 @@ class Offer:
 
     address: str
     resources: dict[str, float]
-    memory: Optional[int]              # its memory limit in bytes (None: no limit)
+    memory: Optional[int]  # its memory limit in bytes (None: no limit)
 
     def describe(self) -> str:
         held = ", ".join(f"{k}={v:g}" for k, v in sorted(self.resources.items())) or "no resources"
@@ -77,8 +77,10 @@ class Offer:
 def offers(client: Any) -> list[Offer]:
     """The workers of ``client``'s cluster, from ``scheduler_info()`` (a memory limit of 0: none)."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
-    return [Offer(addr, dict(w.get("resources") or {}), int(w.get("memory_limit") or 0) or None)
-            for addr, w in sorted(workers.items())]
+    return [
+        Offer(addr, dict(w.get("resources") or {}), int(w.get("memory_limit") or 0) or None)
+        for addr, w in sorted(workers.items())
+    ]
 
 
 def declared(workers: list[Offer]) -> set[str]:
@@ -133,4 +135,5 @@ def refuse_misfits(needs: dict[str, Needs], workers: list[Offer]) -> None:
     raise ConfigError(
         f"{len(bad)} unit(s) fit no worker of the cluster ({len(workers)} worker(s); the most any offers: {offer}):\n"
         f"{lines}\nStart workers that hold them (dask worker ... --memory-limit 200GiB --resources "
-        f"\"{GPU}=1,{GPU_MEMORY}=80\"; docs/cluster.md), or leave these units out of the sweep.")
+        f'"{GPU}=1,{GPU_MEMORY}=80"; docs/cluster.md), or leave these units out of the sweep.'
+    )

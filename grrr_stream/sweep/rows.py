@@ -14,17 +14,44 @@ from typing import Union
 
 from ..files import read_csv
 
-UNITS_TABLE = "units.csv"   # one row per unit (the other tables: each kind's ``tables``)
+UNITS_TABLE = "units.csv"  # one row per unit (the other tables: each kind's ``tables``)
 
 
 Cell = Union[None, int, float, str]
 Row = dict[str, Cell]
 
 # columns that name things: text even when a name looks like a number (a variant called "100")
-_TEXT_COLUMNS = frozenset({"transition", "kind", "from", "to", "variant", "label", "verdict", "metric",
-                           "comparison", "suite", "benchmark", "reference", "method", "domain", "chain",
-                           "selector", "set", "group", "statistic", "resampling", "sparsity_compare",
-                           "model", "component", "group_sft_rl", "transitions", "outlier_channels"})
+_TEXT_COLUMNS = frozenset(
+    {
+        "transition",
+        "kind",
+        "from",
+        "to",
+        "variant",
+        "label",
+        "verdict",
+        "metric",
+        "comparison",
+        "suite",
+        "benchmark",
+        "reference",
+        "method",
+        "domain",
+        "chain",
+        "selector",
+        "set",
+        "group",
+        "statistic",
+        "resampling",
+        "sparsity_compare",
+        "model",
+        "component",
+        "group_sft_rl",
+        "transitions",
+        "outlier_channels",
+    }
+)
+
 
 def parse_cell(column: str, text: str) -> Cell:
     if text == "":
@@ -69,7 +96,7 @@ class Report:
     differences: list[Row] = field(default_factory=list)
     informative: list[Row] = field(default_factory=list)
     claim_rows: list[Row] = field(default_factory=list)
-    claims: dict = field(default_factory=dict)   # evaluation suite → stats.claims_sets.summarise(...) (kinds/claims.py)
+    claims: dict = field(default_factory=dict)  # evaluation suite → stats.claims_sets.summarise(...) (kinds/claims.py)
     # pass@k, maj@k and avg@n per transition, variant and benchmark, where answers were sampled (n > 1)
     sampled: list[Row] = field(default_factory=list)
     # residual channels (kinds/channels.py, channel_stats.py, channel_groups.py): analysed models, per-transition shares, SFT vs RL, per layer

@@ -32,12 +32,12 @@ if TYPE_CHECKING:
 @dataclass
 class SweepResult:
     plan: Plan
-    states: dict[str, str]               # unit id → done | failed | blocked | pending
+    states: dict[str, str]  # unit id → done | failed | blocked | pending
     records: dict[str, Optional[dict]]
-    ran: list[str]                       # units executed in this call
+    ran: list[str]  # units executed in this call
     report: Report
     run_id: Optional[str] = None
-    html: Optional[Path] = None          # WORKDIR/report/index.html
+    html: Optional[Path] = None  # WORKDIR/report/index.html
     # units (and "sweep", its own run) whose MLflow logging was missed in this call: recorded in the
     # workdir's pending tracking folder (Workdir.tracking) for a rerun or `grrr-stream track`
     tracking_missed: list[str] = field(default_factory=list)
@@ -47,7 +47,7 @@ class SweepResult:
         return self.report.files
 
     @property
-    def claims(self) -> dict:            # evaluation suite → stats.claims_sets.summarise(...)
+    def claims(self) -> dict:  # evaluation suite → stats.claims_sets.summarise(...)
         return self.report.claims
 
     @property
@@ -59,9 +59,18 @@ class SweepResult:
         return all(s == "done" for s in self.states.values())
 
 
-def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional[TrackingConfig] = None,
-              progress: bool = True, device: Optional[str] = None, stream: Optional[TextIO] = None,
-              verbose: bool = False, forecast: bool = True, forecast_for: Optional[str] = None) -> SweepResult:
+def run_sweep(
+    plan: Plan,
+    *,
+    scheduler: Optional[str] = None,
+    tracking: Optional[TrackingConfig] = None,
+    progress: bool = True,
+    device: Optional[str] = None,
+    stream: Optional[TextIO] = None,
+    verbose: bool = False,
+    forecast: bool = True,
+    forecast_for: Optional[str] = None,
+) -> SweepResult:
     """Execute every unit that is not done; record failures and go on with what does not depend on them.
 
     Before any work: refuses (:class:`~grrr_stream.errors.DiskSpaceError`) when the units still to run need more
@@ -75,8 +84,9 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
     tracking = tracking or TrackingConfig(enabled=False)
     # every unit's run carries the sweep's tag: one search finds the whole sweep (not a result key)
     # what cannot be logged is recorded with the unit records, for a rerun or `grrr-stream track WORKDIR`
-    tracking = tracking.model_copy(update={"sweep": tracking.sweep or plan.config.name,
-                                           "pending_dir": str(layout.tracking)})
+    tracking = tracking.model_copy(
+        update={"sweep": tracking.sweep or plan.config.name, "pending_dir": str(layout.tracking)}
+    )
     from ..files import ensure_folder
 
     ensure_folder(plan.workdir, "workdir")
@@ -90,8 +100,10 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
         fc = _write_forecast(plan, todo, disk, layout, stream, forecast_for) if forecast else None
         seconds = {u.unit: u.seconds for u in fc.units} if fc is not None else {}
         display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream, forecast=seconds)
-        display.say(f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
-                    f"{len(todo)} to run")
+        display.say(
+            f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
+            f"{len(todo)} to run"
+        )
         if tracking.enabled:  # once, before any unit: unreachable → refuse (required) or record only
             from ..tracking.run_log import preflight
 
@@ -100,11 +112,20 @@ def run_sweep(plan: Plan, *, scheduler: Optional[str] = None, tracking: Optional
                 tracking = preflight(tracking, console() if stream is sys.stderr else stream)
         stores = {t: u.out for t, u in decompose.by_transition(plan.units).items()}
         # reachable: the units record what to log and the tracker logs it while they compute
-        tracker = (Tracker(Path(tracking.pending_dir), tracking)
-                   if tracking.enabled and not tracking.record_only else None)
+        tracker = (
+            Tracker(Path(tracking.pending_dir), tracking) if tracking.enabled and not tracking.record_only else None
+        )
         units_tracking = tracking.model_copy(update={"defer": True}) if tracker else tracking
-        ctx = RunContext(str(plan.workdir), units_tracking, progress, device, threads=None, stores=stores,
-                         informative_points=plan.config.claims.informative_points, verbose=verbose)
+        ctx = RunContext(
+            str(plan.workdir),
+            units_tracking,
+            progress,
+            device,
+            threads=None,
+            stores=stores,
+            informative_points=plan.config.claims.informative_points,
+            verbose=verbose,
+        )
         with tracker or contextlib.nullcontext():
             ran = _run(plan, todo, states, display, scheduler, ctx, fc, stream)
         recs = {u.id: records.read(u) for u in plan.units}
@@ -130,13 +151,17 @@ def _check_disk(plan: Plan, todo: list[Unit]) -> dict:
 
     disk = unit_disk_needs(plan)
     needs = [n for u in todo for n in (disk.get(u.id) or [])]
-    check_space(needs, f"the {len(todo)} sweep unit(s) still to run",
-                "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.")
+    check_space(
+        needs,
+        f"the {len(todo)} sweep unit(s) still to run",
+        "Free space, point workdir at another disk, or run fewer transitions; finished units are kept.",
+    )
     return disk
 
 
-def _write_forecast(plan: Plan, todo: list[Unit], disk: dict, layout: Workdir, stream: TextIO,
-                    target: Optional[str] = None) -> Optional["Forecast"]:
+def _write_forecast(
+    plan: Plan, todo: list[Unit], disk: dict, layout: Workdir, stream: TextIO, target: Optional[str] = None
+) -> Optional["Forecast"]:
     """The forecast.json of this run, and its headline; the forecast (the display's ETA starts from its seconds,
     a cluster's units ask for its memory), None when it failed: a forecast never stops a sweep."""
     from .forecast import forecast_plan
@@ -160,8 +185,9 @@ def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional
     def page(run_id: Optional[str]) -> Path:
         # not asked when the target was found unreachable before the work (nothing to wait on twice)
         runs = sweep_runs(tracking) if tracking.enabled and not tracking.record_only else []
-        result.html = write_html(result.plan, result.report, result.records, tracking=tracking, run_id=run_id,
-                                 runs=runs)
+        result.html = write_html(
+            result.plan, result.report, result.records, tracking=tracking, run_id=run_id, runs=runs
+        )
         return result.html
 
     if tracking.enabled and started is not None:
@@ -171,8 +197,16 @@ def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional
     return result.html
 
 
-def _run(plan: Plan, todo: list[Unit], states: dict[str, str], display: Display, scheduler: Optional[str],
-         ctx: RunContext, fc: Optional["Forecast"], stream: TextIO) -> list[str]:
+def _run(
+    plan: Plan,
+    todo: list[Unit],
+    states: dict[str, str],
+    display: Display,
+    scheduler: Optional[str],
+    ctx: RunContext,
+    fc: Optional["Forecast"],
+    stream: TextIO,
+) -> list[str]:
     """Execute ``todo`` here or on the scheduler's cluster, which is closed afterwards; on a cluster, units that
     fit no worker are refused before any runs."""
     client, cluster, threads = make_client(scheduler)

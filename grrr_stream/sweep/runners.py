@@ -52,13 +52,30 @@ def run_unit(u: Unit, ctx: RunContext) -> dict:
         raise
     except BaseException as e:  # noqa: BLE001 - recorded, reported, and the sweep goes on
         expected = isinstance(e, GrrrError)
-        rec = {"id": u.id, "key": u.key, "status": "failed", "started": started, "seconds": time.time() - started,
-               "error": f"{type(e).__name__}: {e} (its output: {log})", "expected": expected,
-               "traceback": traceback.format_exc()[-6000:], "log": str(log), **where}
+        rec = {
+            "id": u.id,
+            "key": u.key,
+            "status": "failed",
+            "started": started,
+            "seconds": time.time() - started,
+            "error": f"{type(e).__name__}: {e} (its output: {log})",
+            "expected": expected,
+            "traceback": traceback.format_exc()[-6000:],
+            "log": str(log),
+            **where,
+        }
         records.write(u, rec)
         return rec
-    rec = {"id": u.id, "key": u.key, "status": "done", "started": started, "seconds": time.time() - started,
-           "result": result or {}, "log": str(log), **where}
+    rec = {
+        "id": u.id,
+        "key": u.key,
+        "status": "done",
+        "started": started,
+        "seconds": time.time() - started,
+        "result": result or {},
+        "log": str(log),
+        **where,
+    }
     tracking_missed = missed()[missed_before:]  # done all the same: recorded in the sweep's pending folder
     if tracking_missed:
         rec["tracking"] = "not logged: " + "; ".join(tracking_missed)

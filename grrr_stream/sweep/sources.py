@@ -119,10 +119,13 @@ def benchmarks(e: SweepEvaluation, gen: Optional[Unit]) -> tuple[str, Any]:
         from ..evaluation import benchmarks as evaluate
 
         # keyed by content, not by where the package is installed
-        return str(evaluate.BUNDLED), {"bundled": {b: _file_digest(evaluate.BUNDLED / b / "test.jsonl")
-                                                   for b in e.benchmarks}}
+        return str(evaluate.BUNDLED), {
+            "bundled": {b: _file_digest(evaluate.BUNDLED / b / "test.jsonl") for b in e.benchmarks}
+        }
     if e.bench_dir.startswith("hub"):
         return e.bench_dir, e.bench_dir
     bench_dir = str(Path(e.bench_dir).expanduser().absolute())
-    return bench_dir, {"dir": bench_dir, "sha256": {b: _file_digest(Path(bench_dir) / b / "test.jsonl")
-                                                   for b in e.benchmarks}}
+    return bench_dir, {
+        "dir": bench_dir,
+        "sha256": {b: _file_digest(Path(bench_dir) / b / "test.jsonl") for b in e.benchmarks},
+    }

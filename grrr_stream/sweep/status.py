@@ -13,7 +13,7 @@ from .units import Unit
 _DETAIL = {
     "damaged": "recorded done, but its result folder is missing or incomplete; the next run redoes it",
     "stale": "its tables are for another metric or pass@k/maj@k; the next run recomputes them from the "
-             "recorded answers (no generation)",
+    "recorded answers (no generation)",
 }
 
 
@@ -31,8 +31,7 @@ def sweep_status(plan: Plan) -> list[dict]:
         if state in ("pending", "interrupted", "damaged", "stale") and bad:
             state = "blocked"
         states[u.id] = state
-        rows.append({"unit": u.id, "kind": u.kind, "state": state, "detail": _detail(u, state, rec, bad),
-                     "out": u.out})
+        rows.append({"unit": u.id, "kind": u.kind, "state": state, "detail": _detail(u, state, rec, bad), "out": u.out})
     return rows
 
 

@@ -43,11 +43,18 @@ def _unit_rows(plan: Plan, states: dict[str, str], records: dict[str, Optional[d
     from .forecast import estimates
 
     forecast = estimates(plan.workdir)  # the forecast made when the sweep started, next to the measured time
-    return [{"unit": u.id, "kind": u.kind, "state": states.get(u.id, "pending"),
-             "seconds": round(float((records.get(u.id) or {}).get("seconds") or 0.0), 2),
-             "forecast_seconds": None if forecast.get(u.id) is None else round(float(forecast[u.id]), 2),
-             "error": (records.get(u.id) or {}).get("error", "") if states.get(u.id) == "failed" else "",
-             "out": u.out} for u in plan.units]
+    return [
+        {
+            "unit": u.id,
+            "kind": u.kind,
+            "state": states.get(u.id, "pending"),
+            "seconds": round(float((records.get(u.id) or {}).get("seconds") or 0.0), 2),
+            "forecast_seconds": None if forecast.get(u.id) is None else round(float(forecast[u.id]), 2),
+            "error": (records.get(u.id) or {}).get("error", "") if states.get(u.id) == "failed" else "",
+            "out": u.out,
+        }
+        for u in plan.units
+    ]
 
 
 def _write(report: Report) -> None:

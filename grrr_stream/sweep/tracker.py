@@ -67,4 +67,3 @@ class Tracker:
             except (OSError, ValueError, LookupError, TypeError):
                 names.append(f.name)
         return names
-

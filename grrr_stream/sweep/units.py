@@ -28,9 +28,9 @@ KEY_LENGTH = 24
 class Transition:
     id: str
     chain: str
-    parent: str       # model id (W0)
-    child: str        # model id (W1)
-    kind: str         # 'cumulative' (from the chain's base) or 'incremental' (from an intermediate model)
+    parent: str  # model id (W0)
+    child: str  # model id (W1)
+    kind: str  # 'cumulative' (from the chain's base) or 'incremental' (from an intermediate model)
     method: Optional[str]
     domain: Optional[str]
 
@@ -39,11 +39,11 @@ class Transition:
 class PlannedModel:
     """One checkpoint of a planned sweep: a config's model with its chain and lineage resolved."""
 
-    source: str               # local folder, Hub repo id or tinychain:NAME
+    source: str  # local folder, Hub repo id or tinychain:NAME
     revision: Optional[str]
-    chain: str                # the name of its chain
-    parent: Optional[str]     # model id of its parent (None: it is the chain's base)
-    base: str                 # model id of its chain's base
+    chain: str  # the name of its chain
+    parent: Optional[str]  # model id of its parent (None: it is the chain's base)
+    base: str  # model id of its chain's base
     method: Optional[str]
     domain: Optional[str]
     confirmed: bool
@@ -68,10 +68,10 @@ class UnitParams(BaseModel):
 
 @dataclass(frozen=True)
 class Unit:
-    id: str              # e.g. 'decompose/base-to-sft'
-    label: str           # one line for humans
-    key: str             # params.key(): hash of everything its result depends on
-    out: str             # its result folder
+    id: str  # e.g. 'decompose/base-to-sft'
+    label: str  # one line for humans
+    key: str  # params.key(): hash of everything its result depends on
+    out: str  # its result folder
     params: UnitParams
     deps: tuple[str, ...] = ()
     # order only: start after these have ended, whatever their outcome (the first
@@ -79,8 +79,15 @@ class Unit:
     after: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, uid: str, label: str, params: UnitParams, folder: Callable[[str], Path],
-           deps: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> "Unit":
+    def of(
+        cls,
+        uid: str,
+        label: str,
+        params: UnitParams,
+        folder: Callable[[str], Path],
+        deps: tuple[str, ...] = (),
+        after: tuple[str, ...] = (),
+    ) -> "Unit":
         """The unit with its key taken from ``params`` and its result folder named from that key."""
         key = params.key()
         return cls(uid, label, key, str(folder(key)), params, tuple(deps), tuple(after))

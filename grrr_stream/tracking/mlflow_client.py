@@ -37,7 +37,7 @@ KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
 _GUESSED_KINDS = {"", "no_inferred_type", "genai_development_inferred", "custom_model_development_inferred"}
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's nesting: the runs table shows a run under this one
-NOTE_TAG = "mlflow.note.content"   # a run's description (the run page's "Description")
+NOTE_TAG = "mlflow.note.content"  # a run's description (the run page's "Description")
 # The experiment's view that every address this tool prints opens (MLflow's "Share" view state, an experiment
 # tag read by the runs page's ``viewStateShareKey`` parameter): the headline columns, oldest run first.
 VIEW_KEY = "grrr"
@@ -78,8 +78,12 @@ def limits(timeout_s: int, retries: int) -> Iterator[None]:
     for the requests made inside the block (then restore them). ``timeout_s``: seconds to connect and
     to wait for each answer; ``retries``: further attempts after a failed one, 1 s, 2 s, ... apart
     (MLflow's defaults, 120 s and 7 retries with backoff 2, took 4 min 12 s on a closed port)."""
-    values = {"MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(timeout_s)), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(int(retries)),
-              "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0"}
+    values = {
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(timeout_s)),
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(int(retries)),
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0",
+    }
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -104,7 +108,7 @@ def client(uri: str):
         return MlflowClient(tracking_uri=uri)
     from ..locks import FileLock
 
-    db = Path(uri[len("sqlite:///"):])
+    db = Path(uri[len("sqlite:///") :])
     if not db.parent.is_dir():  # not there (a share not mounted): MLflow says so, the lock creates nothing
         return MlflowClient(tracking_uri=uri)
     with FileLock(db.with_name(db.name + ".grrr-lock"), wait=True):
@@ -115,10 +119,23 @@ def client(uri: str):
 
 # The runs table's columns in the view (VIEW_TAG): each kind of run's headline metrics (runs.py logs them under
 # these names), then the Dataset column (an evaluation's benchmarks). Ids as the UI builds them: TYPE.`NAME`.
-HEADLINE_COLUMNS = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos",     # a transition (means over its matrices)
-                    "fidelity",                                          # a variant
-                    "average", "retention", "minus_full", "minus_full_ci_lo", "minus_full_ci_hi",  # an evaluation
-                    "median_cos_off", "ci_lo", "ci_hi", "p_value")       # a comparison
+HEADLINE_COLUMNS = (
+    "f_diag",
+    "f_off",
+    "f_null",
+    "r_delta",
+    "sv_cos",  # a transition (means over its matrices)
+    "fidelity",  # a variant
+    "average",
+    "retention",
+    "minus_full",
+    "minus_full_ci_lo",
+    "minus_full_ci_hi",  # an evaluation
+    "median_cos_off",
+    "ci_lo",
+    "ci_hi",
+    "p_value",
+)  # a comparison
 
 
 def view_state() -> str:
@@ -126,10 +143,17 @@ def view_state() -> str:
     this order, a run-name column wide enough for nested names, and the runs oldest first, so that siblings are
     listed in the order the work ran (the plan's order)."""
     columns = [f"metrics.`{m}`" for m in HEADLINE_COLUMNS] + ["attributes.`Dataset`"]
-    return json.dumps({"orderByKey": "attributes.start_time", "orderByAsc": True, "selectedColumns": columns,
-                       "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", "duration", *columns],
-                       "columnWidths": {"attributes.`Run Name`": 320}, "runsHiddenMode": "SHOW_ALL"},
-                      separators=(",", ":"))
+    return json.dumps(
+        {
+            "orderByKey": "attributes.start_time",
+            "orderByAsc": True,
+            "selectedColumns": columns,
+            "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", "duration", *columns],
+            "columnWidths": {"attributes.`Run Name`": 320},
+            "runsHiddenMode": "SHOW_ALL",
+        },
+        separators=(",", ":"),
+    )
 
 
 def _experiment_id(client, name: str, uri: str) -> str:
@@ -145,11 +169,12 @@ def _experiment_id(client, name: str, uri: str) -> str:
     artifact_location = None
     if uri.startswith("sqlite:///"):
         # keep artifacts beside the database instead of in whatever cwd is current
-        db = Path(uri[len("sqlite:///"):])
+        db = Path(uri[len("sqlite:///") :])
         artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
     try:
-        return client.create_experiment(name, artifact_location=artifact_location, tags={KIND_TAG: TRAINING_KIND,
-                                                                                    VIEW_TAG: view_state()})
+        return client.create_experiment(
+            name, artifact_location=artifact_location, tags={KIND_TAG: TRAINING_KIND, VIEW_TAG: view_state()}
+        )
     except Exception:  # noqa: BLE001 - another process created it first: use theirs
         exp = client.get_experiment_by_name(name)
         if exp is None:
@@ -160,8 +185,16 @@ def _experiment_id(client, name: str, uri: str) -> str:
 class TrackedRun:
     """A handle on the MLflow run of one unit of work (transition, comparison, ...)."""
 
-    def __init__(self, client, run_id: str, complete: bool, existing_params: dict[str, str],
-                 existing_metrics: Iterable[str] = (), created: bool = False, experiment_id: str = ""):
+    def __init__(
+        self,
+        client,
+        run_id: str,
+        complete: bool,
+        existing_params: dict[str, str],
+        existing_metrics: Iterable[str] = (),
+        created: bool = False,
+        experiment_id: str = "",
+    ):
         self.client = client
         self.run_id = run_id
         self.complete = complete
@@ -178,7 +211,7 @@ class TrackedRun:
         # (e.g. another device) are kept as first logged.
         new = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in self._params]
         for i in range(0, len(new), 90):
-            self.client.log_batch(self.run_id, params=new[i:i + 90])
+            self.client.log_batch(self.run_id, params=new[i : i + 90])
         self._added |= bool(new)
         self._params.update({p.key: p.value for p in new})
 
@@ -192,7 +225,7 @@ class TrackedRun:
         logged = self._logged_points({k for k, _, _ in metrics} & self._metric_keys)
         batch = [Metric(k, float(v), ts, int(s)) for k, v, s in metrics if (k, int(s), float(v)) not in logged]
         for i in range(0, len(batch), _BATCH):
-            self.client.log_batch(self.run_id, metrics=batch[i:i + _BATCH])
+            self.client.log_batch(self.run_id, metrics=batch[i : i + _BATCH])
         self._added |= bool(batch)
 
     def _logged_points(self, keys: set[str]) -> set[tuple[str, int, float]]:
@@ -208,8 +241,9 @@ class TrackedRun:
         cols: list[str] = []
         for r in rows:
             cols += [k for k in r if k not in cols]
-        self.client.log_table(self.run_id, data={c: [r.get(c) for r in rows] for c in cols},
-                              artifact_file=artifact_file)
+        self.client.log_table(
+            self.run_id, data={c: [r.get(c) for r in rows] for c in cols}, artifact_file=artifact_file
+        )
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         for k, v in tags.items():
@@ -227,8 +261,7 @@ class TrackedRun:
 
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        have = {(d.dataset.name, d.dataset.digest)
-                for d in self.client.get_run(self.run_id).inputs.dataset_inputs}
+        have = {(d.dataset.name, d.dataset.digest) for d in self.client.get_run(self.run_id).inputs.dataset_inputs}
         new = []
         for name, sha256, path, rows in datasets:
             digest = sha256[:DIGEST_CHARS]
@@ -236,8 +269,13 @@ class TrackedRun:
                 continue
             have.add((name, digest))
             source = json.dumps({"uri": str(Path(path).resolve())})
-            ds = Dataset(name=name, digest=digest, source_type="local", source=source,
-                         profile=json.dumps({"num_rows": rows, "sha256": sha256}))
+            ds = Dataset(
+                name=name,
+                digest=digest,
+                source_type="local",
+                source=source,
+                profile=json.dumps({"num_rows": rows, "sha256": sha256}),
+            )
             new.append(DatasetInput(ds, tags=[InputTag(DATASET_CONTEXT_TAG, context)]))
         if new:
             self.client.log_inputs(self.run_id, datasets=new)
@@ -254,8 +292,11 @@ class TrackedRun:
         sweep reuses moves to that sweep's run (a run has one parent, and the sweep tag names the last sweep)."""
         moved = 0
         for r in _search(self.client, [self.experiment_id], f"tags.`{SWEEP_TAG}` = '{_quote(sweep)}'"):
-            if (r.info.run_id != self.run_id and r.data.tags.get("grrr.kind") in set(kinds)
-                    and r.data.tags.get(PARENT_TAG) != self.run_id):
+            if (
+                r.info.run_id != self.run_id
+                and r.data.tags.get("grrr.kind") in set(kinds)
+                and r.data.tags.get(PARENT_TAG) != self.run_id
+            ):
                 self.client.set_tag(r.info.run_id, PARENT_TAG, self.run_id)
                 moved += 1
         return moved
@@ -299,7 +340,7 @@ def compare_page(ui: str, experiment_id: str, run_ids: Iterable[str]) -> str:
     """The address of MLflow's Compare page of ``run_ids`` (the UI's route /compare-runs, as its
     Routes.getCompareRunPageRoute builds it), in Model training mode."""
     runs = json.dumps(list(run_ids), separators=(",", ":"))
-    return f"{ui.rstrip('/')}/#/compare-runs?runs={runs}&experiments=[\"{experiment_id}\"]&{TRAINING}"
+    return f'{ui.rstrip("/")}/#/compare-runs?runs={runs}&experiments=["{experiment_id}"]&{TRAINING}'
 
 
 def _quote(value: str) -> str:
@@ -310,8 +351,9 @@ def _search(mlc, experiment_ids: list[str], filter_string: str, max_results: int
     """Every run matching ``filter_string`` (pages followed)."""
     out, token = [], None
     while True:
-        page = mlc.search_runs(experiment_ids, filter_string=filter_string, max_results=min(max_results, 1000),
-                               page_token=token)
+        page = mlc.search_runs(
+            experiment_ids, filter_string=filter_string, max_results=min(max_results, 1000), page_token=token
+        )
         out += list(page)
         token = page.token
         if not token or len(out) >= max_results:
@@ -324,15 +366,32 @@ def find_runs(uri: Optional[str], experiment: str, filter_string: str) -> tuple[
     uri = resolve_uri(uri)
     mlc = client(uri)
     exp_id = _experiment_id(mlc, experiment, uri)
-    return exp_id, [{"run_id": r.info.run_id, "name": r.info.run_name, "kind": r.data.tags.get("grrr.kind", ""),
-                     "status": r.info.status, "parent": r.data.tags.get(PARENT_TAG, ""),
-                     "start_ms": r.info.start_time, "end_ms": r.info.end_time}
-                    for r in _search(mlc, [exp_id], filter_string)]
+    return exp_id, [
+        {
+            "run_id": r.info.run_id,
+            "name": r.info.run_name,
+            "kind": r.data.tags.get("grrr.kind", ""),
+            "status": r.info.status,
+            "parent": r.data.tags.get(PARENT_TAG, ""),
+            "start_ms": r.info.start_time,
+            "end_ms": r.info.end_time,
+        }
+        for r in _search(mlc, [exp_id], filter_string)
+    ]
 
 
-def open_run(*, uri: Optional[str], experiment: str, key: str, run_name: str,
-             tags: Optional[dict[str, str]] = None, parent_run_id: Optional[str] = None,
-             start_ms: Optional[int] = None, sweep: Optional[str] = None, resume: bool = True) -> TrackedRun:
+def open_run(
+    *,
+    uri: Optional[str],
+    experiment: str,
+    key: str,
+    run_name: str,
+    tags: Optional[dict[str, str]] = None,
+    parent_run_id: Optional[str] = None,
+    start_ms: Optional[int] = None,
+    sweep: Optional[str] = None,
+    resume: bool = True,
+) -> TrackedRun:
     """Find the run tagged with ``key`` or create it.
 
     ``start_ms``: when the work this run records began (a new run starts then, not now, since most
@@ -361,8 +420,7 @@ def open_run(*, uri: Optional[str], experiment: str, key: str, run_name: str,
             mlc.set_tag(run.info.run_id, NOTE_TAG, note)
         if parent_run_id and run.data.tags.get(PARENT_TAG) != parent_run_id:  # nested as the work nests now
             mlc.set_tag(run.info.run_id, PARENT_TAG, parent_run_id)
-        return TrackedRun(mlc, run.info.run_id, complete, run.data.params, set(run.data.metrics),
-                          experiment_id=exp_id)
+        return TrackedRun(mlc, run.info.run_id, complete, run.data.params, set(run.data.metrics), experiment_id=exp_id)
     all_tags = {KEY_TAG: key, **(tags or {})}
     if parent_run_id:
         all_tags[PARENT_TAG] = parent_run_id
@@ -370,4 +428,3 @@ def open_run(*, uri: Optional[str], experiment: str, key: str, run_name: str,
         all_tags[SWEEP_TAG] = sweep
     run = mlc.create_run(exp_id, start_time=start_ms, run_name=run_name, tags=all_tags)
     return TrackedRun(mlc, run.info.run_id, False, {}, created=True, experiment_id=exp_id)
-

@@ -58,15 +58,15 @@ class RunLog:
     end_ms: int = field(default_factory=trk.now_ms)
     once: bool = True
     params: dict = field(default_factory=dict)
-    metrics: list = field(default_factory=list)          # [name, value, step]
+    metrics: list = field(default_factory=list)  # [name, value, step]
     first_metrics: list = field(default_factory=list)
     changed_metrics_only: bool = False
     set_tags: dict = field(default_factory=dict)
-    artifacts: list = field(default_factory=list)        # [file, artifact folder or None]
-    datasets: list = field(default_factory=list)         # [name, sha256, file, rows, context]
-    tables: list = field(default_factory=list)           # [csv file, artifact file]
+    artifacts: list = field(default_factory=list)  # [file, artifact folder or None]
+    datasets: list = field(default_factory=list)  # [name, sha256, file, rows, context]
+    tables: list = field(default_factory=list)  # [csv file, artifact file]
     finish: bool = True
-    adopt: list = field(default_factory=list)            # kinds of the sweep's runs nested under this one
+    adopt: list = field(default_factory=list)  # kinds of the sweep's runs nested under this one
 
     def __post_init__(self) -> None:
         # MLflow keeps params and tags as text and metrics as (name, float, int step): the same values
@@ -96,9 +96,17 @@ def _open_parents(log: RunLog, ref: Optional[dict], made: list) -> Optional[str]
     if not ref:
         return None
     grand = _open_parents(log, ref.get("parent"), made)
-    run = trk.open_run(uri=log.uri, experiment=log.experiment, key=ref["key"], run_name=ref["name"],
-                       tags=ref.get("tags"), parent_run_id=grand, start_ms=log.start_ms, sweep=log.sweep,
-                       resume=False)
+    run = trk.open_run(
+        uri=log.uri,
+        experiment=log.experiment,
+        key=ref["key"],
+        run_name=ref["name"],
+        tags=ref.get("tags"),
+        parent_run_id=grand,
+        start_ms=log.start_ms,
+        sweep=log.sweep,
+        resume=False,
+    )
     if run.created:
         made.append(run)
     return run.run_id
@@ -108,8 +116,16 @@ def apply(log: RunLog) -> str:
     """Log ``log`` to its run (found by key, else created); the run's id."""
     made: list = []
     parent_id = _open_parents(log, log.parent, made)
-    run = trk.open_run(uri=log.uri, experiment=log.experiment, key=log.key, run_name=log.name, tags=log.tags,
-                       parent_run_id=parent_id, start_ms=log.start_ms, sweep=log.sweep)
+    run = trk.open_run(
+        uri=log.uri,
+        experiment=log.experiment,
+        key=log.key,
+        run_name=log.name,
+        tags=log.tags,
+        parent_run_id=parent_id,
+        start_ms=log.start_ms,
+        sweep=log.sweep,
+    )
     for placeholder in made:  # a parent made for this run ends with it (finished, not complete)
         placeholder.close_placeholder(log.end_ms)
     if log.adopt and log.sweep:
@@ -146,9 +162,14 @@ def apply(log: RunLog) -> str:
 def reason(e: BaseException) -> str:
     """A failure of MLflow in a few words (its messages hold the whole retry history)."""
     text = str(e)
-    for marker, say in (("Connection refused", "connection refused"), ("Read timed out", "no answer in time"),
-                        ("ConnectTimeout", "no answer in time"), ("timed out", "no answer in time"),
-                        ("Name or service not known", "unknown host"), ("already exists", "schema race")):
+    for marker, say in (
+        ("Connection refused", "connection refused"),
+        ("Read timed out", "no answer in time"),
+        ("ConnectTimeout", "no answer in time"),
+        ("timed out", "no answer in time"),
+        ("Name or service not known", "unknown host"),
+        ("already exists", "schema race"),
+    ):
         if marker in text:
             return say
     first = text.strip().splitlines()[0] if text.strip() else ""
@@ -191,8 +212,9 @@ def _miss(logs: Sequence[RunLog], why: str, pending: Optional[Path], stream: Tex
     say_missed([log.name for log in logs[:1]], why, stream, later)  # one line per unit of work
 
 
-def deliver(logs: Sequence[RunLog], tracking: TrackingConfig, folder: Optional[Path] = None, *,
-            stream: Optional[TextIO] = None) -> Optional[list[str]]:
+def deliver(
+    logs: Sequence[RunLog], tracking: TrackingConfig, folder: Optional[Path] = None, *, stream: Optional[TextIO] = None
+) -> Optional[list[str]]:
     """Apply ``logs`` in order (the runs' ids), or record them in the pending folder (None). Never raises
     for MLflow; what was pending in that folder is applied first (so a parent keeps its recorded times)."""
     stream = stream or sys.stderr
@@ -313,7 +335,10 @@ def preflight(tracking: TrackingConfig, stream: Optional[TextIO] = None) -> Trac
         raise TrackingUnavailableError(
             f"the MLflow tracking target {uri} cannot be reached ({why}) and tracking.required is set. Start the "
             "server (tracking/serve.sh), point --tracking-uri elsewhere, or unset tracking.required to work "
-            "without it and log later with `grrr-stream track`.")
-    (stream or sys.stderr).write(f"tracking: {uri} cannot be reached ({why}); working without it (what is not "
-                                 "logged is recorded; `grrr-stream track` or the same command logs it later)\n")
+            "without it and log later with `grrr-stream track`."
+        )
+    (stream or sys.stderr).write(
+        f"tracking: {uri} cannot be reached ({why}); working without it (what is not "
+        "logged is recorded; `grrr-stream track` or the same command logs it later)\n"
+    )
     return tracking.model_copy(update={"record_only": True})

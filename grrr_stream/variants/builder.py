@@ -53,8 +53,8 @@ from .fidelity import FidelityReport, warn_if_lossy, warn_if_store_rounded
 from .rest import REST_FROM, config_differences, resolve_rest, rest_problems
 from .spec import VariantSpec
 
-
 META_FILE = "grrr_variant.json"  # the variant's settings and fidelity, written last (its completion marker)
+
 
 class VariantBuilder:
     """Builds one variant of one stored transition as a tensor stream.
@@ -65,8 +65,16 @@ class VariantBuilder:
     :class:`.channels.ChannelSet` or the path of a channels.json), used by channel variants only.
     """
 
-    def __init__(self, store: Path, spec: VariantSpec, *, dtype: str = "float32", rest_from: str = "base",
-                 device: str = "auto", channels: ChannelSet | Path | str | None = None):
+    def __init__(
+        self,
+        store: Path,
+        spec: VariantSpec,
+        *,
+        dtype: str = "float32",
+        rest_from: str = "base",
+        device: str = "auto",
+        channels: ChannelSet | Path | str | None = None,
+    ):
         if dtype not in FLOAT_NAMES:
             raise ConfigError(f"variant dtype must be one of {', '.join(FLOAT_NAMES)}")
         if rest_from not in REST_FROM:
@@ -81,10 +89,14 @@ class VariantBuilder:
         self.base = Checkpoint.open(Path(m["base_folder"]))
         self.post = Checkpoint.open(Path(m["post_folder"]))
         self.compute_dtype = torch_dtype(m["settings"]["compute_dtype"])
-        self.report = FidelityReport(spec.name, dtype, store_dtype=self.transition.store_dtype(),
-                                     base_dtype=self._matrix_dtypes(self.base),
-                                     post_dtype=self._matrix_dtypes(self.post),
-                                     channels=self.channels.metadata() if self.channels else None)
+        self.report = FidelityReport(
+            spec.name,
+            dtype,
+            store_dtype=self.transition.store_dtype(),
+            base_dtype=self._matrix_dtypes(self.base),
+            post_dtype=self._matrix_dtypes(self.post),
+            channels=self.channels.metadata() if self.channels else None,
+        )
         self.rest_requested = rest_from
         if spec.composed:
             self.rest_from, self.rest_fallback = resolve_rest(rest_from, rest_problems(self.base, self.post))
@@ -101,8 +113,17 @@ class VariantBuilder:
         for key, attrs in self.transition.matrices.items():
             if attrs.get("tensor"):
                 self._parts.setdefault(attrs["tensor"], []).append((key, attrs))
-        self._composer = MatrixComposer(spec, self.transition, self.base, self.post, self.compute_dtype,
-                                        self.device, self.timer, self.report, self.channels)
+        self._composer = MatrixComposer(
+            spec,
+            self.transition,
+            self.base,
+            self.post,
+            self.compute_dtype,
+            self.device,
+            self.timer,
+            self.report,
+            self.channels,
+        )
 
     @property
     def home_side(self) -> str:
@@ -136,8 +157,11 @@ class VariantBuilder:
         """The home checkpoint's config.json, ``torch_dtype`` set to the widest floating dtype written."""
         cfg = dict(self.home.config or {})
         floats = {s.dtype for s in self.layout() if s.dtype.is_floating_point}
-        name = self.dtype if floats <= {torch_dtype(self.dtype)} else \
-            name_of(max(floats, key=lambda d: torch.finfo(d).bits))
+        name = (
+            self.dtype
+            if floats <= {torch_dtype(self.dtype)}
+            else name_of(max(floats, key=lambda d: torch.finfo(d).bits))
+        )
         cfg["torch_dtype"] = name
         if "dtype" in cfg:
             cfg["dtype"] = name
@@ -155,11 +179,19 @@ class VariantBuilder:
         return not rest_problems(self.base, self.post) and not self.config_differences()
 
     def metadata(self) -> dict:
-        meta = {"variant": self.spec.name, "components": self.spec.components(), "dtype": self.dtype,
-                "rest_from": self.rest_from, "rest_from_requested": self.rest_requested,
-                "rest_fallback": self.rest_fallback, "config_from": self.home_side,
-                "prompt_format_from": "post", "config_differences": self.config_differences(),
-                "store": str(self.transition.path), "transition": self.transition.manifest["identity"]}
+        meta = {
+            "variant": self.spec.name,
+            "components": self.spec.components(),
+            "dtype": self.dtype,
+            "rest_from": self.rest_from,
+            "rest_from_requested": self.rest_requested,
+            "rest_fallback": self.rest_fallback,
+            "config_from": self.home_side,
+            "prompt_format_from": "post",
+            "config_differences": self.config_differences(),
+            "store": str(self.transition.path),
+            "transition": self.transition.manifest["identity"],
+        }
         if self.channels is not None:  # only here: other variants' settings (and their MLflow keys) stay as they were
             meta["channels"] = self.channels.metadata()
         return meta
@@ -197,8 +229,9 @@ def _refuse_uncopyable(ckpt: Checkpoint) -> None:
     if bad:
         listed = ", ".join(f"'{n}' ({d})" for n, d in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
         codes = ", ".join(sorted({d for _, d in bad}))
-        raise CheckpointError(f"{ckpt.folder}: variants cannot copy tensors of dtype {codes}: {listed}. "
-                              f"Supported: {', '.join(BY_CODE)}")
+        raise CheckpointError(
+            f"{ckpt.folder}: variants cannot copy tensors of dtype {codes}: {listed}. Supported: {', '.join(BY_CODE)}"
+        )
 
 
 def variant_folder_done(folder: Path, metadata: dict) -> bool:
@@ -212,8 +245,16 @@ def variant_folder_done(folder: Path, metadata: dict) -> bool:
         return False
 
 
-def write_variant(builder: VariantBuilder, folder: Path, *, max_shard_bytes: int = 2 * 2**30,
-                  overwrite: bool = False, stream=None, within: Optional[Path] = None, progress: bool = False) -> dict:
+def write_variant(
+    builder: VariantBuilder,
+    folder: Path,
+    *,
+    max_shard_bytes: int = 2 * 2**30,
+    overwrite: bool = False,
+    stream=None,
+    within: Optional[Path] = None,
+    progress: bool = False,
+) -> dict:
     """Write the variant as a Hugging Face folder plus ``<folder>.fidelity.csv`` beside it.
 
     Returns the fidelity summary. An existing finished folder with the same settings is
@@ -241,11 +282,18 @@ def write_variant(builder: VariantBuilder, folder: Path, *, max_shard_bytes: int
             yield name, t
             shown.advance(name)  # tensors built and handed to the writer, with an ETA
         # the summary is final only once every matrix went through; store it inside the folder
-        extra[META_FILE] = json.dumps({"settings": meta, "fidelity": builder.report.summary()},
-                                                indent=2).encode()
+        extra[META_FILE] = json.dumps({"settings": meta, "fidelity": builder.report.summary()}, indent=2).encode()
 
-    write_checkpoint(folder, tensors(), layout=layout, config=builder.config(),
-                     max_shard_bytes=max_shard_bytes, extra_files=extra, overwrite=True, within=within)
+    write_checkpoint(
+        folder,
+        tensors(),
+        layout=layout,
+        config=builder.config(),
+        max_shard_bytes=max_shard_bytes,
+        extra_files=extra,
+        overwrite=True,
+        within=within,
+    )
     atomic_write_text(folder.with_name(folder.name + ".fidelity.csv"), builder.report.csv())
     summary = builder.report.summary()
     warn_if_lossy(summary, stream)

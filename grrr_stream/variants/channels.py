@@ -35,8 +35,8 @@ class ChannelSet:
     """The outlier channels of one model, as read from a channels.json."""
 
     channels: tuple[int, ...]  # sorted, distinct, non-negative
-    source: str                # the file they were read from
-    role: str = "base"         # which model of the file: 'base' or 'post'
+    source: str  # the file they were read from
+    role: str = "base"  # which model of the file: 'base' or 'post'
     hidden_size: Optional[int] = None  # the hidden size the file records, when it does
 
     @property
@@ -88,8 +88,8 @@ class ChannelRestriction:
 
     keep: str
     channel_set: ChannelSet
-    hidden: int                 # the residual dimension of the transition's matrices
-    axes: dict[str, int]        # matrix key → its residual axis
+    hidden: int  # the residual dimension of the transition's matrices
+    axes: dict[str, int]  # matrix key → its residual axis
     _index: dict[tuple[str, str], torch.Tensor] = field(default_factory=dict, repr=False)
 
     def _indices(self, which: str, device: torch.device) -> torch.Tensor:
@@ -134,8 +134,9 @@ class ChannelRestriction:
         return {"set": self.keep, "hidden": self.hidden, **self.channel_set.describe()}
 
 
-def channel_restriction(keep: Optional[str], channel_set: ChannelSet | Path | str | None,
-                        matrices: Mapping[str, dict], variant: str) -> Optional[ChannelRestriction]:
+def channel_restriction(
+    keep: Optional[str], channel_set: ChannelSet | Path | str | None, matrices: Mapping[str, dict], variant: str
+) -> Optional[ChannelRestriction]:
     """The restriction of a variant on a transition's stored ``matrices``; None for a variant without one.
 
     Refused before anything is built: a channel variant without a channel set, a store with matrices outside
@@ -144,28 +145,37 @@ def channel_restriction(keep: Optional[str], channel_set: ChannelSet | Path | st
     if keep is None:
         return None
     if channel_set is None:
-        raise ConfigError(f"variant '{variant}' keeps the update on the {keep} channels: give the outlier channels "
-                          "(a channels.json written by `grrr-stream channels`: --channels PATH, or variants.channels "
-                          "in a sweep)")
+        raise ConfigError(
+            f"variant '{variant}' keeps the update on the {keep} channels: give the outlier channels "
+            "(a channels.json written by `grrr-stream channels`: --channels PATH, or variants.channels "
+            "in a sweep)"
+        )
     if not isinstance(channel_set, ChannelSet):
         channel_set = load_channels(channel_set)
     axes = {name: matrix_axis(name, a) for name, a in matrices.items()}
     outside = sorted({a["module"] for name, a in matrices.items() if axes[name] is None})
     if outside:
-        raise ConfigError(f"variant '{variant}': modules {', '.join(outside)} neither read nor write the residual "
-                          "stream, so no residual channel restricts them; decompose without them (modules) to "
-                          "build channel variants")
+        raise ConfigError(
+            f"variant '{variant}': modules {', '.join(outside)} neither read nor write the residual "
+            "stream, so no residual channel restricts them; decompose without them (modules) to "
+            "build channel variants"
+        )
     dims = {int(a["shape"][axes[name]]) for name, a in matrices.items()}
     if len(dims) != 1:
-        raise ConfigError(f"variant '{variant}': the decomposed matrices disagree on the residual dimension "
-                          f"({sorted(dims)}); channel variants need one hidden size")
+        raise ConfigError(
+            f"variant '{variant}': the decomposed matrices disagree on the residual dimension "
+            f"({sorted(dims)}); channel variants need one hidden size"
+        )
     hidden = dims.pop()
     where = f"variant '{variant}': channels file {channel_set.source}"
     if channel_set.hidden_size is not None and channel_set.hidden_size != hidden:
-        raise ConfigError(f"{where} is for hidden size {channel_set.hidden_size}, this transition's residual stream "
-                          f"has {hidden} channels: use the channels.json of this transition's base model")
+        raise ConfigError(
+            f"{where} is for hidden size {channel_set.hidden_size}, this transition's residual stream "
+            f"has {hidden} channels: use the channels.json of this transition's base model"
+        )
     out_of_range = [c for c in channel_set.channels if c >= hidden]
     if out_of_range:
-        raise ConfigError(f"{where} lists channels {out_of_range[:10]} out of range for hidden size {hidden} "
-                          f"(0..{hidden - 1})")
+        raise ConfigError(
+            f"{where} lists channels {out_of_range[:10]} out of range for hidden size {hidden} (0..{hidden - 1})"
+        )
     return ChannelRestriction(keep, channel_set, hidden, axes)

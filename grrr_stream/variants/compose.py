@@ -54,13 +54,21 @@ class MatrixComposer:
         """The variant's matrix ``name`` in ``out_dtype``; its fidelity row is added to the report."""
         s = self.spec
         weights = (s.diag, s.off, s.null)
-        if self.channels is None and s.random_removal_seed is None and s.band is None \
-                and weights in ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)):
+        if (
+            self.channels is None
+            and s.random_removal_seed is None
+            and s.band is None
+            and weights in ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+        ):
             # W0 or W1 itself (base, full, proj, a zero mix): copied, never recomputed, so that
             # proj's decomposed matrices equal full's bit for bit
             return self._copied(name, attrs, out_dtype, from_post=weights == (1.0, 1.0, 1.0))
-        if self.channels is not None and s.random_removal_seed is None and s.band is None \
-                and weights == (1.0, 1.0, 1.0):
+        if (
+            self.channels is not None
+            and s.random_removal_seed is None
+            and s.band is None
+            and weights == (1.0, 1.0, 1.0)
+        ):
             return self._copied_on_channels(name, attrs, out_dtype)
         return self._composed(name, attrs, out_dtype)
 
@@ -82,12 +90,14 @@ class MatrixComposer:
             # the cast keeps every value: the realised update is the intended one exactly, and its
             # norm, ‖W1 − W0‖ or 0, is on record from the decomposition (no pass over the matrix)
             norm = 0.0 if src is w0 else float(attrs["metrics"]["delta_fro"])
-            self.report.add(MatrixFidelity(name, attrs["layer"], attrs["module"], norm, 0.0, 0.0, 1.0, 0.0,
-                                           attrs.get("expert")))
+            self.report.add(
+                MatrixFidelity(name, attrs["layer"], attrs["module"], norm, 0.0, 0.0, 1.0, 0.0, attrs.get("expert"))
+            )
         else:
             with self.timer.phase("fidelity"):
-                self.report.account(name, attrs["layer"], attrs["module"], w0, out, None, 0.0, source=src,
-                                    expert=attrs.get("expert"))
+                self.report.account(
+                    name, attrs["layer"], attrs["module"], w0, out, None, 0.0, source=src, expert=attrs.get("expert")
+                )
         return out
 
     def _copied_on_channels(self, name: str, attrs: dict, out_dtype: torch.dtype) -> torch.Tensor:
@@ -102,12 +112,14 @@ class MatrixComposer:
             if casts_exactly(src.dtype, out_dtype):
                 # the intended update is realised exactly: only its norm, from the kept channels alone
                 norm = self.channels.kept_update_norm(name, w0, w1)
-                self.report.add(MatrixFidelity(name, attrs["layer"], attrs["module"], norm, 0.0, 0.0, 1.0, 0.0,
-                                               attrs.get("expert")))
+                self.report.add(
+                    MatrixFidelity(name, attrs["layer"], attrs["module"], norm, 0.0, 0.0, 1.0, 0.0, attrs.get("expert"))
+                )
             else:
                 del w1
-                self.report.account(name, attrs["layer"], attrs["module"], w0, out, None, 0.0, source=src,
-                                    expert=attrs.get("expert"))
+                self.report.account(
+                    name, attrs["layer"], attrs["module"], w0, out, None, 0.0, source=src, expert=attrs.get("expert")
+                )
         return out
 
     def _composed(self, name: str, attrs: dict, out_dtype: torch.dtype) -> torch.Tensor:
@@ -154,16 +166,26 @@ class MatrixComposer:
         if self.channels is not None:
             self.channels.restrict(name, intended)
             m = attrs["metrics"]  # the components are orthogonal: ‖Σ w_c ΔW_c‖² = Σ w_c² e_c
-            self.report.unrestricted[name] = s.diag ** 2 * m["e_diag"] + s.off ** 2 * m["e_off"] \
-                + s.null ** 2 * m["e_null"]
+            self.report.unrestricted[name] = s.diag**2 * m["e_diag"] + s.off**2 * m["e_off"] + s.null**2 * m["e_null"]
         out = torch.empty(w0.shape, dtype=out_dtype)
         with self.timer.phase("fidelity"):  # also forms out = cast(W0 + intended)
-            self.report.account(name, attrs["layer"], attrs["module"], w0, out, intended, removed, fill=True,
-                                expert=attrs.get("expert"), store=combine(rounded))
+            self.report.account(
+                name,
+                attrs["layer"],
+                attrs["module"],
+                w0,
+                out,
+                intended,
+                removed,
+                fill=True,
+                expert=attrs.get("expert"),
+                store=combine(rounded),
+            )
         return out
 
-    def _add_frame_terms(self, name: str, attrs: dict, w0: torch.Tensor, intended: torch.Tensor,
-                         rounded: list) -> tuple[Frame, float]:
+    def _add_frame_terms(
+        self, name: str, attrs: dict, w0: torch.Tensor, intended: torch.Tensor, rounded: list
+    ) -> tuple[Frame, float]:
         """Add to ``intended`` the terms in the base frame: the band block, (w_diag − w_off)·U0 diag(P) V0ᵀ and
         minus the random control. Returns the frame and the norm of what a band or control variant removes;
         appends to ``rounded`` the store's rounding of the parts of P used."""
@@ -200,8 +222,9 @@ class MatrixComposer:
         return frame, removed
 
 
-def stored_frame(transition: StoredTransition, name: str, attrs: dict, w0: torch.Tensor,
-                 compute_dtype: torch.dtype) -> Frame:
+def stored_frame(
+    transition: StoredTransition, name: str, attrs: dict, w0: torch.Tensor, compute_dtype: torch.dtype
+) -> Frame:
     """The base frame of matrix ``name`` as the decomposition used it: from the store's frame cache, or
     recomputed (with a warning) with the decomposition's settings when the cache lacks it."""
     cache = transition.frame_cache()
@@ -209,8 +232,11 @@ def stored_frame(transition: StoredTransition, name: str, attrs: dict, w0: torch
     if frame is None:
         warnings.warn(f"base frame of {name} not in the frame cache; recomputing its SVD", stacklevel=3)
         settings = transition.manifest["settings"]
-        frame = compute_frame(w0.to(compute_dtype), settings["core_rel_threshold"],
-                              degenerate_gap=settings.get("degenerate_gap", DEGENERATE_GAP))
+        frame = compute_frame(
+            w0.to(compute_dtype),
+            settings["core_rel_threshold"],
+            degenerate_gap=settings.get("degenerate_gap", DEGENERATE_GAP),
+        )
     return frame
 
 
@@ -249,8 +275,10 @@ def _verify(ckpt: Checkpoint, name: str, attrs: dict, t: torch.Tensor, want: str
     if key in _VERIFIED:
         return
     if tensor_digest(t) != want:
-        raise StoreMismatchError(f"{name} in the {side} checkpoint differs from the one decomposed into {store}; "
-                                 "decompose again before building variants")
+        raise StoreMismatchError(
+            f"{name} in the {side} checkpoint differs from the one decomposed into {store}; "
+            "decompose again before building variants"
+        )
     _VERIFIED.add(key)
 
 

@@ -83,13 +83,15 @@ class FidelityReport:
     unrestricted: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
-        i2 = sum(r.intended_norm ** 2 for r in self.rows)
-        e2 = sum(r.error_norm ** 2 for r in self.rows)
-        s2 = sum(r.store_error_norm ** 2 for r in self.rows)
-        b2 = sum(r.store_error_bound ** 2 for r in self.rows)  # ‖E‖² = Σ‖E_m‖² ≤ Σ bound_m²
+        i2 = sum(r.intended_norm**2 for r in self.rows)
+        e2 = sum(r.error_norm**2 for r in self.rows)
+        s2 = sum(r.store_error_norm**2 for r in self.rows)
+        b2 = sum(r.store_error_bound**2 for r in self.rows)  # ‖E‖² = Σ‖E_m‖² ≤ Σ bound_m²
         differ = self.base_dtype != self.post_dtype
         out = {
-            "variant": self.variant, "dtype": self.dtype, "matrices": len(self.rows),
+            "variant": self.variant,
+            "dtype": self.dtype,
+            "matrices": len(self.rows),
             "fidelity": _ratio(e2, i2),
             "fidelity_max": max((r.fidelity for r in self.rows), default=0.0),
             "energy_survived": _kept(e2, i2),
@@ -100,16 +102,25 @@ class FidelityReport:
             "store_error_bound": _ratio(b2, i2),
             # cast and store rounding are independent roundings: their squares add
             "total_error": _ratio(e2 + s2, i2),
-            "base_dtype": self.base_dtype, "post_dtype": self.post_dtype, "sides_differ": differ,
-            "sides": (f"base {self.base_dtype}, post {self.post_dtype}: the sides differ in dtype" if differ
-                      else f"base and post {self.base_dtype}"),
+            "base_dtype": self.base_dtype,
+            "post_dtype": self.post_dtype,
+            "sides_differ": differ,
+            "sides": (
+                f"base {self.base_dtype}, post {self.post_dtype}: the sides differ in dtype"
+                if differ
+                else f"base and post {self.base_dtype}"
+            ),
         }
         if self.channels is not None:
             u2 = sum(self.unrestricted.values())
             c = self.channels
-            out.update(channels=c["set"], outlier_channels=c["count"],
-                       kept_channels=c["count"] if c["set"] == "outlier" else c["hidden"] - c["count"],
-                       channel_share=i2 / u2 if u2 > 0 else 0.0, unrestricted_norm=math.sqrt(u2))
+            out.update(
+                channels=c["set"],
+                outlier_channels=c["count"],
+                kept_channels=c["count"] if c["set"] == "outlier" else c["hidden"] - c["count"],
+                channel_share=i2 / u2 if u2 > 0 else 0.0,
+                unrestricted_norm=math.sqrt(u2),
+            )
         return out
 
     def add(self, row: MatrixFidelity) -> None:
@@ -118,13 +129,24 @@ class FidelityReport:
     def csv(self) -> str:
         if self.channels is None:
             return to_csv(asdict(r) for r in self.rows)
-        return to_csv({**asdict(r), "unrestricted_norm": math.sqrt(self.unrestricted.get(r.name, 0.0))}
-                      for r in self.rows)
+        return to_csv(
+            {**asdict(r), "unrestricted_norm": math.sqrt(self.unrestricted.get(r.name, 0.0))} for r in self.rows
+        )
 
-    def account(self, name: str, layer: int, module: str, w0: torch.Tensor, out: torch.Tensor,
-                intended: Optional[torch.Tensor], removed: float, source: Optional[torch.Tensor] = None,
-                fill: bool = False, expert: Optional[int] = None,
-                store: tuple[float, float] = (0.0, 0.0)) -> None:
+    def account(
+        self,
+        name: str,
+        layer: int,
+        module: str,
+        w0: torch.Tensor,
+        out: torch.Tensor,
+        intended: Optional[torch.Tensor],
+        removed: float,
+        source: Optional[torch.Tensor] = None,
+        fill: bool = False,
+        expert: Optional[int] = None,
+        store: tuple[float, float] = (0.0, 0.0),
+    ) -> None:
         """Add the row of one matrix: fidelity of the cast variant against the intended update, by row blocks.
 
         ``intended`` is the update relative to W0; for copied matrices pass ``source`` (W0 or
@@ -134,15 +156,33 @@ class FidelityReport:
         (:func:`.store_error.rounding`).
         """
         step = max(1, (1 << 22) // max(1, w0.shape[1]))
-        if fill and intended is not None and out.dtype == torch.float32 and intended.dtype == torch.float32 \
-                and casts_exactly(w0.dtype, torch.float32):
+        if (
+            fill
+            and intended is not None
+            and out.dtype == torch.float32
+            and intended.dtype == torch.float32
+            and casts_exactly(w0.dtype, torch.float32)
+        ):
             i2, e2 = _twosum_pass(w0, out, intended, step)
         else:
             i2, e2 = _float64_pass(w0, out, intended, source, fill, step)
         s2, bound = store
-        self.add(MatrixFidelity(name, layer, module, math.sqrt(i2), math.sqrt(e2), _ratio(e2, i2),
-                                _kept(e2, i2), removed, expert,
-                                math.sqrt(s2), _ratio(s2, i2), bound))
+        self.add(
+            MatrixFidelity(
+                name,
+                layer,
+                module,
+                math.sqrt(i2),
+                math.sqrt(e2),
+                _ratio(e2, i2),
+                _kept(e2, i2),
+                removed,
+                expert,
+                math.sqrt(s2),
+                _ratio(s2, i2),
+                bound,
+            )
+        )
 
 
 def _kept(e2: float, i2: float) -> float:
@@ -159,8 +199,7 @@ def _ratio(e2: float, i2: float) -> float:
     return math.sqrt(e2 / i2) if i2 > 0 else (0.0 if e2 == 0 else math.inf)
 
 
-def _twosum_pass(w0: torch.Tensor, out: torch.Tensor, intended: torch.Tensor,
-                 step: int) -> tuple[float, float]:
+def _twosum_pass(w0: torch.Tensor, out: torch.Tensor, intended: torch.Tensor, step: int) -> tuple[float, float]:
     """Fill out = fl(W0 + intended) in float32; ‖intended‖² and ‖error‖² by row blocks.
 
     float32 out of float32 arithmetic: the rounding error of out = fl(W0 + intended) is
@@ -169,12 +208,12 @@ def _twosum_pass(w0: torch.Tensor, out: torch.Tensor, intended: torch.Tensor,
     """
     i2 = e2 = 0.0
     for i in range(0, w0.shape[0], step):
-        a = w0[i:i + step].float()
-        b = intended[i:i + step].cpu()
+        a = w0[i : i + step].float()
+        b = intended[i : i + step].cpu()
         s_ = a + b
         bb = s_ - a
         e = (a - (s_ - bb)) + (b - bb)  # realised = s − a = b − e; error = −e
-        out[i:i + step] = s_
+        out[i : i + step] = s_
         # per block, BLAS dot products (float32, blocked accumulation: relative error ~1e-7 on
         # blocks of 4 M entries), summed across blocks in float64
         b, e = b.reshape(-1), e.reshape(-1)
@@ -183,20 +222,26 @@ def _twosum_pass(w0: torch.Tensor, out: torch.Tensor, intended: torch.Tensor,
     return i2, e2
 
 
-def _float64_pass(w0: torch.Tensor, out: torch.Tensor, intended: Optional[torch.Tensor],
-                  source: Optional[torch.Tensor], fill: bool, step: int) -> tuple[float, float]:
+def _float64_pass(
+    w0: torch.Tensor,
+    out: torch.Tensor,
+    intended: Optional[torch.Tensor],
+    source: Optional[torch.Tensor],
+    fill: bool,
+    step: int,
+) -> tuple[float, float]:
     """‖intended‖² and ‖realised − intended‖² in float64, by row blocks (where a
     cast to a narrower dtype is measured)."""
     i2 = e2 = 0.0
     for i in range(0, w0.shape[0], step):
-        base = w0[i:i + step].double()
+        base = w0[i : i + step].double()
         if intended is None:
-            want = source[i:i + step].double() - base
+            want = source[i : i + step].double() - base
         else:
-            want = intended[i:i + step].double().cpu()
+            want = intended[i : i + step].double().cpu()
         if fill:
-            out[i:i + step] = (base + want).to(out.dtype)
-        realised = out[i:i + step].double() - base
+            out[i : i + step] = (base + want).to(out.dtype)
+        realised = out[i : i + step].double() - base
         err = realised - want
         i2 += float((want * want).sum())
         e2 += float((err * err).sum())
@@ -205,10 +250,12 @@ def _float64_pass(w0: torch.Tensor, out: torch.Tensor, intended: Optional[torch.
 
 def warn_if_lossy(summary: dict, stream=None) -> None:
     if summary["fidelity"] > FIDELITY_WARN or summary["fidelity_max"] > FIDELITY_WARN:
-        msg = (f"WARNING: variant '{summary['variant']}' in {summary['dtype']} loses "
-               f"{100 * summary['fidelity']:.1f} % of its intended update to the cast (worst matrix "
-               f"{100 * summary['fidelity_max']:.1f} %; energy kept {100 * summary['energy_survived']:.1f} %). "
-               "Use variant dtype float32 to keep small updates.")
+        msg = (
+            f"WARNING: variant '{summary['variant']}' in {summary['dtype']} loses "
+            f"{100 * summary['fidelity']:.1f} % of its intended update to the cast (worst matrix "
+            f"{100 * summary['fidelity_max']:.1f} %; energy kept {100 * summary['energy_survived']:.1f} %). "
+            "Use variant dtype float32 to keep small updates."
+        )
         warnings.warn(msg, stacklevel=2)
         print(msg, file=stream or sys.stderr)
 
@@ -217,11 +264,13 @@ def store_warning(summary: dict) -> Optional[str]:
     """One line when the variant took parts rounded by a 16-bit store, with the error that implies."""
     if summary.get("store_dtype") not in SIXTEEN_BIT or not summary.get("store_error_bound"):
         return None
-    return (f"WARNING: variant '{summary['variant']}': the store keeps P and the null residual in "
-            f"{summary['store_dtype']}; their rounding puts an estimated {summary['store_error']:.2g} relative error "
-            f"(at most {summary['store_error_bound']:.2g}) into the variant's update, beyond the cast's "
-            f"{summary['fidelity']:.2g} (a store in the compute dtype adds none). Decompose with store_dtype "
-            "float32 for exact components.")
+    return (
+        f"WARNING: variant '{summary['variant']}': the store keeps P and the null residual in "
+        f"{summary['store_dtype']}; their rounding puts an estimated {summary['store_error']:.2g} relative error "
+        f"(at most {summary['store_error_bound']:.2g}) into the variant's update, beyond the cast's "
+        f"{summary['fidelity']:.2g} (a store in the compute dtype adds none). Decompose with store_dtype "
+        "float32 for exact components."
+    )
 
 
 def warn_if_store_rounded(summary: dict, stream=None) -> None:

@@ -38,11 +38,14 @@ def rest_problems(base: Checkpoint, post: Checkpoint) -> list[str]:
 
 
 def rest_refusal(problems: list[str], where: str = "") -> str:
-    return (f"{where}rest_from: base cannot be used: the base and post checkpoints differ in tensor names or "
-            "shapes (e.g. added tokens), so the base cannot supply the tensors that are not decomposed. Set "
-            "rest_from: post (every non-decomposed tensor from the post model; proj then equals full) or "
-            "rest_from: auto (base when possible, else post, recorded). Differences:\n  "
-            + "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""))
+    return (
+        f"{where}rest_from: base cannot be used: the base and post checkpoints differ in tensor names or "
+        "shapes (e.g. added tokens), so the base cannot supply the tensors that are not decomposed. Set "
+        "rest_from: post (every non-decomposed tensor from the post model; proj then equals full) or "
+        "rest_from: auto (base when possible, else post, recorded). Differences:\n  "
+        + "\n  ".join(problems[:20])
+        + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
+    )
 
 
 def resolve_rest(requested: str, problems: list[str]) -> tuple[str, Optional[str]]:

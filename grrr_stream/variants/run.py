@@ -22,25 +22,38 @@ class VariantsResult:
     run_ids: list[str]
 
 
-def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str = "float32",
-                 rest_from: str = "base", device: str = "auto", overwrite: bool = False,
-                 max_shard_bytes: int = 2 * 2**30, tracking: Optional[TrackingConfig] = None, stream=None,
-                 channels: Optional[Path] = None, progress: bool = False) -> VariantsResult:
+def run_variants(
+    store: Path,
+    out: Path,
+    variants: Sequence[str],
+    *,
+    dtype: str = "float32",
+    rest_from: str = "base",
+    device: str = "auto",
+    overwrite: bool = False,
+    max_shard_bytes: int = 2 * 2**30,
+    tracking: Optional[TrackingConfig] = None,
+    stream=None,
+    channels: Optional[Path] = None,
+    progress: bool = False,
+) -> VariantsResult:
     """Build each variant of the transition in ``store`` as ``out/<variant>/`` (HF folder) plus
     ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant. ``channels``: a
     channels.json, needed by the channel variants (read once for all of them). ``progress``: each variant's
     tensors done / total, and the variants done / total, with an ETA."""
     from ..progress import Progress
+    from .builder import VariantBuilder, variant_folder_done, write_variant
     from .channels import load_channels
     from .spec import parse_variants
-    from .builder import VariantBuilder, variant_folder_done, write_variant
 
     specs = parse_variants(variants)
     summaries, folders, run_ids = [], [], []
     # every refusal (rest source, dtype) before the first folder is written
     channel_set = load_channels(channels) if channels is not None and any(s.channels for s in specs) else None
-    builders = [VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device,
-                               channels=channel_set) for spec in specs]
+    builders = [
+        VariantBuilder(Path(store), spec, dtype=dtype, rest_from=rest_from, device=device, channels=channel_set)
+        for spec in specs
+    ]
     out = ensure_folder(Path(out), "--out")
     _check_variant_space(builders, out, overwrite, stream)
     shown = Progress(len(specs), label="[variants] ", enabled=progress)
@@ -48,14 +61,22 @@ def run_variants(store: Path, out: Path, variants: Sequence[str], *, dtype: str 
         folder = out / spec.name
         started = time.time()
         built = not overwrite and variant_folder_done(folder, builder.metadata())  # kept: no work, no rate
-        summary = write_variant(builder, folder, max_shard_bytes=max_shard_bytes, overwrite=overwrite, stream=stream,
-                                within=out, progress=progress)
+        summary = write_variant(
+            builder,
+            folder,
+            max_shard_bytes=max_shard_bytes,
+            overwrite=overwrite,
+            stream=stream,
+            within=out,
+            progress=progress,
+        )
         shown.skip() if built else shown.advance(spec.name)
         summaries.append(summary)
         folders.append(folder)
         if runs.enabled(tracking):
-            run_ids.append(runs.log_variant(builder, folder, summary, tracking, started=started,
-                                            seconds=time.time() - started))
+            run_ids.append(
+                runs.log_variant(builder, folder, summary, tracking, started=started, seconds=time.time() - started)
+            )
     return VariantsResult(out, summaries, folders, run_ids)
 
 
@@ -65,10 +86,16 @@ def _check_variant_space(builders, out: Path, overwrite: bool, stream=None) -> N
     from ..runtime.diskplan import DiskNeed, check_space, describe
     from .builder import variant_folder_done
 
-    needs = [DiskNeed(b.spec.name, out, sum(t.nbytes for t in b.layout())) for b in builders
-             if overwrite or not variant_folder_done(out / b.spec.name, b.metadata())]
+    needs = [
+        DiskNeed(b.spec.name, out, sum(t.nbytes for t in b.layout()))
+        for b in builders
+        if overwrite or not variant_folder_done(out / b.spec.name, b.metadata())
+    ]
     if not needs:
         return
     (stream or sys.stderr).write(f"disk: {len(needs)} variant folder(s) in {out}: {describe(needs)}\n")
-    check_space(needs, f"{len(needs)} variant folder(s) in {out}",
-                "Free space, build fewer variants at a time, or point --out at another disk.")
+    check_space(
+        needs,
+        f"{len(needs)} variant folder(s) in {out}",
+        "Free space, build fewer variants at a time, or point --out at another disk.",
+    )

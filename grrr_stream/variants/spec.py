@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 from ..errors import ConfigError
 from ..files import check_component
 
+
 @dataclass(frozen=True)
 class VariantSpec:
     """Component weights of a variant; ``random_removal_seed`` subtracts the random control.
@@ -80,19 +81,28 @@ _RANDRM_RE = re.compile(r"randrm-(\d+)")
 # off-principal-K: base + the off-diagonal update in the top-K block; off-nonprincipal-K: base + the rest
 # of the off-diagonal update; no-off-principal-K: proj minus the top-K block (the causal removal)
 _BAND_RE = re.compile(r"(off-principal|off-nonprincipal|no-off-principal)-(\d+)")
-_BAND_SPECS = {"off-principal": ((0.0, 0.0, 0.0), 1.0), "off-nonprincipal": ((0.0, 1.0, 0.0), -1.0),
-               "no-off-principal": ((1.0, 1.0, 1.0), -1.0)}
+_BAND_SPECS = {
+    "off-principal": ((0.0, 0.0, 0.0), 1.0),
+    "off-nonprincipal": ((0.0, 1.0, 0.0), -1.0),
+    "no-off-principal": ((1.0, 1.0, 1.0), -1.0),
+}
 # channels-outlier / channels-rest: the whole update (as proj) on the outlier channels or on every other
 # channel; channels-SET-COMPONENT: that component (diag, off, null, offnull) restricted the same way
 CHANNEL_SETS = ("outlier", "rest")
-_CHANNEL_COMPONENTS = {"": (1.0, 1.0, 1.0), "diag": (1.0, 0.0, 0.0), "off": (0.0, 1.0, 0.0),
-                       "null": (0.0, 0.0, 1.0), "offnull": (0.0, 1.0, 1.0)}
+_CHANNEL_COMPONENTS = {
+    "": (1.0, 1.0, 1.0),
+    "diag": (1.0, 0.0, 0.0),
+    "off": (0.0, 1.0, 0.0),
+    "null": (0.0, 0.0, 1.0),
+    "offnull": (0.0, 1.0, 1.0),
+}
 _CHANNELS_RE = re.compile(r"channels-(outlier|rest)(?:-(diag|off|null|offnull))?")
 
 
 def _reserved(name: str) -> bool:
-    return bool(name in BUILTIN or _RANDRM_RE.fullmatch(name) or _BAND_RE.fullmatch(name)
-                or _CHANNELS_RE.fullmatch(name))
+    return bool(
+        name in BUILTIN or _RANDRM_RE.fullmatch(name) or _BAND_RE.fullmatch(name) or _CHANNELS_RE.fullmatch(name)
+    )
 
 
 def parse_variant(text: str) -> VariantSpec:

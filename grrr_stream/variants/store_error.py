@@ -61,9 +61,9 @@ def rounding(y: torch.Tensor, compute: torch.dtype, weights: torch.Tensor | None
     w = None if weights is None else weights.reshape(-1).double()
     u2 = 0.0
     for i in range(0, flat.numel(), _STEP):
-        s = ulp(flat[i:i + _STEP]).square_()
+        s = ulp(flat[i : i + _STEP]).square_()
         if w is not None:
-            s.mul_(w[i:i + _STEP].square())
+            s.mul_(w[i : i + _STEP].square())
         u2 += float(s.sum())
     return u2 / 12.0, math.sqrt(u2 / 4.0)
 

@@ -37,8 +37,13 @@ def stored_columns(transition: StoredTransition, dtype: str) -> Optional[list[di
     for row in transition.rows():
         if any(row.get(k) is None for k in keys):
             return None
-        out.append({"name": row["name"], **{f"e_{c}": float(row[f"e_{c}"]) for c in COMPONENTS},
-                    **{f"kept_{c}": float(row[k]) for c, k in zip(COMPONENTS, keys)}})
+        out.append(
+            {
+                "name": row["name"],
+                **{f"e_{c}": float(row[f"e_{c}"]) for c in COMPONENTS},
+                **{f"kept_{c}": float(row[k]) for c, k in zip(COMPONENTS, keys)},
+            }
+        )
     return out
 
 
@@ -60,16 +65,23 @@ def measured_columns(transition: StoredTransition, dtype: str) -> list[dict]:
         del w1
         delta_sample = (delta[idx] if axis == 0 else delta[:, idx]).clone()
         proj = _projection(transition, name, attrs, delta, frame, cd)
-        kept = round_trip_survival((w0[idx] if axis == 0 else w0[:, idx]),
-                                   component_samples(proj, frame, axis, idx, delta_sample), target)
+        kept = round_trip_survival(
+            (w0[idx] if axis == 0 else w0[:, idx]), component_samples(proj, frame, axis, idx, delta_sample), target
+        )
         metrics = attrs["metrics"]
-        out.append({"name": name, **{f"e_{c}": float(metrics[f"e_{c}"]) for c in COMPONENTS},
-                    **{f"kept_{c}": kept[c] for c in COMPONENTS}})
+        out.append(
+            {
+                "name": name,
+                **{f"e_{c}": float(metrics[f"e_{c}"]) for c in COMPONENTS},
+                **{f"kept_{c}": kept[c] for c in COMPONENTS},
+            }
+        )
     return out
 
 
-def _projection(transition: StoredTransition, name: str, attrs: dict, delta: torch.Tensor, frame: Frame,
-                cd: torch.dtype) -> Projection:
+def _projection(
+    transition: StoredTransition, name: str, attrs: dict, delta: torch.Tensor, frame: Frame, cd: torch.dtype
+) -> Projection:
     """P and the null residual as the store holds them; projected again where it kept only the null's norms."""
     kept = attrs.get("null_kept")
     if attrs.get("null_stored") or kept == "none":
@@ -102,13 +114,15 @@ def pooled(rows: Sequence[dict], components: Sequence[str] = COMPONENTS) -> dict
         total = sum(r[f"e_{c}"] for r in have)
         kept = sum(r[f"e_{c}"] * share[r["name"]] for r in have) / total if total > 0 else 1.0
         worst = min(have, key=lambda r: share[r["name"]], default=None)
-        out[c] = ComponentSurvival(c, kept, worst["name"] if worst else "", share[worst["name"]] if worst else 1.0,
-                                   len(have))
+        out[c] = ComponentSurvival(
+            c, kept, worst["name"] if worst else "", share[worst["name"]] if worst else 1.0, len(have)
+        )
     return out
 
 
-def transition_survival(transition: StoredTransition, dtype: str = "bfloat16",
-                        components: Sequence[str] = COMPONENTS) -> tuple[dict[str, ComponentSurvival], str]:
+def transition_survival(
+    transition: StoredTransition, dtype: str = "bfloat16", components: Sequence[str] = COMPONENTS
+) -> tuple[dict[str, ComponentSurvival], str]:
     """(each component pooled over the transition, where the per-matrix shares come from: 'stored' or
     'measured')."""
     rows = stored_columns(transition, dtype)

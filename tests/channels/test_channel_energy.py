@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.common import no_track_config
 from safetensors.numpy import load_file, save_file
 
-from helpers.common import no_track_config
 from grrr_stream import plots
 from grrr_stream.channels.enrichment import enrichment
 from grrr_stream.cli.entry import main
@@ -24,8 +24,10 @@ xr = pytest.importorskip("xarray")
 H = TINY.hidden
 # the spec, independently of grrr_stream.geometry.channel_energy: the residual stream is a reader's input and a
 # writer's output; torch's Linear stores out×in, gpt-oss's 3-D expert tensors in×out
-READ, WRITE = {"q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "gate_up_proj", "router"}, \
-    {"o_proj", "down_proj"}
+READ, WRITE = (
+    {"q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "gate_up_proj", "router"},
+    {"o_proj", "down_proj"},
+)
 
 
 @pytest.fixture(autouse=True)
@@ -74,8 +76,9 @@ def check_against_reference(store: Path, base: Path, post: Path, hidden: int) ->
         np.testing.assert_allclose(got.values, ref, rtol=2e-3, atol=1e-6 * ref.sum(), err_msg=a["name"])
         # summed over channels: the metrics' energies of the same components
         m = a["metrics"]
-        np.testing.assert_allclose(got.values.sum(axis=0), [m["e_diag"], m["e_off"], m["e_null"]], rtol=1e-4,
-                                   atol=1e-9 * ref.sum())
+        np.testing.assert_allclose(
+            got.values.sum(axis=0), [m["e_diag"], m["e_off"], m["e_null"]], rtol=1e-4, atol=1e-9 * ref.sum()
+        )
         n += 1
     return n
 
@@ -122,8 +125,7 @@ def test_the_projections_intermediate_gives_the_same_energies(monkeypatch, shape
         side = frame.V if axis == 1 else frame.U
         P = proj.P
         assert torch.allclose(proj.lifted, side @ (P.mT if axis == 1 else P), rtol=0, atol=1e-12)
-    got = energy.channel_energies(proj.P, proj.null, frame.U, frame.V, axis,
-                                  proj.lifted)
+    got = energy.channel_energies(proj.P, proj.null, frame.U, frame.V, axis, proj.lifted)
     np.testing.assert_allclose(got.numpy(), reference(W0, W1, axis), rtol=1e-10, atol=1e-14)
 
 
@@ -215,21 +217,25 @@ def test_setting_off_stores_nothing_and_the_default_keeps_result_keys(dense, tmp
     on = no_track_config(base=str(base), post=str(post), store=tmp_path / "s")
     off = no_track_config(base=str(base), post=str(post), store=tmp_path / "s", channel_energy=False)
     assert "channel_energy" not in result_settings(on) and result_settings(off)["channel_energy"] is False
-    run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "s", channel_energy=False,
-                                   modules=["down_proj"]))
+    run_transition(
+        no_track_config(
+            base=str(base), post=str(post), store=tmp_path / "s", channel_energy=False, modules=["down_proj"]
+        )
+    )
     assert not (tmp_path / "s" / "channels").exists()
     assert main(["channel-stats", str(tmp_path / "s"), "--channels", "1,2"]) == 2
 
 
 # -- enrichment ---------------------------------------------------------------------------------------
 
+
 def test_enrichment_against_a_hand_computation():
     """Two matrices, four channels, set {0}: shares, ratio, bootstrap interval and p by hand."""
     e = np.zeros((2, 4, 3))
-    e[0, :, 0] = [4, 1, 1, 2]   # diag of matrix 0: share of channel 0 = 4/8
-    e[1, :, 0] = [1, 1, 1, 1]   # matrix 1: 1/4
-    e[:, :, 1] = 1.0            # off: uniform
-    e[0, :, 2] = [0, 1, 1, 1]   # null: nothing on channel 0
+    e[0, :, 0] = [4, 1, 1, 2]  # diag of matrix 0: share of channel 0 = 4/8
+    e[1, :, 0] = [1, 1, 1, 1]  # matrix 1: 1/4
+    e[:, :, 1] = 1.0  # off: uniform
+    e[0, :, 2] = [0, 1, 1, 1]  # null: nothing on channel 0
     recs = [{"module": "q_proj", "side": "reader"}, {"module": "o_proj", "side": "writer"}]
     rows = {(r["group"], r["component"]): r for r in enrichment(e, recs, np.array([0]), draws=4000, seed=3)}
     r = rows[("all", "diag")]
@@ -252,11 +258,15 @@ def test_enrichment_of_a_concentrated_and_an_isotropic_energy():
     rng = np.random.default_rng(0)
     e = rng.exponential(size=(20, 200, 3))
     S = np.array([3, 50, 77, 120, 199])
-    iso = {(r["group"], r["component"]): r for r in enrichment(e, [{"module": "q_proj", "side": "reader"}] * 20, S,
-                                                               draws=1000, seed=0)}
+    iso = {
+        (r["group"], r["component"]): r
+        for r in enrichment(e, [{"module": "q_proj", "side": "reader"}] * 20, S, draws=1000, seed=0)
+    }
     e[:, S, :] *= 30
-    conc = {(r["group"], r["component"]): r for r in enrichment(e, [{"module": "q_proj", "side": "reader"}] * 20, S,
-                                                                draws=1000, seed=0)}
+    conc = {
+        (r["group"], r["component"]): r
+        for r in enrichment(e, [{"module": "q_proj", "side": "reader"}] * 20, S, draws=1000, seed=0)
+    }
     for c in ("diag", "off", "null"):
         assert 0.7 < iso[("all", c)]["ratio"] < 1.3 and iso[("all", c)]["p_value"] > 0.05
         assert iso[("all", c)]["ci_lo"] < 1 < iso[("all", c)]["ci_hi"]
@@ -292,12 +302,27 @@ def test_channel_stats_on_a_planted_and_an_isotropic_update(dense, tmp_path, cap
     run_transition(no_track_config(base=str(base), post=str(tmp_path / "post"), store=store))
     (tmp_path / "channels.json").write_text(json.dumps({"channels": S.tolist(), "hidden_size": H}))
     for st, out in ((store, tmp_path / "planted"), (iso_store, tmp_path / "iso")):
-        assert main(["channel-stats", str(st), "--channels", str(tmp_path / "channels.json"), "--draws", "500",
-                     "--out", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "channel-stats",
+                    str(st),
+                    "--channels",
+                    str(tmp_path / "channels.json"),
+                    "--draws",
+                    "500",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
     assert "reader" in capsys.readouterr().out
     import pandas as pd
 
-    planted = pd.read_csv(tmp_path / "planted" / "channel_stats.csv", keep_default_na=False).set_index(["group", "component"])
+    planted = pd.read_csv(tmp_path / "planted" / "channel_stats.csv", keep_default_na=False).set_index(
+        ["group", "component"]
+    )
     iso = pd.read_csv(tmp_path / "iso" / "channel_stats.csv", keep_default_na=False).set_index(["group", "component"])
     # the null residual keeps the update's support (tall readers, wide writers: the frame spans the short
     # side); diag and off are mixed over channels by V0 / U0, so they need not be concentrated

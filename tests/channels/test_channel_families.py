@@ -24,13 +24,21 @@ pytest.importorskip("accelerate")
 
 from grrr_stream.channels.ablation import ablate  # noqa: E402
 from grrr_stream.channels.activations import calibration_pass, load_model  # noqa: E402
-from grrr_stream.channels.model_config import text_config  # noqa: E402
 from grrr_stream.channels.calibration import calibration_ids  # noqa: E402
+from grrr_stream.channels.model_config import text_config  # noqa: E402
 from grrr_stream.checkpoints.arch import FAMILIES  # noqa: E402
 from grrr_stream.fixtures.synthetic_hf import make_hf_model, model_families  # noqa: E402
 
-SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=16, vocab_size=256, initializer_range=0.1)
+SIZES = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=256,
+    initializer_range=0.1,
+)
 SEQS, SEQ_LEN = 2, 24
 ZEROED = [3, 17, 40, 41, 63]
 # fixture family name → config.json model_type (what checkpoints/arch.py keys on)
@@ -56,8 +64,7 @@ def _reference(model, ids: torch.Tensor, zeroed: list[int] | None) -> tuple[np.n
         h[..., zeroed] = 0
         return (h, *out[1:]) if isinstance(out, tuple) else h
 
-    handles = [] if not zeroed else [m.register_forward_hook(zero)
-                                     for m in (model.get_input_embeddings(), *layers)]
+    handles = [] if not zeroed else [m.register_forward_hook(zero) for m in (model.get_input_embeddings(), *layers)]
     try:
         with torch.no_grad():
             out = model(input_ids=ids, labels=ids, output_hidden_states=True)
@@ -72,7 +79,8 @@ def _reference(model, ids: torch.Tensor, zeroed: list[int] | None) -> tuple[np.n
 # Gemma3's scaled-embedding subclass and multimodal prefix, fused linears, experts + router); the others slow
 BF16_FAST = ("llama-tied", "gemma3", "phi3", "qwen3_moe")
 CASES = [(f, "float32") for f in model_families()] + [
-    pytest.param(f, "bfloat16", marks=() if f in BF16_FAST else pytest.mark.slow) for f in model_families()]
+    pytest.param(f, "bfloat16", marks=() if f in BF16_FAST else pytest.mark.slow) for f in model_families()
+]
 
 
 @pytest.mark.parametrize("family,stored", CASES)
@@ -92,9 +100,11 @@ def test_calibration_pass_and_ablation_match_the_model_itself(family, stored, tm
     with load_model(tmp_path, max_memory=0) as loaded:
         assert loaded.offloaded
         # the LM head is read by slices; so is the embedding (tied or not: one tensor)
-        assert set(loaded.sliced) == {n for n, m in loaded.model.named_modules()
-                                      if m is loaded.model.get_input_embeddings()
-                                      or m is loaded.model.get_output_embeddings()}
+        assert set(loaded.sliced) == {
+            n
+            for n, m in loaded.model.named_modules()
+            if m is loaded.model.get_input_embeddings() or m is loaded.model.get_output_embeddings()
+        }
         res = calibration_pass(loaded, ids, batch_size=2)
         out = ablate(loaded, ids, ZEROED, SIZES["hidden_size"], seeds=(0,), baseline=res.perplexity)
         random_set = out["random"][0]["channels"]

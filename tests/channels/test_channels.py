@@ -34,9 +34,16 @@ SEQS, SEQ_LEN = 4, 32
 
 def _planted_model(seed: int = 0, massive: float = 30.0):
     torch.manual_seed(seed)
-    cfg = tf.LlamaConfig(hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
-                         tie_word_embeddings=False)
+    cfg = tf.LlamaConfig(
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     model = tf.LlamaForCausalLM(cfg)
     with torch.no_grad():
         model.model.embed_tokens.weight[:, PLANTED] = massive
@@ -73,7 +80,7 @@ def test_calibration_text_checksum_and_sequences(planted):
     raw = text_path().read_bytes()
     assert cal.ids.shape == (SEQS, SEQ_LEN)
     # the byte fallback: consecutive windows of the text's UTF-8 bytes
-    assert bytes(cal.ids[1].tolist()) == raw[SEQ_LEN:2 * SEQ_LEN]
+    assert bytes(cal.ids[1].tolist()) == raw[SEQ_LEN : 2 * SEQ_LEN]
 
 
 def test_rms_matches_output_hidden_states_in_float64(planted):
@@ -130,8 +137,11 @@ def test_offloaded_pass_equals_in_memory(planted, folder):
         # a bf16 checkpoint keeps its decoder linears in bf16 (test below), the rest (norms) is cast; the
         # embedding and LM head are never loaded (meta), their rows read from the checkpoint on use
         assert all(p.device.type == "meta" for p in loaded.model.parameters() if id(p) in io)
-        assert all(p.dtype == (torch.bfloat16 if folder == "base_bf16" and id(p) in kept else torch.float32)
-                   for p in loaded.model.parameters() if id(p) not in io)
+        assert all(
+            p.dtype == (torch.bfloat16 if folder == "base_bf16" and id(p) in kept else torch.float32)
+            for p in loaded.model.parameters()
+            if id(p) not in io
+        )
         off = calibration_pass(loaded, cal.ids)
     np.testing.assert_allclose(off.rms, mem.rms, rtol=1e-6)
     assert off.perplexity == pytest.approx(mem.perplexity, rel=1e-6)
@@ -139,9 +149,18 @@ def test_offloaded_pass_equals_in_memory(planted, folder):
 
 def _tied_bf16(folder):
     torch.manual_seed(2)
-    cfg = tf.LlamaConfig(hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
-                         tie_word_embeddings=True, attention_bias=True, mlp_bias=True)
+    cfg = tf.LlamaConfig(
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        attention_bias=True,
+        mlp_bias=True,
+    )
     model = tf.LlamaForCausalLM(cfg)
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():  # transformers initialises biases to 0: non-zero ones are what is tested
@@ -180,8 +199,9 @@ def _record_reads(monkeypatch):
 
 
 @pytest.mark.parametrize("tied", [False, True])
-def test_offloaded_bf16_reads_embedding_and_head_by_slices_and_keeps_linears_in_bf16(planted, tmp_path, monkeypatch,
-                                                                                      tied):
+def test_offloaded_bf16_reads_embedding_and_head_by_slices_and_keeps_linears_in_bf16(
+    planted, tmp_path, monkeypatch, tied
+):
     """Offloaded, a bf16 checkpoint computed in float32: the embedding and the LM head (one tensor
     when tied) are never loaded: the lookup reads only the rows of the batch's distinct tokens and
     the head reads 10 rows at a time here (many slices and a partial last one), straight from the
@@ -275,8 +295,21 @@ def test_cli_channels_writes_json(planted, tmp_path, capsys):
     from grrr_stream.cli.entry import main
 
     root, _ = planted
-    rc = main(["channels", str(root / "base"), "--post", str(root / "post"), "--out", str(tmp_path),
-               "--sequences", str(SEQS), "--seq-len", str(SEQ_LEN), "--ablate"])
+    rc = main(
+        [
+            "channels",
+            str(root / "base"),
+            "--post",
+            str(root / "post"),
+            "--out",
+            str(tmp_path),
+            "--sequences",
+            str(SEQS),
+            "--seq-len",
+            str(SEQ_LEN),
+            "--ablate",
+        ]
+    )
     assert rc == 0
     data = json.loads((tmp_path / "channels.json").read_text())
     assert data["base"]["channels"] == PLANTED and data["post"]["channels"] == PLANTED
@@ -339,8 +372,15 @@ def test_offloaded_peak_rss_growth_is_a_fraction_of_the_checkpoint(tmp_path, sto
     if not Path("/proc/self/status").is_file():
         pytest.skip("needs Linux /proc")
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8,
-                         num_key_value_heads=2, vocab_size=128, max_position_embeddings=64)
+    cfg = tf.LlamaConfig(
+        hidden_size=512,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=64,
+    )
     model = tf.LlamaForCausalLM(cfg)
     f32_bytes = sum(p.numel() * 4 for p in model.parameters())
     assert f32_bytes > 150 * 2**20
@@ -362,8 +402,15 @@ def test_offloaded_peak_rss_growth_stays_below_a_large_lm_head(tmp_path):
     if not Path("/proc/self/status").is_file():
         pytest.skip("needs Linux /proc")
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(hidden_size=1024, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=65536, max_position_embeddings=64)
+    cfg = tf.LlamaConfig(
+        hidden_size=1024,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=65536,
+        max_position_embeddings=64,
+    )
     model = tf.LlamaForCausalLM(cfg)
     head_bytes = model.lm_head.weight.numel() * 4
     model.save_pretrained(tmp_path)
@@ -377,8 +424,12 @@ def _offloaded_peak(model_dir) -> dict:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(model_dir), "0"], capture_output=True,
-                         text=True, cwd=Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_CHILD, str(model_dir), "0"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["offloaded"]

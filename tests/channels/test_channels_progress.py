@@ -16,14 +16,17 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
+from helpers.common import SteppingClock  # noqa: E402
+
 from grrr_stream import progress as progress_module  # noqa: E402
 from grrr_stream.cli.entry import main  # noqa: E402
 from grrr_stream.forecast import calibrate as calibrate_module  # noqa: E402
 from grrr_stream.forecast.calibrate import Rates  # noqa: E402
-from helpers.common import SteppingClock  # noqa: E402
 
-LINE = re.compile(r"^\[channels base\] \[ *(\d+)/(\d+)\] +\d+\.\d% \| pass (\d)/(\d) \((.+?)\) · batch (\d+)/(\d+) · "
-                  r"layer (\d+)/(\d+) \| \d+\.\d\d s/it \| ETA (\S+)$")
+LINE = re.compile(
+    r"^\[channels base\] \[ *(\d+)/(\d+)\] +\d+\.\d% \| pass (\d)/(\d) \((.+?)\) · batch (\d+)/(\d+) · "
+    r"layer (\d+)/(\d+) \| \d+\.\d\d s/it \| ETA (\S+)$"
+)
 
 
 def _stub_rates(monkeypatch, forward_flops_s: float) -> None:
@@ -47,7 +50,8 @@ def _check_run(err: str, *, layers: int, batches: int) -> None:
     assert [int(m.group(1)) for m in matches] == list(range(1, total + 1))  # every item, in order
     assert matches[0].group(10) != "?" and matches[-1].group(10) == "0s"  # an ETA from the first item on
     assert [m.group(5) for m in matches][:: batches * layers] == (
-        ["calibration", "outliers zeroed"][: passes - 3] + [f"random set, seed {s}" for s in (0, 1, 2)])
+        ["calibration", "outliers zeroed"][: passes - 3] + [f"random set, seed {s}" for s in (0, 1, 2)]
+    )
     assert {(int(m.group(8)), int(m.group(9))) for m in matches} == {(l, layers) for l in range(1, layers + 1)}
 
 
@@ -59,8 +63,19 @@ def test_forecast_and_progress_lines_with_eta(tmp_path, capsys, monkeypatch):
     make_hf_model(tmp_path / "m", "llama", num_hidden_layers=3)
     _stub_rates(monkeypatch, forward_flops_s=10.0)
     monkeypatch.setattr(progress_module.time, "monotonic", SteppingClock())
-    rc = main(["channels", str(tmp_path / "m"), "--out", str(tmp_path / "out"), "--ablate",
-               "--sequences", "2", "--seq-len", "16"])
+    rc = main(
+        [
+            "channels",
+            str(tmp_path / "m"),
+            "--out",
+            str(tmp_path / "out"),
+            "--ablate",
+            "--sequences",
+            "2",
+            "--seq-len",
+            "16",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 0, err
     forecast = [ln for ln in err.splitlines() if ln.startswith("forecast:")]
@@ -79,8 +94,19 @@ def test_no_progress_and_a_short_forecast_say_nothing_more(tmp_path, capsys, mon
     err = capsys.readouterr().err
     assert rc == 0 and "forecast: 1 pass × 32 tokens ≈ " in err and "to shorten it" not in err
     assert not (tmp_path / "channels").exists()  # a dry run writes nothing
-    rc = main(["channels", str(tmp_path / "m"), "--out", str(tmp_path / "o"), "--no-progress",
-               "--sequences", "2", "--seq-len", "16"])
+    rc = main(
+        [
+            "channels",
+            str(tmp_path / "m"),
+            "--out",
+            str(tmp_path / "o"),
+            "--no-progress",
+            "--sequences",
+            "2",
+            "--seq-len",
+            "16",
+        ]
+    )
     assert rc == 0 and capsys.readouterr().err == ""
 
 

@@ -48,8 +48,20 @@ def variant(good: Path, dest: Path, tensors=None, config=None) -> Path:
 
 
 def channels(capsys, folder, *extra) -> tuple[int, str]:
-    rc = main(["channels", str(folder), "--out", str(Path(folder).parent / "out"), "--sequences", "2",
-               "--seq-len", "16", "--no-progress", *map(str, extra)])
+    rc = main(
+        [
+            "channels",
+            str(folder),
+            "--out",
+            str(Path(folder).parent / "out"),
+            "--sequences",
+            "2",
+            "--seq-len",
+            "16",
+            "--no-progress",
+            *map(str, extra),
+        ]
+    )
     return rc, capsys.readouterr().err
 
 
@@ -62,6 +74,7 @@ def assert_refused(rc: int, err: str, *needles: str) -> None:
 
 
 # --- the checkpoint files, as decompose refuses them --------------------------------------------------------
+
 
 def test_missing_folder_file_for_folder_and_pickles_only(good, tmp_path, capsys):
     assert_refused(*channels(capsys, tmp_path / "nowhere"), "does not exist")
@@ -83,7 +96,7 @@ def test_damaged_files_are_refused_before_loading(good, tmp_path, capsys, damage
     elif damage == "garbage header":
         raw = shard.read_bytes()
         (n,) = struct.unpack("<Q", raw[:8])
-        shard.write_bytes(raw[:8] + b"#" * n + raw[8 + n:])
+        shard.write_bytes(raw[:8] + b"#" * n + raw[8 + n :])
         needles = (str(shard), "corrupt")
     elif damage == "fifo config":
         (folder / "config.json").unlink()
@@ -97,6 +110,7 @@ def test_damaged_files_are_refused_before_loading(good, tmp_path, capsys, damage
 
 # --- config against weights: what transformers would load as random weights or refuse with a traceback -------
 
+
 @pytest.mark.parametrize("budget", ["1GiB", "0"])  # resident (transformers' report) / on disk (the headers)
 def test_config_not_describing_the_weights_lists_every_tensor(good, tmp_path, capsys, budget):
     def damage(t):
@@ -105,17 +119,24 @@ def test_config_not_describing_the_weights_lists_every_tensor(good, tmp_path, ca
         t["model.layers.0.mlp.up_proj.weight"] = torch.zeros(32, 64)
 
     folder = variant(good, tmp_path / "m", tensors=damage)
-    assert_refused(*channels(capsys, folder, "--max-memory", budget), "does not describe the weights",
-                   "model.layers.1.mlp.down_proj.weight", "model.layers.5.mlp.gate_proj.weight",
-                   "model.layers.0.mlp.up_proj.weight is [32, 64] in the checkpoint, [64, 32] in the model")
+    assert_refused(
+        *channels(capsys, folder, "--max-memory", budget),
+        "does not describe the weights",
+        "model.layers.1.mlp.down_proj.weight",
+        "model.layers.5.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight is [32, 64] in the checkpoint, [64, 32] in the model",
+    )
 
 
-@pytest.mark.parametrize("key,value,needle", [
-    ("hidden_size", 48, "model.embed_tokens.weight is [128, 32] in the checkpoint, [128, 48] in the model"),
-    ("num_hidden_layers", 3, "model.layers.2.mlp.down_proj.weight"),   # a layer the checkpoint lacks
-    ("num_hidden_layers", 1, "have no place in the model"),              # a layer the model would drop
-    ("vocab_size", 100, "lm_head.weight is [128, 32] in the checkpoint, [100, 32] in the model"),
-])
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("hidden_size", 48, "model.embed_tokens.weight is [128, 32] in the checkpoint, [128, 48] in the model"),
+        ("num_hidden_layers", 3, "model.layers.2.mlp.down_proj.weight"),  # a layer the checkpoint lacks
+        ("num_hidden_layers", 1, "have no place in the model"),  # a layer the model would drop
+        ("vocab_size", 100, "lm_head.weight is [128, 32] in the checkpoint, [100, 32] in the model"),
+    ],
+)
 @pytest.mark.parametrize("budget", ["1GiB", "0"])
 def test_wrong_sizes_in_the_config(good, tmp_path, capsys, key, value, needle, budget):
     folder = variant(good, tmp_path / "m", config=lambda c: c.__setitem__(key, value))
@@ -123,11 +144,20 @@ def test_wrong_sizes_in_the_config(good, tmp_path, capsys, key, value, needle, b
 
 
 def test_unknown_and_unsupported_architectures(good, tmp_path, capsys):
-    unknown = variant(good, tmp_path / "unknown", config=lambda c: c.update(model_type="frobnicator",
-                                                                           architectures=["FrobForCausalLM"]))
+    unknown = variant(
+        good,
+        tmp_path / "unknown",
+        config=lambda c: c.update(model_type="frobnicator", architectures=["FrobForCausalLM"]),
+    )
     assert_refused(*channels(capsys, unknown), "'frobnicator'", "not an architecture transformers")
-    encoder = variant(good, tmp_path / "t5", config=lambda c: (c.clear(), c.update(
-        model_type="t5", d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8, vocab_size=128)))
+    encoder = variant(
+        good,
+        tmp_path / "t5",
+        config=lambda c: (
+            c.clear(),
+            c.update(model_type="t5", d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8, vocab_size=128),
+        ),
+    )
     assert_refused(*channels(capsys, encoder), "no causal language-model class", "decoder-only")
     heads = variant(good, tmp_path / "heads", config=lambda c: c.__setitem__("num_attention_heads", 5))
     assert_refused(*channels(capsys, heads), "cannot read its config.json", "attention heads")
@@ -150,8 +180,9 @@ def test_tokenizer_ids_beyond_the_vocabulary(good, tmp_path, capsys):
     tok = Tokenizer(WordLevel({"[UNK]": 500, "the": 3}, unk_token="[UNK]"))
     tok.pre_tokenizer = Whitespace()
     tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
-                                                              "unk_token": "[UNK]"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"})
+    )
     assert_refused(*channels(capsys, folder), "produces ids beyond the model's vocab_size 128")
 
 
@@ -165,6 +196,10 @@ def test_nan_weights_are_named_before_any_pass(good, tmp_path, capsys, monkeypat
     folder = variant(good, tmp_path / "m", tensors=damage)
     ran = []
     monkeypatch.setattr(activations, "residual_hooks", lambda *a, **k: ran.append(1))
-    assert_refused(*channels(capsys, folder), "2 tensor(s) hold NaN or Inf", "model.layers.1.self_attn.o_proj.weight",
-                   "model.norm.weight")
+    assert_refused(
+        *channels(capsys, folder),
+        "2 tensor(s) hold NaN or Inf",
+        "model.layers.1.self_attn.o_proj.weight",
+        "model.norm.weight",
+    )
     assert not ran  # refused before the first pass

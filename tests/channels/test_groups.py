@@ -5,10 +5,10 @@ without it)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
-
-from dataclasses import dataclass
 
 from grrr_stream.channels.groups import COMPONENTS, Member, group_enrichment
 
@@ -30,8 +30,15 @@ def enrich(toys: list[Toy], **kw) -> dict:
 
 
 def records(n: int) -> list[dict]:
-    return [{"layer": i // len(MODULES), "module": MODULES[i % len(MODULES)][0], "expert": None,
-             "side": MODULES[i % len(MODULES)][1]} for i in range(n)]
+    return [
+        {
+            "layer": i // len(MODULES),
+            "module": MODULES[i % len(MODULES)][0],
+            "expert": None,
+            "side": MODULES[i % len(MODULES)][1],
+        }
+        for i in range(n)
+    ]
 
 
 def planted(rng, name: str, *, matrices: int, H: int, channels, factor: float) -> Toy:
@@ -71,12 +78,15 @@ def _brute_force(members: list[Toy], comp: int, draws: int, seed: int) -> tuple[
     boot = np.empty(draws)
     for d in range(draws):
         idx = rng.integers(0, n, size=n)
-        boot[d] = np.mean([x[idx][:, m.channels].sum() / x[idx].sum() * H / len(m.channels)
-                           for x, m in zip(e, members)])
+        boot[d] = np.mean(
+            [x[idx][:, m.channels].sum() / x[idx].sum() * H / len(m.channels) for x, m in zip(e, members)]
+        )
     null = np.empty(draws)
     for d in range(draws):
         perm = rng.permutation(H)
-        null[d] = np.mean([x.sum(0)[perm[m.channels]].sum() / x.sum() * H / len(m.channels) for x, m in zip(e, members)])
+        null[d] = np.mean(
+            [x.sum(0)[perm[m.channels]].sum() / x.sum() * H / len(m.channels) for x, m in zip(e, members)]
+        )
     obs = np.mean([x[:, m.channels].sum() / x.sum() * H / len(m.channels) for x, m in zip(e, members)])
     lo, hi = np.percentile(boot, [2.5, 97.5])
     return lo, hi, (1 + np.sum(null >= obs)) / (1 + draws)
@@ -86,8 +96,10 @@ def test_interval_and_p_match_a_brute_force_float64_bootstrap():
     rng = np.random.default_rng(7)
     H = 48
     # a parent and its child keep most outlier channels: overlapping sets, one matrix list
-    members = [planted(rng, "sft1", matrices=24, H=H, channels=[1, 5, 9, 20], factor=1.3),
-               planted(rng, "sft2", matrices=24, H=H, channels=[1, 5, 9, 33], factor=1.1)]
+    members = [
+        planted(rng, "sft1", matrices=24, H=H, channels=[1, 5, 9, 20], factor=1.3),
+        planted(rng, "sft2", matrices=24, H=H, channels=[1, 5, 9, 33], factor=1.1),
+    ]
     got = enrich(members, draws=4000, seed=3)
     for c, comp in enumerate(COMPONENTS):
         lo, hi, p = _brute_force(members, c, 4000, 3)
@@ -119,8 +131,9 @@ def test_coverage_of_the_planted_ratio_and_p_values_with_and_without_enrichment(
     for r in range(reps):
         sets = [rng.choice(H, size=k, replace=False) for _ in range(2)]
         factors = (1.5, 2.0)
-        members = [planted(rng, f"t{i}", matrices=30, H=H, channels=s, factor=f)
-                   for i, (s, f) in enumerate(zip(sets, factors))]
+        members = [
+            planted(rng, f"t{i}", matrices=30, H=H, channels=s, factor=f) for i, (s, f) in enumerate(zip(sets, factors))
+        ]
         want = np.mean([population_ratio(f, k, H) for f in factors])
         got = enrich(members, draws=draws, seed=r)["total"]
         covered += got["ci_lo"] <= want <= got["ci_hi"]
@@ -146,8 +159,10 @@ def test_a_kept_member_gives_the_same_group_statistics_as_the_store_energies(tmp
     """What a sweep's channel-stats unit keeps (Member.save) is all the group statistics read: loaded back, the
     same numbers bit for bit, without the (matrices, H, 3) energies."""
     rng = np.random.default_rng(5)
-    toys = [planted(rng, "a", matrices=12, H=40, channels=[1, 4, 9], factor=1.5),
-            planted(rng, "b", matrices=12, H=40, channels=[1, 4, 30], factor=1.2)]
+    toys = [
+        planted(rng, "a", matrices=12, H=40, channels=[1, 4, 9], factor=1.5),
+        planted(rng, "b", matrices=12, H=40, channels=[1, 4, 30], factor=1.2),
+    ]
     direct = [Member.of(t.transition, t.energies, t.records, t.channels) for t in toys]
     for m in direct:
         m.save(tmp_path / f"{m.transition}.npz")

@@ -19,18 +19,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from helpers.common import no_track_config
+
 from grrr_stream.checkpoints.arch import FAMILIES, MatrixName, select_matrices, split_fused
 from grrr_stream.checkpoints.reader import Checkpoint
-from grrr_stream.decompose.run import run_transition
 from grrr_stream.decompose.plan import plan_transition
+from grrr_stream.decompose.run import run_transition
 from grrr_stream.errors import ConfigError
 from grrr_stream.fixtures.synthetic import ModelShape, make_transition
 from grrr_stream.stats.summaries import summary_tables
 from grrr_stream.store.transition_store import StoredTransition
-from grrr_stream.variants.spec import parse_variant
 from grrr_stream.variants.builder import VariantBuilder, write_variant
+from grrr_stream.variants.spec import parse_variant
 
 transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -48,8 +48,10 @@ EXPECTED = {
     "gemma3": (rf"^language_model\.model\.layers\.\d\.({ATTN}|mlp\.(gate|up|down)_proj\.weight)$", 14),
     "phi3": (r"^model\.layers\.\d\.(self_attn\.(qkv|o)_proj|mlp\.(gate_up|down)_proj)\.weight$", 8),
     # 4 attention + 4 experts × 3 + the router, per layer
-    "qwen3_moe": (rf"^model\.layers\.\d\.({ATTN}|mlp\.experts\.\d\.(gate|up|down)_proj\.weight|mlp\.gate\.weight)$",
-                  34),
+    "qwen3_moe": (
+        rf"^model\.layers\.\d\.({ATTN}|mlp\.experts\.\d\.(gate|up|down)_proj\.weight|mlp\.gate\.weight)$",
+        34,
+    ),
     "mixtral": (rf"^model\.layers\.\d\.({ATTN}|block_sparse_moe\.(experts\.\d\.w[123]|gate)\.weight)$", 34),
     # 4 attention + 4 slices × 2 fused tensors + the router, per layer
     "gpt_oss": (rf"^model\.layers\.\d\.({ATTN}|mlp\.experts\.(gate_up|down)_proj|mlp\.router\.weight)$", 26),
@@ -77,8 +79,9 @@ def logits(folder: Path, family: str) -> torch.Tensor:
 def decompose(root: Path, family: str, **settings) -> tuple[Path, Path, Path]:
     base, post = make_hf_transition(root, family)
     store = root / "store"
-    run_transition(no_track_config(base=str(base), post=str(post), store=store, band_edges=[], angle_edges=[],
-                                   **settings))
+    run_transition(
+        no_track_config(base=str(base), post=str(post), store=store, band_edges=[], angle_edges=[], **settings)
+    )
     return base, post, store
 
 
@@ -88,8 +91,11 @@ def expected_proj(base: Path, post: Path, family: str, out: Path) -> Path:
     rx = re.compile(EXPECTED[family][0])
     b, p = files(base), files(post)
     out.mkdir()
-    save_file({n: (p[n] if rx.match(n) else t).contiguous() for n, t in b.items()}, out / "model.safetensors",
-              metadata={"format": "pt"})
+    save_file(
+        {n: (p[n] if rx.match(n) else t).contiguous() for n, t in b.items()},
+        out / "model.safetensors",
+        metadata={"format": "pt"},
+    )
     shutil.copy(base / "config.json", out / "config.json")
     return out
 
@@ -129,18 +135,26 @@ def test_moe_patterns_give_layer_module_expert():
         "model.layers.3.self_attn.q_proj.weight": (8, 8),
     }
     got = select_matrices(names, FAMILIES["qwen3_moe"].pattern, FAMILIES["qwen3_moe"].modules, shapes=names)
-    assert [(m.layer, m.module, m.expert) for m in got] == [(3, "q_proj", None), (3, "down_proj", 17),
-                                                          (3, "gate", None)]
-    mix = select_matrices(["model.layers.0.block_sparse_moe.experts.2.w3.weight",
-                           "model.layers.0.block_sparse_moe.gate.weight"],
-                          FAMILIES["mixtral"].pattern, FAMILIES["mixtral"].modules)
+    assert [(m.layer, m.module, m.expert) for m in got] == [
+        (3, "q_proj", None),
+        (3, "down_proj", 17),
+        (3, "gate", None),
+    ]
+    mix = select_matrices(
+        ["model.layers.0.block_sparse_moe.experts.2.w3.weight", "model.layers.0.block_sparse_moe.gate.weight"],
+        FAMILIES["mixtral"].pattern,
+        FAMILIES["mixtral"].modules,
+    )
     assert [(m.module, m.expert) for m in mix] == [("w3", 2), ("gate", None)]
-    fused = {"model.layers.1.mlp.experts.gate_up_proj": (3, 8, 16), "model.layers.1.mlp.experts.gate_up_proj_bias":
-             (3, 16), "model.layers.1.mlp.router.weight": (3, 8)}
+    fused = {
+        "model.layers.1.mlp.experts.gate_up_proj": (3, 8, 16),
+        "model.layers.1.mlp.experts.gate_up_proj_bias": (3, 16),
+        "model.layers.1.mlp.router.weight": (3, 8),
+    }
     got = select_matrices(fused, FAMILIES["gpt_oss"].pattern, FAMILIES["gpt_oss"].modules, shapes=fused)
     assert [(m.name, m.expert, m.index) for m in got] == [
-        (f"model.layers.1.mlp.experts.gate_up_proj[{e}]", e, e) for e in range(3)] + [
-        ("model.layers.1.mlp.router.weight", None, None)]
+        (f"model.layers.1.mlp.experts.gate_up_proj[{e}]", e, e) for e in range(3)
+    ] + [("model.layers.1.mlp.router.weight", None, None)]
 
 
 def test_olmo_and_mimo_checkpoints_plan_as_their_family(tmp_path):
@@ -156,20 +170,32 @@ def test_olmo_and_mimo_checkpoints_plan_as_their_family(tmp_path):
         assert {m.name for m in plan.matrices} == {n for n in ck.tensors if rx.match(n)}
         assert len(plan.matrices) == EXPECTED[family][1]
     mtp = {n for n in ck.tensors if n.startswith("model.mtp_layers.0.")}
-    assert {"model.mtp_layers.0.self_attn.q_proj.weight", "model.mtp_layers.0.mlp.down_proj.weight",
-            "model.mtp_layers.0.input_proj.weight", "model.mtp_layers.0.token_layernorm.weight"} <= mtp
+    assert {
+        "model.mtp_layers.0.self_attn.q_proj.weight",
+        "model.mtp_layers.0.mlp.down_proj.weight",
+        "model.mtp_layers.0.input_proj.weight",
+        "model.mtp_layers.0.token_layernorm.weight",
+    } <= mtp
     assert ck.config["num_nextn_predict_layers"] == 1 and ck.config["architectures"] == ["MiMoForCausalLM"]
     assert ck.tensors["model.mtp_layers.0.input_proj.weight"].shape == (32, 64)
 
 
 def test_split_fused_rows_from_config():
-    m = [MatrixName(0, "qkv_proj", "q.weight"), MatrixName(0, "gate_up_proj", "g.weight"),
-         MatrixName(0, "o_proj", "o.weight")]
+    m = [
+        MatrixName(0, "qkv_proj", "q.weight"),
+        MatrixName(0, "gate_up_proj", "g.weight"),
+        MatrixName(0, "o_proj", "o.weight"),
+    ]
     cfg = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 64}
     got = split_fused(m, cfg, {"q.weight": (64, 32), "g.weight": (128, 32), "o.weight": (32, 32)})
     assert [(x.name, x.module, x.rows) for x in got] == [
-        ("q.weight[q]", "q_proj", (0, 32)), ("q.weight[k]", "k_proj", (32, 48)), ("q.weight[v]", "v_proj", (48, 64)),
-        ("g.weight[gate]", "gate_proj", (0, 64)), ("g.weight[up]", "up_proj", (64, 128)), ("o.weight", "o_proj", None)]
+        ("q.weight[q]", "q_proj", (0, 32)),
+        ("q.weight[k]", "k_proj", (32, 48)),
+        ("q.weight[v]", "v_proj", (48, 64)),
+        ("g.weight[gate]", "gate_proj", (0, 64)),
+        ("g.weight[up]", "up_proj", (64, 128)),
+        ("o.weight", "o_proj", None),
+    ]
     with pytest.raises(ConfigError, match="cannot split"):
         split_fused(m, {**cfg, "intermediate_size": 60}, {"q.weight": (64, 32), "g.weight": (128, 32)})
 
@@ -177,8 +203,11 @@ def test_split_fused_rows_from_config():
 def test_read_part_is_the_slice(tmp_path):
     """Expert slices and row blocks read as byte ranges equal slicing the tensor loaded whole."""
     g = torch.Generator().manual_seed(0)
-    tensors = {"a": torch.randn(5, 3, 7, generator=g).to(torch.bfloat16), "b": torch.randn(9, 4, generator=g),
-               "c": torch.randn(2, generator=g)}
+    tensors = {
+        "a": torch.randn(5, 3, 7, generator=g).to(torch.bfloat16),
+        "b": torch.randn(9, 4, generator=g),
+        "c": torch.randn(2, generator=g),
+    }
     save_file(tensors, tmp_path / "model.safetensors")
     ck = Checkpoint.open(tmp_path)
     for mapped in (True, False):  # copied from a memory map / read with readinto
@@ -197,8 +226,9 @@ def test_read_part_is_the_slice(tmp_path):
 def test_checkpoint_not_laid_out_as_its_family_is_refused(tmp_path):
     """A dense Llama-layout checkpoint labelled phi3: the Phi-3 pattern would take o_proj and down_proj only.
     That partial decomposition is refused, naming the weights left out and the pattern hint."""
-    base, post = make_transition(tmp_path, ModelShape(hidden=32, intermediate=64, layers=1, heads=4, kv_heads=2),
-                                 family="llama", dtype="float32")
+    base, post = make_transition(
+        tmp_path, ModelShape(hidden=32, intermediate=64, layers=1, heads=4, kv_heads=2), family="llama", dtype="float32"
+    )
     for folder in (base, post):
         cfg = json.loads((folder / "config.json").read_text())
         cfg["model_type"] = "phi3"
@@ -209,9 +239,13 @@ def test_checkpoint_not_laid_out_as_its_family_is_refused(tmp_path):
     msg = str(ei.value)
     assert "'phi3'" in msg and "model.layers.0.mlp.gate_proj.weight" in msg and "(?P<layer>" in msg
     # the user's own selection is the user's call
-    plan = plan_transition(Checkpoint.open(base), Checkpoint.open(post),
-                           no_track_config(base=str(base), post=str(post), store=tmp_path / "s", device="cpu",
-                                           modules=["o_proj", "down_proj"]))
+    plan = plan_transition(
+        Checkpoint.open(base),
+        Checkpoint.open(post),
+        no_track_config(
+            base=str(base), post=str(post), store=tmp_path / "s", device="cpu", modules=["o_proj", "down_proj"]
+        ),
+    )
     assert [m.module for m in plan.matrices] == ["o_proj", "down_proj"]
 
 
@@ -298,8 +332,16 @@ def test_tied_variant_runs_in_vllm(tmp_path):
     vllm = pytest.importorskip("vllm")
     from vllm.inputs import TokensPrompt
 
-    cfg = transformers.Gemma2Config(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-                                    num_key_value_heads=1, head_dim=64, vocab_size=256, max_position_embeddings=256)
+    cfg = transformers.Gemma2Config(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        vocab_size=256,
+        max_position_embeddings=256,
+    )
     torch.manual_seed(0)
     model = transformers.Gemma2ForCausalLM(cfg).eval()
     model.save_pretrained(tmp_path / "base")
@@ -307,20 +349,34 @@ def test_tied_variant_runs_in_vllm(tmp_path):
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05 * p.std().clamp_min(1e-3))
     model.save_pretrained(tmp_path / "post")
-    run_transition(no_track_config(base=str(tmp_path / "base"), post=str(tmp_path / "post"), store=tmp_path / "s",
-                                   band_edges=[], angle_edges=[]))
+    run_transition(
+        no_track_config(
+            base=str(tmp_path / "base"),
+            post=str(tmp_path / "post"),
+            store=tmp_path / "s",
+            band_edges=[],
+            angle_edges=[],
+        )
+    )
     out = tmp_path / "proj"
     write_variant(VariantBuilder(tmp_path / "s", parse_variant("proj")), out)
     assert "lm_head.weight" not in files(out) and json.loads((out / "config.json").read_text())["tie_word_embeddings"]
     ids = [1, 5, 9, 17, 33, 2]
     hf = transformers.Gemma2ForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     with torch.no_grad():
-        want = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0, len(ids):].tolist()
-    llm = vllm.LLM(model=str(out), skip_tokenizer_init=True, dtype="float32", enforce_eager=True, max_model_len=128,
-                   kv_cache_memory_bytes=2**29)
+        want = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0, len(ids) :].tolist()
+    llm = vllm.LLM(
+        model=str(out),
+        skip_tokenizer_init=True,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=128,
+        kv_cache_memory_bytes=2**29,
+    )
     try:
-        got = llm.generate([TokensPrompt(prompt_token_ids=ids)],
-                           vllm.SamplingParams(max_tokens=8, temperature=0.0, detokenize=False))
+        got = llm.generate(
+            [TokensPrompt(prompt_token_ids=ids)], vllm.SamplingParams(max_tokens=8, temperature=0.0, detokenize=False)
+        )
     finally:
         del llm  # the engine process ends here, not at interpreter exit (as grrr_stream.evaluation.engine.Engine.close)
         gc.collect()
@@ -329,16 +385,28 @@ def test_tied_variant_runs_in_vllm(tmp_path):
 
 # vLLM's CPU kernels: attention head sizes 32, 64, … (not the tiny models' 8); the fused-MoE grouped GEMM wants the
 # hidden and expert widths in multiples of 32
-MOE_VLLM = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                num_key_value_heads=1, head_dim=32, vocab_size=256, max_position_embeddings=256, num_experts_per_tok=2)
+MOE_VLLM = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+    vocab_size=256,
+    max_position_embeddings=256,
+    num_experts_per_tok=2,
+)
 PROMPTS = [[1, 5, 9, 17, 33, 2], [7, 7, 7, 7], [200, 3, 150, 42, 99, 11, 250, 64, 8], [12]]
 
 
 def moe_for_vllm(family: str):
     if family == "qwen3_moe":
-        return (transformers.Qwen3MoeConfig(**MOE_VLLM, moe_intermediate_size=32, num_experts=4,
-                                            decoder_sparse_step=1, mlp_only_layers=[]),
-                transformers.Qwen3MoeForCausalLM)
+        return (
+            transformers.Qwen3MoeConfig(
+                **MOE_VLLM, moe_intermediate_size=32, num_experts=4, decoder_sparse_step=1, mlp_only_layers=[]
+            ),
+            transformers.Qwen3MoeForCausalLM,
+        )
     return transformers.MixtralConfig(**MOE_VLLM, num_local_experts=4), transformers.MixtralForCausalLM
 
 
@@ -369,8 +437,11 @@ def test_moe_variant_runs_in_vllm(tmp_path, monkeypatch, family):
     del model
     # SVD in float64: in float32 the singular vectors of near-equal singular values (gaps of 1e-4 occur here) are
     # off by enough to move the diagonal part 3e-5·‖ΔW‖ from the float64 reference below
-    run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "s", band_edges=[],
-                                   angle_edges=[], compute_dtype="float64"))
+    run_transition(
+        no_track_config(
+            base=str(base), post=str(post), store=tmp_path / "s", band_edges=[], angle_edges=[], compute_dtype="float64"
+        )
+    )
     t = StoredTransition(tmp_path / "s")
     rx = re.compile(EXPECTED[family][0])
     b, p = files(base), files(post)
@@ -394,19 +465,32 @@ def test_moe_variant_runs_in_vllm(tmp_path, monkeypatch, family):
         tokens, logps = [], []
         with torch.no_grad():
             for ids in PROMPTS:
-                g = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, output_logits=True,
-                                return_dict_in_generate=True)
-                tokens.append(g.sequences[0, len(ids):].tolist())
+                g = hf.generate(
+                    torch.tensor([ids]),
+                    max_new_tokens=8,
+                    do_sample=False,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                )
+                tokens.append(g.sequences[0, len(ids) :].tolist())
                 logps.append([float(torch.log_softmax(s[0].double(), -1)[k]) for s, k in zip(g.logits, tokens[-1])])
         return tokens, logps
 
     want_tokens, want_logps = greedy_hf(out)
     assert want_tokens != greedy_hf(base)[0]
-    llm = vllm.LLM(model=str(out), skip_tokenizer_init=True, dtype="float32", enforce_eager=True, max_model_len=128,
-                   kv_cache_memory_bytes=2**29)
+    llm = vllm.LLM(
+        model=str(out),
+        skip_tokenizer_init=True,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=128,
+        kv_cache_memory_bytes=2**29,
+    )
     try:
-        res = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in PROMPTS],
-                           vllm.SamplingParams(max_tokens=8, temperature=0.0, detokenize=False, logprobs=0))
+        res = llm.generate(
+            [TokensPrompt(prompt_token_ids=ids) for ids in PROMPTS],
+            vllm.SamplingParams(max_tokens=8, temperature=0.0, detokenize=False, logprobs=0),
+        )
     finally:
         del llm  # the engine ends here, not at interpreter exit (as grrr_stream.evaluation.engine.Engine.close)
         gc.collect()

@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from grrr_stream.checkpoints.header import read_header
 from grrr_stream.checkpoints.reader import INDEX_NAME, Checkpoint, resolve_source
 from grrr_stream.checkpoints.writer import TensorSpec, write_checkpoint
 from grrr_stream.config import build_config
@@ -31,7 +32,6 @@ from grrr_stream.errors import (
     UnsafeCheckpointError,
 )
 from grrr_stream.fixtures.synthetic import TINY, make_transition, write_model
-from grrr_stream.checkpoints.header import read_header
 
 SHARD_BYTES = 100_000  # TINY in float32 → 6 shards plus an index
 
@@ -68,8 +68,17 @@ def shard_of(folder: Path, tensor: str) -> Path:
 
 
 def cfg_for(base: Path, post: Path, store: Path, **extra):
-    return build_config({"base": str(base), "post": str(post), "store": store, "device": "cpu",
-                         "tracking": {"enabled": False}, "progress": False, **extra})
+    return build_config(
+        {
+            "base": str(base),
+            "post": str(post),
+            "store": store,
+            "device": "cpu",
+            "tracking": {"enabled": False},
+            "progress": False,
+            **extra,
+        }
+    )
 
 
 def as_bytes(t: torch.Tensor) -> bytes:
@@ -80,10 +89,10 @@ def rewrite_header(shard: Path, edit) -> None:
     """Rewrite a shard's JSON header through ``edit(header) -> header``, keeping the data."""
     raw = shard.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = edit(json.loads(raw[8:8 + n]))
+    header = edit(json.loads(raw[8 : 8 + n]))
     blob = json.dumps(header).encode()
     blob += b" " * (-len(blob) % 8)
-    shard.write_bytes(struct.pack("<Q", len(blob)) + blob + raw[8 + n:])
+    shard.write_bytes(struct.pack("<Q", len(blob)) + blob + raw[8 + n :])
 
 
 # ---------------------------------------------------------------------------
@@ -209,14 +218,15 @@ def test_truncated_single_file_checkpoint(tmp_path):
     assert str(shard) in str(ei.value)
 
 
-@pytest.mark.parametrize("damage", ["garbage_header", "header_not_object", "cut_inside_header",
-                                    "three_bytes", "random_bytes"])
+@pytest.mark.parametrize(
+    "damage", ["garbage_header", "header_not_object", "cut_inside_header", "three_bytes", "random_bytes"]
+)
 def test_corrupt_shard_names_file(base_copy, damage):
     shard = shard_of(base_copy, "model.layers.0.mlp.gate_proj.weight")
     raw = shard.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
     if damage == "garbage_header":
-        shard.write_bytes(raw[:8] + b"\x00{garbage\xff" * (n // 10) + b"\xff" * (n % 10) + raw[8 + n:])
+        shard.write_bytes(raw[:8] + b"\x00{garbage\xff" * (n // 10) + b"\xff" * (n % 10) + raw[8 + n :])
     elif damage == "header_not_object":
         rewrite_header(shard, lambda h: [1, 2, 3])
     elif damage == "cut_inside_header":
@@ -232,8 +242,9 @@ def test_corrupt_shard_names_file(base_copy, damage):
     assert str(shard) in msg and "re-download" in msg
 
 
-@pytest.mark.parametrize("field,bad", [("data_offsets", "strings"), ("data_offsets", "three"),
-                                       ("shape", "strings"), ("dtype", "missing")])
+@pytest.mark.parametrize(
+    "field,bad", [("data_offsets", "strings"), ("data_offsets", "three"), ("shape", "strings"), ("dtype", "missing")]
+)
 def test_malformed_header_entries_raise_checkpoint_error(base_copy, field, bad):
     """A syntactically valid header with ill-typed entries must be reported as a
     CheckpointError naming the shard, not crash with TypeError later."""
@@ -308,13 +319,13 @@ def test_duplicate_tensor_in_two_shards_without_index(base_copy):
 
 
 def test_invalid_config_json(base_copy):
-    (base_copy / "config.json").write_text("{\"model_type\": ")
+    (base_copy / "config.json").write_text('{"model_type": ')
     with pytest.raises(CheckpointError) as ei:
         Checkpoint.open(base_copy)
     assert str(base_copy / "config.json") in str(ei.value)
 
 
-@pytest.mark.parametrize("text", ["[1, 2]", "\"qwen2\""])
+@pytest.mark.parametrize("text", ["[1, 2]", '"qwen2"'])
 def test_config_json_that_is_not_an_object(base_copy, pair, tmp_path, text):
     """config.json holding valid JSON that is not an object must give a CheckpointError
     naming the file (not an AttributeError when model_type is looked up)."""
@@ -402,8 +413,9 @@ def test_unknown_model_type_needs_module_pattern(pair, tmp_path):
 
 
 def test_module_pattern_matching_nothing(pair, tmp_path):
-    cfg = cfg_for(pair[0], pair[1], tmp_path / "s",
-                  module_pattern=r"^transformer\.h\.(?P<layer>\d+)\.(?P<module>\w+)\.weight$")
+    cfg = cfg_for(
+        pair[0], pair[1], tmp_path / "s", module_pattern=r"^transformer\.h\.(?P<layer>\d+)\.(?P<module>\w+)\.weight$"
+    )
     with pytest.raises(TensorMismatchError) as ei:
         plan_transition(Checkpoint.open(pair[0]), Checkpoint.open(pair[1]), cfg)
     assert "module_pattern" in str(ei.value) and str(pair[0]) in str(ei.value)
@@ -514,8 +526,11 @@ def test_failed_write_leaves_no_temporary_folder(tmp_path):
         raise RuntimeError("source died")
 
     with pytest.raises(RuntimeError):
-        write_checkpoint(tmp_path / "out", tensors(), layout=[TensorSpec("a", (2,), torch.float32),
-                                                             TensorSpec("b", (2,), torch.float32)])
+        write_checkpoint(
+            tmp_path / "out",
+            tensors(),
+            layout=[TensorSpec("a", (2,), torch.float32), TensorSpec("b", (2,), torch.float32)],
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -548,7 +563,7 @@ def test_overlapping_data_offsets_are_refused(base_copy):
     assert str(shard) in str(ei.value)
 
 
-@pytest.mark.parametrize("shape", [[10 ** 30, 64], [2 ** 40, 2 ** 40], [0, 64]])
+@pytest.mark.parametrize("shape", [[10**30, 64], [2**40, 2**40], [0, 64]])
 def test_declared_shapes_that_overflow_or_are_empty_are_refused_before_any_work(base_copy, pair, tmp_path, shape):
     name = "model.layers.0.mlp.up_proj.weight"
     shard = shard_of(base_copy, name)
@@ -611,11 +626,25 @@ def test_dry_run_of_a_sweep_with_a_fifo_shard_does_not_hang(base_copy, pair, tmp
     shard = sorted(base_copy.glob("*.safetensors"))[0]
     shard.unlink()
     os.mkfifo(shard)
-    cfg = {"name": "t", "workdir": str(tmp_path / "w"),
-           "chains": [{"name": "c", "base": {"id": "b", "source": str(base_copy)},
-                       "models": [{"id": "p", "source": str(pair[1])}]}],
-           "evaluation": {"enabled": False}, "tracking": {"enabled": False}}
+    cfg = {
+        "name": "t",
+        "workdir": str(tmp_path / "w"),
+        "chains": [
+            {
+                "name": "c",
+                "base": {"id": "b", "source": str(base_copy)},
+                "models": [{"id": "p", "source": str(pair[1])}],
+            }
+        ],
+        "evaluation": {"enabled": False},
+        "tracking": {"enabled": False},
+    }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
-    run = subprocess.run([sys.executable, "-m", "grrr_stream.cli", "sweep", str(tmp_path / "s.yaml"), "--dry-run"],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-m", "grrr_stream.cli", "sweep", str(tmp_path / "s.yaml"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0 and "decompose/b-to-p" in run.stdout

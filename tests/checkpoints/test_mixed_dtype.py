@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from helpers.common import no_track_config
 from safetensors.torch import load_file, save_file
 
-from helpers.common import no_track_config
-from grrr_stream.geometry.analyses import common_dtype, pooled_sparsity, update_sparsity
 from grrr_stream.decompose.run import run_transition, summarize
 from grrr_stream.fixtures.synthetic import ModelShape, write_model
+from grrr_stream.geometry.analyses import common_dtype, pooled_sparsity, update_sparsity
 
 BF16, F16, F32, F64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 SHAPE = ModelShape(hidden=64, intermediate=160, layers=1, heads=4, kv_heads=2)
@@ -28,10 +28,23 @@ SHAPE = ModelShape(hidden=64, intermediate=160, layers=1, heads=4, kv_heads=2)
 # the common dtype
 
 
-@pytest.mark.parametrize("a, b, want", [
-    (BF16, F32, F32), (F32, BF16, F32), (F16, BF16, F32), (BF16, F16, F32), (F16, F32, F32), (BF16, BF16, BF16),
-    (F16, F16, F16), (F64, BF16, F64), (F32, F64, F64), (torch.float8_e4m3fn, BF16, BF16),
-    (torch.float8_e5m2, F16, F16), (torch.float8_e4m3fn, torch.float8_e5m2, F16)])
+@pytest.mark.parametrize(
+    "a, b, want",
+    [
+        (BF16, F32, F32),
+        (F32, BF16, F32),
+        (F16, BF16, F32),
+        (BF16, F16, F32),
+        (F16, F32, F32),
+        (BF16, BF16, BF16),
+        (F16, F16, F16),
+        (F64, BF16, F64),
+        (F32, F64, F64),
+        (torch.float8_e4m3fn, BF16, BF16),
+        (torch.float8_e5m2, F16, F16),
+        (torch.float8_e4m3fn, torch.float8_e5m2, F16),
+    ],
+)
 def test_common_dtype_is_the_narrowest_that_holds_both(a, b, want):
     assert common_dtype(a, b) == want
 
@@ -40,7 +53,7 @@ def _all_finite(dtype: torch.dtype) -> torch.Tensor:
     """Every finite value of a 16- or 8-bit float, by enumerating its bit patterns."""
     bits = torch.finfo(dtype).bits
     ints = {8: torch.int8, 16: torch.int16}[bits]
-    v = torch.arange(-2 ** (bits - 1), 2 ** (bits - 1), dtype=torch.int32).to(ints).view(dtype)
+    v = torch.arange(-(2 ** (bits - 1)), 2 ** (bits - 1), dtype=torch.int32).to(ints).view(dtype)
     return v[torch.isfinite(v.float())]
 
 
@@ -69,9 +82,14 @@ def _numpy_reference(w0: torch.Tensor, w1: torch.Tensor) -> dict:
     a, b = w0.double().numpy().ravel(), w1.double().numpy().ravel()
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     assert np.array_equal(a32.astype(np.float64), a) and np.array_equal(b32.astype(np.float64), b)
-    near = (b32 == a32) | (b32 == np.nextafter(a32, np.float32(np.inf))) | (b32 == np.nextafter(a32, np.float32(-np.inf)))
-    return {"frac_unchanged": float(np.mean(a == b)), "frac_within_ulp": float(np.mean(near)),
-            "frac_bitwise_unchanged": float(np.mean(a32.view(np.int32) == b32.view(np.int32)))}
+    near = (
+        (b32 == a32) | (b32 == np.nextafter(a32, np.float32(np.inf))) | (b32 == np.nextafter(a32, np.float32(-np.inf)))
+    )
+    return {
+        "frac_unchanged": float(np.mean(a == b)),
+        "frac_within_ulp": float(np.mean(near)),
+        "frac_bitwise_unchanged": float(np.mean(a32.view(np.int32) == b32.view(np.int32))),
+    }
 
 
 def _planted_bf16_to_f32(n: int = 4096, seed: int = 0):
@@ -95,9 +113,9 @@ def test_sparsity_of_a_bf16_base_and_float32_post_against_planted_counts():
     w0, w1 = _planted_bf16_to_f32()
     n = w0.numel()
     got = update_sparsity(w0, w1)
-    assert got["frac_unchanged"] == (n - 300 - 500) / n             # ±0 flips are unchanged values
+    assert got["frac_unchanged"] == (n - 300 - 500) / n  # ±0 flips are unchanged values
     assert got["frac_bitwise_unchanged"] == (n - 300 - 500 - 50) / n
-    assert got["frac_within_ulp"] == (n - 500) / n                   # one float32 ulp
+    assert got["frac_within_ulp"] == (n - 500) / n  # one float32 ulp
     assert got["sparsity_compare"] == "float32 (bfloat16→float32)"
     assert {k: got[k] for k in _numpy_reference(w0, w1)} == _numpy_reference(w0, w1)
 
@@ -106,7 +124,7 @@ def test_sparsity_of_a_float32_base_and_bf16_post():
     """The other direction: W0 float32 of which half are bf16 values; W1 = W0 rounded to bf16."""
     g = torch.Generator().manual_seed(1)
     w0 = torch.randn(64, 80, generator=g)
-    w0[:32] = w0[:32].to(BF16).float()         # the first half already bf16 values: unchanged
+    w0[:32] = w0[:32].to(BF16).float()  # the first half already bf16 values: unchanged
     w0[0, :8] = torch.tensor([0.0, -0.0] * 4)  # zeros of either sign: bf16 keeps them
     w1 = w0.to(BF16)
     got = update_sparsity(w0, w1)
@@ -188,12 +206,32 @@ def test_sparsity_of_a_same_dtype_pair_compares_values():
 def test_transition_sparsity_is_pooled_over_entries():
     """Two matrices by hand: 190 of 200 entries unchanged (0.95) and 60 of 100 (0.6): the pooled
     figure is 250/300 = 0.8333…, the mean of the two fractions 0.775."""
-    rows = [{"name": "a", "layer": 0, "module": "q", "rows": 10, "cols": 20, "f_diag": 0.1,
-             "frac_unchanged": 190 / 200, "frac_bitwise_unchanged": 189 / 200, "frac_within_ulp": 195 / 200,
-             "sparsity_compare": "bfloat16"},
-            {"name": "b", "layer": 0, "module": "k", "rows": 5, "cols": 20, "f_diag": 0.3,
-             "frac_unchanged": 60 / 100, "frac_bitwise_unchanged": 60 / 100, "frac_within_ulp": 1.0,
-             "sparsity_compare": "bfloat16"}]
+    rows = [
+        {
+            "name": "a",
+            "layer": 0,
+            "module": "q",
+            "rows": 10,
+            "cols": 20,
+            "f_diag": 0.1,
+            "frac_unchanged": 190 / 200,
+            "frac_bitwise_unchanged": 189 / 200,
+            "frac_within_ulp": 195 / 200,
+            "sparsity_compare": "bfloat16",
+        },
+        {
+            "name": "b",
+            "layer": 0,
+            "module": "k",
+            "rows": 5,
+            "cols": 20,
+            "f_diag": 0.3,
+            "frac_unchanged": 60 / 100,
+            "frac_bitwise_unchanged": 60 / 100,
+            "frac_within_ulp": 1.0,
+            "sparsity_compare": "bfloat16",
+        },
+    ]
     got = pooled_sparsity(rows)
     assert got["frac_unchanged_pooled"] == 250 / 300
     assert got["frac_bitwise_unchanged_pooled"] == 249 / 300
@@ -236,13 +274,19 @@ def _reference(w0: np.ndarray, w1: np.ndarray) -> dict:
     U, s0, Vt = np.linalg.svd(w0, full_matrices=False)
     P = U.T @ D @ Vt.T
     null = D - U @ P @ Vt
-    d2 = np.sum(D ** 2)
-    return {"P": P, "null": null, "f_diag": np.sum(np.diag(P) ** 2) / d2,
-            "f_off": (np.sum(P ** 2) - np.sum(np.diag(P) ** 2)) / d2, "f_null": np.sum(null ** 2) / d2}
+    d2 = np.sum(D**2)
+    return {
+        "P": P,
+        "null": null,
+        "f_diag": np.sum(np.diag(P) ** 2) / d2,
+        "f_off": (np.sum(P**2) - np.sum(np.diag(P) ** 2)) / d2,
+        "f_null": np.sum(null**2) / d2,
+    }
 
 
-@pytest.mark.parametrize("base_dtype, post_dtype", [("bfloat16", "float32"), ("float32", "bfloat16"),
-                                                    ("float16", "bfloat16")])
+@pytest.mark.parametrize(
+    "base_dtype, post_dtype", [("bfloat16", "float32"), ("float32", "bfloat16"), ("float16", "bfloat16")]
+)
 def test_mixed_pair_decomposes_and_matches_float64_reference(tmp_path, base_dtype, post_dtype):
     base, post = _mixed_pair(tmp_path / "m", base_dtype, post_dtype)
     store = tmp_path / "s"

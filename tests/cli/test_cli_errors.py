@@ -71,8 +71,17 @@ def weight_map(folder: Path) -> dict[str, str]:
 
 
 def cfg_for(base, post, store, **extra):
-    return build_config({"base": str(base), "post": str(post), "store": store, "device": "cpu",
-                         "tracking": {"enabled": False}, "progress": False, **extra})
+    return build_config(
+        {
+            "base": str(base),
+            "post": str(post),
+            "store": store,
+            "device": "cpu",
+            "tracking": {"enabled": False},
+            "progress": False,
+            **extra,
+        }
+    )
 
 
 def completed_matrices(store: Path) -> set[str]:
@@ -135,7 +144,7 @@ def test_cli_garbage_header(pair, tmp_path, capsys):
     shard = base / weight_map(base)["model.layers.1.self_attn.q_proj.weight"]
     raw = shard.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    shard.write_bytes(raw[:8] + b"#" * n + raw[8 + n:])
+    shard.write_bytes(raw[:8] + b"#" * n + raw[8 + n :])
     rc, _, err = decompose(capsys, "--base", base, "--post", pair[1], "--store", tmp_path / "s")
     assert_user_error(rc, err, str(shard), "corrupt", "re-download")
 
@@ -189,12 +198,26 @@ def test_cli_unknown_family_then_custom_pattern(pair, tmp_path, capsys):
     rc, _, err = decompose(capsys, "--base", base, "--post", post, "--store", store)
     assert_user_error(rc, err, "'phi3'", "module_pattern", "(?P<layer>", "(?P<module>")
     pattern = r"^model\.layers\.(?P<layer>\d+)\.(?:self_attn|mlp)\.(?P<module>\w+)\.weight$"
-    rc, out, err = decompose(capsys, "--base", base, "--post", post, "--store", store,
-                             "--module-pattern", pattern, "--modules", "q_proj,down_proj", "--device", "cpu")
+    rc, out, err = decompose(
+        capsys,
+        "--base",
+        base,
+        "--post",
+        post,
+        "--store",
+        store,
+        "--module-pattern",
+        pattern,
+        "--modules",
+        "q_proj,down_proj",
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
     assert "4 matrices" in out
-    assert completed_matrices(store) == {f"model.layers.{i}.{m}.weight" for i in range(TINY.layers)
-                                         for m in ("self_attn.q_proj", "mlp.down_proj")}
+    assert completed_matrices(store) == {
+        f"model.layers.{i}.{m}.weight" for i in range(TINY.layers) for m in ("self_attn.q_proj", "mlp.down_proj")
+    }
 
 
 def test_cli_nonexistent_path(pair, tmp_path, capsys):
@@ -215,8 +238,10 @@ def test_cli_file_instead_of_folder(pair, tmp_path, capsys):
 
 def test_yaml_config_reports_all_problems_at_once(pair, tmp_path, capsys):
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(f"base: {pair[0]}\npost: {pair[1]}\nstore: {tmp_path / 's'}\n"
-                   "device: tpu\ncore_rel_threshold: 2\ncompute_dtpye: float64\n")
+    cfg.write_text(
+        f"base: {pair[0]}\npost: {pair[1]}\nstore: {tmp_path / 's'}\n"
+        "device: tpu\ncore_rel_threshold: 2\ncompute_dtpye: float64\n"
+    )
     with pytest.raises(ConfigError) as ei:
         load_config(cfg)
     assert isinstance(ei.value, ValueError) and isinstance(ei.value, GrrrError)
@@ -232,9 +257,9 @@ def test_yaml_config_reports_all_problems_at_once(pair, tmp_path, capsys):
     assert not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize("text,needle", [("device: [cpu\n", "not valid YAML"),
-                                         ("- a\n- b\n", "mapping"),
-                                         (None, "does not exist")])
+@pytest.mark.parametrize(
+    "text,needle", [("device: [cpu\n", "not valid YAML"), ("- a\n- b\n", "mapping"), (None, "does not exist")]
+)
 def test_bad_yaml_files(pair, tmp_path, capsys, text, needle):
     cfg = tmp_path / "bad.yaml"
     if text is not None:
@@ -243,15 +268,17 @@ def test_bad_yaml_files(pair, tmp_path, capsys, text, needle):
     assert_user_error(rc, err, str(cfg), needle)
 
 
-@pytest.mark.parametrize("pattern", [r"^model\.layers\.(\d+)\.(\w+)\.weight$",
-                                     r"^model\.layers\.(?P<layer>\d+)\.(\w+)\.weight$"])
+@pytest.mark.parametrize(
+    "pattern", [r"^model\.layers\.(\d+)\.(\w+)\.weight$", r"^model\.layers\.(?P<layer>\d+)\.(\w+)\.weight$"]
+)
 def test_module_pattern_without_named_groups(pair, tmp_path, capsys, pattern):
     with pytest.raises(ConfigError) as ei:
         build_config({"base": "a", "post": "b", "store": "s", "module_pattern": pattern})
     msg = str(ei.value)
     assert "module_pattern" in msg and "(?P<module>...)" in msg and "'module'" in msg
-    rc, _, err = decompose(capsys, "--base", pair[0], "--post", pair[1], "--store", tmp_path / "s",
-                           "--module-pattern", pattern)
+    rc, _, err = decompose(
+        capsys, "--base", pair[0], "--post", pair[1], "--store", tmp_path / "s", "--module-pattern", pattern
+    )
     assert_user_error(rc, err, "module_pattern", "named groups")
 
 
@@ -335,9 +362,27 @@ def test_subprocess_second_process_on_locked_store_exits_2_without_traceback(pai
     store = tmp_path / "store"
     with StoreLock(store):
         proc = subprocess.run(
-            [sys.executable, "-m", "grrr_stream.cli", "decompose", "--base", str(pair[0]), "--post", str(pair[1]),
-             "--store", str(store), "--no-track", "--no-progress", "--device", "cpu"],
-            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+            [
+                sys.executable,
+                "-m",
+                "grrr_stream.cli",
+                "decompose",
+                "--base",
+                str(pair[0]),
+                "--post",
+                str(pair[1]),
+                "--store",
+                str(store),
+                "--no-track",
+                "--no-progress",
+                "--device",
+                "cpu",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "grrr-stream: error:" in proc.stderr and "in use by another grrr-stream process" in proc.stderr
@@ -346,9 +391,26 @@ def test_subprocess_second_process_on_locked_store_exits_2_without_traceback(pai
 def test_subprocess_debug_shows_traceback(tmp_path):
     missing = tmp_path / "missing-base"
     proc = subprocess.run(
-        [sys.executable, "-m", "grrr_stream.cli", "decompose", "--base", str(missing), "--post", str(missing),
-         "--store", str(tmp_path / "s"), "--no-track", "--no-progress", "--debug"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "grrr_stream.cli",
+            "decompose",
+            "--base",
+            str(missing),
+            "--post",
+            str(missing),
+            "--store",
+            str(tmp_path / "s"),
+            "--no-track",
+            "--no-progress",
+            "--debug",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode not in (0, 2)
     assert "Traceback (most recent call last)" in proc.stderr
     assert "CheckpointNotFoundError" in proc.stderr and str(missing) in proc.stderr
@@ -357,8 +419,20 @@ def test_subprocess_debug_shows_traceback(tmp_path):
 def test_debug_reraises_in_process(pair, tmp_path):
     missing = tmp_path / "missing-post"
     with pytest.raises(FileNotFoundError):
-        main(["decompose", "--base", str(pair[0]), "--post", str(missing), "--store", str(tmp_path / "s"),
-              "--no-track", "--no-progress", "--debug"])
+        main(
+            [
+                "decompose",
+                "--base",
+                str(pair[0]),
+                "--post",
+                str(missing),
+                "--store",
+                str(tmp_path / "s"),
+                "--no-track",
+                "--no-progress",
+                "--debug",
+            ]
+        )
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
@@ -385,8 +459,9 @@ def test_store_path_that_is_a_file(pair, tmp_path, capsys):
 
 
 def test_store_reused_with_other_post_needs_overwrite(pair, tmp_path):
-    post2 = write_model(tmp_path / "post2", TINY, dtype="float32", seed=0, updates=(Update(r_delta=3e-2),),
-                        max_shard_bytes=SHARD_BYTES)
+    post2 = write_model(
+        tmp_path / "post2", TINY, dtype="float32", seed=0, updates=(Update(r_delta=3e-2),), max_shard_bytes=SHARD_BYTES
+    )
     store = tmp_path / "store"
     first = run_transition(cfg_for(pair[0], pair[1], store, modules=["q_proj"]))
     assert first.computed == TINY.layers
@@ -429,13 +504,12 @@ def test_store_reused_after_post_changed_in_place(tmp_path):
     (n,) = struct.unpack("<Q", raw[:8])
     span = len(raw) - (8 + n)
     sampled = [(8 + n + span * i // 16, 8 + n + span * i // 16 + 65536) for i in range(16)]
-    offset = next(o for o in range(info.start, info.end - 4, 4)
-                  if all(o + 4 <= a or o >= b for a, b in sampled))
+    offset = next(o for o in range(info.start, info.end - 4, 4) if all(o + 4 <= a or o >= b for a, b in sampled))
     store = tmp_path / "store"
     cfg = cfg_for(base, post, store, modules=["down_proj"])
     run_transition(cfg)
-    old = struct.unpack("<f", raw[offset:offset + 4])[0]
-    raw[offset:offset + 4] = struct.pack("<f", old + 1.0)
+    old = struct.unpack("<f", raw[offset : offset + 4])[0]
+    raw[offset : offset + 4] = struct.pack("<f", old + 1.0)
     shard.write_bytes(bytes(raw))
     new_digest = tensor_digest(Checkpoint.open(post).read(name))
     try:
@@ -444,30 +518,42 @@ def test_store_reused_after_post_changed_in_place(tmp_path):
         return
     attrs = json.loads((store / "matrices" / name / "zarr.json").read_text())["attributes"]
     assert attrs["post_digest"] == new_digest, (
-        "post changed after the store was written, yet the rerun kept the stale result without complaint")
+        "post changed after the store was written, yet the rerun kept the stale result without complaint"
+    )
 
 
 # ---------------------------------------------------------------------------
 # hostile sweep configs: bounded messages, clear refusals (issue: hardening)
 
-BOMB = "\n".join(["a: &a [" + ", ".join(["x"] * 10) + "]"]
-                 + [f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]" for i in range(8)]
-                 + ["name: t", "workdir: w", "chains: *i"])
+BOMB = "\n".join(
+    ["a: &a [" + ", ".join(["x"] * 10) + "]"]
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]" for i in range(8)]
+    + ["name: t", "workdir: w", "chains: *i"]
+)
 
 
-@pytest.mark.parametrize("content,needle", [
-    (BOMB.encode(), "expands to more than"),
-    (("name: t\nworkdir: w\nchains: " + "[" * 60 + "]" * 60 + "\n").encode(), "nests deeper"),
-    (("name: t\nworkdir: w\nchains: " + "[" * 3000 + "]" * 3000 + "\n").encode(), "nested too deeply"),
-    (b"name: t\xff\nworkdir: w\n", "is not UTF-8"),
-    (b"name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nvariants: {names: [[diag]]}\n",
-     "variants.names.0"),
-    (b"name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nvariants: {transitions: [[x]]}\n",
-     "variants.transitions"),
-    (b"name: t\nworkdir: w\nchains: [{name: c, base: {id: '..', source: x}}]\n", "must start with a letter"),
-    (b"name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nevaluation: {benchmarks: [../x]}\n",
-     "evaluation.benchmarks"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (BOMB.encode(), "expands to more than"),
+        (("name: t\nworkdir: w\nchains: " + "[" * 60 + "]" * 60 + "\n").encode(), "nests deeper"),
+        (("name: t\nworkdir: w\nchains: " + "[" * 3000 + "]" * 3000 + "\n").encode(), "nested too deeply"),
+        (b"name: t\xff\nworkdir: w\n", "is not UTF-8"),
+        (
+            b"name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nvariants: {names: [[diag]]}\n",
+            "variants.names.0",
+        ),
+        (
+            b"name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nvariants: {transitions: [[x]]}\n",
+            "variants.transitions",
+        ),
+        (b"name: t\nworkdir: w\nchains: [{name: c, base: {id: '..', source: x}}]\n", "must start with a letter"),
+        (
+            b"name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nevaluation: {benchmarks: [../x]}\n",
+            "evaluation.benchmarks",
+        ),
+    ],
+)
 def test_hostile_sweep_configs_are_refused_with_a_short_message(tmp_path, capsys, content, needle):
     path = tmp_path / "sweep.yaml"
     path.write_bytes(content)

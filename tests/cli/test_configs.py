@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from grrr_stream.config import load_config
-from grrr_stream.sweep.config import load_sweep_config
 from grrr_stream.sweep import plan_sweep
+from grrr_stream.sweep.config import load_sweep_config
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 
@@ -64,7 +64,12 @@ def test_profiles_set_exactly_their_analyses_and_explicit_settings_win(tmp_path)
     fields = set(type(full).model_fields) - {"profile"}
     assert {k for k in fields if getattr(full, k) != getattr(standard, k)} == {"angle_edges", "figures"}
     assert {k for k in fields if getattr(full, k) != getattr(paper, k)} == {
-        "band_edges", "angle_edges", "survival_dtype", "channel_energy", "figures"}
+        "band_edges",
+        "angle_edges",
+        "survival_dtype",
+        "channel_energy",
+        "figures",
+    }
     assert full.figures and not standard.figures and not paper.figures  # the transition's figures: full only
     assert config_from_args(parser.parse_args(argv + ["--figures"])).figures
     assert not config_from_args(parser.parse_args(argv + ["--profile", "full", "--no-figures"])).figures

@@ -34,28 +34,38 @@ SFT_ROWS = [
     ("C12", "deepseek-math-7b", "deepseek-math-7b-instruct"),
 ]
 RL_ROWS = [
-    ("C1", "r1-distill-1.5b", "deepscaler-1.5b"),               # DeepScaleR (GRPO)
-    ("C1", "r1-distill-1.5b", "nv-prorl-1.5b"),                 # Nemotron (GRPO, ProRL v1)
-    ("C2", "klear-8b-sft", "klear-8b"),                         # KlearReasoner (GPPO)
-    ("C3", "unireason-14b-think-sft", "unireason-14b-rl"),      # UniReason (GRPO): Base 49.1 = the SFT's Full
-    ("C5", "mistral-7b-sft-beta", "zephyr-7b-beta"),            # zephyr-beta (DPO)
-    ("C6", "rlhflow-7b-sft", "rlhflow-7b-dpo"),                 # DPO
-    ("C6", "qwen25-math-7b", "rlhflow-7b-ppo-zero"),            # PPO-Zero, from the base (†)
-    ("C6", "qwen25-math-7b", "rlhflow-7b-raft-zero"),           # RAFT-Zero, from the base (†)
+    ("C1", "r1-distill-1.5b", "deepscaler-1.5b"),  # DeepScaleR (GRPO)
+    ("C1", "r1-distill-1.5b", "nv-prorl-1.5b"),  # Nemotron (GRPO, ProRL v1)
+    ("C2", "klear-8b-sft", "klear-8b"),  # KlearReasoner (GPPO)
+    ("C3", "unireason-14b-think-sft", "unireason-14b-rl"),  # UniReason (GRPO): Base 49.1 = the SFT's Full
+    ("C5", "mistral-7b-sft-beta", "zephyr-7b-beta"),  # zephyr-beta (DPO)
+    ("C6", "rlhflow-7b-sft", "rlhflow-7b-dpo"),  # DPO
+    ("C6", "qwen25-math-7b", "rlhflow-7b-ppo-zero"),  # PPO-Zero, from the base (†)
+    ("C6", "qwen25-math-7b", "rlhflow-7b-raft-zero"),  # RAFT-Zero, from the base (†)
     ("C7", "olmo2-7b-sft", "olmo2-7b-dpo"),
     ("C7", "olmo2-7b-dpo", "olmo2-7b-instruct"),
     ("C8", "llama3-8b-sft", "llama3-8b-ppo"),
     ("C9", "olmo3-7b-think-sft", "olmo3-7b-think-dpo"),
     ("C10", "eurus-2-7b-sft", "eurus-2-7b-prime"),
-    ("C10", "qwen25-math-7b", "eurus-2-7b-prime-zero"),         # PRIME-Zero, from the base
+    ("C10", "qwen25-math-7b", "eurus-2-7b-prime-zero"),  # PRIME-Zero, from the base
     ("C11", "mimo-7b-sft", "mimo-7b-rl"),
-    ("C11", "mimo-7b", "mimo-7b-rl-zero"),                      # RL-Zero, from the base
+    ("C11", "mimo-7b", "mimo-7b-rl-zero"),  # RL-Zero, from the base
     ("C12", "deepseek-math-7b-instruct", "deepseek-math-7b-rl"),
 ]
 # the config's chain of each paper chain: C6 and C10 share one (one Qwen2.5-Math-7B base entry); no C4
-CHAIN = {"C1": "qwen25-math-1.5b", "C2": "qwen3-8b", "C3": "qwen3-14b", "C5": "mistral-7b",
-         "C6": "qwen25-math-7b", "C7": "olmo2-7b", "C8": "llama3-8b", "C9": "olmo3-7b", "C10": "qwen25-math-7b",
-         "C11": "mimo-7b", "C12": "deepseek-math-7b"}
+CHAIN = {
+    "C1": "qwen25-math-1.5b",
+    "C2": "qwen3-8b",
+    "C3": "qwen3-14b",
+    "C5": "mistral-7b",
+    "C6": "qwen25-math-7b",
+    "C7": "olmo2-7b",
+    "C8": "llama3-8b",
+    "C9": "olmo3-7b",
+    "C10": "qwen25-math-7b",
+    "C11": "mimo-7b",
+    "C12": "deepseek-math-7b",
+}
 # paper_extended.yaml's additions: (config chain, parent, child)
 EXTENDED = [
     ("qwen25-math-1.5b", "r1-distill-1.5b", "nv-prorl-v2-1.5b"),
@@ -91,8 +101,10 @@ def test_the_rows_written_here_are_the_papers_counts():
 def test_paper_yaml_evaluates_exactly_the_papers_28_rows(paper):
     evaluated = _evaluated(paper)
     expected = {(p, c): group for group, rows in (("SFT", SFT_ROWS), ("RL", RL_ROWS)) for _, p, c in rows}
-    assert set(evaluated) == set(expected), (sorted(set(evaluated) - set(expected)),
-                                             sorted(set(expected) - set(evaluated)))
+    assert set(evaluated) == set(expected), (
+        sorted(set(evaluated) - set(expected)),
+        sorted(set(expected) - set(evaluated)),
+    )
     sft = paper.config.claims.sft_methods
     for (p, c), tid in evaluated.items():
         tr = paper.transitions[tid]
@@ -100,36 +112,51 @@ def test_paper_yaml_evaluates_exactly_the_papers_28_rows(paper):
     for chain, p, c in SFT_ROWS + RL_ROWS:
         assert paper.transitions[evaluated[(p, c)]].chain == CHAIN[chain], (chain, c)
     # the dry run says so, with the decomposed count: the paper's 42 less C4's one
-    assert transition_counts(paper) == ("transitions: 41 decomposed (28 cumulative from the base, 13 incremental "
-                                        "from a parent); 28 evaluated (11 SFT, 17 RL)")
+    assert transition_counts(paper) == (
+        "transitions: 41 decomposed (28 cumulative from the base, 13 incremental "
+        "from a parent); 28 evaluated (11 SFT, 17 RL)"
+    )
 
 
 def test_paper_yaml_holds_the_papers_lineage(paper):
     t, ids = paper.transitions, {u.id for u in paper.units}
     # RL on top of SFT: incremental (evaluated) and cumulative (decomposed only), and a sequential comparison
-    for base, sft, rl in (("qwen25-math-1.5b", "r1-distill-1.5b", "deepscaler-1.5b"),
-                          ("qwen3-8b-base", "klear-8b-sft", "klear-8b"),
-                          ("qwen3-14b-base", "unireason-14b-think-sft", "unireason-14b-rl"),
-                          ("mistral-7b", "mistral-7b-sft-beta", "zephyr-7b-beta"),
-                          ("qwen25-math-7b", "rlhflow-7b-sft", "rlhflow-7b-dpo"),
-                          ("qwen25-math-7b", "eurus-2-7b-sft", "eurus-2-7b-prime"),
-                          ("mimo-7b", "mimo-7b-sft", "mimo-7b-rl")):
+    for base, sft, rl in (
+        ("qwen25-math-1.5b", "r1-distill-1.5b", "deepscaler-1.5b"),
+        ("qwen3-8b-base", "klear-8b-sft", "klear-8b"),
+        ("qwen3-14b-base", "unireason-14b-think-sft", "unireason-14b-rl"),
+        ("mistral-7b", "mistral-7b-sft-beta", "zephyr-7b-beta"),
+        ("qwen25-math-7b", "rlhflow-7b-sft", "rlhflow-7b-dpo"),
+        ("qwen25-math-7b", "eurus-2-7b-sft", "eurus-2-7b-prime"),
+        ("mimo-7b", "mimo-7b-sft", "mimo-7b-rl"),
+    ):
         assert t[f"{sft}-to-{rl}"].kind == "incremental" and t[f"{base}-to-{rl}"].kind == "cumulative"
         assert f"compare/sequential/{base}-to-{sft}--{base}-to-{rl}" in ids
         assert f"evaluate/{base}-to-{rl}" not in ids
     # C6 and C10 share one base entry: the paper's one SFT–SFT independent pair is planned, and it is the only one
     independent = [paper.unit(i).params for i in ids if i.startswith("compare/independent/")]
     sft = paper.config.claims.sft_methods
-    both_sft = [(p.a, p.b) for p in independent
-                if {method_group(t[p.a].method, sft), method_group(t[p.b].method, sft)} == {"SFT"}]
+    both_sft = [
+        (p.a, p.b)
+        for p in independent
+        if {method_group(t[p.a].method, sft), method_group(t[p.b].method, sft)} == {"SFT"}
+    ]
     assert both_sft == [("qwen25-math-7b-to-eurus-2-7b-sft", "qwen25-math-7b-to-rlhflow-7b-sft")]
     assert "compare/independent/qwen25-math-7b-to-rlhflow-7b-ppo-zero--qwen25-math-7b-to-rlhflow-7b-raft-zero" in ids
     assert len(independent) == 22  # the pairs paper.yaml's header lists: C1 1, C6 + C10 19, C11 2
     assert len({m.source for m in paper.models.values() if m.source == "Qwen/Qwen2.5-Math-7B"}) == 1
     assert [mid for mid, m in paper.models.items() if m.source == "Qwen/Qwen2.5-Math-7B"] == ["qwen25-math-7b"]
     unconfirmed = [m for m, spec in paper.models.items() if not spec.confirmed]
-    assert unconfirmed == ["nv-prorl-1.5b", "llama3-8b-sft", "llama3-8b-ppo", "olmo3-7b-think-sft",
-                           "olmo3-7b-think-dpo", "deepseek-math-7b", "deepseek-math-7b-instruct", "deepseek-math-7b-rl"]
+    assert unconfirmed == [
+        "nv-prorl-1.5b",
+        "llama3-8b-sft",
+        "llama3-8b-ppo",
+        "olmo3-7b-think-sft",
+        "olmo3-7b-think-dpo",
+        "deepseek-math-7b",
+        "deepseek-math-7b-instruct",
+        "deepseek-math-7b-rl",
+    ]
 
 
 def test_paper_extended_plans_the_paper_and_the_models_beside_it(paper, extended):
@@ -144,7 +171,8 @@ def test_paper_extended_plans_the_paper_and_the_models_beside_it(paper, extended
     assert extended.workdir == paper.workdir
     assert [u.id for u in paper.units if keys.get(u.id) != u.key] == ["stats/summary", "claims/main"]
     assert Counter(e.kind for e in extended.units) - Counter(u.kind for u in paper.units) == Counter(
-        {"decompose": 8, "compare": 30, "evaluate": 6})
+        {"decompose": 8, "compare": 30, "evaluate": 6}
+    )
 
 
 def test_every_model_of_both_configs_is_in_the_forecasts_built_in_table(extended):

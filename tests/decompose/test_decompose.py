@@ -10,13 +10,26 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from helpers.common import no_track_config, store_snapshot
 from safetensors.torch import load_file
 
-from helpers.common import no_track_config, store_snapshot
 from grrr_stream.decompose.run import run_transition
 
-REQUIRED_COLUMNS = {"name", "layer", "module", "f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max",
-                    "sr_w0", "sr_delta", "sr_w1", "alpha"}
+REQUIRED_COLUMNS = {
+    "name",
+    "layer",
+    "module",
+    "f_diag",
+    "f_off",
+    "f_null",
+    "r_delta",
+    "sv_cos",
+    "delta_max",
+    "sr_w0",
+    "sr_delta",
+    "sr_w1",
+    "alpha",
+}
 
 
 def load_all(folder: Path) -> dict[str, torch.Tensor]:
@@ -37,14 +50,19 @@ def numpy_reference(w0: np.ndarray, w1: np.ndarray) -> dict:
     sd = np.linalg.svd(D, compute_uv=False)
     sr = lambda s: np.sum(s**2) / s[0] ** 2
     return {
-        "P": P, "null": null, "s0": s0, "s1": s1,
+        "P": P,
+        "null": null,
+        "s0": s0,
+        "s1": s1,
         "f_diag": np.sum(np.diag(P) ** 2) / d2,
         "f_off": (np.sum(P**2) - np.sum(np.diag(P) ** 2)) / d2,
         "f_null": np.sum(null**2) / d2,
         "r_delta": np.sqrt(d2) / np.linalg.norm(w0),
         "sv_cos": s0 @ s1 / np.linalg.norm(s0) / np.linalg.norm(s1),
         "delta_max": np.max(np.abs(s1 - s0)) / s0[0],
-        "sr_w0": sr(s0), "sr_w1": sr(s1), "sr_delta": sr(sd),
+        "sr_w0": sr(s0),
+        "sr_w1": sr(s1),
+        "sr_delta": sr(sd),
         "alpha": (sr(s1) - sr(s0)) / sr(sd),
     }
 
@@ -56,8 +74,7 @@ def read_metrics_csv(store: Path) -> list[dict]:
 
 def test_planted_fractions_recovered_float64(planted_f64, tmp_path):
     base, post = planted_f64
-    res = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "s",
-                                         compute_dtype="float64"))
+    res = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "s", compute_dtype="float64"))
     planted = json.loads((post / "synthetic.json").read_text())["planted_shares"]
     assert len(res.rows) == 14  # 2 layers × 7 projections
     for row in res.rows:
@@ -130,7 +147,9 @@ def test_store_layout_csv_and_dask(planted_f64, tmp_path):
     assert P.dtype == np.float32 and P.shape == (64, 64)
     assert float((P**2).sum().compute()) == pytest.approx(
         res.rows[[r["name"] for r in res.rows].index(name)]["e_diag"]
-        + res.rows[[r["name"] for r in res.rows].index(name)]["e_off"], rel=1e-5)
+        + res.rows[[r["name"] for r in res.rows].index(name)]["e_off"],
+        rel=1e-5,
+    )
     summary = json.loads((store / "summary.json").read_text())
     assert summary["scopes"]["all"]["n"] == 14 and summary["scopes"]["up_proj"]["n"] == 2
     vals = np.array([r["f_null"] for r in res.rows if r["module"] == "up_proj"])
@@ -166,6 +185,7 @@ def test_resume_recomputes_only_unfinished(planted_f64, tmp_path):
         doc["attributes"]["complete"] = False
         meta.write_text(json.dumps(doc))
     import shutil
+
     shutil.rmtree(store / "matrices" / names[6] / "P")
     again = run_transition(cfg)
     assert again.computed == 0 + 3  # exactly the unfinished ones
@@ -191,8 +211,11 @@ def test_second_transition_from_same_base_reuses_frames(planted_f64, bf16_pair, 
     assert fresh.keys() == cached.keys()
     assert all(np.array_equal(fresh[k], cached[k]) for k in fresh)
     # a different frame option does not hit the cache
-    d = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "d", frame_cache=frames,
-                                       compute_dtype="float64"))
+    d = run_transition(
+        no_track_config(
+            base=str(base), post=str(post), store=tmp_path / "d", frame_cache=frames, compute_dtype="float64"
+        )
+    )
     assert d.frames_reused == 0
 
 
@@ -209,8 +232,7 @@ def test_large_cached_frames_read_when_needed_give_the_same_store(planted_f64, t
     assert fresh.frames_reused == 0
     monkeypatch.setattr(streaming, "PREFETCH_FRAME_BYTES", 0)  # every frame deferred
     monkeypatch.setattr(streaming, "PREFETCH_PAIR_BYTES", 0)  # every next pair read after the math
-    deferred = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "b",
-                                              frame_cache=frames))
+    deferred = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "b", frame_cache=frames))
     assert deferred.frames_reused == 14 and deferred.timings["frame_read"] > 0
     a, b = store_snapshot(tmp_path / "a"), store_snapshot(tmp_path / "b")
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
@@ -235,17 +257,25 @@ def test_changed_setting_refuses_then_overwrites(planted_f64, tmp_path):
         run_transition(no_track_config(base=str(base), post=str(post), store=store, store_dtype="float64"))
     # settings that do not affect results reuse the store
     assert run_transition(no_track_config(base=str(base), post=str(post), store=store, device="cpu")).computed == 0
-    res = run_transition(no_track_config(base=str(base), post=str(post), store=store, store_dtype="float64",
-                                         overwrite=True))
+    res = run_transition(
+        no_track_config(base=str(base), post=str(post), store=store, store_dtype="float64", overwrite=True)
+    )
     assert res.computed == 14
     assert zarr.open_group(str(store), mode="r")["matrices"][res.rows[0]["name"]]["P"].dtype == np.float64
 
 
 def test_core_threshold_and_module_subset(planted_f64, tmp_path):
     base, post = planted_f64
-    res = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "s",
-                                         modules=["q_proj", "down_proj"], core_rel_threshold=0.5,
-                                         compute_dtype="float64"))
+    res = run_transition(
+        no_track_config(
+            base=str(base),
+            post=str(post),
+            store=tmp_path / "s",
+            modules=["q_proj", "down_proj"],
+            core_rel_threshold=0.5,
+            compute_dtype="float64",
+        )
+    )
     assert {r["module"] for r in res.rows} == {"q_proj", "down_proj"}
     for r in res.rows:
         assert r["rank"] < min(r["rows"], r["cols"])
@@ -256,8 +286,9 @@ def test_core_threshold_and_module_subset(planted_f64, tmp_path):
 def test_bf16_store_dtype_round_trips_bit_pattern(planted_f64, tmp_path):
     base, post = planted_f64
     store = tmp_path / "s"
-    run_transition(no_track_config(base=str(base), post=str(post), store=store, store_dtype="bfloat16",
-                                   modules=["up_proj"]))
+    run_transition(
+        no_track_config(base=str(base), post=str(post), store=store, store_dtype="bfloat16", modules=["up_proj"])
+    )
     arr = zarr.open_group(str(store), mode="r")["matrices"]["model.layers.0.mlp.up_proj.weight"]["P"]
     assert arr.dtype == np.uint16 and arr.attrs["grrr_dtype"] == "bfloat16"
     P = torch.from_numpy(arr[...].view(np.int16)).view(torch.bfloat16).float()

@@ -4,8 +4,8 @@ math keeps the run's compute threads (issue 26: each side thread otherwise start
 from __future__ import annotations
 
 import torch
-
 from helpers.common import no_track_config
+
 from grrr_stream.decompose import streaming
 from grrr_stream.decompose.run import run_transition
 
@@ -18,6 +18,7 @@ def test_side_threads_use_one_torch_thread_and_math_keeps_its_count(planted_f64,
         def wrapped(self, *a, **k):
             seen[name].add(torch.get_num_threads())
             return fn(self, *a, **k)
+
         return wrapped
 
     monkeypatch.setattr(streaming._Pipeline, "read", spy("read", read))
@@ -86,8 +87,11 @@ def test_finiteness_check_finds_every_kind_of_bad_entry():
         assert streaming._nonfinite(ok, "m", "base") is None
         big = torch.full((64, 48), torch.finfo(dtype).max / 2, dtype=dtype)  # the sum overflows, the entries do not
         assert streaming._nonfinite(big, "m", "base") is None
-        for bad, want in ((float("nan"), "1 NaN and 0 Inf"), (float("inf"), "0 NaN and 1 Inf"),
-                          (float("-inf"), "0 NaN and 1 Inf")):
+        for bad, want in (
+            (float("nan"), "1 NaN and 0 Inf"),
+            (float("inf"), "0 NaN and 1 Inf"),
+            (float("-inf"), "0 NaN and 1 Inf"),
+        ):
             t = ok.clone()
             t[37, 11] = bad
             assert want in streaming._nonfinite(t, "m", "base"), (dtype, bad)

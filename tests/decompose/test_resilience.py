@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers.common import store_snapshot
+
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,8 +22,20 @@ KILL_SHAPE = ModelShape(hidden=320, intermediate=896, layers=5, heads=5, kv_head
 
 
 def _decompose_cmd(base, post, store, *extra):
-    return [sys.executable, "-m", "grrr_stream.cli", "decompose", "--base", str(base), "--post", str(post),
-            "--store", str(store), "--no-track", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "grrr_stream.cli",
+        "decompose",
+        "--base",
+        str(base),
+        "--post",
+        str(post),
+        "--store",
+        str(store),
+        "--no-track",
+        *extra,
+    ]
 
 
 def _completed(store: Path) -> int:
@@ -38,8 +50,14 @@ def _completed(store: Path) -> int:
 
 @pytest.fixture(scope="module")
 def kill_pair(tmp_path_factory):
-    return make_transition(tmp_path_factory.mktemp("kill"), KILL_SHAPE, family="qwen2", dtype="bfloat16",
-                           update=Update(r_delta=1e-2), max_shard_bytes=2 * 2**20)
+    return make_transition(
+        tmp_path_factory.mktemp("kill"),
+        KILL_SHAPE,
+        family="qwen2",
+        dtype="bfloat16",
+        update=Update(r_delta=1e-2),
+        max_shard_bytes=2 * 2**20,
+    )
 
 
 def test_kill_9_then_resume_equals_uninterrupted_run(kill_pair, tmp_path):
@@ -51,8 +69,13 @@ def test_kill_9_then_resume_equals_uninterrupted_run(kill_pair, tmp_path):
     kills = 0
     # Kill at two different points; each time the next run continues from what was durable.
     for target in (3, total // 2):
-        proc = subprocess.Popen(_decompose_cmd(base, post, killed), cwd=tmp_path, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            _decompose_cmd(base, post, killed),
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 120
         while proc.poll() is None and _completed(killed) < target and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -63,8 +86,7 @@ def test_kill_9_then_resume_equals_uninterrupted_run(kill_pair, tmp_path):
         assert _completed(killed) < total or proc.returncode == 0
     assert kills >= 1, "the run finished before it could be killed; enlarge KILL_SHAPE"
     done_before = _completed(killed)
-    out = subprocess.run(_decompose_cmd(base, post, killed), check=True, capture_output=True, text=True,
-                         cwd=tmp_path)
+    out = subprocess.run(_decompose_cmd(base, post, killed), check=True, capture_output=True, text=True, cwd=tmp_path)
     assert f"({total - done_before} computed now" in out.stdout
     a, b = store_snapshot(clean), store_snapshot(killed)
     assert a.keys() == b.keys()
@@ -90,10 +112,20 @@ def test_peak_rss_is_flat_in_layer_count(tmp_path):
     rss = {}
     for layers in (1, 4):
         shape = ModelShape(hidden=1024, intermediate=2816, layers=layers, heads=8, kv_heads=2, vocab=256)
-        base, post = make_transition(tmp_path / f"m{layers}", shape, family="llama", dtype="bfloat16",
-                                     update=Update(r_delta=1e-2), max_shard_bytes=64 * 2**20)
-        out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(base), str(post), str(tmp_path / f"s{layers}")],
-                             check=True, capture_output=True, text=True)
+        base, post = make_transition(
+            tmp_path / f"m{layers}",
+            shape,
+            family="llama",
+            dtype="bfloat16",
+            update=Update(r_delta=1e-2),
+            max_shard_bytes=64 * 2**20,
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", RSS_SCRIPT, str(base), str(post), str(tmp_path / f"s{layers}")],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         rss[layers] = json.loads(out.stdout.strip().splitlines()[-1])["maxrss_kib"] / 1024
     growth = rss[4] / rss[1] - 1
     print(f"peak RSS: 1 layer {rss[1]:.0f} MiB, 4 layers {rss[4]:.0f} MiB, growth {100 * growth:.1f} %")
@@ -123,17 +155,36 @@ def test_two_runs_racing_on_one_frame_cache_both_succeed_with_identical_frames(t
     from grrr_stream.fixtures.synthetic import write_model
 
     base = write_model(tmp_path / "base", RACE_SHAPE, family="llama", dtype="float32")
-    posts = [write_model(tmp_path / f"post{i}", RACE_SHAPE, family="llama", dtype="float32",
-                         updates=(Update(r_delta=1e-2, seed=i + 1),)) for i in range(2)]
-    subprocess.run(_decompose_cmd(base, posts[0], tmp_path / "alone", "--frame-cache", tmp_path / "alone_cache"),
-                   check=True, capture_output=True, cwd=tmp_path)
+    posts = [
+        write_model(
+            tmp_path / f"post{i}",
+            RACE_SHAPE,
+            family="llama",
+            dtype="float32",
+            updates=(Update(r_delta=1e-2, seed=i + 1),),
+        )
+        for i in range(2)
+    ]
+    subprocess.run(
+        _decompose_cmd(base, posts[0], tmp_path / "alone", "--frame-cache", tmp_path / "alone_cache"),
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     want = _frames(tmp_path / "alone_cache")
     assert len(want) == 3 * 7 * RACE_SHAPE.layers
     for trial in range(3):
         cache = tmp_path / f"cache{trial}"
-        procs = [subprocess.Popen(_decompose_cmd(base, p, tmp_path / f"s{trial}-{i}", "--frame-cache", cache,
-                                                 "--no-progress"), cwd=tmp_path, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for i, p in enumerate(posts)]
+        procs = [
+            subprocess.Popen(
+                _decompose_cmd(base, p, tmp_path / f"s{trial}-{i}", "--frame-cache", cache, "--no-progress"),
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i, p in enumerate(posts)
+        ]
         for p in procs:
             out, err = p.communicate(timeout=300)
             assert p.returncode == 0, err
@@ -149,13 +200,22 @@ def test_a_damaged_frame_is_recomputed_not_trusted(tmp_path):
     import torch
 
     from grrr_stream.cli.entry import main
-    from grrr_stream.store.frame_cache import FrameCache
     from grrr_stream.fixtures.synthetic import TINY
+    from grrr_stream.store.frame_cache import FrameCache
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     cache = tmp_path / "cache"
-    args = ["decompose", "--base", str(base), "--post", str(post), "--frame-cache", str(cache), "--no-track",
-            "--no-progress"]
+    args = [
+        "decompose",
+        "--base",
+        str(base),
+        "--post",
+        str(post),
+        "--frame-cache",
+        str(cache),
+        "--no-track",
+        "--no-progress",
+    ]
     assert main(args + ["--store", str(tmp_path / "a")]) == 0
     want = _frames(cache)
     keys = sorted(p for p in cache.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -178,8 +238,12 @@ def test_frame_cache_that_is_not_one_is_refused(kind, tmp_path):
         (target / "thesis.tex").write_text("precious")
     else:
         target.write_text("a file")
-    run = subprocess.run(_decompose_cmd(base, post, tmp_path / "s", "--frame-cache", target), capture_output=True,
-                         text=True, cwd=tmp_path)
+    run = subprocess.run(
+        _decompose_cmd(base, post, tmp_path / "s", "--frame-cache", target),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert ("is not a grrr_stream frame cache" if kind == "foreign" else "is a file") in run.stderr
     if kind == "foreign":
@@ -216,8 +280,12 @@ def test_update_that_overflows_the_compute_dtype_is_refused_with_the_matrix_name
         shape = tensors[bad].shape
         tensors[bad] = sign * 3e38 * (0.5 + 0.5 * torch.rand(shape, generator=g))
         write_checkpoint(tmp_path / f"{folder.name}_big", list(tensors.items()), config=ck.config)
-    run = subprocess.run(_decompose_cmd(tmp_path / "base_big", tmp_path / "post_big", tmp_path / "s"),
-                         capture_output=True, text=True, cwd=tmp_path)
+    run = subprocess.run(
+        _decompose_cmd(tmp_path / "base_big", tmp_path / "post_big", tmp_path / "s"),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr and bad in run.stderr and "non-finite result" in run.stderr
     assert _completed(tmp_path / "s") == 7 * TINY.layers - 1
@@ -235,9 +303,10 @@ def test_write_fault_mid_run_is_one_message_and_the_rerun_resumes(tmp_path, caps
     import errno
 
     from helpers.common import store_snapshot as snapshot
-    from grrr_stream.store import zarr_arrays
+
     from grrr_stream.cli.entry import main
     from grrr_stream.fixtures.synthetic import TINY
+    from grrr_stream.store import zarr_arrays
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     args = ["decompose", "--base", str(base), "--post", str(post), "--no-track", "--no-progress"]
@@ -260,8 +329,9 @@ def test_write_fault_mid_run_is_one_message_and_the_rerun_resumes(tmp_path, caps
     monkeypatch.setattr(zarr_arrays, "write_array", real)
     assert main(args + ["--store", str(tmp_path / "s")]) == 0
     a, b = snapshot(tmp_path / "s"), snapshot(tmp_path / "clean")
-    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray)
-                                          else a[k] == b[k] for k in a)
+    assert sorted(a) == sorted(b) and all(
+        np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k] for k in a
+    )
 
 
 def test_decompose_refuses_to_start_without_the_disk_space_it_needs(tmp_path, capsys, monkeypatch):
@@ -286,8 +356,22 @@ def test_file_for_a_folder_and_nan_sizes_are_refused(tmp_path, capsys, flag):
     from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
-    assert main(["decompose", "--base", str(base), "--post", str(post), "--store", str(tmp_path / "s"),
-                 "--no-track", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "decompose",
+                "--base",
+                str(base),
+                "--post",
+                str(post),
+                "--store",
+                str(tmp_path / "s"),
+                "--no-track",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     (tmp_path / "afile").write_text("x")
     args = ["variants", "--store", str(tmp_path / "s"), "--variant", "diag", "--no-track"]
     if flag == "--out":
@@ -316,8 +400,9 @@ def test_store_paths_are_absolute_and_a_missing_matrix_is_named(tmp_path, capsys
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
     monkeypatch.chdir(tmp_path)
-    assert main(["decompose", "--base", "m/base", "--post", "m/post", "--store", "s", "--no-track",
-                 "--no-progress"]) == 0
+    assert (
+        main(["decompose", "--base", "m/base", "--post", "m/post", "--store", "s", "--no-track", "--no-progress"]) == 0
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # variants from another directory find the checkpoints
@@ -329,8 +414,9 @@ def test_store_paths_are_absolute_and_a_missing_matrix_is_named(tmp_path, capsys
     err = capsys.readouterr().err
     assert victim.name in err and "rerun its `grrr-stream decompose` command" in err
     monkeypatch.chdir(tmp_path)
-    assert main(["decompose", "--base", "m/base", "--post", "m/post", "--store", "s", "--no-track",
-                 "--no-progress"]) == 0
+    assert (
+        main(["decompose", "--base", "m/base", "--post", "m/post", "--store", "s", "--no-track", "--no-progress"]) == 0
+    )
     assert victim.is_dir()
 
 
@@ -348,17 +434,26 @@ def test_repaired_nan_keeps_the_matrices_whose_inputs_did_not_change(tmp_path, c
     good = tensors[bad].clone()
     tensors[bad][0, 0] = float("nan")
     write_checkpoint(tmp_path / "nanbase", list(tensors.items()), config=ck.config)
-    args = ["decompose", "--base", str(tmp_path / "nanbase"), "--post", str(post), "--store", str(tmp_path / "s"),
-            "--no-track", "--no-progress"]
+    args = [
+        "decompose",
+        "--base",
+        str(tmp_path / "nanbase"),
+        "--post",
+        str(post),
+        "--store",
+        str(tmp_path / "s"),
+        "--no-track",
+        "--no-progress",
+    ]
     assert main(args) == 2 and bad in capsys.readouterr().err
-    kept = {p.name: (p / "zarr.json").stat().st_mtime_ns for p in (tmp_path / "s" / "matrices").iterdir()
-            if p.is_dir()}
+    kept = {p.name: (p / "zarr.json").stat().st_mtime_ns for p in (tmp_path / "s" / "matrices").iterdir() if p.is_dir()}
     assert len(kept) == 7 * TINY.layers - 1
     tensors[bad] = good  # the NaN is repaired in place: the base's fingerprint changes
     write_checkpoint(tmp_path / "nanbase", list(tensors.items()), config=ck.config, overwrite=True)
     assert main(args) == 0, capsys.readouterr().err
-    after = {p.name: (p / "zarr.json").stat().st_mtime_ns for p in (tmp_path / "s" / "matrices").iterdir()
-             if p.is_dir()}
+    after = {
+        p.name: (p / "zarr.json").stat().st_mtime_ns for p in (tmp_path / "s" / "matrices").iterdir() if p.is_dir()
+    }
     assert len(after) == 7 * TINY.layers and all(after[k] == v for k, v in kept.items())  # kept, not recomputed
 
 
@@ -369,17 +464,41 @@ def test_variant_names_never_delete_outside_out(tmp_path, capsys):
     from grrr_stream.fixtures.synthetic import TINY
 
     base, post = make_transition(tmp_path / "m", TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2))
-    assert main(["decompose", "--base", str(base), "--post", str(post), "--store", str(tmp_path / "s"),
-                 "--no-track", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "decompose",
+                "--base",
+                str(base),
+                "--post",
+                str(post),
+                "--store",
+                str(tmp_path / "s"),
+                "--no-track",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "area" / "out"
     (tmp_path / "area" / "neighbour").mkdir(parents=True)
     (out / "full").mkdir(parents=True)
     (out / "full" / "keep.txt").write_text("mine")
     for name in ("..", ".", "../neighbour", ".full", "a/b"):
-        for cmd in (["variants", "--overwrite"], ["evaluate", "--materialize", "folder", "--bench-dir",
-                                                  str(tmp_path)]):
-            rc = main([cmd[0], "--store", str(tmp_path / "s"), "--variant", f"{name}=diag:1", "--out", str(out),
-                       "--no-track", *cmd[1:]])
+        for cmd in (["variants", "--overwrite"], ["evaluate", "--materialize", "folder", "--bench-dir", str(tmp_path)]):
+            rc = main(
+                [
+                    cmd[0],
+                    "--store",
+                    str(tmp_path / "s"),
+                    "--variant",
+                    f"{name}=diag:1",
+                    "--out",
+                    str(out),
+                    "--no-track",
+                    *cmd[1:],
+                ]
+            )
             err = capsys.readouterr().err
             assert rc == 2 and "variant name" in err, (name, cmd, err)
     assert (tmp_path / "area" / "neighbour").is_dir() and (out / "full" / "keep.txt").read_text() == "mine"
@@ -423,11 +542,22 @@ def test_sweep_unit_whose_results_were_damaged_is_redone_and_status_says_so(tmp_
     models = tmp_path / "models"
     write_model(models / "base", TINY, family="qwen2", dtype="float32")
     write_model(models / "sft", TINY, family="qwen2", dtype="float32", updates=(Update(r_delta=1e-2),))
-    cfg = {"name": "t", "workdir": str(tmp_path / "w"),
-           "chains": [{"name": "c", "base": {"id": "base", "source": str(models / "base")},
-                       "models": [{"id": "sft", "source": str(models / "sft")}]}],
-           "statistics": {"resamples": 200, "null_draws": 200}, "variants": {"names": ["diag"]},
-           "evaluation": {"enabled": False}, "tracking": {"enabled": False}, "progress": False}
+    cfg = {
+        "name": "t",
+        "workdir": str(tmp_path / "w"),
+        "chains": [
+            {
+                "name": "c",
+                "base": {"id": "base", "source": str(models / "base")},
+                "models": [{"id": "sft", "source": str(models / "sft")}],
+            }
+        ],
+        "statistics": {"resamples": 200, "null_draws": 200},
+        "variants": {"names": ["diag"]},
+        "evaluation": {"enabled": False},
+        "tracking": {"enabled": False},
+        "progress": False,
+    }
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert main(["sweep", str(path)]) == 0

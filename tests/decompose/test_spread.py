@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from helpers.common import no_track_config, store_snapshot
+
 from grrr_stream.checkpoints.arch import MatrixName
-from grrr_stream.runtime.cluster import parse_scheduler, require
 from grrr_stream.decompose.run import run_transition
+from grrr_stream.decompose.spread import BATCH, batches
 from grrr_stream.errors import ConfigError
 from grrr_stream.fixtures.synthetic import TINY, ModelShape, Update, make_transition
-from grrr_stream.decompose.spread import BATCH, batches
+from grrr_stream.runtime.cluster import parse_scheduler, require
 
 REPO = Path(__file__).resolve().parents[2]
 # large enough that a transition takes seconds on one core, so a kill lands mid-run
@@ -100,24 +100,44 @@ def one_process_reference(base: Path, post: Path, store: Path, tmp: Path) -> Non
     here, and LAPACK's last bits depend on the thread count."""
     cfg = tmp / "one_thread.yaml"
     cfg.write_text(yaml.safe_dump({"cpu_threads": 1}))
-    subprocess.run([sys.executable, "-m", "grrr_stream.cli", "decompose", "--base", str(base), "--post", str(post),
-                    "--store", str(store), "--config", str(cfg), "--no-track", "--no-progress"],
-                   cwd=REPO, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grrr_stream.cli",
+            "decompose",
+            "--base",
+            str(base),
+            "--post",
+            str(post),
+            "--store",
+            str(store),
+            "--config",
+            str(cfg),
+            "--no-track",
+            "--no-progress",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
 
 
 def test_spread_over_local_cluster_writes_the_same_bytes(tmp_path):
-    base, post = make_transition(tmp_path / "pair", TINY, family="qwen3", dtype="bfloat16",
-                                 update=Update(r_delta=1e-2))
+    base, post = make_transition(tmp_path / "pair", TINY, family="qwen3", dtype="bfloat16", update=Update(r_delta=1e-2))
     one_process_reference(base, post, tmp_path / "one", tmp_path)
-    spread = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "spread",
-                                            cpu_threads=1, scheduler="local:2"))
+    spread = run_transition(
+        no_track_config(base=str(base), post=str(post), store=tmp_path / "spread", cpu_threads=1, scheduler="local:2")
+    )
     assert spread.computed == 2 * 7
     assert sum(spread.workers.values()) == 14 and all(a.startswith("tcp://") for a in spread.workers)
     assert (tmp_path / "one" / "summary.csv").read_text() == (tmp_path / "spread" / "summary.csv").read_text()
     assert_same_store(tmp_path / "one", tmp_path / "spread")
     # the finished store resumes to nothing, without starting a cluster
-    again = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "spread",
-                                           cpu_threads=1, scheduler="local:2"))
+    again = run_transition(
+        no_track_config(base=str(base), post=str(post), store=tmp_path / "spread", cpu_threads=1, scheduler="local:2")
+    )
     assert again.computed == 0 and again.workers == {}
 
 
@@ -128,8 +148,7 @@ def test_spread_over_local_cluster_writes_the_same_bytes(tmp_path):
 def medium_pair(tmp_path_factory):
     """A 42-matrix pair and its one-process reference store (one compute thread)."""
     root = tmp_path_factory.mktemp("spread_medium")
-    base, post = make_transition(root / "pair", MEDIUM, family="qwen2", dtype="bfloat16",
-                                 update=Update(r_delta=1e-2))
+    base, post = make_transition(root / "pair", MEDIUM, family="qwen2", dtype="bfloat16", update=Update(r_delta=1e-2))
     one_process_reference(base, post, root / "reference", root)
     return base, post, root / "reference"
 
@@ -143,16 +162,52 @@ def dask_processes(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     sfile = tmp_path / "scheduler.json"
     logs = [open(tmp_path / f"{n}.log", "w") for n in ("scheduler", "w0", "w1")]
-    procs = [subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(sfile)], env=env, stdout=logs[0], stderr=subprocess.STDOUT)]
+    procs = [
+        subprocess.Popen(
+            [
+                str(dask),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(sfile),
+            ],
+            env=env,
+            stdout=logs[0],
+            stderr=subprocess.STDOUT,
+        )
+    ]
     try:
         wait_for(lambda: sfile.is_file() and "address" in sfile.read_text(), 60, "the scheduler file")
         address = json.loads(sfile.read_text())["address"]
         for i in (0, 1):
-            procs.append(subprocess.Popen(
-                [str(dask), "worker", "--scheduler-file", str(sfile), "--nthreads", "1", "--no-nanny",
-                 "--no-dashboard", "--host", "127.0.0.1", "--memory-limit", "0", "--name", f"w{i}"],
-                env=env, cwd=tmp_path, stdout=logs[i + 1], stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(dask),
+                        "worker",
+                        "--scheduler-file",
+                        str(sfile),
+                        "--nthreads",
+                        "1",
+                        "--no-nanny",
+                        "--no-dashboard",
+                        "--host",
+                        "127.0.0.1",
+                        "--memory-limit",
+                        "0",
+                        "--name",
+                        f"w{i}",
+                    ],
+                    env=env,
+                    cwd=tmp_path,
+                    stdout=logs[i + 1],
+                    stderr=subprocess.STDOUT,
+                )
+            )
         from distributed import Client
 
         with Client(address, timeout="30s") as c:
@@ -169,8 +224,24 @@ def dask_processes(tmp_path):
 def driver_command(base: Path, post: Path, store: Path, address: str, tmp: Path) -> list[str]:
     cfg = tmp / "decompose.yaml"
     cfg.write_text(yaml.safe_dump({"cpu_threads": 1}))  # the reference's thread count: the same bytes
-    return [sys.executable, "-m", "grrr_stream.cli", "decompose", "--base", str(base), "--post", str(post),
-            "--store", str(store), "--scheduler", address, "--config", str(cfg), "--no-track", "--no-progress"]
+    return [
+        sys.executable,
+        "-m",
+        "grrr_stream.cli",
+        "decompose",
+        "--base",
+        str(base),
+        "--post",
+        str(post),
+        "--store",
+        str(store),
+        "--scheduler",
+        address,
+        "--config",
+        str(cfg),
+        "--no-track",
+        "--no-progress",
+    ]
 
 
 @pytest.mark.slow
@@ -178,8 +249,13 @@ def test_worker_killed_mid_transition_run_still_finishes_correctly(medium_pair, 
     base, post, reference = medium_pair
     address, workers = dask_processes
     store = tmp_path / "s"
-    driver = subprocess.Popen(driver_command(base, post, store, address, tmp_path), cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    driver = subprocess.Popen(
+        driver_command(base, post, store, address, tmp_path),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     wait_for(lambda: complete_count(store) >= 3, 180, "the first matrices")
     os.kill(workers[0].pid, signal.SIGKILL)
     done_at_kill = complete_count(store)

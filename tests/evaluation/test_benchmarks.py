@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from grrr_stream.evaluation import benchmarks as ev
 from grrr_stream.evaluation.benchmarks import BUNDLED, FIVE, bundled_checksums, load_benchmark, resolve_bench_dir
 
@@ -36,16 +35,20 @@ def test_bundled_files_match_their_recorded_sha256_and_git_blob_ids():
 
 def test_nothing_reads_the_shared_folder_outside_the_project():
     """A fresh clone without ../shared must work: no code, test, config or CI script points there."""
-    files = [p for d in ("grrr_stream", "tests", "tools", "configs", ".ci") for p in (ROOT / d).rglob("*")
-             if p.is_file() and p.suffix in ("", ".py", ".yaml", ".sh", ".toml") and "benchmarks" not in p.parts]
+    files = [
+        p
+        for d in ("grrr_stream", "tests", "tools", "configs", ".ci")
+        for p in (ROOT / d).rglob("*")
+        if p.is_file() and p.suffix in ("", ".py", ".yaml", ".sh", ".toml") and "benchmarks" not in p.parts
+    ]
     files += [ROOT / "pyproject.toml"]
     pattern = re.compile(r"\.\./shared|parents\[2\]\s*/\s*[\"']shared|GRRR_BENCHMARKS")
     assert not [str(p) for p in files if p != Path(__file__) and pattern.search(p.read_text(errors="replace"))]
 
 
 def test_default_bench_dir_is_the_bundled_copy_and_keys_do_not_depend_on_where_it_lives(tmp_path, monkeypatch):
-    from grrr_stream.sweep.config import SweepEvaluation, load_sweep_config
     from grrr_stream.sweep import plan_sweep
+    from grrr_stream.sweep.config import SweepEvaluation, load_sweep_config
 
     assert resolve_bench_dir(None, FIVE, tmp_path) == resolve_bench_dir("bundled", FIVE, tmp_path) == BUNDLED
     assert resolve_bench_dir(tmp_path / "mine", FIVE, tmp_path) == tmp_path / "mine"
@@ -53,8 +56,15 @@ def test_default_bench_dir_is_the_bundled_copy_and_keys_do_not_depend_on_where_i
 
     def math_unit():
         cfg = load_sweep_config(ROOT / "configs" / "demo.yaml", workdir=tmp_path / "w")
-        extra = SweepEvaluation.model_validate({**cfg.evaluation.model_dump(), "suite": "math",
-                                                "benchmarks": list(FIVE), "bench_dir": "bundled", "limit": 3})
+        extra = SweepEvaluation.model_validate(
+            {
+                **cfg.evaluation.model_dump(),
+                "suite": "math",
+                "benchmarks": list(FIVE),
+                "bench_dir": "bundled",
+                "limit": 3,
+            }
+        )
         plan = plan_sweep(cfg.model_copy(update={"extra_evaluations": [extra]}))
         return plan.unit("evaluate/base-to-rl/math")
 
@@ -138,5 +148,10 @@ def test_evaluate_command_defaults_to_the_bundled_benchmarks():
 
     args = build_parser().parse_args(["evaluate", "--store", "S", "--out", "O"])
     assert args.bench_dir == "bundled"
-    assert [len(load_benchmark(b, resolve_bench_dir(args.bench_dir, FIVE, Path("O"))).problems) for b in FIVE] \
-        == [500, 30, 40, 272, 675]
+    assert [len(load_benchmark(b, resolve_bench_dir(args.bench_dir, FIVE, Path("O"))).problems) for b in FIVE] == [
+        500,
+        30,
+        40,
+        272,
+        675,
+    ]

@@ -10,6 +10,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from helpers.stand_in import StandInEngine, sums_transition
 
 from grrr_stream.errors import ConfigError
 from grrr_stream.evaluation.dtype_choice import choose_engine_dtype, evaluated_parts, resolve_engine_dtype
@@ -21,10 +22,8 @@ from grrr_stream.sweep.rows import Report
 from grrr_stream.variants.spec import parse_variants
 from grrr_stream.variants.survival import ComponentSurvival
 
-from helpers.stand_in import StandInEngine, sums_transition
-
-CUMULATIVE = Update(r_delta=0.2, plant=(0.3, 0.5, 0.2))    # ‖ΔW‖/‖W0‖ of a whole post-training
-INCREMENT = Update(r_delta=3e-4, plant=(0.3, 0.5, 0.2))    # of an RL step after SFT
+CUMULATIVE = Update(r_delta=0.2, plant=(0.3, 0.5, 0.2))  # ‖ΔW‖/‖W0‖ of a whole post-training
+INCREMENT = Update(r_delta=3e-4, plant=(0.3, 0.5, 0.2))  # of an RL step after SFT
 AUTO = EngineSettings(dtype="auto", max_new_tokens=32)
 VARIANTS = ["base", "full", "diag", "offnull"]
 
@@ -35,8 +34,9 @@ def _s(c: str, kept: float) -> ComponentSurvival:
 
 def test_the_rule_takes_bf16_only_when_every_part_keeps_the_floor():
     assert choose_engine_dtype({"diag": _s("diag", 0.999), "off": _s("off", 1.0)}, 0.999)[0] == "bfloat16"
-    dtype, reason = choose_engine_dtype({"diag": _s("diag", 0.9989), "off": _s("off", 0.5)}, 0.999,
-                                        {"off": ["off", "offnull"], "diag": ["diag"]})
+    dtype, reason = choose_engine_dtype(
+        {"diag": _s("diag", 0.9989), "off": _s("off", 0.5)}, 0.999, {"off": ["off", "offnull"], "diag": ["diag"]}
+    )
     assert dtype == "float32"
     # each failed part, lowest first, with its worst matrix and the variants that carry it
     assert reason.index("off keeps 0.5000") < reason.index("diag keeps 0.9989")
@@ -45,11 +45,15 @@ def test_the_rule_takes_bf16_only_when_every_part_keeps_the_floor():
 
 
 def test_the_parts_each_variant_is_judged_by():
-    specs = parse_variants(["base", "full", "proj", "diag", "offnull", "randrm-0", "off-principal-4",
-                            "channels-rest-null"])
+    specs = parse_variants(
+        ["base", "full", "proj", "diag", "offnull", "randrm-0", "off-principal-4", "channels-rest-null"]
+    )
     narrow = evaluated_parts(specs, checkpoints_narrow=True)
-    assert narrow == {"diag": ["diag", "randrm-0"], "off": ["offnull", "randrm-0", "off-principal-4"],
-                      "null": ["offnull", "randrm-0", "channels-rest-null"]}
+    assert narrow == {
+        "diag": ["diag", "randrm-0"],
+        "off": ["offnull", "randrm-0", "off-principal-4"],
+        "null": ["offnull", "randrm-0", "channels-rest-null"],
+    }
     wide = evaluated_parts(specs, checkpoints_narrow=False)  # W1 copied is rounded too: full, proj judged
     assert wide["diag"] == ["full", "proj", "diag", "randrm-0"]
     assert evaluated_parts(parse_variants(["base", "full"]), checkpoints_narrow=True) == {}
@@ -67,16 +71,23 @@ def test_the_floor_is_validated():
 def test_keys_hold_auto_and_its_floor_for_units_and_the_resolved_dtype_for_answers():
     plain = EngineSettings().result_fields()
     assert "auto_min_energy" not in plain  # keys of set dtypes are as they were (tests/sweep_keys.json)
-    assert plain == {"dtype": "float32", "max_new_tokens": 3000, "seed": 0, "tensor_parallel_size": 1,
-                     "max_model_len": None, "enforce_eager": False}
+    assert plain == {
+        "dtype": "float32",
+        "max_new_tokens": 3000,
+        "seed": 0,
+        "tensor_parallel_size": 1,
+        "max_model_len": None,
+        "enforce_eager": False,
+    }
     unit = EvaluationOptions(engine=AUTO).key_fields()["engine"]
     assert unit["dtype"] == "auto" and unit["auto_min_energy"] == 0.999
     other = EvaluationOptions(engine=AUTO.model_copy(update={"auto_min_energy": 0.99})).key_fields()
     assert other["engine"] != unit
     # resolved, the settings are those of the dtype asked for outright: the answers' keys are shared
     assert AUTO.resolved("float32").result_fields() == EngineSettings(max_new_tokens=32).result_fields()
-    assert AUTO.resolved("bfloat16").result_fields() \
-        == EngineSettings(dtype="bfloat16", max_new_tokens=32).result_fields()
+    assert (
+        AUTO.resolved("bfloat16").result_fields() == EngineSettings(dtype="bfloat16", max_new_tokens=32).result_fields()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -98,15 +109,18 @@ def test_a_large_update_gets_bf16_and_an_rl_sized_increment_float32(cumulative, 
     assert small.dtype == "float32"
     assert small.parts["diag"]["kept"] < 0.5 and "diag keeps" in small.reason and "carried by diag" in small.reason
     # only what is evaluated is judged: base and full of bf16 checkpoints are exact in bf16
-    assert resolve_engine_dtype(StoredTransition(increment[2]), parse_variants(["base", "full"]), AUTO).dtype \
-        == "bfloat16"
+    assert (
+        resolve_engine_dtype(StoredTransition(increment[2]), parse_variants(["base", "full"]), AUTO).dtype == "bfloat16"
+    )
     # a floor the increment's parts all reach takes bf16 there too
     floor = min(p["kept"] for p in small.parts.values()) / 2
     low = AUTO.model_copy(update={"auto_min_energy": floor})
     assert resolve_engine_dtype(StoredTransition(increment[2]), specs, low).dtype == "bfloat16"
     # a dtype set outright is taken as it is, nothing measured
-    assert resolve_engine_dtype(StoredTransition(increment[2]), specs, EngineSettings(dtype="bfloat16")).reason \
+    assert (
+        resolve_engine_dtype(StoredTransition(increment[2]), specs, EngineSettings(dtype="bfloat16")).reason
         == "set in the engine settings"
+    )
 
 
 def _evaluate(transition, out, engine, **kw):
@@ -116,8 +130,12 @@ def _evaluate(transition, out, engine, **kw):
     _, _, store, bench = transition
     StandInEngine.started, StandInEngine.settings_seen = [], []
     logs: list[str] = []
-    res = run_evaluation(EvaluationRequest(store, out, VARIANTS, ["sums"], bench, EvaluationOptions(engine=engine)),
-                         engine_factory=_Recording, log=logs.append, **kw)
+    res = run_evaluation(
+        EvaluationRequest(store, out, VARIANTS, ["sums"], bench, EvaluationOptions(engine=engine)),
+        engine_factory=_Recording,
+        log=logs.append,
+        **kw,
+    )
     return res, logs
 
 

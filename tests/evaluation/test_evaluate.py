@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
 
+from helpers.stand_in import SETTINGS, StandInEngine, sums_transition  # noqa: E402,F401
+
 from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
 from grrr_stream.evaluation.settings import EvaluationOptions  # noqa: E402
-
-from helpers.stand_in import SETTINGS, StandInEngine, sums_transition  # noqa: E402,F401
 
 
 @pytest.fixture()
@@ -25,17 +25,23 @@ def test_one_engine_on_the_post_model_when_configs_agree(transition, tmp_path):
     base, post, store, bench = transition
     StandInEngine.started = []
     logs: list[str] = []
-    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["base", "full", "proj", "diag"], ["sums"], bench,
-                                           EvaluationOptions(engine=SETTINGS)),
-                         engine_factory=StandInEngine, log=logs.append)
+    res = run_evaluation(
+        EvaluationRequest(
+            store, tmp_path / "e", ["base", "full", "proj", "diag"], ["sums"], bench, EvaluationOptions(engine=SETTINGS)
+        ),
+        engine_factory=StandInEngine,
+        log=logs.append,
+    )
     assert StandInEngine.started == [(post, post)]
     assert res.prompt["from"] == str(post) and res.prompt["files"]["generation_config.json"]
     saved = json.loads((tmp_path / "e" / "evaluation.json").read_text())
     assert saved["prompt_format"]["digest"] == res.prompt["digest"]
     assert saved["variants"]["diag"]["rest_from"] == "base" and saved["variants"]["full"]["config_from"] == "post"
     # diagnostics, recounted from the per-answer records
-    recs = {v: [json.loads(x) for x in (tmp_path / "e" / v / "sums.jsonl").read_text().splitlines()]
-            for v in ("base", "full", "proj", "diag")}
+    recs = {
+        v: [json.loads(x) for x in (tmp_path / "e" / v / "sums.jsonl").read_text().splitlines()]
+        for v in ("base", "full", "proj", "diag")
+    }
     acc = {r["variant"]: r for r in res.accuracy_rows}
     for v, rs in recs.items():
         assert acc[v]["answers"] == len(rs) == 63
@@ -44,8 +50,11 @@ def test_one_engine_on_the_post_model_when_configs_agree(transition, tmp_path):
     assert any("cut off at max_new_tokens = 32" in m for m in logs)  # > 5 % capped: a loud warning
     # paired differences: every variant against full, base and proj; full against itself is exactly 0
     diffs = {r["variant"]: r for r in res.differences}
-    assert (diffs["full"]["minus_full"], diffs["full"]["minus_full_ci_lo"], diffs["full"]["minus_full_ci_hi"]) \
-        == (0.0, 0.0, 0.0)
+    assert (diffs["full"]["minus_full"], diffs["full"]["minus_full_ci_lo"], diffs["full"]["minus_full_ci_hi"]) == (
+        0.0,
+        0.0,
+        0.0,
+    )
     for v, rs in recs.items():
         mine = 100 * sum(r["correct"] for r in rs) / 63
         full = 100 * sum(r["correct"] for r in recs["full"]) / 63
@@ -62,9 +71,13 @@ def test_base_config_that_differs_gets_its_own_engine_with_the_post_prompt_forma
     (base / "config.json").write_text(json.dumps(cfg))
     StandInEngine.started = []
     logs: list[str] = []
-    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["base", "full", "proj", "diag"], ["sums"], bench,
-                                           EvaluationOptions(engine=SETTINGS)),
-                         engine_factory=StandInEngine, log=logs.append)
+    res = run_evaluation(
+        EvaluationRequest(
+            store, tmp_path / "e", ["base", "full", "proj", "diag"], ["sums"], bench, EvaluationOptions(engine=SETTINGS)
+        ),
+        engine_factory=StandInEngine,
+        log=logs.append,
+    )
     # one engine per config, each started once, each prompting as the post model does
     assert StandInEngine.started == [(base, post), (post, post)]
     assert any("rope_theta" in m and "engine on" in m for m in logs)
@@ -73,34 +86,55 @@ def test_base_config_that_differs_gets_its_own_engine_with_the_post_prompt_forma
     assert {r.variant for r in res.results} == {"base", "full", "proj", "diag"}
     # rest_from post puts every composed variant on the post model's config: one engine again
     StandInEngine.started = []
-    run_evaluation(EvaluationRequest(store, tmp_path / "p", ["full", "proj", "diag"], ["sums"], bench,
-                                     EvaluationOptions(engine=SETTINGS), rest_from="post"),
-                   engine_factory=StandInEngine, log=logs.append)
+    run_evaluation(
+        EvaluationRequest(
+            store,
+            tmp_path / "p",
+            ["full", "proj", "diag"],
+            ["sums"],
+            bench,
+            EvaluationOptions(engine=SETTINGS),
+            rest_from="post",
+        ),
+        engine_factory=StandInEngine,
+        log=logs.append,
+    )
     assert StandInEngine.started == [(post, post)]
 
 
 def test_a_rerun_scores_nothing_and_starts_no_engine(transition, tmp_path):
     _, _, store, bench = transition
-    first = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench,
-                                             EvaluationOptions(engine=SETTINGS)),
-                           engine_factory=StandInEngine, log=lambda m: None)
+    first = run_evaluation(
+        EvaluationRequest(
+            store, tmp_path / "e", ["full", "offnull"], ["sums"], bench, EvaluationOptions(engine=SETTINGS)
+        ),
+        engine_factory=StandInEngine,
+        log=lambda m: None,
+    )
     StandInEngine.started = []
-    again = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench,
-                                             EvaluationOptions(engine=SETTINGS)),
-                           engine_factory=StandInEngine, log=lambda m: None)
+    again = run_evaluation(
+        EvaluationRequest(
+            store, tmp_path / "e", ["full", "offnull"], ["sums"], bench, EvaluationOptions(engine=SETTINGS)
+        ),
+        engine_factory=StandInEngine,
+        log=lambda m: None,
+    )
     assert StandInEngine.started == [] and not any(r.scored_now for r in again.results)
     assert again.accuracy_rows == first.accuracy_rows and again.differences == first.differences
 
 
-@pytest.mark.parametrize("line,match", [
-    (b'{"problem": "1+1", "answer": "2"', "is not valid JSON"),          # a torn line
-    (b'["1+1", "2"]', "is not a JSON object"),
-    (b'{"problem": "1+1"}', "lacks a gold answer"),
-    (b'{"problem": "1+1", "answer": null}', "lacks a gold answer"),      # not graded against 'None'
-    (b'{"problem": "1+1", "answer": ""}', "lacks a gold answer"),
-    (b'{"answer": "2"}', "lacks a question"),
-    (b'{"problem": "1+1", "answer": "\xff\xfe"}', "is not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "line,match",
+    [
+        (b'{"problem": "1+1", "answer": "2"', "is not valid JSON"),  # a torn line
+        (b'["1+1", "2"]', "is not a JSON object"),
+        (b'{"problem": "1+1"}', "lacks a gold answer"),
+        (b'{"problem": "1+1", "answer": null}', "lacks a gold answer"),  # not graded against 'None'
+        (b'{"problem": "1+1", "answer": ""}', "lacks a gold answer"),
+        (b'{"answer": "2"}', "lacks a question"),
+        (b'{"problem": "1+1", "answer": "\xff\xfe"}', "is not valid UTF-8"),
+    ],
+)
 def test_malformed_benchmark_lines_are_refused_with_file_and_line_or_skipped_when_lenient(tmp_path, line, match):
     from grrr_stream.errors import ConfigError
     from grrr_stream.evaluation.benchmarks import load_benchmark
@@ -145,11 +179,17 @@ def test_pass_at_k_against_hand_computed_values():
 def test_majority_vote_groups_equivalent_answers():
     from grrr_stream.evaluation.scoring import majority_correct
 
-    half = [{"extracted": "\\frac{1}{2}", "correct": True}, {"extracted": "0.5", "correct": True},
-            {"extracted": "1/3", "correct": False}]
+    half = [
+        {"extracted": "\\frac{1}{2}", "correct": True},
+        {"extracted": "0.5", "correct": True},
+        {"extracted": "1/3", "correct": False},
+    ]
     assert majority_correct(half, 3)  # \frac{1}{2} and 0.5 vote together: 2 against 1
-    third = [{"extracted": "0.5", "correct": True}, {"extracted": "\\frac{1}{3}", "correct": False},
-             {"extracted": "1/3", "correct": False}]
+    third = [
+        {"extracted": "0.5", "correct": True},
+        {"extracted": "\\frac{1}{3}", "correct": False},
+        {"extracted": "1/3", "correct": False},
+    ]
     assert not majority_correct(third, 3)
     assert majority_correct(third, 1)  # only the first answer votes
     tie = [{"extracted": "7", "correct": False}, {"extracted": "2", "correct": True}]
@@ -158,15 +198,24 @@ def test_majority_vote_groups_equivalent_answers():
 
 
 def test_sampled_evaluation_draws_n_answers_in_one_request_and_reports_every_metric(transition, tmp_path):
-    from grrr_stream.evaluation.settings import SamplingSettings
     from grrr_stream.evaluation.scoring import pass_at_k
+    from grrr_stream.evaluation.settings import SamplingSettings
 
     _, _, store, bench = transition
     sampling = SamplingSettings(n=4, temperature=0.7, pass_k=[1, 2, 4], maj_k=[4])
     StandInEngine.calls = 0
-    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full", "offnull"], ["sums"], bench,
-                                           EvaluationOptions(engine=SETTINGS, sampling=sampling, metric="pass@2")),
-                         engine_factory=StandInEngine, log=lambda m: None)
+    res = run_evaluation(
+        EvaluationRequest(
+            store,
+            tmp_path / "e",
+            ["full", "offnull"],
+            ["sums"],
+            bench,
+            EvaluationOptions(engine=SETTINGS, sampling=sampling, metric="pass@2"),
+        ),
+        engine_factory=StandInEngine,
+        log=lambda m: None,
+    )
     assert StandInEngine.calls == 2  # one request per variant (63 prompts < one chunk), n answers each
     out = tmp_path / "e" / "sampled-n4-T0.7-p1-s0"  # beside greedy results and other settings
     assert res.out == out
@@ -194,21 +243,41 @@ def test_sampled_evaluation_draws_n_answers_in_one_request_and_reports_every_met
     assert len(rows) == 63 * 4 and {"problem", "sample", "extracted", "finish_reason", "wait"} <= set(rows[0])
     lost = {(r["problem"], r["change"]) for r in res.solved_lost if r["variant"] == "offnull"}
     off = next(r for r in res.results if r.variant == "offnull")
-    want = {(i, "lost" if a >= 0.5 else "gained") for i, (a, b) in
-            enumerate(zip(full.scores["pass@2"], off.scores["pass@2"])) if (a >= 0.5) != (b >= 0.5)}
+    want = {
+        (i, "lost" if a >= 0.5 else "gained")
+        for i, (a, b) in enumerate(zip(full.scores["pass@2"], off.scores["pass@2"]))
+        if (a >= 0.5) != (b >= 0.5)
+    }
     assert lost == want
     # other sampling settings: new results beside the old; back to the first: nothing generated again
     StandInEngine.calls = 0
-    run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench,
-                                     EvaluationOptions(engine=SETTINGS,
-                                                       sampling=SamplingSettings(n=4, temperature=1.0))),
-                   engine_factory=StandInEngine, log=lambda m: None)
+    run_evaluation(
+        EvaluationRequest(
+            store,
+            tmp_path / "e",
+            ["full"],
+            ["sums"],
+            bench,
+            EvaluationOptions(engine=SETTINGS, sampling=SamplingSettings(n=4, temperature=1.0)),
+        ),
+        engine_factory=StandInEngine,
+        log=lambda m: None,
+    )
     assert StandInEngine.calls == 1
     assert (tmp_path / "e" / "sampled-n4-T1-p1-s0" / "full" / "sums.json").is_file()
     StandInEngine.calls = 0
-    again = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench,
-                                             EvaluationOptions(engine=SETTINGS, sampling=sampling, metric="maj@4")),
-                           engine_factory=StandInEngine, log=lambda m: None)
+    again = run_evaluation(
+        EvaluationRequest(
+            store,
+            tmp_path / "e",
+            ["full"],
+            ["sums"],
+            bench,
+            EvaluationOptions(engine=SETTINGS, sampling=sampling, metric="maj@4"),
+        ),
+        engine_factory=StandInEngine,
+        log=lambda m: None,
+    )
     assert StandInEngine.calls == 0 and again.results[0].metrics["maj@4"] == full.metrics["maj@4"]
 
 
@@ -217,15 +286,30 @@ def test_pass_k_added_later_is_summarised_from_the_answers_without_generating(tr
 
     _, _, store, bench = transition
     kw = dict(engine_factory=StandInEngine, log=lambda m: None)
-    run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench,
-                                     EvaluationOptions(engine=SETTINGS,
-                                                       sampling=SamplingSettings(n=3, temperature=0.5))),
-                   **kw)
+    run_evaluation(
+        EvaluationRequest(
+            store,
+            tmp_path / "e",
+            ["full"],
+            ["sums"],
+            bench,
+            EvaluationOptions(engine=SETTINGS, sampling=SamplingSettings(n=3, temperature=0.5)),
+        ),
+        **kw,
+    )
     StandInEngine.calls, StandInEngine.started = 0, []
     maj = SamplingSettings(n=3, temperature=0.5, maj_k=[3])
-    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", ["full"], ["sums"], bench,
-                                           EvaluationOptions(engine=SETTINGS, metric="maj@3", sampling=maj)),
-                         **kw)
+    res = run_evaluation(
+        EvaluationRequest(
+            store,
+            tmp_path / "e",
+            ["full"],
+            ["sums"],
+            bench,
+            EvaluationOptions(engine=SETTINGS, metric="maj@3", sampling=maj),
+        ),
+        **kw,
+    )
     assert StandInEngine.calls == 0 and StandInEngine.started == []
     assert "maj@3" in res.results[0].metrics and res.accuracy_rows[0]["metric"] == "maj@3"
 
@@ -248,13 +332,16 @@ def test_seeded_sampling_on_cpu_is_batched_so_no_prefill_is_split():
     not use offset'): each batch's prompt tokens × n must fit the step's token budget."""
     from types import SimpleNamespace
 
-    from grrr_stream.evaluation.settings import SamplingSettings
     from grrr_stream.evaluation.engine import Engine
+    from grrr_stream.evaluation.settings import SamplingSettings
 
     eng = object.__new__(Engine)
     eng.on_cpu = True
-    eng.llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=SimpleNamespace(
-        scheduler_config=SimpleNamespace(max_num_batched_tokens=100))))
+    eng.llm = SimpleNamespace(
+        llm_engine=SimpleNamespace(
+            vllm_config=SimpleNamespace(scheduler_config=SimpleNamespace(max_num_batched_tokens=100))
+        )
+    )
     todo = [(f"p{i}", 10) for i in range(7)]
     sampled = SamplingSettings(n=4, temperature=0.7)
     batches = eng._batches(todo, sampled)

@@ -12,14 +12,15 @@ pytest.importorskip("math_verify", reason="needs math-verify (the eval extra)")
 pytestmark = pytest.mark.vllm
 
 from helpers.common import no_track_config  # noqa: E402
+
 from grrr_stream.config import TrackingConfig  # noqa: E402
-from grrr_stream.evaluation.settings import EngineSettings, EvaluationOptions  # noqa: E402
 from grrr_stream.decompose.run import run_transition  # noqa: E402
 from grrr_stream.evaluation.benchmarks import load_benchmark  # noqa: E402
 from grrr_stream.evaluation.engine import Engine  # noqa: E402
-from grrr_stream.variants.spec import parse_variant  # noqa: E402
-from grrr_stream.variants.builder import VariantBuilder, write_variant  # noqa: E402
 from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
+from grrr_stream.evaluation.settings import EngineSettings, EvaluationOptions  # noqa: E402
+from grrr_stream.variants.builder import VariantBuilder, write_variant  # noqa: E402
+from grrr_stream.variants.spec import parse_variant  # noqa: E402
 
 SETTINGS = EngineSettings(max_new_tokens=64, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
 
@@ -29,8 +30,9 @@ def chain(tiny_chain, tmp_path_factory):
     _, models = tiny_chain
     root = tmp_path_factory.mktemp("tinychain_eval")
     store = root / "store"
-    run_transition(no_track_config(base=str(models["base"]), post=str(models["sft"]), store=store,
-                                   frame_cache=root / "frames"))
+    run_transition(
+        no_track_config(base=str(models["base"]), post=str(models["sft"]), store=store, frame_cache=root / "frames")
+    )
     return root, models, store
 
 
@@ -67,13 +69,19 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
     _, models, store = chain
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     variants = ["base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0"]
-    request = EvaluationRequest(store, tmp_path / "eval", variants, ["arith"], models["benchmark"],
-                                EvaluationOptions(engine=SETTINGS, limit=60))
+    request = EvaluationRequest(
+        store, tmp_path / "eval", variants, ["arith"], models["benchmark"], EvaluationOptions(engine=SETTINGS, limit=60)
+    )
     res = run_evaluation(request, tracking=TrackingConfig(uri=uri))
     acc = {r["variant"]: r["average"] for r in res.accuracy_rows}
     print("accuracy by variant:", acc, "info:", res.info)
-    print("differences:", [(d["variant"], round(d["minus_full"], 2), round(d["minus_full_ci_lo"], 2),
-                            round(d["minus_full_ci_hi"], 2)) for d in res.differences])
+    print(
+        "differences:",
+        [
+            (d["variant"], round(d["minus_full"], 2), round(d["minus_full_ci_lo"], 2), round(d["minus_full_ci_hi"], 2))
+            for d in res.differences
+        ],
+    )
     assert set(acc) == set(variants) and all(a is not None for a in acc.values())
     assert acc["full"] > acc["base"]  # post-training helps on the chain's own benchmark
     assert [r["variant"] for r in res.table56] == ["base", "full", "proj", "diag", "off", "null", "offnull"]
@@ -107,7 +115,9 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
     variant_runs = {r.info.run_id: r for r in runs if r.data.tags.get("grrr.kind") == "variant"}
     for r in evals:  # each under its variant's run, under the transition's
         v = variant_runs[r.data.tags["mlflow.parentRunId"]]
-        assert v.info.run_name == r.data.tags["grrr.variant"] and v.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert (
+            v.info.run_name == r.data.tags["grrr.variant"] and v.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        )
         assert "acc/arith" in r.data.metrics and "retention" in r.data.metrics
         assert r.data.params["engine.dtype"] == "float32" and "sha256.arith" in r.data.params
         assert len(client.get_metric_history(r.info.run_id, "acc/arith")) == 1
@@ -116,8 +126,9 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
 def test_interrupted_benchmark_resumes_at_first_unanswered_prompt(chain, tmp_path):
     _, models, store = chain
     out = tmp_path / "eval"
-    request = EvaluationRequest(store, out, ["full"], ["arith"], models["benchmark"],
-                                EvaluationOptions(engine=SETTINGS, limit=20))
+    request = EvaluationRequest(
+        store, out, ["full"], ["arith"], models["benchmark"], EvaluationOptions(engine=SETTINGS, limit=20)
+    )
     first = run_evaluation(request, tracking=None)
     gens = out / "full" / "arith.jsonl"
     lines = gens.read_text().splitlines()
@@ -126,18 +137,22 @@ def test_interrupted_benchmark_resumes_at_first_unanswered_prompt(chain, tmp_pat
     (out / "full" / "arith.json").unlink()
     again = run_evaluation(request, tracking=None)
     assert again.results[0].scored_now and again.results[0].accuracy == first.results[0].accuracy
-    assert [json.loads(x)["generation"] for x in gens.read_text().splitlines()] == \
-        [json.loads(x)["generation"] for x in lines]
+    assert [json.loads(x)["generation"] for x in gens.read_text().splitlines()] == [
+        json.loads(x)["generation"] for x in lines
+    ]
 
 
 def test_folder_materialization_is_deleted_unless_kept(chain, tmp_path):
     _, models, store = chain
     kw = dict(options=EvaluationOptions(engine=SETTINGS, limit=10, materialize="folder"))
-    res = run_evaluation(EvaluationRequest(store, tmp_path / "a", ["offnull"], ["arith"], models["benchmark"], **kw),
-                         tracking=None)
+    res = run_evaluation(
+        EvaluationRequest(store, tmp_path / "a", ["offnull"], ["arith"], models["benchmark"], **kw), tracking=None
+    )
     assert not (tmp_path / "a" / "_variants" / "offnull").exists() and res.results[0].n == 10
-    run_evaluation(EvaluationRequest(store, tmp_path / "b", ["offnull"], ["arith"], models["benchmark"],
-                                     keep_variants=True, **kw), tracking=None)
+    run_evaluation(
+        EvaluationRequest(store, tmp_path / "b", ["offnull"], ["arith"], models["benchmark"], keep_variants=True, **kw),
+        tracking=None,
+    )
     assert (tmp_path / "b" / "_variants" / "offnull" / "config.json").is_file()
 
 
@@ -146,11 +161,18 @@ def test_prompt_longer_than_the_context_is_counted_wrong_not_fatal(chain, tmp_pa
     bench = tmp_path / "bench" / "mixed"
     bench.mkdir(parents=True)
     bench.joinpath("test.jsonl").write_text(
-        json.dumps({"problem": "What is 12+30?", "answer": "42"}) + "\n"
-        + json.dumps({"problem": "Add these numbers. " + "1+" * 200 + "1", "answer": "201"}) + "\n")
+        json.dumps({"problem": "What is 12+30?", "answer": "42"})
+        + "\n"
+        + json.dumps({"problem": "Add these numbers. " + "1+" * 200 + "1", "answer": "201"})
+        + "\n"
+    )
     settings = EngineSettings(max_new_tokens=16, enforce_eager=True, max_model_len=128, cpu_kv_cache_gib=0.25)
-    res = run_evaluation(EvaluationRequest(store, tmp_path / "eval", ["full"], ["mixed"], tmp_path / "bench",
-                                           EvaluationOptions(engine=settings)), tracking=None)
+    res = run_evaluation(
+        EvaluationRequest(
+            store, tmp_path / "eval", ["full"], ["mixed"], tmp_path / "bench", EvaluationOptions(engine=settings)
+        ),
+        tracking=None,
+    )
     (r,) = res.results
     assert r.n == 2 and r.too_long == 1
     recs = [json.loads(x) for x in (tmp_path / "eval" / "full" / "mixed.jsonl").read_text().splitlines()]
@@ -163,18 +185,34 @@ def test_sweep_evaluates_on_a_dask_worker_and_a_rerun_starts_no_engine(tiny_chai
     """vLLM inside a LocalCluster worker process (in-process engine), then resume: nothing runs."""
     import csv
 
-    from grrr_stream.sweep.config import SweepConfig
     from grrr_stream.sweep import Records, plan_sweep, run_sweep
+    from grrr_stream.sweep.config import SweepConfig
 
     _, models = tiny_chain
-    cfg = SweepConfig.model_validate({
-        "name": "eval-on-worker", "workdir": str(tmp_path / "w"),
-        "chains": [{"name": "tiny", "base": {"id": "base", "source": str(models["base"])},
-                    "models": [{"id": "sft", "source": str(models["sft"]), "method": "SFT"}]}],
-        "decomposition": {"device": "cpu"}, "statistics": {"enabled": False}, "variants": {"enabled": False},
-        "evaluation": {"variants": ["base", "full"], "benchmarks": ["arith"], "bench_dir": str(models["benchmark"]),
-                       "limit": 12, "engine": SETTINGS.model_dump()},
-        "progress": False})
+    cfg = SweepConfig.model_validate(
+        {
+            "name": "eval-on-worker",
+            "workdir": str(tmp_path / "w"),
+            "chains": [
+                {
+                    "name": "tiny",
+                    "base": {"id": "base", "source": str(models["base"])},
+                    "models": [{"id": "sft", "source": str(models["sft"]), "method": "SFT"}],
+                }
+            ],
+            "decomposition": {"device": "cpu"},
+            "statistics": {"enabled": False},
+            "variants": {"enabled": False},
+            "evaluation": {
+                "variants": ["base", "full"],
+                "benchmarks": ["arith"],
+                "bench_dir": str(models["benchmark"]),
+                "limit": 12,
+                "engine": SETTINGS.model_dump(),
+            },
+            "progress": False,
+        }
+    )
     res = run_sweep(plan_sweep(cfg), scheduler="local:2", progress=False)
     assert res.ok, {u: (res.records.get(u) or {}).get("traceback") for u in res.failed}
     unit = res.plan.unit("evaluate/base-to-sft")
@@ -189,8 +227,8 @@ def test_sweep_evaluates_on_a_dask_worker_and_a_rerun_starts_no_engine(tiny_chai
 def test_sampled_answers_come_from_one_request_with_real_finish_reasons(chain, tmp_path):
     """n samples per prompt in one vLLM request; cut-offs counted from vLLM's own finish reasons (a token
     limit below the tiny chain's ~46-token answers forces them)."""
-    from grrr_stream.evaluation.settings import SamplingSettings
     from grrr_stream.evaluation.scoring import pass_at_k, score_benchmark
+    from grrr_stream.evaluation.settings import SamplingSettings
 
     _, models, _ = chain
     settings = EngineSettings(max_new_tokens=46, enforce_eager=True, max_model_len=512, cpu_kv_cache_gib=0.5)
@@ -217,5 +255,7 @@ def test_sampled_answers_come_from_one_request_with_real_finish_reasons(chain, t
     assert {a["finish_reason"] for a in answers} <= {"stop", "length"}
     c = [sum(a["correct"] for a in r["samples"]) for r in recs]
     assert res.metrics["pass@4"] == pytest.approx(100 * sum(pass_at_k(4, x, 4) for x in c) / 10)
-    print(f"sampled n=4 at T=0.8, 46 tokens: avg@4 {res.metrics['avg']:.1f}, pass@4 {res.metrics['pass@4']:.1f}, "
-          f"maj@4 {res.metrics['maj@4']:.1f}, cut off {res.truncated}/40")
+    print(
+        f"sampled n=4 at T=0.8, 46 tokens: avg@4 {res.metrics['avg']:.1f}, pass@4 {res.metrics['pass@4']:.1f}, "
+        f"maj@4 {res.metrics['maj@4']:.1f}, cut off {res.truncated}/40"
+    )

@@ -40,27 +40,30 @@ def test_every_gold_answer_grades_itself_correct():
             assert g.correct and g.status == "ok", (name, p.idx, p.gold, g)
 
 
-@pytest.mark.parametrize("pred,gold,ok", [
-    ("\\dfrac{14}{3}", "\\frac{14}{3}", True),            # math500: \dfrac vs \frac
-    ("14/3", "\\frac{14}{3}", True),
-    ("4.6667", "\\frac{14}{3}", False),                   # rounding is not equality
-    ("0.5", "\\frac{1}{2}", True),
-    ("\\left( 3, \\frac{\\pi}{2} \\right)", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
-    ("(3, \\pi/2)", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
-    ("(\\pi/2, 3)", "\\left( 3, \\frac{\\pi}{2} \\right)", False),  # tuples are ordered
-    ("(-\\infty,-5)", "(-\\infty,-5)", True),             # olympiad intervals
-    ("(-\\infty,-5]", "(-\\infty,-5)", False),
-    ("5.4", "5.4 \\text{ cents}", True),                  # units
-    ("\\text{(C)}", "\\text{(C)}", True),
-    ("4.5 \\times 10^{33}", "4.5e33", True),              # minerva scientific notation
-    ("4.5e33", "4.5e33", True),
-    ("4.6e33", "4.5e33", False),
-    ("33", "033", True),                                  # AIME zero padding
-    ("27", "27", True),
-    ("69, 84", "69,84", True),                            # olympiad multiple answers
-    ("84, 69", "69,84", True),
-    ("69", "69,84", False),
-])
+@pytest.mark.parametrize(
+    "pred,gold,ok",
+    [
+        ("\\dfrac{14}{3}", "\\frac{14}{3}", True),  # math500: \dfrac vs \frac
+        ("14/3", "\\frac{14}{3}", True),
+        ("4.6667", "\\frac{14}{3}", False),  # rounding is not equality
+        ("0.5", "\\frac{1}{2}", True),
+        ("\\left( 3, \\frac{\\pi}{2} \\right)", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
+        ("(3, \\pi/2)", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
+        ("(\\pi/2, 3)", "\\left( 3, \\frac{\\pi}{2} \\right)", False),  # tuples are ordered
+        ("(-\\infty,-5)", "(-\\infty,-5)", True),  # olympiad intervals
+        ("(-\\infty,-5]", "(-\\infty,-5)", False),
+        ("5.4", "5.4 \\text{ cents}", True),  # units
+        ("\\text{(C)}", "\\text{(C)}", True),
+        ("4.5 \\times 10^{33}", "4.5e33", True),  # minerva scientific notation
+        ("4.5e33", "4.5e33", True),
+        ("4.6e33", "4.5e33", False),
+        ("33", "033", True),  # AIME zero padding
+        ("27", "27", True),
+        ("69, 84", "69,84", True),  # olympiad multiple answers
+        ("84, 69", "69,84", True),
+        ("69", "69,84", False),
+    ],
+)
 def test_tricky_answers(pred, gold, ok):
     g = grade(f"... so \\boxed{{{pred}}}", gold)
     assert g.correct is ok, (pred, gold, g)
@@ -86,9 +89,20 @@ def test_extraction_and_failure_statuses():
 
 
 def test_retention_tables():
-    acc = [{"variant": v, "average": a} for v, a in
-           (("base", 10.0), ("full", 30.0), ("diag", 12.0), ("off", 25.0), ("null", 11.0), ("offnull", 27.0),
-            ("randrm-0", 29.0), ("randrm-1", 28.0), ("randrm-2", 30.0))]
+    acc = [
+        {"variant": v, "average": a}
+        for v, a in (
+            ("base", 10.0),
+            ("full", 30.0),
+            ("diag", 12.0),
+            ("off", 25.0),
+            ("null", 11.0),
+            ("offnull", 27.0),
+            ("randrm-0", 29.0),
+            ("randrm-1", 28.0),
+            ("randrm-2", 30.0),
+        )
+    ]
     t56, t8, info = retention_tables(acc)
     assert info["gain"] == 20.0 and info["informative"] is True
     assert {r["variant"]: r["retention_pct"] for r in t56}["offnull"] == pytest.approx(90.0)

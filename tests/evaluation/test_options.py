@@ -39,10 +39,21 @@ def test_an_option_set_in_the_config_reaches_the_request_and_the_key(tmp_path, m
     assert "lenient" not in plain.params.key_content() and lenient.params.key_content()["lenient"] is True
     assert lenient.key != plain.key and lenient.params.options.limit == 7
     seen = []
-    monkeypatch.setattr(pipeline, "run_evaluation", lambda request, **kw: seen.append(request) or
-                        dataclasses.make_dataclass("R", [("accuracy_rows", list), ("info", dict)])([], {}))
-    ctx = RunContext(str(tmp_path / "w"), TrackingConfig(), False, None, None,
-                     stores={lenient.params.transition: str(tmp_path / "store")})
+    monkeypatch.setattr(
+        pipeline,
+        "run_evaluation",
+        lambda request, **kw: (
+            seen.append(request) or dataclasses.make_dataclass("R", [("accuracy_rows", list), ("info", dict)])([], {})
+        ),
+    )
+    ctx = RunContext(
+        str(tmp_path / "w"),
+        TrackingConfig(),
+        False,
+        None,
+        None,
+        stores={lenient.params.transition: str(tmp_path / "store")},
+    )
     evaluate.run(lenient, ctx)
     (request,) = seen
     assert request.options == lenient.params.options and request.options.lenient and request.options.limit == 7
@@ -57,9 +68,25 @@ def test_the_keywords_before_the_options_object_still_build_the_same_request(tmp
     from grrr_stream.evaluation.settings import EvaluationOptions
 
     engine = EngineSettings(max_new_tokens=32)
-    old = EvaluationRequest(tmp_path, tmp_path / "o", ["full"], ["arith"], "tinychain", settings=engine, limit=5,
-                            lenient=True, metric="avg", materialize="folder")
-    new = EvaluationRequest(tmp_path, tmp_path / "o", ["full"], ["arith"], "tinychain",
-                            EvaluationOptions(engine=engine, limit=5, lenient=True, metric="avg", materialize="folder"))
+    old = EvaluationRequest(
+        tmp_path,
+        tmp_path / "o",
+        ["full"],
+        ["arith"],
+        "tinychain",
+        settings=engine,
+        limit=5,
+        lenient=True,
+        metric="avg",
+        materialize="folder",
+    )
+    new = EvaluationRequest(
+        tmp_path,
+        tmp_path / "o",
+        ["full"],
+        ["arith"],
+        "tinychain",
+        EvaluationOptions(engine=engine, limit=5, lenient=True, metric="avg", materialize="folder"),
+    )
     assert old.options == new.options and old.options.engine.max_new_tokens == 32
     assert EvaluationRequest(tmp_path, tmp_path, ["full"], ["arith"], "x").options == EvaluationOptions()

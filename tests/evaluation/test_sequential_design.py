@@ -17,12 +17,12 @@ import pytest
 
 pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
 
+from helpers.stand_in import SETTINGS, StandInEngine, sums_transition  # noqa: E402
+
 from grrr_stream.errors import ConfigError  # noqa: E402
 from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
 from grrr_stream.evaluation.settings import EvaluationOptions, SequentialSettings  # noqa: E402
 from grrr_stream.stats.sequential import problem_order  # noqa: E402
-
-from helpers.stand_in import SETTINGS, StandInEngine, sums_transition  # noqa: E402
 
 VARIANTS = ["full", "base", "diag", "offnull"]
 SEQ = SequentialSettings(chunk=40, precision_points=12.0, seed=3, lookahead=0.0)  # a chunk at a time
@@ -34,8 +34,14 @@ def transition(tmp_path_factory):
 
 
 def _request(store, bench, out, sequential=SEQ, **kw):
-    return EvaluationRequest(store, out, VARIANTS, ["sums"], bench,
-                             EvaluationOptions(engine=SETTINGS, design="sequential", sequential=sequential, **kw))
+    return EvaluationRequest(
+        store,
+        out,
+        VARIANTS,
+        ["sums"],
+        bench,
+        EvaluationOptions(engine=SETTINGS, design="sequential", sequential=sequential, **kw),
+    )
 
 
 def _records(out: Path, variant: str) -> dict[int, dict]:
@@ -54,14 +60,14 @@ def test_each_variant_answers_a_prefix_of_the_order_up_to_its_stop(transition, t
     assert any(stops[v] < 400 for v in VARIANTS)  # 12 points of precision: the stand-in's variants stop early
     for v in VARIANTS:
         answered = set(_records(tmp_path / "e", v))
-        assert set(order[:stops[v]]) <= answered  # the prefix the row rests on, all answered
+        assert set(order[: stops[v]]) <= answered  # the prefix the row rests on, all answered
         assert stops[v] % 40 == 0 or stops[v] == 400  # decisions at chunk boundaries only
         if v != "full":
-            assert answered == set(order[:stops[v]])  # and nothing past its stop
+            assert answered == set(order[: stops[v]])  # and nothing past its stop
             assert rows[v]["stopped"] in ("thresholds", "precision", "exhausted")
     # the row's numbers, recounted from the records of the problems it rests on
     full, diag = _records(tmp_path / "e", "full"), _records(tmp_path / "e", "diag")
-    mine = order[:stops["diag"]]
+    mine = order[: stops["diag"]]
     diff = 100 * np.mean([float(diag[i]["correct"]) - float(full[i]["correct"]) for i in mine])
     assert rows["diag"]["minus_full"] == pytest.approx(diff)
     assert rows["diag"]["minus_full_ci_lo"] <= diff <= rows["diag"]["minus_full_ci_hi"]
@@ -76,14 +82,31 @@ def test_each_variant_answers_a_prefix_of_the_order_up_to_its_stop(transition, t
 def test_sequential_needs_full_and_an_engine(transition, tmp_path):
     _, _, store, bench = transition
     with pytest.raises(ConfigError, match="evaluate full"):
-        run_evaluation(EvaluationRequest(store, tmp_path / "x", ["base", "diag"], ["sums"], bench,
-                                         EvaluationOptions(engine=SETTINGS, design="sequential")),
-                       engine_factory=StandInEngine, log=lambda m: None)
+        run_evaluation(
+            EvaluationRequest(
+                store,
+                tmp_path / "x",
+                ["base", "diag"],
+                ["sums"],
+                bench,
+                EvaluationOptions(engine=SETTINGS, design="sequential"),
+            ),
+            engine_factory=StandInEngine,
+            log=lambda m: None,
+        )
     with pytest.raises(ConfigError, match="materialize: engine"):
-        run_evaluation(EvaluationRequest(store, tmp_path / "x", ["full", "diag"], ["sums"], bench,
-                                         EvaluationOptions(engine=SETTINGS, design="sequential",
-                                                           materialize="folder")),
-                       engine_factory=StandInEngine, log=lambda m: None)
+        run_evaluation(
+            EvaluationRequest(
+                store,
+                tmp_path / "x",
+                ["full", "diag"],
+                ["sums"],
+                bench,
+                EvaluationOptions(engine=SETTINGS, design="sequential", materialize="folder"),
+            ),
+            engine_factory=StandInEngine,
+            log=lambda m: None,
+        )
 
 
 def test_the_design_enters_the_key_only_when_sequential():
@@ -123,15 +146,29 @@ def test_a_run_killed_mid_chunk_resumes_exactly(transition, tmp_path, ahead):
     the answers past a stop may differ), and the rerun generates only what was not yet written."""
     _, _, store, bench = transition
     seq = SEQ.model_copy(update={"lookahead": ahead})
-    whole = run_evaluation(_request(store, bench, tmp_path / "whole", sequential=seq), engine_factory=StandInEngine,
-                           log=lambda m: None)
-    script = KILLER.format(tests=str(Path(__file__).parents[1]), at=4, store=str(store), out=str(tmp_path / "k"),
-                           variants=VARIANTS, bench=str(bench), ahead=ahead)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    whole = run_evaluation(
+        _request(store, bench, tmp_path / "whole", sequential=seq), engine_factory=StandInEngine, log=lambda m: None
+    )
+    script = KILLER.format(
+        tests=str(Path(__file__).parents[1]),
+        at=4,
+        store=str(store),
+        out=str(tmp_path / "k"),
+        variants=VARIANTS,
+        bench=str(bench),
+        ahead=ahead,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    before = {v: set(_records(tmp_path / "k", v)) if (tmp_path / "k" / v / "sums.jsonl").exists() else set()
-              for v in VARIANTS}
+    before = {
+        v: set(_records(tmp_path / "k", v)) if (tmp_path / "k" / v / "sums.jsonl").exists() else set() for v in VARIANTS
+    }
     assert 0 < sum(map(len, before.values())) < sum(r["problems"] for r in whole.differences)
 
     asked: list[str] = []
@@ -141,8 +178,9 @@ def test_a_run_killed_mid_chunk_resumes_exactly(transition, tmp_path, ahead):
             asked.extend(prompts)
             return super().generate(prompts, sampling)
 
-    again = run_evaluation(_request(store, bench, tmp_path / "k", sequential=seq), engine_factory=Counting,
-                           log=lambda m: None)
+    again = run_evaluation(
+        _request(store, bench, tmp_path / "k", sequential=seq), engine_factory=Counting, log=lambda m: None
+    )
     assert again.differences == whole.differences
     for v in VARIANTS if ahead == 0 else ():
         assert _records(tmp_path / "k", v) == _records(tmp_path / "whole", v)
@@ -160,15 +198,21 @@ def test_answering_ahead_changes_no_decision(transition, tmp_path):
             def generate(self, prompts, sampling=None):
                 calls[key].append(len(prompts))
                 return super().generate(prompts, sampling)
+
         return Counting
 
     rows = {}
     for key, ahead in (("0", 0.0), ("0.5", 0.5)):
-        opts = EvaluationOptions(engine=SETTINGS, design="sequential",
-                                 sequential=SequentialSettings(chunk=40, precision_points=6.0, seed=3,
-                                                               lookahead=ahead))
-        res = run_evaluation(EvaluationRequest(store, tmp_path / key, VARIANTS, ["sums"], bench, opts),
-                             engine_factory=counting(key), log=lambda m: None)
+        opts = EvaluationOptions(
+            engine=SETTINGS,
+            design="sequential",
+            sequential=SequentialSettings(chunk=40, precision_points=6.0, seed=3, lookahead=ahead),
+        )
+        res = run_evaluation(
+            EvaluationRequest(store, tmp_path / key, VARIANTS, ["sums"], bench, opts),
+            engine_factory=counting(key),
+            log=lambda m: None,
+        )
         rows[key] = res.differences
     assert rows["0"] == rows["0.5"]
     assert len(calls["0.5"]) < len(calls["0"]) and sum(calls["0.5"]) >= sum(calls["0"])

@@ -17,8 +17,18 @@ from grrr_stream.forecast import devices, downloads, shapes, target, work
 from grrr_stream.forecast.generation import generation
 
 ROOT = Path(__file__).resolve().parents[2]
-TOY = devices.Device("toy", "gpu", bf16_tflops=100.0, fp32_tflops=10.0, bandwidth_gbs=1000.0, memory_gib=80.0,
-                     svd_tflops=0.1, svd_basis="guess", source="test", mbu=0.55)
+TOY = devices.Device(
+    "toy",
+    "gpu",
+    bf16_tflops=100.0,
+    fp32_tflops=10.0,
+    bandwidth_gbs=1000.0,
+    memory_gib=80.0,
+    svd_tflops=0.1,
+    svd_basis="guess",
+    source="test",
+    mbu=0.55,
+)
 
 
 def test_generation_bandwidth_bound_by_hand():
@@ -26,8 +36,17 @@ def test_generation_bandwidth_bound_by_hand():
     Step at batch 4, mean context 50: memory (4e9 + 4·50·1000) B / (1000 GB/s · 0.55) = 7.273091 ms; compute
     4 · 2e9 / (10 TFLOP/s · 0.5) = 1.6 ms: bandwidth-bound. Two full waves of 100 steps, then 2 sequences
     (7.272909 ms a step): 200 · 7.273091 + 100 · 7.272909 ms = 2.181909 s."""
-    g = generation(params=10**9, kv_elems=250, sequences=10, max_tokens=100, device=TOY, dtype="float32",
-                   itemsize=4, max_num_seqs=4, prompt_tokens=0)
+    g = generation(
+        params=10**9,
+        kv_elems=250,
+        sequences=10,
+        max_tokens=100,
+        device=TOY,
+        dtype="float32",
+        itemsize=4,
+        max_num_seqs=4,
+        prompt_tokens=0,
+    )
     assert g.batch == 4 and g.regime == "bandwidth-bound"
     assert g.seconds == pytest.approx(2.181909, rel=1e-6)
     assert g.tokens_per_s == pytest.approx(4 / 7.273091e-3, rel=1e-6)
@@ -36,13 +55,31 @@ def test_generation_bandwidth_bound_by_hand():
 def test_generation_compute_bound_by_hand():
     """The same model, 1000 sequences at once: compute 1000 · 2e9 / 5e12 = 0.4 s a step against memory
     (4e9 + 1000·50·1000) / 5.5e11 = 7.36 ms: compute-bound, 100 steps = 40 s, 2500 tokens/s."""
-    g = generation(params=10**9, kv_elems=250, sequences=1000, max_tokens=100, device=TOY, dtype="float32",
-                   itemsize=4, max_num_seqs=1000, prompt_tokens=0)
+    g = generation(
+        params=10**9,
+        kv_elems=250,
+        sequences=1000,
+        max_tokens=100,
+        device=TOY,
+        dtype="float32",
+        itemsize=4,
+        max_num_seqs=1000,
+        prompt_tokens=0,
+    )
     assert g.regime == "compute-bound" and g.seconds == pytest.approx(40.0) and g.tokens_per_s == pytest.approx(2500)
     # bf16: ten times the compute rate and half the bytes: 1000 · 2e9 / 5e13 = 40 ms against (2e9 + 1000·50·500)
     # / 5.5e11 = 3.68 ms
-    g16 = generation(params=10**9, kv_elems=250, sequences=1000, max_tokens=100, device=TOY, dtype="bfloat16",
-                     itemsize=2, max_num_seqs=1000, prompt_tokens=0)
+    g16 = generation(
+        params=10**9,
+        kv_elems=250,
+        sequences=1000,
+        max_tokens=100,
+        device=TOY,
+        dtype="bfloat16",
+        itemsize=2,
+        max_num_seqs=1000,
+        prompt_tokens=0,
+    )
     assert g16.seconds == pytest.approx(4.0)
 
 
@@ -50,12 +87,21 @@ def test_generation_batch_limited_by_the_kv_cache_and_refused_when_nothing_fits(
     """8 GiB × 0.9 − 4e9 B of weights − 2 GiB reserve = 1.431e9 B of cache; a sequence of 1000 tokens at
     1e6 B a token takes 1e9 B: one sequence at a time. With 4 GiB nothing fits."""
     small = devices.Device("s", "gpu", 100.0, 10.0, 1000.0, 8.0, 0.1, "guess", "test")
-    g = generation(params=10**9, kv_elems=250_000, sequences=10, max_tokens=1000, device=small, dtype="float32",
-                   itemsize=4, prompt_tokens=0)
+    g = generation(
+        params=10**9,
+        kv_elems=250_000,
+        sequences=10,
+        max_tokens=1000,
+        device=small,
+        dtype="float32",
+        itemsize=4,
+        prompt_tokens=0,
+    )
     assert g.batch == 1 and g.kv_cache == int(8 * 2**30 * 0.9) - 4 * 10**9 - 2 * 2**30
     tiny = devices.Device("t", "gpu", 100.0, 10.0, 1000.0, 4.0, 0.1, "guess", "test")
-    none = generation(params=10**9, kv_elems=250, sequences=10, max_tokens=100, device=tiny, dtype="float32",
-                      itemsize=4)
+    none = generation(
+        params=10**9, kv_elems=250, sequences=10, max_tokens=100, device=tiny, dtype="float32", itemsize=4
+    )
     assert none.seconds is None and "does not fit" in none.why
 
 
@@ -89,12 +135,16 @@ def test_target_decomposition_splits_svd_and_products():
 
 def _stub_timers(rate: float, slow=lambda: 1.0, expected=None) -> dict:
     """Timers that run at ``rate`` FLOP/s, each call slowed by ``slow()`` (other work on the machine)."""
-    return {"decompose": lambda s: work.decompose_flops(s) / rate * slow(),
-            "gemm": lambda s: 2.0 * s[0] * s[1] ** 2 / rate * slow(),
-            "forward": lambda s: 2.0 * 256 * s[0] * s[1] / rate * slow(),
-            "null": lambda: 0.01, "copy": lambda: (2**27 / (rate / 10) * slow(), 2**27),
-            "device": lambda: "stub", "load": lambda: (0.0, 0.0, 0.0),
-            "expected": lambda d: expected}
+    return {
+        "decompose": lambda s: work.decompose_flops(s) / rate * slow(),
+        "gemm": lambda s: 2.0 * s[0] * s[1] ** 2 / rate * slow(),
+        "forward": lambda s: 2.0 * 256 * s[0] * s[1] / rate * slow(),
+        "null": lambda: 0.01,
+        "copy": lambda: (2**27 / (rate / 10) * slow(), 2**27),
+        "device": lambda: "stub",
+        "load": lambda: (0.0, 0.0, 0.0),
+        "expected": lambda d: expected,
+    }
 
 
 def test_calibration_refuses_a_rate_off_by_more_than_10x(tmp_path):
@@ -121,9 +171,17 @@ def _paper_like_unit_seconds(rates) -> float:
     the rates' device, as the sweep's forecast computes them."""
     arch = shapes.KNOWN["Qwen/Qwen2.5-Math-1.5B"]
     engine = type("E", (), {"dtype": "float32", "gpu_memory_utilization": 0.9, "cpu_kv_cache_gib": 1.0})()
-    gen, build = target.evaluate_parts(params=arch.params(), kv_elems=arch.kv_elems(), attn_elems=None,
-                                       shapes=arch.matrices(), variants=12, sequences=1517, max_tokens=3000,
-                                       engine=engine, rates=rates)
+    gen, build = target.evaluate_parts(
+        params=arch.params(),
+        kv_elems=arch.kv_elems(),
+        attn_elems=None,
+        shapes=arch.matrices(),
+        variants=12,
+        sequences=1517,
+        max_tokens=3000,
+        engine=engine,
+        rates=rates,
+    )
     return target.decompose_seconds(arch.matrices(), rates) + 12 * gen.seconds + build
 
 
@@ -200,12 +258,23 @@ def test_hub_sizes_win_when_the_hub_answers(monkeypatch):
 
     class Answering:
         def model_info(self, *a, **k):
-            return type("I", (), {"siblings": [Sibling("a.safetensors", 5), Sibling("b.safetensors", 7),
-                                               Sibling("README.md", 100)]})()
+            return type(
+                "I",
+                (),
+                {"siblings": [Sibling("a.safetensors", 5), Sibling("b.safetensors", 7), Sibling("README.md", 100)]},
+            )()
 
         def get_safetensors_metadata(self, *a, **k):
-            fm = type("F", (), {"tensors": {"model.layers.0.self_attn.k_proj.weight": Tensor((4, 8)),
-                                            "model.embed_tokens.weight": Tensor((10, 8))}})()
+            fm = type(
+                "F",
+                (),
+                {
+                    "tensors": {
+                        "model.layers.0.self_attn.k_proj.weight": Tensor((4, 8)),
+                        "model.embed_tokens.weight": Tensor((10, 8)),
+                    }
+                },
+            )()
             return type("M", (), {"files_metadata": {"a.safetensors": fm}})()
 
     monkeypatch.setattr(huggingface_hub, "HfApi", Answering)
@@ -223,8 +292,20 @@ def test_dry_run_forecast_for_h100_on_paper_yaml(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sweep_forecast, "calibrate", lambda *a, **k: pytest.fail("a target needs no calibration"))
     # the other GPUs' line: one of them is enough here (each is a whole forecast of the 123 units)
     monkeypatch.setattr(devices, "DEVICES", {k: devices.DEVICES[k] for k in ("h100-80g", "h200")})
-    assert cli.main(["sweep", str(ROOT / "configs" / "paper.yaml"), "--workdir", str(tmp_path / "w"),
-                     "--dry-run", "--forecast-for", "h100-80g"]) == 0
+    assert (
+        cli.main(
+            [
+                "sweep",
+                str(ROOT / "configs" / "paper.yaml"),
+                "--workdir",
+                str(tmp_path / "w"),
+                "--dry-run",
+                "--forecast-for",
+                "h100-80g",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("on h100-80g:"))
     hours = float(line.split(":")[1].split(" h ")[0].replace(",", ""))
@@ -240,8 +321,9 @@ def test_dry_run_forecast_for_h100_on_paper_yaml(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "w").exists()
     # both designs: each evaluate unit's line gives the sequential design's time beside the fixed one's, less
     units = [x for x in out.splitlines() if x.strip().startswith("evaluate/")]
-    assert len(units) == 28 and all("the sequential design instead:" in x and "sequential ±2 points" in x
-                                    for x in units)
+    assert len(units) == 28 and all(
+        "the sequential design instead:" in x and "sequential ±2 points" in x for x in units
+    )
     for x in units:
         fixed = x.split(" time ")[1].split("(")[0].strip()
         other = x.split("the sequential design instead: ")[1].split(")")[0]
@@ -265,10 +347,16 @@ def test_forecast_for_an_unknown_device_exits_2(tmp_path, capsys):
 def test_a_calibration_on_that_gpu_replaces_the_svd_guess():
     """A cache entry measured on an H100 node (any dry run there writes one): its decomposition rate is the
     H100's SVD rate, and the notes say measured, not guess; an A100 entry does not count for an H100."""
-    cache = {"v7|cuda (NVIDIA H100 80GB HBM3)|torch 2.5|8960x1536": {
-        "device": "cuda (NVIDIA H100 80GB HBM3)", "decompose_flops_s": 2.0e12},
+    cache = {
+        "v7|cuda (NVIDIA H100 80GB HBM3)|torch 2.5|8960x1536": {
+            "device": "cuda (NVIDIA H100 80GB HBM3)",
+            "decompose_flops_s": 2.0e12,
+        },
         "v7|cuda (NVIDIA A100-SXM4-80GB)|torch 2.5|8960x1536": {
-        "device": "cuda (NVIDIA A100-SXM4-80GB)", "decompose_flops_s": 9.0e12}}
+            "device": "cuda (NVIDIA A100-SXM4-80GB)",
+            "decompose_flops_s": 9.0e12,
+        },
+    }
     r = target.rates_for("h100-80g", cache)
     assert r.svd_flops_s == pytest.approx(2.0e12) and "measured" in r.notes[0] and "guess" not in r.notes[0]
     guess = target.rates_for("h100-80g", {})
@@ -282,8 +370,16 @@ def test_tensor_parallel_engines_add_the_gpus_up():
 
     def gen(tp):
         engine = type("E", (), {"dtype": "float32", "tensor_parallel_size": tp})()
-        return target.evaluate_parts(params=arch.params(), kv_elems=arch.kv_elems(), attn_elems=None,
-                                     shapes=arch.matrices()[:7], variants=1, sequences=100, max_tokens=3000,
-                                     engine=engine, rates=rates)[0]
+        return target.evaluate_parts(
+            params=arch.params(),
+            kv_elems=arch.kv_elems(),
+            attn_elems=None,
+            shapes=arch.matrices()[:7],
+            variants=1,
+            sequences=100,
+            max_tokens=3000,
+            engine=engine,
+            rates=rates,
+        )[0]
 
     assert gen(1).seconds is None and gen(2).seconds is not None and gen(2).batch >= 1

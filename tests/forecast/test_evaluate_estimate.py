@@ -33,9 +33,16 @@ def _params(dtype):
     return SimpleNamespace(transition="t", options=SimpleNamespace(engine=SimpleNamespace(dtype=dtype)))
 
 
-@pytest.mark.parametrize("kind, method, want", [
-    ("cumulative", "SFT", "bfloat16"), ("cumulative", "distillation", "bfloat16"),
-    ("incremental", "GRPO", "float32"), ("cumulative", "PPO", "float32"), ("incremental", "SFT", "float32")])
+@pytest.mark.parametrize(
+    "kind, method, want",
+    [
+        ("cumulative", "SFT", "bfloat16"),
+        ("cumulative", "distillation", "bfloat16"),
+        ("incremental", "GRPO", "float32"),
+        ("cumulative", "PPO", "float32"),
+        ("incremental", "SFT", "float32"),
+    ],
+)
 def test_auto_dtype_predicted_from_the_transition(kind, method, want):
     dtype, why = evaluate.engine_dtype(_params("auto"), _facts(kind, method))
     assert dtype == want and "predicted" in why

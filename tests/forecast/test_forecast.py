@@ -29,9 +29,17 @@ def test_flop_model_against_hand_counts():
     assert work.decompose_ram([(6, 4), (2, 2)], 4) == work.BASELINE_RAM + 6 * 24 * 4
 
 
-@pytest.mark.parametrize("repo, published", [
-    ("Qwen/Qwen3-14B-Base", 14.8e9), ("Qwen/Qwen3-8B-Base", 8.2e9), ("meta-llama/Meta-Llama-3-8B", 8.03e9),
-    ("mistralai/Mistral-7B-v0.1", 7.24e9), ("Qwen/Qwen2.5-Math-1.5B", 1.54e9), ("Qwen/Qwen2.5-Math-7B", 7.62e9)])
+@pytest.mark.parametrize(
+    "repo, published",
+    [
+        ("Qwen/Qwen3-14B-Base", 14.8e9),
+        ("Qwen/Qwen3-8B-Base", 8.2e9),
+        ("meta-llama/Meta-Llama-3-8B", 8.03e9),
+        ("mistralai/Mistral-7B-v0.1", 7.24e9),
+        ("Qwen/Qwen2.5-Math-1.5B", 1.54e9),
+        ("Qwen/Qwen2.5-Math-7B", 7.62e9),
+    ],
+)
 def test_builtin_table_matches_published_parameter_counts(repo, published):
     """The table's shapes against the parameter counts the model cards state (an independent number)."""
     assert shapes.KNOWN[repo].params() == pytest.approx(published, rel=0.01)
@@ -44,8 +52,8 @@ def test_builtin_table_matrices_qwen3_14b():
 
 
 def test_fallback_chain_without_network(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))      # nothing cached
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")      # a closed port: refused at once
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))  # nothing cached
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # a closed port: refused at once
     t = time.perf_counter()
     assert not shapes.hub_reachable(timeout=2)
     assert shapes.from_hub("Qwen/Qwen3-14B-Base", None, timeout=2) is None
@@ -78,7 +86,7 @@ def test_calibration_is_cached(tmp_path):
     calls: list = []
     cache = tmp_path / "calibration.json"
     first = cal.calibrate((300, 200), timers=_fake_timers(calls), cache=cache)
-    assert not first.cached and first.shape == (300, 200)          # fits the budget at 1 GFLOP/s: measured there
+    assert not first.cached and first.shape == (300, 200)  # fits the budget at 1 GFLOP/s: measured there
     assert first.decompose_flops_s == pytest.approx(1e9) and first.gemm_flops_s == pytest.approx(1e9)
     n = len(calls)
     again = cal.calibrate((300, 200), timers=_fake_timers(calls), cache=cache)
@@ -93,7 +101,7 @@ def test_calibration_scales_a_shape_too_large_for_the_budget(tmp_path):
     rates = cal.calibrate(big, timers=_fake_timers(calls), cache=tmp_path / "c.json")
     m, n = rates.shape
     assert m < big[0] and work.decompose_flops(rates.shape) <= cal.BUDGET_S * 1e9
-    assert m / n == pytest.approx(big[0] / big[1], rel=0.02)       # the same aspect ratio
+    assert m / n == pytest.approx(big[0] / big[1], rel=0.02)  # the same aspect ratio
 
 
 def test_dry_run_prints_the_forecast(tmp_path, monkeypatch, capsys):
@@ -105,19 +113,40 @@ def test_dry_run_prints_the_forecast(tmp_path, monkeypatch, capsys):
     largest = (160, 64)  # TINY's gate/up (160×64) and down (64×160): the most flops
     key = cal._key(cal.device_name(), largest)
     (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "calibration.json").write_text(json.dumps({key: {
-        "device": "seeded", "shape": list(largest), "decompose_flops_s": 1e6, "gemm_flops_s": 1e6,
-        "measured_s": 1.0}}))
-    cfg = {"name": "t", "workdir": str(tmp_path / "w"),
-           "chains": [{"name": "c", "base": {"id": "base", "source": str(tmp_path / "base")},
-                       "models": [{"id": "post", "source": str(tmp_path / "post")}]}],
-           "decomposition": {"device": "cpu"}, "evaluation": {"enabled": False}, "tracking": {"enabled": False}}
+    (tmp_path / "cache" / "calibration.json").write_text(
+        json.dumps(
+            {
+                key: {
+                    "device": "seeded",
+                    "shape": list(largest),
+                    "decompose_flops_s": 1e6,
+                    "gemm_flops_s": 1e6,
+                    "measured_s": 1.0,
+                }
+            }
+        )
+    )
+    cfg = {
+        "name": "t",
+        "workdir": str(tmp_path / "w"),
+        "chains": [
+            {
+                "name": "c",
+                "base": {"id": "base", "source": str(tmp_path / "base")},
+                "models": [{"id": "post", "source": str(tmp_path / "post")}],
+            }
+        ],
+        "decomposition": {"device": "cpu"},
+        "evaluation": {"enabled": False},
+        "tracking": {"enabled": False},
+    }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
     assert cli.main(["sweep", str(tmp_path / "s.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     # per layer (m, n tall): q, o (64, 64); k, v (64, 32); gate, up, down (160, 64); each 14mn² + 24n³
-    per_layer = (2 * (14 * 64 * 64**2 + 24 * 64**3) + 2 * (14 * 64 * 32**2 + 24 * 32**3)
-                 + 3 * (14 * 160 * 64**2 + 24 * 64**3))
+    per_layer = (
+        2 * (14 * 64 * 64**2 + 24 * 64**3) + 2 * (14 * 64 * 32**2 + 24 * 32**3) + 3 * (14 * 160 * 64**2 + 24 * 64**3)
+    )
     seconds = 2 * per_layer / 1e6 + 8.0  # two layers at the seeded 1 MFLOP/s, plus the per-transition constant
     line = next(x for x in out.splitlines() if x.strip().startswith("decompose/base-to-post"))
     from grrr_stream.progress import fmt_seconds
@@ -145,13 +174,18 @@ def test_channel_work_model_against_hand_counts():
     assert work.calibration_flops(10, 3, 4, (0, 1, 2)) == 5 * 2 * 10 * 12
     assert work.calibration_flops(10, 3, 4, None) == 2 * 10 * 12
     logits = 3 * 2 * 4 * 100 * 4  # batch 2 × 4 tokens × vocab 100, float32, about three arrays
-    assert work.calibration_ram(1000, 400, 100, batch_size=2, seq_len=4, budget=None) == \
-        work.BASELINE_RAM + 4000 + logits                                      # in memory
-    assert work.calibration_ram(1000, 400, 100, batch_size=2, seq_len=4, budget=1000) == \
-        work.BASELINE_RAM + 1000 + 400 + 64 * 2**20 + logits                   # offloaded: budget + largest block
+    assert (
+        work.calibration_ram(1000, 400, 100, batch_size=2, seq_len=4, budget=None) == work.BASELINE_RAM + 4000 + logits
+    )  # in memory
+    assert (
+        work.calibration_ram(1000, 400, 100, batch_size=2, seq_len=4, budget=1000)
+        == work.BASELINE_RAM + 1000 + 400 + 64 * 2**20 + logits
+    )  # offloaded: budget + largest block
     # the embedding (100 × 5 × 4 B = 2000) is over the budget: no block stays resident
-    assert work.calibration_ram(1000, 400, 100, batch_size=2, seq_len=4, budget=1000, hidden=5) == \
-        work.BASELINE_RAM + 400 + 64 * 2**20 + logits
+    assert (
+        work.calibration_ram(1000, 400, 100, batch_size=2, seq_len=4, budget=1000, hidden=5)
+        == work.BASELINE_RAM + 400 + 64 * 2**20 + logits
+    )
 
 
 def _seeded_rates():
@@ -165,9 +199,11 @@ def test_channel_units_get_a_time_and_memory(tmp_path, monkeypatch):
     and the channel-stats unit's null at the seeded cell rate, counted by hand from the checkpoint's tensors."""
     from safetensors import safe_open
 
-    from grrr_stream.sweep import forecast as sf, plan_sweep
-    from grrr_stream.sweep.kinds import channel_stats as channel_stats_kind, channels as channels_kind
+    from grrr_stream.sweep import forecast as sf
+    from grrr_stream.sweep import plan_sweep
     from grrr_stream.sweep.config import SweepConfig
+    from grrr_stream.sweep.kinds import channel_stats as channel_stats_kind
+    from grrr_stream.sweep.kinds import channels as channels_kind
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     for name, seed in (("base", 0), ("post", 1)):
@@ -176,19 +212,36 @@ def test_channel_units_get_a_time_and_memory(tmp_path, monkeypatch):
     for f in (tmp_path / "base").glob("*.safetensors"):
         with safe_open(str(f), "np") as st:
             params += sum(int(np.prod(st.get_slice(k).get_shape())) for k in st.keys())
-    cfg = {"name": "t", "workdir": str(tmp_path / "w"),
-           "chains": [{"name": "c", "base": {"id": "base", "source": str(tmp_path / "base")},
-                       "models": [{"id": "post", "source": str(tmp_path / "post")}]}],
-           "decomposition": {"device": "cpu"}, "evaluation": {"enabled": False}, "tracking": {"enabled": False},
-           "channels": {"enabled": True, "sequences": 8, "seq_len": 16, "batch_size": 2, "ablation": True,
-                        "resamples": 100}}
+    cfg = {
+        "name": "t",
+        "workdir": str(tmp_path / "w"),
+        "chains": [
+            {
+                "name": "c",
+                "base": {"id": "base", "source": str(tmp_path / "base")},
+                "models": [{"id": "post", "source": str(tmp_path / "post")}],
+            }
+        ],
+        "decomposition": {"device": "cpu"},
+        "evaluation": {"enabled": False},
+        "tracking": {"enabled": False},
+        "channels": {
+            "enabled": True,
+            "sequences": 8,
+            "seq_len": 16,
+            "batch_size": 2,
+            "ablation": True,
+            "resamples": 100,
+        },
+    }
     fc = sf.forecast_plan(plan_sweep(SweepConfig.model_validate(cfg)), online=False, rates=_seeded_rates())
     by = {u.unit: u for u in fc.units}
     ch = by["channels/base"]
     flops = 5 * 2 * params * 8 * 16
     assert ch.flops == flops
-    assert ch.seconds == pytest.approx(channels_kind.START_S + channels_kind.IMPORT_S + flops / 1e9
-                                       + 5 * 4 * channels_kind.FORWARD_CALL_S)  # 5 passes × 4 batches of 2
+    assert ch.seconds == pytest.approx(
+        channels_kind.START_S + channels_kind.IMPORT_S + flops / 1e9 + 5 * 4 * channels_kind.FORWARD_CALL_S
+    )  # 5 passes × 4 batches of 2
     assert ch.ram == work.BASELINE_RAM + params * 4 + 3 * 2 * 16 * TINY.vocab * 4  # fits 1 GiB: in memory
     st = by["channel-stats/base-to-post"]
     cells = 2 * 100 * TINY.hidden * 10 + 100 * 2 * 7  # null: draws × channels × 10 groups, twice; bootstrap
@@ -202,7 +255,8 @@ def test_the_demo_forecasts_its_channel_units(tmp_path, monkeypatch):
     import math
     from pathlib import Path
 
-    from grrr_stream.sweep import forecast as sf, plan_sweep
+    from grrr_stream.sweep import forecast as sf
+    from grrr_stream.sweep import plan_sweep
     from grrr_stream.sweep.config import load_sweep_config
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -218,8 +272,8 @@ def test_the_demo_forecasts_its_channel_units(tmp_path, monkeypatch):
 def test_forward_rate_is_measured_near_the_largest_matrix(tmp_path):
     """The CPU forward product: the sweep's largest matrix by 256 token rows, halved only while one product
     exceeds the cap; the timed shape reaches the rate (a seeded timer: 1 GFLOP/s)."""
-    assert cal.forward_shape((1536, 576)) == (1536, 576)            # 0.45 GFLOP: as it is
-    m, n = cal.forward_shape((17408, 5120))                           # 45.6 GFLOP: halved
+    assert cal.forward_shape((1536, 576)) == (1536, 576)  # 0.45 GFLOP: as it is
+    m, n = cal.forward_shape((17408, 5120))  # 45.6 GFLOP: halved
     assert 2 * 256 * m * n <= cal.FORWARD_MAX_FLOPS < 2 * 256 * (2 * m) * (2 * n)
     assert m / n == pytest.approx(17408 / 5120, rel=0.01)
     calls: list = []

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from helpers.common import no_track_config
+
 from grrr_stream.geometry.analyses import band_energies, round_trip_survival, update_sparsity
 from grrr_stream.geometry.kernel import decompose_matrix
 
@@ -32,12 +32,12 @@ def test_update_in_the_tail_block_has_no_principal_band_energy():
     for part in ("diag_principal", "off_principal", "off_mixed"):
         assert row[f"band{k}_{part}"] < 1e-20
     assert row[f"band{k}_diag_tail"] + row[f"band{k}_off_tail"] == pytest.approx(1.0, abs=1e-12)
-    assert row[f"band{k}_diag_tail"] == pytest.approx(float((torch.diagonal(P) ** 2).sum() / (P ** 2).sum()),
-                                                      rel=1e-9)
+    assert row[f"band{k}_diag_tail"] == pytest.approx(float((torch.diagonal(P) ** 2).sum() / (P**2).sum()), rel=1e-9)
     # every edge splits the same total: f_diag + f_off
     for edge in (k, 64):
-        total = sum(row[f"band{edge}_{p}"] for p in ("diag_principal", "diag_tail", "off_principal", "off_mixed",
-                                                     "off_tail"))
+        total = sum(
+            row[f"band{edge}_{p}"] for p in ("diag_principal", "diag_tail", "off_principal", "off_mixed", "off_tail")
+        )
         assert total == pytest.approx(row["f_diag"] + row["f_off"], rel=1e-12)
 
 
@@ -50,7 +50,7 @@ def test_band_energies_match_a_direct_numpy_split():
     assert got["8_off_principal"] == pytest.approx((off[:8, :8] ** 2).sum())
     assert got["8_off_mixed"] == pytest.approx((a[:8, 8:] ** 2).sum() + (a[8:, :8] ** 2).sum())
     assert got["8_off_tail"] == pytest.approx((off[8:, 8:] ** 2).sum())
-    assert got["100_off_principal"] == pytest.approx((off ** 2).sum()) and got["100_off_mixed"] == 0.0
+    assert got["100_off_principal"] == pytest.approx((off**2).sum()) and got["100_off_mixed"] == 0.0
 
 
 @pytest.mark.parametrize("theta_deg", [3.0, 25.0])
@@ -62,12 +62,13 @@ def test_rotating_the_top_k_subspace_by_a_known_angle_is_reported(theta_deg):
     s = torch.cat([torch.linspace(20.0, 12.0, k), torch.linspace(3.0, 0.5, n - k)]).double()  # a clear gap
     th = math.radians(theta_deg)
     U1 = U.clone()
-    U1[:, :k] = math.cos(th) * U[:, :k] + math.sin(th) * U[:, k:2 * k]
-    U1[:, k:2 * k] = -math.sin(th) * U[:, :k] + math.cos(th) * U[:, k:2 * k]
+    U1[:, :k] = math.cos(th) * U[:, :k] + math.sin(th) * U[:, k : 2 * k]
+    U1[:, k : 2 * k] = -math.sin(th) * U[:, :k] + math.cos(th) * U[:, k : 2 * k]
     W0, W1 = U @ torch.diag(s) @ V.T, U1 @ torch.diag(s) @ V.T
     row = decompose_matrix(W0.clone(), W1.clone(), band_edges=(k,), angle_edges=(k,)).metrics.as_row()
-    print(f"planted {theta_deg}°: left {row[f'angle{k}_left_max_deg']:.6f}°, "
-          f"right {row[f'angle{k}_right_max_deg']:.2e}°")
+    print(
+        f"planted {theta_deg}°: left {row[f'angle{k}_left_max_deg']:.6f}°, right {row[f'angle{k}_right_max_deg']:.2e}°"
+    )
     assert row[f"angle{k}_left_max_deg"] == pytest.approx(theta_deg, abs=1e-6)
     assert row[f"angle{k}_left_cos2"] == pytest.approx(math.cos(th) ** 2, abs=1e-9)
     assert row[f"angle{k}_right_max_deg"] < 1e-4 and row[f"angle{k}_right_cos2"] == pytest.approx(1.0, abs=1e-9)
@@ -77,7 +78,7 @@ def _spectrum(kind: str, r: int) -> np.ndarray:
     """σ(W0): 'flat' (evenly spaced from 1 down to 0.5: small gaps everywhere) or 'power' (i^−0.6, as
     trained weights decay); 'gauss' draws W0 itself (Marchenko–Pastur)."""
     i = np.arange(1, r + 1, dtype=np.float64)
-    return 1.0 - 0.5 * (i - 1) / r if kind == "flat" else i ** -0.6
+    return 1.0 - 0.5 * (i - 1) / r if kind == "flat" else i**-0.6
 
 
 def _pair(shape: tuple[int, int], kind: str, rel: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -117,8 +118,9 @@ def _exact_angles(W0: np.ndarray, W1: np.ndarray, k: int) -> dict[str, tuple[flo
     return out
 
 
-def _check_against_numpy(W0: torch.Tensor, W1: torch.Tensor, ks: tuple[int, ...], label: str, rel: float = 0.01,
-                         **kw) -> None:
+def _check_against_numpy(
+    W0: torch.Tensor, W1: torch.Tensor, ks: tuple[int, ...], label: str, rel: float = 0.01, **kw
+) -> None:
     """The pipeline's angles for the matrices as given against numpy's float64 SVDs of the same matrices
     (upcast): 1 − mean cos² (mean sin²) and the largest angle within ``rel`` on every side and k."""
     row = decompose_matrix(W0.clone(), W1.clone(), angle_edges=ks, **kw).metrics.as_row()
@@ -127,8 +129,10 @@ def _check_against_numpy(W0: torch.Tensor, W1: torch.Tensor, ks: tuple[int, ...]
         want = _exact_angles(a, b, k)
         for side in ("left", "right"):
             worst, sin2 = row[f"angle{k}_{side}_max_deg"], 1.0 - row[f"angle{k}_{side}_cos2"]
-            print(f"{label} top-{k} {side}: mean sin² {sin2:.4e} vs {want[side][1]:.4e}, "
-                  f"max {worst:.4f}° vs {want[side][0]:.4f}°")
+            print(
+                f"{label} top-{k} {side}: mean sin² {sin2:.4e} vs {want[side][1]:.4e}, "
+                f"max {worst:.4f}° vs {want[side][0]:.4f}°"
+            )
             assert sin2 == pytest.approx(want[side][1], rel=rel), (label, k, side)
             assert worst == pytest.approx(want[side][0], rel=rel), (label, k, side)
 
@@ -195,8 +199,12 @@ def test_angles_match_numpy_over_the_larger_grid(r):
             for rel in (1e-4, 1e-3, 1e-2, 1e-1):
                 W0, W1 = _pair(shape, kind, rel, seed=sum(shape) + int(rel * 1e4))
                 for dtype in (torch.float32, torch.float64) if r == 128 else (torch.float32,):
-                    _check_against_numpy(torch.from_numpy(W0).to(dtype), torch.from_numpy(W1).to(dtype),
-                                         (r // 16, r // 8, r // 4, r // 2), f"{shape} {kind} {rel:g} {dtype}")
+                    _check_against_numpy(
+                        torch.from_numpy(W0).to(dtype),
+                        torch.from_numpy(W1).to(dtype),
+                        (r // 16, r // 8, r // 4, r // 2),
+                        f"{shape} {kind} {rel:g} {dtype}",
+                    )
 
 
 @pytest.mark.parametrize("shape", [(384, 256), (256, 384), (256, 256)])
@@ -206,8 +214,9 @@ def test_angles_match_an_exact_svd_on_power_law_spectra_without_a_gap(shape, alp
     """The float32 pipeline's angles (k = 16, 64) against numpy's exact float64 SVDs of W0 and W1: 1 − mean cos²
     and the largest angle within 1 % on every side."""
     W0, W1 = _power_law_pair(shape, alpha, rel, seed=shape[0] + shape[1])
-    _check_against_numpy(torch.from_numpy(W0).float(), torch.from_numpy(W1).float(), (16, 64),
-                         f"{shape} α {alpha} rel {rel}")
+    _check_against_numpy(
+        torch.from_numpy(W0).float(), torch.from_numpy(W1).float(), (16, 64), f"{shape} α {alpha} rel {rel}"
+    )
 
 
 @pytest.mark.parametrize("shape", [(320, 256), (256, 320)])
@@ -216,8 +225,9 @@ def test_angles_with_a_truncated_core_match_an_exact_svd(shape, rel):
     """A truncated core (W0's tail outside the frame) takes the path on W1 itself; float64 there, against exact
     SVDs: the same 1 %."""
     W0, W1 = _power_law_pair(shape, 0.3, rel, seed=3)
-    res = decompose_matrix(torch.from_numpy(W0), torch.from_numpy(W1.copy()), core_rel_threshold=0.2,
-                           angle_edges=(16, 64))
+    res = decompose_matrix(
+        torch.from_numpy(W0), torch.from_numpy(W1.copy()), core_rel_threshold=0.2, angle_edges=(16, 64)
+    )
     assert res.frame.rank < min(shape)
     row = res.metrics.as_row()
     for k in (16, 64):
@@ -254,8 +264,25 @@ def test_sparsity_in_native_width_equals_the_wide_reference():
     the largest finite values of both signs, ±0, the smallest subnormals) against the rule written out in
     int64: sign-magnitude → ±magnitude (so +0 and −0 are one value), neighbours 1 apart. Finite values only,
     as the pipeline gives it (NaN and ±Inf are refused before)."""
-    edge = torch.tensor([0, 1, 2, 0x7F7F, 0x7F7E, -32768, -32767, -32766, 16256, 16257, -16512, -16511,
-                         0xFF7F - 0x10000, 0xFF7E - 0x10000], dtype=torch.int16)
+    edge = torch.tensor(
+        [
+            0,
+            1,
+            2,
+            0x7F7F,
+            0x7F7E,
+            -32768,
+            -32767,
+            -32766,
+            16256,
+            16257,
+            -16512,
+            -16511,
+            0xFF7F - 0x10000,
+            0xFF7E - 0x10000,
+        ],
+        dtype=torch.int16,
+    )
     assert bool(torch.isfinite(edge.view(torch.bfloat16).float()).all())
     x, y = torch.cartesian_prod(edge, edge).unbind(1)
     got = update_sparsity(x.contiguous().view(torch.bfloat16), y.contiguous().view(torch.bfloat16))
@@ -274,8 +301,21 @@ def test_sparsity_of_wide_patterns_equals_python_integers(bits):
     integers, which never wrap: sign-magnitude → ±magnitude. Finite values only, as the pipeline gives it."""
     half = 1 << (bits - 1)
     top = {32: 0x7F7FFFFF, 64: 0x7FEFFFFFFFFFFFFF}[bits]  # the largest finite magnitude
-    edge = [0, 1, 2, top, top - 1, half, half + 1, half + 2, half + top, half + top - 1,
-            0x3F800000, 0x3F800001, half + 0x3F800000]
+    edge = [
+        0,
+        1,
+        2,
+        top,
+        top - 1,
+        half,
+        half + 1,
+        half + 2,
+        half + top,
+        half + top - 1,
+        0x3F800000,
+        0x3F800001,
+        half + 0x3F800000,
+    ]
     pairs = [(a, b) for a in edge for b in edge]
     ints, floats = {32: (torch.int32, torch.float32), 64: (torch.int64, torch.float64)}[bits]
     signed = [[v - (1 << bits) if v >= half else v for v in col] for col in zip(*pairs)]
@@ -309,14 +349,15 @@ def test_sparsity_and_survival_land_in_the_store(tmp_path):
     tensors, and each component's bf16 survival matches the bf16 variant's own fidelity report."""
     from grrr_stream.checkpoints.reader import Checkpoint
     from grrr_stream.decompose.run import run_transition
-    from grrr_stream.store.transition_store import StoredTransition
     from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
-    from grrr_stream.variants.spec import parse_variant
+    from grrr_stream.store.transition_store import StoredTransition
     from grrr_stream.variants.builder import VariantBuilder
+    from grrr_stream.variants.spec import parse_variant
 
     shape = ModelShape(hidden=96, intermediate=256, layers=1, heads=6, kv_heads=2)
-    base, post = make_transition(tmp_path / "m", shape, family="llama", dtype="float32",
-                                 update=Update(r_delta=3e-4, plant=(0.1, 0.6, 0.3)))
+    base, post = make_transition(
+        tmp_path / "m", shape, family="llama", dtype="float32", update=Update(r_delta=3e-4, plant=(0.1, 0.6, 0.3))
+    )
     store = tmp_path / "s"
     run_transition(no_track_config(base=str(base), post=str(post), store=store, figures=True))
     t = StoredTransition(store)
@@ -327,7 +368,7 @@ def test_sparsity_and_survival_land_in_the_store(tmp_path):
         for _ in b.tensors():
             pass
         # the share left after the cast's error, from the variant's own fidelity (‖error‖/‖c‖, whole matrix)
-        variants[c] = {r.name: max(0.0, 1.0 - r.fidelity ** 2) for r in b.report.rows}
+        variants[c] = {r.name: max(0.0, 1.0 - r.fidelity**2) for r in b.report.rows}
     for name, attrs in t.matrices.items():
         m = attrs["metrics"]
         a, b = ck0.read(name).numpy().view(np.int32), ck1.read(name).numpy().view(np.int32)
@@ -344,7 +385,7 @@ def test_sparsity_and_survival_land_in_the_store(tmp_path):
 def test_round_trip_survival_of_a_component_below_bf16_rounding():
     w0 = torch.full((8, 64), 1.0)
     tiny = torch.full((8, 64), 1e-4)  # far below bf16's spacing at 1 (2^-7): nothing survives
-    big = torch.full((8, 64), 0.5)    # exactly representable: everything survives
+    big = torch.full((8, 64), 0.5)  # exactly representable: everything survives
     got = round_trip_survival(w0, {"tiny": tiny, "big": big, "zero": torch.zeros(8, 64)})
     assert got == {"tiny": 0.0, "big": 1.0, "zero": 1.0}
 
@@ -357,7 +398,7 @@ def _planted_ulps(k_ulps: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, np.nd
     shape = k_ulps.shape
     e = g.choice([-8, -4, 0], size=shape)
     mant = 1 + g.integers(16, 64, size=shape) / 128
-    w0 = g.choice([-1.0, 1.0], size=shape) * mant * 2.0 ** e
+    w0 = g.choice([-1.0, 1.0], size=shape) * mant * 2.0**e
     ulp = 2.0 ** (e - 7)
     c = g.choice([-1.0, 1.0], size=shape) * k_ulps * ulp
     return torch.from_numpy(w0).to(torch.bfloat16), torch.from_numpy(c).float(), ulp
@@ -393,22 +434,33 @@ def f64_store(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("bands")
     shape = ModelShape(hidden=80, intermediate=192, layers=2, heads=4, kv_heads=2)
-    base, post = make_transition(root / "m", shape, family="qwen2", dtype="float64",
-                                 update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3)))
+    base, post = make_transition(
+        root / "m", shape, family="qwen2", dtype="float64", update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3))
+    )
     store = root / "s"
-    run_transition(no_track_config(base=str(base), post=str(post), store=store, compute_dtype="float64",
-                                   store_dtype="float64", band_edges=(16, 64)))
+    run_transition(
+        no_track_config(
+            base=str(base),
+            post=str(post),
+            store=store,
+            compute_dtype="float64",
+            store_dtype="float64",
+            band_edges=(16, 64),
+        )
+    )
     return store
 
 
 def test_band_variants_remove_exactly_the_reported_band_energy(f64_store):
     from grrr_stream.store.transition_store import StoredTransition
-    from grrr_stream.variants.spec import parse_variant
     from grrr_stream.variants.builder import VariantBuilder
+    from grrr_stream.variants.spec import parse_variant
 
     t = StoredTransition(f64_store)
-    v = {n: dict(VariantBuilder(f64_store, parse_variant(n), dtype="float64").tensors())
-         for n in ("base", "proj", "off", "no-off-principal-16", "off-principal-16", "off-nonprincipal-16")}
+    v = {
+        n: dict(VariantBuilder(f64_store, parse_variant(n), dtype="float64").tensors())
+        for n in ("base", "proj", "off", "no-off-principal-16", "off-principal-16", "off-nonprincipal-16")
+    }
     for name, attrs in t.matrices.items():
         m = attrs["metrics"]
         want = m["band16_off_principal"] * m["delta_fro"] ** 2

@@ -69,6 +69,7 @@ def _float64_svds(monkeypatch) -> list:
     def spy(W, driver):
         seen.append(W.dtype)
         return real(W, driver)
+
     monkeypatch.setattr(frame_mod, "_thin_svd", spy)
     return seen
 

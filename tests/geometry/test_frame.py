@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from grrr_stream.geometry.frame import all_finite, canonical_signs, compute_frame, project, spectral_norm, split_energies
+from grrr_stream.geometry.frame import (
+    all_finite,
+    canonical_signs,
+    compute_frame,
+    project,
+    spectral_norm,
+    split_energies,
+)
 from grrr_stream.geometry.kernel import decompose_matrix
 from grrr_stream.geometry.metrics import matrix_metrics
 
@@ -114,8 +121,17 @@ def test_spectral_norm_of_low_rank_and_zero():
 def test_matrix_metrics_known_answers():
     s0 = np.array([4.0, 2.0, 1.0, 1e-9])
     s1 = np.array([5.0, 2.0, 1.0, 1e-2])
-    m = matrix_metrics(s0, s1, delta_fro=2.0, delta_spec=1.0, energies=(1.0, 2.0, 1.0),
-                       rows=4, cols=4, rank=4, rank_thresholds=(1e-7, 1e-3))
+    m = matrix_metrics(
+        s0,
+        s1,
+        delta_fro=2.0,
+        delta_spec=1.0,
+        energies=(1.0, 2.0, 1.0),
+        rows=4,
+        cols=4,
+        rank=4,
+        rank_thresholds=(1e-7, 1e-3),
+    )
     w0_fro = np.sqrt(16 + 4 + 1 + 1e-18)
     assert m.w0_fro == pytest.approx(w0_fro)
     assert m.r_delta == pytest.approx(2.0 / w0_fro)
@@ -150,8 +166,17 @@ def test_identical_spectra_give_exact_identities_whatever_the_rounding():
 
     for seed in range(50):
         s = np.sort(np.random.default_rng(seed).random(40))[::-1] * 3
-        m = matrix_metrics(s, s.copy(), delta_fro=0.0, delta_spec=0.0, energies=(0.0, 0.0, 0.0), rows=40,
-                           cols=40, rank=40, rank_thresholds=(1e-3,))
+        m = matrix_metrics(
+            s,
+            s.copy(),
+            delta_fro=0.0,
+            delta_spec=0.0,
+            energies=(0.0, 0.0, 0.0),
+            rows=40,
+            cols=40,
+            rank=40,
+            rank_thresholds=(1e-3,),
+        )
         assert (m.dsr_pct, m.alpha, m.delta_max, m.sv_cos) == (0.0, 0.0, 0.0, 1.0), seed
         assert m.sr_w0 == m.sr_w1 and m.w0_fro == pytest.approx(np.linalg.norm(s), rel=1e-15)
 
@@ -186,7 +211,7 @@ def _near_degenerate_pair(seed: int) -> tuple[torch.Tensor, torch.Tensor, float]
     P = 1e-5 * g.standard_normal((64, 64))
     P[4:6, 4:6] = [[3e-3, 0.0], [0.0, -3e-3]]
     W1 = torch.from_numpy(W0.double().numpy() + U0 @ P @ V0h).float()
-    share = float((P[4:6, 4:6] ** 2).sum() / (P ** 2).sum())
+    share = float((P[4:6, 4:6] ** 2).sum() / (P**2).sum())
     return W0, W1, share
 
 
@@ -204,8 +229,10 @@ def test_near_degenerate_pair_splits_as_in_float64(seed, monkeypatch):
     got = decompose_matrix(W0.clone(), W1.clone()).metrics
     assert svds == [torch.float32]
     plain = decompose_matrix(W0.clone(), W1.clone(), degenerate_gap=None).metrics  # float32's own frame
-    print(f"f_diag: float64 {ref.f_diag:.8f}, float32 {got.f_diag:.8f}, float32 frame {plain.f_diag:.8f}; "
-          f"f_degenerate {got.extra['f_degenerate']:.6f} (planted {share:.6f})")
+    print(
+        f"f_diag: float64 {ref.f_diag:.8f}, float32 {got.f_diag:.8f}, float32 frame {plain.f_diag:.8f}; "
+        f"f_degenerate {got.extra['f_degenerate']:.6f} (planted {share:.6f})"
+    )
     assert abs(got.f_diag - ref.f_diag) < 1e-5 and abs(got.f_off - ref.f_off) < 1e-5
     assert got.extra["f_degenerate"] == pytest.approx(share, rel=1e-3)
     assert ref.extra["f_degenerate"] == pytest.approx(share, rel=1e-3)

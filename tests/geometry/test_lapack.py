@@ -29,8 +29,11 @@ def one_thread(monkeypatch):
 def test_values_match_float64_and_leave_the_input_alone(shape, dtype, rtol, one_thread):
     g = np.random.default_rng(sum(shape))
     # a spread of scales (σ from 1 down to 1e-4), as in trained weights
-    A = g.standard_normal(shape) @ np.diag(np.logspace(0, -4, shape[1])) if shape[1] <= shape[0] else \
-        np.diag(np.logspace(0, -4, shape[0])) @ g.standard_normal(shape)
+    A = (
+        g.standard_normal(shape) @ np.diag(np.logspace(0, -4, shape[1]))
+        if shape[1] <= shape[0]
+        else np.diag(np.logspace(0, -4, shape[0])) @ g.standard_normal(shape)
+    )
     ref = np.linalg.svd(A, compute_uv=False)  # float64 LAPACK through NumPy, a different binding
     X = torch.from_numpy(A).to(dtype)
     before = X.clone()
@@ -143,11 +146,13 @@ def test_the_lanes_hold_scipys_blas_to_their_thread_count():
     import subprocess
     import sys
 
-    code = ("from threadpoolctl import threadpool_info\n"
-            "from grrr_stream.decompose.streaming import torch_threads\n"
-            "with torch_threads(1):\n"
-            "    blas = [(i['filepath'], i['num_threads']) for i in threadpool_info() if i['user_api'] == 'blas']\n"
-            "print(blas)\n")
+    code = (
+        "from threadpoolctl import threadpool_info\n"
+        "from grrr_stream.decompose.streaming import torch_threads\n"
+        "with torch_threads(1):\n"
+        "    blas = [(i['filepath'], i['num_threads']) for i in threadpool_info() if i['user_api'] == 'blas']\n"
+        "print(blas)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     blas = eval(out)
     assert any("scipy" in path for path, _ in blas) and all(n == 1 for _, n in blas), blas
@@ -162,8 +167,12 @@ def test_the_path_is_chosen_by_the_cpus_maker_unless_forced(monkeypatch, tmp_pat
     assert lapack.cpu_vendor(str(tmp_path / "absent")) == ""
     monkeypatch.delenv(lapack.ENV, raising=False)
     lapack._auto_choice.cache_clear()
-    for vendor, mkl, expected in [("GenuineIntel", True, False), ("AuthenticAMD", True, True),
-                                  ("GenuineIntel", False, True), ("", True, True)]:
+    for vendor, mkl, expected in [
+        ("GenuineIntel", True, False),
+        ("AuthenticAMD", True, True),
+        ("GenuineIntel", False, True),
+        ("", True, True),
+    ]:
         monkeypatch.setattr(lapack, "cpu_vendor", lambda cpuinfo="", v=vendor: v)
         monkeypatch.setattr(torch.backends.mkl, "is_available", lambda m=mkl: m)
         lapack._auto_choice.cache_clear()

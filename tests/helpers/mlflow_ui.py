@@ -42,6 +42,7 @@ def artifacts_dir() -> Path:
 
 # ----------------------------------------------------------------------------- the server
 
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -107,10 +108,15 @@ def serve(workdir: Path, *, timeout: float = 120.0, tries: int = 3) -> Iterator[
         uri = f"http://127.0.0.1:{port}"
         log = workdir / f"server{attempt}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen(["bash", str(SERVE), "--port", str(port), "--backend-uri", backend,
-                                     "--artifacts", str(artifacts)],
-                                    cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                ["bash", str(SERVE), "--port", str(port), "--backend-uri", backend, "--artifacts", str(artifacts)],
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         server = Server(uri, port, backend, artifacts, log, proc)
         try:
             deadline = time.monotonic() + timeout
@@ -131,6 +137,7 @@ def serve(workdir: Path, *, timeout: float = 120.0, tries: int = 3) -> Iterator[
 
 # ----------------------------------------------------------------------------- populating it
 
+
 def _grrr_stream() -> str:
     beside = Path(sys.executable).with_name("grrr-stream")
     return str(beside) if beside.is_file() else (shutil.which("grrr-stream") or "grrr-stream")
@@ -150,13 +157,20 @@ def populate(tracking_uri: str, workdir: Path) -> None:
     rl = Update(r_delta=5e-3, plant=(0.10, 0.70, 0.20), seed=1)
     for name, updates in {"base": (), "sft": (sft,), "rl": (sft, rl)}.items():
         if not (models / name / "config.json").is_file():
-            write_model(models / name, TINY, family="qwen2", dtype="float32", seed=0, updates=updates,
-                        overwrite=True)
+            write_model(models / name, TINY, family="qwen2", dtype="float32", seed=0, updates=updates, overwrite=True)
     cfg = {
-        "name": "server-test", "workdir": str(workdir / "sweep"),
-        "chains": [{"name": "syn", "base": {"id": "base", "source": str(models / "base")},
-                    "models": [{"id": "sft", "source": str(models / "sft"), "method": "SFT"},
-                               {"id": "rl", "source": str(models / "rl"), "parent": "sft", "method": "GRPO"}]}],
+        "name": "server-test",
+        "workdir": str(workdir / "sweep"),
+        "chains": [
+            {
+                "name": "syn",
+                "base": {"id": "base", "source": str(models / "base")},
+                "models": [
+                    {"id": "sft", "source": str(models / "sft"), "method": "SFT"},
+                    {"id": "rl", "source": str(models / "rl"), "parent": "sft", "method": "GRPO"},
+                ],
+            }
+        ],
         "decomposition": {"incremental": False, "device": "cpu", "figures": True},  # the transitions' own figures
         "statistics": {"resamples": 200, "null_draws": 200, "independent": False},
         "variants": {"names": ["full", "diag"], "transitions": ["base-to-rl"]},
@@ -167,37 +181,56 @@ def populate(tracking_uri: str, workdir: Path) -> None:
     (workdir / "sweep.yaml").write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     args = ["sweep", str(workdir / "sweep.yaml"), "--tracking-uri", tracking_uri]
-    p = subprocess.run([_grrr_stream(), *args], cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [_grrr_stream(), *args],
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if p.returncode:
-        raise RuntimeError(f"grrr-stream {' '.join(args)} exited with {p.returncode}:\n"
-                           f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        raise RuntimeError(
+            f"grrr-stream {' '.join(args)} exited with {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        )
 
 
 def evaluate(tracking_uri: str, workdir: Path) -> Path:
     """Evaluations of the variants full and diag of base → rl (stored by ``populate`` in ``workdir``),
     logged over HTTP, outside the sweep, with tests/evaluation/test_evaluate.py's stand-in engine (no vLLM); the
     benchmark file becomes the runs' dataset input. Returns that file."""
-    from helpers.stand_in import StandInEngine
-
     from grrr_stream.config import TrackingConfig
-    from grrr_stream.evaluation.settings import EngineSettings, EvaluationOptions
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
+    from grrr_stream.evaluation.settings import EngineSettings, EvaluationOptions
+    from helpers.stand_in import StandInEngine
 
     workdir = Path(workdir)
     (store,) = (workdir / "sweep" / "stores").glob("base-to-rl-*")
     bench = workdir / "bench" / "sums" / "test.jsonl"
     bench.parent.mkdir(parents=True, exist_ok=True)
-    bench.write_text("".join(json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n"
-                             for a in range(5) for b in range(4)))
-    run_evaluation(EvaluationRequest(store, workdir / "evaluation", ["full", "diag"], ["sums"], bench.parent.parent,
-                                     EvaluationOptions(engine=EngineSettings(max_new_tokens=32)), resamples=200),
-                   engine_factory=StandInEngine, tracking=TrackingConfig(uri=tracking_uri, experiment=DEMO_EXPERIMENT),
-                   log=lambda msg: None)
+    bench.write_text(
+        "".join(json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n" for a in range(5) for b in range(4))
+    )
+    run_evaluation(
+        EvaluationRequest(
+            store,
+            workdir / "evaluation",
+            ["full", "diag"],
+            ["sums"],
+            bench.parent.parent,
+            EvaluationOptions(engine=EngineSettings(max_new_tokens=32)),
+            resamples=200,
+        ),
+        engine_factory=StandInEngine,
+        tracking=TrackingConfig(uri=tracking_uri, experiment=DEMO_EXPERIMENT),
+        log=lambda msg: None,
+    )
     return bench
 
 
 # ----------------------------------------------------------------------------- the REST API
+
 
 @dataclass
 class Run:
@@ -214,11 +247,17 @@ class Run:
     @classmethod
     def from_json(cls, r: dict) -> "Run":
         info, data = r["info"], r.get("data", {})
-        return cls(info["run_id"], info.get("run_name", ""), info["status"], info["experiment_id"],
-                   {p["key"]: p["value"] for p in data.get("params", [])},
-                   {m["key"]: m["value"] for m in data.get("metrics", [])},
-                   {t["key"]: t["value"] for t in data.get("tags", [])},
-                   int(info.get("start_time", 0)), int(info.get("end_time", 0)))
+        return cls(
+            info["run_id"],
+            info.get("run_name", ""),
+            info["status"],
+            info["experiment_id"],
+            {p["key"]: p["value"] for p in data.get("params", [])},
+            {m["key"]: m["value"] for m in data.get("metrics", [])},
+            {t["key"]: t["value"] for t in data.get("tags", [])},
+            int(info.get("start_time", 0)),
+            int(info.get("end_time", 0)),
+        )
 
 
 class Rest:
@@ -251,8 +290,12 @@ class Rest:
     def runs(self, experiment_ids: Sequence[str], filter: str = "") -> list[Run]:
         out, token = [], None
         while True:
-            body = {"experiment_ids": list(experiment_ids), "max_results": 1000, "run_view_type": "ALL",
-                    "filter": filter}
+            body = {
+                "experiment_ids": list(experiment_ids),
+                "max_results": 1000,
+                "run_view_type": "ALL",
+                "filter": filter,
+            }
             if token:
                 body["page_token"] = token
             page = self.post("api/2.0/mlflow/runs/search", body)
@@ -281,6 +324,7 @@ class Rest:
 
 # ----------------------------------------------------------------------------- headless Chromium
 
+
 def find_chromium() -> Optional[str]:
     """Debian's chromium (/usr/bin/chromium or on PATH); $GRRR_CHROMIUM overrides."""
     for c in (os.environ.get("GRRR_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
@@ -295,8 +339,16 @@ class Chromium:
     One page; ``evaluate`` runs JavaScript in it, ``screenshot`` writes a PNG. Use as a context manager:
     the browser's process group is always stopped on exit."""
 
-    def __init__(self, exe: str, profile: Path, *, width: int = 1600, height: int = 1200, log: Optional[Path] = None,
-                 extra_args: Sequence[str] = ()):
+    def __init__(
+        self,
+        exe: str,
+        profile: Path,
+        *,
+        width: int = 1600,
+        height: int = 1200,
+        log: Optional[Path] = None,
+        extra_args: Sequence[str] = (),
+    ):
         self._id = 0
         self._buf = b""
         self.events: list[dict] = []  # DevTools events received so far (console messages, exceptions, ...)
@@ -306,16 +358,32 @@ class Chromium:
         # takes one-digit fds only)
         cmd_r, cmd_w = (self._high(fd) for fd in os.pipe())
         res_r, res_w = (self._high(fd) for fd in os.pipe())
-        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                "--no-default-browser-check", "--hide-scrollbars", "--mute-audio", "--disable-extensions",
-                "--remote-debugging-pipe", f"--user-data-dir={profile}", f"--window-size={width},{height}",
-                *extra_args, "about:blank"]
+        args = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--hide-scrollbars",
+            "--mute-audio",
+            "--disable-extensions",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            *extra_args,
+            "about:blank",
+        ]
         self.log = log or profile / "chromium.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 ["bash", "-c", f'exec "$0" "$@" 3<&{cmd_r} 4>&{res_w} {cmd_r}<&- {res_w}>&-', exe, *args],
-                pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                pass_fds=(cmd_r, res_w),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         os.close(cmd_r)
         os.close(res_w)
         self._w, self._r = cmd_w, res_r
@@ -340,8 +408,7 @@ class Chromium:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def call(self, method: str, params: Optional[dict] = None, *, session: bool = False,
-             timeout: float = 30.0) -> dict:
+    def call(self, method: str, params: Optional[dict] = None, *, session: bool = False, timeout: float = 30.0) -> dict:
         self._id += 1
         msg = {"id": self._id, "method": method, "params": params or {}}
         if session:
@@ -375,8 +442,12 @@ class Chromium:
         self.call("Page.navigate", {"url": url}, session=True)
 
     def evaluate(self, expression: str, *, timeout: float = 30.0) -> Any:
-        r = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True},
-                      session=True, timeout=timeout)
+        r = self.call(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            session=True,
+            timeout=timeout,
+        )
         if "exceptionDetails" in r:
             raise RuntimeError(f"JavaScript failed: {r['exceptionDetails']}")
         return r["result"].get("value")
@@ -415,10 +486,15 @@ class Chromium:
 
     def evaluate_in_frame(self, frame_id: str, expression: str, *, timeout: float = 30.0) -> Any:
         """Evaluate in a child frame (e.g. a sandboxed iframe, whose document the page's scripts cannot reach)."""
-        ctx = self.call("Page.createIsolatedWorld", {"frameId": frame_id, "worldName": "grrr-test"},
-                        session=True)["executionContextId"]
-        r = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True,
-                                           "contextId": ctx}, session=True, timeout=timeout)
+        ctx = self.call("Page.createIsolatedWorld", {"frameId": frame_id, "worldName": "grrr-test"}, session=True)[
+            "executionContextId"
+        ]
+        r = self.call(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True, "contextId": ctx},
+            session=True,
+            timeout=timeout,
+        )
         if "exceptionDetails" in r:
             raise RuntimeError(f"JavaScript failed: {r['exceptionDetails']}")
         return r["result"].get("value")
@@ -571,9 +647,11 @@ def search_runs(browser: Chromium, expression: str) -> None:
                                  i.focus(); i.select(); })()""")
     browser.call("Input.insertText", {"text": expression}, session=True)
     for kind in ("keyDown", "keyUp"):
-        browser.call("Input.dispatchKeyEvent", {"type": kind, "key": "Enter", "code": "Enter",
-                                                "windowsVirtualKeyCode": 13, "nativeVirtualKeyCode": 13},
-                     session=True)
+        browser.call(
+            "Input.dispatchKeyEvent",
+            {"type": kind, "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "nativeVirtualKeyCode": 13},
+            session=True,
+        )
 
 
 def runs_table(browser: Chromium) -> dict[str, dict]:
@@ -581,11 +659,16 @@ def runs_table(browser: Chromium) -> dict[str, dict]:
     place from the top), "metrics" (metric column → shown text)} as displayed."""
     browser.evaluate(EXPAND_NESTED_RUNS, timeout=60)
     rows = browser.evaluate(READ_RUNS_TABLE)
-    return {rid: {"name": cells.get("attributes.`Run Name`", "").split("\n")[-1],
-                  "dataset": cells.get("attributes.`Dataset`", ""), "duration": cells.get("duration", ""),
-                  "position": int(cells.get("row-index") or -1),
-                  "metrics": {k[len("metrics.`"):-1]: v for k, v in cells.items() if k.startswith("metrics.`")}}
-            for rid, cells in rows.items()}
+    return {
+        rid: {
+            "name": cells.get("attributes.`Run Name`", "").split("\n")[-1],
+            "dataset": cells.get("attributes.`Dataset`", ""),
+            "duration": cells.get("duration", ""),
+            "position": int(cells.get("row-index") or -1),
+            "metrics": {k[len("metrics.`") : -1]: v for k, v in cells.items() if k.startswith("metrics.`")},
+        }
+        for rid, cells in rows.items()
+    }
 
 
 _UNITS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}

@@ -23,20 +23,36 @@ def sweep_config(root: Path) -> dict:
             write_model(models / name, TINY, family="qwen2", dtype="float32", seed=0, updates=updates, overwrite=True)
     bench = root / "bench" / "sums" / "test.jsonl"
     bench.parent.mkdir(parents=True, exist_ok=True)
-    bench.write_text("".join(json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n"
-                             for a in range(6) for b in range(5)))
+    bench.write_text(
+        "".join(json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n" for a in range(6) for b in range(5))
+    )
     return {
-        "name": "report-test", "workdir": str(root / "sweep"),
-        "chains": [{"name": "syn", "base": {"id": "base", "source": str(models / "base")},
-                    "models": [{"id": "sft", "source": str(models / "sft"), "method": "SFT"},
-                               {"id": "rl", "source": str(models / "rl"), "parent": "sft", "method": "GRPO"}]}],
+        "name": "report-test",
+        "workdir": str(root / "sweep"),
+        "chains": [
+            {
+                "name": "syn",
+                "base": {"id": "base", "source": str(models / "base")},
+                "models": [
+                    {"id": "sft", "source": str(models / "sft"), "method": "SFT"},
+                    {"id": "rl", "source": str(models / "rl"), "parent": "sft", "method": "GRPO"},
+                ],
+            }
+        ],
         "decomposition": {"device": "cpu"},
         "statistics": {"resamples": 200, "null_draws": 200, "independent": False},
-        "variants": {"names": ["base", "full", "proj", "diag", "offnull", "randrm-0"], "transitions": "cumulative",
-                     "write_folders": False},
-        "evaluation": {"benchmarks": ["sums"], "bench_dir": str(root / "bench"), "transitions": "cumulative",
-                       "engine": {"max_new_tokens": 32},
-                       "sampling": {"n": 4, "temperature": 0.7, "pass_k": [2], "maj_k": [4]}},
+        "variants": {
+            "names": ["base", "full", "proj", "diag", "offnull", "randrm-0"],
+            "transitions": "cumulative",
+            "write_folders": False,
+        },
+        "evaluation": {
+            "benchmarks": ["sums"],
+            "bench_dir": str(root / "bench"),
+            "transitions": "cumulative",
+            "engine": {"max_new_tokens": 32},
+            "sampling": {"n": 4, "temperature": 0.7, "pass_k": [2], "maj_k": [4]},
+        },
         "claims": {"resamples": 200},
         "tracking": {"experiment": EXPERIMENT},
         "progress": False,
@@ -54,8 +70,9 @@ def run_small_sweep(root: Path, tracking_uri: str | None = None):
     from helpers.stand_in import StandInEngine
 
     cfg = SweepConfig.model_validate(sweep_config(Path(root)))
-    tracking = (TrackingConfig(uri=tracking_uri, experiment=EXPERIMENT) if tracking_uri
-                else TrackingConfig(enabled=False))
+    tracking = (
+        TrackingConfig(uri=tracking_uri, experiment=EXPERIMENT) if tracking_uri else TrackingConfig(enabled=False)
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pipeline, "Engine", StandInEngine)
         mp.setattr(ev, "engine_versions", lambda: {"engine": "stand-in"})

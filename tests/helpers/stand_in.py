@@ -8,10 +8,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from helpers.common import no_track_config
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.evaluation.settings import EngineSettings
 from grrr_stream.fixtures.synthetic import TINY, Update, make_transition
+from helpers.common import no_track_config
 
 SETTINGS = EngineSettings(max_new_tokens=32)
 
@@ -50,8 +50,13 @@ class StandInEngine:
                 h = int(hashlib.sha256((self.digest + p + (f"#{s}" if s else "")).encode()).hexdigest(), 16)
                 answer = eval(p) if h % 3 else -1  # noqa: S307 - our own 'a+b' strings
                 capped = h % 7 == 0
-                answers.append(Generation(f"Wait, {'Wait, ' * (h % 4)}\\boxed{{{answer}}}", 32 if capped else 5,
-                                          "length" if capped else "stop"))
+                answers.append(
+                    Generation(
+                        f"Wait, {'Wait, ' * (h % 4)}\\boxed{{{answer}}}",
+                        32 if capped else 5,
+                        "length" if capped else "stop",
+                    )
+                )
             out.append(answers)
         return out
 
@@ -59,8 +64,7 @@ class StandInEngine:
         pass
 
 
-def sums_transition(root, n_a: int = 7, n_b: int = 9, *, update: Update = Update(r_delta=2e-2),
-                    dtype: str = "float32"):
+def sums_transition(root, n_a: int = 7, n_b: int = 9, *, update: Update = Update(r_delta=2e-2), dtype: str = "float32"):
     """A decomposed tiny pair (``update`` planted, both checkpoints in ``dtype``) and a 'sums' benchmark of
     n_a × n_b problems: (base, post, store, bench folder)."""
     base, post = make_transition(root / "m", TINY, family="qwen2", dtype=dtype, update=update)
@@ -68,6 +72,9 @@ def sums_transition(root, n_a: int = 7, n_b: int = 9, *, update: Update = Update
     run_transition(no_track_config(base=str(base), post=str(post), store=store))
     bench = root / "bench" / "sums"
     bench.mkdir(parents=True)
-    bench.joinpath("test.jsonl").write_text("".join(
-        json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n" for a in range(n_a) for b in range(n_b)))
+    bench.joinpath("test.jsonl").write_text(
+        "".join(
+            json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n" for a in range(n_a) for b in range(n_b)
+        )
+    )
     return base, post, store, root / "bench"

@@ -21,14 +21,18 @@ def drawn(monkeypatch, tmp_path):
         fig.canvas.draw()
         fig.savefig(path, dpi=plots.DPI, bbox_inches="tight")
         return path
+
     monkeypatch.setattr(plots, "_save", keep)
     yield figs
     plots._plt().close("all")
 
 
 def test_layer_axes_tick_whole_numbers(drawn, tmp_path):
-    rows = [{"layer": layer, "module": m, "f_diag": 0.1, "f_off": 0.5, "f_null": 0.4}
-            for layer in (0, 1) for m in ("q_proj", "k_proj")]
+    rows = [
+        {"layer": layer, "module": m, "f_diag": 0.1, "f_off": 0.5, "f_null": 0.4}
+        for layer in (0, 1)
+        for m in ("q_proj", "k_proj")
+    ]
     plots.energy_fractions_by_layer(rows, tmp_path / "e.png", "base → sft")
     (fig,) = drawn
     for ax in fig.axes:
@@ -40,8 +44,17 @@ def test_every_series_has_its_own_colour_blue_for_sft_red_for_rl(drawn, tmp_path
     rows = []
     for tid, group in (("base-to-sft", "SFT"), ("base-to-sib", "SFT"), ("sft-to-rl", "RL"), ("base-to-rl", "RL")):
         for layer in (0, 1):
-            rows.append({"transition": tid, "group_sft_rl": group, "step": tid != "base-to-rl", "component": "diag",
-                         "layer": layer, "energy_share": 0.1 + layer / 10, "channel_share": 0.05})
+            rows.append(
+                {
+                    "transition": tid,
+                    "group_sft_rl": group,
+                    "step": tid != "base-to-rl",
+                    "component": "diag",
+                    "layer": layer,
+                    "energy_share": 0.1 + layer / 10,
+                    "channel_share": 0.05,
+                }
+            )
     plots.channel_layer_shares(rows, tmp_path / "c.png")
     (fig,) = drawn
     lines = {ln.get_label(): ln.get_color() for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")}
@@ -54,8 +67,14 @@ def test_every_series_has_its_own_colour_blue_for_sft_red_for_rl(drawn, tmp_path
 
 
 def test_legends_sit_beside_the_bars(drawn, tmp_path):
-    rows = [{"transition": f"t{i}", "f_null_mean": 0.4, **{f"band64_{p}_mean": 0.1 for p, _, _ in plots.BAND_PARTS
-                                                          if p != "null"}} for i in range(4)]
+    rows = [
+        {
+            "transition": f"t{i}",
+            "f_null_mean": 0.4,
+            **{f"band64_{p}_mean": 0.1 for p, _, _ in plots.BAND_PARTS if p != "null"},
+        }
+        for i in range(4)
+    ]
     plots.band_energy_by_transition(rows, 64, tmp_path / "b.png")
     plots.grouped_fractions(rows, [("f_null_mean", "null"), ("band64_diag_principal_mean", "diag")], tmp_path / "g.png")
     for fig in drawn:
@@ -70,8 +89,16 @@ def test_accuracy_figure_fits_the_page_and_whiskers_stop_at_zero(drawn, tmp_path
     for t in range(10):
         full = 5.0 if t < 9 else 95.0  # the last panel's bars are the tallest: the shared axis must show them
         for v, score in (("base", 2.0), ("full", full), ("diag", 1.0), ("offnull", 4.0)):
-            rows.append({"transition": f"t{t}", "variant": v, "score": score, "minus_full": score - full,
-                         "minus_full_ci_lo": score - full - 6.0, "minus_full_ci_hi": score - full + 3.0})
+            rows.append(
+                {
+                    "transition": f"t{t}",
+                    "variant": v,
+                    "score": score,
+                    "minus_full": score - full,
+                    "minus_full_ci_lo": score - full - 6.0,
+                    "minus_full_ci_hi": score - full + 3.0,
+                }
+            )
     path = plots.accuracy_bars(rows, tmp_path / "a.png")
     (fig,) = drawn
     assert fig.get_size_inches()[0] <= plots.PAGE_INCHES

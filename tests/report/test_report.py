@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from functools import lru_cache
 from html.parser import HTMLParser
 from pathlib import Path
 
-import re
-
 import pytest
-
 from helpers.mlflow_ui import READ_REPORT, Chromium, artifacts_dir, check_report_cells, find_chromium
 from helpers.report_sweep import run_small_sweep
 
@@ -63,6 +61,7 @@ def _csv(folder: Path):
     def rows(name: str) -> list[dict]:
         with open(folder / name, newline="") as f:
             return list(csv.DictReader(f))
+
     return rows
 
 
@@ -71,11 +70,23 @@ def test_page_holds_the_csv_numbers_grouped_sft_rl_and_is_self_contained(swept):
     assert page == swept.plan.workdir / "report" / "index.html" and page in swept.report.files
     parsed = _Cells()
     parsed.feed(page.read_text())
-    assert {"verdict", "table34", "table7", "table56", "table56-retention", "table8", "accuracy", "sampled",
-            "comparisons", "claims_table", "units"} <= set(parsed.tables)
+    assert {
+        "verdict",
+        "table34",
+        "table7",
+        "table56",
+        "table56-retention",
+        "table8",
+        "accuracy",
+        "sampled",
+        "comparisons",
+        "claims_table",
+        "units",
+    } <= set(parsed.tables)
     # the paper's order: Tables 3/4, 5/6, 7, 8, then Figures 4–5 as numbers
-    order = [parsed.tables.index(t) for t in ("table34", "table56", "table56-retention", "table7", "table8",
-                                              "comparisons")]
+    order = [
+        parsed.tables.index(t) for t in ("table34", "table56", "table56-retention", "table7", "table8", "comparisons")
+    ]
     assert order == sorted(order), parsed.tables
     assert parsed.tables.index("verdict") == 0
     assert parsed.external == []
@@ -126,16 +137,26 @@ def test_report_command_rewrites_the_page_from_the_workdir_running_nothing(swept
     cells = _Cells()
     cells.feed(swept.html.read_text())
     swept.html.unlink()
-    p = subprocess.run([sys.executable, "-m", "grrr_stream.cli", "report", str(swept.plan.workdir)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "grrr_stream.cli", "report", str(swept.plan.workdir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     assert str(swept.html) in p.stdout and "8 done" in p.stdout  # 7 units and the claims over their evaluations
     again = _Cells()
     again.feed(swept.html.read_text())
     assert again.cells == cells.cells and again.tables == cells.tables
     assert {p.name: p.read_bytes() for p in units.iterdir()} == before  # no unit ran or was recorded
-    bad = subprocess.run([sys.executable, "-m", "grrr_stream.cli", "report", str(folder)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "grrr_stream.cli", "report", str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "not the workdir of a sweep" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -175,8 +196,9 @@ def test_page_loads_in_headless_chromium_with_every_image_and_the_csv_numbers(sw
         # every number as a reader sees it once the folded tables are opened
         browser.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = true; })")
         seen = browser.evaluate(READ_REPORT)
-        browser.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = false; }); "
-                         "window.scrollTo(0, 0)")
+        browser.evaluate(
+            "document.querySelectorAll('details').forEach((d) => { d.open = false; }); window.scrollTo(0, 0)"
+        )
         errors = browser.console_errors()
         browser.screenshot(shot)
     (artifacts_dir() / "report_layout.json").write_text(json.dumps(layout, indent=1) + "\n")

@@ -16,9 +16,20 @@ from grrr_stream.report.verdict import FAILS, HOLDS, NOT_COMPARABLE, UNRESOLVED,
 
 
 def _cmp(median, lo, hi, p=1 / 10_001, verdict="anti-aligned", band=(-0.011, 0.011), draws=10_000, kind="sequential"):
-    return {"label": "x", "kind": kind, "median_cos_off": median, "ci_lo": lo, "ci_hi": hi, "p_value": p,
-            "null_draws": draws, "null_lo": band[0], "null_hi": band[1], "verdict": verdict,
-            "norm_sft": 1.0, "norm_incr": 0.1}
+    return {
+        "label": "x",
+        "kind": kind,
+        "median_cos_off": median,
+        "ci_lo": lo,
+        "ci_hi": hi,
+        "p_value": p,
+        "null_draws": draws,
+        "null_lo": band[0],
+        "null_hi": band[1],
+        "verdict": verdict,
+        "norm_sft": 1.0,
+        "norm_incr": 0.1,
+    }
 
 
 def test_cosine_labels_say_what_they_rest_on():
@@ -31,10 +42,13 @@ def test_cosine_labels_say_what_they_rest_on():
     assert "anti-aligned" not in crossing and "p < 1e-4" in crossing
     # aligned, a p above the floor
     assert cosine_label(_cmp(0.05, 0.03, 0.07, p=0.0123, verdict="aligned")).startswith(
-        "aligned: outside the isotropic band (p = 0.012)")
+        "aligned: outside the isotropic band (p = 0.012)"
+    )
     # inside the band
-    assert cosine_label(_cmp(0.004, -0.002, 0.009, p=0.41, verdict="indistinguishable")) == \
-        "inside the isotropic band (p = 0.41)"
+    assert (
+        cosine_label(_cmp(0.004, -0.002, 0.009, p=0.41, verdict="indistinguishable"))
+        == "inside the isotropic band (p = 0.41)"
+    )
 
 
 def test_p_values_at_the_resolution_floor_print_as_less_than_one_over_draws():
@@ -46,8 +60,17 @@ def test_p_values_at_the_resolution_floor_print_as_less_than_one_over_draws():
 
 
 def _rows(stat, variant, group, value, lo, hi, n, set_name="all evaluated", ref="full"):
-    return {"statistic": stat, "variant": variant, "reference": ref, "set": set_name, "group": group,
-            "value": value, "ci_lo": lo, "ci_hi": hi, "transitions": n}
+    return {
+        "statistic": stat,
+        "variant": variant,
+        "reference": ref,
+        "set": set_name,
+        "group": group,
+        "value": value,
+        "ci_lo": lo,
+        "ci_hi": hi,
+        "transitions": n,
+    }
 
 
 def _by_id(vs):
@@ -56,25 +79,43 @@ def _by_id(vs):
 
 def test_verdicts_from_planted_claims_rows():
     steps = {"a", "b"}
-    rows = [_rows("retention_median_pct", "offnull", "all", 98.5, 97.0, 100.0, 28),          # 99 inside: holds
-            _rows("retention_median_pct", "diag", "SFT", 60.0, 50.0, 70.0, 11),               # 23 outside: fails
-            _rows("retention_median_pct", "diag", "RL", 79.0, 70.0, 85.0, 3),                 # too few
-            _rows("at_floor", "offnull", "all", 22, 18, 25, 28),                              # 22/28 straddled
-            _rows("within_k", "offnull", "all", 25, 25, 25, 25, set_name="informative"),     # 25 of 25: holds
-            _rows("at_most_ceiling", "diag", "SFT", 2, 1, 3, 11),                             # 3/11 < 6/11: fails
-            _rows("retention_median_pct", "null", "all", 90.0, 85.0, 95.0, 28),
-            _rows("retention_median_pct", "diag", "all", 50.0, 40.0, 60.0, 28)]              # null above: holds
-    trs = [{"transition": "a", "method": "GRPO", "f_diag_mean": 0.0005},
-           {"transition": "b", "method": "GRPO", "f_diag_mean": 0.02},
-           {"transition": "c", "method": "GRPO", "f_diag_mean": 0.5}]                         # c: not a step
+    rows = [
+        _rows("retention_median_pct", "offnull", "all", 98.5, 97.0, 100.0, 28),  # 99 inside: holds
+        _rows("retention_median_pct", "diag", "SFT", 60.0, 50.0, 70.0, 11),  # 23 outside: fails
+        _rows("retention_median_pct", "diag", "RL", 79.0, 70.0, 85.0, 3),  # too few
+        _rows("at_floor", "offnull", "all", 22, 18, 25, 28),  # 22/28 straddled
+        _rows("within_k", "offnull", "all", 25, 25, 25, 25, set_name="informative"),  # 25 of 25: holds
+        _rows("at_most_ceiling", "diag", "SFT", 2, 1, 3, 11),  # 3/11 < 6/11: fails
+        _rows("retention_median_pct", "null", "all", 90.0, 85.0, 95.0, 28),
+        _rows("retention_median_pct", "diag", "all", 50.0, 40.0, 60.0, 28),
+    ]  # null above: holds
+    trs = [
+        {"transition": "a", "method": "GRPO", "f_diag_mean": 0.0005},
+        {"transition": "b", "method": "GRPO", "f_diag_mean": 0.02},
+        {"transition": "c", "method": "GRPO", "f_diag_mean": 0.5},
+    ]  # c: not a step
     comps = [_cmp(0.002, -0.001, 0.004, p=0.3, verdict="indistinguishable", band=(-0.003, 0.003))]
     v = _by_id(verdicts(rows, trs, comps, group_of=lambda r: "RL", steps=steps))
     assert [c.id for c in CLAIMS] == list(v)
     # the paper's whole percents: 99 % is [98.5, 99.5), so an interval ending at 98.6 still holds
-    near = _by_id(verdicts([_rows("retention_median_pct", "offnull", "all", 98.2, 97.9, 98.6, 28)], [], [],
-                           group_of=lambda r: None, steps=set()))
-    far = _by_id(verdicts([_rows("retention_median_pct", "offnull", "all", 98.0, 97.6, 98.4, 28)], [], [],
-                          group_of=lambda r: None, steps=set()))
+    near = _by_id(
+        verdicts(
+            [_rows("retention_median_pct", "offnull", "all", 98.2, 97.9, 98.6, 28)],
+            [],
+            [],
+            group_of=lambda r: None,
+            steps=set(),
+        )
+    )
+    far = _by_id(
+        verdicts(
+            [_rows("retention_median_pct", "offnull", "all", 98.0, 97.6, 98.4, 28)],
+            [],
+            [],
+            group_of=lambda r: None,
+            steps=set(),
+        )
+    )
     assert near["offnull-median"].verdict == HOLDS and far["offnull-median"].verdict == FAILS
     assert v["offnull-median"].verdict == HOLDS and v["offnull-median"].value == "98.5 % [97.0, 100.0]"
     assert "28 evaluated steps" in v["offnull-median"].set and "problems" in v["offnull-median"].basis
@@ -91,12 +132,14 @@ def test_verdicts_from_planted_claims_rows():
     assert v["rl-step-size"].verdict == HOLDS
     assert v["indep-above"].verdict == NOT_COMPARABLE and "no independent" in v["indep-above"].reason
     # a band wider than the paper's bound: not comparable, and said why
-    wide = _by_id(verdicts([], [], [_cmp(0.002, -0.001, 0.004, band=(-0.05, 0.05))], group_of=lambda r: None,
-                           steps=set()))
+    wide = _by_id(
+        verdicts([], [], [_cmp(0.002, -0.001, 0.004, band=(-0.05, 0.05))], group_of=lambda r: None, steps=set())
+    )
     assert wide["seq-cos"].verdict == NOT_COMPARABLE and "wider than the paper's bound 0.008" in wide["seq-cos"].reason
     # a median inside ±0.008 whose CI over matrices reaches beyond (the demo's sequential pair): not resolved
-    loose = _by_id(verdicts([], [], [_cmp(-0.0024, -0.0467, 0.0355, band=(-0.001, 0.001))], group_of=lambda r: None,
-                            steps=set()))
+    loose = _by_id(
+        verdicts([], [], [_cmp(-0.0024, -0.0467, 0.0355, band=(-0.001, 0.001))], group_of=lambda r: None, steps=set())
+    )
     assert loose["seq-cos"].verdict == UNRESOLVED and "reaches beyond" in loose["seq-cos"].reason
     assert wide["offnull-median"].value == "—" and wide["offnull-median"].verdict == NOT_COMPARABLE
 
@@ -115,16 +158,24 @@ def test_a_multi_step_transition_is_never_pooled_with_the_steps():
         bits = {v: {"b": rng.random(n) < p} for v, p in (("base", 0.1), ("full", full), ("diag", diag))}
         return transition_scores(bits, transition=name, resamples=200, method=method, step=step)
 
-    scores = [ts("sft-to-rl", 0.8, 0.08, True), ts("base-to-rl", 0.8, 0.79, False), ts("base-to-sft", 0.6, 0.3,
-                                                                                       True, "SFT")]
+    scores = [
+        ts("sft-to-rl", 0.8, 0.08, True),
+        ts("base-to-rl", 0.8, 0.79, False),
+        ts("base-to-sft", 0.6, 0.3, True, "SFT"),
+    ]
     rows = claims_rows(scores, ClaimSettings(resamples=200))
-    med = {r["group"]: r for r in rows if r["statistic"] == "retention_median_pct" and r["variant"] == "diag"
-           and r["reference"] == "full"}
-    assert med["RL"]["transitions"] == 1 and med["RL"]["value"] == pytest.approx(100 * scores[0].score("diag")
-                                                                               / scores[0].score("full"))
-    assert med["all"]["transitions"] == 2                      # the two steps
+    med = {
+        r["group"]: r
+        for r in rows
+        if r["statistic"] == "retention_median_pct" and r["variant"] == "diag" and r["reference"] == "full"
+    }
+    assert med["RL"]["transitions"] == 1 and med["RL"]["value"] == pytest.approx(
+        100 * scores[0].score("diag") / scores[0].score("full")
+    )
+    assert med["all"]["transitions"] == 2  # the two steps
     assert med[MULTI_STEP]["transitions"] == 1 and med[MULTI_STEP]["value"] == pytest.approx(
-        100 * scores[1].score("diag") / scores[1].score("full"))
+        100 * scores[1].score("diag") / scores[1].score("full")
+    )
 
 
 def test_undefined_cells_read_a_dash_and_wide_tables_are_split():
@@ -133,8 +184,7 @@ def test_undefined_cells_read_a_dash_and_wide_tables_are_split():
     cols = [f"c{i}" for i in range(30)]
     t = tbl.Table("t", "T", "", cols, [("", [[tbl.Cell(float(i)) for i in range(30)]])])
     parts = tbl.split(t, 2)
-    assert len(parts) == 3 and all(len(p.columns) <= tbl.MAX_COLUMNS and p.columns[:2] == ["c0", "c1"]
-                                   for p in parts)
+    assert len(parts) == 3 and all(len(p.columns) <= tbl.MAX_COLUMNS and p.columns[:2] == ["c0", "c1"] for p in parts)
     assert sorted({c for p in parts for c in p.columns}) == sorted(cols)
     # X, X_ci_lo, X_ci_hi become one interval column; a column nobody fills is left out
     rows = [{"x": 1.0, "x_ci_lo": 0.5, "x_ci_hi": 1.5, "note": ""}]

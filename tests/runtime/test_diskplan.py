@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 import zarr
-
 from helpers.common import no_track_config
-from grrr_stream.runtime import diskplan
+
 from grrr_stream.checkpoints.reader import Checkpoint
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.errors import StoreError, StoreMismatchError
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
+from grrr_stream.runtime import diskplan
 from grrr_stream.stats.comparisons import compare
 from grrr_stream.store.transition_store import StoredTransition
-from grrr_stream.variants.spec import parse_variant
 from grrr_stream.variants.builder import VariantBuilder
+from grrr_stream.variants.spec import parse_variant
 
 # big enough that metadata, tables and figures are a small part of the store, small enough to be quick
 SHAPE = ModelShape(hidden=256, intermediate=704, layers=2, heads=4, kv_heads=2)
@@ -28,8 +28,9 @@ SHAPE = ModelShape(hidden=256, intermediate=704, layers=2, heads=4, kv_heads=2)
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    return make_transition(tmp_path_factory.mktemp("disk"), SHAPE, family="qwen2", dtype="float32",
-                           update=Update(r_delta=1e-2))
+    return make_transition(
+        tmp_path_factory.mktemp("disk"), SHAPE, family="qwen2", dtype="float32", update=Update(r_delta=1e-2)
+    )
 
 
 def tree_bytes(folder: Path) -> int:
@@ -59,11 +60,18 @@ def test_estimate_within_ten_percent_of_what_is_written(pair, tmp_path, capsys):
     assert est["P"] + est["null"] == raw
     # a second transition from the same base finds every frame in the cache: it writes none
     cached = sum(1 for p in frames.iterdir() if p.is_dir() and not p.name.startswith("."))
-    again = diskplan.transition_needs(shapes, tmp_path / "b", frames, store_dtype="float32", compute_dtype="float32",
-                                      frames_cached_fraction=cached / len(shapes))
+    again = diskplan.transition_needs(
+        shapes,
+        tmp_path / "b",
+        frames,
+        store_dtype="float32",
+        compute_dtype="float32",
+        frames_cached_fraction=cached / len(shapes),
+    )
     assert {n.what: n.bytes for n in again}["frames"] == 0
     # what the decomposition itself counts: this base's frames only (a sweep shares one cache between bases)
     from grrr_stream.store.frame_cache import FrameCache
+
     fp = Checkpoint.open(base).fingerprint()
     assert FrameCache(frames).count(fp, "float32", None) == cached > 0
     assert FrameCache(frames).count("another base", "float32", None) == 0
@@ -73,8 +81,7 @@ def test_estimate_within_ten_percent_of_what_is_written(pair, tmp_path, capsys):
 def test_refuses_with_the_numbers_when_space_lacks(pair, tmp_path, monkeypatch):
     base, post = pair
     real = shutil.disk_usage
-    monkeypatch.setattr(diskplan.shutil, "disk_usage",
-                        lambda p: real(p)._replace(free=1_000_000))  # 1 MB free
+    monkeypatch.setattr(diskplan.shutil, "disk_usage", lambda p: real(p)._replace(free=1_000_000))  # 1 MB free
     with pytest.raises(StoreError, match=r"(?s)not enough disk space.*needs about .*P .*null .*frames.*free") as e:
         run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "s"))
     assert "resumes" in str(e.value)
@@ -96,8 +103,11 @@ def test_null_as_norms_only(pair, tmp_path):
     base, post = pair
     full_store, small_store = tmp_path / "full", tmp_path / "small"
     run_transition(no_track_config(base=str(base), post=str(post), store=full_store))
-    run_transition(no_track_config(base=str(base), post=str(post), store=small_store, null_storage="norms",
-                                   frame_cache=tmp_path / "frames2"))
+    run_transition(
+        no_track_config(
+            base=str(base), post=str(post), store=small_store, null_storage="norms", frame_cache=tmp_path / "frames2"
+        )
+    )
     a, b = StoredTransition(full_store), StoredTransition(small_store)
     nonsquare = [n for n, at in a.matrices.items() if at["shape"][0] != at["shape"][1]]
     assert nonsquare
@@ -105,10 +115,12 @@ def test_null_as_norms_only(pair, tmp_path):
         assert a.has_array(name, "null") and not b.has_array(name, "null")
         null = a.read_tensor(name, "null").double()
         g = zarr.open_group(str(small_store / "matrices" / name), mode="r")
-        np.testing.assert_allclose(g["null_row_norms"][...], torch.linalg.vector_norm(null, dim=1).numpy(),
-                                   rtol=1e-5, atol=1e-12)
-        np.testing.assert_allclose(g["null_col_norms"][...], torch.linalg.vector_norm(null, dim=0).numpy(),
-                                   rtol=1e-5, atol=1e-12)
+        np.testing.assert_allclose(
+            g["null_row_norms"][...], torch.linalg.vector_norm(null, dim=1).numpy(), rtol=1e-5, atol=1e-12
+        )
+        np.testing.assert_allclose(
+            g["null_col_norms"][...], torch.linalg.vector_norm(null, dim=0).numpy(), rtol=1e-5, atol=1e-12
+        )
         # the metrics do not depend on what was kept
         assert b.matrices[name]["metrics"]["f_null"] == a.matrices[name]["metrics"]["f_null"]
     assert tree_bytes(small_store) < 0.6 * tree_bytes(full_store)
@@ -127,12 +139,23 @@ def _sweep_yaml(pair, tmp_path) -> Path:
     import yaml
 
     base, post = pair
-    cfg = {"name": "disk", "workdir": str(tmp_path / "w"),
-           "chains": [{"name": "c", "base": {"id": "base", "source": str(base)},
-                       "models": [{"id": "post", "source": str(post), "parent": "base"}]}],
-           "decomposition": {"device": "cpu"}, "statistics": {"enabled": False},
-           "variants": {"names": ["base", "diag"]}, "evaluation": {"enabled": False},
-           "tracking": {"enabled": False}, "progress": False}
+    cfg = {
+        "name": "disk",
+        "workdir": str(tmp_path / "w"),
+        "chains": [
+            {
+                "name": "c",
+                "base": {"id": "base", "source": str(base)},
+                "models": [{"id": "post", "source": str(post), "parent": "base"}],
+            }
+        ],
+        "decomposition": {"device": "cpu"},
+        "statistics": {"enabled": False},
+        "variants": {"names": ["base", "diag"]},
+        "evaluation": {"enabled": False},
+        "tracking": {"enabled": False},
+        "progress": False,
+    }
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

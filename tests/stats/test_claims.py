@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from grrr_stream.stats import claims, claims_sets
 from grrr_stream.evaluation.tables import retention_tables
+from grrr_stream.stats import claims, claims_sets
 
 
 def answers(n: int, correct: int, *, offset: int = 0) -> np.ndarray:
@@ -20,8 +20,9 @@ def answers(n: int, correct: int, *, offset: int = 0) -> np.ndarray:
 
 def test_identical_answers_give_a_zero_width_interval_at_zero():
     a = answers(300, 120)
-    ts = claims.transition_scores({"full": {"m": a}, "base": {"m": answers(300, 30)}, "twin": {"m": a.copy()}},
-                                  resamples=3000, seed=1)
+    ts = claims.transition_scores(
+        {"full": {"m": a}, "base": {"m": answers(300, 30)}, "twin": {"m": a.copy()}}, resamples=3000, seed=1
+    )
     row = next(r for r in claims.difference_rows(ts) if r["variant"] == "twin")
     assert (row["minus_full"], row["minus_full_ci_lo"], row["minus_full_ci_hi"]) == (0.0, 0.0, 0.0)
     assert row["retention_full_pct"] == 100.0
@@ -39,8 +40,10 @@ def test_planted_difference_has_its_exact_proportion_and_binomial_interval(n, d)
     row = next(r for r in claims.difference_rows(ts) if r["variant"] == "better")
     assert row["minus_full"] == pytest.approx(100.0 * d / n, abs=1e-12)
     lo, hi = (100.0 * sps.binom.ppf(q, n, d / n) / n for q in (0.025, 0.975))
-    print(f"n={n}, d={d}: bootstrap [{row['minus_full_ci_lo']:.2f}, {row['minus_full_ci_hi']:.2f}], "
-          f"binomial [{lo:.2f}, {hi:.2f}]")
+    print(
+        f"n={n}, d={d}: bootstrap [{row['minus_full_ci_lo']:.2f}, {row['minus_full_ci_hi']:.2f}], "
+        f"binomial [{lo:.2f}, {hi:.2f}]"
+    )
     assert abs(row["minus_full_ci_lo"] - lo) <= 100.0 / n + 1e-9
     assert abs(row["minus_full_ci_hi"] - hi) <= 100.0 / n + 1e-9
 
@@ -55,8 +58,9 @@ def test_score_is_the_unweighted_mean_of_benchmark_accuracies_and_resamples_with
     assert ts.rep("full").std() == pytest.approx(sd, rel=0.08)
     assert ts.n_problems == {"big": 500, "small": 30}
     # the same seed gives the same replicates whatever the order of variants and benchmarks
-    again = claims.transition_scores({"x": {"big": full["big"], "small": full["small"]}, "full": full},
-                                     resamples=2000, seed=3)
+    again = claims.transition_scores(
+        {"x": {"big": full["big"], "small": full["small"]}, "full": full}, resamples=2000, seed=3
+    )
     assert np.array_equal(again.rep("full"), ts.rep("full"))
     with pytest.raises(ValueError, match="different or zero problem counts"):
         claims.transition_scores({"full": {"m": answers(10, 3)}, "base": {"m": answers(11, 3)}})
@@ -78,18 +82,22 @@ def _transition(name: str, n: int, base: int, full: int, variants: dict[str, int
 
 
 def _claim(rows, variant, set_name, group, statistic, reference="full"):
-    (row,) = [r for r in rows if (r["variant"], r["reference"], r["set"], r["group"], r["statistic"])
-              == (variant, reference, set_name, group, statistic)]
+    (row,) = [
+        r
+        for r in rows
+        if (r["variant"], r["reference"], r["set"], r["group"], r["statistic"])
+        == (variant, reference, set_name, group, statistic)
+    ]
     return row
 
 
 def test_claims_over_transitions_with_known_answers():
     n = 2000
     scores = [
-        _transition("t1", n, 400, 1200, {"offnull": 1190, "diag": 500}),   # 60 → 59.5 / 25
-        _transition("t2", n, 300, 1000, {"offnull": 960, "diag": 700}),    # 50 → 48 / 35
-        _transition("t3", n, 200, 800, {"offnull": 600, "diag": 790}),     # 40 → 30 / 39.5
-        _transition("t4", n, 500, 510, {"offnull": 100, "diag": 100}),     # gain 0.5: not informative
+        _transition("t1", n, 400, 1200, {"offnull": 1190, "diag": 500}),  # 60 → 59.5 / 25
+        _transition("t2", n, 300, 1000, {"offnull": 960, "diag": 700}),  # 50 → 48 / 35
+        _transition("t3", n, 200, 800, {"offnull": 600, "diag": 790}),  # 40 → 30 / 39.5
+        _transition("t4", n, 500, 510, {"offnull": 100, "diag": 100}),  # gain 0.5: not informative
     ]
     s = claims_sets.summarise(scores, within_points=4.3, resamples=2000)
     info = {r["transition"]: r for r in s["informative"]}
@@ -115,12 +123,18 @@ def test_claims_over_transitions_with_known_answers():
 
 # The visible rows of the paper's Tables 5/6 (PAPER_FACTS.md): method, Base, Full, Diag, OffNull
 PAPER_ROWS = {
-    "C1-sft": ("distillation", 31.3, 49.2, 6.4, 28.9), "C2-sft": ("SFT", 21.2, 60.4, 14.0, 56.1),
-    "C3-sft": ("SFT", 17.2, 49.1, 28.0, 45.8), "C5-sft": ("SFT", 3.6, 5.7, 1.9, 5.7),
-    "C6-sft": ("SFT", 35.8, 43.5, 38.8, 42.1), "C7-sft": ("SFT", 5.0, 8.6, 7.9, 7.5),
-    "C1-deepscaler": ("GRPO", 49.2, 51.8, 41.0, 54.4), "C1-nemotron": ("GRPO", 49.2, 61.3, 40.3, 62.7),
-    "C2-klear": ("GPPO", 60.4, 71.7, 58.6, 72.6), "C3-unireason": ("GRPO", 49.1, 66.5, 75.1, 65.0),
-    "C5-zephyr": ("DPO", 5.7, 3.1, 5.2, 3.7), "C6-dpo": ("DPO", 43.5, 49.7, 41.2, 49.8),
+    "C1-sft": ("distillation", 31.3, 49.2, 6.4, 28.9),
+    "C2-sft": ("SFT", 21.2, 60.4, 14.0, 56.1),
+    "C3-sft": ("SFT", 17.2, 49.1, 28.0, 45.8),
+    "C5-sft": ("SFT", 3.6, 5.7, 1.9, 5.7),
+    "C6-sft": ("SFT", 35.8, 43.5, 38.8, 42.1),
+    "C7-sft": ("SFT", 5.0, 8.6, 7.9, 7.5),
+    "C1-deepscaler": ("GRPO", 49.2, 51.8, 41.0, 54.4),
+    "C1-nemotron": ("GRPO", 49.2, 61.3, 40.3, 62.7),
+    "C2-klear": ("GPPO", 60.4, 71.7, 58.6, 72.6),
+    "C3-unireason": ("GRPO", 49.1, 66.5, 75.1, 65.0),
+    "C5-zephyr": ("DPO", 5.7, 3.1, 5.2, 3.7),
+    "C6-dpo": ("DPO", 43.5, 49.7, 41.2, 49.8),
 }
 
 
@@ -128,10 +142,15 @@ def test_claims_over_the_papers_visible_rows_use_the_papers_sets():
     """Scores equal to Tables 5/6 exactly (1000 problems, one per 0.1 point); every expected value below was
     computed by hand from the table, not by the code under test. zephyr-beta (DPO, full < base) is evaluated
     but not informative, so the two sets differ."""
-    scores = [claims.transition_scores({v: {"m": answers(1000, round(10 * x))} for v, x in
-                                        zip(("base", "full", "diag", "offnull"), vals)},
-                                       transition=t, method=method, resamples=200)
-              for t, (method, *vals) in PAPER_ROWS.items()]
+    scores = [
+        claims.transition_scores(
+            {v: {"m": answers(1000, round(10 * x))} for v, x in zip(("base", "full", "diag", "offnull"), vals)},
+            transition=t,
+            method=method,
+            resamples=200,
+        )
+        for t, (method, *vals) in PAPER_ROWS.items()
+    ]
     s = claims_sets.summarise(scores, selector="paper", resamples=200)
     rows = s["claims"]
     assert s["counts"]["informative"] == 11 and {r["selector"] for r in rows} == {"paper"}
@@ -163,8 +182,9 @@ def test_claims_over_the_papers_visible_rows_use_the_papers_sets():
 
 
 def test_method_groups():
-    assert [claims_sets.method_group(m) for m in ("SFT", " distillation ", "sft", "DPO", "GRPO", "PRIME", None, "")] \
-        == ["SFT", "SFT", "SFT", "RL", "RL", "RL", None, None]
+    assert [
+        claims_sets.method_group(m) for m in ("SFT", " distillation ", "sft", "DPO", "GRPO", "PRIME", None, "")
+    ] == ["SFT", "SFT", "SFT", "RL", "RL", "RL", None, None]
     assert claims_sets.method_group("KD", ["kd"]) == "SFT" and claims_sets.method_group("SFT", ["kd"]) == "RL"
 
 
@@ -181,8 +201,11 @@ def _shared_difficulty(n_transitions: int, sizes: dict[str, int], seed: int = 0)
         full = {b: easy[b] ^ (rng.random(n) < 0.04) for b, n in sizes.items()}
         off = {b: full[b] & ~fragile[b] ^ (rng.random(n) < 0.04) for b, n in sizes.items()}
         base = {b: rng.random(n) < 0.2 for b, n in sizes.items()}
-        out.append(claims.transition_scores({"base": base, "full": full, "offnull": off}, transition=f"t{t}",
-                                            resamples=2000, seed=0))
+        out.append(
+            claims.transition_scores(
+                {"base": base, "full": full, "offnull": off}, transition=f"t{t}", resamples=2000, seed=0
+            )
+        )
     return out
 
 
@@ -215,8 +238,10 @@ def test_intervals_across_transitions_resample_problems_jointly():
         assert row["resampling"] == "joint"
         b_lo, b_hi = np.percentile(brute[stat], [2.5, 97.5])
         i_lo, i_hi = np.percentile(indep[stat], [2.5, 97.5])
-        print(f"{stat}: joint [{row['ci_lo']:.2f}, {row['ci_hi']:.2f}], brute force [{b_lo:.2f}, {b_hi:.2f}], "
-              f"independent [{i_lo:.2f}, {i_hi:.2f}]")
+        print(
+            f"{stat}: joint [{row['ci_lo']:.2f}, {row['ci_hi']:.2f}], brute force [{b_lo:.2f}, {b_hi:.2f}], "
+            f"independent [{i_lo:.2f}, {i_hi:.2f}]"
+        )
         tol = 0.1 * (b_hi - b_lo)  # Monte Carlo error of a 2.5 % quantile of 2000 replicates is ~0.03 of the width
         assert abs(row["ci_lo"] - b_lo) <= tol and abs(row["ci_hi"] - b_hi) <= tol
         assert (i_hi - i_lo) < 0.6 * (row["ci_hi"] - row["ci_lo"])
@@ -243,9 +268,19 @@ def test_informative_by_less_than_its_interval_is_flagged():
 
 
 def test_retention_and_removal_tables():
-    acc = [{"variant": v, "average": a} for v, a in
-           (("base", 10.0), ("full", 50.0), ("proj", 40.0), ("diag", 20.0), ("offnull", 30.0),
-            ("randrm-0", 45.0), ("randrm-1", 43.0), ("half", 35.0))]
+    acc = [
+        {"variant": v, "average": a}
+        for v, a in (
+            ("base", 10.0),
+            ("full", 50.0),
+            ("proj", 40.0),
+            ("diag", 20.0),
+            ("offnull", 30.0),
+            ("randrm-0", 45.0),
+            ("randrm-1", 43.0),
+            ("half", 35.0),
+        )
+    ]
     t56, t8, info = retention_tables(acc, rest_from="base")
     ret = {r["variant"]: r for r in t56}
     assert list(ret) == ["base", "full", "proj", "diag", "offnull", "half"]

@@ -55,6 +55,7 @@ def test_endpoints_are_where_the_supermartingale_reaches_two_over_alpha():
     x = rng.random(n) ** 2
     lo, hi = eb_wor_cs(x, N, alpha)
     t_end = n - 1
+
     # the closed form, undone: search the m at which log K⁺(m) = log(2/α), by bisection on the definition
     def log_k(m, sign):
         total, s, mean, sq = 0.0, 0.0, 0.5, 0.0
@@ -67,6 +68,7 @@ def test_endpoints_are_where_the_supermartingale_reaches_two_over_alpha():
             mean = (0.5 + s) / (i + 1)
             sq += (xi - mean) ** 2
         return total
+
     a, b = 0.0, float(x.mean())
     for _ in range(60):
         mid = (a + b) / 2
@@ -103,7 +105,7 @@ def test_decide_stops_on_thresholds_far_from_full_and_runs_on_near_ones():
     rng = np.random.default_rng(11)
     o = problem_order(PAPER_SIZES, seed=0)
     th = Thresholds((-4.3,), (95.0,))
-    far, full = _planted_pair(rng, o.total, 0.5, -0.5)    # ~25 points below full
+    far, full = _planted_pair(rng, o.total, 0.5, -0.5)  # ~25 points below full
     d = decide(o, far, full, th, chunk=64, precision_points=2.0)
     assert d.reason == "thresholds" and d.problems < 400 and set(d.sides.values()) == {"below"}
     one = problem_order({"bench": 1000}, seed=0)

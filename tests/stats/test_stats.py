@@ -9,17 +9,17 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from helpers.common import no_track_config
-from grrr_stream.stats import summaries as stats
-from grrr_stream.runtime.cluster import compute_scheduler
-from grrr_stream.stats.run import run_comparisons, run_stats
+
 from grrr_stream.checkpoints.reader import Checkpoint
-from grrr_stream.stats.comparisons import compare
 from grrr_stream.config import TrackingConfig
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.errors import StoreMismatchError
 from grrr_stream.fixtures.synthetic import ModelShape, Update, write_model
+from grrr_stream.runtime.cluster import compute_scheduler
+from grrr_stream.stats import summaries as stats
+from grrr_stream.stats.comparisons import compare
+from grrr_stream.stats.run import run_comparisons, run_stats
 from grrr_stream.store.frame_cache import FrameCache
 from grrr_stream.store.transition_store import StoredTransition
 
@@ -40,8 +40,16 @@ def chain(tmp_path_factory):
     for dtype in ("float32", "float64"):
         for post in ("sft", "rl", "sib"):
             s = root / f"{dtype}-{post}"
-            run_transition(no_track_config(base=str(models["base"]), post=str(models[post]), store=s,
-                                           frame_cache=root / "frames", compute_dtype=dtype, store_dtype=dtype))
+            run_transition(
+                no_track_config(
+                    base=str(models["base"]),
+                    post=str(models[post]),
+                    store=s,
+                    frame_cache=root / "frames",
+                    compute_dtype=dtype,
+                    store_dtype=dtype,
+                )
+            )
             stores[(dtype, post)] = s
     s = root / "other"
     run_transition(no_track_config(base=str(other), post=str(models["sft"]), store=s, frame_cache=root / "frames"))
@@ -50,6 +58,7 @@ def chain(tmp_path_factory):
 
 
 # -- the isotropic null --------------------------------------------------------------------
+
 
 def _planted_pair(rng, r, c):
     """Two r×r matrices whose off-diagonal parts have cosine exactly c."""
@@ -147,6 +156,7 @@ def test_distributed_local_cluster_gives_identical_results(chain):
 
 # -- stores ------------------------------------------------------------------------------
 
+
 def test_incremental_P_from_store_equals_direct_projection(chain):
     root, models, stores = chain
     ckpt = {k: Checkpoint.open(models[k]) for k in ("base", "sft", "rl")}
@@ -197,11 +207,9 @@ def test_sequential_and_independent_comparisons(chain):
 def test_compare_refuses_different_frames(chain):
     _, _, stores = chain
     with pytest.raises(StoreMismatchError, match="base checkpoints differ"):
-        compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores["other"]),
-                "independent")
+        compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores["other"]), "independent")
     with pytest.raises(StoreMismatchError, match="different frames"):
-        compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float64", "rl")]),
-                "sequential")
+        compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float64", "rl")]), "sequential")
 
 
 def test_summary_tables_match_numpy(chain, tmp_path):
@@ -212,8 +220,11 @@ def test_summary_tables_match_numpy(chain, tmp_path):
         with open(path / "metrics.csv") as f:
             rows = list(csv.DictReader(f))
         mine = {(r["scope"], r["metric"]): r for r in res.long_rows if r["store"] == str(path)}
-        for scope, sel in (("all", rows), ("module:up_proj", [r for r in rows if r["module"] == "up_proj"]),
-                           ("layer:1", [r for r in rows if r["layer"] == "1"])):
+        for scope, sel in (
+            ("all", rows),
+            ("module:up_proj", [r for r in rows if r["module"] == "up_proj"]),
+            ("layer:1", [r for r in rows if r["layer"] == "1"]),
+        ):
             for metric in stats.SUMMARY_METRICS:
                 v = np.array([float(r[metric]) for r in sel])
                 got = mine[(scope, metric)]
@@ -237,8 +248,10 @@ def test_compare_run_outputs_and_tracking_without_duplicates(chain, tmp_path):
 
     _, _, stores = chain
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    pairs = [("sequential", stores[("float32", "sft")], stores[("float32", "rl")]),
-             ("independent", stores[("float32", "sft")], stores[("float32", "sib")])]
+    pairs = [
+        ("sequential", stores[("float32", "sft")], stores[("float32", "rl")]),
+        ("independent", stores[("float32", "sft")], stores[("float32", "sib")]),
+    ]
     kw = dict(resamples=1000, null_draws=1000, seed=0, tracking=TrackingConfig(uri=uri))
     res = run_comparisons(pairs, tmp_path / "cmp", **kw)
     assert (tmp_path / "cmp" / "offdiag_cosine_medians.png").stat().st_size > 1000
@@ -276,14 +289,18 @@ STEP_B = Update(r_delta=5e-3, seed=12)
 @pytest.fixture(scope="module")
 def siblings(tmp_path_factory):
     root = tmp_path_factory.mktemp("siblings")
-    models = {name: write_model(root / name, SHAPE, family="qwen2", dtype="float32", updates=ups)
-              for name, ups in (("base", ()), ("parent", (SHARED,)), ("a", (SHARED, STEP_A)),
-                                ("b", (SHARED, STEP_B)))}
+    models = {
+        name: write_model(root / name, SHAPE, family="qwen2", dtype="float32", updates=ups)
+        for name, ups in (("base", ()), ("parent", (SHARED,)), ("a", (SHARED, STEP_A)), ("b", (SHARED, STEP_B)))
+    }
     stores = {}
     for post in ("parent", "a", "b"):
         stores[post] = root / f"s-{post}"
-        run_transition(no_track_config(base=str(models["base"]), post=str(models[post]), store=stores[post],
-                                       frame_cache=root / "frames"))
+        run_transition(
+            no_track_config(
+                base=str(models["base"]), post=str(models[post]), store=stores[post], frame_cache=root / "frames"
+            )
+        )
     return root, models, stores
 
 
@@ -294,8 +311,10 @@ def test_independent_pair_is_compared_from_its_nearest_common_ancestor(siblings)
     a, b, c = (StoredTransition(stores[k]) for k in ("a", "b", "parent"))
     steps = compare(a, b, "independent", ancestor=c, resamples=2000, null_draws=4000, seed=0)
     cum = compare(a, b, "cumulative", resamples=2000, null_draws=4000, seed=0)
-    print(f"median cos_off: steps from the parent {steps.median:+.4f} (null ±2σ {steps.null.envelope}), "
-          f"cumulative {cum.median:+.4f}")
+    print(
+        f"median cos_off: steps from the parent {steps.median:+.4f} (null ±2σ {steps.null.envelope}), "
+        f"cumulative {cum.median:+.4f}"
+    )
     assert steps.null.envelope[0] <= steps.median <= steps.null.envelope[1]
     assert steps.null.verdict == "indistinguishable"
     assert cum.median > 0.9 and cum.null.verdict == "aligned"
@@ -323,9 +342,25 @@ def test_compare_cli_takes_an_ancestor_store(siblings, tmp_path, capsys):
     from grrr_stream.cli.entry import main
 
     _, _, stores = siblings
-    rc = main(["compare", "--independent", str(stores["a"]), str(stores["b"]), str(stores["parent"]),
-               "--cumulative", str(stores["a"]), str(stores["b"]), "--out", str(tmp_path / "c"), "--no-track",
-               "--resamples", "200", "--null-draws", "200"])
+    rc = main(
+        [
+            "compare",
+            "--independent",
+            str(stores["a"]),
+            str(stores["b"]),
+            str(stores["parent"]),
+            "--cumulative",
+            str(stores["a"]),
+            str(stores["b"]),
+            "--out",
+            str(tmp_path / "c"),
+            "--no-track",
+            "--resamples",
+            "200",
+            "--null-draws",
+            "200",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "(from parent)" in out and "(cumulative)" in out, out
     with open(tmp_path / "c" / "comparisons.csv") as f:
@@ -340,18 +375,30 @@ def test_bfloat16_stores_are_decoded_and_refused_for_differences(chain, tmp_path
     bf = {}
     for post in ("sft", "sib", "rl"):
         bf[post] = tmp_path / f"bf-{post}"
-        run_transition(no_track_config(base=str(models["base"]), post=str(models[post]), store=bf[post],
-                                       frame_cache=root / "frames", store_dtype="bfloat16"))
+        run_transition(
+            no_track_config(
+                base=str(models["base"]),
+                post=str(models[post]),
+                store=bf[post],
+                frame_cache=root / "frames",
+                store_dtype="bfloat16",
+            )
+        )
     t = StoredTransition(bf["sft"])
     name = next(iter(t.matrices))
     decoded = t.dask_array(name, "P").compute()
     assert decoded.dtype == np.float32
     assert np.array_equal(decoded, t.read_tensor(name, "P").float().numpy())  # the same values as torch decodes
     twin = StoredTransition(stores[("float32", "sft")]).dask_array(name, "P").compute()
-    assert np.abs(decoded - twin).max() <= 2 ** -8 * np.abs(twin).max()  # bf16 rounding of the float32 twin
+    assert np.abs(decoded - twin).max() <= 2**-8 * np.abs(twin).max()  # bf16 rounding of the float32 twin
     low = compare(t, StoredTransition(bf["sib"]), "independent", resamples=500, null_draws=500)
-    ref = compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float32", "sib")]),
-                  "independent", resamples=500, null_draws=500)
+    ref = compare(
+        StoredTransition(stores[("float32", "sft")]),
+        StoredTransition(stores[("float32", "sib")]),
+        "independent",
+        resamples=500,
+        null_draws=500,
+    )
     print(f"independent median cos_off: bfloat16 stores {low.median:+.5f}, float32 twins {ref.median:+.5f}")
     assert low.median == pytest.approx(ref.median, abs=5e-3)
     for x, y in zip(low.rows, ref.rows):

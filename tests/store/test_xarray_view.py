@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-
 from helpers.common import no_track_config
+
 from grrr_stream import metrics_dataset, name_dimensions, open_store, read_metrics
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.errors import MissingDependencyError, StoreError
@@ -35,10 +35,21 @@ def stores(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for fig in ("energy_fractions_by_layer", "band_energy_by_module", "normalized_spectra"):
             mp.setattr(plots, fig, lambda *a, **k: None)  # the figures are most of the time and not tested here
-        run_transition(no_track_config(base=str(base), post=str(post), store=out["float32"],
-                                       modules=["q_proj", "k_proj", "down_proj"]))
-        run_transition(no_track_config(base=str(base), post=str(post), store=out["bfloat16"], store_dtype="bfloat16",
-                                       modules=["down_proj"], core_rel_threshold=0.5))
+        run_transition(
+            no_track_config(
+                base=str(base), post=str(post), store=out["float32"], modules=["q_proj", "k_proj", "down_proj"]
+            )
+        )
+        run_transition(
+            no_track_config(
+                base=str(base),
+                post=str(post),
+                store=out["bfloat16"],
+                store_dtype="bfloat16",
+                modules=["down_proj"],
+                core_rel_threshold=0.5,
+            )
+        )
     return out
 
 

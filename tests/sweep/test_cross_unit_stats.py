@@ -33,7 +33,7 @@ from grrr_stream.sweep.tables import write_report
 ROOT = Path(__file__).resolve().parents[2]
 NEW = ("claims", "channel-groups")
 PROBLEMS = 40
-H, CHANNELS = 16, [3, 11]   # planted channel sets: 2 of 16 channels
+H, CHANNELS = 16, [3, 11]  # planted channel sets: 2 of 16 channels
 # planted accuracy per variant; others 0.5
 ACCURACY = {"base": 0.2, "full": 0.8, "proj": 0.75, "diag": 0.3, "offnull": 0.78}
 
@@ -54,27 +54,36 @@ def _finish_old_units(plan, rng) -> dict:
         out = Path(u.out)
         out.mkdir(parents=True, exist_ok=True)
         if u.kind == "decompose":
-            (out / "zarr.json").write_text(json.dumps(
-                {"attributes": {"grrr_stream": {"complete": True, "matrices": ["m0"]}}}))
+            (out / "zarr.json").write_text(
+                json.dumps({"attributes": {"grrr_stream": {"complete": True, "matrices": ["m0"]}}})
+            )
             (out / "matrices" / "m0").mkdir(parents=True)
             (out / "metrics.csv").write_text("name\n")  # no matrix rows: no heatmap to draw
             (out / "summary.json").write_text(json.dumps({"scopes": {"all": {"n": 1}}}))
         elif u.kind == "evaluate":
             p = u.params
-            (out / "evaluation.json").write_text(json.dumps(
-                {"metric": p.options.metric, "sampling": {"pass_k": p.options.sampling.pass_k, "maj_k": p.options.sampling.maj_k},
-                 "info": {"rest_from": "base"}}))
+            (out / "evaluation.json").write_text(
+                json.dumps(
+                    {
+                        "metric": p.options.metric,
+                        "sampling": {"pass_k": p.options.sampling.pass_k, "maj_k": p.options.sampling.maj_k},
+                        "info": {"rest_from": "base"},
+                    }
+                )
+            )
             for v in p.variants:
                 name = v.partition("=")[0].strip()
                 for b in p.benchmarks:
                     bits = rng.random(PROBLEMS) < ACCURACY.get(name, 0.5)
                     planted["bits"][(p.transition, name, b)] = bits
                     (out / name).mkdir(exist_ok=True)
-                    (out / name / f"{b}.json").write_text(json.dumps(
-                        {"scores": {p.options.metric: bits.astype(float).tolist()}}))
+                    (out / name / f"{b}.json").write_text(
+                        json.dumps({"scores": {p.options.metric: bits.astype(float).tolist()}})
+                    )
         elif u.kind == "channels":
-            (out / "channels.json").write_text(json.dumps(
-                {"base": {"channels": CHANNELS, "hidden_size": H, "fraction": len(CHANNELS) / H}}))
+            (out / "channels.json").write_text(
+                json.dumps({"base": {"channels": CHANNELS, "hidden_size": H, "fraction": len(CHANNELS) / H}})
+            )
         elif u.kind == "channel-stats":
             tid = u.params.transition
             energies = rng.random((3, H, 3))
@@ -85,20 +94,44 @@ def _finish_old_units(plan, rng) -> dict:
                 share = float(rng.uniform(0.05, 0.5))
                 planted["energy_share"][(tid, comp)] = share
                 for group in ("all", "reader"):
-                    rows.append({"transition": tid, "group": group, "component": comp, "channels": len(CHANNELS),
-                                 "channel_share": len(CHANNELS) / H, "energy_share": share if group == "all" else 0.9,
-                                 "ratio": share * H / len(CHANNELS), "ci_lo": 0.5, "ci_hi": 2.0, "p_value": 0.5})
+                    rows.append(
+                        {
+                            "transition": tid,
+                            "group": group,
+                            "component": comp,
+                            "channels": len(CHANNELS),
+                            "channel_share": len(CHANNELS) / H,
+                            "energy_share": share if group == "all" else 0.9,
+                            "ratio": share * H / len(CHANNELS),
+                            "ci_lo": 0.5,
+                            "ci_hi": 2.0,
+                            "p_value": 0.5,
+                        }
+                    )
             (out / "channel_stats.csv").write_text(to_csv(rows))
         else:  # the other kinds' markers, as test_kinds' old workdir writes them
-            marker = {"generate": "chain.json", "stats": "table_overall.csv", "compare": "comparisons.csv",
-                      "variant": "grrr_variant.json"}[u.kind]
+            marker = {
+                "generate": "chain.json",
+                "stats": "table_overall.csv",
+                "compare": "comparisons.csv",
+                "variant": "grrr_variant.json",
+            }[u.kind]
             (out / marker).write_text("{}")
         Records(plan.workdir).write(u, {"id": u.id, "key": u.key, "status": "done", "seconds": 1.0})
     return planted
 
 
-_BOOTSTRAP = ("interval", "joint_replicates", "block_rng", "blocks", "summarise", "transition_scores",
-              "group_enrichment", "bootstrap_means", "null_means")
+_BOOTSTRAP = (
+    "interval",
+    "joint_replicates",
+    "block_rng",
+    "blocks",
+    "summarise",
+    "transition_scores",
+    "group_enrichment",
+    "bootstrap_means",
+    "null_means",
+)
 
 
 def _forbid_bootstrap(monkeypatch) -> int:
@@ -122,7 +155,8 @@ def _forbid_bootstrap(monkeypatch) -> int:
 
 
 def test_only_the_new_units_run_their_numbers_are_the_planted_ones_and_the_report_draws_no_bootstrap(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     plan = _plan(tmp_path / "w")
     planted = _finish_old_units(plan, np.random.default_rng(0))
     records = Records(plan.workdir)
@@ -131,8 +165,11 @@ def test_only_the_new_units_run_their_numbers_are_the_planted_ones_and_the_repor
     assert sorted(u.id for u in todo) == ["channel-groups/sft-rl", "claims/main"]
     by_id = {u.id: u for u in plan.units}
     assert {d.split("/")[0] for d in by_id["claims/main"].deps} == {"evaluate"}
-    assert set(by_id["channel-groups/sft-rl"].deps) == {"channel-stats/base-to-sft", "channel-stats/sft-to-rl",
-                                                       "channel-stats/base-to-sibling"}  # the steps only
+    assert set(by_id["channel-groups/sft-rl"].deps) == {
+        "channel-stats/base-to-sft",
+        "channel-stats/sft-to-rl",
+        "channel-stats/base-to-sibling",
+    }  # the steps only
     stores = {u.params.transition: u.out for u in plan.units if u.kind == "decompose"}
     ctx = RunContext(str(plan.workdir), TrackingConfig(enabled=False), False, None, None, stores=stores)
     ran = execute_units(todo, states, LocalExecutor(ctx), Display(len(plan.units), 0, False, io.StringIO()))
@@ -157,8 +194,10 @@ def test_only_the_new_units_run_their_numbers_are_the_planted_ones_and_the_repor
         rl = table[("RL", comp)]
         assert rl["n"] == 1 and rl["energy_share"] == pytest.approx(planted["energy_share"][("sft-to-rl", comp)])
         assert rl["ci_lo"] <= rl["ci_hi"] and 0 < rl["p_value"] <= 1 and rl["draws"] == 2000
-    tables = {name: to_csv(getattr(report, name)) for name in ("differences", "informative", "claim_rows",
-                                                                 "channels_sft_rl", "channels")}
+    tables = {
+        name: to_csv(getattr(report, name))
+        for name in ("differences", "informative", "claim_rows", "channels_sft_rl", "channels")
+    }
 
     from grrr_stream.report import write_html
     from grrr_stream.sweep.kinds import KINDS
@@ -177,10 +216,13 @@ def test_only_the_new_units_run_their_numbers_are_the_planted_ones_and_the_repor
 
 def test_a_claims_setting_reruns_the_claims_units_only(tmp_path):
     base = {u.id: u.key for u in _plan(tmp_path / "w").units}
-    for change, moved in (({"within_points": 3.0}, {"claims/main"}), ({"seed": 1}, {"claims/main"}),
-                          ({"level": 0.9}, {"claims/main"}),
-                          # REINFORCE counted as SFT: the RL step changes group, so the channel groups' key too
-                          ({"sft_methods": ["SFT", "REINFORCE"]}, {"claims/main", "channel-groups/sft-rl"})):
+    for change, moved in (
+        ({"within_points": 3.0}, {"claims/main"}),
+        ({"seed": 1}, {"claims/main"}),
+        ({"level": 0.9}, {"claims/main"}),
+        # REINFORCE counted as SFT: the RL step changes group, so the channel groups' key too
+        ({"sft_methods": ["SFT", "REINFORCE"]}, {"claims/main", "channel-groups/sft-rl"}),
+    ):
         keys = {u.id: u.key for u in _plan(tmp_path / "w", **change).units}
         assert {u for u in keys if keys[u] != base[u]} == moved, change
 
@@ -198,6 +240,7 @@ def test_an_extra_suite_named_like_the_main_one_is_refused_and_another_gets_its_
                 plan_sweep(other)
             continue
         units = {u.id: u for u in plan_sweep(other).units}
-        assert units["claims/again"].deps == tuple(f"evaluate/{t}/again" for t in
-                                                   ("base-to-sft", "sft-to-rl", "base-to-rl", "base-to-sibling"))
+        assert units["claims/again"].deps == tuple(
+            f"evaluate/{t}/again" for t in ("base-to-sft", "sft-to-rl", "base-to-rl", "base-to-sibling")
+        )
         assert units["claims/again"].params.suite == "again" and units["claims/main"].out != units["claims/again"].out

@@ -29,8 +29,9 @@ def _kind_modules() -> dict[str, Path]:
     out = {}
     for p in sorted(KINDS_DIR.glob("*.py")):
         tree = ast.parse(p.read_text())
-        if any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "KIND" for t in n.targets)
-               for n in tree.body):
+        if any(
+            isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "KIND" for t in n.targets) for n in tree.body
+        ):
             out[p.stem] = p
     return out
 
@@ -52,24 +53,26 @@ def test_the_architecture_recipe_names_what_the_registry_holds():
     """docs/ARCHITECTURE.md's recipe for a new kind names the module, the registry line and every part of a
     Kind the sweep reads (a part added to Kind and left out of the recipe fails here)."""
     doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-    recipe = doc[doc.index("**A new unit kind in sweeps**"):]
-    recipe = recipe[:recipe.index("\n- **", 5)]
+    recipe = doc[doc.index("**A new unit kind in sweeps**") :]
+    recipe = recipe[: recipe.index("\n- **", 5)]
     assert "`sweep/kinds/<kind>.py`" in recipe and "`KINDS`" in recipe and "one line" in recipe
     for field in Kind.__dataclass_fields__:
         assert re.search(rf"`{field}[`(]", recipe), f"the recipe does not name Kind.{field}"
 
 
 def _constants(path: Path) -> set[str]:
-    return {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)
-            and isinstance(n.value, str)}
+    return {
+        n.value
+        for n in ast.walk(ast.parse(path.read_text()))
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
 
 
 def test_workdir_and_marker_names_are_spelled_by_their_owners_only():
     """The workdir's names (sweep/workdir.py), the kinds' markers and report tables (their kind's module or the
     library that writes them): no other module of the sweep, the CLI's sweep commands or the tracking layer
     spells one."""
-    names = {".sweep", "forecast.json"} | {k.marker for k in KINDS.values() if k.marker} \
-        | set(TABLES)
+    names = {".sweep", "forecast.json"} | {k.marker for k in KINDS.values() if k.marker} | set(TABLES)
     pkg = ROOT / "grrr_stream"
     others = [p for p in (pkg / "sweep").glob("*.py") if p.name not in ("workdir.py", "rows.py")]
     others += [pkg / "cli" / "sweep.py", pkg / "cli" / "channel_stats.py", *(pkg / "tracking").glob("*.py")]
@@ -81,8 +84,14 @@ def test_an_old_workdir_reads_as_done(tmp_path):
     """Records and markers written as every earlier version wrote them (spelled out here, not taken from the
     code under test): each unit is done, and status says so."""
     plan = plan_sweep(load_sweep_config(ROOT / "configs" / "demo.yaml", workdir=tmp_path / "w"))
-    old_markers = {"generate": "chain.json", "stats": "table_overall.csv", "compare": "comparisons.csv",
-                   "variant": "grrr_variant.json", "channels": "channels.json", "channel-stats": "channel_stats.csv"}
+    old_markers = {
+        "generate": "chain.json",
+        "stats": "table_overall.csv",
+        "compare": "comparisons.csv",
+        "variant": "grrr_variant.json",
+        "channels": "channels.json",
+        "channel-stats": "channel_stats.csv",
+    }
     picked = {}
     for u in plan.units:
         if u.kind in old_markers and u.kind not in picked:
@@ -96,12 +105,21 @@ def test_an_old_workdir_reads_as_done(tmp_path):
         out = Path(u.out)
         out.mkdir(parents=True, exist_ok=True)
         if kind == "evaluate":
-            (out / "evaluation.json").write_text(json.dumps(
-                {"metric": u.params.options.metric, "sampling": {"pass_k": u.params.options.sampling.pass_k,
-                                                                 "maj_k": u.params.options.sampling.maj_k}}))
+            (out / "evaluation.json").write_text(
+                json.dumps(
+                    {
+                        "metric": u.params.options.metric,
+                        "sampling": {
+                            "pass_k": u.params.options.sampling.pass_k,
+                            "maj_k": u.params.options.sampling.maj_k,
+                        },
+                    }
+                )
+            )
         elif kind == "decompose":
-            (out / "zarr.json").write_text(json.dumps(
-                {"attributes": {"grrr_stream": {"complete": True, "matrices": ["m0", "m1"]}}}))
+            (out / "zarr.json").write_text(
+                json.dumps({"attributes": {"grrr_stream": {"complete": True, "matrices": ["m0", "m1"]}}})
+            )
             (out / "metrics.csv").write_text("name\nm0\nm1\n")
             for m in ("m0", "m1"):
                 (out / "matrices" / m).mkdir(parents=True)

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from helpers.common import store_snapshot
+
 from grrr_stream.config import TrackingConfig
-from grrr_stream.sweep.config import SweepConfig
 from grrr_stream.errors import ConfigError
 from grrr_stream.fixtures.synthetic import TINY, Update, write_model
 from grrr_stream.sweep import KINDS, Records, SweepLock, plan_sweep, run_sweep, sweep_status
+from grrr_stream.sweep.config import SweepConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT = Update(r_delta=2e-2, plant=(0.25, 0.45, 0.30))
@@ -33,8 +33,9 @@ def models(tmp_path_factory):
     """A synthetic base → sft → rl chain plus an sft sibling, float32, Qwen2 layout."""
     root = tmp_path_factory.mktemp("sweep_models")
     for name, updates in {"base": (), "sft": (SFT,), "rl": (SFT, RL), "sibling": (SIB,)}.items():
-        write_model(root / name, TINY, family="qwen2", dtype="float32", seed=0, updates=updates,
-                    max_shard_bytes=200_000)
+        write_model(
+            root / name, TINY, family="qwen2", dtype="float32", seed=0, updates=updates, max_shard_bytes=200_000
+        )
     return root
 
 
@@ -42,15 +43,17 @@ def config(models: Path, workdir: Path, **sections) -> dict:
     cfg = {
         "name": "test",
         "workdir": str(workdir),
-        "chains": [{
-            "name": "syn",
-            "base": {"id": "base", "source": str(models / "base")},
-            "models": [
-                {"id": "sft", "source": str(models / "sft"), "parent": "base", "method": "SFT"},
-                {"id": "rl", "source": str(models / "rl"), "parent": "sft", "method": "GRPO"},
-                {"id": "sibling", "source": str(models / "sibling"), "method": "SFT"},
-            ],
-        }],
+        "chains": [
+            {
+                "name": "syn",
+                "base": {"id": "base", "source": str(models / "base")},
+                "models": [
+                    {"id": "sft", "source": str(models / "sft"), "parent": "base", "method": "SFT"},
+                    {"id": "rl", "source": str(models / "rl"), "parent": "sft", "method": "GRPO"},
+                    {"id": "sibling", "source": str(models / "sibling"), "method": "SFT"},
+                ],
+            }
+        ],
         "decomposition": {"device": "cpu"},
         "statistics": {"resamples": 200, "null_draws": 200},
         "variants": {"names": ["base", "full", "diag", "randrm-0"], "transitions": ["base-to-rl"]},
@@ -69,8 +72,14 @@ def write_cfg(path: Path, cfg: dict) -> Path:
 
 
 def cli(*args, cwd, check=True, **kw):
-    return subprocess.run([sys.executable, "-m", "grrr_stream.cli", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, check=check, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "grrr_stream.cli", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=check,
+        **kw,
+    )
 
 
 def results_snapshot(workdir: Path) -> dict:
@@ -108,22 +117,30 @@ def assert_same(a: dict, b: dict) -> None:
 def test_plan_derives_transitions_comparisons_and_units_from_lineage(models, tmp_path):
     plan = plan_sweep(SweepConfig.model_validate(config(models, tmp_path / "w")))
     kinds = {t.id: t.kind for t in plan.transitions.values()}
-    assert kinds == {"base-to-sft": "cumulative", "sft-to-rl": "incremental", "base-to-rl": "cumulative",
-                     "base-to-sibling": "cumulative"}
+    assert kinds == {
+        "base-to-sft": "cumulative",
+        "sft-to-rl": "incremental",
+        "base-to-rl": "cumulative",
+        "base-to-sibling": "cumulative",
+    }
     ids = [u.id for u in plan.units]
     assert set(i for i in ids if i.startswith("compare/")) == {
-        "compare/sequential/base-to-sft--base-to-rl",              # SFT then RL, in the base frame
-        "compare/independent/base-to-rl--base-to-sibling",         # same base, neither descends from the other
+        "compare/sequential/base-to-sft--base-to-rl",  # SFT then RL, in the base frame
+        "compare/independent/base-to-rl--base-to-sibling",  # same base, neither descends from the other
         "compare/independent/base-to-sft--base-to-sibling",
     }  # no sft-vs-rl independent pair: rl descends from sft
-    assert [i for i in ids if i.startswith("variant/")] == [f"variant/base-to-rl/{n}" for n in
-                                                            ("base", "full", "diag", "randrm-0")]
+    assert [i for i in ids if i.startswith("variant/")] == [
+        f"variant/base-to-rl/{n}" for n in ("base", "full", "diag", "randrm-0")
+    ]
     assert set(plan.unit("stats/summary").deps) == {f"decompose/{t}" for t in kinds}
     # the first decomposition from each W0 computes its frames; the others from that W0 start after it
     after = {u.id: u.after for u in plan.units if u.kind == "decompose"}
-    assert after == {"decompose/base-to-sft": (), "decompose/sft-to-rl": (),
-                     "decompose/base-to-rl": ("decompose/base-to-sft",),
-                     "decompose/base-to-sibling": ("decompose/base-to-sft",)}
+    assert after == {
+        "decompose/base-to-sft": (),
+        "decompose/sft-to-rl": (),
+        "decompose/base-to-rl": ("decompose/base-to-sft",),
+        "decompose/base-to-sibling": ("decompose/base-to-sft",),
+    }
     # dependencies always precede dependents
     pos = {u.id: i for i, u in enumerate(plan.units)}
     assert all(pos[d] < pos[u.id] for u in plan.units for d in u.deps)
@@ -136,8 +153,7 @@ def test_keys_change_with_result_settings_only(models, tmp_path):
 
     ref = keys()
     # settings that cannot change results: same keys, same result folders
-    assert keys(progress=True, tracking={"enabled": True, "experiment": "x"},
-                decomposition={"device": "auto"}) == ref
+    assert keys(progress=True, tracking={"enabled": True, "experiment": "x"}, decomposition={"device": "auto"}) == ref
     # a result setting: every decomposition and everything downstream gets a new key and folder
     changed = keys(decomposition={"device": "cpu", "store_dtype": "float64"})
     assert all(changed[u][0] != ref[u][0] and changed[u][1] != ref[u][1] for u in ref)
@@ -149,9 +165,10 @@ def test_keys_change_with_result_settings_only(models, tmp_path):
 def test_plan_reports_every_problem_at_once(models, tmp_path):
     cfg = config(models, tmp_path / "w")
     cfg["chains"][0]["models"] += [
-        {"id": "sft", "source": "x"},                              # duplicate id
-        {"id": "orphan", "source": "x", "parent": "nowhere"},      # unknown parent
-        {"id": "a", "source": "x", "parent": "b"}, {"id": "b", "source": "x", "parent": "a"},  # cycle
+        {"id": "sft", "source": "x"},  # duplicate id
+        {"id": "orphan", "source": "x", "parent": "nowhere"},  # unknown parent
+        {"id": "a", "source": "x", "parent": "b"},
+        {"id": "b", "source": "x", "parent": "a"},  # cycle
     ]
     cfg["variants"]["names"].append("halfdiag=diag:abc")
     cfg["variants"]["transitions"] = ["base-to-nothing"]
@@ -167,9 +184,15 @@ def test_independent_pairs_at_any_depth_use_their_nearest_common_ancestor(models
     cfg["chains"][0]["models"].append({"id": "rl2", "source": str(models / "rl"), "parent": "sft", "method": "PPO"})
     plan = plan_sweep(SweepConfig.model_validate(cfg))
     pairs = {u.id: u for u in plan.units if u.id.startswith("compare/independent/")}
-    assert set(pairs) == {f"compare/independent/{a}--{b}" for a, b in (
-        ("base-to-rl", "base-to-rl2"), ("base-to-rl", "base-to-sibling"), ("base-to-rl2", "base-to-sibling"),
-        ("base-to-sft", "base-to-sibling"))}
+    assert set(pairs) == {
+        f"compare/independent/{a}--{b}"
+        for a, b in (
+            ("base-to-rl", "base-to-rl2"),
+            ("base-to-rl", "base-to-sibling"),
+            ("base-to-rl2", "base-to-sibling"),
+            ("base-to-sft", "base-to-sibling"),
+        )
+    }
     # two RL runs from the SFT model: their steps from SFT, not their cumulative updates (which share SFT's)
     rl = pairs["compare/independent/base-to-rl--base-to-rl2"]
     assert rl.params.ancestor == "base-to-sft" and "decompose/base-to-sft" in rl.deps
@@ -248,7 +271,9 @@ def test_sweep_runs_then_rerun_computes_nothing_and_logs_no_duplicates(models, t
     assert kinds.count("variant") == 4 and kinds.count("sweep") == 1
     assert all(r.data.tags.get("grrr.complete") == "true" for r in runs)
     report = tmp_path / "w" / "report"
-    assert {"units.csv", "transitions.csv", "comparisons.csv", "stats_overall.csv"} <= {p.name for p in report.iterdir()}
+    assert {"units.csv", "transitions.csv", "comparisons.csv", "stats_overall.csv"} <= {
+        p.name for p in report.iterdir()
+    }
 
 
 def _done_units(workdir: Path) -> int:
@@ -266,16 +291,18 @@ def test_kill_9_at_any_moment_then_resume_equals_uninterrupted_sweep(models, tmp
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     # both tracked (tracking adds per-transition stats artifacts to the stats folder)
     clean_cfg = write_cfg(tmp_path / "clean.yaml", config(models, tmp_path / "clean", tracking={"enabled": True}))
-    killed_cfg = write_cfg(tmp_path / "killed.yaml", config(models, tmp_path / "killed",
-                                                            tracking={"enabled": True}))
+    killed_cfg = write_cfg(tmp_path / "killed.yaml", config(models, tmp_path / "killed", tracking={"enabled": True}))
     cli("sweep", clean_cfg, "--tracking-uri", f"sqlite:///{tmp_path / 'clean.db'}", cwd=tmp_path)
     total = len(plan_sweep(SweepConfig.model_validate(config(models, tmp_path / "killed"))).units)
 
     # kill at three moments: during the decompositions, the statistics and the variant builds
     for target in (2, 6, 9):
-        proc = subprocess.Popen([sys.executable, "-m", "grrr_stream.cli", "sweep", str(killed_cfg),
-                                 "--tracking-uri", uri], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grrr_stream.cli", "sweep", str(killed_cfg), "--tracking-uri", uri],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 180
         while proc.poll() is None and _done_units(tmp_path / "killed") < target and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -286,8 +313,11 @@ def test_kill_9_at_any_moment_then_resume_equals_uninterrupted_sweep(models, tmp
 
     status = cli("status", killed_cfg, cwd=tmp_path)
     assert "pending" in status.stdout or "interrupted" in status.stdout
-    done_before = {p.name: p.read_text() for p in (tmp_path / "killed" / ".sweep" / "units").glob("*.json")
-                   if json.loads(p.read_text())["status"] == "done"}
+    done_before = {
+        p.name: p.read_text()
+        for p in (tmp_path / "killed" / ".sweep" / "units").glob("*.json")
+        if json.loads(p.read_text())["status"] == "done"
+    }
     cli("sweep", killed_cfg, "--tracking-uri", uri, cwd=tmp_path)
     # nothing that was recorded done ran again
     for name, text in done_before.items():
@@ -356,12 +386,17 @@ def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
     # cpu_count // 2 threads, so the single-process run gets as many, in a fresh process
     # (vLLM, used by earlier tests in this one, pins torch's thread setting).
     threads = str(max(1, (os.cpu_count() or 1) // 2))
-    cli("sweep", write_cfg(tmp_path / "one.yaml", config(models, tmp_path / "one")), cwd=tmp_path,
-        env={**os.environ, "OMP_NUM_THREADS": threads})
+    cli(
+        "sweep",
+        write_cfg(tmp_path / "one.yaml", config(models, tmp_path / "one")),
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": threads},
+    )
     # tracked: both workers write to one SQLite MLflow store at the same time
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    b = run_sweep(plan_sweep(multi), scheduler="local:2", progress=False,
-                  tracking=TrackingConfig(uri=uri, experiment="cluster"))
+    b = run_sweep(
+        plan_sweep(multi), scheduler="local:2", progress=False, tracking=TrackingConfig(uri=uri, experiment="cluster")
+    )
     assert b.ok, {u: (b.records.get(u) or {}).get("traceback") for u in b.failed} or b.states
     hosts = {Records(b.plan.workdir).read(u)["pid"] for u in b.plan.units if KINDS[u.kind].on_worker}
     assert os.getpid() not in hosts  # the heavy units ran in the worker processes
@@ -377,11 +412,23 @@ def test_local_cluster_of_two_workers_matches_one_process(models, tmp_path):
 
 
 def test_math_subset_flag_adds_a_suite_of_the_five_benchmarks(tmp_path):
-    out = cli("sweep", ROOT / "configs" / "demo.yaml", "--workdir", tmp_path / "w", "--dry-run",
-              "--math-subset", "3", "--bench-dir", tmp_path / "bench", cwd=tmp_path).stdout
+    out = cli(
+        "sweep",
+        ROOT / "configs" / "demo.yaml",
+        "--workdir",
+        tmp_path / "w",
+        "--dry-run",
+        "--math-subset",
+        "3",
+        "--bench-dir",
+        tmp_path / "bench",
+        cwd=tmp_path,
+    ).stdout
     for t in ("base-to-sft", "base-to-rl", "base-to-sibling", "sft-to-rl"):
-        assert f"evaluate/{t}/math: evaluate 10 variant(s) of {t} on math500, aime24, amc23, minerva_math, " \
-               f"olympiadbench (first 3 each)" in out
+        assert (
+            f"evaluate/{t}/math: evaluate 10 variant(s) of {t} on math500, aime24, amc23, minerva_math, "
+            f"olympiadbench (first 3 each)" in out
+        )
         assert f"evaluate/{t}: evaluate 10 variant(s) of {t} on arith" in out
     bad = cli("sweep", ROOT / "configs" / "demo.yaml", "--dry-run", "--math-subset", "0", cwd=tmp_path, check=False)
     assert bad.returncode == 2 and "--math-subset must be at least 1" in bad.stderr
@@ -390,8 +437,13 @@ def test_math_subset_flag_adds_a_suite_of_the_five_benchmarks(tmp_path):
 @pytest.mark.slow  # ~20-27 s: three sweeps; keeps the default suite under ~15 min on 2 cores
 def test_changed_setting_makes_new_results_beside_old_and_switching_back_reuses_them(models, tmp_path):
     def run(resamples, **kw):
-        cfg = config(models, tmp_path / "w", statistics={"resamples": resamples, "null_draws": 200},
-                     variants={"enabled": False}, **kw)
+        cfg = config(
+            models,
+            tmp_path / "w",
+            statistics={"resamples": resamples, "null_draws": 200},
+            variants={"enabled": False},
+            **kw,
+        )
         return run_sweep(plan_sweep(SweepConfig.model_validate(cfg)), progress=False)
 
     first = run(200)
@@ -424,9 +476,12 @@ def test_checkpoint_replaced_in_place_gets_new_results(models, tmp_path):
 
 def test_sampling_settings_key_evaluations_and_metrics_only_recompute_tables(models, tmp_path):
     def evaluate_unit(**sampling):
-        cfg = config(models, tmp_path / "w", evaluation={"enabled": True, "benchmarks": ["b"],
-                                                         "bench_dir": str(tmp_path), **sampling},
-                     variants={"enabled": False})
+        cfg = config(
+            models,
+            tmp_path / "w",
+            evaluation={"enabled": True, "benchmarks": ["b"], "bench_dir": str(tmp_path), **sampling},
+            variants={"enabled": False},
+        )
         return plan_sweep(SweepConfig.model_validate(cfg)).unit("evaluate/base-to-sft")
 
     greedy = evaluate_unit()

@@ -24,10 +24,17 @@ def _done(seconds: float) -> dict:
 
 def test_eta_starts_from_the_forecast_and_is_corrected_per_kind_as_units_end(monkeypatch):
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: 100.0)
-    d1, d2, d3, v1, v2, e1 = units = [_unit(u) for u in ("decompose/a", "decompose/b", "decompose/c", "variant/x",
-                                                         "variant/y", "evaluate/z")]
-    forecast = {"decompose/a": 10.0, "decompose/b": 10.0, "decompose/c": 20.0, "variant/x": 2.0, "variant/y": 4.0,
-                "evaluate/z": None}  # an evaluation whose prompts could not be counted
+    d1, d2, d3, v1, v2, e1 = units = [
+        _unit(u) for u in ("decompose/a", "decompose/b", "decompose/c", "variant/x", "variant/y", "evaluate/z")
+    ]
+    forecast = {
+        "decompose/a": 10.0,
+        "decompose/b": 10.0,
+        "decompose/c": 20.0,
+        "variant/x": 2.0,
+        "variant/y": 4.0,
+        "evaluate/z": None,
+    }  # an evaluation whose prompts could not be counted
     s = io.StringIO()
     display = Display(len(units), 0, True, s, forecast=forecast)
     display.start(d1)
@@ -35,8 +42,11 @@ def test_eta_starts_from_the_forecast_and_is_corrected_per_kind_as_units_end(mon
     display.end(d1, _done(30.0), units[1:])  # 3× its forecast
     # decompose: 3 × (10 + 20) = 90; variants: no variant ended, all ended units say 3× → 3 × 6 = 18;
     # the evaluation has no forecast and no evaluation ended: counted, not guessed
-    assert s.getvalue().splitlines()[-1].endswith(
-        "[1/6] done decompose/a in 30.0 s | elapsed 0s, ETA ≥ 1m48s + 1 unit(s) not forecast or timed yet")
+    assert (
+        s.getvalue()
+        .splitlines()[-1]
+        .endswith("[1/6] done decompose/a in 30.0 s | elapsed 0s, ETA ≥ 1m48s + 1 unit(s) not forecast or timed yet")
+    )
     display.end(v1, _done(1.0), [d2, d3, v2, e1])  # variants: 0.5× their forecast
     # decompose 90 + variant 0.5 × 4 = 2; the evaluation still untimed
     assert s.getvalue().splitlines()[-1].endswith("ETA ≥ 1m32s + 1 unit(s) not forecast or timed yet")
@@ -81,12 +91,25 @@ def test_a_sweep_prints_its_units_with_eta_and_the_decomposition_its_matrices(tm
 
     for name, updates in {"base": (), "sft": (Update(r_delta=2e-2),)}.items():
         write_model(tmp_path / name, TINY, family="qwen2", dtype="float32", seed=0, updates=updates)
-    cfg = SweepConfig.model_validate({
-        "name": "p", "workdir": str(tmp_path / "w"),
-        "chains": [{"name": "c", "base": {"id": "base", "source": str(tmp_path / "base")},
-                    "models": [{"id": "sft", "source": str(tmp_path / "sft"), "parent": "base", "method": "SFT"}]}],
-        "decomposition": {"device": "cpu"}, "statistics": {"enabled": False}, "variants": {"names": []},
-        "evaluation": {"enabled": False}, "channels": {"enabled": False}, "tracking": {"enabled": False}})
+    cfg = SweepConfig.model_validate(
+        {
+            "name": "p",
+            "workdir": str(tmp_path / "w"),
+            "chains": [
+                {
+                    "name": "c",
+                    "base": {"id": "base", "source": str(tmp_path / "base")},
+                    "models": [{"id": "sft", "source": str(tmp_path / "sft"), "parent": "base", "method": "SFT"}],
+                }
+            ],
+            "decomposition": {"device": "cpu"},
+            "statistics": {"enabled": False},
+            "variants": {"names": []},
+            "evaluation": {"enabled": False},
+            "channels": {"enabled": False},
+            "tracking": {"enabled": False},
+        }
+    )
     ticks = itertools.count(0.0, 11.0)
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: next(ticks))
     s = io.StringIO()

@@ -28,14 +28,20 @@ def sources(tmp_path_factory) -> dict[str, Path]:
         shutil.copy(root / "base" / "config.json", root / name)
     os.mkfifo(root / "fifo" / "model.safetensors")
     (root / "truncated" / "model.safetensors").write_bytes(shard.read_bytes()[:40])  # header cut short
-    return {"base": root / "base", "good": root / "good", "fifo": root / "fifo", "truncated": root / "truncated",
-            "missing": root / "missing"}
+    return {
+        "base": root / "base",
+        "good": root / "good",
+        "fifo": root / "fifo",
+        "truncated": root / "truncated",
+        "missing": root / "missing",
+    }
 
 
 def _decompose_error(base: Path, post: Path, tmp_path: Path) -> str:
     """What the decompose command itself says for this pair (run, not predicted)."""
-    cfg = DecomposeConfig(base=str(base), post=str(post), store=tmp_path / "s", device="cpu", progress=False,
-                          tracking={"enabled": False})
+    cfg = DecomposeConfig(
+        base=str(base), post=str(post), store=tmp_path / "s", device="cpu", progress=False, tracking={"enabled": False}
+    )
     with pytest.raises(GrrrError) as e:
         run_transition(cfg)
     return str(e.value)
@@ -43,9 +49,14 @@ def _decompose_error(base: Path, post: Path, tmp_path: Path) -> str:
 
 def test_dry_run_names_broken_local_sources_as_decompose_does(sources, tmp_path, capsys):
     models = [{"id": k, "source": str(sources[k])} for k in ("good", "fifo", "truncated", "missing")]
-    cfg = {"name": "t", "workdir": str(tmp_path / "w"),
-           "chains": [{"name": "c", "base": {"id": "base", "source": str(sources["base"])}, "models": models}],
-           "decomposition": {"device": "cpu"}, "evaluation": {"enabled": False}, "tracking": {"enabled": False}}
+    cfg = {
+        "name": "t",
+        "workdir": str(tmp_path / "w"),
+        "chains": [{"name": "c", "base": {"id": "base", "source": str(sources["base"])}, "models": models}],
+        "decomposition": {"device": "cpu"},
+        "evaluation": {"enabled": False},
+        "tracking": {"enabled": False},
+    }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
     assert cli.main(["sweep", str(tmp_path / "s.yaml"), "--dry-run"]) == 0  # the rest of the sweep can run
     out = capsys.readouterr().out

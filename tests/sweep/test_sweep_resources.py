@@ -64,8 +64,9 @@ def test_decompositions_and_variants_need_a_gpu_only_on_cuda(demo):
 def test_an_evaluation_asks_for_its_engines_gpus_and_its_forecasts_memory(demo):
     u = _first(demo, evaluate.NAME)
     engine = u.params.options.engine.model_copy(update={"tensor_parallel_size": 2})
-    u2 = replace(u, params=u.params.model_copy(update={"options": u.params.options.model_copy(
-        update={"engine": engine})}))
+    u2 = replace(
+        u, params=u.params.model_copy(update={"options": u.params.options.model_copy(update={"engine": engine})})
+    )
     fc = UnitForecast(u.id, u.kind, 0, 0, ram=7 * GIB, seconds=1.0, basis="test", gpu=30 * GIB)
     assert KINDS[u.kind].needs(u, fc, "cpu") == Needs(1, 30 * GIB, 7 * GIB)
     assert KINDS[u.kind].needs(u2, fc, None) == Needs(2, 30 * GIB, 7 * GIB)
@@ -88,9 +89,13 @@ def test_submit_options_ask_for_resources_only_where_workers_declare_them():
 
 def test_units_that_fit_no_worker_are_refused_together_with_their_needs():
     workers = [Offer("cpu", {}, 2 * GIB), Offer("gpu", {"GPU": 1.0, "GPU_MEMORY_GIB": 80.0}, 8 * GIB)]
-    needs = {"evaluate/big": Needs(1, 100 * GIB, GIB), "evaluate/tp2": Needs(2, 40 * GIB, GIB),
-             "channels/huge": Needs(0, None, 16 * GIB), "decompose/ok": Needs(0, None, 6 * GIB),
-             "evaluate/ok": Needs(1, 70 * GIB, 7 * GIB)}
+    needs = {
+        "evaluate/big": Needs(1, 100 * GIB, GIB),
+        "evaluate/tp2": Needs(2, 40 * GIB, GIB),
+        "channels/huge": Needs(0, None, 16 * GIB),
+        "decompose/ok": Needs(0, None, 6 * GIB),
+        "evaluate/ok": Needs(1, 70 * GIB, 7 * GIB),
+    }
     with pytest.raises(ConfigError) as e:
         refuse_misfits(needs, workers)
     text = str(e.value)
@@ -142,6 +147,7 @@ def test_gpu_memory_comes_from_the_forecast_for_the_workers_gpu(demo):
 
 # -- in-process clusters: a fake kind whose unit reports the worker and the resources it ran with --------------
 
+
 class FakeParams(UnitParams):
     kind: ClassVar[str] = "fake"
     gpus: int
@@ -159,22 +165,31 @@ def _run_fake(u: Unit, ctx: Any) -> dict:
     return {"worker": w.name, "resources": dict(w.state.tasks[thread_state.key].resource_restrictions or {})}
 
 
-FAKE = Kind("fake", FakeParams, lambda ctx: ([], []), _run_fake, None, on_worker=True,
-            needs=lambda u, fc, device: Needs(u.params.gpus, 10 * GIB if u.params.gpus else None,
-                                              int(u.params.ram_gib * GIB)))
+FAKE = Kind(
+    "fake",
+    FakeParams,
+    lambda ctx: ([], []),
+    _run_fake,
+    None,
+    on_worker=True,
+    needs=lambda u, fc, device: Needs(u.params.gpus, 10 * GIB if u.params.gpus else None, int(u.params.ram_gib * GIB)),
+)
 
 
 def _units(tmp_path: Path, spec: list[tuple[int, float]]) -> list[Unit]:
-    return [Unit.of(f"fake/{i}", f"fake {i}", FakeParams(gpus=g, ram_gib=r), lambda key: tmp_path / "out" / key)
-            for i, (g, r) in enumerate(spec)]
+    return [
+        Unit.of(f"fake/{i}", f"fake {i}", FakeParams(gpus=g, ram_gib=r), lambda key: tmp_path / "out" / key)
+        for i, (g, r) in enumerate(spec)
+    ]
 
 
 def _cluster(workers: dict[str, dict]):
     from distributed import Scheduler, SpecCluster, Worker
 
-    return SpecCluster(workers={name: {"cls": Worker, "options": {"nthreads": 1, **opts}}
-                                for name, opts in workers.items()},
-                       scheduler={"cls": Scheduler, "options": {"dashboard": False}})
+    return SpecCluster(
+        workers={name: {"cls": Worker, "options": {"nthreads": 1, **opts}} for name, opts in workers.items()},
+        scheduler={"cls": Scheduler, "options": {"dashboard": False}},
+    )
 
 
 def _execute(client, todo: list[Unit], tmp_path: Path) -> dict[str, dict]:
@@ -194,9 +209,15 @@ def test_units_land_on_the_workers_that_hold_what_they_need(tmp_path, monkeypatc
     from distributed import Client
 
     monkeypatch.setitem(KINDS, "fake", FAKE)
-    with _cluster({"cpu": {"memory_limit": "2GiB"},
-                   "gpu": {"memory_limit": "8GiB", "resources": {"GPU": 1, "GPU_MEMORY_GIB": 80}}}) as cluster, \
-            Client(cluster) as client:
+    with (
+        _cluster(
+            {
+                "cpu": {"memory_limit": "2GiB"},
+                "gpu": {"memory_limit": "8GiB", "resources": {"GPU": 1, "GPU_MEMORY_GIB": 80}},
+            }
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         # four GPU units, two CPU units that need more RAM than the CPU worker's limit, two small CPU units
         todo = _units(tmp_path, [(1, 1.0)] * 4 + [(0, 4.0)] * 2 + [(0, 0.5)] * 2)
         ran = _execute(client, todo, tmp_path)
@@ -222,8 +243,7 @@ def test_a_cluster_without_declared_resources_runs_every_unit(tmp_path, monkeypa
     from grrr_stream.runtime.cluster import gpu_task
 
     monkeypatch.setitem(KINDS, "fake", FAKE)
-    with _cluster({"a": {"memory_limit": "4GiB"}, "b": {"memory_limit": "4GiB"}}) as cluster, \
-            Client(cluster) as client:
+    with _cluster({"a": {"memory_limit": "4GiB"}, "b": {"memory_limit": "4GiB"}}) as cluster, Client(cluster) as client:
         todo = _units(tmp_path, [(1, 1.0), (2, 1.0), (0, 1.0)])
         ran = _execute(client, todo, tmp_path)
         assert all(r["resources"] == {} for r in ran.values())
@@ -235,8 +255,12 @@ def test_a_sweep_refuses_before_any_unit_runs_when_its_evaluations_fit_no_gpu(tm
     from grrr_stream.sweep.records import Records
 
     plan = plan_sweep(load_sweep_config(ROOT / "configs" / "demo.yaml", workdir=tmp_path / "w"))
-    with _cluster({"cpu": {"memory_limit": "4GiB"},
-                   "gpu": {"memory_limit": "4GiB", "resources": {"GPU": 1, "GPU_MEMORY_GIB": 0.25}}}) as cluster:
+    with _cluster(
+        {
+            "cpu": {"memory_limit": "4GiB"},
+            "gpu": {"memory_limit": "4GiB", "resources": {"GPU": 1, "GPU_MEMORY_GIB": 0.25}},
+        }
+    ) as cluster:
         said = io.StringIO()
         with pytest.raises(ConfigError, match=r"4 unit\(s\) fit no worker") as e:
             run_sweep(plan, scheduler=cluster.scheduler_address, progress=False, forecast=False, stream=said)

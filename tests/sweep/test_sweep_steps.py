@@ -14,19 +14,25 @@ def _config(tmp_path, **decomposition) -> SweepConfig:
     # chain 1: b → sft → dpo → rlvr (OLMo-like), b → zero (RL from the base), b → sft → grpo (a sibling RL);
     # chain 2: c → only (one SFT)
     m = lambda i, parent=None: {"id": i, "source": f"org/{i}", **({"parent": parent} if parent else {})}
-    return SweepConfig.model_validate({
-        "name": "steps", "workdir": str(tmp_path / "w"),
-        "chains": [
-            {"name": "one", "base": m("b"),
-             "models": [m("sft"), m("dpo", "sft"), m("rlvr", "dpo"), m("zero"), m("grpo", "sft")]},
-            {"name": "two", "base": m("c"), "models": [m("only")]},
-        ],
-        "decomposition": {"device": "cpu", **decomposition},
-        "statistics": {"enabled": False},
-        "variants": {"transitions": "steps", "names": ["base", "full", "diag"]},
-        "evaluation": {"transitions": "steps", "variants": ["base", "full"]},
-        "tracking": {"enabled": False},
-    })
+    return SweepConfig.model_validate(
+        {
+            "name": "steps",
+            "workdir": str(tmp_path / "w"),
+            "chains": [
+                {
+                    "name": "one",
+                    "base": m("b"),
+                    "models": [m("sft"), m("dpo", "sft"), m("rlvr", "dpo"), m("zero"), m("grpo", "sft")],
+                },
+                {"name": "two", "base": m("c"), "models": [m("only")]},
+            ],
+            "decomposition": {"device": "cpu", **decomposition},
+            "statistics": {"enabled": False},
+            "variants": {"transitions": "steps", "names": ["base", "full", "diag"]},
+            "evaluation": {"transitions": "steps", "variants": ["base", "full"]},
+            "tracking": {"enabled": False},
+        }
+    )
 
 
 def test_steps_select_every_parent_to_child_edge_and_no_cumulative_grandchild(tmp_path):

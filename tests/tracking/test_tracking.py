@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from helpers.common import no_track_config
 from mlflow.tracking import MlflowClient
 
-from helpers.common import no_track_config
 from grrr_stream.decompose.run import run_transition
 
 
@@ -24,8 +24,15 @@ def _runs(uri, experiment="grrr_stream"):
 
 def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(planted_f64, tmp_path, uri):
     base, post = planted_f64
-    cfg = no_track_config(base=str(base), post=str(post), store=tmp_path / "s", method="SFT", chain="toy",
-                          tracking={"uri": uri}, figures=True)
+    cfg = no_track_config(
+        base=str(base),
+        post=str(post),
+        store=tmp_path / "s",
+        method="SFT",
+        chain="toy",
+        tracking={"uri": uri},
+        figures=True,
+    )
     res = run_transition(cfg)
     client, runs = _runs(uri)
     assert len(runs) == 1
@@ -42,8 +49,18 @@ def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(plant
     # a handful of headline metrics, each the mean over the matrices (float64 here, against the rows), at step 0;
     # the per-matrix detail is the metrics.csv artifact, not hundreds of series with the layer as step
     m = run.data.metrics
-    assert set(m) == {"f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_fro", "delta_max", "dsr_pct",
-                      "alpha", "work_seconds"}, sorted(m)
+    assert set(m) == {
+        "f_diag",
+        "f_off",
+        "f_null",
+        "r_delta",
+        "sv_cos",
+        "delta_fro",
+        "delta_max",
+        "dsr_pct",
+        "alpha",
+        "work_seconds",
+    }, sorted(m)
     for k in ("f_diag", "f_off", "f_null", "r_delta", "sv_cos"):
         assert m[k] == pytest.approx(math.fsum(r[k] for r in res.rows) / len(res.rows), rel=1e-6), k
         assert [h.step for h in client.get_metric_history(run.info.run_id, k)] == [0]
@@ -51,8 +68,11 @@ def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(plant
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"metrics.csv", "summary.csv", "summary.json", "figures"} <= arts
     figs = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
-    assert figs == {"figures/energy_fractions.png", "figures/spectra_most_changed.png",
-                    "figures/band_energy_by_module.png"}
+    assert figs == {
+        "figures/energy_fractions.png",
+        "figures/spectra_most_changed.png",
+        "figures/band_energy_by_module.png",
+    }
     # rerunning the finished transition logs nothing new
     again = run_transition(cfg)
     assert again.run_id == res.run_id and again.computed == 0
@@ -62,10 +82,10 @@ def test_transition_run_has_params_metrics_artifacts_and_is_not_duplicated(plant
 
 
 def test_run_left_unfinished_is_resumed_not_duplicated(planted_f64, tmp_path, uri):
-    from grrr_stream.tracking import mlflow_client as tracking
-    from grrr_stream.decompose.run import _identity
-    from grrr_stream.tracking.runs import transition_key
     from grrr_stream.checkpoints.reader import Checkpoint
+    from grrr_stream.decompose.run import _identity
+    from grrr_stream.tracking import mlflow_client as tracking
+    from grrr_stream.tracking.runs import transition_key
 
     base, post = planted_f64
     cfg = no_track_config(base=str(base), post=str(post), store=tmp_path / "s", tracking={"uri": uri})
@@ -83,7 +103,6 @@ def test_run_left_unfinished_is_resumed_not_duplicated(planted_f64, tmp_path, ur
     assert info.end_time - info.start_time >= 1000 * runs[0].data.metrics["work_seconds"]
 
 
-
 def test_kind_span_sweep_tag_and_datasets_in_one_store(tmp_path, uri):
     """One store for four conventions (each fresh SQLite store costs seconds of migrations)."""
     import hashlib
@@ -96,13 +115,17 @@ def test_kind_span_sweep_tag_and_datasets_in_one_store(tmp_path, uri):
     # the experiment is a model-training one: new, or created before (as older versions did), but
     # a kind somebody chose in the UI stays theirs
     client.create_experiment("old", artifact_location=(tmp_path / "a").as_uri())
-    client.create_experiment("chosen", artifact_location=(tmp_path / "b").as_uri(),
-                             tags={tracking.KIND_TAG: "genai_development"})
+    client.create_experiment(
+        "chosen", artifact_location=(tmp_path / "b").as_uri(), tags={tracking.KIND_TAG: "genai_development"}
+    )
     for name in ("fresh", "old", "chosen"):
         tracking.open_run(uri=uri, experiment=name, key=f"k-{name}", run_name=name)
     kinds = {n: client.get_experiment_by_name(n).tags.get(tracking.KIND_TAG) for n in ("fresh", "old", "chosen")}
-    assert kinds == {"fresh": "custom_model_development", "old": "custom_model_development",
-                     "chosen": "genai_development"}
+    assert kinds == {
+        "fresh": "custom_model_development",
+        "old": "custom_model_development",
+        "chosen": "genai_development",
+    }
 
     # a run spans the work that began before it was opened; a rerun that adds nothing keeps its end
     started = tracking.now_ms() - 5000
@@ -151,8 +174,18 @@ def test_runs_nest_as_the_work_nests_and_placeholders_are_filled(tmp_path, uri):
     variant = {"key": "v1", "name": "full", "tags": {"grrr.kind": "variant"}, "parent": transition}
     t0 = tracking.now_ms() - 10_000
     # the evaluation logged first: its variant and transition are made as placeholders
-    ev_id = apply(RunLog.of(cfg, key="e1", name="full on sums", tags={"grrr.kind": "evaluation"}, parent=variant,
-                            start_ms=t0 + 5000, end_ms=t0 + 6000, metrics=[("average", 50.0, 0)]))
+    ev_id = apply(
+        RunLog.of(
+            cfg,
+            key="e1",
+            name="full on sums",
+            tags={"grrr.kind": "evaluation"},
+            parent=variant,
+            start_ms=t0 + 5000,
+            end_ms=t0 + 6000,
+            metrics=[("average", 50.0, 0)],
+        )
+    )
     client = MlflowClient(tracking_uri=uri)
     exp_id = client.get_experiment_by_name("nest").experiment_id
 
@@ -167,10 +200,28 @@ def test_runs_nest_as_the_work_nests_and_placeholders_are_filled(tmp_path, uri):
         assert r[n].info.status == "FINISHED" and "grrr.complete" not in r[n].data.tags, n
     assert r["full on sums"].info.run_id == ev_id and r["full on sums"].info.end_time == t0 + 6000
     # the transition's own logging fills its placeholder and completes it; a second evaluation leaves it alone
-    apply(RunLog.of(cfg, key="t1", name="base → sft", tags={"grrr.kind": "transition"}, start_ms=t0,
-                    end_ms=t0 + 3000, metrics=[("f_diag", 0.2, 0)]))
-    apply(RunLog.of(cfg, key="e2", name="full on more", tags={"grrr.kind": "evaluation"}, parent=variant,
-                    start_ms=t0 + 7000, end_ms=t0 + 8000))
+    apply(
+        RunLog.of(
+            cfg,
+            key="t1",
+            name="base → sft",
+            tags={"grrr.kind": "transition"},
+            start_ms=t0,
+            end_ms=t0 + 3000,
+            metrics=[("f_diag", 0.2, 0)],
+        )
+    )
+    apply(
+        RunLog.of(
+            cfg,
+            key="e2",
+            name="full on more",
+            tags={"grrr.kind": "evaluation"},
+            parent=variant,
+            start_ms=t0 + 7000,
+            end_ms=t0 + 8000,
+        )
+    )
     r = runs()
     assert r["base → sft"].data.tags["grrr.complete"] == "true" and r["base → sft"].data.metrics == {"f_diag": 0.2}
     assert r["full"].info.status == "FINISHED" and "grrr.complete" not in r["full"].data.tags
@@ -181,8 +232,15 @@ def test_runs_nest_as_the_work_nests_and_placeholders_are_filled(tmp_path, uri):
     apply(RunLog.of(cfg, key="c1", name="sequential: a vs b", tags={"grrr.kind": "comparison"}))
     apply(RunLog.of(cfg, key="st1", name="statistics", tags={"grrr.kind": "statistics"}))
     apply(RunLog.of(other, key="t2", name="base → rl", tags={"grrr.kind": "transition"}))
-    sweep_id = apply(RunLog.of(cfg, key="sw", name="sweep s1", tags={"grrr.kind": "sweep"},
-                               adopt=["transition", "comparison", "statistics"]))
+    sweep_id = apply(
+        RunLog.of(
+            cfg,
+            key="sw",
+            name="sweep s1",
+            tags={"grrr.kind": "sweep"},
+            adopt=["transition", "comparison", "statistics"],
+        )
+    )
     parent = {n: x.data.tags.get("mlflow.parentRunId") for n, x in runs().items()}
     assert {n for n, p in parent.items() if p == sweep_id} == {"base → sft", "sequential: a vs b", "statistics"}
     assert parent["full"] == r["base → sft"].info.run_id and parent["base → rl"] is None

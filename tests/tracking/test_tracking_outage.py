@@ -29,8 +29,21 @@ def _cwd(tmp_path, monkeypatch):
 
 def _decompose(pair, store, *extra) -> list[str]:
     base, post = pair
-    return ["decompose", "--base", str(base), "--post", str(post), "--store", str(store), "--no-progress",
-            "--method", "SFT", "--chain", "toy", *map(str, extra)]
+    return [
+        "decompose",
+        "--base",
+        str(base),
+        "--post",
+        str(post),
+        "--store",
+        str(store),
+        "--no-progress",
+        "--method",
+        "SFT",
+        "--chain",
+        "toy",
+        *map(str, extra),
+    ]
 
 
 def _only_run(uri: str):
@@ -53,7 +66,9 @@ def test_unreachable_server_costs_seconds_and_keeps_the_work(planted_f64, tmp_pa
     assert lines == ["base → post: tracking: not logged (tracking target unreachable at start); will retry"], err
     from grrr_stream.store.transition_store import TransitionStore
 
-    assert TransitionStore.read_manifest(tmp_path / "s")["complete"] is True and (tmp_path / "s" / "metrics.csv").is_file()
+    assert (
+        TransitionStore.read_manifest(tmp_path / "s")["complete"] is True and (tmp_path / "s" / "metrics.csv").is_file()
+    )
     (pending,) = (tmp_path / "s" / ".tracking").glob("*.json")
     (log,) = json.loads(pending.read_text())
     assert log["uri"] == CLOSED and log["key"].startswith("transition-") and log["end_ms"] > log["start_ms"]
@@ -72,8 +87,11 @@ def test_unreachable_server_costs_seconds_and_keeps_the_work(planted_f64, tmp_pa
 def _fields(client: MlflowClient, run) -> dict:
     """Everything of a run a user sees, less what differs between two executions (ids, work_seconds)."""
     rid = run.info.run_id
-    histories = {k: sorted((m.step, m.value) for m in client.get_metric_history(rid, k))
-                 for k in run.data.metrics if k != "work_seconds"}
+    histories = {
+        k: sorted((m.step, m.value) for m in client.get_metric_history(rid, k))
+        for k in run.data.metrics
+        if k != "work_seconds"
+    }
 
     def artifacts(path=None):
         out = []
@@ -81,9 +99,14 @@ def _fields(client: MlflowClient, run) -> dict:
             out += artifacts(a.path) if a.is_dir else [a.path]
         return out
 
-    return {"name": run.info.run_name, "status": run.info.status, "params": run.data.params,
-            "tags": {k: v for k, v in run.data.tags.items()}, "metrics": histories,
-            "artifacts": sorted(artifacts())}
+    return {
+        "name": run.info.run_name,
+        "status": run.info.status,
+        "params": run.data.params,
+        "tags": {k: v for k, v in run.data.tags.items()},
+        "metrics": histories,
+        "artifacts": sorted(artifacts()),
+    }
 
 
 def test_outage_then_rerun_logs_the_run_an_uninterrupted_command_logs(planted_f64, tmp_path, capsys):
@@ -144,8 +167,10 @@ run.finish()
 def _all_at_once(commands: list[list[str]], cwd: Path) -> list[tuple[int, str]]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    procs = [subprocess.Popen(c, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for c in commands]
+    procs = [
+        subprocess.Popen(c, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for c in commands
+    ]
     return [(p.wait(timeout=600), p.communicate()[0][-3000:]) for p in procs]
 
 
@@ -163,9 +188,18 @@ def test_processes_opening_a_fresh_sqlite_store_at_once_all_succeed(tmp_path):
 def test_decompose_processes_on_one_fresh_sqlite_store_all_succeed(planted_f64, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     modules = ["q_proj", "k_proj", "v_proj", "o_proj"]  # four transitions: one run each
-    done = _all_at_once([[sys.executable, "-m", "grrr_stream.cli", *_decompose(planted_f64, tmp_path / m,
-                                                                                "--tracking-uri", uri, "--modules", m)]
-                         for m in modules], tmp_path)
+    done = _all_at_once(
+        [
+            [
+                sys.executable,
+                "-m",
+                "grrr_stream.cli",
+                *_decompose(planted_f64, tmp_path / m, "--tracking-uri", uri, "--modules", m),
+            ]
+            for m in modules
+        ],
+        tmp_path,
+    )
     assert [rc for rc, _ in done] == [0] * 4, done
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("grrr_stream").experiment_id])
@@ -175,8 +209,8 @@ def test_decompose_processes_on_one_fresh_sqlite_store_all_succeed(planted_f64, 
 
 def test_a_failure_after_the_check_is_one_line_and_recorded(tmp_path, capsys):
     """The server goes away between the start's check and a unit's logging."""
-    from grrr_stream.tracking import run_log
     from grrr_stream.config import TrackingConfig
+    from grrr_stream.tracking import run_log
 
     t = TrackingConfig(uri=CLOSED)
     log = run_log.RunLog.of(t, key="k", name="unit", params={"a": (1, 2)}, metrics=[("m", 1, 3)])
@@ -193,8 +227,9 @@ def test_a_failure_after_the_check_is_one_line_and_recorded(tmp_path, capsys):
 
 
 def test_a_half_logged_run_is_completed_without_logging_a_point_twice(tmp_path):
-    from grrr_stream.tracking import run_log, mlflow_client as tracking
     from grrr_stream.config import TrackingConfig
+    from grrr_stream.tracking import mlflow_client as tracking
+    from grrr_stream.tracking import run_log
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     t = TrackingConfig(uri=uri)
@@ -211,8 +246,8 @@ def test_a_half_logged_run_is_completed_without_logging_a_point_twice(tmp_path):
 
 
 def test_a_recorded_log_names_the_target_resolved_when_recorded(tmp_path, monkeypatch):
-    from grrr_stream.tracking import run_log
     from grrr_stream.config import TrackingConfig
+    from grrr_stream.tracking import run_log
 
     log = run_log.RunLog.of(TrackingConfig(), key="k", name="unit")  # no URI: the working directory's file
     assert log.uri == f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -223,13 +258,17 @@ def test_a_recorded_log_names_the_target_resolved_when_recorded(tmp_path, monkey
 def test_sampled_accuracy_metrics_are_logged_under_names_mlflow_accepts(tmp_path):
     """pass@k / maj@k (sampled evaluations) are refused by MLflow as metric names; they are logged as
     pass_at_k / maj_at_k, and the run is logged, not recorded for a retry that would fail forever."""
-    from grrr_stream.tracking import run_log
     from grrr_stream.config import TrackingConfig
+    from grrr_stream.tracking import run_log
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     t = TrackingConfig(uri=uri)
-    log = run_log.RunLog.of(t, key="k", name="unit", metrics=[("pass@4/math500", 0.5, 0), ("maj@8/aime24", 0.25, 0),
-                                                              ("acc/math500", 0.4, 0)])
+    log = run_log.RunLog.of(
+        t,
+        key="k",
+        name="unit",
+        metrics=[("pass@4/math500", 0.5, 0), ("maj@8/aime24", 0.25, 0), ("acc/math500", 0.4, 0)],
+    )
     ids = run_log.deliver([log], t, tmp_path)
     assert ids is not None and not run_log.pending_files(tmp_path / ".tracking")
     logged = MlflowClient(tracking_uri=uri).get_run(ids[0]).data.metrics

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
-
 from helpers.mlflow_ui import ROOT, _stop_group, serve
+from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow  # several server starts and two sweeps: minutes
 EXPERIMENT = "outage_test"
@@ -35,21 +34,39 @@ def _models(root: Path) -> Path:
 
 
 def _sweep(models: Path, workdir: Path, uri: str) -> subprocess.Popen:
-    cfg = {"name": "outage", "workdir": str(workdir),
-           "chains": [{"name": "syn", "base": {"id": "base", "source": str(models / "base")},
-                       "models": [{"id": "sft", "source": str(models / "sft"), "method": "SFT"},
-                                  {"id": "rl", "source": str(models / "rl"), "parent": "sft", "method": "GRPO"}]}],
-           "decomposition": {"incremental": False, "device": "cpu"},
-           "statistics": {"resamples": 200, "null_draws": 200, "independent": False},
-           "variants": {"names": ["full", "diag"], "transitions": ["base-to-rl"]},
-           "evaluation": {"enabled": False}, "tracking": {"experiment": EXPERIMENT}, "progress": False}
+    cfg = {
+        "name": "outage",
+        "workdir": str(workdir),
+        "chains": [
+            {
+                "name": "syn",
+                "base": {"id": "base", "source": str(models / "base")},
+                "models": [
+                    {"id": "sft", "source": str(models / "sft"), "method": "SFT"},
+                    {"id": "rl", "source": str(models / "rl"), "parent": "sft", "method": "GRPO"},
+                ],
+            }
+        ],
+        "decomposition": {"incremental": False, "device": "cpu"},
+        "statistics": {"resamples": 200, "null_draws": 200, "independent": False},
+        "variants": {"names": ["full", "diag"], "transitions": ["base-to-rl"]},
+        "evaluation": {"enabled": False},
+        "tracking": {"experiment": EXPERIMENT},
+        "progress": False,
+    }
     workdir.mkdir(parents=True)
     (workdir / "sweep.yaml").write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.Popen([sys.executable, "-m", "grrr_stream.cli", "sweep", str(workdir / "sweep.yaml"),
-                             "--tracking-uri", uri], cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "grrr_stream.cli", "sweep", str(workdir / "sweep.yaml"), "--tracking-uri", uri],
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _done_units(workdir: Path) -> list[str]:
@@ -90,20 +107,27 @@ def _runs(uri: str, workdir: Path) -> dict:
     out = {}
     for r in runs:
         # grrr.key: a variant's hashes its store's path, which differs between the two workdirs
-        tags = {k: norm(v) for k, v in r.data.tags.items()
-                if (not k.startswith("mlflow.") or k == "mlflow.runName") and k != "grrr.key"}
+        tags = {
+            k: norm(v)
+            for k, v in r.data.tags.items()
+            if (not k.startswith("mlflow.") or k == "mlflow.runName") and k != "grrr.key"
+        }
         key = (r.data.tags.get("grrr.kind"), r.info.run_name)
         assert key not in out, f"duplicate run {key}"
-        out[key] = {"status": r.info.status, "tags": tags,
-                    "parent": names.get(r.data.tags.get("mlflow.parentRunId", "")),
-                    "params": {k: norm(v) for k, v in r.data.params.items() if k != "config"},
-                    "metrics": {k: sorted((m.step, round(m.value, 9))
-                                          for m in client.get_metric_history(r.info.run_id, k))
-                                for k in r.data.metrics if k != "work_seconds"},
-                    "datasets": sorted((d.dataset.name, d.dataset.digest) for d in r.inputs.dataset_inputs),
-                    "artifacts": artifacts(r.info.run_id),
-                    "span_covers_work": r.info.end_time - r.info.start_time
-                    >= 1000 * r.data.metrics.get("work_seconds", 0) - 1}
+        out[key] = {
+            "status": r.info.status,
+            "tags": tags,
+            "parent": names.get(r.data.tags.get("mlflow.parentRunId", "")),
+            "params": {k: norm(v) for k, v in r.data.params.items() if k != "config"},
+            "metrics": {
+                k: sorted((m.step, round(m.value, 9)) for m in client.get_metric_history(r.info.run_id, k))
+                for k in r.data.metrics
+                if k != "work_seconds"
+            },
+            "datasets": sorted((d.dataset.name, d.dataset.digest) for d in r.inputs.dataset_inputs),
+            "artifacts": artifacts(r.info.run_id),
+            "span_covers_work": r.info.end_time - r.info.start_time >= 1000 * r.data.metrics.get("work_seconds", 0) - 1,
+        }
     return out
 
 
@@ -134,8 +158,13 @@ def test_server_killed_mid_sweep_and_restarted_gives_the_uninterrupted_runs(tmp_
     assert list((work / ".sweep" / "tracking").glob("*.json"))
     with serve(tmp_path / "server") as again:  # the same store and artifacts, a new port
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        t = subprocess.run([sys.executable, "-m", "grrr_stream.cli", "track", str(work), "--tracking-uri",
-                            again.uri], env=env, capture_output=True, text=True, timeout=300)
+        t = subprocess.run(
+            [sys.executable, "-m", "grrr_stream.cli", "track", str(work), "--tracking-uri", again.uri],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert t.returncode == 0, t.stdout + t.stderr
         assert not list((work / ".sweep" / "tracking").glob("*.json"))
         got = _runs(again.uri, work)
@@ -191,6 +220,7 @@ class DelayingProxy:
 
 def test_slow_server_delays_only_the_logging(planted_f64, tmp_path, monkeypatch):
     from helpers.common import no_track_config
+
     from grrr_stream.decompose.run import run_transition
     from grrr_stream.tracking.run_log import missed
 
@@ -209,8 +239,12 @@ def test_slow_server_delays_only_the_logging(planted_f64, tmp_path, monkeypatch)
             assert res.timings["matrices_wall"] < res.timings["tracking"], res.timings
             # slower than the time limit: found at the start, the work goes on, logging recorded
             before = len(missed())
-            cfg = no_track_config(base=str(base), post=str(post), store=tmp_path / "s2",
-                                  tracking={"uri": uri, "timeout_s": 1, "experiment": "other"})
+            cfg = no_track_config(
+                base=str(base),
+                post=str(post),
+                store=tmp_path / "s2",
+                tracking={"uri": uri, "timeout_s": 1, "experiment": "other"},
+            )
             t0 = time.monotonic()
             res = run_transition(cfg)
             assert res.run_id is None and len(missed()) == before + 1
@@ -241,6 +275,13 @@ def test_slow_server_does_not_hold_up_a_sweeps_units(tmp_path):
         # its work, not its logging: a unit that logged itself would spend its 10+ requests × delay on it
         assert slowest["seconds"] < 10 * delay, slowest
         runs = _runs(server.uri, tmp_path / "w")
-    assert sorted(k for k, _ in runs) == ["comparison", "statistics", "sweep", "transition", "transition", "variant",
-                                          "variant"]
+    assert sorted(k for k, _ in runs) == [
+        "comparison",
+        "statistics",
+        "sweep",
+        "transition",
+        "transition",
+        "variant",
+        "variant",
+    ]
     assert all(r["status"] == "FINISHED" and r["span_covers_work"] for r in runs.values())

@@ -20,18 +20,37 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers.mlflow_ui import (
+    DEMO_EXPERIMENT,
+    READ_REPORT,
+    Chromium,
+    Rest,
+    Run,
+    artifacts_dir,
+    check_report_cells,
+    evaluate,
+    find_chromium,
+    parse_duration,
+    populate,
+    runs_table,
+    scroll_to_metric,
+    search_runs,
+    serve,
+    show_metric_rows,
+)
 
 from grrr_stream.tracking.mlflow_client import compare_page, runs_page
-from helpers.mlflow_ui import (DEMO_EXPERIMENT, READ_REPORT, Chromium, Rest, Run, artifacts_dir,
-                               check_report_cells, evaluate, find_chromium, parse_duration, populate, runs_table,
-                               scroll_to_metric, search_runs, serve, show_metric_rows)
 
-NO_CHROMIUM = ("Debian chromium not found at /usr/bin/chromium or on PATH; "
-               ".ci/run installs it with apt-get install chromium")
+NO_CHROMIUM = (
+    "Debian chromium not found at /usr/bin/chromium or on PATH; .ci/run installs it with apt-get install chromium"
+)
 KINDS = {"transition": 2, "comparison": 1, "statistics": 1, "variant": 2, "sweep": 1}
-HEADLINE = {"transition": ("f_diag", "f_off", "f_null", "r_delta", "sv_cos"), "variant": ("fidelity",),
-            "evaluation": ("average", "retention", "minus_full", "minus_full_ci_lo", "minus_full_ci_hi"),
-            "comparison": ("median_cos_off", "ci_lo", "ci_hi", "p_value")}
+HEADLINE = {
+    "transition": ("f_diag", "f_off", "f_null", "r_delta", "sv_cos"),
+    "variant": ("fidelity",),
+    "evaluation": ("average", "retention", "minus_full", "minus_full_ci_lo", "minus_full_ci_hi"),
+    "comparison": ("median_cos_off", "ci_lo", "ci_hi", "p_value"),
+}
 SCREENSHOT = "mlflow_compare_runs.png"
 
 
@@ -147,8 +166,9 @@ def test_runs_are_served_over_rest_with_params_metrics_artifacts(server, populat
     rows = list(csv.DictReader(io.StringIO(rest.artifact(cmp.id, per_matrix).decode())))
     assert len(rows) == int(m["n_matrices"])
     cosines = sorted(float(r["cos_off"]) for r in rows)  # the headline median, from the per-matrix table
-    assert m["median_cos_off"] == pytest.approx((cosines[(len(cosines) - 1) // 2] + cosines[len(cosines) // 2]) / 2,
-                                                rel=1e-5, abs=1e-9)
+    assert m["median_cos_off"] == pytest.approx(
+        (cosines[(len(cosines) - 1) // 2] + cosines[len(cosines) // 2]) / 2, rel=1e-5, abs=1e-9
+    )
 
     # the statistics: their tables as artifacts
     (stats,) = kinds["statistics"]
@@ -176,8 +196,9 @@ def test_runs_are_served_over_rest_with_params_metrics_artifacts(server, populat
     again = rest.runs([exp_id])
     assert Counter(r.tags["grrr.key"] for r in again) == keys
     assert {r.tags["grrr.key"]: r.id for r in again} == {r.tags["grrr.key"]: r.id for r in runs}
-    assert {r.id: r.tags.get("mlflow.parentRunId") for r in again} == {r.id: r.tags.get("mlflow.parentRunId")
-                                                                       for r in runs}
+    assert {r.id: r.tags.get("mlflow.parentRunId") for r in again} == {
+        r.id: r.tags.get("mlflow.parentRunId") for r in runs
+    }
     assert len(rest.history(some.id, "f_null")) == n_hist
 
 
@@ -236,10 +257,12 @@ SPAN_SLACK_MS = 50  # clock reads of one host in two processes; MLflow keeps mil
 
 def _close_assistant(browser: Chromium) -> bool:
     """Close the MLflow Assistant side panel that opens itself on a first visit (remembered)."""
-    return bool(browser.evaluate("""(() => {
+    return bool(
+        browser.evaluate("""(() => {
         const b = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
         if (b) b.click();
-        return !!b; })()"""))
+        return !!b; })()""")
+    )
 
 
 def _open_runs_table(browser: Chromium, url: str, exp_id: str, n_top: int) -> str:
@@ -253,8 +276,9 @@ def _open_runs_table(browser: Chromium, url: str, exp_id: str, n_top: int) -> st
         try:
             browser.wait_for(shown, timeout=90)
         except TimeoutError:
-            raise AssertionError(f"no runs table at {url}; the UI shows {browser.evaluate('location.href')}:\n"
-                                 f"{browser.text()[:1500]}") from None
+            raise AssertionError(
+                f"no runs table at {url}; the UI shows {browser.evaluate('location.href')}:\n{browser.text()[:1500]}"
+            ) from None
         if not _close_assistant(browser):
             break
     return browser.evaluate("location.href")
@@ -268,8 +292,9 @@ def _unit_records(workdir: Path) -> dict[str, dict]:
 @pytest.mark.slow  # ~30 s beyond the module's server and sweep: two evaluations, the runs table twice
 # the screenshot mlflow_runs_table.png is docs/mlflow_runs.png's source
 @pytest.mark.skipif(find_chromium() is None, reason=NO_CHROMIUM)
-def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_filter(server, populated, evaluated,
-                                                                                     tmp_path):
+def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_filter(
+    server, populated, evaluated, tmp_path
+):
     rest = Rest(server.uri)
     exp = rest.experiment(DEMO_EXPERIMENT)
     exp_id = exp["experiment_id"]
@@ -292,8 +317,11 @@ def test_experiment_page_lands_on_runs_with_durations_datasets_and_the_sweep_fil
         table = runs_table(browser)
         browser.screenshot(shots[0])
         search_runs(browser, SWEEP_FILTER)
-        browser.wait_for(f"""(() => location.hash.includes('searchFilter=tags')
-            && document.body.innerText.includes({json.dumps(f"{len(in_sweep)} matching runs")}))()""", timeout=60)
+        browser.wait_for(
+            f"""(() => location.hash.includes('searchFilter=tags')
+            && document.body.innerText.includes({json.dumps(f"{len(in_sweep)} matching runs")}))()""",
+            timeout=60,
+        )
         search_box = browser.evaluate("document.querySelector('[data-testid=\"search-box\"]').value")
         filtered = runs_table(browser)
         browser.screenshot(shots[1])
@@ -374,8 +402,9 @@ def test_sweep_report_page_is_logged_and_opens_in_the_mlflow_artifact_view(serve
     assert page == (local / "index.html").read_bytes()
     assert sweep.id in page.decode() and f"{server.uri}/#/experiments/{exp_id}/runs/{sweep.id}" in page.decode()
     url = f"{server.uri}/#/experiments/{exp_id}/runs/{sweep.id}/artifacts/report/index.html"
-    with Chromium(find_chromium(), tmp_path / "chromium", width=1600, height=1400,
-                  extra_args=Chromium.SAME_PROCESS_FRAMES) as browser:
+    with Chromium(
+        find_chromium(), tmp_path / "chromium", width=1600, height=1400, extra_args=Chromium.SAME_PROCESS_FRAMES
+    ) as browser:
         browser.navigate(url)
         browser.wait_for("!!document.querySelector('iframe.mlflow-html-iframe')", timeout=90)
         _close_assistant(browser)

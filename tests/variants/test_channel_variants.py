@@ -12,16 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.common import no_track_config
 from safetensors.numpy import load_file
 
-from helpers.common import no_track_config
 from grrr_stream.cli.entry import main
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.errors import ConfigError
 from grrr_stream.fixtures.synthetic import TINY, Update, make_transition, write_model
+from grrr_stream.variants.builder import VariantBuilder, write_variant
 from grrr_stream.variants.channels import channel_restriction, load_channels
 from grrr_stream.variants.spec import parse_variant, parse_variants
-from grrr_stream.variants.builder import VariantBuilder, write_variant
 
 H = TINY.hidden
 CHANNELS = [0, 5, 17, 31, 40, 63]
@@ -109,11 +109,18 @@ def build(store, name, channels, **kw):
 def f64(tmp_path_factory):
     """float64 Qwen2-layout pair (planted shares), decomposed in float64, and its channels.json."""
     root = tmp_path_factory.mktemp("chv")
-    base, post = make_transition(root, TINY, family="qwen2", dtype="float64",
-                                 update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3)), max_shard_bytes=60_000)
+    base, post = make_transition(
+        root,
+        TINY,
+        family="qwen2",
+        dtype="float64",
+        update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3)),
+        max_shard_bytes=60_000,
+    )
     store = root / "s"
-    run_transition(no_track_config(base=str(base), post=str(post), store=store, compute_dtype="float64",
-                                   store_dtype="float64"))
+    run_transition(
+        no_track_config(base=str(base), post=str(post), store=store, compute_dtype="float64", store_dtype="float64")
+    )
     return store, tensors(base), tensors(post), channels_file(root / "channels.json", CHANNELS)
 
 
@@ -172,11 +179,16 @@ def test_a_rounding_cast_is_measured_on_the_kept_channels(f64):
     assert s["channel_share"] == pytest.approx(kept2 / all2, rel=1e-9)
 
 
-@pytest.mark.parametrize("name,keep,weights", [
-    ("channels-rest-offnull", "rest", WEIGHTS["offnull"]), ("channels-outlier-diag", "outlier", WEIGHTS["diag"]),
-    ("channels-outlier-null", "outlier", WEIGHTS["null"]), ("channels-rest-off", "rest", WEIGHTS["off"]),
-    ("mix=diag:0.5,off:1,channels:rest", "rest", (0.5, 1, 0)),
-])
+@pytest.mark.parametrize(
+    "name,keep,weights",
+    [
+        ("channels-rest-offnull", "rest", WEIGHTS["offnull"]),
+        ("channels-outlier-diag", "outlier", WEIGHTS["diag"]),
+        ("channels-outlier-null", "outlier", WEIGHTS["null"]),
+        ("channels-rest-off", "rest", WEIGHTS["off"]),
+        ("mix=diag:0.5,off:1,channels:rest", "rest", (0.5, 1, 0)),
+    ],
+)
 def test_crossed_variants_equal_float64_components_on_the_channels(f64, name, keep, weights):
     store, base, post, path = f64
     got, b = build(store, name, path, dtype="float64")
@@ -188,16 +200,19 @@ def test_crossed_variants_equal_float64_components_on_the_channels(f64, name, ke
 def test_component_shares_of_outlier_and_rest_add_to_one(f64):
     store, _, _, path = f64
     for comp in ("diag", "offnull"):
-        s = [build(store, f"channels-{k}-{comp}", path, dtype="float64")[1].report.summary()["channel_share"]
-             for k in ("outlier", "rest")]
+        s = [
+            build(store, f"channels-{k}-{comp}", path, dtype="float64")[1].report.summary()["channel_share"]
+            for k in ("outlier", "rest")
+        ]
         assert sum(s) == pytest.approx(1.0, abs=1e-9), comp
 
 
 # ---------------------------------------------------------------------------- families
 
 
-@pytest.mark.parametrize("family,settings", [("qwen3_moe", {}), ("gpt_oss", {}), ("phi3", {}),
-                                             ("phi3", {"split_fused": True})])
+@pytest.mark.parametrize(
+    "family,settings", [("qwen3_moe", {}), ("gpt_oss", {}), ("phi3", {}), ("phi3", {"split_fused": True})]
+)
 def test_fused_and_expert_families(tmp_path, family, settings):
     """Experts stored per expert (with a router), 3-D expert tensors stored in×out, fused qkv / gate_up (whole
     or split into row blocks): the variants equal the independent state dict, the mask taken by role."""
@@ -206,15 +221,26 @@ def test_fused_and_expert_families(tmp_path, family, settings):
 
     base_dir, post_dir = make_hf_transition(tmp_path, family)
     store = tmp_path / "s"
-    run_transition(no_track_config(base=str(base_dir), post=str(post_dir), store=store, band_edges=[],
-                                   angle_edges=[], compute_dtype="float64", store_dtype="float64", **settings))
+    run_transition(
+        no_track_config(
+            base=str(base_dir),
+            post=str(post_dir),
+            store=store,
+            band_edges=[],
+            angle_edges=[],
+            compute_dtype="float64",
+            store_dtype="float64",
+            **settings,
+        )
+    )
     base, post = tensors(base_dir), tensors(post_dir)
     hidden = json.loads((base_dir / "config.json").read_text())["hidden_size"]
     chans = [1, 7, hidden - 2]
     path = channels_file(tmp_path / "channels.json", chans, hidden)
     # what this test calls decomposed is what the store decomposed (no tensor missed, none extra)
-    decomposed = {a.get("tensor") or n for n, a in VariantBuilder(store, parse_variant("proj")).transition
-                  .matrices.items()}
+    decomposed = {
+        a.get("tensor") or n for n, a in VariantBuilder(store, parse_variant("proj")).transition.matrices.items()
+    }
     assert decomposed == {n for n in base if role(n)}
     names = [("channels-outlier", "outlier", (1, 1, 1)), ("channels-rest", "rest", (1, 1, 1))]
     if not settings:  # a split tensor's components are its row blocks': the whole-tensor reference is for proj only
@@ -231,16 +257,19 @@ def test_fused_and_expert_families(tmp_path, family, settings):
 def test_sixteen_bit_store_rounding_is_counted_on_the_kept_channels(tmp_path):
     """A bfloat16 store rounds diag P and the null residual: the reported error of a channel variant (its
     rounding on the kept channels only) matches the error measured against float64, and the bound holds."""
-    base_dir, post_dir = make_transition(tmp_path, TINY, family="llama", dtype="float32",
-                                         update=Update(r_delta=3e-4, plant=(0.1, 0.6, 0.3)))
+    base_dir, post_dir = make_transition(
+        tmp_path, TINY, family="llama", dtype="float32", update=Update(r_delta=3e-4, plant=(0.1, 0.6, 0.3))
+    )
     store = tmp_path / "s"
     run_transition(no_track_config(base=str(base_dir), post=str(post_dir), store=store, store_dtype="bfloat16"))
     base, post = tensors(base_dir), tensors(post_dir)
     chans = list(range(0, H, 3))  # a third of the channels: enough entries for the estimate to settle
     path = channels_file(tmp_path / "channels.json", chans)
-    for name, keep, weights in (("channels-outlier-diag", "outlier", (1, 0, 0)),
-                                ("channels-rest-offnull", "rest", (0, 1, 1)),
-                                ("channels-outlier-null", "outlier", (0, 0, 1))):
+    for name, keep, weights in (
+        ("channels-outlier-diag", "outlier", (1, 0, 0)),
+        ("channels-rest-offnull", "rest", (0, 1, 1)),
+        ("channels-outlier-null", "outlier", (0, 0, 1)),
+    ):
         got, b = build(store, name, path, dtype="float64")
         want, _, _ = expected(base, post, chans, keep, weights)
         e2 = i2 = 0.0
@@ -258,12 +287,19 @@ def test_sixteen_bit_store_rounding_is_counted_on_the_kept_channels(tmp_path):
 # ---------------------------------------------------------------------------- files, refusals, CLI
 
 
-@pytest.mark.parametrize("content,match", [
-    ("not json", "not JSON"), ('{"post": {"channels": [1]}}', "no base.channels"),
-    ('{"base": {"channels": "1,2"}}', "list of integers"), ('{"base": {"channels": [1, 2.5]}}', "list of integers"),
-    ('{"base": {"channels": [true]}}', "list of integers"), ('{"base": {"channels": [-1, 3]}}', "negative"),
-    ('{"base": {"channels": [3, 3]}}', "twice"), ('[1, 2]', "no base.channels"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ("not json", "not JSON"),
+        ('{"post": {"channels": [1]}}', "no base.channels"),
+        ('{"base": {"channels": "1,2"}}', "list of integers"),
+        ('{"base": {"channels": [1, 2.5]}}', "list of integers"),
+        ('{"base": {"channels": [true]}}', "list of integers"),
+        ('{"base": {"channels": [-1, 3]}}', "negative"),
+        ('{"base": {"channels": [3, 3]}}', "twice"),
+        ("[1, 2]", "no base.channels"),
+    ],
+)
 def test_bad_channels_files_are_refused(tmp_path, content, match):
     (tmp_path / "c.json").write_text(content)
     with pytest.raises(ConfigError, match=match):
@@ -283,8 +319,9 @@ def test_channel_variants_refused_before_building(f64, tmp_path):
     with pytest.raises(ConfigError, match="--channels PATH"):
         VariantBuilder(store, parse_variant("channels-outlier"))
     with pytest.raises(ConfigError, match=r"out of range for hidden size 64"):
-        VariantBuilder(store, parse_variant("channels-rest"), channels=channels_file(tmp_path / "a.json", [3, 64],
-                                                                                      hidden=None))
+        VariantBuilder(
+            store, parse_variant("channels-rest"), channels=channels_file(tmp_path / "a.json", [3, 64], hidden=None)
+        )
     with pytest.raises(ConfigError, match="hidden size 128"):
         VariantBuilder(store, parse_variant("channels-rest"), channels=channels_file(tmp_path / "b.json", [3], 128))
     # a variant that is not a channel variant ignores a channel set
@@ -295,10 +332,15 @@ def test_channel_variants_refused_before_building(f64, tmp_path):
         channel_restriction("outlier", load_channels(channels_file(tmp_path / "c.json", [1])), matrices, "x")
 
 
-@pytest.mark.parametrize("text,match", [
-    ("channels-middle", "unknown variant"), ("channels-outlier-proj", "unknown variant"),
-    ("channels-rest=diag:1", "reserved"), ("x=diag:1,channels:both", "channels must be one of"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("channels-middle", "unknown variant"),
+        ("channels-outlier-proj", "unknown variant"),
+        ("channels-rest=diag:1", "reserved"),
+        ("x=diag:1,channels:both", "channels must be one of"),
+    ],
+)
 def test_channel_variant_names(text, match):
     with pytest.raises(ConfigError, match=match):
         parse_variant(text)
@@ -313,11 +355,28 @@ def test_channel_variant_specs_and_unchanged_components():
 
 def test_cli_and_folders(f64, tmp_path, capsys):
     store, base, post, path = f64
-    rc = main(["variants", "--store", str(store), "--variant", "channels-outlier", "--out", str(tmp_path / "o"),
-               "--no-track"])
+    rc = main(
+        ["variants", "--store", str(store), "--variant", "channels-outlier", "--out", str(tmp_path / "o"), "--no-track"]
+    )
     assert rc == 2 and "--channels PATH" in capsys.readouterr().err
-    rc = main(["variants", "--store", str(store), "--variant", "channels-outlier", "--variant", "channels-rest-diag",
-               "--out", str(tmp_path / "o"), "--no-track", "--channels", str(path), "--dtype", "float64"])
+    rc = main(
+        [
+            "variants",
+            "--store",
+            str(store),
+            "--variant",
+            "channels-outlier",
+            "--variant",
+            "channels-rest-diag",
+            "--out",
+            str(tmp_path / "o"),
+            "--no-track",
+            "--channels",
+            str(path),
+            "--dtype",
+            "float64",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "channels-rest-diag: its 58 'rest' channels hold" in out
     got = tensors(tmp_path / "o" / "channels-outlier")
@@ -330,8 +389,10 @@ def test_cli_and_folders(f64, tmp_path, capsys):
     # the same folder with another channel set is a variant built with other settings, not skipped
     other = channels_file(tmp_path / "other.json", [1, 2])
     with pytest.raises(ConfigError, match="other settings"):
-        write_variant(VariantBuilder(store, parse_variant("channels-outlier"), channels=other, dtype="float64"),
-                      tmp_path / "o" / "channels-outlier")
+        write_variant(
+            VariantBuilder(store, parse_variant("channels-outlier"), channels=other, dtype="float64"),
+            tmp_path / "o" / "channels-outlier",
+        )
 
 
 # ---------------------------------------------------------------------------- sweeps
@@ -346,14 +407,29 @@ def chain(tmp_path_factory):
 
 
 def sweep_config(chain: Path, workdir: Path, names: list[str], channels=None, evaluated=None) -> dict:
-    return {"name": "chv", "workdir": str(workdir),
-            "chains": [{"name": "syn", "base": {"id": "base", "source": str(chain / "base")},
-                        "models": [{"id": "sft", "source": str(chain / "sft"), "parent": "base", "method": "SFT"}]}],
-            "decomposition": {"device": "cpu"}, "statistics": {"enabled": False},
-            "variants": {"names": names, "transitions": "all", **({"channels": channels} if channels else {})},
-            "evaluation": {"enabled": evaluated is not None, "variants": evaluated, "transitions": "all",
-                           "benchmarks": ["math500"], "limit": 2},
-            "tracking": {"enabled": False}, "progress": False}
+    return {
+        "name": "chv",
+        "workdir": str(workdir),
+        "chains": [
+            {
+                "name": "syn",
+                "base": {"id": "base", "source": str(chain / "base")},
+                "models": [{"id": "sft", "source": str(chain / "sft"), "parent": "base", "method": "SFT"}],
+            }
+        ],
+        "decomposition": {"device": "cpu"},
+        "statistics": {"enabled": False},
+        "variants": {"names": names, "transitions": "all", **({"channels": channels} if channels else {})},
+        "evaluation": {
+            "enabled": evaluated is not None,
+            "variants": evaluated,
+            "transitions": "all",
+            "benchmarks": ["math500"],
+            "limit": 2,
+        },
+        "tracking": {"enabled": False},
+        "progress": False,
+    }
 
 
 def test_sweep_plans_channel_variants_only_with_a_channels_file(chain, tmp_path):
@@ -400,9 +476,16 @@ def test_sweep_builds_a_channel_variant(chain, tmp_path):
     got = tensors(folder)
     base, post = tensors(chain / "base"), tensors(chain / "sft")
     want, _, _ = expected(base, post, CHANNELS, "rest", (1, 1, 1))
-    check({n: t.astype(np.float64) for n, t in got.items()}, want, {n: t.astype(np.float64) for n, t in base.items()},
-          post, 1e-12)
-    assert json.loads((folder / "grrr_variant.json").read_text())["settings"]["channels"]["file"] == str(path.absolute())
+    check(
+        {n: t.astype(np.float64) for n, t in got.items()},
+        want,
+        {n: t.astype(np.float64) for n, t in base.items()},
+        post,
+        1e-12,
+    )
+    assert json.loads((folder / "grrr_variant.json").read_text())["settings"]["channels"]["file"] == str(
+        path.absolute()
+    )
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -421,14 +504,20 @@ def test_evaluation_takes_channel_variants(tmp_path):
     names = ["full", "channels-outlier", "channels-rest-offnull"]
     StandInEngine.started = []
     with pytest.raises(ConfigError, match="--channels PATH"):
-        run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench_root,
-                                         EvaluationOptions(engine=SETTINGS)),
-                       engine_factory=StandInEngine, log=lambda m: None)
+        run_evaluation(
+            EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench_root, EvaluationOptions(engine=SETTINGS)),
+            engine_factory=StandInEngine,
+            log=lambda m: None,
+        )
     assert StandInEngine.started == []
     path = channels_file(tmp_path / "c.json", CHANNELS)
-    res = run_evaluation(EvaluationRequest(store, tmp_path / "e", names, ["sums"], bench_root,
-                                           EvaluationOptions(engine=SETTINGS), channels=path),
-                         engine_factory=StandInEngine, log=lambda m: None)
+    res = run_evaluation(
+        EvaluationRequest(
+            store, tmp_path / "e", names, ["sums"], bench_root, EvaluationOptions(engine=SETTINGS), channels=path
+        ),
+        engine_factory=StandInEngine,
+        log=lambda m: None,
+    )
     assert {r["variant"] for r in res.accuracy_rows} == set(names)
     saved = json.loads((tmp_path / "e" / "evaluation.json").read_text())["variants"]
     assert saved["channels-rest-offnull"]["channels"]["digest"] == load_channels(path).digest

@@ -6,16 +6,15 @@ measured from the store and the checkpoints equal to the one the decomposition s
 from __future__ import annotations
 
 import pytest
-
 from helpers.common import no_track_config
+
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 from grrr_stream.geometry.analyses import survival_sample
 from grrr_stream.store.transition_store import StoredTransition
 from grrr_stream.variants.builder import VariantBuilder
 from grrr_stream.variants.spec import parse_variant
-from grrr_stream.variants.survival import (COMPONENTS, measured_columns, pooled, stored_columns,
-                                           transition_survival)
+from grrr_stream.variants.survival import COMPONENTS, measured_columns, pooled, stored_columns, transition_survival
 
 # MLP matrices of 640 × 64: the estimate sees 214 of their 640 rows (the attention ones whole)
 SHAPE = ModelShape(hidden=64, intermediate=640, layers=1, heads=4, kv_heads=2, vocab=128)
@@ -72,10 +71,10 @@ def test_measured_from_the_store_equals_what_the_decomposition_stored(tmp_path, 
 
 
 def test_pooling_weighs_each_matrix_by_its_component_energy():
-    rows = [{"name": "a", "e_diag": 3.0, "kept_diag": 1.0, "e_off": 0.0, "kept_off": 0.0, "e_null": 1.0,
-             "kept_null": 0.5},
-            {"name": "b", "e_diag": 1.0, "kept_diag": 0.2, "e_off": 0.0, "kept_off": 0.3, "e_null": 1.0,
-             "kept_null": 0.9}]
+    rows = [
+        {"name": "a", "e_diag": 3.0, "kept_diag": 1.0, "e_off": 0.0, "kept_off": 0.0, "e_null": 1.0, "kept_null": 0.5},
+        {"name": "b", "e_diag": 1.0, "kept_diag": 0.2, "e_off": 0.0, "kept_off": 0.3, "e_null": 1.0, "kept_null": 0.9},
+    ]
     p = pooled(rows)
     assert p["diag"].kept == pytest.approx((3 * 1.0 + 1 * 0.2) / 4)
     assert (p["diag"].worst_matrix, p["diag"].worst_kept) == ("b", 0.2)

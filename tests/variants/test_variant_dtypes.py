@@ -14,20 +14,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.common import no_track_config
 from safetensors.torch import load_file, save_file
 
-from helpers.common import no_track_config
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.errors import CheckpointError
 from grrr_stream.fixtures.synthetic import TINY, Update, make_transition
 from grrr_stream.store.transition_store import StoredTransition
-from grrr_stream.variants.spec import parse_variant
 from grrr_stream.variants.builder import VariantBuilder, write_variant
 from grrr_stream.variants.run import run_variants
+from grrr_stream.variants.spec import parse_variant
 
 # (diag, off, null) weights of the composed variants checked against the reference
-MIXES = {"diag": (1, 0, 0), "off": (0, 1, 0), "null": (0, 0, 1), "offnull": (0, 1, 1),
-         "mix=diag:0.5,off:1,null:0.25": (0.5, 1, 0.25)}
+MIXES = {
+    "diag": (1, 0, 0),
+    "off": (0, 1, 0),
+    "null": (0, 0, 1),
+    "offnull": (0, 1, 1),
+    "mix=diag:0.5,off:1,null:0.25": (0.5, 1, 0.25),
+}
 
 
 def read_all(folder: Path) -> dict[str, torch.Tensor]:
@@ -74,7 +79,7 @@ def measured(store: Path, tensors: dict, base: dict, post: dict, weights) -> flo
         want = sum(w * ref[c] for w, c in zip(weights, ("diag", "off", "null")))
         got = tensors[name].double().numpy() - base[name].double().numpy()
         e2 += float(((got - want) ** 2).sum())
-        i2 += float((want ** 2).sum())
+        i2 += float((want**2).sum())
     return (e2 / i2) ** 0.5
 
 
@@ -86,12 +91,16 @@ def build(store: Path, name: str, **kw) -> tuple[dict, VariantBuilder]:
 @pytest.fixture(scope="module")
 def f32_pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("dtype_pairs")
-    return make_transition(root, TINY, family="qwen2", dtype="float32",
-                           update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3)))
+    return make_transition(
+        root, TINY, family="qwen2", dtype="float32", update=Update(r_delta=1e-2, plant=(0.2, 0.5, 0.3))
+    )
 
 
-PAIRS = {"bf16->f32": (torch.bfloat16, None), "f32->bf16": (None, torch.bfloat16),
-         "f16->bf16": (torch.float16, torch.bfloat16)}
+PAIRS = {
+    "bf16->f32": (torch.bfloat16, None),
+    "f32->bf16": (None, torch.bfloat16),
+    "f16->bf16": (torch.float16, torch.bfloat16),
+}
 
 
 @pytest.mark.parametrize("pair", list(PAIRS))
@@ -109,8 +118,10 @@ def test_mixed_pair_variants_keep_each_side_and_match_float64(pair, f32_pair, tm
         assert set(tensors) == set(real[side])
         for k, want in real[side].items():
             assert tensors[k].dtype == want.dtype and torch.equal(tensors[k], want), (pair, vname, k)
-    names = {"base": str(bdt or torch.float32).removeprefix("torch."),
-             "post": str(pdt or torch.float32).removeprefix("torch.")}
+    names = {
+        "base": str(bdt or torch.float32).removeprefix("torch."),
+        "post": str(pdt or torch.float32).removeprefix("torch."),
+    }
     decomposed = set(StoredTransition(store).matrices)
     for vname, weights in MIXES.items():
         tensors, b = build(store, vname)
@@ -137,8 +148,9 @@ def test_same_dtype_pair_reports_one_dtype(f32_pair, tmp_path):
 def store_pair(tmp_path_factory):
     """float32 pair with an RL-sized update (r_Δ = 3e-4), decomposed into stores of three dtypes."""
     root = tmp_path_factory.mktemp("store_dtypes")
-    base, post = make_transition(root, TINY, family="llama", dtype="float32",
-                                 update=Update(r_delta=3e-4, plant=(0.1, 0.6, 0.3)))
+    base, post = make_transition(
+        root, TINY, family="llama", dtype="float32", update=Update(r_delta=3e-4, plant=(0.1, 0.6, 0.3))
+    )
     stores = {}
     for dt in ("bfloat16", "float16", "float32"):
         stores[dt] = root / f"s_{dt}"
@@ -156,8 +168,10 @@ def test_fidelity_report_includes_the_store_rounding(store_dtype, store_pair):
         tensors, b = build(store, vname, dtype="float64")
         s = b.report.summary()
         err = measured(store, tensors, base, post, weights)
-        print(f"{store_dtype} store, {vname}: measured {err:.3e}, reported {s['total_error']:.3e} "
-              f"(store {s['store_error']:.3e}, bound {s['store_error_bound']:.3e}, cast {s['fidelity']:.1e})")
+        print(
+            f"{store_dtype} store, {vname}: measured {err:.3e}, reported {s['total_error']:.3e} "
+            f"(store {s['store_error']:.3e}, bound {s['store_error_bound']:.3e}, cast {s['fidelity']:.1e})"
+        )
         assert s["store_dtype"] == store_dtype
         if store_dtype == "float32":
             assert s["store_error"] == s["store_error_bound"] == 0.0 and s["total_error"] < 1e-9
@@ -189,11 +203,28 @@ def _extras() -> dict[str, torch.Tensor]:
     """Tensors outside the decomposed matrices in every non-16/32/64-bit-float safetensors dtype, with bit
     patterns a float cast would change (uint32 above 2^31, NaN-like float8 bytes, a complex value)."""
     g = torch.Generator().manual_seed(3)
-    raw = lambda n, dt: torch.randint(0, 256, (n * torch.empty((), dtype=dt).element_size(),),  # noqa: E731
-                                      dtype=torch.uint8, generator=g).view(dt)
-    out = {f"model.extra.{dt}".replace("torch.", ""): raw(6, dt).reshape(2, 3)
-           for dt in (torch.uint32, torch.uint64, torch.uint16, torch.int8, torch.int64, torch.float8_e4m3fn,
-                      torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e8m0fnu, torch.complex64)}
+    raw = lambda n, dt: torch.randint(
+        0,
+        256,
+        (n * torch.empty((), dtype=dt).element_size(),),  # noqa: E731
+        dtype=torch.uint8,
+        generator=g,
+    ).view(dt)
+    out = {
+        f"model.extra.{dt}".replace("torch.", ""): raw(6, dt).reshape(2, 3)
+        for dt in (
+            torch.uint32,
+            torch.uint64,
+            torch.uint16,
+            torch.int8,
+            torch.int64,
+            torch.float8_e4m3fn,
+            torch.float8_e5m2,
+            torch.float8_e4m3fnuz,
+            torch.float8_e8m0fnu,
+            torch.complex64,
+        )
+    }
     out["model.extra.u32_big"] = torch.tensor([0, 2**31, 2**32 - 1], dtype=torch.int64).to(torch.uint32)
     out["model.extra.bool"] = torch.tensor([True, False, True])
     return out
@@ -219,12 +250,12 @@ def _with_f4(src: Path, dst: Path) -> Path:
     f = dst / "model.safetensors"
     blob = f.read_bytes()
     (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
+    header = json.loads(blob[8 : 8 + n])
     end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
     header["model.extra.f4"] = {"dtype": "F4", "shape": [4], "data_offsets": [end, end + 2]}
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)
-    f.write_bytes(struct.pack("<Q", len(raw)) + raw + blob[8 + n:8 + n + end] + b"\x12\x34")
+    f.write_bytes(struct.pack("<Q", len(raw)) + raw + blob[8 + n : 8 + n + end] + b"\x12\x34")
     return dst
 
 

@@ -9,16 +9,16 @@ import textwrap
 
 import pytest
 import torch
-
 from helpers.common import no_track_config
+
 from grrr_stream.checkpoints.reader import Checkpoint
 from grrr_stream.config import TrackingConfig
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
 from grrr_stream.store.transition_store import StoredTransition
-from grrr_stream.variants.spec import parse_variant
 from grrr_stream.variants.builder import VariantBuilder, write_variant
 from grrr_stream.variants.run import run_variants
+from grrr_stream.variants.spec import parse_variant
 
 
 def build(store, name, **kw):
@@ -30,8 +30,9 @@ def build(store, name, **kw):
 def f64_store(planted_f64, tmp_path_factory):
     base, post = planted_f64
     store = tmp_path_factory.mktemp("vstore") / "s"
-    run_transition(no_track_config(base=str(base), post=str(post), store=store, compute_dtype="float64",
-                                   store_dtype="float64"))
+    run_transition(
+        no_track_config(base=str(base), post=str(post), store=store, compute_dtype="float64", store_dtype="float64")
+    )
     return store
 
 
@@ -66,8 +67,10 @@ def test_variants_are_built_on_the_real_checkpoints(f64_store):
     def same(tensors, side):
         return {n for n in tensors if torch.equal(tensors[n], real[side][n])}
 
-    v = {n: build(f64_store, n, dtype="float64")[0] for n in ("base", "full", "proj", "diag", "off", "null",
-                                                               "offnull", "randrm-0")}
+    v = {
+        n: build(f64_store, n, dtype="float64")[0]
+        for n in ("base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0")
+    }
     assert set(v["base"]) == set(real["base"]) and same(v["base"], "base") == set(real["base"])
     assert set(v["full"]) == set(real["post"]) and same(v["full"], "post") == set(real["post"])
     # proj differs from full exactly on the tensors that are not decomposed (which changed)
@@ -121,8 +124,11 @@ def test_base_and_full_are_bit_exact(bf16_pair, tmp_path):
             assert set(tensors) == set(ck.tensors)
             for tname in ck.tensors:
                 want = ck.read(tname)
-                assert tensors[tname].dtype == kept and torch.equal(tensors[tname].to(want.dtype), want), \
-                    (dtype, name, tname)
+                assert tensors[tname].dtype == kept and torch.equal(tensors[tname].to(want.dtype), want), (
+                    dtype,
+                    name,
+                    tname,
+                )
             assert b.report.summary()["fidelity"] == 0.0
             assert b.config()["torch_dtype"] == str(kept).removeprefix("torch.")
 
@@ -134,8 +140,10 @@ def test_fidelity_bf16_loses_rl_sized_update_and_warns(planted_f32_small, tmp_pa
     with pytest.warns(UserWarning, match="loses"):
         lossy = write_variant(VariantBuilder(store, parse_variant("off"), dtype="bfloat16"), tmp_path / "v" / "off")
     assert "WARNING: variant 'off' in bfloat16" in capsys.readouterr().err
-    print(f"bf16 'off' variant at r_delta=3e-4: fidelity error {lossy['fidelity']:.3f}, "
-          f"energy kept {lossy['energy_survived']:.3f}")
+    print(
+        f"bf16 'off' variant at r_delta=3e-4: fidelity error {lossy['fidelity']:.3f}, "
+        f"energy kept {lossy['energy_survived']:.3f}"
+    )
     assert lossy["fidelity"] > 0.01
     # rounding noise larger than the update itself: none of its energy is kept (the old
     # ⟨realised, intended⟩²/‖intended‖⁴ called this 98 % kept)
@@ -177,8 +185,9 @@ def test_written_folder_loads_in_transformers_with_same_logits(tmp_path):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     shape = ModelShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=128)
-    base, post = make_transition(tmp_path / "m", shape, family="qwen2", dtype="bfloat16",
-                                 update=Update(r_delta=5e-2), max_shard_bytes=40_000)
+    base, post = make_transition(
+        tmp_path / "m", shape, family="qwen2", dtype="bfloat16", update=Update(r_delta=5e-2), max_shard_bytes=40_000
+    )
     store = tmp_path / "s"
     run_transition(no_track_config(base=str(base), post=str(post), store=store))
     res = run_variants(store, tmp_path / "variants", ["offnull"], max_shard_bytes=60_000)
@@ -230,11 +239,24 @@ def test_variant_cli_and_bad_names(f64_store, tmp_path, capsys):
 
     rc = main(["variants", "--store", str(f64_store), "--variant", "nope", "--out", str(tmp_path), "--no-track"])
     assert rc == 2 and "unknown variant 'nope'" in capsys.readouterr().err
-    rc = main(["variants", "--store", str(f64_store), "--variant", "x=diag:1,rot:2", "--out", str(tmp_path),
-               "--no-track"])
+    rc = main(
+        ["variants", "--store", str(f64_store), "--variant", "x=diag:1,rot:2", "--out", str(tmp_path), "--no-track"]
+    )
     assert rc == 2 and "unknown component 'rot'" in capsys.readouterr().err
-    rc = main(["variants", "--store", str(f64_store), "--variant", "null", "--out", str(tmp_path / "o"),
-               "--no-track", "--shard-gb", "0.0001"])
+    rc = main(
+        [
+            "variants",
+            "--store",
+            str(f64_store),
+            "--variant",
+            "null",
+            "--out",
+            str(tmp_path / "o"),
+            "--no-track",
+            "--shard-gb",
+            "0.0001",
+        ]
+    )
     assert rc == 0 and "null" in capsys.readouterr().out
 
 
@@ -252,12 +274,22 @@ def test_variant_build_peak_rss_flat_in_layers(tmp_path):
     rss = {}
     for layers in (1, 4):
         shape = ModelShape(hidden=768, intermediate=2048, layers=layers, heads=6, kv_heads=2, vocab=256)
-        base, post = make_transition(tmp_path / f"m{layers}", shape, family="llama", dtype="bfloat16",
-                                     update=Update(r_delta=1e-2), max_shard_bytes=32 << 20)
+        base, post = make_transition(
+            tmp_path / f"m{layers}",
+            shape,
+            family="llama",
+            dtype="bfloat16",
+            update=Update(r_delta=1e-2),
+            max_shard_bytes=32 << 20,
+        )
         store = tmp_path / f"s{layers}"
         run_transition(no_track_config(base=str(base), post=str(post), store=store))
-        out = subprocess.run([sys.executable, "-c", RSS, str(store), str(tmp_path / f"v{layers}")],
-                             check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-c", RSS, str(store), str(tmp_path / f"v{layers}")],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         rss[layers] = json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mib"]
     print(f"variant build peak RSS: 1 layer {rss[1]:.0f} MiB, 4 layers {rss[4]:.0f} MiB")
     assert abs(rss[4] / rss[1] - 1) < 0.10, rss
@@ -299,11 +331,19 @@ def test_rest_from_base_refused_when_post_added_tokens(planted_f64, tmp_path):
     assert tensors_post["model.embed_tokens.weight"].shape[0] == grown_rows
 
 
-@pytest.mark.parametrize("text,match", [
-    ("..=diag:1", "must start with"), (".=diag:1", "must start with"), ("a/b=diag:1", "must start with"),
-    (".hidden=off:1", "must start with"), ("full=diag:1", "reserved"), ("randrm-3=diag:1", "reserved"),
-    ("x" * 65 + "=diag:1", "at most 64"), ("x=diag:nan", "finite"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("..=diag:1", "must start with"),
+        (".=diag:1", "must start with"),
+        ("a/b=diag:1", "must start with"),
+        (".hidden=off:1", "must start with"),
+        ("full=diag:1", "reserved"),
+        ("randrm-3=diag:1", "reserved"),
+        ("x" * 65 + "=diag:1", "at most 64"),
+        ("x=diag:nan", "finite"),
+    ],
+)
 def test_variant_names_that_would_be_paths_or_collide_are_refused(text, match):
     from grrr_stream.errors import ConfigError
 

@@ -11,18 +11,21 @@ from __future__ import annotations
 from . import channel_groups, channel_stats, channels, claims, compare, decompose, evaluate, generate, stats, variant
 from .base import Kind
 
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    generate.KIND,
-    decompose.KIND,
-    channels.KIND,
-    channel_stats.KIND,
-    channel_groups.KIND,
-    stats.KIND,
-    compare.KIND,
-    variant.KIND,
-    evaluate.KIND,
-    claims.KIND,
-)}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        generate.KIND,
+        decompose.KIND,
+        channels.KIND,
+        channel_stats.KIND,
+        channel_groups.KIND,
+        stats.KIND,
+        compare.KIND,
+        variant.KIND,
+        evaluate.KIND,
+        claims.KIND,
+    )
+}
 
 # the tables the kinds write into WORKDIR/report, in the order they write them
 TABLES: tuple[str, ...] = tuple(t for k in KINDS.values() for t in k.tables)

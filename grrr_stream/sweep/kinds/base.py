@@ -40,8 +40,8 @@ class Kind:
     plan: Callable[["PlanContext"], tuple[list[Unit], list[str]]]
     run: Callable[[Unit, "RunContext"], dict]
     marker: Optional[str]
-    tables: tuple[str, ...] = ()          # the tables it writes into WORKDIR/report (with ``write``)
-    on_worker: bool = False               # heavy (GPU- or memory-bound): run on a Dask worker, not the scheduler
+    tables: tuple[str, ...] = ()  # the tables it writes into WORKDIR/report (with ``write``)
+    on_worker: bool = False  # heavy (GPU- or memory-bound): run on a Dask worker, not the scheduler
     estimate: Callable[[Unit, "Facts"], UnitForecast] = constant_estimate()
     complete: Optional[Callable[[Unit], bool]] = None
     stale: Optional[Callable[[Unit], bool]] = None

@@ -40,7 +40,7 @@ UNIT_ID = f"{NAME}/sft-rl"
 ROWS_FILE = "channels_sft_rl.json"  # written last: the marker
 SFT_RL_TABLE, SFT_RL_TEXT = "channels_sft_rl.csv", "channels_sft_rl.txt"
 COMPONENTS = ("diag", "off", "null", "total")
-SECONDS = 1.0                       # the demo's 3 steps × 2000 draws (2 CPU cores): not modelled
+SECONDS = 1.0  # the demo's 3 steps × 2000 draws (2 CPU cores): not modelled
 
 
 class Step(BaseModel):
@@ -48,10 +48,10 @@ class Step(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     transition: str
-    group: str                  # SFT or RL: method_group of its method under claims.sft_methods
+    group: str  # SFT or RL: method_group of its method under claims.sft_methods
     stats_key: str
-    stats_out: str              # its channel-stats unit's folder (not in the key)
-    channels_out: str           # W0's channels unit's folder, for a unit that kept no member (not in the key)
+    stats_out: str  # its channel-stats unit's folder (not in the key)
+    channels_out: str  # W0's channels unit's folder, for a unit that kept no member (not in the key)
 
     def key_content(self) -> dict:
         return {"transition": self.transition, "group": self.group, "channel_stats": self.stats_key}
@@ -79,15 +79,19 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
         group = method_group(tr.method, ctx.cfg.claims.sft_methods)
         if ctx.models[tr.child].parent != tr.parent or group is None:  # not a step of a group: not in the table
             continue
-        steps.append(Step(transition=tr.id, group=group, stats_key=u.key, stats_out=u.out,
-                          channels_out=u.params.channels_out))
+        steps.append(
+            Step(transition=tr.id, group=group, stats_key=u.key, stats_out=u.out, channels_out=u.params.channels_out)
+        )
         deps.append(u.id)
     if not steps:
         return [], []
     c = ctx.cfg.channels
     params = ChannelGroupsParams(steps=tuple(steps), resamples=c.resamples, seed=c.seed)
-    return [Unit.of(UNIT_ID, f"SFT vs RL enrichment over {len(steps)} training step(s)", params,
-                    ctx.keyed(FOLDER), tuple(deps))], []
+    return [
+        Unit.of(
+            UNIT_ID, f"SFT vs RL enrichment over {len(steps)} training step(s)", params, ctx.keyed(FOLDER), tuple(deps)
+        )
+    ], []
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
@@ -95,8 +99,11 @@ def run(u: Unit, ctx: RunContext) -> dict:
     from ...files import atomic_write_text, to_csv, to_json
 
     p: ChannelGroupsParams = u.params
-    rows = [{**r, "transition": s.transition, "group_sft_rl": s.group, "step": True}
-            for s in p.steps for r in read_rows(Path(s.stats_out) / STATS_FILE)]
+    rows = [
+        {**r, "transition": s.transition, "group_sft_rl": s.group, "step": True}
+        for s in p.steps
+        for r in read_rows(Path(s.stats_out) / STATS_FILE)
+    ]
     table = sft_rl_rows(rows, members(p.steps, ctx.stores), draws=p.resamples, seed=p.seed)
     out = Path(u.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -164,23 +171,36 @@ def sft_rl_rows(rows: list[Row], members: dict, *, draws: int, seed: int) -> lis
 
     out = []
     for group in ("SFT", "RL"):
-        mine = [r for r in rows if r["group"] == "all" and r.get("step") in (True, "True")
-                and r["group_sft_rl"] == group]
+        mine = [
+            r for r in rows if r["group"] == "all" and r.get("step") in (True, "True") and r["group_sft_rl"] == group
+        ]
         steps = list(dict.fromkeys(r["transition"] for r in mine))
         # a step whose store can no longer be read leaves the group without an interval, not with a wrong one
-        pooled = group_enrichment([members[t] for t in steps] if all(t in members for t in steps) else [],
-                                  draws=draws, seed=seed)
+        pooled = group_enrichment(
+            [members[t] for t in steps] if all(t in members for t in steps) else [], draws=draws, seed=seed
+        )
         for comp in COMPONENTS:
             rs = [r for r in mine if r["component"] == comp]
             if not rs:
                 continue
             g = pooled[comp]
-            out.append({"group": group, "component": comp, "transitions": " ".join(r["transition"] for r in rs),
-                        "n": len(rs), "channel_share": _mean([_num(r["channel_share"]) for r in rs]),
-                        "energy_share": _mean([_num(r["energy_share"]) for r in rs]),
-                        "ratio": _mean([_num(r["ratio"]) for r in rs]),
-                        "ci_lo": g["ci_lo"], "ci_hi": g["ci_hi"], "null_q975": g["null_q975"],
-                        "p_value": g["p_value"], "draws": draws, "seed": seed})
+            out.append(
+                {
+                    "group": group,
+                    "component": comp,
+                    "transitions": " ".join(r["transition"] for r in rs),
+                    "n": len(rs),
+                    "channel_share": _mean([_num(r["channel_share"]) for r in rs]),
+                    "energy_share": _mean([_num(r["energy_share"]) for r in rs]),
+                    "ratio": _mean([_num(r["ratio"]) for r in rs]),
+                    "ci_lo": g["ci_lo"],
+                    "ci_hi": g["ci_hi"],
+                    "null_q975": g["null_q975"],
+                    "p_value": g["p_value"],
+                    "draws": draws,
+                    "seed": seed,
+                }
+            )
     return out
 
 
@@ -188,23 +208,38 @@ def sft_rl_text(report) -> str:
     """The SFT vs RL table and every transition's overall row, as text (the summary and channels_sft_rl.txt)."""
     if not report.channels:
         return ""
-    lines = ["outlier residual channels (each W0's, label-free rule): share of each component's update energy "
-             "on them, next to their share of channels; ratio = energy share / channel share, 95 % bootstrap "
-             "interval over matrices, p against count-matched random channel sets (a group: its mean ratio, the "
-             "interval and the random sets pooled over its steps)",
-             f"  {'':<30} {'comp':<6} {'ch.share':>8} {'E share':>8} {'ratio':>7} {'interval':>17} {'p':>7}"]
+    lines = [
+        "outlier residual channels (each W0's, label-free rule): share of each component's update energy "
+        "on them, next to their share of channels; ratio = energy share / channel share, 95 % bootstrap "
+        "interval over matrices, p against count-matched random channel sets (a group: its mean ratio, the "
+        "interval and the random sets pooled over its steps)",
+        f"  {'':<30} {'comp':<6} {'ch.share':>8} {'E share':>8} {'ratio':>7} {'interval':>17} {'p':>7}",
+    ]
     for g in report.channels_sft_rl:
-        lines.append(f"  {g['group'] + ' (' + str(g['n']) + ' step' + ('s' if g['n'] != 1 else '') + ', mean)':<30} "
-                     f"{g['component']:<6} {g['channel_share']:>8.4f} {g['energy_share']:>8.4f} {g['ratio']:>7.3f} "
-                     f"[{g['ci_lo']:>6.3f}, {g['ci_hi']:>6.3f}] {g['p_value']:>7.4f}")
+        lines.append(
+            f"  {g['group'] + ' (' + str(g['n']) + ' step' + ('s' if g['n'] != 1 else '') + ', mean)':<30} "
+            f"{g['component']:<6} {g['channel_share']:>8.4f} {g['energy_share']:>8.4f} {g['ratio']:>7.3f} "
+            f"[{g['ci_lo']:>6.3f}, {g['ci_hi']:>6.3f}] {g['p_value']:>7.4f}"
+        )
     for r in report.channels:
         if r["group"] == "all":
             name = f"{r['transition']} ({r['method'] or 'no method'})"
-            lines.append(f"  {name:<30} {r['component']:<6} {_num(r['channel_share']):>8.4f} "
-                         f"{_num(r['energy_share']):>8.4f} {_num(r['ratio']):>7.3f} [{_num(r['ci_lo']):>6.3f}, "
-                         f"{_num(r['ci_hi']):>6.3f}] {_num(r['p_value']):>7.4f}")
+            lines.append(
+                f"  {name:<30} {r['component']:<6} {_num(r['channel_share']):>8.4f} "
+                f"{_num(r['energy_share']):>8.4f} {_num(r['ratio']):>7.3f} [{_num(r['ci_lo']):>6.3f}, "
+                f"{_num(r['ci_hi']):>6.3f}] {_num(r['p_value']):>7.4f}"
+            )
     return "\n".join(lines) + "\n"
 
 
-KIND = Kind(NAME, ChannelGroupsParams, plan, run, ROWS_FILE, (SFT_RL_TABLE,),
-            estimate=constant_estimate(SECONDS), report=report, write=write)
+KIND = Kind(
+    NAME,
+    ChannelGroupsParams,
+    plan,
+    run,
+    ROWS_FILE,
+    (SFT_RL_TABLE,),
+    estimate=constant_estimate(SECONDS),
+    report=report,
+    write=write,
+)

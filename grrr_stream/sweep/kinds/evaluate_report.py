@@ -15,8 +15,13 @@ from ..units import Unit
 
 # report table (a Report field) → its file in WORKDIR/report
 READ = ("accuracy", "retention", "removal", "solved_lost")
-REPORT_FILES = {"accuracy": "accuracy.csv", "retention": "retention.csv", "removal": "removal.csv",
-                "solved_lost": "solved_lost.csv", "sampled": "sampled.csv"}
+REPORT_FILES = {
+    "accuracy": "accuracy.csv",
+    "retention": "retention.csv",
+    "removal": "removal.csv",
+    "solved_lost": "solved_lost.csv",
+    "sampled": "sampled.csv",
+}
 REPORT_TABLES = tuple(REPORT_FILES.values())
 DTYPE_TABLE = "engine_dtype.csv"  # a Report.extra table: the page shows it as it is
 
@@ -27,15 +32,18 @@ def report(plan, done: list[Unit], rep) -> None:
     for u in done:
         tr = plan.transitions[u.params.transition]
         suite = u.params.suite or ""
-        label = {"transition": tr.id + (f" [{suite}]" if suite else ""), "kind": tr.kind, "from": tr.parent,
-                 "to": tr.child}
+        label = {
+            "transition": tr.id + (f" [{suite}]" if suite else ""),
+            "kind": tr.kind,
+            "from": tr.parent,
+            "to": tr.child,
+        }
         for name in READ:
             tables[name] += [{**label, **r} for r in read_rows(Path(u.out) / TABLES[name])]
         rep.sampled += [{**label, **r} for r in sampled_rows(read_rows(Path(u.out) / TABLES["metrics"]))]
         chosen = dtype_row(Path(u.out) / RECORD_FILE)
         if chosen:
-            rep.extra.setdefault(DTYPE_TABLE, []).append({"transition": label["transition"], "kind": tr.kind,
-                                                          **chosen})
+            rep.extra.setdefault(DTYPE_TABLE, []).append({"transition": label["transition"], "kind": tr.kind, **chosen})
     if DTYPE_TABLE in rep.extra:
         rep.extra[DTYPE_TABLE] = rectangular(rep.extra[DTYPE_TABLE])
     for name, rows in tables.items():
@@ -60,11 +68,16 @@ def dtype_row(record: Path) -> dict:
         return {}
     parts = chosen.get("parts") or {}
     low = min(parts, key=lambda c: parts[c]["kept"], default=None)
-    return {"engine_dtype": chosen["dtype"], "floor": chosen.get("floor"),
-            **{f"kept_{c}": parts[c]["kept"] for c in ("diag", "off", "null") if c in parts},
-            "lowest_part": low or "", "worst_matrix": parts[low]["worst_matrix"] if low else "",
-            "worst_matrix_kept": parts[low]["worst_kept"] if low else None, "shares": chosen.get("source", ""),
-            "reason": chosen.get("reason", "")}
+    return {
+        "engine_dtype": chosen["dtype"],
+        "floor": chosen.get("floor"),
+        **{f"kept_{c}": parts[c]["kept"] for c in ("diag", "off", "null") if c in parts},
+        "lowest_part": low or "",
+        "worst_matrix": parts[low]["worst_matrix"] if low else "",
+        "worst_matrix_kept": parts[low]["worst_kept"] if low else None,
+        "shares": chosen.get("source", ""),
+        "reason": chosen.get("reason", ""),
+    }
 
 
 def sampled_rows(long: list[Row]) -> list[Row]:
@@ -76,7 +89,9 @@ def sampled_rows(long: list[Row]) -> list[Row]:
         n = r.get("samples")
         if not isinstance(n, int) or n < 2:
             continue
-        row = out.setdefault((r["variant"], r["benchmark"]), {"variant": r["variant"], "benchmark": r["benchmark"],
-                                                              "samples": n, "problems": r.get("problems")})
+        row = out.setdefault(
+            (r["variant"], r["benchmark"]),
+            {"variant": r["variant"], "benchmark": r["benchmark"], "samples": n, "problems": r.get("problems")},
+        )
         row[f"avg@{n}" if r["metric"] == "avg" else r["metric"]] = r["value"]
     return list(out.values())

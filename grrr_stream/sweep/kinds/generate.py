@@ -35,8 +35,12 @@ class GenerateParams(UnitParams):
 
     def key_content(self) -> dict:
         # the shipped chain keeps the key the chain trained here had before it shipped
-        return {"tinychain": self.chain_version, "seed": self.seed, "quick": self.quick,
-                **({"retrain": True} if self.retrain else {})}
+        return {
+            "tinychain": self.chain_version,
+            "seed": self.seed,
+            "quick": self.quick,
+            **({"retrain": True} if self.retrain else {}),
+        }
 
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
@@ -50,7 +54,9 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     problems = [f"tinychain sources name models {tinychain.MODELS}; got {bad}"] if bad else []
     tc = cfg.tinychain or TinyChainSpec()
     params = GenerateParams(seed=tc.seed, quick=tc.quick, chain_version=tinychain.CHAIN_VERSION, retrain=tc.retrain)
-    folder = ctx.workdir.folder(FOLDER) / f"seed{tc.seed}{'-quick' if tc.quick else ''}{'-retrained' if tc.retrain else ''}"
+    folder = (
+        ctx.workdir.folder(FOLDER) / f"seed{tc.seed}{'-quick' if tc.quick else ''}{'-retrained' if tc.retrain else ''}"
+    )
     verb = "copy the shipped" if not tc.retrain and tinychain.shipped_available(tc.seed, tc.quick) else "train the"
     label = f"{verb} tiny chain (seed {tc.seed}{', quick' if tc.quick else ''})"
     ctx.gen = Unit.of(UNIT_ID, label, params, lambda key: folder)  # the sources key generated models by it
@@ -68,8 +74,11 @@ def run(u: Unit, ctx: RunContext) -> dict:
     p: GenerateParams = u.params
     build_chain(Path(u.out), seed=p.seed, quick=p.quick, progress=ctx.progress, retrain=p.retrain)
     meta = json.loads((Path(u.out) / MARKER).read_text())
-    return {"accuracy": meta.get("accuracy"), "seconds": meta.get("seconds", {}).get("total"),
-            "origin": meta.get("origin", "trained")}
+    return {
+        "accuracy": meta.get("accuracy"),
+        "seconds": meta.get("seconds", {}).get("total"),
+        "origin": meta.get("origin", "trained"),
+    }
 
 
 def estimate(u: Unit, facts) -> UnitForecast:

@@ -18,7 +18,7 @@ NAME = "stats"  # the kind's name: its units' ``kind``, the registry's key; spel
 
 FOLDER = "stats"
 TABLE = "stats_overall.csv"
-SECONDS = 5.0   # measured on the demo (2 CPU cores): not modelled by flops
+SECONDS = 5.0  # measured on the demo (2 CPU cores): not modelled by flops
 
 
 class StatsParams(UnitParams):
@@ -26,7 +26,7 @@ class StatsParams(UnitParams):
 
     kind: ClassVar[str] = NAME
     transitions: tuple[str, ...]
-    store_keys: tuple[str, ...]        # the keys of those transitions' decompositions
+    store_keys: tuple[str, ...]  # the keys of those transitions' decompositions
     resamples: int
     seed: int
 
@@ -38,10 +38,18 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     s, dec_key = ctx.cfg.statistics, decompose_keys(ctx)
     if not (s.enabled and dec_key):
         return [], []
-    params = StatsParams(transitions=tuple(dec_key), store_keys=tuple(dec_key.values()), resamples=s.resamples,
-                         seed=s.seed)
-    return [Unit.of("stats/summary", f"bootstrap summaries of {len(dec_key)} transition(s)", params,
-                    ctx.keyed(FOLDER), tuple(decompose_id(t) for t in dec_key))], []
+    params = StatsParams(
+        transitions=tuple(dec_key), store_keys=tuple(dec_key.values()), resamples=s.resamples, seed=s.seed
+    )
+    return [
+        Unit.of(
+            "stats/summary",
+            f"bootstrap summaries of {len(dec_key)} transition(s)",
+            params,
+            ctx.keyed(FOLDER),
+            tuple(decompose_id(t) for t in dec_key),
+        )
+    ], []
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
@@ -49,8 +57,15 @@ def run(u: Unit, ctx: RunContext) -> dict:
 
     p: StatsParams = u.params
     stores = [Path(ctx.stores[t]) for t in p.transitions]
-    res = run_stats(stores, Path(u.out), resamples=p.resamples, seed=p.seed, scheduler=ctx.scheduler,
-                    tracking=ctx.tracking, progress=ctx.progress)
+    res = run_stats(
+        stores,
+        Path(u.out),
+        resamples=p.resamples,
+        seed=p.seed,
+        scheduler=ctx.scheduler,
+        tracking=ctx.tracking,
+        progress=ctx.progress,
+    )
     return {"files": [str(f) for f in res.files]}
 
 
@@ -63,5 +78,14 @@ def write(rep, put) -> None:
     put(TABLE, rep.stats_overall)
 
 
-KIND = Kind(NAME, StatsParams, plan, run, OVERALL_TABLE, (TABLE,), estimate=constant_estimate(SECONDS),
-            report=report, write=write)
+KIND = Kind(
+    NAME,
+    StatsParams,
+    plan,
+    run,
+    OVERALL_TABLE,
+    (TABLE,),
+    estimate=constant_estimate(SECONDS),
+    report=report,
+    write=write,
+)

@@ -25,7 +25,7 @@ from .decompose import unit_id as decompose_id
 NAME = "variant"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "variants"
-OVERHEAD_S = 1.0               # per variant: reading the store, fidelity report
+OVERHEAD_S = 1.0  # per variant: reading the store, fidelity report
 
 
 class VariantParams(UnitParams):
@@ -34,7 +34,7 @@ class VariantParams(UnitParams):
 
     kind: ClassVar[str] = NAME
     transition: str
-    variant: str                       # as written in the config (NAME=diag:...,): parsed again to run
+    variant: str  # as written in the config (NAME=diag:...,): parsed again to run
     store_key: str
     components: dict[str, Any]
     dtype: str
@@ -47,8 +47,13 @@ class VariantParams(UnitParams):
     channels_key: Optional[str] = None
 
     def key_content(self) -> dict:
-        return {"store": self.store_key, "components": self.components, "dtype": self.dtype,
-                "rest_from": self.rest_from, **({"channels": self.channels_key} if self.channels_key else {})}
+        return {
+            "store": self.store_key,
+            "components": self.components,
+            "dtype": self.dtype,
+            "rest_from": self.rest_from,
+            **({"channels": self.channels_key} if self.channels_key else {}),
+        }
 
 
 def rest_problems(ctx: PlanContext, tid: str, names: list[str], where: str) -> Problems:
@@ -59,12 +64,12 @@ def rest_problems(ctx: PlanContext, tid: str, names: list[str], where: str) -> P
     if not composed or ctx.cfg.variants.rest_from != "base":
         return []
     bad = ctx.sources.rest_problems(ctx.transitions[tid])
-    return [rest_refusal(bad, f"{where}: {tid}: ").replace("Set rest_from", "Set variants.rest_from")] if bad \
-        else []
+    return [rest_refusal(bad, f"{where}: {tid}: ").replace("Set rest_from", "Set variants.rest_from")] if bad else []
 
 
-def channel_fields(ctx: PlanContext, tid: str, names: list[str], where: str
-                   ) -> tuple[dict[str, Any], tuple[str, ...], Problems]:
+def channel_fields(
+    ctx: PlanContext, tid: str, names: list[str], where: str
+) -> tuple[dict[str, Any], tuple[str, ...], Problems]:
     """The channels.json fields of units with channel variants among ``names`` on transition ``tid``: its
     path and the key of its channel set (empty when no name is a channel variant), the sweep unit that
     writes it (none for a user's channels.json), or the problem."""
@@ -78,14 +83,26 @@ def channel_fields(ctx: PlanContext, tid: str, names: list[str], where: str
         chain_base = ctx.sources.models[tr.parent].base
         given = given.get(tr.parent, given.get(chain_base))
         if given is None:
-            return {}, (), [f"{where}: {tid}: variants.channels has no channels.json for {tr.parent} (or its "
-                            f"chain's base {chain_base}), needed by {', '.join(wanting)}"]
+            return (
+                {},
+                (),
+                [
+                    f"{where}: {tid}: variants.channels has no channels.json for {tr.parent} (or its "
+                    f"chain's base {chain_base}), needed by {', '.join(wanting)}"
+                ],
+            )
     if given is None and ctx.cfg.channels.enabled:
         return _channels_from_unit(ctx, tid, wanting, where)
     if given is None:
-        return {}, (), [f"{where}: {tid}: variant(s) {', '.join(wanting)} need the outlier channels: set "
-                        "variants.channels to a channels.json written by `grrr-stream channels`, or enable the "
-                        "sweep's channels: section"]
+        return (
+            {},
+            (),
+            [
+                f"{where}: {tid}: variant(s) {', '.join(wanting)} need the outlier channels: set "
+                "variants.channels to a channels.json written by `grrr-stream channels`, or enable the "
+                "sweep's channels: section"
+            ],
+        )
     path = Path(given).expanduser().absolute()
     try:
         found = load_channels(path)
@@ -95,14 +112,21 @@ def channel_fields(ctx: PlanContext, tid: str, names: list[str], where: str
     return {"channels": str(path), "channels_key": found.digest}, (), []
 
 
-def _channels_from_unit(ctx: PlanContext, tid: str, wanting: list[str], where: str
-                        ) -> tuple[dict[str, Any], tuple[str, ...], Problems]:
+def _channels_from_unit(
+    ctx: PlanContext, tid: str, wanting: list[str], where: str
+) -> tuple[dict[str, Any], tuple[str, ...], Problems]:
     """The outlier set of the sweep's own channels unit of ``tid``'s W0: not on disk at planning time, so it
     is keyed by that unit's key (which holds everything the set depends on); the unit is a dependency."""
     selected, _ = ctx.select(ctx.cfg.channels.transitions, "channels.transitions")
     if tid not in selected:
-        return {}, (), [f"{where}: {tid}: variant(s) {', '.join(wanting)} need the outlier channels of "
-                        f"{ctx.transitions[tid].parent}: add {tid} to channels.transitions, or set variants.channels"]
+        return (
+            {},
+            (),
+            [
+                f"{where}: {tid}: variant(s) {', '.join(wanting)} need the outlier channels of "
+                f"{ctx.transitions[tid].parent}: add {tid} to channels.transitions, or set variants.channels"
+            ],
+        )
     unit = channels_unit(ctx, ctx.transitions[tid].parent)
     return {"channels": str(channels_file(unit.out)), "channels_key": unit.key}, (unit.id,), []
 
@@ -124,12 +148,27 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
             spec = ctx.specs[name]
             if spec.channels and not channels:
                 continue
-            params = VariantParams(transition=tid, variant=name, store_key=dec_key[tid],
-                                   components=spec.components(), dtype=v.dtype, rest_from=v.rest_from,
-                                   shard_gb=v.shard_gb, device=d.device, **(channels if spec.channels else {}))
+            params = VariantParams(
+                transition=tid,
+                variant=name,
+                store_key=dec_key[tid],
+                components=spec.components(),
+                dtype=v.dtype,
+                rest_from=v.rest_from,
+                shard_gb=v.shard_gb,
+                device=d.device,
+                **(channels if spec.channels else {}),
+            )
             deps = (decompose_id(tid),) + (waits if spec.channels else ())
-            units.append(Unit.of(f"variant/{tid}/{spec.name}", f"build {spec.name} of {tid}", params,
-                                 ctx.keyed(f"{FOLDER}/{tid}", spec.name), deps))
+            units.append(
+                Unit.of(
+                    f"variant/{tid}/{spec.name}",
+                    f"build {spec.name} of {tid}",
+                    params,
+                    ctx.keyed(f"{FOLDER}/{tid}", spec.name),
+                    deps,
+                )
+            )
     return units, problems
 
 
@@ -140,13 +179,19 @@ def run(u: Unit, ctx: RunContext) -> dict:
     from ...variants.spec import parse_variant
 
     p: VariantParams = u.params
-    builder = VariantBuilder(Path(ctx.stores[p.transition]), parse_variant(p.variant), dtype=p.dtype,
-                             rest_from=p.rest_from, device=str(resolve_device(ctx.device or p.device)),
-                             channels=p.channels)
+    builder = VariantBuilder(
+        Path(ctx.stores[p.transition]),
+        parse_variant(p.variant),
+        dtype=p.dtype,
+        rest_from=p.rest_from,
+        device=str(resolve_device(ctx.device or p.device)),
+        channels=p.channels,
+    )
     started = time.time()
     # a half-written folder of a killed build is replaced (its completion marker is written last)
-    summary = write_variant(builder, Path(u.out), max_shard_bytes=int(p.shard_gb * 2**30), overwrite=True,
-                            progress=ctx.progress)
+    summary = write_variant(
+        builder, Path(u.out), max_shard_bytes=int(p.shard_gb * 2**30), overwrite=True, progress=ctx.progress
+    )
     if ctx.tracking.enabled:
         log_variant(builder, Path(u.out), summary, ctx.tracking, started=started, seconds=time.time() - started)
     return {k: summary[k] for k in ("fidelity", "fidelity_max", "energy_survived")}
@@ -174,8 +219,16 @@ def estimate(u: Unit, facts) -> UnitForecast:
     if write is None and base.params is not None:  # a safetensors folder of the variant's dtype
         write = base.params * ITEMSIZE[p.dtype]
     flops = sum(work.variant_flops(s) for s in base.shapes)
-    return UnitForecast(u.id, u.kind, 0, write, work.variant_ram(base.shapes, ITEMSIZE[p.dtype]),
-                        flops / rates.gemm_flops_s + OVERHEAD_S, f"{flops / 1e12:.3g} TFLOP", flops)
+    return UnitForecast(
+        u.id,
+        u.kind,
+        0,
+        write,
+        work.variant_ram(base.shapes, ITEMSIZE[p.dtype]),
+        flops / rates.gemm_flops_s + OVERHEAD_S,
+        f"{flops / 1e12:.3g} TFLOP",
+        flops,
+    )
 
 
 def needs(u: Unit, forecast: Optional[UnitForecast], device: Optional[str]) -> Needs:
