@@ -21,6 +21,8 @@ _LAZY = {
     "TrackingConfig": ("config", "TrackingConfig"),
     "run_transition": ("decompose.run", "run_transition"),
     "decompose_matrix": ("geometry.kernel", "decompose_matrix"),
+    "MatrixSettings": ("geometry.kernel", "MatrixSettings"),
+    "analysis_options": ("geometry.analyses", "options"),
     # its store
     "open_store": ("store.xarray_view", "open_store"),
     "read_metrics": ("store.xarray_view", "read_metrics"),
@@ -45,8 +47,13 @@ _LAZY = {
     "plan_sweep": ("sweep.plan", "plan_sweep"),
     "run_sweep": ("sweep.run", "run_sweep"),
     "sweep_status": ("sweep.status", "sweep_status"),
+    "dry_run_sweep": ("sweep.dry_run", "dry_run_sweep"),
+    "with_math_subset": ("sweep.math_subset", "with_math_subset"),
+    "rewrite_report": ("sweep.rewrite", "rewrite_report"),
     # residual-stream channels
     "run_channels": ("channels.analysis", "run_channels"),
+    "channels_preflight": ("channels.preflight", "channels_preflight"),
+    "forecast_channels": ("sweep.channels_forecast", "forecast_channels"),
     "store_energies": ("channels.enrichment", "store_energies"),
     "load_channel_set": ("channels.enrichment", "load_channel_set"),
     "channel_enrichment": ("channels.enrichment", "enrichment"),

@@ -23,8 +23,10 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .dtypes import COMPUTE_NAMES, FLOAT_NAMES, SIXTEEN_BIT
+from .dtypes import COMPUTE_NAMES, FLOAT_NAMES
 from .errors import ConfigError
+from .geometry.analyses import AnalysisOptions, profile_values, result_parts
+from .geometry.analyses.base import sorted_positive  # noqa: F401 (the settings models' shared check)
 
 DEFAULT_MODULES: tuple[str, ...] = (
     "q_proj",
@@ -45,12 +47,6 @@ StoreDtype = Literal[FLOAT_NAMES]
 DEGENERATE_GAP = 1e-6
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
-
-
-def sorted_positive(v: tuple[int, ...], message: str) -> tuple[int, ...]:
-    if any(k < 1 for k in v):
-        raise ValueError(message)
-    return tuple(sorted(set(v)))
 
 
 class StrictModel(BaseModel):
@@ -110,20 +106,22 @@ class TrackingConfig(StrictModel):
 
 # What each analysis profile sets where the settings leave it unset (explicit settings win). The fields'
 # own defaults are the full profile's: every analysis on. The default profile, standard, leaves out the
-# exact subspace angles, the one analysis that costs a large share of a decomposition (39 % of the wall
-# time on SmolLM2-135M shapes, docs/benchmarks.md). paper: only what the paper needs. The transition's own
-# figures are drawn in the full profile only: 1.5 s at the end of a run, 10 % of the floor on SmolLM2-135M
-# shapes, and a sweep's report draws its figures from the stores anyway (issue 35).
+# exact subspace angles, the one analysis that costs a large share of a decomposition (docs/benchmarks.md).
+# paper: only what the paper needs. The transition's own figures are drawn in the full profile only: they cost
+# a noticeable share of a small model's run, and a sweep's report draws its figures from the stores anyway.
+# What each profile sets of an analysis's settings is the analysis's own (grrr_stream.geometry.analyses).
 PROFILES: dict[str, dict[str, Any]] = {
-    "full": {},
-    "standard": {"angle_edges": (), "figures": False},
-    "paper": {"band_edges": (), "angle_edges": (), "survival_dtype": None, "channel_energy": False, "figures": False},
+    "full": profile_values("full"),
+    "standard": {**profile_values("standard"), "figures": False},
+    "paper": {**profile_values("paper"), "figures": False},
 }
 DEFAULT_PROFILE = "standard"
 
 
-class DecompositionSettings(StrictModel):
-    """How matrices are decomposed: one transition's, or every transition's of a sweep."""
+class DecompositionSettings(StrictModel, AnalysisOptions):
+    """How matrices are decomposed: one transition's, or every transition's of a sweep. The settings of the
+    analyses beyond the paper (band_edges, angle_edges, survival_dtype, channel_energy, ...) are each
+    analysis's own (:class:`grrr_stream.geometry.analyses.AnalysisOptions`)."""
 
     # Which analyses beyond the GRRR split run where their own settings are not given (PROFILES). Not a
     # result setting itself: what it resolves to (band_edges, angle_edges, ...) is.
@@ -145,15 +143,6 @@ class DecompositionSettings(StrictModel):
     # On resume, re-read and digest the tensors of completed matrices to prove the inputs
     # are unchanged (the checkpoint fingerprint only samples the files). Costs one read.
     verify_resume: bool = True
-    # Beyond the paper, in the same pass: energy of P by principal band (top-k of σ(W0)) for these
-    # edges, principal angles between the top-k singular subspaces of W0 and W1 for the angle edges,
-    # and how much of each component survives W0 + component stored in survival_dtype (None: skip).
-    # An empty tuple skips bands or angles.
-    band_edges: tuple[int, ...] = (16, 64, 256)
-    # k of the subspace angles (the cost grows with the largest k: (16, 64) measured 8.6 % of a
-    # decomposition on Qwen2.5-1.5B shapes; docs/statistics.md, "Beyond the paper")
-    angle_edges: tuple[int, ...] = (16, 64)
-    survival_dtype: Optional[Literal[SIXTEEN_BIT]] = "bfloat16"
     # 'array' keeps the null residual ΔW − U0 P V0ᵀ as an m×n array (the default: it is part of what
     # the store is for); 'norms' keeps only its row and column norms, for users short of disk (about
     # half of a store). Variants then recompute it from the checkpoints and the frame; statistics that
@@ -166,16 +155,13 @@ class DecompositionSettings(StrictModel):
     # reports P's energy inside such clusters, and a float32 run computes that matrix's frame in float64
     # (docs/statistics.md, "Near-degenerate singular values"). None: neither.
     degenerate_gap: Optional[float] = DEGENERATE_GAP
-    # Each component's energy per residual channel (columns of readers, rows of writers), stored per matrix
-    # and as channels/ arrays for channel statistics (docs/channels.md); measured at most a few
-    # percent of a decomposition
-    channel_energy: bool = True
     # The transition's three PNG figures in <store>/figures (f_diag/f_off/f_null by layer, band energy by module,
-    # the most changed spectra), which MLflow logs with its run: about 1.5 s at the end of a run, 8 % of a
-    # SmolLM2-135M decomposition (docs/benchmarks.md). On in the full profile, off in the others (PROFILES). Not a
+    # the most changed spectra), which MLflow logs with its run: a noticeable share of a small model's decomposition
+    # (docs/benchmarks.md). On in the full profile, off in the others (PROFILES). Not a
     # result setting.
     figures: bool = True
-    # torch's intra-op threads for the math on a CPU (None: automatic, see decompose.streaming.compute_layout; setting it runs one matrix at a time).
+    # torch's intra-op threads for the math on a CPU (None: automatic, see decompose.streaming.compute_layout;
+    # setting it runs one matrix at a time).
     # Not a result setting: LAPACK's results do not depend on it beyond rounding.
     cpu_threads: Optional[int] = Field(None, ge=1)
 
@@ -188,11 +174,6 @@ class DecompositionSettings(StrictModel):
             return data
         chosen = PROFILES.get(data.get("profile", DEFAULT_PROFILE), {})
         return {**{k: v for k, v in chosen.items() if k not in data}, **data}
-
-    @field_validator("band_edges", "angle_edges")
-    @classmethod
-    def _edges(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        return sorted_positive(v, "band and angle edges must be positive integers (numbers of principal directions)")
 
     @field_validator("device")
     @classmethod
@@ -278,9 +259,6 @@ class DecomposeConfig(DecompositionSettings):
         return self.frame_cache if self.frame_cache is not None else self.store / "frames"
 
 
-_ANALYSES_DEFAULT = {"band_edges": [16, 64, 256], "angle_edges": [16, 64], "survival_dtype": "bfloat16"}
-
-
 def result_settings(cfg: DecompositionSettings) -> dict[str, Any]:
     """Settings that change stored numbers (inputs are fingerprinted separately)."""
     out: dict[str, Any] = {
@@ -291,23 +269,19 @@ def result_settings(cfg: DecompositionSettings) -> dict[str, Any]:
         "modules": list(cfg.modules),
         "module_pattern": cfg.module_pattern,
     }
-    analyses = {
-        "band_edges": list(cfg.band_edges),
-        "angle_edges": list(cfg.angle_edges),
-        "survival_dtype": cfg.survival_dtype,
-    }
+    # an analysis's settings at their defaults stay out (each analysis declares them): the stores and keys of
+    # earlier runs keep their identity
+    groups, alone = result_parts(cfg)
     if cfg.split_fused:  # only when set: the stores and keys of earlier runs keep their identity
         out["split_fused"] = True
-    if analyses != _ANALYSES_DEFAULT:  # defaults stay out: stores and keys of earlier runs keep their identity
-        out["analyses"] = analyses
+    out.update(groups)
     if cfg.null_storage != "array":
         out["null_storage"] = cfg.null_storage
     if cfg.svd_driver is not None:
         out["svd_driver"] = cfg.svd_driver
     if cfg.degenerate_gap != DEGENERATE_GAP:  # the default stays out: earlier stores and sweep keys keep theirs
         out["degenerate_gap"] = cfg.degenerate_gap
-    if not cfg.channel_energy:  # the default (on) stays out: earlier stores and sweep keys keep theirs
-        out["channel_energy"] = False
+    out.update(alone)
     return out
 
 

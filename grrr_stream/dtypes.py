@@ -1,4 +1,5 @@
-"""The one dtype table: safetensors codes, names, torch dtypes, item sizes, which are 16-bit floats.
+"""The one dtype table: safetensors codes, names, torch dtypes, item sizes, which are 16-bit floats; and the
+lattice of float dtypes (:func:`common_dtype`: the narrowest that holds two others exactly).
 
 Every safetensors code with a whole number of bytes per value is in the table (what variants copy
 through byte for byte); only the decomposed matrices need a floating dtype.
@@ -87,3 +88,23 @@ def torch_dtype(name: str) -> "torch_module.dtype":
 def name_of(dtype: "torch_module.dtype") -> str:
     """The name of a torch dtype (torch.bfloat16 → 'bfloat16'), also for one outside the table."""
     return str(dtype).removeprefix("torch.")
+
+
+def common_dtype(a: "torch_module.dtype", b: "torch_module.dtype") -> "torch_module.dtype":
+    """The narrowest float dtype that holds every value of ``a`` and of ``b`` exactly: one of them when it
+    holds the other (bfloat16 → float32: float32), else float32 (float16 and bfloat16: neither holds the
+    other — float16 lacks bfloat16's range, bfloat16 float16's precision), float64 beyond that; for two
+    8-bit floats the 16-bit one that holds both (float16 first).
+    A dtype X holds Y when X's precision is at least Y's (eps), its largest value at least Y's and its
+    smallest subnormal at most Y's: every IEEE-style value of Y is then a value of X."""
+    import torch
+
+    def holds(x: "torch_module.dtype", y: "torch_module.dtype") -> bool:
+        fx, fy = torch.finfo(x), torch.finfo(y)
+        return fx.eps <= fy.eps and fx.max >= fy.max and fx.smallest_normal * fx.eps <= fy.smallest_normal * fy.eps
+
+    candidates = {a, b, torch.float16, torch.bfloat16, torch.float32, torch.float64}
+    for cand in sorted(candidates, key=lambda d: (torch.finfo(d).bits, torch.finfo(d).eps)):  # ties: finer first
+        if holds(cand, a) and holds(cand, b):
+            return cand
+    raise TypeError(f"no float dtype holds both {a} and {b} exactly")

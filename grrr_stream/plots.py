@@ -395,7 +395,8 @@ def _group_shades(groups: dict[str, str]) -> dict[str, object]:
 
 def channel_layer_shares(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     """Per decoder layer, the share of each component's update energy on W0's outlier channels, one line per
-    transition (shades of blue SFT, of red RL, grey other, one shade per transition; dashed: not a training step, e.g. base → grandchild), the
+    transition (shades of blue SFT, of red RL, grey other, one shade per transition; dashed: not a training step,
+    e.g. base → grandchild), the
     channels' own share dotted (``rows``:
     the sweep report's channel_layers table)."""
     plt = _plt()

@@ -27,7 +27,8 @@ class Progress:
 
     On a terminal the line is rewritten in place; elsewhere (logs, CI) a line is printed
     once ``every`` seconds have passed since the start or the last line, and for the last item
-    when an earlier line was printed (a step shorter than ``every`` prints none). ETA uses only items processed in this run, so resumed runs
+    when an earlier line was printed (a step shorter than ``every`` prints none). ETA uses only items processed in
+    this run, so resumed runs
     do not count skipped work as instant.
     """
 

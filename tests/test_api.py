@@ -36,6 +36,9 @@ def test_unknown_name_refused():
 
 
 def test_import_is_light():
-    code = "import sys, grrr_stream; print(sorted(m for m in ('torch', 'zarr', 'dask', 'xarray', 'mlflow') if m in sys.modules))"
+    code = (
+        "import sys, grrr_stream; "
+        "print(sorted(m for m in ('torch', 'zarr', 'dask', 'xarray', 'mlflow') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

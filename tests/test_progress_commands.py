@@ -44,11 +44,12 @@ def _ends(matches: list[re.Match]) -> None:
 def test_evaluation_shows_each_benchmark_the_weights_and_the_pairs(transition, tmp_path, clock, capsys):
     pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
+    from grrr_stream.evaluation.settings import EvaluationOptions
 
     base, post, store, bench = transition
     logs: list[str] = []
     request = EvaluationRequest(
-        store, tmp_path / "e", ["base", "full"], ["sums"], bench, settings=SETTINGS, progress=True
+        store, tmp_path / "e", ["base", "full"], ["sums"], bench, EvaluationOptions(engine=SETTINGS), progress=True
     )
     run_evaluation(request, engine_factory=StandInEngine, log=logs.append)
     err = capsys.readouterr().err

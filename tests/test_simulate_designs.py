@@ -49,6 +49,14 @@ def test_vectorised_decide_and_retention_are_the_scalar_ones(sim):
                 assert (one.problems, one.reason) == (d["problems"][row], list(ss.REASON_CODES)[d["reason"][row]])
                 assert (one.minus_full, one.lo, one.hi) == (d["minus_full"][row], d["lo"][row], d["hi"][row])
                 assert list(one.sides.values()) == [ss.SIDE_NAMES[s] for s in d["sides"][row]]
+    x = correct[0, :, sim.VARIANTS.index("diag")].astype(float)
+    many = ss.decide_many(order, x, full, Thresholds((), (25.0,)), chunk=64, precisions=(2.0,), retention_points=10.0)
+    for row in range(0, 28, 4):  # with a retention target: the same stops
+        one = decide(
+            order, x[row], full[row], Thresholds((), (25.0,)), chunk=64, precision_points=2.0, retention_points=10.0
+        )
+        got = many[2.0]
+        assert (one.problems, one.reason) == (got["problems"][row], list(ss.REASON_CODES)[got["reason"][row]])
     x = correct[0, :4, sim.VARIANTS.index("diag")].astype(float)
     stops = np.array([134, 262, 1517, 134])
     lo, hi = ss.retention_many(order, x, full[:4], stops, tolerance=1e-3)

@@ -7,7 +7,8 @@ against the peak RSS of decomposing a transition of the same model.
                                    [--modes none,MAX,0]
 
 Builds a synthetic LlamaForCausalLM with transformers' own classes (safetensors stored in ``--dtype``,
-float32 by default; the pass always computes in float32; nothing is downloaded) and a post model = base + a small relative Gaussian step, written with the project's
+float32 by default; the pass always computes in float32; nothing is downloaded) and a post model = base + a small
+relative Gaussian step, written with the project's
 checkpoint writer. Each measurement runs in a fresh child process:
 
 - what ``grrr-stream channels`` runs for one model but the weight proxy (the checks before loading,
@@ -189,7 +190,8 @@ def main() -> None:
                 f"calibration {mode:32s} checkpoint {r['checkpoint_mib']:.0f} MiB  peak RSS {r['peak_mib']:.0f} MiB "
                 f"(baseline {r['baseline_mib']:.0f}, growth {r['peak_mib'] - r['baseline_mib']:.0f})  "
                 f"{r['seconds']:.1f} s  offloaded={r['offloaded']}  copied {r['copied_mib']:.0f} MiB  "
-                f"perplexity {r['perplexity']:.4f}  ΣRMS {r['rms_sum']:.6f}  lean imports {r['lean']}, log-probs by head slices {r['head_by_slices']}"
+                f"perplexity {r['perplexity']:.4f}  ΣRMS {r['rms_sum']:.6f}  lean imports {r['lean']}, log-probs by "
+                f"head slices {r['head_by_slices']}"
             )
         if a.no_decompose:
             return

@@ -135,8 +135,8 @@ PEER = PEAK_RSS + textwrap.dedent("""
                 os.fsync(f.fileno())
         write_s += time.perf_counter() - tw
     wall = time.perf_counter() - t
-    print(json.dumps({"cpu_s": time.process_time() - c, "wall_s": wall - write_s, "wall_with_writes_s": wall, "load_s": load_s, "write_s": write_s,
-                      "maxrss_mib": peak_rss_mib()}))
+    print(json.dumps({"cpu_s": time.process_time() - c, "wall_s": wall - write_s, "wall_with_writes_s": wall,
+                      "load_s": load_s, "write_s": write_s, "maxrss_mib": peak_rss_mib()}))
 """)
 
 # What the store's codec gains on the arrays it stores: ratio and throughput of blosc-zstd-1 with

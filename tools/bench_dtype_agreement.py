@@ -77,7 +77,7 @@ def agreement(tid: str, fp32, bf16, variants: list[str], resamples: int) -> list
     rows = []
     for v in variants:
         a, b = f"{v}@fp32", f"{v}@bf16"
-        lo, hi = interval(ts.rep(b) - ts.rep(a))
+        lo, hi = interval(ts.replicates(b) - ts.replicates(a))
         bits = [ts.per_problem["arith"][:, ts.variants.index(x)] for x in (a, b)]
         rows.append(
             {

@@ -9,7 +9,8 @@
    its time a warm start from P's top right singular vector would have to save to pay for itself.
 
 Prints the process's CPU seconds per call (median of --repeat; on a machine shared with other jobs run it
-with OMP_NUM_THREADS=1, where CPU seconds are the work, unlike wall seconds) and the largest relative difference of σ(B) vs σ(W1).
+with OMP_NUM_THREADS=1, where CPU seconds are the work, unlike wall seconds) and the largest relative difference of
+σ(B) vs σ(W1).
 
     python tools/bench_levers.py [--shapes smollm2-135m,qwen25-1.5b] [--repeat 3]
 """

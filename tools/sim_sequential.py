@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grrr_stream.stats.sequential import Order, Thresholds, score_path
+from grrr_stream.stats.sequential import Order, Thresholds, ratio_sides, score_path
 
 REASON_CODES = {"thresholds": 0, "precision": 1, "exhausted": 2}
 SIDE_NAMES = {1: "above", -1: "below", 0: "open"}
@@ -47,6 +47,8 @@ def decide_many(
     chunk: int,
     precisions,
     alpha: float = 0.05,
+    sequence: str = "betting",
+    retention_points=None,
 ) -> dict:
     """decide() for every row of ``variant``/``full`` (paths × problems, every problem answered) and each
     precision target: {target: {'problems', 'reason' (REASON_CODES), 'minus_full', 'lo', 'hi' (points), 'sides'
@@ -56,20 +58,24 @@ def decide_many(
         raise ValueError(f"{variant.shape[-1]} problems, the order has {order.total}: answer all of them")
     marks = np.array(order.boundaries(chunk))
     at = marks - 1
-    diff = score_path(order, variant - full, -1.0, 1.0, alpha)
+    diff = score_path(order, variant - full, -1.0, 1.0, alpha, sequence=sequence, looks=marks)
     sides = [_side(diff.lo[:, at], diff.hi[:, at], d / 100) for d in thresholds.difference_points]
     for r in thresholds.retention_pct:
         theta = r / 100
-        path = score_path(order, variant - theta * full, -theta, 1.0, alpha)
+        path = score_path(order, variant - theta * full, -theta, 1.0, alpha, sequence=sequence, looks=marks)
         sides.append(_side(path.lo[:, at], path.hi[:, at], 0.0))
     side = np.stack(sides, axis=-1) if sides else np.zeros(diff.lo[:, at].shape + (0,), dtype=np.int8)
     decided = (side != 0).all(axis=-1) if sides else np.zeros(side.shape[:2], dtype=bool)
     exhausted = np.broadcast_to(marks == order.total, decided.shape)
     half = 100 * (diff.hi[:, at] - diff.lo[:, at]) / 2
+    narrow = np.ones(half.shape, dtype=bool)
+    if retention_points is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            narrow = half <= retention_points * score_estimate(order, full)[:, at]
     rows = np.arange(variant.shape[0])
     out = {}
     for p in precisions:
-        stop = exhausted | decided | (half <= p)
+        stop = exhausted | (narrow & (decided | (half <= p)))
         first = np.argmax(stop, axis=1)  # the last mark is the end: every row stops somewhere
         reason = np.where(exhausted[rows, first], 2, np.where(decided[rows, first], 0, 1))
         i = at[first]
@@ -93,6 +99,7 @@ def retention_many(
     alpha: float = 0.05,
     top: float = 10.0,
     tolerance: float = 1e-4,
+    sequence: str = "betting",
 ) -> tuple[np.ndarray, np.ndarray]:
     """retention_interval() of each row after its first ``stops[row]`` problems: (lower, upper) in percent. The
     bisection halves every row's bracket in step, so it takes the scalar loop's exact steps."""
@@ -102,33 +109,26 @@ def retention_many(
         if k <= order.census_end:
             continue
         v, f = np.asarray(variant[rows, :k], dtype=np.float64), np.asarray(full[rows, :k], dtype=np.float64)
-        lower[rows], upper[rows] = _bisect(order, v, f, alpha, top, tolerance)
+        lower[rows], upper[rows] = _bisect(order, v, f, alpha, top, tolerance, sequence)
     return 100 * lower, 100 * upper
 
 
-def _ends(order, v, f, theta, alpha):
-    path = score_path(order, v - theta[:, None] * f, -theta[:, None], 1.0, alpha)
-    return path.lo[:, -1], path.hi[:, -1]
-
-
-def _bisect(order, v, f, alpha, top, tolerance):
+def _bisect(order, v, f, alpha, top, tolerance, sequence):
     m = len(v)
     vv, ff = np.concatenate([v, v]), np.concatenate([f, f])
-    lo0, hi0 = _ends(order, v, f, np.zeros(m), alpha)
-    lo_t, hi_t = _ends(order, v, f, np.full(m, top), alpha)
-    # lower edge: the first θ with lo(θ) ≤ 0; upper edge: the first θ with hi(θ) < 0 (edge() of the package)
+    above0, below0 = ratio_sides(order, v, f, np.zeros(m), alpha=alpha, sequence=sequence)
+    above_t, below_t = ratio_sides(order, v, f, np.full(m, top), alpha=alpha, sequence=sequence)
+    # lower edge: the first θ not surely below the ratio; upper edge: the first θ surely above it (edge() of the
+    # package)
     fixed = np.concatenate(
-        [
-            np.where(lo0 <= 0.0, 0.0, np.where(~(lo_t <= 0.0), top, np.nan)),
-            np.where(hi0 < 0.0, 0.0, np.where(~(hi_t < 0.0), top, np.nan)),
-        ]
+        [np.where(~above0, 0.0, np.where(above_t, top, np.nan)), np.where(below0, 0.0, np.where(~below_t, top, np.nan))]
     )
     a, b = np.zeros(2 * m), np.full(2 * m, top)
     is_lower = np.arange(2 * m) < m
     while b[0] - a[0] > tolerance:
         mid = (a + b) / 2
-        lo, hi = _ends(order, vv, ff, mid, alpha)
-        excluded = np.where(is_lower, lo <= 0.0, hi < 0.0)
+        above, below = ratio_sides(order, vv, ff, mid, alpha=alpha, sequence=sequence)
+        excluded = np.where(is_lower, ~above, below)
         a, b = np.where(excluded, a, mid), np.where(excluded, mid, b)
     edge = np.where(np.isnan(fixed), (a + b) / 2, fixed)
     return edge[:m], edge[m:]

@@ -132,7 +132,7 @@ def load_model(
         raise CheckpointNotFoundError(f"{model_dir}: no config.json (a Hugging Face model folder is needed)")
     if not list(model_dir.glob("*.safetensors")):
         raise CheckpointNotFoundError(f"{model_dir}: no .safetensors files")
-    accelerate = need("accelerate")
+    need("accelerate")  # its own install hint, before the import below fails without one
     transformers = need("transformers")
     from accelerate import init_empty_weights
 
@@ -183,7 +183,6 @@ def load_model(
             compute_in(kept, dtype)
             sliced.install(io, sources, dtype)
         model.eval()
-        del accelerate
         head = logprobs.head_mode(model, _head_rows(model, io, sources, dtype), text_config(config))
         # Non-zero only when transformers had to convert an offloaded weight at load time (its
         # WeightConverter families) and so re-saved it: then the disk holds a copy, RAM still does not.
@@ -359,6 +358,7 @@ def write_rms_csv(path: Path, rms: np.ndarray) -> None:
     from ..files import atomic_write_text, to_csv
 
     rows = [
-        {"channel": c, **{f"rms_layer{l}": float(rms[l, c]) for l in range(rms.shape[0])}} for c in range(rms.shape[1])
+        {"channel": c, **{f"rms_layer{layer}": float(rms[layer, c]) for layer in range(rms.shape[0])}}
+        for c in range(rms.shape[1])
     ]
     atomic_write_text(path, to_csv(rows))

@@ -1,4 +1,4 @@
-"""How much of one transition's update lands on a given set of residual channels (issue 24, §3).
+"""How much of one transition's update lands on a given set of residual channels.
 
 For a group of matrices (all, readers, writers, one module) and a component c (diag, off, null), with
 e_m[j, c] the energy of matrix m's component on residual channel j (:mod:`grrr_stream.geometry.channel_energy`),

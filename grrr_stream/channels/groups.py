@@ -106,7 +106,7 @@ def _usable(members: list[Member]) -> list[Member]:
 
 def bootstrap_means(members: list[Member], *, draws: int, seed: int) -> np.ndarray:
     """(draws, 4) replicates of the group's mean ratio per component (NaN where no transition has one)."""
-    # per member: means over resampled matrices (the stream names as before: the same draws)
+    # per member: means over resampled matrices (named streams: every group draws the same resamples)
     reps = joint_replicates([{m.signature: m.per_matrix} for m in members], resamples=draws, seed=seed, prefix="joint")
     ratios = []
     for m, r in zip(members, reps):

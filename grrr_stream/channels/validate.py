@@ -37,14 +37,37 @@ def _listing(problems: list[str]) -> str:
     return " ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
 
 
-def preflight(model_dir: Path, *, sequences: int, seq_len: int):
-    """(checkpoint, transformers config, calibration) of ``model_dir``, or one error listing every problem."""
+def _build_problems(transformers, config, model_type: Optional[str]) -> list[str]:
+    """What keeps transformers from building ``config``'s causal LM (on the meta device) or finding its layers."""
     import copy
 
+    from accelerate import init_empty_weights
+
+    from .model_config import decoder_layers, text_config
+
+    try:
+        with init_empty_weights():
+            model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config))
+    except Exception as e:  # noqa: BLE001 - an unsupported architecture or an inconsistent config
+        if "Unrecognized configuration class" in str(e):
+            return [
+                f"its architecture ({type(config).__name__}, model_type '{model_type}') has no causal "
+                "language-model class in transformers: `grrr-stream channels` needs a decoder-only LLM"
+            ]
+        return [f"transformers cannot build the model its config.json describes ({type(e).__name__}: {first_line(e)})"]
+    try:
+        decoder_layers(model, text_config(config).num_hidden_layers)
+    except ConfigError as e:
+        return [str(e)]
+    return []
+
+
+def preflight(model_dir: Path, *, sequences: int, seq_len: int):
+    """(checkpoint, transformers config, calibration) of ``model_dir``, or one error listing every problem."""
     from ..checkpoints.reader import Checkpoint
     from ..errors import CheckpointNotFoundError
     from .calibration import calibration_ids
-    from .model_config import REMOTE_DECODERS, config_from, decoder_layers, need, text_config
+    from .model_config import REMOTE_DECODERS, config_from, need, text_config
 
     model_dir = Path(model_dir)
     ckpt = Checkpoint.open(model_dir)  # a structural fault of the files ends here, with its own message
@@ -52,7 +75,6 @@ def preflight(model_dir: Path, *, sequences: int, seq_len: int):
         raise CheckpointNotFoundError(f"{model_dir}: no config.json (a Hugging Face model folder is needed)")
     transformers = need("transformers")
     need("accelerate")
-    from accelerate import init_empty_weights
 
     problems: list[str] = []
     config = None
@@ -72,28 +94,7 @@ def preflight(model_dir: Path, *, sequences: int, seq_len: int):
                 f"({type(e).__name__}: {first_line(e)})"
             )
     if config is not None:
-        try:
-            with init_empty_weights():
-                model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config))
-        except Exception as e:  # noqa: BLE001 - an unsupported architecture or an inconsistent config
-            model = None
-            if "Unrecognized configuration class" in str(e):
-                problems.append(
-                    f"its architecture ({type(config).__name__}, model_type '{model_type}') has no "
-                    "causal language-model class in transformers: `grrr-stream channels` needs a "
-                    "decoder-only LLM"
-                )
-            else:
-                problems.append(
-                    f"transformers cannot build the model its config.json describes "
-                    f"({type(e).__name__}: {first_line(e)})"
-                )
-        if model is not None:
-            try:
-                decoder_layers(model, text_config(config).num_hidden_layers)
-            except ConfigError as e:
-                problems.append(str(e))
-            del model
+        problems += _build_problems(transformers, config, model_type)
     cal = None
     tc = text_config(config) if config is not None else None
     vocab = getattr(tc, "vocab_size", None) if tc is not None else (ckpt.config or {}).get("vocab_size")
@@ -197,10 +198,6 @@ def raise_nonfinite(model_dir: Path, bad: list[str]) -> None:
             "forward pass would make the residual stream NaN; repair or re-download "
             "the checkpoint"
         )
-
-
-def total_scan_bytes(ckpt) -> int:
-    return sum(t.nbytes for t in ckpt.tensors.values() if t.is_floating)
 
 
 def tensor_count(ckpt) -> int:

@@ -51,66 +51,38 @@ def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
 
-FORECAST_WARN_S = 180.0  # a forecast above this says how to make the run shorter
-
-
-def forecast_lines(
-    models: list[Path], *, sequences: int, seq_len: int, batch_size: int, ablate: bool, rates=None
-) -> list[str]:
-    """The forecast printed before the passes: passes × tokens ≈ time on this machine, from the sweep's own
-    model of a channels unit (forward flops = 2 × parameters × tokens at this CPU's measured forward rate,
-    :func:`grrr_stream.sweep.kinds.channels.seconds`); beyond FORECAST_WARN_S, which flags shorten it."""
-    from ..channels.ablation import SEEDS
-    from ..forecast import work
-    from ..forecast.calibrate import calibrate
-    from ..forecast.shapes import from_checkpoint
+def forecast_lines(fc, *, seq_len: int, ablate: bool) -> list[str]:
+    """The forecast printed before the passes (a ChannelsForecast): passes × tokens ≈ time on this machine;
+    beyond FORECAST_WARN_S, which flags shorten it."""
     from ..progress import fmt_seconds
-    from ..sweep.kinds.channels import seconds as channels_seconds
+    from ..sweep.channels_forecast import FORECAST_WARN_S
 
-    seeds = SEEDS if ablate else None
-    passes = work.calibration_passes(seeds)
-    facts = [from_checkpoint(m) for m in models]
-    params = [f.params for f in facts if f is not None and f.params]
-    shapes = [s for f in facts if f is not None for s in (f.shapes or [])]
-    tokens = sequences * seq_len
-    head = f"{passes} pass{'es' if passes > 1 else ''} × {tokens:,} tokens" + (
-        f" × {len(models)} models" if len(models) > 1 else ""
+    head = f"{fc.passes} pass{'es' if fc.passes > 1 else ''} × {fc.tokens:,} tokens" + (
+        f" × {fc.models} models" if fc.models > 1 else ""
     )
-    if len(params) != len(models) or not shapes:
+    if fc.seconds is None:
         return [f"forecast: {head} (no estimate: the parameters or matrix shapes are not in the checkpoint headers)"]
-    rates = rates or calibrate(max(shapes, key=work.decompose_flops))
-    seconds = sum(
-        channels_seconds(
-            n, rates, sequences=sequences, seq_len=seq_len, batch_size=batch_size, ablation_seeds=seeds, first=False
-        )
-        for n in params
-    )
-    flops = sum(work.calibration_flops(n, sequences, seq_len, seeds) for n in params)
     lines = [
-        f"forecast: {head} ≈ {fmt_seconds(seconds)} here ({flops / 1e12:.3g} TFLOP at "
-        f"{rates.forward_flops_s / 1e9:.1f} GFLOP/s, this CPU's forward rate, {rates.device})"
+        f"forecast: {head} ≈ {fmt_seconds(fc.seconds)} here ({fc.flops / 1e12:.3g} TFLOP at "
+        f"{fc.forward_flops_s / 1e9:.1f} GFLOP/s, this CPU's forward rate, {fc.device})"
     ]
-    if seconds > FORECAST_WARN_S:
-        fit = max(1, int(sequences * FORECAST_WARN_S / seconds))
+    if fc.long:
         lines.append(
             f"forecast: that is more than {fmt_seconds(FORECAST_WARN_S)} on this machine; to shorten it: "
-            f"--sequences {fit} (≈ {fmt_seconds(FORECAST_WARN_S)}; fewer tokens make the RMS and "
-            f"perplexities noisier), --seq-len {max(2, seq_len // 2)} (half the tokens)"
-            + (f", or without --ablate (1 pass instead of {passes})" if ablate else "")
+            f"--sequences {fc.fit_sequences} (≈ {fmt_seconds(FORECAST_WARN_S)}; fewer tokens make the RMS "
+            f"and perplexities noisier), --seq-len {max(2, seq_len // 2)} (half the tokens)"
+            + (f", or without --ablate (1 pass instead of {fc.passes})" if ablate else "")
         )
     return lines
 
 
 def cmd_channels(args) -> int:
     from ..channels.analysis import CHANNELS_FILE, run_channels
-    from ..channels.rule import OutlierRule
-    from ..channels.validate import preflight
-    from ..errors import ConfigError, GrrrError
-    from ..progress import Progress
-
-    if args.batch_size < 1:
-        raise ConfigError("--batch-size must be at least 1")
     from ..channels.imports import lean_transformers
+    from ..channels.preflight import channels_preflight
+    from ..channels.rule import OutlierRule
+    from ..progress import Progress
+    from ..sweep.channels_forecast import forecast_channels
 
     lean_transformers()  # this process runs only the pass: ~210 MiB of unused imports left out (its docstring)
     try:
@@ -120,21 +92,14 @@ def cmd_channels(args) -> int:
         tf_logging.set_verbosity_error()  # "sequence longer than the model maximum": the text is cut into windows
     except ImportError:
         pass
-    models = [m for m in (args.model, args.post) if m is not None]
-    problems = []
-    for m in models:  # every problem of both folders before any work
-        try:
-            preflight(m, sequences=args.sequences, seq_len=args.seq_len)
-        except GrrrError as e:
-            problems.append(e)
-    if len(problems) == 1:
-        raise problems[0]
-    if problems:
-        raise ConfigError(" ".join(map(str, problems)))
+    models = channels_preflight(
+        args.model, args.post, sequences=args.sequences, seq_len=args.seq_len, batch_size=args.batch_size
+    )
     say = Progress(0, enabled=not args.no_progress)
-    for line in forecast_lines(
+    fc = forecast_channels(
         models, sequences=args.sequences, seq_len=args.seq_len, batch_size=args.batch_size, ablate=args.ablate
-    ):
+    )
+    for line in forecast_lines(fc, seq_len=args.seq_len, ablate=args.ablate):
         say.message(line)
     if args.dry_run:
         print(f"dry run: {', '.join(map(str, models))} can be analysed; nothing computed")

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..dtypes import COMPUTE_NAMES, FLOAT_NAMES
+from ..geometry.analyses.bands import DEFAULT_BAND_EDGES
 from .options import add_common, add_progress, add_stats_common, add_tracking, positive_float
+
+EDGES = ",".join(map(str, DEFAULT_BAND_EDGES))  # the stats bands command's default, as typed
 
 
 def decompose_parser(sub) -> None:
@@ -109,7 +112,7 @@ def bands_parser(sub) -> None:
     )
     p.add_argument("stores", nargs="+", type=Path, help="finished transition stores")
     p.add_argument("--out", type=Path, required=True, help="folder for the tables and figures")
-    p.add_argument("--edges", default="16,64,256", help="comma-separated band edges k (default 16,64,256)")
+    p.add_argument("--edges", default=EDGES, help=f"comma-separated band edges k (default {EDGES})")
     p.add_argument("--scheduler", help="Dask scheduler: threads (default), processes, or ADDRESS of a cluster")
     add_progress(p)
     add_common(p)
@@ -203,6 +206,33 @@ def variants_parser(sub) -> None:
     add_common(p)
 
 
+def _evaluation_design_and_sampling(p) -> None:
+    """The evaluate command's design and sampling groups
+    (:class:`~grrr_stream.evaluation.settings.EvaluationOptions`)."""
+    g = p.add_argument_group("design (default fixed: every variant answers every problem, as the paper)")
+    g.add_argument(
+        "--design",
+        choices=["fixed", "sequential"],
+        help="sequential: each variant answers problems in a seeded order until its anytime-valid "
+        "intervals decide every claim threshold or reach --precision-points (docs/evaluation.md)",
+    )
+    g.add_argument("--precision-points", type=float, help="sequential: stop within ± this many points (default 2)")
+    g.add_argument("--chunk", type=int, help="sequential: problems between two looks (default 64)")
+    g.add_argument("--order-seed", type=int, help="sequential: seed of the order problems are answered in (default 0)")
+    g = p.add_argument_group("sampling (default: greedy, one answer per problem, as the paper)")
+    g.add_argument("--samples", type=int, dest="n", help="answers per problem, drawn in one request each")
+    g.add_argument("--temperature", type=float, help="sampling temperature (needed > 0 with --samples > 1)")
+    g.add_argument("--top-p", type=float, help="nucleus sampling mass (default 1)")
+    g.add_argument("--sampling-seed", type=int, help="seed of the sampled answers (default 0)")
+    g.add_argument("--pass-k", help="comma-separated k of unbiased pass@k to report (k ≤ samples)")
+    g.add_argument("--maj-k", help="comma-separated k of maj@k (majority vote over equivalent answers) to report")
+    g.add_argument(
+        "--metric",
+        default="avg",
+        help="accuracy of the tables: avg (avg@n; greedy accuracy with one sample), pass@K or maj@K",
+    )
+
+
 def evaluate_parser(sub) -> None:
     p = sub.add_parser(
         "evaluate",
@@ -260,28 +290,7 @@ def evaluate_parser(sub) -> None:
         default=1.0,
         help="the transition is informative when full − base ≥ this many points (default 1, the paper's)",
     )
-    g = p.add_argument_group("design (default fixed: every variant answers every problem, as the paper)")
-    g.add_argument(
-        "--design",
-        choices=["fixed", "sequential"],
-        help="sequential: each variant answers problems in a seeded order until its anytime-valid "
-        "intervals decide every claim threshold or reach --precision-points (docs/evaluation.md)",
-    )
-    g.add_argument("--precision-points", type=float, help="sequential: stop within ± this many points (default 2)")
-    g.add_argument("--chunk", type=int, help="sequential: problems between two looks (default 64)")
-    g.add_argument("--order-seed", type=int, help="sequential: seed of the order problems are answered in (default 0)")
-    g = p.add_argument_group("sampling (default: greedy, one answer per problem, as the paper)")
-    g.add_argument("--samples", type=int, dest="n", help="answers per problem, drawn in one request each")
-    g.add_argument("--temperature", type=float, help="sampling temperature (needed > 0 with --samples > 1)")
-    g.add_argument("--top-p", type=float, help="nucleus sampling mass (default 1)")
-    g.add_argument("--sampling-seed", type=int, help="seed of the sampled answers (default 0)")
-    g.add_argument("--pass-k", help="comma-separated k of unbiased pass@k to report (k ≤ samples)")
-    g.add_argument("--maj-k", help="comma-separated k of maj@k (majority vote over equivalent answers) to report")
-    g.add_argument(
-        "--metric",
-        default="avg",
-        help="accuracy of the tables: avg (avg@n; greedy accuracy with one sample), pass@K or maj@K",
-    )
+    _evaluation_design_and_sampling(p)
     p.add_argument(
         "--template",
         default="chat",
@@ -302,6 +311,13 @@ def evaluate_parser(sub) -> None:
         "--auto-min-energy",
         type=float,
         help="with --engine-dtype auto: the share of each part's energy bf16 must keep (default 0.999)",
+    )
+    p.add_argument(
+        "--last-step",
+        type=Path,
+        metavar="STORE",
+        help="with --engine-dtype auto, for a POST trained from an intermediate model: the store of that "
+        "last step (intermediate → POST), whose parts must keep the share too",
     )
     p.add_argument("--seed", type=int)
     p.add_argument("--tensor-parallel-size", type=int)

@@ -105,6 +105,17 @@ def totals(rows: list[dict]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(c.items(), key=lambda kv: kv[0]))
 
 
+def print_dry_run(dry) -> None:
+    """``sweep --dry-run``: the plan with each unit's state and disk need, then the forecast (a DryRun of
+    :func:`grrr_stream.sweep.dry_run.dry_run_sweep`), and for a GPU of the table the plan on the other GPUs."""
+    from ..sweep.forecast import print_forecast, print_other_devices
+
+    print_plan(dry.plan, dry.status, dry.disk, dry.to_run, dry.needs)
+    print_forecast(dry.forecast, dry.todo)
+    if dry.others:
+        print_other_devices(dry.others, dry.todo)
+
+
 def print_plan(plan, rows: dict, disk: dict, to_run: list, needs: list) -> None:
     """``sweep --dry-run``: every unit with its state, dependencies, output and disk need, then the disk
     the units still to run need (``rows``, ``disk``: by unit id, from the sweep's status)."""
@@ -183,8 +194,12 @@ def print_sweep_summary(res, out=None) -> None:
         f"\nsweep {res.plan.config.name}: {totals([{'state': s} for s in res.states.values()])}; "
         f"{len(res.ran)} unit(s) run now; report in {rep}\n"
     )
-    _print_transitions(res.report.transitions, out)
-    cmps = res.report.comparisons
+    from ..stats.run import COMPARISONS_TABLE
+    from ..sweep.kinds import decompose
+    from ..sweep.kinds.evaluate.rows import REPORT_FILES
+
+    _print_transitions(res.report.rows(decompose.TABLE), out)
+    cmps = res.report.rows(COMPARISONS_TABLE)
     if cmps:
         out.write("\nmedian off-diagonal cosine (95 % CI) vs the isotropic null:\n")
         for r in cmps:
@@ -192,13 +207,13 @@ def print_sweep_summary(res, out=None) -> None:
                 f"  {r['label']:<44} {r['median_cos_off']:+.4f} [{r['ci_lo']:+.4f}, "
                 f"{r['ci_hi']:+.4f}]  p = {r['p_value']:.3g} → {r['verdict']}\n"
             )
-    _print_accuracy(res.report.accuracy, res.claims, out)
+    _print_accuracy(res.report.rows(REPORT_FILES["accuracy"]), res.claims, out)
     from ..sweep.kinds.channel_groups import sft_rl_text
 
     text = sft_rl_text(res.report)
     if text:
         out.write("\n" + text)
-    _print_sampled(res.report.sampled, out)
+    _print_sampled(res.report.rows(REPORT_FILES["sampled"]), out)
     _print_claims(res, out)
     bad = [(u, res.records.get(u) or {}) for u, s in res.states.items() if s in ("failed", "blocked")]
     if bad:

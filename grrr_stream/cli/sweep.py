@@ -7,12 +7,12 @@ import argparse
 from ..errors import ConfigError
 from .options import tracking_from_args
 from .parsers import DEMO_CONFIG
-from .printing import print_plan, print_sweep_summary, print_units, totals
+from .printing import print_dry_run, print_sweep_summary, print_units, totals
 
 
 def load_sweep(args: argparse.Namespace):
-    from ..evaluation.benchmarks import FIVE
-    from ..sweep.config import SweepEvaluation, load_sweep_config
+    from ..sweep.config import load_sweep_config
+    from ..sweep.math_subset import with_math_subset
 
     if args.config == DEMO_CONFIG and not DEMO_CONFIG.is_file():
         raise ConfigError(
@@ -21,43 +21,21 @@ def load_sweep(args: argparse.Namespace):
         )
     cfg = load_sweep_config(args.config, workdir=args.workdir)
     if getattr(args, "math_subset", None) is not None:
-        if args.math_subset < 1:
-            raise ConfigError("--math-subset must be at least 1")
-        bench_dir = str(args.bench_dir)
-        extra = SweepEvaluation.model_validate(
-            {
-                **cfg.evaluation.model_dump(),
-                "suite": "math",
-                "benchmarks": list(FIVE),
-                "bench_dir": bench_dir,
-                "limit": args.math_subset,
-            }
-        )
-        cfg = cfg.model_copy(update={"extra_evaluations": [*cfg.extra_evaluations, extra]})
+        cfg = with_math_subset(cfg, args.math_subset, str(args.bench_dir))
     return cfg
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ..sweep import plan_sweep, run_sweep, sweep_status, unit_disk_needs
+    from ..sweep import plan_sweep, run_sweep
+    from ..sweep.dry_run import dry_run_sweep, forecast_device
     from ..tracking.mlflow_client import resolve_uri
 
     cfg = load_sweep(args)
-    plan = plan_sweep(cfg)
-    target = _forecast_device(args)
+    target = forecast_device(getattr(args, "forecast_for", None))
     if args.dry_run:
-        from ..sweep.forecast import forecast_plan, print_forecast
-
-        rows = {r["unit"]: r for r in sweep_status(plan)}
-        to_run = [u for u in plan.units if rows[u.id]["state"] != "done"]
-        disk = unit_disk_needs(plan)
-        needs = [n for u in to_run for n in (disk.get(u.id) or [])]
-        print_plan(plan, rows, disk, to_run, needs)
-        print_forecast(forecast_plan(plan, disk=disk, target=target), {u.id for u in to_run})
-        if target is not None and target.strip().lower() != "cpu":  # the other GPUs of the table
-            from ..sweep.forecast import print_other_devices
-
-            print_other_devices(plan, {u.id for u in to_run}, target.strip().lower())
+        print_dry_run(dry_run_sweep(cfg, forecast_for=target))
         return 0
+    plan = plan_sweep(cfg)
     tracking = tracking_from_args(args, cfg.tracking)
     res = run_sweep(
         plan,
@@ -71,7 +49,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print_sweep_summary(res)
     if res.tracking_missed:
         print(
-            f"\ntracking: {len(res.tracking_missed)} run(s) not logged to MLflow (units, and 'sweep' for its own; recorded in "
+            f"\ntracking: {len(res.tracking_missed)} run(s) not logged to MLflow (units, and 'sweep' for its own; "
+            f"recorded in "
             f"{plan.layout.tracking}); rerun the sweep or `grrr-stream track {plan.workdir}`"
         )
     if tracking.enabled and not res.tracking_missed:
@@ -89,21 +68,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         )
     print(f"\nreport: {res.html} (one self-contained page: open it in a browser)")
     return 1 if not res.ok else (3 if res.tracking_missed else 0)
-
-
-def _forecast_device(args: argparse.Namespace):
-    """--forecast-for, checked before anything runs (grrr_stream/forecast/devices.py)."""
-    name = getattr(args, "forecast_for", None)
-    if name is None:
-        return None
-    from ..forecast.devices import names
-
-    if name.strip().lower() not in names():
-        raise ConfigError(
-            f"--forecast-for {name}: not a device of the forecast's table; choose one of "
-            f"{', '.join(names())} (cpu: this machine, measured)"
-        )
-    return name
 
 
 def cmd_track(args: argparse.Namespace) -> int:
@@ -158,47 +122,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Rewrite WORKDIR/report (tables, figures, index.html) from the units that are done; run nothing."""
-    import os
+    from ..sweep.rewrite import rewrite_report
+    from .options import tracking_flags
 
-    from ..sweep import Records, plan_sweep, sweep_status, write_report
-    from ..sweep.run import SweepResult, write_pages
-
-    cfg = _report_config(args)
-    plan = plan_sweep(cfg)
-    states = {r["unit"]: r["state"] for r in sweep_status(plan)}
-    records = {u.id: Records(plan.workdir).read(u) for u in plan.units}
-    tracking = tracking_from_args(args, cfg.tracking)
-    # without a tracking URI given anywhere there is no store to ask (and none is created for asking)
-    known = bool(tracking.uri or os.environ.get("MLFLOW_TRACKING_URI"))
-    tracking = tracking.model_copy(update={"enabled": tracking.enabled and known, "sweep": tracking.sweep or cfg.name})
-    res = SweepResult(plan, states, records, [], write_report(plan, states, records))
-    page = write_pages(res, tracking)
-    print(f"sweep {cfg.name}: {totals([{'state': s} for s in states.values()])}; report: {page}")
+    # a workdir is read by its saved config; a config YAML as `sweep` reads it (--workdir, --math-subset)
+    target = (
+        args.target if args.target.is_dir() else load_sweep(argparse.Namespace(**{**vars(args), "config": args.target}))
+    )
+    res = rewrite_report(target, tracking=tracking_flags(args))
+    print(f"sweep {res.config.name}: {totals([{'state': s} for s in res.states.values()])}; report: {res.page}")
     return 0
-
-
-def _report_config(args: argparse.Namespace):
-    """The sweep config of ``report TARGET``: a WORKDIR's report/config.json (with that workdir) or a YAML."""
-    import json
-
-    from pydantic import ValidationError
-
-    from ..config import format_validation_error
-    from ..report import CONFIG_FILE
-    from ..sweep.config import SweepConfig
-
-    if not args.target.is_dir():
-        return load_sweep(argparse.Namespace(**{**vars(args), "config": args.target}))
-    from ..sweep.workdir import Workdir
-
-    saved = Workdir(args.target).report / CONFIG_FILE
-    if not saved.is_file():
-        raise ConfigError(
-            f"{args.target} holds no {saved.relative_to(args.target)}: not the workdir of a sweep run "
-            "by this version; give the sweep's config YAML instead"
-        )
-    try:
-        return SweepConfig.model_validate({**json.loads(saved.read_text()), "workdir": str(args.target)})
-    except (ValueError, ValidationError) as e:
-        msg = format_validation_error(e, str(saved)) if isinstance(e, ValidationError) else str(e)
-        raise ConfigError(f"{saved}: {msg}") from None

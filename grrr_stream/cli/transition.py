@@ -65,8 +65,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from ..runtime.cluster import compute_scheduler
     from ..stats.run import run_stats
 
-    if args.resamples < 100:
-        raise ConfigError("--resamples must be at least 100")
     res = run_stats(
         args.stores,
         args.out,
@@ -101,8 +99,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
             "give at least one --sequential SFT_STORE CUM_STORE, --independent A_STORE B_STORE "
             "[ANCESTOR_STORE] or --cumulative A_STORE B_STORE"
         )
-    if not 0 < args.alpha < 1 or args.null_draws < 100 or args.resamples < 100:
-        raise ConfigError("need 0 < --alpha < 1, --null-draws >= 100 and --resamples >= 100")
     res = run_comparisons(
         pairs,
         args.out,
@@ -247,6 +243,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         resamples=args.resamples,
         channels=args.channels,
         informative_points=args.informative_points,
+        last_step=args.last_step,
         progress=not args.no_progress,
     )
     res = run_evaluation(request, tracking=tracking_from_args(args))

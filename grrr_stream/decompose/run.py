@@ -24,7 +24,7 @@ from ..checkpoints.reader import Checkpoint, resolve_source, tensor_digest
 from ..config import DecomposeConfig, result_settings, settings_hash
 from ..dtypes import torch_dtype
 from ..errors import NonFiniteWeightError, StoreMismatchError
-from ..geometry.analyses import SPARSITY_FRACTIONS, pooled_sparsity
+from ..geometry.analyses.sparsity import SPARSITY_FRACTIONS, pooled_sparsity
 from ..progress import Progress
 from ..runtime.cluster import parse_scheduler, require
 from ..runtime.device import bound_heap_growth, resolve_device
@@ -36,7 +36,7 @@ from .plan import TransitionPlan, plan_transition
 from .streaming import compute_layout, stream_matrices, torch_threads
 
 # Columns of the per-matrix table that are not aggregated as mean ± std per transition (the sparsity
-# fractions are pooled over entries instead: geometry.analyses.pooled_sparsity).
+# fractions are pooled over entries instead: geometry.analyses.sparsity.pooled_sparsity).
 SUMMARY_EXCLUDE = {"rows", "cols", "layer", "expert", "e_diag", "e_off", "e_null", "w0_fro", *SPARSITY_FRACTIONS}
 
 
@@ -131,13 +131,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
             )
         timer.add("matrices_wall", time.perf_counter() - t_matrices)
         _refuse_failures(failures, len(plan.matrices))
-        with timer.phase("tables"):
-            rows, summary_rows, summary = finalize(store, plan.matrices)
-        if cfg.figures:
-            with timer.phase("figures"):
-                from .. import plots  # the title names the models, never the workdir's absolute paths
-
-                write_figures(store, rows, f"{plots.model_label(cfg.base)} → {plots.model_label(cfg.post)}")
+        rows, summary_rows, summary = _tables_and_figures(cfg, store, plan, timer)
     result = TransitionResult(cfg.store, rows, summary_rows, computed, reused, workers=workers)
     if cfg.tracking.enabled:
         with timer.phase("tracking"):
@@ -147,6 +141,18 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
     result.timings = {**timer.seconds(), "total_s": time.monotonic() - t_start}
     result.cpu_timings = timer.cpu_seconds()
     return result
+
+
+def _tables_and_figures(cfg: DecomposeConfig, store, plan: TransitionPlan, timer: PhaseTimer):
+    """The store's tables (rows, summary rows, summary) from its finished matrices, and its figures if asked."""
+    with timer.phase("tables"):
+        rows, summary_rows, summary = finalize(store, plan.matrices)
+    if cfg.figures:
+        with timer.phase("figures"):
+            from .. import plots  # the title names the models, never the workdir's absolute paths
+
+            write_figures(store, rows, f"{plots.model_label(cfg.base)} → {plots.model_label(cfg.post)}")
+    return rows, summary_rows, summary
 
 
 def _open_and_plan(cfg: DecomposeConfig) -> tuple[TransitionPlan, tuple[str, str]]:
@@ -291,7 +297,8 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
     """Mean ± std (sample std, 0 for a single matrix) of every metric, overall, per module (a module of a
     mixture of experts aggregates all its experts) and, for expert matrices, per expert index
     (scope ``expert-<e>``, aggregating layers and modules); the update-sparsity fractions instead
-    pooled over the scope's entries, with their per-matrix min, median and max (geometry.analyses.pooled_sparsity)."""
+    pooled over the scope's entries, with their per-matrix min, median and max
+    (geometry.analyses.sparsity.pooled_sparsity)."""
     # every numeric column of any row: a metric that only some matrices have (a subspace angle for a k
     # above a small matrix's rank) is summarised over those that have it
     metrics: list[str] = []

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 import numpy as np
@@ -29,10 +29,10 @@ from ..checkpoints.arch import MatrixName
 from ..checkpoints.reader import tensor_digest
 from ..config import DecomposeConfig
 from ..dtypes import ITEMSIZE, name_of
-from ..geometry.analyses import survival_sample, update_sparsity
+from ..geometry.analyses import ANALYSES
 from ..geometry.channel_energy import COMPONENTS, residual_axis, side
 from ..geometry.frame import Frame, all_finite
-from ..geometry.kernel import MatrixResult, decompose_matrix
+from ..geometry.kernel import MatrixResult, MatrixSettings, decompose_matrix
 from ..geometry.lapack import blas_threads
 from ..progress import Progress
 from ..runtime.phases import PhaseTimer
@@ -52,9 +52,8 @@ class _Loaded:
     frame: Optional[Frame]
     problems: list[str]
     shape: tuple[int, int] = (0, 0)
-    sparsity: dict = field(default_factory=dict)  # checkpoint-precision sparsity of the update
     dtypes: dict = field(default_factory=dict)  # each side's checkpoint dtype: a pair may mix them
-    survival: Optional[tuple] = None  # (axis, indices, W0 sample in checkpoint dtype, target dtype)
+    prepared: dict = field(default_factory=dict)  # analysis name → its reader step's result
     frame_deferred: bool = False  # a large cached frame is read when its matrix is computed, not ahead
 
     def take(self, attr: str, timer: PhaseTimer, **to_kwargs) -> torch.Tensor:
@@ -73,21 +72,6 @@ def _nonfinite(t: torch.Tensor, name: str, where: str) -> Optional[str]:
     n_nan = int(torch.isnan(t).sum())
     n_inf = int(t.numel() - finite.sum() - n_nan)
     return f"{name} in {where}: {n_nan} NaN and {n_inf} Inf value(s)"
-
-
-def _nonfinite_result(res: MatrixResult, name: str, compute_dtype: str) -> Optional[str]:
-    """Why a matrix's results cannot be stored (a NaN or Inf metric or array), or None."""
-    bad = sorted(k for k, v in res.metrics.as_row().items() if isinstance(v, float) and not math.isfinite(v))
-    arrays = {"P": res.projection.P, "sigma1": res.sigma1}
-    if not res.projection.null_is_structural_zero:
-        arrays["null"] = res.projection.null
-    bad += [k for k, t in arrays.items() if not all_finite(t)]
-    if not bad:
-        return None
-    return (
-        f"{name}: non-finite result in {compute_dtype} ({', '.join(bad[:6])}): the update W1 − W0 overflows or "
-        "the weights are too large for the compute dtype; try compute_dtype float64"
-    )
 
 
 # A cached frame larger than this is read when its matrix is computed instead of by the reader thread
@@ -119,13 +103,13 @@ def frame_bytes(shape: tuple[int, int], dtype: torch.dtype) -> int:
 
 # The math runs in lanes: several matrices at once, each on its own thread with one torch thread (or more when
 # cores are left over), instead of one matrix on a team of threads. On 2 cores LAPACK gains little from a
-# second thread (SmolLM2-135M shapes: bare SVDs 18.9 s on two threads against 21.6 CPU s on one), and its
+# second thread, and its
 # OpenMP team spins at barriers while the reader and writer take a core; two matrices side by side use both
 # cores fully (tools/bench_decompose.py; docs/benchmarks.md, "Lanes"). Each lane costs memory: its
 # matrix in the math (~5 m×n buffers: W0, W1, U, the null residual, P), a pair read ahead (2, in the
 # checkpoint's dtype at most) and a result queued for the writer (~3), so LANE_BUFFERS of the largest
 # matrix per lane, and the lanes stop where that passes LANES_RAM: Qwen2.5-1.5B (8960×1536) and 3B run
-# 2 lanes, 7B and 14B shapes one (as before lanes, their peak RSS unchanged).
+# 2 lanes, 7B and 14B shapes one (their peak RSS that of one matrix at a time).
 LANE_BUFFERS = 10
 LANES_RAM = 2 << 30
 # More lanes than this would need a second reader to keep them fed; the cores left over go to each lane.
@@ -225,13 +209,9 @@ class _Pipeline:
             frame_deferred=deferred,
             dtypes={"base": name_of(w0.dtype), "post": name_of(w1.dtype)},
         )
-        if not problems:  # in the checkpoints' own dtypes (compared in the one holding both), while the reader has them
+        if not problems:  # the analyses' reader steps: the checkpoints' own dtypes, while the reader has them
             with timer.phase("sparsity_sample"):
-                item.sparsity = update_sparsity(w0, w1)
-                if cfg.survival_dtype is not None:
-                    axis, idx = survival_sample(tuple(w0.shape))
-                    sample = (w0[idx] if axis == 0 else w0[:, idx]).clone()
-                    item.survival = (axis, idx, sample, getattr(torch, cfg.survival_dtype))
+                item.prepared = {a.name: a.read(cfg, m, w0, w1) for a in ANALYSES if a.read and a.enabled(cfg)}
         return item
 
     def compute(self, item: _Loaded) -> tuple[MatrixResult, bool]:
@@ -248,22 +228,13 @@ class _Pipeline:
         # no local names for the inputs: decompose_matrix frees W0 once the frame exists, and takes W1 over
         # (it becomes ΔW in place): the reader's tensors are the item's own (Checkpoint.read_part), so a W1
         # already in the compute dtype is handed over as it is, not copied (55 MB per 8960 × 1536 float32 matrix)
-        survival = item.survival
-        if survival is not None:
-            survival = (survival[0], survival[1].to(device), survival[2].to(device), survival[3])
+        prepared, item.prepared = item.prepared, {}
         res = decompose_matrix(
             item.take("w0", timer, device=device, dtype=dtype),
             item.take("w1", timer, device=device, dtype=dtype),
-            frame=frame,
-            core_rel_threshold=cfg.core_rel_threshold,
-            rank_thresholds=cfg.rank_thresholds,
-            band_edges=cfg.band_edges,
-            angle_edges=cfg.angle_edges,
-            survival=survival,
-            timer=timer,
-            svd_driver=cfg.svd_driver,
-            degenerate_gap=cfg.degenerate_gap,
-            channel_axis=residual_axis(item.matrix) if cfg.channel_energy else None,
+            frame,
+            MatrixSettings.of(cfg, prepared),
+            timer,
         )
         return res, frame_is_new
 
@@ -299,7 +270,7 @@ class _Pipeline:
             "null_stored": "null" in arrays,
             "null_kept": null_kept,
             **({"channels": {"side": side(m.module), "axis": residual_axis(m)}} if "channel_energy" in arrays else {}),
-            "metrics": {**res.metrics.as_row(), **item.sparsity},
+            "metrics": res.metrics.as_row(),
         }
         self.store.write_matrix(m.name, arrays, attrs, array_attrs, timer=self.timer)
 
@@ -324,12 +295,6 @@ def _store_arrays(
         arrays["channel_energy"] = res.channel_energy.cpu().numpy()
         array_attrs["channel_energy"] = {"components": list(COMPONENTS)}
     return arrays, array_attrs, null_kept
-
-
-def _sigma_only(res: MatrixResult) -> MatrixResult:
-    """The writer needs only σ of a cached frame: U and V are not kept alive."""
-    r = res.frame.rank
-    return replace(res, frame=Frame(U=res.frame.U.new_empty(0, r), S=res.frame.S, V=res.frame.V.new_empty(0, r)))
 
 
 def stream_matrices(
@@ -387,7 +352,7 @@ class _Tally:
         (waiting on them surfaces the writer's errors)."""
         m, cfg = item.matrix, pipe.cfg
         self.reused += int(not frame_is_new)
-        bad = _nonfinite_result(res, m.name, cfg.compute_dtype)
+        bad = res.nonfinite(m.name, cfg.compute_dtype)
         if bad:  # finite inputs can still overflow (|W1 − W0| beyond the compute dtype): never stored
             self.skipped([bad], m.name, progress, "non-finite result")
             return
@@ -395,7 +360,7 @@ class _Tally:
             while len(self.in_flight) >= queued:
                 self.in_flight.pop(0).result()
         if not frame_is_new:
-            res = _sigma_only(res)
+            res = res.sigma_only()
         self.in_flight.append(writer.submit(pipe.write, item, res, frame_is_new))
         self.computed += 1
         progress.advance(m.name)

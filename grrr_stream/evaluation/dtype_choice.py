@@ -12,7 +12,7 @@ in bf16 already (W0 + ΔW = W1 rounds to itself); with wider checkpoints it is j
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -102,20 +102,39 @@ class EngineChoice:
 
 
 def resolve_engine_dtype(
-    transition: StoredTransition, specs: Sequence[VariantSpec], engine: EngineSettings
+    transition: StoredTransition,
+    specs: Sequence[VariantSpec],
+    engine: EngineSettings,
+    last_step: Optional[StoredTransition] = None,
 ) -> EngineChoice:
-    """The engine dtype of evaluating ``specs`` of ``transition``: the setting itself unless it is 'auto'."""
+    """The engine dtype of evaluating ``specs`` of ``transition``: the setting itself unless it is 'auto'.
+
+    ``last_step``: for a transition from the base to a model trained from an intermediate one, the store of that
+    last step (intermediate → W1). Its parts are judged too: an RL step on top of an SFT model is small against the
+    cumulative update, so the cumulative parts can keep 99.9 % of their energy in bf16 while the RL step inside them
+    is rounded away (bf16(W1) falls back towards the intermediate model)."""
     if engine.dtype != "auto":
         return EngineChoice(engine.dtype, engine.dtype, "set in the engine settings")
     began = time.monotonic()
     needed = evaluated_parts(specs, _narrow_checkpoints(transition))
     survival, source = transition_survival(transition, NARROW, sorted(needed)) if needed else ({}, "")
+    if needed and last_step is not None:
+        step, step_source = transition_survival(last_step, NARROW, sorted(needed))
+        label = f"of the last step {_model_name(last_step, 'base_folder')} → {_model_name(last_step, 'post_folder')}"
+        for c, share in step.items():
+            survival[f"{c} {label}"] = replace(share, component=f"{c} {label}")
+            needed[f"{c} {label}"] = needed[c]
+        source = source if step_source == source else f"{source}, last step {step_source}"
     dtype, reason = choose_engine_dtype(survival, engine.auto_min_energy, needed)
     parts = {
         c: {"kept": s.kept, "worst_matrix": s.worst_matrix, "worst_kept": s.worst_kept, "variants": needed[c]}
         for c, s in survival.items()
     }
     return EngineChoice("auto", dtype, reason, engine.auto_min_energy, parts, source, time.monotonic() - began)
+
+
+def _model_name(transition: StoredTransition, side: str) -> str:
+    return Path(transition.manifest[side]).name
 
 
 def _narrow_checkpoints(transition: StoredTransition) -> bool:

@@ -96,6 +96,8 @@ class SequentialRun:
             chunk=s.chunk,
             precision_points=s.precision_points,
             alpha=1 - s.level,
+            sequence=s.sequence,
+            retention_points=s.retention_precision_pct.get(name),
         )
 
     def answer(self, name: str, end: int) -> None:
@@ -177,7 +179,9 @@ class SequentialRun:
         results = {n: self._results(n, used[n]) for n in self.names}
         alpha = 1 - self.settings.level
         retention = {
-            n: retention_interval(self.order, self.values(n)[: used[n]], full[: used[n]], alpha=alpha)
+            n: retention_interval(
+                self.order, self.values(n)[: used[n]], full[: used[n]], alpha=alpha, sequence=self.settings.sequence
+            )
             for n in self.others
         }
         decisions[REFERENCE] = Decision(used[REFERENCE], "reference", 0.0, 0.0, 0.0)

@@ -106,6 +106,8 @@ class SequentialSettings(StrictModel):
     chunk: int = Field(64, ge=1)  # problems between two looks at the sequences
     level: float = Field(0.95, gt=0.5, lt=1.0)
     precision_points: float = Field(2.0, gt=0.0)
+    # the confidence sequence: the hedged betting one (narrower), or the empirical-Bernstein closed form
+    sequence: Literal["betting", "eb"] = "betting"
     # the engine takes the variants in rounds: each round's answered prefix this many times the last, so that a
     # variant is loaded a few times (log of the problems), not once a chunk
     growth: float = Field(2.0, ge=1.25)
@@ -121,6 +123,14 @@ class SequentialSettings(StrictModel):
     retention_pct: dict[str, tuple[float, ...]] = Field(
         default_factory=lambda: {"offnull": (95.0, 92.0), "diag": (25.0,)}
     )
+    # variant → percent: the variant stops only once its retention is within about ±that (its difference's
+    # half-width over full's score), for claims on medians of retention over transitions
+    retention_precision_pct: dict[str, float] = Field(default_factory=dict)
+
+    def key_fields(self) -> dict:
+        """The settings as result keys hold them: every one, the sequence included. (Keys made when the only
+        sequence was the empirical-Bernstein one held none; they must not read as the betting sequence's.)"""
+        return self.model_dump(mode="json")
 
     def thresholds(self, variant: str):
         """The :class:`~grrr_stream.stats.sequential.Thresholds` of ``variant`` (none: it stops on precision)."""
@@ -166,11 +176,7 @@ class EvaluationOptions(StrictModel):
         ``materialize`` and the engine's memory knobs change none; ``lenient`` and sampling are left out while
         off (greedy), and the design while fixed, so that keys of results made before they existed stay as they were."""
         sampling = self.sampling.key_fields()
-        design = (
-            {"design": self.design, "sequential": self.sequential.model_dump(mode="json")}
-            if self.design != "fixed"
-            else {}
-        )
+        design = {"design": self.design, "sequential": self.sequential.key_fields()} if self.design != "fixed" else {}
         return {
             "limit": self.limit,
             **({"lenient": True} if self.lenient else {}),

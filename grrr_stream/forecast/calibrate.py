@@ -2,10 +2,10 @@
 
 The decomposition rate is :func:`.work.decompose_flops` of a shape over the seconds that work (thin SVD,
 singular values, projection and null residual, in torch as the kernel does it) takes on a random pair of
-that shape; the product rate
-is that of a float32 m×n by n×n product. Both are measured at the sweep's largest matrix shape when its
-decomposition fits in the budget (a few seconds), else at the largest halved copy of it that does (same
-aspect ratio; see :func:`calibrate`): the result says which. On the GPU when torch sees one.
+that shape, measured at the sweep's largest matrix shape when its decomposition fits in the budget (a few
+seconds), else at the largest halved copy of it that does (same aspect ratio; see :func:`calibrate`): the
+result says which. The product rate is that of a float32 GEMM_SIDE-square product. On the GPU when torch
+sees one.
 
 Two rates for the residual-channel units, always on the CPU (the calibration forward pass of ``grrr-stream
 channels`` runs there, GPU or not): ``forward_flops_s``, a float32 product of 256 token rows (one default
@@ -14,8 +14,8 @@ layer's linear maps do (not at the ladder's shape: a small product runs far belo
 ``null_cells_s``, channel × draw × group cells per second of the count-matched null of
 :mod:`grrr_stream.channels.enrichment` (one block of draws at 1024 channels and 10 groups).
 
-Surviving a busy machine (issue 34: a 272×80 product timed once under load gave 0.218 GFLOP/s, and a 1.5B
-evaluation was forecast at 215,007 h): the product rate is timed on a compute-bound 1024×1024×1024 product,
+Surviving a busy machine (a small product timed once under load can run a thousand times below the rate,
+and every forecast made from it with it): the product rate is timed on a compute-bound 1024×1024×1024 product,
 the best of GEMM_REPEATS; the load average is read against the cores first (:func:`load_state`); and each
 rate is checked against what the device's figures lead one to expect (:func:`expected_rates`: the CPU's
 nominal peak from :mod:`.devices`, or a GPU's datasheet row) — a rate off by more than REFUSE_FACTOR either
@@ -120,12 +120,6 @@ def _time_decompose(shape: tuple[int, int]) -> float:
 GEMM_SIDE = 1024  # the timed product: 1024×1024 by 1024×1024, 2.1 GFLOP (compute-bound on any CPU)
 GEMM_REPEATS = 5  # the best of these: a shared core stalls some of them
 REFUSE_FACTOR = 10.0  # a measured rate further than this from the device's figure is refused
-
-
-def gemm_shape(largest: Sequence[int]) -> tuple[int, int]:
-    """The product's shape: GEMM_SIDE square (the sweep's own matrices are larger still, never smaller than
-    this in a real model; a 272×80 product runs far below the rate)."""
-    return GEMM_SIDE, GEMM_SIDE
 
 
 def _time_gemm(shape: tuple[int, int]) -> float:
@@ -267,6 +261,25 @@ def ladder(largest: Sequence[int], smallest_side: int = 256) -> list[tuple[int, 
     return out[::-1]
 
 
+def _climb_ladder(
+    largest: Sequence[int], time_decompose: Callable, t0: float, budget_s: float
+) -> tuple[tuple[int, int], float]:
+    """(shape, rate) of the best decomposition rate up :func:`ladder`, while the next step fits the budget."""
+    steps = ladder(largest)
+    time_decompose(steps[0])  # first call: kernels loaded, threads started
+    shape, dec = steps[0], 0.0
+    for step in steps:
+        if dec and time.perf_counter() - t0 + work.decompose_flops(step) / dec > budget_s:
+            break
+        seconds = time_decompose(step)
+        if seconds < 1.0:  # once more, the faster of two: a core shared with other work stalls a run at times
+            seconds = min(seconds, time_decompose(step))
+        rate = work.decompose_flops(step) / max(seconds, 1e-9)
+        if rate >= dec:  # the best rate seen, and its shape (a step stalled by other work does not count)
+            shape, dec = step, rate
+    return shape, dec
+
+
 def calibrate(
     largest: Sequence[int],
     *,
@@ -303,19 +316,9 @@ def calibrate(
         )
     load, cores, loaded = load_state(timers["load"])
     t0 = time.perf_counter()
-    steps = ladder(largest)
-    timers["decompose"](steps[0])  # first call: kernels loaded, threads started
-    shape, dec = steps[0], 0.0
-    for step in steps:
-        if dec and time.perf_counter() - t0 + work.decompose_flops(step) / dec > budget_s:
-            break
-        seconds = timers["decompose"](step)
-        if seconds < 1.0:  # once more, the faster of two: a core shared with other work stalls a run at times
-            seconds = min(seconds, timers["decompose"](step))
-        rate = work.decompose_flops(step) / max(seconds, 1e-9)
-        if rate >= dec:  # the best rate seen, and its shape (a step stalled by other work does not count)
-            shape, dec = step, rate
-    gm, gn = gemm_shape(largest)
+    shape, dec = _climb_ladder(largest, timers["decompose"], t0, budget_s)
+    # GEMM_SIDE square: a real model's matrices are never smaller, and a small product runs far below the rate
+    gm, gn = GEMM_SIDE, GEMM_SIDE
     gemm = 2.0 * gm * gn * gn / max(min(timers["gemm"]((gm, gn)) for _ in range(GEMM_REPEATS)), 1e-9)
     fm, fn = forward_shape(largest)
     forward = 2.0 * FORWARD_TOKENS * fm * fn / max(min(timers["forward"]((fm, fn)) for _ in range(3)), 1e-9)

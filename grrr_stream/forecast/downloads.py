@@ -39,9 +39,9 @@ TABLE: dict[str, Stored] = {
     # C1: Qwen2.5-Math-1.5B chain
     "Qwen/Qwen2.5-Math-1.5B": Stored("bfloat16", "config", "Qwen2.5 releases are bf16"),
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": Stored("bfloat16", "config", _R1, untied=True),
-    # issue 34 (from the Hub's file listing): "DeepScaleR-1.5B is published in float32 (7.1 GB)"
+    # the Hub's file listing: DeepScaleR-1.5B is published in float32 (7.1 GB)
     "agentica-org/DeepScaleR-1.5B-Preview": Stored(
-        "float32", "published", "issue 34: float32, 7.1 GB on the Hub", published_bytes=7_100_000_000, untied=True
+        "float32", "published", "the Hub's file listing: float32, 7.1 GB", published_bytes=7_100_000_000, untied=True
     ),
     "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B": Stored("float32", "assumed", _VERL, untied=True),
     # C2/C4: Qwen3-8B

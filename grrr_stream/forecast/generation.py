@@ -6,7 +6,8 @@ context (compute): its time is the larger of the two, so a small batch is bandwi
 compute-bound (a roofline; the efficiencies ``Device.mbu`` and MFU of :mod:`.devices`). How many sequences run at once:
 ``max_num_seqs`` (vLLM's default 256 when the config does not set it), the sequences there are, and what the
 KV cache holds when every answer is ``max_tokens`` long (the caller's: the expected answer length of
-:mod:`.answers`, or ``max_new_tokens`` for the upper bound) — the cache being ``gpu_memory_utilization`` of the device's memory less the weights
+:mod:`.answers`, or ``max_new_tokens`` for the upper bound) — the cache being ``gpu_memory_utilization`` of the
+device's memory less the weights
 and an activation reserve on a GPU, ``cpu_kv_cache_gib`` on a CPU. Sequences run in waves of that batch; a
 prefill of the prompts at the compute rate comes first.
 """

@@ -1,6 +1,6 @@
 """Per residual channel, the energy each component of one matrix's update puts on that channel.
 
-Every decomposed matrix reads the residual stream or writes it (issue 24). A *reader* (q/k/v and fused
+Every decomposed matrix reads the residual stream or writes it. A *reader* (q/k/v and fused
 qkv, gate/up and fused gate_up, MoE experts' gate/up — Mixtral's w1/w3 — and the routers) takes the
 residual stream as its input: its residual channel j is column j of W (torch's Linear layout, out×in).
 A *writer* (o, down, Mixtral's w2) adds its output to the stream: channel i is row i of W. A slice of a

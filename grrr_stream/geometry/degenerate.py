@@ -24,7 +24,7 @@ cluster's vectors; their rotation is applied to the float32 cluster columns, whi
 
 Where that error estimate is not below ``accuracy`` times the cluster's smallest inner gap (an exactly
 degenerate pair, a crowded spectrum, windows too many to be cheap), the caller falls back to the
-float64 SVD of the whole matrix, as before.
+float64 SVD of the whole matrix.
 """
 
 from __future__ import annotations

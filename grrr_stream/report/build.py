@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Optional
 
 from ..files import atomic_write_text
-from ..sweep.kinds import TABLES
+from ..stats.run import COMPARISONS_TABLE
+from ..sweep.kinds import TABLES, decompose
+from ..sweep.kinds import claims as claims_kind
 from ..sweep.rows import UNITS_TABLE
 from . import figures as figs
 from . import tables as tbl
+from .channels import channel_tables
 from .paper_claims import PAPER
 
 PAGE = "index.html"
@@ -43,7 +46,7 @@ def write_html(
         tr = plan.transitions.get(str(row.get("transition", "")).split(" [")[0])
         return tr.method if tr is not None else row.get("method")
 
-    shown = figs.figures(report, report.matrices, folder / "figures")
+    shown = figs.figures(report, decompose.matrix_rows(report), folder / "figures")
     extras = _extra_tables(folder)
     loose = figs.loose_images(folder, {f.path.resolve() for f in shown})
     context = {
@@ -54,7 +57,7 @@ def write_html(
         "paper": PAPER,
         "verdicts": _verdicts(report, plan, method_of, sft),
         "paper_tables": tbl.paper_tables(report, method_of, sft) + tbl.comparison_table(report),
-        "other_tables": tbl.other_tables(report, method_of, sft),
+        "other_tables": channel_tables(report) + tbl.other_tables(report, method_of, sft) + tbl.kind_tables(report),
         "claims": _claims(report, plan),
         "key_figures": [f for f in shown if f.id in figs.KEY],
         "figures": [f for f in shown if f.id not in figs.KEY],
@@ -100,11 +103,12 @@ def _verdicts(report, plan, method_of, sft) -> list:
     from ..stats.claims_sets import method_group
     from .verdict import verdicts
 
-    suite = report.claims.get("") or next(iter(report.claims.values()), {"claims": []})
+    summaries = claims_kind.summaries(report)
+    suite = summaries.get("") or next(iter(summaries.values()), {"claims": []})
     return verdicts(
         suite["claims"],
-        report.transitions,
-        report.comparisons,
+        report.rows(decompose.TABLE),
+        report.rows(COMPARISONS_TABLE),
         group_of=lambda r: method_group(method_of(r), sft),
         steps=steps_of(plan),
         level=plan.config.claims.level,
@@ -118,7 +122,7 @@ def _claims(report, plan) -> list[dict]:
 
     c = plan.config.claims
     out = []
-    for suite, s in report.claims.items():
+    for suite, s in claims_kind.summaries(report).items():
         notes = sorted({r["resampling"] for r in s["claims"] if r["resampling"] != "joint"})
         out.append(
             {
@@ -210,7 +214,7 @@ def _settings_hashes(report) -> list[dict]:
     from ..store.transition_store import TransitionStore
 
     out = []
-    for r in report.transitions:
+    for r in report.rows(decompose.TABLE):
         ident = (TransitionStore.read_manifest(Path(str(r["store"]))) or {}).get("identity", {})
         out.append({"transition": r["transition"], "store": r["store"], **{k: ident[k] for k in sorted(ident)}})
     return out

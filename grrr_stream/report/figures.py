@@ -17,6 +17,7 @@ from typing import Optional
 from .. import plots
 from ..stats.run import COSINES_FIGURE, NORMS_FIGURE
 from ..sweep.kinds import channel_stats, decompose
+from ..sweep.kinds.claims import FILES as CLAIM_FILES
 
 
 @dataclass
@@ -58,7 +59,8 @@ SWEEP_FIGURES = {
         "fig-channels",
         "Outlier channels per layer, SFT vs RL",
         "Per decoder layer, the share of each component's ‖ΔW‖² on W0's outlier residual "
-        "channels (shades of blue SFT, of red RL, one per transition; dashed: a transition that is not one training step, "
+        "channels (shades of blue SFT, of red RL, one per transition; dashed: a transition that is not one training "
+        "step, "
         "e.g. base → grandchild); dotted: the channels' own share.",
     ),
 }
@@ -90,7 +92,8 @@ def figures(report, rows_by_transition: dict, folder: Path) -> list[Figure]:
                     folded=True,
                 )
             )
-    if report.differences:
+    differences, transitions = report.rows(CLAIM_FILES["differences"]), report.rows(decompose.TABLE)
+    if differences:
         out.append(
             Figure(
                 "fig-accuracy",
@@ -98,10 +101,10 @@ def figures(report, rows_by_transition: dict, folder: Path) -> list[Figure]:
                 "Score (%, unweighted mean over benchmarks) of "
                 "each variant; whiskers: the paired bootstrap 95 % CI over problems of its difference to "
                 "full, drawn around its score (full's own is zero-width) and clipped to 0–100 %.",
-                plots.accuracy_bars(report.differences, folder / "accuracy.png"),
+                plots.accuracy_bars(differences, folder / "accuracy.png"),
             )
         )
-    beyond = _beyond_columns(report.transitions)
+    beyond = _beyond_columns(transitions)
     if beyond:
         out.append(
             Figure(
@@ -110,7 +113,7 @@ def figures(report, rows_by_transition: dict, folder: Path) -> list[Figure]:
                 "Update sparsity (pooled over the transition's entries), "
                 "the share of ‖ΔW‖² in the top-k block of P and the energy of each component kept "
                 "through 16-bit rounding (means over matrices).",
-                plots.grouped_fractions(report.transitions, beyond, folder / "beyond.png"),
+                plots.grouped_fractions(transitions, beyond, folder / "beyond.png"),
             )
         )
     return out

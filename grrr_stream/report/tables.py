@@ -9,15 +9,15 @@ Rows are grouped SFT / RL by the child's post-training method as the claims grou
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
+from ..geometry.analyses import analysis_columns
 from ..stats.claims_sets import method_group
 from ..stats.run import COMPARISONS_TABLE
-from ..sweep.kinds import channel_stats, channels, decompose
-from ..sweep.kinds.channel_groups import SFT_RL_TABLE
+from ..sweep.kinds import decompose
 from ..sweep.kinds.claims import FILES as CLAIM_FILES
-from ..sweep.kinds.evaluate_report import REPORT_FILES as FILES
+from ..sweep.kinds.evaluate.rows import REPORT_FILES as FILES
 
 Row = dict
 
@@ -273,14 +273,13 @@ TABLE34 = (
     "r_delta_mean",
 )
 TABLE7 = ("transition", "kind", "f_diag_mean", "f_off_mean", "f_null_mean", "r_delta_mean")
-BEYOND_PREFIX = ("frac_", "band", "angle", "bfloat16_kept_", "float16_kept_", "sparsity_compare")
 PAPER_VARIANTS = ("base", "full", "diag", "off", "null", "offnull")
 
 
 def paper_tables(report, method_of: Callable[[Row], Optional[str]], sft: Sequence[str]) -> list[Table]:
     """In the paper's order: Tables 3/4, 5/6 (the paper's layout, then retention with the paired CIs), 7, 8;
     the accuracy per benchmark and the sampled metrics folded after them."""
-    trs = report.transitions
+    trs = report.rows(decompose.TABLE)
     tables = []
     if trs:
         cols = columns_of(trs, TABLE34)
@@ -335,67 +334,73 @@ def _after(tables: list[Table], ids: Sequence[str]) -> int:
     return where[-1] + 1 if where else 0
 
 
-def _evaluation_tables(report, method_of, sft) -> list[Table]:
+def _retention_tables(retention: list[Row], differences: list[Row], method_of, sft) -> list[Table]:
+    """Tables 5/6: the paper's layout, then retention with the paired differences of each variant."""
     tables = []
-    if report.retention:
-        # the paper's layout: one row per transition, the five-benchmark average of each variant
-        variants = list(dict.fromkeys(r["variant"] for r in report.retention))
-        order = [v for v in PAPER_VARIANTS if v in variants] + [v for v in variants if v not in PAPER_VARIANTS]
-        at = {(r["transition"], r["variant"]): i for i, r in enumerate(report.retention)}
-        first = {}
-        for i, r in enumerate(report.retention):
-            first.setdefault(r["transition"], (i, r))
-        groups: dict[str, list] = {"SFT": [], "RL": [], "no method": []}
-        src = FILES["retention"]
-        for t, (i0, r0) in first.items():
-            cells = [Cell(t, f"{src}#{i0}:transition"), Cell(r0.get("kind"), f"{src}#{i0}:kind")]
-            for v in order:
-                i = at.get((t, v))
-                cells.append(
-                    Cell(report.retention[i]["average"], f"{src}#{i}:average") if i is not None else Cell(None)
-                )
-            groups[method_group(method_of(r0), sft) or "no method"].append(cells)
-        tables += split(
-            Table(
-                "table56",
-                "Tables 5/6 — causal decomposition: accuracy per variant",
-                "Score (%): unweighted mean over benchmarks, as the paper's Tables 5 (SFT) and 6 (RL).",
-                ["transition", "kind"] + [VARIANT_LABELS.get(v, v) for v in order],
-                [(g, rs) for g, rs in groups.items() if rs],
+    # the paper's layout: one row per transition, the five-benchmark average of each variant
+    variants = list(dict.fromkeys(r["variant"] for r in retention))
+    order = [v for v in PAPER_VARIANTS if v in variants] + [v for v in variants if v not in PAPER_VARIANTS]
+    at = {(r["transition"], r["variant"]): i for i, r in enumerate(retention)}
+    first = {}
+    for i, r in enumerate(retention):
+        first.setdefault(r["transition"], (i, r))
+    groups: dict[str, list] = {"SFT": [], "RL": [], "no method": []}
+    src = FILES["retention"]
+    for t, (i0, r0) in first.items():
+        cells = [Cell(t, f"{src}#{i0}:transition"), Cell(r0.get("kind"), f"{src}#{i0}:kind")]
+        for v in order:
+            i = at.get((t, v))
+            cells.append(Cell(retention[i]["average"], f"{src}#{i}:average") if i is not None else Cell(None))
+        groups[method_group(method_of(r0), sft) or "no method"].append(cells)
+    tables += split(
+        Table(
+            "table56",
+            "Tables 5/6 — causal decomposition: accuracy per variant",
+            "Score (%): unweighted mean over benchmarks, as the paper's Tables 5 (SFT) and 6 (RL).",
+            ["transition", "kind"] + [VARIANT_LABELS.get(v, v) for v in order],
+            [(g, rs) for g, rs in groups.items() if rs],
+        ),
+        2,
+    )
+    diffs = {
+        (d["transition"] + ("" if d["suite"] == "main" else f" [{d['suite']}]"), d["variant"]): (i, d)
+        for i, d in enumerate(differences)
+    }
+    dcols = columns_of(differences, ("minus_full", "minus_proj", "problems"))
+    sequential = any(d.get("interval") == "anytime-valid" for d in differences)
+
+    def paired(_i: int, r: Row) -> list[Cell]:
+        j, d = diffs.get((r["transition"], r["variant"]), (None, {}))
+        return [cell(d, j, CLAIM_FILES["differences"], c) for c in dcols]
+
+    cols = columns_of(retention, ("transition", "variant", "retention_pct", "retention_proj_pct"))
+    tables.append(
+        Table(
+            "table56-retention",
+            "Tables 5/6 — retention and the paired differences",
+            "Retention = 100 · score / Full (and / proj); − Full, − proj: the difference in points "
+            "with its paired bootstrap 95 % CI over the transition's problems (differences.csv)."
+            + (
+                " Rows of a sequential suite: its anytime-valid 95 % interval over the problems the "
+                "variant answered (problems), against Full only."
+                if sequential
+                else ""
             ),
-            2,
+            [c.label for c in cols] + [c.label for c in dcols],
+            grouped(retention, FILES["retention"], cols, method_of, sft, paired),
         )
-        diffs = {
-            (d["transition"] + ("" if d["suite"] == "main" else f" [{d['suite']}]"), d["variant"]): (i, d)
-            for i, d in enumerate(report.differences)
-        }
-        dcols = columns_of(report.differences, ("minus_full", "minus_proj", "problems"))
-        sequential = any(d.get("interval") == "anytime-valid" for d in report.differences)
+    )
+    return tables
 
-        def paired(_i: int, r: Row) -> list[Cell]:
-            j, d = diffs.get((r["transition"], r["variant"]), (None, {}))
-            return [cell(d, j, CLAIM_FILES["differences"], c) for c in dcols]
 
-        cols = columns_of(report.retention, ("transition", "variant", "retention_pct", "retention_proj_pct"))
-        tables.append(
-            Table(
-                "table56-retention",
-                "Tables 5/6 — retention and the paired differences",
-                "Retention = 100 · score / Full (and / proj); − Full, − proj: the difference in points "
-                "with its paired bootstrap 95 % CI over the transition's problems (differences.csv)."
-                + (
-                    " Rows of a sequential suite: its anytime-valid 95 % interval over the problems the "
-                    "variant answered (problems), against Full only."
-                    if sequential
-                    else ""
-                ),
-                [c.label for c in cols] + [c.label for c in dcols],
-                grouped(report.retention, FILES["retention"], cols, method_of, sft, paired),
-            )
-        )
-    if report.removal:
+def _evaluation_tables(report, method_of, sft) -> list[Table]:
+    retention, removal, accuracy, sampled = (
+        report.rows(FILES[k]) for k in ("retention", "removal", "accuracy", "sampled")
+    )
+    tables = _retention_tables(retention, report.rows(CLAIM_FILES["differences"]), method_of, sft) if retention else []
+    if removal:
         cols = columns_of(
-            report.removal,
+            removal,
             (
                 "transition",
                 "kind",
@@ -417,22 +422,22 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
                 "Scores (%); Δ = remove − Full (points; negative when removal hurts); vs proj: against "
                 "proj (removal.csv).",
                 [c.label for c in cols],
-                grouped(report.removal, FILES["removal"], cols, method_of, sft),
+                grouped(removal, FILES["removal"], cols, method_of, sft),
             )
         )
-    if report.accuracy:
-        cols = columns_of(report.accuracy, [k for k in report.accuracy[0] if k not in ("from", "to")])
+    if accuracy:
+        cols = columns_of(accuracy, [k for k in accuracy[0] if k not in ("from", "to")])
         t = Table(
             "accuracy",
             "Accuracy per benchmark",
             "Per variant: the table metric per benchmark (%), its average, and answer diagnostics.",
             [c.label for c in cols],
-            grouped(report.accuracy, FILES["accuracy"], cols, method_of, sft),
+            grouped(accuracy, FILES["accuracy"], cols, method_of, sft),
             folded=True,
         )
         tables += split(t, 2)
-    if report.sampled:
-        cols = columns_of(report.sampled, [k for k in report.sampled[0] if k not in ("from", "to")])
+    if sampled:
+        cols = columns_of(sampled, [k for k in sampled[0] if k not in ("from", "to")])
         tables += split(
             Table(
                 "sampled",
@@ -441,7 +446,7 @@ def _evaluation_tables(report, method_of, sft) -> list[Table]:
                 "unbiased pass@k and maj@k (majority vote over equivalent answers), in percent, from "
                 "each evaluation's metrics.csv.",
                 [c.label for c in cols],
-                grouped(report.sampled, FILES["sampled"], cols, method_of, sft),
+                grouped(sampled, FILES["sampled"], cols, method_of, sft),
                 folded=True,
             ),
             2,
@@ -456,95 +461,23 @@ def _plain(
     return cols, [("", [c for _, c in _cells(rows, source, cols)])]
 
 
-def channel_tables(report) -> list[Table]:
-    """Residual channels: SFT vs RL, each transition's shares (all matrices, readers, writers) and the
-    analysed models' outlier sets (sweep/kinds/channels.py, channel_stats.py, channel_groups.py)."""
-    tables = []
-    if report.channels_sft_rl:
-        cols, body = _plain(
-            report.channels_sft_rl, SFT_RL_TABLE, list(report.channels_sft_rl[0]), {"ratio": ("ci_lo", "ci_hi")}
-        )
-        tables += split(
-            Table(
-                "channels-sft-rl",
-                "Outlier residual channels — SFT vs RL",
-                "Share of each component's ‖ΔW‖² on W0's outlier channels (label-free rule) next to "
-                "their share of channels, and the enrichment ratio; means over each group's training "
-                "steps (by method); for the mean ratio, a 95 % bootstrap interval over matrices "
-                "(resampled jointly across the group's steps) and a p against count-matched random "
-                "channel sets pooled over the group (channels_sft_rl.csv).",
-                [c.label for c in cols],
-                body,
-            ),
-            1,
-        )
-    if report.channels:
-        keep = [(i, r) for i, r in enumerate(report.channels) if r["group"] in ("all", "reader", "writer")]
-        cols = columns_of(
-            report.channels,
-            (
-                "transition",
-                "kind",
-                "method",
-                "group",
-                "component",
-                "channels",
-                "hidden",
-                "channel_share",
-                "energy_share",
-                "ratio",
-                "null_q975",
-                "p_value",
-                "post_jaccard",
-            ),
-            {"ratio": ("ci_lo", "ci_hi")},
-        )
-        rows = [[cell(r, i, channel_stats.TABLE, c) for c in cols] for i, r in keep]
-        tables += split(
-            Table(
-                "channels",
-                "Outlier channels per transition",
-                "All matrices, readers (residual = input) and writers (residual = output); per module in channels.csv.",
-                [c.label for c in cols],
-                [("", rows)],
-                folded=True,
-            ),
-            1,
-        )
-    if report.channel_models:
-        cols, body = _plain(report.channel_models, channels.TABLE, list(report.channel_models[0]))
-        tables += split(
-            Table(
-                "channel-models",
-                "Outlier channels per model",
-                "Channels the rule selects (fraction against the paper's ~5 %), the weight proxy's "
-                "Jaccard overlap, calibration perplexity and, when run, the ablation "
-                "(channel_models.csv).",
-                [c.label for c in cols],
-                body,
-                folded=True,
-            ),
-            1,
-        )
-    return tables
-
-
 def comparison_table(report) -> list[Table]:
     """Figures 4–5 as numbers: each comparison's median cosine with its CI over matrices, the isotropic band, the
     null test's p and what the two say together (:func:`grrr_stream.plots.cosine_label`), and the update norms."""
     from ..plots import cosine_label, p_text
 
-    if not report.comparisons:
+    comparisons = report.rows(COMPARISONS_TABLE)
+    if not comparisons:
         return []
     cols = columns_of(
-        report.comparisons,
+        comparisons,
         ("label", "kind", "median_cos_off", "n_matrices", "norm_sft", "norm_incr", "norm_cum"),
         {"median_cos_off": ("ci_lo", "ci_hi")},
     )
     band = Col("null_lo", "isotropic band ±2σ")
     cols.insert(next((k + 1 for k, c in enumerate(cols) if c.key == "median_cos_off"), len(cols)), band)
     rows = []
-    for i, r in enumerate(report.comparisons):
+    for i, r in enumerate(comparisons):
         cells = []
         for c in cols:
             if c is band:
@@ -573,11 +506,12 @@ def comparison_table(report) -> list[Table]:
 
 
 def other_tables(report, method_of, sft) -> list[Table]:
-    """Residual channels, the informative set, the beyond-the-paper means, the claims' rows (folded)."""
-    tables = channel_tables(report)
-    if report.informative:
+    """The informative set, the beyond-the-paper means, the claims' rows (folded)."""
+    tables: list[Table] = []
+    informative, claim_rows = report.rows(CLAIM_FILES["informative"]), report.rows(CLAIM_FILES["claims"])
+    if informative:
         cols, body = _plain(
-            report.informative,
+            informative,
             CLAIM_FILES["informative"],
             (
                 "suite",
@@ -603,11 +537,11 @@ def other_tables(report, method_of, sft) -> list[Table]:
             ),
             2,
         )
-    trs = report.transitions
-    beyond = [c for c in (trs[0] if trs else {}) if c.startswith(BEYOND_PREFIX)]
+    trs = report.rows(decompose.TABLE)
+    beyond = list(analysis_columns(trs[0] if trs else {}, "report"))
     if beyond:
         tables += [
-            dataclasses_replace(t, folded=True)
+            replace(t, folded=True)
             for t in transposed(
                 "beyond",
                 "Beyond the paper",
@@ -619,10 +553,10 @@ def other_tables(report, method_of, sft) -> list[Table]:
                 beyond,
             )
         ]
-    if report.claim_rows:
+    if claim_rows:
         cols, body = _plain(
-            report.claim_rows,
-            CLAIM_FILES["claim_rows"],
+            claim_rows,
+            CLAIM_FILES["claims"],
             (
                 "suite",
                 "set",
@@ -651,10 +585,13 @@ def other_tables(report, method_of, sft) -> list[Table]:
     return tables
 
 
-def dataclasses_replace(t: Table, **kw) -> Table:
-    import dataclasses
-
-    return dataclasses.replace(t, **kw)
+def kind_tables(report) -> list[Table]:
+    """The kinds' own tables (those with a title: :class:`grrr_stream.sweep.rows.TableRows`), each as it is."""
+    return [
+        replace(part, folded=t.folded)
+        for t in report.titled
+        for part in plain_table("kind-" + t.name.rsplit(".", 1)[0].replace("_", "-"), t.title, t.note, t.rows, t.name)
+    ]
 
 
 def plain_table(tid: str, title: str, note: str, rows: Sequence[Row], source: str) -> list[Table]:

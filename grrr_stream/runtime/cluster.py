@@ -20,7 +20,6 @@ from typing import Any, Optional
 
 from ..errors import ConfigError
 
-IN_PROCESS = ("threads", "synchronous")
 # Dask resources a worker declares (dask worker ... --resources "GPU=1,GPU_MEMORY_GIB=80"), held by a task while
 # it runs; what a sweep unit asks of them: grrr_stream/sweep/resources.py
 GPU = "GPU"  # the worker's GPUs (count)

@@ -60,7 +60,8 @@ class TransitionScores:
     def score(self, variant: str) -> float:
         return float(self.point[self.variants.index(variant)])
 
-    def rep(self, variant: str) -> np.ndarray:
+    def replicates(self, variant: str) -> np.ndarray:
+        """The bootstrap replicates of one variant's score."""
         return self.reps[:, self.variants.index(variant)]
 
 
@@ -130,7 +131,7 @@ def difference_rows(ts: TransitionScores, *, level: float = 0.95) -> list[dict]:
         for ref in REFERENCES:
             if not ts.has(ref):
                 continue
-            lo, hi = interval(ts.rep(v) - ts.rep(ref), level)
+            lo, hi = interval(ts.replicates(v) - ts.replicates(ref), level)
             row[f"minus_{ref}"] = ts.score(v) - ts.score(ref)
             row[f"minus_{ref}_ci_lo"], row[f"minus_{ref}_ci_hi"] = lo, hi
         for ref in ("full", "proj"):
@@ -156,7 +157,7 @@ def informative_rows(
         row: dict = {"transition": ts.transition, "kind": ts.kind}
         if ts.has("full") and ts.has("base"):
             gain = ts.score("full") - ts.score("base")
-            lo, hi = interval(ts.rep("full") - ts.rep("base"), level)
+            lo, hi = interval(ts.replicates("full") - ts.replicates("base"), level)
             informative = is_informative(ts, informative_points)
             row.update(
                 gain=gain,
@@ -167,7 +168,7 @@ def informative_rows(
             )
         if ts.has("full") and ts.has("proj"):
             d = ts.score("full") - ts.score("proj")
-            lo, hi = interval(ts.rep("full") - ts.rep("proj"), level)
+            lo, hi = interval(ts.replicates("full") - ts.replicates("proj"), level)
             row.update(full_minus_proj=d, full_minus_proj_ci_lo=lo, full_minus_proj_ci_hi=hi)
         row["problems"] = sum(ts.n_problems.values())
         rows.append(row)

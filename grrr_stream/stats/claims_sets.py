@@ -160,8 +160,8 @@ def _row(stat, set_name, group, v, ref, threshold, fn, scores, reps, have, cs, s
     value = int(value) if stat in _COUNTS else float(value)
     lo = hi = math.nan
     if stat not in _NO_INTERVAL:
-        rep = np.asarray(fn(rp_v, rp_r), dtype=np.float64)
-        lo, hi = interval(rep[np.isfinite(rep)], cs.level)
+        replicates = np.asarray(fn(rp_v, rp_r), dtype=np.float64)
+        lo, hi = interval(replicates[np.isfinite(replicates)], cs.level)
     return {
         "selector": selector,
         "set": set_name,

@@ -11,8 +11,10 @@ from typing import Any, Optional, Sequence
 
 from ..config import TrackingConfig, stable_hash
 from ..files import atomic_write_text, ensure_folder, to_csv
+from ..geometry.analyses.bands import DEFAULT_BAND_EDGES
 from ..store.transition_store import StoredTransition
 from ..tracking import runs
+from .settings import BootstrapSettings, ComparisonSettings, checked
 
 
 @dataclass
@@ -24,6 +26,7 @@ class StatsResult:
 
 OVERALL_TABLE = "table_overall.csv"  # run_stats: one row per transition (its last table but two)
 COMPARISONS_TABLE = "comparisons.csv"  # run_comparisons: one row per comparison, written after them all
+STATS_SOURCE, COMPARE_SOURCE = "statistics settings", "comparison settings"  # how a refusal names its settings
 COSINES_FIGURE, NORMS_FIGURE = "offdiag_cosine_medians.png", "update_norms.png"  # run_comparisons' figures
 
 
@@ -42,6 +45,7 @@ def run_stats(
     from ..progress import dask_tasks
     from . import summaries as stats
 
+    checked(BootstrapSettings, STATS_SOURCE, resamples=resamples, seed=seed)
     started = time.time()  # the statistics' MLflow run, opened after them, starts here
 
     transitions = [StoredTransition(Path(s)) for s in stores]
@@ -66,7 +70,7 @@ def run_bands(
     stores: Sequence[Path],
     out: Path,
     *,
-    edges: Sequence[int] = (16, 64, 256),
+    edges: Sequence[int] = DEFAULT_BAND_EDGES,
     scheduler: Any = None,
     progress: bool = False,
 ) -> list[Path]:
@@ -140,6 +144,7 @@ def run_comparisons(
     from ..progress import dask_tasks
     from .comparisons import compare
 
+    checked(ComparisonSettings, COMPARE_SOURCE, resamples=resamples, null_draws=null_draws, seed=seed, alpha=alpha)
     out = ensure_folder(Path(out), "--out")
     comparisons, summaries, files = [], [], []
     for i, pair in enumerate(pairs, 1):

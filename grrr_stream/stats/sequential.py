@@ -13,7 +13,9 @@ permutation, interleaved. On that pooled part a per-problem value ``u`` (a paire
 weighted by its benchmark's ``c_b = N'/(B' N_b)``: the mean of ``c_b u`` over the pooled problems is the mean over
 the pooled benchmarks of their means, so one sample of a finite population estimates it.
 
-The sequence. The predictable-plug-in empirical-Bernstein confidence sequence for sampling without replacement
+The sequences. By default the hedged betting sequence of :mod:`grrr_stream.stats.betting`, looked at the decision
+boundaries (``sequence='betting'``); or (``sequence='eb'``) the predictable-plug-in empirical-Bernstein
+confidence sequence for sampling without replacement
 (I. Waudby-Smith and A. Ramdas, "Confidence sequences for sampling without replacement", NeurIPS 2020, §3; the
 plug-in bets of "Estimating means of bounded random variables by betting", JRSS-B 2024, §3.3): for values in [0, 1]
 drawn without replacement from N, the mean m lies, at every t at once with probability ≥ 1 − α, in
@@ -21,8 +23,9 @@ drawn without replacement from N, the mean m lies, at every t at once with proba
     ( Σ λ_i (x_i + S_{i−1}/(N−i+1)) ± (log(2/α) + Σ v_i ψ(λ_i)) ) / Σ λ_i (1 + (i−1)/(N−i+1)),
 
 v_i = 4 (x_i − μ̂_{i−1})², ψ(λ) = (−log(1 − λ) − λ)/4, λ_i predictable. Its closed form costs O(t) per path, so a
-simulation of a thousand studies runs in seconds; its running intersection is reported. Bootstrap intervals
-looked at after every chunk have no such guarantee and are not used here.
+simulation of a thousand studies runs in seconds, but it is wider: the bound under the exponential it uses
+for log(1 + λy) costs the betting capital's edge when the bets are large. Either's running intersection is
+reported. Bootstrap intervals looked at after every chunk have no such guarantee and are not used here.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from .betting import betting_excludes, betting_wor_cs, looks_of
+
+SEQUENCES = ("betting", "eb")
 TRUNCATION = 0.5  # bets λ stay below this (the papers' 1/2): a bad early bet cannot dominate the sum
 
 
@@ -127,16 +133,10 @@ class Path:
     estimate: np.ndarray
 
 
-def score_path(order: Order, values: np.ndarray, low: float, high: float, alpha: float = 0.05) -> Path:
-    """The sequence of the mean over benchmarks of ``values`` (one per answered problem, in the order's order, a
-    prefix of it) bounded in [low, high] (low ≤ 0 ≤ high)."""
-    values = np.asarray(values, dtype=np.float64)
-    n, benches = values.shape[-1], list(order.sizes)
-    end = order.census_end
-    lo = np.full(values.shape, np.nan)
-    hi, est = lo.copy(), lo.copy()
-    if n <= end:
-        return Path(lo, hi, est)
+def _pooled(order: Order, values: np.ndarray, low: float, high: float):
+    """The census part of the score (exact), the pooled values mapped to [0, 1] and the affine map from their
+    mean back to the score."""
+    n, end = values.shape[-1], order.census_end
     names = [b for b, _ in order.items[:n]]
     census = (
         sum(values[..., [i for i in range(end) if names[i] == b]].mean(axis=-1) for b in order.census)
@@ -145,14 +145,47 @@ def score_path(order: Order, values: np.ndarray, low: float, high: float, alpha:
     )
     cmax, pooled = order.max_weight, len(order.weight)
     weight = np.array([order.weight[b] for b in names[end:]])
-    y = weight * values[..., end:]
-    z = (y - cmax * low) / (cmax * (high - low))
-    zlo, zhi = eb_wor_cs(z, order.total - end, alpha)
-    to_score = lambda m: (
-        (np.asarray(census)[..., None] + pooled * (cmax * low + cmax * (high - low) * m)) / len(benches)
-    )  # noqa: E731 (one affine map, used three times)
+    z = (weight * values[..., end:] - cmax * low) / (cmax * (high - low))
+
+    def to_score(m):
+        return (np.asarray(census)[..., None] + pooled * (cmax * low + cmax * (high - low) * m)) / len(order.sizes)
+
+    return np.asarray(census), z, to_score
+
+
+def score_path(
+    order: Order,
+    values: np.ndarray,
+    low: float,
+    high: float,
+    alpha: float = 0.05,
+    *,
+    sequence: str = "betting",
+    looks: Optional[Sequence[int]] = None,
+) -> Path:
+    """The sequence of the mean over benchmarks of ``values`` (one per answered problem, in the order's order, a
+    prefix of it) bounded in [low, high] (low ≤ 0 ≤ high). ``looks``: the numbers of answered problems at which
+    the sequence is looked at (None: every one); between looks lo/hi are the last look's."""
+    values = np.asarray(values, dtype=np.float64)
+    n, end = values.shape[-1], order.census_end
+    lo = np.full(values.shape, np.nan)
+    hi, est = lo.copy(), lo.copy()
+    if n <= end:
+        return Path(lo, hi, est)
+    _, z, to_score = _pooled(order, values, low, high)
+    at = looks_of(None if looks is None else [k - end for k in looks if end < k <= n], n - end)
+    if sequence == "eb":
+        zlo, zhi = (a[..., at - 1] for a in eb_wor_cs(z, order.total - end, alpha))
+    elif sequence == "betting":
+        zlo, zhi = betting_wor_cs(z, order.total - end, alpha, at)
+    else:
+        raise ValueError(f"sequence {sequence!r}: choose one of {', '.join(SEQUENCES)}")
+    last = np.searchsorted(at, np.arange(1, n - end + 1), side="right") - 1  # each prefix's last look
+    seen = last >= 0
     running = np.cumsum(z, axis=-1) / np.arange(1, n - end + 1)
-    lo[..., end:], hi[..., end:], est[..., end:] = to_score(zlo), to_score(zhi), to_score(running)
+    lo[..., end:][..., seen] = to_score(zlo)[..., last[seen]]
+    hi[..., end:][..., seen] = to_score(zhi)[..., last[seen]]
+    est[..., end:] = to_score(running)
     return Path(lo, hi, est)
 
 
@@ -200,25 +233,33 @@ def decide(
     chunk: int,
     precision_points: float,
     alpha: float = 0.05,
+    sequence: str = "betting",
+    retention_points: Optional[float] = None,
 ) -> Decision:
     """The first decision boundary at which a variant stops, from its per-problem values and full's (in the order's
-    order, each a prefix: answered so far); if none, where it stands at the last boundary both have answered."""
+    order, each a prefix: answered so far); if none, where it stands at the last boundary both have answered. The
+    sequences are looked at the boundaries. With ``retention_points``, a variant stops on thresholds or precision
+    only once its difference's half-width over full's running score is within that many percent: about its
+    retention interval's half-width, so that a median of retentions over transitions rests on narrow ones."""
     n = min(len(variant), len(full))
     variant, full = np.asarray(variant[:n], dtype=np.float64), np.asarray(full[:n], dtype=np.float64)
     marks = [k for k in order.boundaries(chunk) if k <= n]
     if not marks:
         return Decision(n, "", math.nan, math.nan, math.nan, {lab: "open" for lab in thresholds.labels})
-    diff = score_path(order, variant - full, -1.0, 1.0, alpha)
+    diff = score_path(order, variant - full, -1.0, 1.0, alpha, sequence=sequence, looks=marks)
     sides = {f"minus_full {d:g}": _side(diff.lo, diff.hi, d / 100) for d in thresholds.difference_points}
     for r in thresholds.retention_pct:
         theta = r / 100
-        path = score_path(order, variant - theta * full, -theta, 1.0, alpha)
+        path = score_path(order, variant - theta * full, -theta, 1.0, alpha, sequence=sequence, looks=marks)
         sides[f"retention {r:g}%"] = _side(path.lo, path.hi, 0.0)
+    narrow = _retention_narrow(order, full, diff, retention_points)
     for k in marks:
         i = k - 1
         reason = (
             "exhausted"
             if k == order.total
+            else ""
+            if not narrow[i]
             else "thresholds"
             if sides and all(s[i] != "open" for s in sides.values())
             else "precision"
@@ -237,6 +278,48 @@ def decide(
     raise AssertionError("unreachable: the last boundary returns")
 
 
+def _retention_narrow(order: Order, full: np.ndarray, diff: Path, retention_points: Optional[float]) -> np.ndarray:
+    """Per answered prefix (last axis), whether the difference's half-width is within ``retention_points`` percent
+    of full's running score (all true without a target)."""
+    if retention_points is None:
+        return np.ones(diff.lo.shape, dtype=bool)
+    full_score = (
+        score_path(order, full, 0.0, 1.0, looks=[]).estimate
+        if full.shape[-1] > order.census_end
+        else np.full(full.shape, np.nan)
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 100 * (diff.hi - diff.lo) / 2 <= retention_points * full_score
+
+
+def ratio_sides(
+    order: Order,
+    variant: np.ndarray,
+    full: np.ndarray,
+    theta: np.ndarray,
+    *,
+    alpha: float = 0.05,
+    sequence: str = "betting",
+    looks: Optional[Sequence[int]] = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Whether the sequence of the mean of (variant − θ full) over the answered prefix (last axis; leading axes:
+    paths, θ one per path) has put it above 0 (ratio > θ) and below 0 (ratio < θ) at one of ``looks`` (None:
+    the end of the prefix only)."""
+    n = variant.shape[-1]
+    looks = [n] if looks is None else looks
+    theta = np.asarray(theta, dtype=np.float64)
+    values = variant - theta[..., None] * full
+    if sequence == "eb":
+        path = score_path(order, values, -theta[..., None], 1.0, alpha, sequence="eb", looks=looks)
+        return path.lo[..., -1] > 0.0, path.hi[..., -1] < 0.0
+    census, z, _ = _pooled(order, values, -theta[..., None], 1.0)
+    cmax, pooled = order.max_weight, len(order.weight)
+    # the pooled mean m at which the score is 0: census + pooled · (−cmax θ + cmax (1 + θ) m) = 0
+    zero = (cmax * theta - census / pooled) / (cmax * (1 + theta))
+    end = order.census_end
+    return betting_excludes(z, order.total - end, zero, alpha, [k - end for k in looks if end < k <= n])
+
+
 def retention_interval(
     order: Order,
     variant: np.ndarray,
@@ -245,19 +328,20 @@ def retention_interval(
     alpha: float = 0.05,
     top: float = 10.0,
     tolerance: float = 1e-4,
+    sequence: str = "betting",
 ) -> tuple[float, float]:
-    """The anytime-valid interval of variant / full (percent) after the answered prefix: the ratios θ whose sequence
-    for the mean of (variant − θ full) has not put it above 0 (ratio > θ) nor below 0 (ratio < θ), found by
-    bisection (both sides move monotonically with θ). (NaN, NaN) before the census is complete; the upper end is
-    ``top`` (×100 %) when full may still score 0."""
+    """The interval of variant / full (percent) after the answered prefix, from the sequence at its end: the
+    ratios θ whose sequence for the mean of (variant − θ full) has not put it above 0 (ratio > θ) nor below 0
+    (ratio < θ), found by bisection (both sides move monotonically with θ). (NaN, NaN) before the census is
+    complete; the upper end is ``top`` (×100 %) when full may still score 0."""
     n = min(len(variant), len(full))
     if n <= order.census_end:
         return math.nan, math.nan
     v, f = np.asarray(variant[:n], dtype=np.float64), np.asarray(full[:n], dtype=np.float64)
 
-    def ends(theta: float) -> tuple[float, float]:
-        path = score_path(order, v - theta * f, -theta, 1.0, alpha)
-        return float(path.lo[-1]), float(path.hi[-1])
+    def sides(theta: float) -> tuple[bool, bool]:
+        above, below = ratio_sides(order, v, f, np.float64(theta), alpha=alpha, sequence=sequence)
+        return bool(above), bool(below)
 
     def edge(excluded) -> float:  # the first θ in [0, top] at which ``excluded`` turns true
         a, b = 0.0, top
@@ -270,8 +354,8 @@ def retention_interval(
             a, b = (a, mid) if excluded(mid) else (mid, b)
         return (a + b) / 2
 
-    lower = edge(lambda t: ends(t)[0] <= 0.0)  # below it, variant − θ full is surely positive
-    upper = edge(lambda t: ends(t)[1] < 0.0)  # from it on, surely negative
+    lower = edge(lambda t: not sides(t)[0])  # below it, variant − θ full is surely positive
+    upper = edge(lambda t: sides(t)[1])  # from it on, surely negative
     return 100 * lower, 100 * upper
 
 

@@ -15,7 +15,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..geometry.analyses import pooled_sparsity
+from ..geometry.analyses import analysis_columns
+from ..geometry.analyses.sparsity import pooled_sparsity
 from ..store.transition_store import StoredTransition
 from .bootstrap import block_rng, blocks
 
@@ -35,16 +36,13 @@ SUMMARY_METRICS = (
 )
 
 
-_EXTRA_PREFIXES = ("nrank_", "band", "angle", "frac_", "bfloat16_kept_", "float16_kept_", "f_degenerate")
-
-
 def summary_metrics(rows: Sequence[dict]) -> list[str]:
     """SUMMARY_METRICS plus the numerical ranks and the analyses beyond the paper (principal bands,
     subspace angles, sparsity, component survival) that every one of these rows carries."""
     common = set.intersection(*(set(r) for r in rows)) if rows else set()
-    return list(SUMMARY_METRICS) + [
-        k for k in (rows[0] if rows else {}) if k.startswith(_EXTRA_PREFIXES) and k in common
-    ]
+    numeric = [k for k, v in (rows[0] if rows else {}).items() if k in common and not isinstance(v, str)]
+    beyond = set(analysis_columns(numeric, "summary"))
+    return list(SUMMARY_METRICS) + [k for k in numeric if k.startswith("nrank_") or k in beyond]
 
 
 def band_rows(t: StoredTransition, edges: Sequence[int], *, scheduler: Any = None) -> list[dict]:
@@ -154,7 +152,8 @@ def summary_tables(
 ) -> list[dict]:
     """Long table: one row per (transition, scope, metric) with n, mean, std, median and
     bootstrap 95 % CIs of the mean and the median (over matrices), and for the update-sparsity fractions
-    ``pooled``, the scope's entry-pooled fraction (geometry.analyses.pooled_sparsity; empty for other metrics). Scopes: 'all', 'module:<m>', 'layer:<i>', and for
+    ``pooled``, the scope's entry-pooled fraction (geometry.analyses.sparsity.pooled_sparsity; empty for other
+    metrics). Scopes: 'all', 'module:<m>', 'layer:<i>', and for
     mixture-of-experts stores 'expert:<e>'."""
     import dask
 

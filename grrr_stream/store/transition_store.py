@@ -118,7 +118,8 @@ class TransitionStore:
             and any(p.name not in (".lock", "frames") for p in path.iterdir())
         ):
             raise StoreError(
-                f"{path} exists and is not a grrr_stream store; refusing to write into it. Choose an empty or new --store."
+                f"{path} exists and is not a grrr_stream store; refusing to write into it. Choose an empty or new "
+                f"--store."
             )
 
     @classmethod

@@ -1,49 +1,46 @@
 """Validated sweep configs: chains of models → transitions, comparisons, variants, evaluations.
 
-Only validation lives here (each section's fields, defaults and checks); what the settings mean
-for the units of work is :mod:`.plan`'s. Builds on the decomposition and evaluation settings, so a
-sweep section takes exactly the options of the single-transition commands.
+Only validation lives here; what the settings mean for the units of work is :mod:`.plan`'s. The config's
+shell (name, workdir, chains, tracking, scheduler) is declared here, and each other section is owned by the
+kind that reads it (its ``config``: :class:`~.sections.Section`): :data:`SweepConfig` is assembled from the
+registry, so a kind with options adds its section without an edit here. A sweep section takes exactly the
+options of the single-transition commands (the kinds' sections build on the decomposition and evaluation
+settings).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, create_model, field_validator
 
-from ..config import (
-    ClaimSettings,
-    DecompositionSettings,
-    StrictModel,
-    TrackingConfig,
-    format_validation_error,
-    load_yaml,
-)
-from ..dtypes import FLOAT_NAMES
+from ..config import StrictModel, TrackingConfig, format_validation_error, load_yaml
 from ..errors import ConfigError
-from ..evaluation.settings import EvaluationOptions
-from ..files import COMPONENT_RE
+from .kinds import KINDS
+from .kinds.channels import SweepChannels
+from .kinds.claims import SweepClaims
+from .kinds.decompose import SweepDecomposition
+from .kinds.evaluate import SweepEvaluation
+from .kinds.generate import TinyChainSpec
+from .kinds.stats import SweepStatistics
+from .kinds.variant import SweepVariants
+from .sections import TransitionSelector, component
 
-_ID_RE = COMPONENT_RE  # ids, suite and benchmark names become folder names
-# "cumulative" | "incremental" | "steps" | "all" | "none" (or null / false) | a list of transition ids.
-# steps: every training step of the lineage, parent → child (base → child where the parent is the base):
-# the set the paper evaluates (SFT rows base → SFT, RL rows SFT → RL or base → RL), never the cumulative
-# base → grandchild, which is decomposed but not evaluated.
-TransitionSelector = Optional[Union[Literal["cumulative", "incremental", "steps", "all", "none"], list[str]]]
-
-
-def _selector(v: Any) -> Any:
-    return "none" if v is False or v is None else v
-
-
-def _component(v: str) -> str:
-    if not _ID_RE.match(v):
-        raise ValueError(
-            "must start with a letter or digit and use only letters, digits, '_', '.', '-' "
-            "(at most 64 characters): it names folders and runs"
-        )
-    return v
+__all__ = [
+    "ChainSpec",
+    "ModelSpec",
+    "SweepChannels",
+    "SweepClaims",
+    "SweepConfig",
+    "SweepDecomposition",
+    "SweepEvaluation",
+    "SweepStatistics",
+    "SweepVariants",
+    "TinyChainSpec",
+    "TransitionSelector",
+    "load_sweep_config",
+]
 
 
 class ModelSpec(StrictModel):
@@ -62,7 +59,7 @@ class ModelSpec(StrictModel):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        return _component(v)
+        return component(v)
 
 
 class ChainSpec(StrictModel):
@@ -73,159 +70,49 @@ class ChainSpec(StrictModel):
     models: list[ModelSpec] = Field(default_factory=list)
 
 
-class SweepDecomposition(DecompositionSettings):
-    incremental: bool = True  # parent → child for every child
-    cumulative: bool = True  # base → child where the parent is not the base
+class SweepChecks(StrictModel):
+    """The checks of the sweep config's own fields (the base of :data:`SweepConfig`)."""
 
-
-class SweepStatistics(StrictModel):
-    enabled: bool = True
-    resamples: int = Field(10_000, ge=100)
-    null_draws: int = Field(10_000, ge=100)
-    seed: int = 0
-    alpha: float = Field(0.05, gt=0.0, lt=1.0)
-    sequential: bool = True  # base→parent vs parent→child in the base frame, for every grandchild
-    independent: bool = True  # every pair of same-base models neither of which descends from the other
-
-
-def _yaml_variant_names(v: Any) -> Any:
-    # YAML 1.1 reads the bare words `off` as false and `null` as None; in a list of
-    # variant names they can only mean the variants of those names.
-    if isinstance(v, list):
-        return ["off" if x is False else "null" if x is None else x for x in v]
-    return v
-
-
-class SweepVariants(StrictModel):
-    enabled: bool = True
-    transitions: TransitionSelector = "cumulative"
-    names: list[str] = Field(
-        default_factory=lambda: [
-            "base",
-            "full",
-            "proj",
-            "diag",
-            "off",
-            "null",
-            "offnull",
-            "randrm-0",
-            "randrm-1",
-            "randrm-2",
-        ]
-    )
-    dtype: Literal[FLOAT_NAMES] = "float32"
-    # where composed variants take the tensors that are not decomposed (embeddings, norms,
-    # lm_head, biases): the base (the paper's "added to the pretrained checkpoint"), the post
-    # model, or auto (base when it can supply them, else post, recorded). base and full are
-    # always the two checkpoints themselves.
-    rest_from: Literal["base", "post", "auto"] = "base"
-    # Write each variant as a Hugging Face folder (a 7B float32 variant is ~28 GB: off by
-    # default in large sweeps; evaluation streams variants into the engine either way).
-    write_folders: bool = True
-    shard_gb: float = Field(2.0, gt=0.0)
-    # The outlier residual channels the channel variants (channels-outlier, channels-rest, channels-rest-offnull,
-    # ...) keep or drop: a channels.json written by `grrr-stream channels` (its base.channels) for every
-    # transition, or a mapping model id → channels.json; a transition takes its parent's (W0's) entry, else its
-    # chain base's. Only units of channel variants read it (other units' keys do not change).
-    channels: Optional[Union[str, dict[str, str]]] = None
-
-    _names = field_validator("names", mode="before")(_yaml_variant_names)
-    _transitions = field_validator("transitions", mode="before")(_selector)
-
-
-class SweepEvaluation(EvaluationOptions):
-    """One suite of benchmarks evaluated over transitions: the evaluation's own options (limit, lenient, template,
-    engine, sampling, metric, ...: :class:`~grrr_stream.evaluation.settings.EvaluationOptions`) and what the
-    sweep evaluates with them."""
-
-    enabled: bool = True
-    # None for the main evaluation; extra evaluations need a name (their units are evaluate/<transition>/<suite>)
-    suite: Optional[str] = None
-    transitions: TransitionSelector = "cumulative"
-    variants: Optional[list[str]] = None  # None: the variants section's names
-    benchmarks: list[str] = Field(
-        default_factory=lambda: ["math500", "aime24", "amc23", "minerva_math", "olympiadbench"]
-    )
-    # folder with <name>/test.jsonl, 'bundled' (the five math benchmarks shipped with the package),
-    # 'tinychain' (the generated chain's own benchmark), or 'hub[:OWNER/REPO]'
-    bench_dir: str = "bundled"
-
-    _names = field_validator("variants", mode="before")(_yaml_variant_names)
-    _transitions = field_validator("transitions", mode="before")(_selector)
-
-    @field_validator("suite")
-    @classmethod
-    def _suite(cls, v: Optional[str]) -> Optional[str]:
-        return v if v is None else _component(v)
-
-    @field_validator("benchmarks")
-    @classmethod
-    def _benchmarks(cls, v: list[str]) -> list[str]:
-        for b in v:
-            _component(b)
-        return v
-
-
-class SweepChannels(StrictModel):
-    """The ``channels`` section: outlier residual channels of each transition's W0 (the calibration pass, the
-    rule, the weight proxy and, if asked, the ablation: ``grrr-stream channels``), and per transition the share
-    of each component's energy on them (``grrr-stream channel-stats``). Off by default: it loads every W0
-    for a forward pass."""
-
-    enabled: bool = False
-    transitions: TransitionSelector = "all"  # whose channel statistics are computed (W0s analysed as needed)
-    post_models: bool = False  # also analyse each selected transition's W1, for comparison (Jaccard with W0's set)
-    threshold: float = 2.5  # the rule (channels/rule.py): robust z of log-RMS, aggregated over layers
-    aggregate: Literal["median", "max", "mean"] = "median"
-    sequences: int = Field(256, ge=1)  # calibration text: sequences of seq_len tokens
-    seq_len: int = Field(256, ge=2)
-    batch_size: int = Field(1, ge=1)  # sequences per forward (not in keys)
-    max_memory: str = "1GiB"  # resident weights; the rest offloaded layer by layer (not in keys)
-    ablation: bool = False  # perplexity with the outliers zeroed against random sets
-    ablation_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
-    resamples: int = Field(2000, ge=100)  # random channel sets (null) and bootstrap resamples (interval)
-    seed: int = 0
-
-    _transitions = field_validator("transitions", mode="before")(_selector)
-
-
-class SweepClaims(ClaimSettings):
-    """The sweep's ``claims`` section: changing it reruns the ``claims`` units only (and, through
-    ``sft_methods``, the ``channel-groups`` unit when a step changes group), never an evaluation."""
-
-
-class TinyChainSpec(StrictModel):
-    seed: int = 0
-    quick: bool = False
-    retrain: bool = False  # train here even where the package ships the chain (seed 0, full)
-
-
-class SweepConfig(StrictModel):
-    """A whole study: chains of models, and what to compute over them."""
-
-    name: str
-    workdir: Path = Field(description="folder for every result of the sweep (stores, variants, evaluations)")
-    chains: list[ChainSpec]
-    tinychain: Optional[TinyChainSpec] = None
-    decomposition: SweepDecomposition = SweepDecomposition()
-    statistics: SweepStatistics = SweepStatistics()
-    variants: SweepVariants = SweepVariants()
-    evaluation: SweepEvaluation = SweepEvaluation()
-    extra_evaluations: list[SweepEvaluation] = Field(default_factory=list)
-    channels: SweepChannels = SweepChannels()
-    claims: SweepClaims = SweepClaims()
-    tracking: TrackingConfig = TrackingConfig()
-    # Dask: None/'threads' (this process), 'local:N' (a LocalCluster of N worker processes),
-    # or the address of a running scheduler (tcp://host:8786)
-    scheduler: Optional[str] = None
-    progress: bool = True
-
-    @field_validator("chains")
+    @field_validator("chains", check_fields=False)
     @classmethod
     def _chains(cls, v: list[ChainSpec]) -> list[ChainSpec]:
         if not v:
             raise ValueError("needs at least one chain")
         return v
+
+
+# the config's own fields, first (a whole study: its name, workdir and chains of models) and last (how it runs and
+# is tracked); the kinds' sections go between, in the registry's order
+HEAD: dict[str, Any] = {
+    "name": (str, ...),
+    "workdir": (Path, Field(description="folder for every result of the sweep (stores, variants, evaluations)")),
+    "chains": (list[ChainSpec], ...),
+}
+TAIL: dict[str, Any] = {
+    "tracking": (TrackingConfig, TrackingConfig()),
+    # Dask: None/'threads' (this process), 'local:N' (a LocalCluster of N worker processes),
+    # or the address of a running scheduler (tcp://host:8786)
+    "scheduler": (Optional[str], None),
+    "progress": (bool, True),
+}
+
+
+def assemble(kinds: Any = None) -> type[StrictModel]:
+    """The sweep config model of ``kinds`` (default: the registry): its own fields and each kind's sections;
+    a key that no section owns is refused as an extra input, a section two kinds claim here."""
+    sections = [s for k in (kinds or KINDS).values() for s in k.config]
+    keys = [s.key for s in sections]
+    twice = sorted({k for k in keys if keys.count(k) > 1 or k in HEAD or k in TAIL})
+    if twice:
+        raise TypeError(f"sweep config sections claimed twice: {twice}; give the kind's section another key")
+    model = create_model(
+        "SweepConfig", __base__=SweepChecks, __module__=__name__, **HEAD, **{s.key: s.field() for s in sections}, **TAIL
+    )
+    model.__doc__ = "A whole study: chains of models, and what the kinds compute over them (their sections)."
+    return model
+
+
+SweepConfig = assemble()
 
 
 def load_sweep_config(path: Path, **overrides: Any) -> SweepConfig:

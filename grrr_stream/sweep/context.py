@@ -10,8 +10,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from pydantic import BaseModel
+
 from ..config import TrackingConfig
-from .config import SweepConfig
 from .sources import Sources
 from .units import PlannedModel, Transition, Unit
 from .workdir import Workdir
@@ -24,7 +25,7 @@ class PlanContext:
     """The config with its models, lineage and transitions resolved, and the units planned so far (the kinds
     are planned in the registry's order, so a kind sees the units of the kinds before it)."""
 
-    cfg: SweepConfig
+    cfg: BaseModel  # the sweep's config (sweep.config.SweepConfig: the kinds' sections)
     workdir: Workdir
     models: dict[str, PlannedModel]  # model id → where it is read from, its chain and lineage
     lineage: dict[str, list[str]]  # model id → its ancestors, nearest first
@@ -88,10 +89,7 @@ class RunContext:
     progress: bool
     device: Optional[str]
     threads: Optional[int]  # torch threads of a worker process (its share of the cores)
-    stores: dict[str, str] = field(default_factory=dict)  # transition id → its decomposition's store
-    # claims.informative_points, for an evaluation's own informative flag (recorded beside it in evaluation.json;
-    # the report's informative.csv recomputes it with the current setting)
-    informative_points: float = 1.0
+    outs: dict[str, str] = field(default_factory=dict)  # unit id → its result folder, for a unit that reads another's
     client: Any = None  # the Dask client, for units run in the scheduler's process
     verbose: bool = False  # third-party output live on the terminal too, not only in its log
 

@@ -61,7 +61,8 @@ class DiskFacts:
 
 
 class Facts:
-    """The plan's facts for the estimates (given by the forecast, which asks the kinds for them): each checkpoint source looked up once (a model's bytes counted at the
+    """The plan's facts for the estimates (given by the forecast, which asks the kinds for them): each checkpoint
+    source looked up once (a model's bytes counted at the
     first unit that fetches it), the device's rates, each transition's decomposition, each unit's disk need."""
 
     def __init__(

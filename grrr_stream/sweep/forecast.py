@@ -173,17 +173,14 @@ def print_forecast(fc: Forecast, todo: set[str], out=None) -> None:
         out.write("  " + download_basis(fc.downloads) + "\n")
 
 
-def print_other_devices(plan: Plan, todo: set[str], shown: Optional[str], out=None) -> None:
-    """The plan's total on each GPU of the device table (published figures; the Hub not asked again), one line
-    each, so that a cluster can be sized from one dry run."""
+def print_other_devices(others: dict[str, Forecast], todo: set[str], out=None) -> None:
+    """The plan's total on each other GPU of the device table (``others``: device → the plan's forecast there,
+    from published figures), one line each, so that a cluster can be sized from one dry run."""
     import sys
 
-    from ..forecast.devices import DEVICES
     from ..forecast.summary import split_lines
 
     out = out or sys.stdout
     out.write("the same units on one GPU of each kind (published figures; docs/forecast.md):\n")
-    for name in DEVICES:
-        if name != shown:
-            fc = forecast_plan(plan, online=False, target=name)
-            out.write("  " + split_lines([u for u in fc.units if u.unit in todo], name)[0] + "\n")
+    for name, fc in others.items():
+        out.write("  " + split_lines([u for u in fc.units if u.unit in todo], name)[0] + "\n")

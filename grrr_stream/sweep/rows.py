@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 from ..files import read_csv
 
@@ -83,30 +83,42 @@ def rectangular(rows: list[Row]) -> list[Row]:
 
 
 @dataclass
+class TableRows:
+    """One table of the sweep's report, as a kind gives it (its ``report`` hook): its file in ``WORKDIR/report``
+    and its rows. With a ``title``, the HTML page shows it in the kinds' tables, title, ``note`` and rows as they
+    are (``folded``: closed); without one, the page shows it where it lays it out itself (the paper's tables:
+    ``report/tables.py``)."""
+
+    name: str
+    rows: list[Row]
+    title: str = ""
+    note: str = ""
+    folded: bool = False  # a long dump: shown closed
+
+
+@dataclass
 class Report:
+    """The sweep's report: the units table and every kind's tables (file name → :class:`TableRows`, in the order
+    the kinds give them); ``data``: what the page needs of a kind's finished units besides tables, under a
+    constant of that kind's module (the claims summaries, the stores' per-matrix rows)."""
+
     folder: Path
     units: list[Row] = field(default_factory=list)
-    transitions: list[Row] = field(default_factory=list)
-    comparisons: list[Row] = field(default_factory=list)
-    stats_overall: list[Row] = field(default_factory=list)
-    accuracy: list[Row] = field(default_factory=list)
-    retention: list[Row] = field(default_factory=list)
-    removal: list[Row] = field(default_factory=list)
-    solved_lost: list[Row] = field(default_factory=list)
-    differences: list[Row] = field(default_factory=list)
-    informative: list[Row] = field(default_factory=list)
-    claim_rows: list[Row] = field(default_factory=list)
-    claims: dict = field(default_factory=dict)  # evaluation suite → stats.claims_sets.summarise(...) (kinds/claims.py)
-    # pass@k, maj@k and avg@n per transition, variant and benchmark, where answers were sampled (n > 1)
-    sampled: list[Row] = field(default_factory=list)
-    # residual channels (kinds/channels.py, channel_stats.py, channel_groups.py): analysed models, per-transition shares, SFT vs RL, per layer
-    channel_models: list[Row] = field(default_factory=list)
-    channels: list[Row] = field(default_factory=list)
-    channels_sft_rl: list[Row] = field(default_factory=list)
-    channel_layers: list[Row] = field(default_factory=list)
-    # transition id → its store's per-matrix rows (metrics.csv), for the HTML report's heatmaps
-    matrices: dict[str, list[Row]] = field(default_factory=dict)
-    # a kind's own tables beyond those above (file name → rows): written as they are, and shown by the HTML page
-    # as extra tables
-    extra: dict[str, list[Row]] = field(default_factory=dict)
+    tables: dict[str, TableRows] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
+
+    def rows(self, name: str) -> list[Row]:
+        """The rows of the table written as ``name`` ([] when no kind gave it)."""
+        table = self.tables.get(name)
+        return table.rows if table is not None else []
+
+    def add(self, table: TableRows) -> None:
+        if table.name in self.tables:
+            raise ValueError(f"report table {table.name} given twice: each kind names its own tables")
+        self.tables[table.name] = table
+
+    @property
+    def titled(self) -> list[TableRows]:
+        """The tables with rows that the page shows through its one generic section."""
+        return [t for t in self.tables.values() if t.title and t.rows]

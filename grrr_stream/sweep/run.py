@@ -16,7 +16,7 @@ from ..unit_log import console, unit_log
 from .context import RunContext
 from .display import Display
 from .execute import DaskExecutor, LocalExecutor, execute_units, make_client
-from .kinds import decompose
+from .kinds import claims
 from .plan import Plan
 from .records import Records, SweepLock, unit_state
 from .rows import Report
@@ -48,7 +48,7 @@ class SweepResult:
 
     @property
     def claims(self) -> dict:  # evaluation suite → stats.claims_sets.summarise(...)
-        return self.report.claims
+        return claims.summaries(self.report)
 
     @property
     def failed(self) -> list[str]:
@@ -57,6 +57,23 @@ class SweepResult:
     @property
     def ok(self) -> bool:
         return all(s == "done" for s in self.states.values())
+
+
+def _sweep_tracking(tracking: TrackingConfig, plan: Plan, layout: Workdir) -> TrackingConfig:
+    """Every unit's run carries the sweep's tag, so one search finds the whole sweep (not a result key); what
+    cannot be logged is recorded with the unit records, for a rerun or `grrr-stream track WORKDIR`."""
+    return tracking.model_copy(
+        update={"sweep": tracking.sweep or plan.config.name, "pending_dir": str(layout.tracking)}
+    )
+
+
+def _preflight(tracking: TrackingConfig, layout: Workdir, stream: TextIO, verbose: bool) -> TrackingConfig:
+    """The tracking server checked once: MLflow's database migrations go to the sweep's log, what the check
+    says to the terminal."""
+    from ..tracking.run_log import preflight
+
+    with unit_log(layout.log("sweep"), verbose=verbose):
+        return preflight(tracking, console() if stream is sys.stderr else stream)
 
 
 def run_sweep(
@@ -81,12 +98,7 @@ def run_sweep(
     stream = stream or sys.stderr
     layout = Workdir(plan.workdir)
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
-    tracking = tracking or TrackingConfig(enabled=False)
-    # every unit's run carries the sweep's tag: one search finds the whole sweep (not a result key)
-    # what cannot be logged is recorded with the unit records, for a rerun or `grrr-stream track WORKDIR`
-    tracking = tracking.model_copy(
-        update={"sweep": tracking.sweep or plan.config.name, "pending_dir": str(layout.tracking)}
-    )
+    tracking = _sweep_tracking(tracking or TrackingConfig(enabled=False), plan, layout)
     from ..files import ensure_folder
 
     ensure_folder(plan.workdir, "workdir")
@@ -105,12 +117,7 @@ def run_sweep(
             f"{len(todo)} to run"
         )
         if tracking.enabled:  # once, before any unit: unreachable → refuse (required) or record only
-            from ..tracking.run_log import preflight
-
-            # MLflow's database migrations go to the sweep's log; what the check says, to the terminal
-            with unit_log(layout.log("sweep"), verbose=verbose):
-                tracking = preflight(tracking, console() if stream is sys.stderr else stream)
-        stores = {t: u.out for t, u in decompose.by_transition(plan.units).items()}
+            tracking = _preflight(tracking, layout, stream, verbose)
         # reachable: the units record what to log and the tracker logs it while they compute
         tracker = (
             Tracker(Path(tracking.pending_dir), tracking) if tracking.enabled and not tracking.record_only else None
@@ -122,8 +129,7 @@ def run_sweep(
             progress,
             device,
             threads=None,
-            stores=stores,
-            informative_points=plan.config.claims.informative_points,
+            outs={u.id: u.out for u in plan.units},
             verbose=verbose,
         )
         with tracker or contextlib.nullcontext():

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from ..errors import GrrrError
-from .config import SweepEvaluation
 from .units import PlannedModel, Transition, Unit
 
 
@@ -109,23 +108,19 @@ def _file_digest(path: Path) -> Optional[str]:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def benchmarks(e: SweepEvaluation, gen: Optional[Unit]) -> tuple[str, Any]:
-    """Where a suite's benchmarks are read from, and what identifies them in keys."""
-    if e.bench_dir == "tinychain":
+def benchmarks(bench_dir: str, names: Sequence[str], gen: Optional[Unit]) -> tuple[str, Any]:
+    """Where a suite's benchmarks (``names`` in its ``bench_dir``) are read from, and what identifies them in
+    keys."""
+    if bench_dir == "tinychain":
         from ..fixtures.tinychain_shipped import BENCHMARKS  # the chain's folder, named where it is written
 
         return str(Path(gen.out) / BENCHMARKS), {"generated": gen.key}
-    if e.bench_dir == "bundled":
+    if bench_dir == "bundled":
         from ..evaluation import benchmarks as evaluate
 
         # keyed by content, not by where the package is installed
-        return str(evaluate.BUNDLED), {
-            "bundled": {b: _file_digest(evaluate.BUNDLED / b / "test.jsonl") for b in e.benchmarks}
-        }
-    if e.bench_dir.startswith("hub"):
-        return e.bench_dir, e.bench_dir
-    bench_dir = str(Path(e.bench_dir).expanduser().absolute())
-    return bench_dir, {
-        "dir": bench_dir,
-        "sha256": {b: _file_digest(Path(bench_dir) / b / "test.jsonl") for b in e.benchmarks},
-    }
+        return str(evaluate.BUNDLED), {"bundled": {b: _file_digest(evaluate.BUNDLED / b / "test.jsonl") for b in names}}
+    if bench_dir.startswith("hub"):
+        return bench_dir, bench_dir
+    bench_dir = str(Path(bench_dir).expanduser().absolute())
+    return bench_dir, {"dir": bench_dir, "sha256": {b: _file_digest(Path(bench_dir) / b / "test.jsonl") for b in names}}

@@ -3,7 +3,8 @@ written to the workdir's report folder as CSV files and figures. The HTML page b
 :mod:`grrr_stream.report`'s.
 
 Finished units keep their tables in their own folders (some written by an earlier invocation); each kind
-reads its units' tables into the report (its ``report`` hook) and writes its own tables (its ``write`` hook).
+reads its units' tables and gives them as typed rows (its ``report`` hook: :class:`~.rows.TableRows`), written
+here one way for every kind, and draws its figures (its ``write`` hook).
 :func:`write_report` returns the :class:`~.rows.Report`: the CLI prints its summary from that object and
 never reads the files back. Statistics are the units' own, read here and never computed here: the ones
 across units (the claims over each suite's evaluated transitions, the SFT vs RL channel groups) are units too
@@ -34,8 +35,15 @@ def read_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[
     report = Report(Workdir(plan.workdir).report, units=_unit_rows(plan, states, records))
     done = [u for u in plan.units if states.get(u.id) == "done"]
     for name, kind in KINDS.items():
-        if kind.report is not None:
-            kind.report(plan, [u for u in done if u.kind == name], report)
+        if kind.report is None:
+            continue
+        for table in kind.report(plan, [u for u in done if u.kind == name], report):
+            if table.name not in kind.tables:
+                raise ValueError(
+                    f"kind {name} gave the report table {table.name}, not among its tables "
+                    f"{kind.tables}: list it in its Kind's tables"
+                )
+            report.add(table)
     return report
 
 
@@ -58,7 +66,7 @@ def _unit_rows(plan: Plan, states: dict[str, str], records: dict[str, Optional[d
 
 
 def _write(report: Report) -> None:
-    """The report's tables (those with rows) and figures: the units table, then each kind's."""
+    """The report's tables (those with rows) and figures: the units table, then each kind's tables and files."""
     from ..files import atomic_write_text, to_csv
 
     report.folder.mkdir(parents=True, exist_ok=True)
@@ -70,7 +78,7 @@ def _write(report: Report) -> None:
 
     put(UNITS_TABLE, report.units)
     for kind in KINDS.values():
+        for name in kind.tables:
+            put(name, report.rows(name))
         if kind.write is not None:
-            kind.write(report, put)
-    for name, rows in report.extra.items():
-        put(name, rows)
+            report.files += kind.write(report)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence, TextIO
 
 from ..config import TrackingConfig, clip, stable_hash
-from . import mlflow_client as trk
+from . import mlflow_client
 
 PENDING = ".tracking"  # the folder, in a result's folder, of what could not be logged
 _MISSED: list[str] = []  # this process's misses: "run name: reason"
@@ -55,7 +55,7 @@ class RunLog:
     sweep: Optional[str] = None
     parent: Optional[dict] = None
     start_ms: Optional[int] = None
-    end_ms: int = field(default_factory=trk.now_ms)
+    end_ms: int = field(default_factory=mlflow_client.now_ms)
     once: bool = True
     params: dict = field(default_factory=dict)
     metrics: list = field(default_factory=list)  # [name, value, step]
@@ -80,7 +80,9 @@ class RunLog:
     def of(cls, tracking: TrackingConfig, **fields) -> "RunLog":
         # the target resolved now ($MLFLOW_TRACKING_URI, the working directory): a replay from elsewhere
         # logs where this command would have
-        return cls(uri=trk.resolve_uri(tracking.uri), experiment=tracking.experiment, sweep=tracking.sweep, **fields)
+        return cls(
+            uri=mlflow_client.resolve_uri(tracking.uri), experiment=tracking.experiment, sweep=tracking.sweep, **fields
+        )
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -96,7 +98,7 @@ def _open_parents(log: RunLog, ref: Optional[dict], made: list) -> Optional[str]
     if not ref:
         return None
     grand = _open_parents(log, ref.get("parent"), made)
-    run = trk.open_run(
+    run = mlflow_client.open_run(
         uri=log.uri,
         experiment=log.experiment,
         key=ref["key"],
@@ -116,7 +118,7 @@ def apply(log: RunLog) -> str:
     """Log ``log`` to its run (found by key, else created); the run's id."""
     made: list = []
     parent_id = _open_parents(log, log.parent, made)
-    run = trk.open_run(
+    run = mlflow_client.open_run(
         uri=log.uri,
         experiment=log.experiment,
         key=log.key,
@@ -193,8 +195,8 @@ def record(logs: Sequence[RunLog], pending: Path) -> None:
     from ..files import atomic_write_text
 
     pending.mkdir(parents=True, exist_ok=True)
-    name = f"{trk.now_ms()}-{os.getpid()}-{stable_hash([l.key for l in logs], 8)}.json"
-    atomic_write_text(pending / name, json.dumps([l.to_json() for l in logs], indent=1))
+    name = f"{mlflow_client.now_ms()}-{os.getpid()}-{stable_hash([log.key for log in logs], 8)}.json"
+    atomic_write_text(pending / name, json.dumps([log.to_json() for log in logs], indent=1))
 
 
 def say_missed(names: Sequence[str], why: str, stream: Optional[TextIO] = None, later: str = "will retry") -> None:
@@ -225,7 +227,7 @@ def deliver(
     if tracking.record_only:
         _miss(logs, "tracking target unreachable at start", pending, stream)
         return None
-    with trk.limits(tracking.timeout_s, tracking.retries):
+    with mlflow_client.limits(tracking.timeout_s, tracking.retries):
         try:
             earlier = flush(pending) if pending is not None else FlushResult()
             if earlier.error:  # the target still fails: do not wait on it a second time
@@ -318,13 +320,13 @@ def preflight(tracking: TrackingConfig, stream: Optional[TextIO] = None) -> Trac
     if not tracking.enabled or tracking.record_only or tracking.defer:
         return tracking
     try:
-        with trk.limits(tracking.timeout_s, tracking.retries):
-            trk.prepare(tracking.uri, tracking.experiment)
+        with mlflow_client.limits(tracking.timeout_s, tracking.retries):
+            mlflow_client.prepare(tracking.uri, tracking.experiment)
         return tracking
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001 - whatever MLflow raises, the answer is "unreachable"
-        why, uri = reason(e), trk.resolve_uri(tracking.uri)
+        why, uri = reason(e), mlflow_client.resolve_uri(tracking.uri)
         if SHOW_TRACEBACKS:
             import traceback
 

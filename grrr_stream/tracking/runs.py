@@ -17,8 +17,9 @@ from typing import Optional, Sequence
 
 from ..config import TrackingConfig, stable_hash
 from ..files import atomic_write_text, to_csv
+from ..geometry.analyses import headline_metrics
 from ..runtime.device import resolve_device
-from . import mlflow_client as trk
+from . import mlflow_client
 from .run_log import RunLog, deliver
 
 
@@ -31,13 +32,13 @@ def transition_key(identity: dict) -> str:
     return "transition-" + stable_hash(identity, 24)
 
 
-def _one(logs: list[RunLog], tracking: TrackingConfig, folder: Optional[Path]) -> Optional[str]:
+def _deliver_last(logs: list[RunLog], tracking: TrackingConfig, folder: Optional[Path]) -> Optional[str]:
     """Deliver ``logs``; the last one's run id (None when it was recorded for later)."""
     ids = deliver(logs, tracking, folder)
     return ids[-1] if ids else None
 
 
-NOTE = trk.NOTE_TAG
+NOTE = mlflow_client.NOTE_TAG
 
 
 def transition_name(manifest: dict) -> str:
@@ -115,7 +116,7 @@ def log_decomposition(
         metrics=metrics,
         artifacts=artifacts,
     )
-    return _one([log], cfg.tracking, store.path)
+    return _deliver_last([log], cfg.tracking, store.path)
 
 
 # A transition's headline metrics: means over all its matrices (summary scope "all"), under their plain names
@@ -128,7 +129,7 @@ def _decomposition_metrics(summary: dict) -> list[tuple[str, float, int]]:
     """The means over every matrix of the transition (no per-matrix or per-module series: those are the
     artifacts metrics.csv and summary.csv, shown as tables)."""
     overall = summary["scopes"].get("all", {})
-    return _numbers((k, overall.get(f"{k}_mean")) for k in _HEADLINE + _ALSO)
+    return _numbers((k, overall.get(f"{k}_mean")) for k in _HEADLINE + _ALSO + headline_metrics())
 
 
 # ---------------------------------------------------------------------------
@@ -245,7 +246,7 @@ def log_comparison(
         set_tags={"grrr.verdict": comp.null.verdict},
         artifacts=[(f, None) for f in files],
     )
-    return _one([log], tracking, Path(files[0]).parent if files else None)
+    return _deliver_last([log], tracking, Path(files[0]).parent if files else None)
 
 
 _COMPARISON = ("median_cos_off", "ci_lo", "ci_hi", "null_lo", "null_hi", "p_value", "n_matrices")
@@ -349,7 +350,7 @@ def log_variant(
         metrics=metrics,
         artifacts=[(folder.with_name(folder.name + ".fidelity.csv"), None)],
     )
-    return _one([log], tracking, folder.parent)
+    return _deliver_last([log], tracking, folder.parent)
 
 
 def log_evaluation(
@@ -360,13 +361,13 @@ def log_evaluation(
     evaluation's, its engine's dtype resolved (its engine, template and sampling are logged; the dtype chosen and
     why, ``res.info``'s ``engine_dtype`` and ``engine_dtype_reason``, as tags: 'auto' resolved to a dtype shares
     the runs of that dtype, whose params cannot change)."""
-    from ..evaluation import engine as ev
+    from ..evaluation import engine
 
     settings, template, sampling = options.engine, options.template, options.sampling
 
     ref = transition_ref(t)
     logs = [RunLog.of(tracking, **ref, once=False, finish=False, artifacts=[(f, "evaluation") for f in res.files])]
-    versions = ev.engine_versions()
+    versions = engine.engine_versions()
     on = ", ".join(b.name for b in benches)
     for builder in builders:
         name = builder.spec.name
@@ -518,7 +519,7 @@ def log_sweep(plan, result, tracking: TrackingConfig, started: float, html=None)
         artifacts=[(f, "report") for f in before],
         finish=False,
     )
-    run_id = _one([first], tracking, plan.workdir)
+    run_id = _deliver_last([first], tracking, plan.workdir)
     if html is None:
         return run_id
     page = html(run_id)
@@ -528,16 +529,16 @@ def log_sweep(plan, result, tracking: TrackingConfig, started: float, html=None)
         RunLog.of(tracking, **ref, once=False, finish=False, artifacts=[(page, "report")]),
         RunLog.of(tracking, **ref, finish=result.ok),
     ]
-    return _one(logs, tracking, plan.workdir) or run_id
+    return _deliver_last(logs, tracking, plan.workdir) or run_id
 
 
 def sweep_runs(tracking: TrackingConfig) -> list[dict]:
     """The runs tagged with the sweep (``tracking.sweep``): run_id, experiment_id, name, kind, status and parent,
     for the HTML report's provenance; [] when the store cannot be read."""
     try:
-        with trk.limits(tracking.timeout_s, tracking.retries):  # provenance: never a long wait
-            exp_id, found = trk.find_runs(
-                tracking.uri, tracking.experiment, f"tags.`{trk.SWEEP_TAG}` = '{tracking.sweep}'"
+        with mlflow_client.limits(tracking.timeout_s, tracking.retries):  # provenance: never a long wait
+            exp_id, found = mlflow_client.find_runs(
+                tracking.uri, tracking.experiment, f"tags.`{mlflow_client.SWEEP_TAG}` = '{tracking.sweep}'"
             )
     except Exception:  # noqa: BLE001 - provenance only: the page is written without the list
         return []

@@ -1,4 +1,4 @@
-"""Channel variants: an update kept only on one set of residual channels (issue 24, §4).
+"""Channel variants: an update kept only on one set of residual channels .
 
 The set is the outlier channels of a ``channels.json`` (written by ``grrr-stream channels``:
 ``result["base"]["channels"]``, a list of residual channel indices) or their complement. A decomposed

@@ -189,8 +189,8 @@ def _kept(e2: float, i2: float) -> float:
     """max(0, 1 − e2 / i2): the share of the intended energy that survives the cast, in [0, 1] (1 when
     nothing was intended). The error counts both what is lost or overshot along the intended update and
     the rounding noise orthogonal to it; the same definition as the decomposition's ``{dtype}_kept_*``
-    (:func:`grrr_stream.geometry.analyses.round_trip_survival`). ⟨realised, intended⟩²/‖intended‖⁴, used before,
-    could exceed 1 and called an update buried in noise 98 % kept."""
+    (:func:`grrr_stream.geometry.analyses.survival.round_trip_survival`). ⟨realised, intended⟩²/‖intended‖⁴, used
+    before, could exceed 1 and called an update buried in noise 98 % kept."""
     return max(0.0, 1.0 - e2 / i2) if i2 > 0 else 1.0
 
 

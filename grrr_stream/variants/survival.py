@@ -1,8 +1,8 @@
 """How much of each component of a stored transition survives W0 + component rounded to a 16-bit dtype, per
 matrix and pooled over the model: what an engine in that dtype keeps of a variant's update.
 
-Per matrix, the estimate is the decomposition's own (:func:`grrr_stream.geometry.analyses.round_trip_survival`
-on the rows or columns :func:`~grrr_stream.geometry.analyses.survival_sample` picks): read from the store's
+Per matrix, the estimate is the decomposition's own (:func:`grrr_stream.geometry.analyses.survival.round_trip_survival`
+on the rows or columns :func:`~grrr_stream.geometry.analyses.survival.survival_sample` picks): read from the store's
 metrics (``{dtype}_kept_{diag,off,null}``) when it was decomposed with that ``survival_dtype``, else measured
 here from the store and the two checkpoints, with the same functions on the same sample. Pooled over matrices
 as the variants' fidelity report pools them: Σ kept energy / Σ intended energy, each matrix's share weighted by
@@ -20,7 +20,7 @@ import torch
 
 from ..checkpoints.reader import Checkpoint
 from ..dtypes import torch_dtype
-from ..geometry.analyses import component_samples, round_trip_survival, survival_sample
+from ..geometry.analyses.survival import component_samples, round_trip_survival, survival_sample
 from ..geometry.frame import Frame, Projection, project
 from ..store.transition_store import StoredTransition
 from .compose import stored_frame

@@ -52,7 +52,7 @@ def _check_run(err: str, *, layers: int, batches: int) -> None:
     assert [m.group(5) for m in matches][:: batches * layers] == (
         ["calibration", "outliers zeroed"][: passes - 3] + [f"random set, seed {s}" for s in (0, 1, 2)]
     )
-    assert {(int(m.group(8)), int(m.group(9))) for m in matches} == {(l, layers) for l in range(1, layers + 1)}
+    assert {(int(m.group(8)), int(m.group(9))) for m in matches} == {(layer, layers) for layer in range(1, layers + 1)}
 
 
 def test_forecast_and_progress_lines_with_eta(tmp_path, capsys, monkeypatch):

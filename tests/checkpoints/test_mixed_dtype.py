@@ -17,8 +17,9 @@ from helpers.common import no_track_config
 from safetensors.torch import load_file, save_file
 
 from grrr_stream.decompose.run import run_transition, summarize
+from grrr_stream.dtypes import common_dtype
 from grrr_stream.fixtures.synthetic import ModelShape, write_model
-from grrr_stream.geometry.analyses import common_dtype, pooled_sparsity, update_sparsity
+from grrr_stream.geometry.analyses.sparsity import pooled_sparsity, update_sparsity
 
 BF16, F16, F32, F64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 SHAPE = ModelShape(hidden=64, intermediate=160, layers=1, heads=4, kv_heads=2)

@@ -48,7 +48,10 @@ def numpy_reference(w0: np.ndarray, w1: np.ndarray) -> dict:
     null = D - U @ P @ Vt
     d2 = np.sum(D**2)
     sd = np.linalg.svd(D, compute_uv=False)
-    sr = lambda s: np.sum(s**2) / s[0] ** 2
+
+    def sr(s):
+        return np.sum(s**2) / s[0] ** 2
+
     return {
         "P": P,
         "null": null,

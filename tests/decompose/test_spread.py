@@ -80,7 +80,11 @@ def test_decompose_refuses_the_multiprocessing_scheduler(tmp_path):
 
 
 def test_batches_follow_layers_and_are_named_by_their_matrices():
-    ms = [MatrixName(layer=l, module=f"m{i}", name=f"L{l}.m{i}") for l in (0, 1) for i in range(BATCH + 3)]
+    ms = [
+        MatrixName(layer=layer_index, module=f"m{i}", name=f"L{layer_index}.m{i}")
+        for layer_index in (0, 1)
+        for i in range(BATCH + 3)
+    ]
     ms.append(MatrixName(layer=2, module="m0", name="L2.m0"))
     got = batches(ms)
     assert [len(b) for _, b in got] == [BATCH, 3, BATCH, 3, 1]

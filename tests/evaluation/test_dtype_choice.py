@@ -17,7 +17,7 @@ from grrr_stream.evaluation.dtype_choice import choose_engine_dtype, evaluated_p
 from grrr_stream.evaluation.settings import EngineSettings, EvaluationOptions, build_engine_settings
 from grrr_stream.fixtures.synthetic import Update
 from grrr_stream.store.transition_store import StoredTransition
-from grrr_stream.sweep.kinds.evaluate_report import DTYPE_TABLE, dtype_row, report
+from grrr_stream.sweep.kinds.evaluate.rows import DTYPE_TABLE, dtype_row, report
 from grrr_stream.sweep.rows import Report
 from grrr_stream.variants.spec import parse_variants
 from grrr_stream.variants.survival import ComponentSurvival
@@ -123,6 +123,38 @@ def test_a_large_update_gets_bf16_and_an_rl_sized_increment_float32(cumulative, 
     )
 
 
+def test_a_cumulative_transition_is_judged_by_its_last_step_too(cumulative, increment):
+    """A large cumulative update whose last step is RL-sized: its own parts keep ≥ 0.999 in bf16 (above), the last
+    step's do not, so bf16(W1) would lose that step and the choice is float32, naming the step's part."""
+    specs = parse_variants(VARIANTS)
+    with_step = resolve_engine_dtype(
+        StoredTransition(cumulative[2]), specs, AUTO, last_step=StoredTransition(increment[2])
+    )
+    assert with_step.dtype == "float32"
+    step_parts = {k: v for k, v in with_step.parts.items() if "of the last step" in k}
+    assert len(step_parts) == 3 and min(v["kept"] for v in step_parts.values()) < 0.5
+    assert "diag of the last step" in with_step.reason and "carried by diag" in with_step.reason
+    # the cumulative parts themselves are still judged, and pass
+    assert min(with_step.parts[c]["kept"] for c in ("diag", "off", "null")) >= 0.999
+    # a last step that survives bf16 as well leaves the choice at bf16
+    assert (
+        resolve_engine_dtype(
+            StoredTransition(cumulative[2]), specs, AUTO, last_step=StoredTransition(cumulative[2])
+        ).dtype
+        == "bfloat16"
+    )
+    # nothing evaluated that rounding can take: no step is read either
+    assert (
+        resolve_engine_dtype(
+            StoredTransition(increment[2]),
+            parse_variants(["base", "full"]),
+            AUTO,
+            last_step=StoredTransition(increment[2]),
+        ).parts
+        == {}
+    )
+
+
 def _evaluate(transition, out, engine, **kw):
     pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
@@ -163,8 +195,9 @@ def test_the_evaluation_records_the_choice_and_runs_the_engine_in_it(cumulative,
     tr = SimpleNamespace(id="base-post", kind="cumulative", parent="base", child="post")
     unit = SimpleNamespace(params=SimpleNamespace(transition=tr.id, suite=None), out=str(tmp_path / "c"))
     rep = Report(tmp_path / "report")
-    report(SimpleNamespace(transitions={tr.id: tr}), [unit], rep)
-    assert rep.extra[DTYPE_TABLE] == [{"transition": "base-post", "kind": "cumulative", **row}]
+    tables = {t.name: t for t in report(SimpleNamespace(transitions={tr.id: tr}), [unit], rep)}
+    assert tables[DTYPE_TABLE].rows == [{"transition": "base-post", "kind": "cumulative", **row}]
+    assert tables[DTYPE_TABLE].title  # shown by the page's one section of the kinds' tables
 
     res, _ = _evaluate(increment, tmp_path / "i", AUTO)
     assert [s.dtype for s in StandInEngine.settings_seen] == ["float32"]
@@ -174,6 +207,29 @@ def test_the_evaluation_records_the_choice_and_runs_the_engine_in_it(cumulative,
     assert dtype_row(tmp_path / "i" / "evaluation.json")["engine_dtype"] == "float32"
     _evaluate(increment, tmp_path / "f", EngineSettings(max_new_tokens=32))
     assert dtype_row(tmp_path / "f" / "evaluation.json") == {}  # a dtype set outright: no row
+
+
+def test_an_evaluation_given_the_last_step_runs_in_float32_and_says_why(cumulative, increment, tmp_path):
+    """The same cumulative evaluation as above, now told that its W1 came through an RL-sized last step."""
+    pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
+    from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
+
+    StandInEngine.settings_seen = []
+    request = EvaluationRequest(
+        cumulative[2],
+        tmp_path / "c",
+        VARIANTS,
+        ["sums"],
+        cumulative[3],
+        EvaluationOptions(engine=AUTO),
+        last_step=increment[2],
+    )
+    res = run_evaluation(request, engine_factory=_Recording, log=lambda m: None)
+    assert [s.dtype for s in StandInEngine.settings_seen] == ["float32"]
+    assert "of the last step" in res.info["engine_dtype_reason"]
+    row = dtype_row(tmp_path / "c" / "evaluation.json")
+    assert row["engine_dtype"] == "float32" and row["kept_diag"] >= 0.999 and row["last_step_kept_diag"] < 0.5
+    assert row["lowest_part"].startswith("diag of the last step")
 
 
 def test_auto_reuses_the_answers_of_its_dtype_and_never_those_of_another(cumulative, increment, tmp_path):

@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from grrr_stream.config import TrackingConfig
 from grrr_stream.evaluation import pipeline
 from grrr_stream.evaluation.settings import EvaluationOptions
 from grrr_stream.sweep.config import SweepEvaluation, load_sweep_config
 from grrr_stream.sweep.context import RunContext
-from grrr_stream.sweep.kinds import evaluate
+from grrr_stream.sweep.kinds import decompose, evaluate
 from grrr_stream.sweep.plan import plan_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +54,7 @@ def test_an_option_set_in_the_config_reaches_the_request_and_the_key(tmp_path, m
         False,
         None,
         None,
-        stores={lenient.params.transition: str(tmp_path / "store")},
+        outs={decompose.unit_id(lenient.params.transition): str(tmp_path / "store")},
     )
     evaluate.run(lenient, ctx)
     (request,) = seen
@@ -60,33 +62,15 @@ def test_an_option_set_in_the_config_reaches_the_request_and_the_key(tmp_path, m
     assert request.rest_from == lenient.params.rest_from and list(request.benchmarks) == list(lenient.params.benchmarks)
 
 
-def test_the_keywords_before_the_options_object_still_build_the_same_request(tmp_path):
-    """Scripts written against EvaluationRequest(..., settings=, limit=, lenient=, metric=) keep working: the
-    keywords land in ``options`` exactly as the options object would hold them."""
-    from grrr_stream.evaluation.engine import EngineSettings
+@pytest.mark.parametrize(
+    "keyword", ["settings", "sampling", "metric", "materialize", "limit", "lenient", "template", "instruction"]
+)
+def test_the_options_are_given_as_one_object_only(tmp_path, keyword):
+    """A request's options are its EvaluationOptions, whole: a setting given beside them as a keyword is refused,
+    so that no request holds one value in a keyword and another in its options."""
     from grrr_stream.evaluation.pipeline import EvaluationRequest
     from grrr_stream.evaluation.settings import EvaluationOptions
 
-    engine = EngineSettings(max_new_tokens=32)
-    old = EvaluationRequest(
-        tmp_path,
-        tmp_path / "o",
-        ["full"],
-        ["arith"],
-        "tinychain",
-        settings=engine,
-        limit=5,
-        lenient=True,
-        metric="avg",
-        materialize="folder",
-    )
-    new = EvaluationRequest(
-        tmp_path,
-        tmp_path / "o",
-        ["full"],
-        ["arith"],
-        "tinychain",
-        EvaluationOptions(engine=engine, limit=5, lenient=True, metric="avg", materialize="folder"),
-    )
-    assert old.options == new.options and old.options.engine.max_new_tokens == 32
+    with pytest.raises(TypeError, match=keyword):
+        EvaluationRequest(tmp_path, tmp_path / "o", ["full"], ["arith"], "tinychain", **{keyword: None})
     assert EvaluationRequest(tmp_path, tmp_path, ["full"], ["arith"], "x").options == EvaluationOptions()

@@ -115,6 +115,17 @@ def test_the_design_enters_the_key_only_when_sequential():
     seq = EvaluationOptions(design="sequential").key_fields()
     assert seq["design"] == "sequential" and seq["sequential"]["precision_points"] == 2.0
     assert EvaluationOptions(design="sequential", sequential=SequentialSettings(seed=1)).key_fields() != seq
+    # the sequence is always in the key: a default that changes must not relabel results made with another
+    assert seq["sequential"]["sequence"] == "betting"
+    eb = EvaluationOptions(design="sequential", sequential=SequentialSettings(sequence="eb")).key_fields()
+    assert eb["sequential"]["sequence"] == "eb" and {k: v for k, v in eb["sequential"].items() if k != "sequence"} == {
+        k: v for k, v in seq["sequential"].items() if k != "sequence"
+    }
+    assert seq["sequential"]["retention_precision_pct"] == {}
+    rp = SequentialSettings(retention_precision_pct={"diag": 10.0})
+    assert EvaluationOptions(design="sequential", sequential=rp).key_fields()["sequential"][
+        "retention_precision_pct"
+    ] == {"diag": 10.0}
 
 
 KILLER = textwrap.dedent("""

@@ -10,8 +10,11 @@ import pytest
 import torch
 from helpers.common import no_track_config
 
-from grrr_stream.geometry.analyses import band_energies, round_trip_survival, update_sparsity
-from grrr_stream.geometry.kernel import decompose_matrix
+from grrr_stream.geometry.analyses import options
+from grrr_stream.geometry.analyses.bands import band_energies
+from grrr_stream.geometry.analyses.sparsity import update_sparsity
+from grrr_stream.geometry.analyses.survival import round_trip_survival
+from grrr_stream.geometry.kernel import MatrixSettings, decompose_matrix
 
 
 def _orthogonal(n: int, seed: int) -> torch.Tensor:
@@ -26,7 +29,9 @@ def test_update_in_the_tail_block_has_no_principal_band_energy():
     W0 = U @ torch.diag(s) @ V.T
     P = torch.zeros(n, n, dtype=torch.float64)
     P[k:, k:] = 1e-2 * torch.randn(n - k, n - k, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    res = decompose_matrix(W0.clone(), (W0 + U @ P @ V.T).clone(), band_edges=(k, 64))
+    res = decompose_matrix(
+        W0.clone(), (W0 + U @ P @ V.T).clone(), settings=MatrixSettings(analyses=options(band_edges=(k, 64)))
+    )
     row = res.metrics.as_row()
     print({key: f"{v:.3g}" for key, v in row.items() if key.startswith(f"band{k}_")})
     for part in ("diag_principal", "off_principal", "off_mixed"):
@@ -65,7 +70,9 @@ def test_rotating_the_top_k_subspace_by_a_known_angle_is_reported(theta_deg):
     U1[:, :k] = math.cos(th) * U[:, :k] + math.sin(th) * U[:, k : 2 * k]
     U1[:, k : 2 * k] = -math.sin(th) * U[:, :k] + math.cos(th) * U[:, k : 2 * k]
     W0, W1 = U @ torch.diag(s) @ V.T, U1 @ torch.diag(s) @ V.T
-    row = decompose_matrix(W0.clone(), W1.clone(), band_edges=(k,), angle_edges=(k,)).metrics.as_row()
+    row = decompose_matrix(
+        W0.clone(), W1.clone(), settings=MatrixSettings(analyses=options(band_edges=(k,), angle_edges=(k,)))
+    ).metrics.as_row()
     print(
         f"planted {theta_deg}°: left {row[f'angle{k}_left_max_deg']:.6f}°, right {row[f'angle{k}_right_max_deg']:.2e}°"
     )
@@ -123,7 +130,9 @@ def _check_against_numpy(
 ) -> None:
     """The pipeline's angles for the matrices as given against numpy's float64 SVDs of the same matrices
     (upcast): 1 − mean cos² (mean sin²) and the largest angle within ``rel`` on every side and k."""
-    row = decompose_matrix(W0.clone(), W1.clone(), angle_edges=ks, **kw).metrics.as_row()
+    row = decompose_matrix(
+        W0.clone(), W1.clone(), settings=MatrixSettings(analyses=options(angle_edges=ks), **kw)
+    ).metrics.as_row()
     a, b = W0.double().numpy(), W1.double().numpy()
     for k in ks:
         want = _exact_angles(a, b, k)
@@ -161,7 +170,7 @@ def test_the_iterative_path_matches_numpy_and_is_taken(shape, kind):
     """Where k + 16 is small beside r the angles come from the Davidson iteration (not the dense solve):
     it stops by its bound, within 1 % of numpy's SVDs, on flat spectra where a small change per step is not
     convergence."""
-    from grrr_stream.geometry.analyses import principal_angles_in_frame
+    from grrr_stream.geometry.analyses.davidson import principal_angles_in_frame
     from grrr_stream.geometry.frame import compute_frame, project
 
     W0, W1 = (torch.from_numpy(x).float() for x in _pair(shape, kind, 1e-3, seed=7))
@@ -226,7 +235,9 @@ def test_angles_with_a_truncated_core_match_an_exact_svd(shape, rel):
     SVDs: the same 1 %."""
     W0, W1 = _power_law_pair(shape, 0.3, rel, seed=3)
     res = decompose_matrix(
-        torch.from_numpy(W0), torch.from_numpy(W1.copy()), core_rel_threshold=0.2, angle_edges=(16, 64)
+        torch.from_numpy(W0),
+        torch.from_numpy(W1.copy()),
+        settings=MatrixSettings(core_rel_threshold=0.2, analyses=options(angle_edges=(16, 64))),
     )
     assert res.frame.rank < min(shape)
     row = res.metrics.as_row()

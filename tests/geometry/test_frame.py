@@ -14,7 +14,7 @@ from grrr_stream.geometry.frame import (
     spectral_norm,
     split_energies,
 )
-from grrr_stream.geometry.kernel import decompose_matrix
+from grrr_stream.geometry.kernel import MatrixSettings, decompose_matrix
 from grrr_stream.geometry.metrics import matrix_metrics
 
 SHAPES = [(48, 20), (20, 48), (32, 32)]
@@ -228,7 +228,9 @@ def test_near_degenerate_pair_splits_as_in_float64(seed, monkeypatch):
     monkeypatch.setattr(frame_mod, "_thin_svd", lambda W, driver: svds.append(W.dtype) or real(W, driver))
     got = decompose_matrix(W0.clone(), W1.clone()).metrics
     assert svds == [torch.float32]
-    plain = decompose_matrix(W0.clone(), W1.clone(), degenerate_gap=None).metrics  # float32's own frame
+    plain = decompose_matrix(
+        W0.clone(), W1.clone(), settings=MatrixSettings(degenerate_gap=None)
+    ).metrics  # float32's own frame
     print(
         f"f_diag: float64 {ref.f_diag:.8f}, float32 {got.f_diag:.8f}, float32 frame {plain.f_diag:.8f}; "
         f"f_degenerate {got.extra['f_degenerate']:.6f} (planted {share:.6f})"

@@ -116,3 +116,22 @@ def test_titles_name_models_not_workdir_paths():
     assert plots.model_label("/tmp/pytest-7/grrr_demo/tinychain/seed0/sft") == "sft"
     assert plots.model_label("./models/base/") == "base"
     assert plots.model_label("Qwen/Qwen3-8B-Base") == "Qwen/Qwen3-8B-Base"
+
+
+def test_a_kinds_titled_table_is_shown_as_it_is_and_the_paper_tables_are_not():
+    """The page's one generic section: a kind's table with a title, each cell naming its file, row and column; a
+    table without one (laid out by report/tables.py) is not in it."""
+    from pathlib import Path
+
+    from grrr_stream.report.tables import kind_tables
+    from grrr_stream.sweep.rows import Report, TableRows
+
+    rep = Report(Path("r"))
+    rep.add(TableRows("toy_rounds.csv", [{"round": 1, "score": 0.5}, {"round": 2, "score": 0.25}], "Toy", "a note"))
+    rep.add(TableRows("transitions.csv", [{"transition": "a"}]))
+    rep.add(TableRows("empty.csv", [], "Nothing yet"))
+    (table,) = kind_tables(rep)
+    assert (table.title, table.note, table.columns) == ("Toy", "a note", ["round", "score"])
+    ((_, rows),) = table.groups
+    assert [[c.value for c in r] for r in rows] == [[1, 0.5], [2, 0.25]]
+    assert rows[1][1].src == "toy_rounds.csv#1:score" and rows[1][1].text == "0.25"

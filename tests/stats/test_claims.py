@@ -55,13 +55,13 @@ def test_score_is_the_unweighted_mean_of_benchmark_accuracies_and_resamples_with
     assert ts.score("full") == pytest.approx(100 * (10 / 30 + 400 / 500) / 2, abs=1e-12)
     # the replicates' spread is the small benchmark's: var = (p(1-p)/30 + q(1-q)/500) / 4 · 100²
     sd = 100 * np.sqrt((1 / 3 * 2 / 3 / 30 + 0.8 * 0.2 / 500) / 4)
-    assert ts.rep("full").std() == pytest.approx(sd, rel=0.08)
+    assert ts.replicates("full").std() == pytest.approx(sd, rel=0.08)
     assert ts.n_problems == {"big": 500, "small": 30}
     # the same seed gives the same replicates whatever the order of variants and benchmarks
     again = claims.transition_scores(
         {"x": {"big": full["big"], "small": full["small"]}, "full": full}, resamples=2000, seed=3
     )
-    assert np.array_equal(again.rep("full"), ts.rep("full"))
+    assert np.array_equal(again.replicates("full"), ts.replicates("full"))
     with pytest.raises(ValueError, match="different or zero problem counts"):
         claims.transition_scores({"full": {"m": answers(10, 3)}, "base": {"m": answers(11, 3)}})
 
@@ -231,7 +231,7 @@ def test_intervals_across_transitions_resample_problems_jointly():
     rows = claims_sets.claims_rows(scores, claims_sets.ClaimSettings(resamples=2000, seed=7))
     brute = _brute_force_joint(scores, 2000, seed=1)
     # the old way: each transition's own replicates (stream paired:{transition}), independent of the others
-    ret_indep = 100 * np.stack([ts.rep("offnull") / ts.rep("full") for ts in scores], axis=1)
+    ret_indep = 100 * np.stack([ts.replicates("offnull") / ts.replicates("full") for ts in scores], axis=1)
     indep = {"retention_median_pct": np.median(ret_indep, axis=1), "retention_mean_pct": ret_indep.mean(axis=1)}
     for stat in ("retention_median_pct", "retention_mean_pct"):
         row = _claim(rows, "offnull", "all evaluated", "all", stat)

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from grrr_stream.stats.betting import betting_wor_cs
 from grrr_stream.stats.bootstrap import interval
 from grrr_stream.stats.sequential import Thresholds, decide, eb_wor_cs, problem_order, retention_interval, score_path
 
@@ -77,6 +78,64 @@ def test_endpoints_are_where_the_supermartingale_reaches_two_over_alpha():
     assert lo[t_end] < x.mean() < hi[t_end]
 
 
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.5])
+def test_betting_coverage_on_planted_bernoulli_populations(p):
+    """As above for the betting sequence, looked at every 8 draws: it misses the population's mean in at most α of
+    S orders, up to 3 binomial standard errors; and it is narrower than the empirical-Bernstein one."""
+    rng = np.random.default_rng(int(p * 1000) + 1)
+    N, S, alpha = 300, 800, 0.05
+    pop = (rng.random(N) < p).astype(float)
+    draws = np.stack([pop[rng.permutation(N)] for _ in range(S)])
+    looks = np.r_[np.arange(8, N, 8), N]
+    lo, hi = betting_wor_cs(draws, N, alpha, looks)
+    miss = ((lo > pop.mean()) | (hi < pop.mean())).any(axis=-1)
+    assert miss.mean() <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / S)
+    # exact at the end, but on a path it missed (the running intersection keeps a miss)
+    assert np.allclose(lo[~miss, -1], pop.mean()) and np.allclose(hi[~miss, -1], pop.mean())
+    eb_lo, eb_hi = eb_wor_cs(draws, N, alpha)
+    half = looks[len(looks) // 2]
+    assert np.mean(hi[:, len(looks) // 2] - lo[:, len(looks) // 2]) < np.mean(eb_hi[:, half - 1] - eb_lo[:, half - 1])
+
+
+def test_betting_ends_are_where_the_capital_reaches_two_over_alpha():
+    """At one look, the capital K⁺ computed term by term from its definition (plain floats) has reached 2/α at the
+    reported lower end and not a resolution step above it; likewise K⁻ at the upper end."""
+    rng = np.random.default_rng(8)
+    N, n, alpha = 300, 90, 0.05
+    x = rng.random(n) ** 2
+    lo, hi = betting_wor_cs(x, N, alpha, looks=[n])  # one look: no intersection, the first look's bisection
+
+    def log_k(m, sign):
+        total, s, sq, mean = 0.0, 0.0, 0.0, 0.5
+        for i, xi in enumerate(x, start=1):
+            var = (0.25 + sq) / i
+            lam = math.sqrt(2 * math.log(2 / alpha) / (var * i * math.log1p(i)))
+            mu = (N * m - s) / (N - i + 1)
+            room = mu if sign > 0 else 1 - mu
+            total += math.log(1 + sign * min(lam, 0.5 / room) * (xi - mu))
+            s += xi
+            mean = (0.5 + s) / (i + 1)
+            sq += (xi - mean) ** 2
+        return total
+
+    step = 2.0**-15  # twice the first look's resolution over a bracket at most 1 wide
+    target = math.log(2 / alpha)
+    assert log_k(lo[0], +1) >= target > log_k(lo[0] + step, +1)
+    assert log_k(hi[0], -1) >= target > log_k(hi[0] - step, -1)
+    assert lo[0] < x.mean() < hi[0] and hi[0] - lo[0] < 0.5
+
+
+def test_both_sequences_decide_and_the_setting_picks_one():
+    rng = np.random.default_rng(12)
+    o = problem_order(PAPER_SIZES, seed=0)
+    far, full = _planted_pair(rng, o.total, 0.5, -0.5)
+    for sequence in ("betting", "eb"):
+        d = decide(o, far, full, Thresholds((-4.3,), (95.0,)), chunk=64, precision_points=2.0, sequence=sequence)
+        assert d.reason == "thresholds" and set(d.sides.values()) == {"below"}
+    with pytest.raises(ValueError, match="betting, eb"):
+        score_path(o, far, 0.0, 1.0, sequence="bootstrap")
+
+
 def _planted_pair(rng, n, p_full, shift):
     """Per-problem correctness of full and a variant that answers like full but flips a share of problems."""
     full = (rng.random(n) < p_full).astype(float)
@@ -94,9 +153,13 @@ def test_score_path_is_the_benchmark_average_and_exact_at_the_end():
     for (b, _), v in zip(o.items, values):
         by_bench[b].append(v)
     target = np.mean([np.mean(v) for v in by_bench.values()])  # the fixed design's score
-    path = score_path(o, values, 0.0, 1.0)
+    path = score_path(o, values, 0.0, 1.0, looks=o.boundaries(64))  # looked at where decide looks
     assert np.isnan(path.lo[: o.census_end]).all()
     assert path.estimate[-1] == pytest.approx(target)
+    # this order's early pooled draws run about 3 standard errors high: an order the sequence misses (at most α of
+    # them do), and its running intersection then stays off; the sequence's own arithmetic is exact at the end
+    assert np.nanmax(path.lo) > target + 1e-9
+    path = score_path(o, values, 0.0, 1.0, sequence="eb")
     assert path.lo[-1] == pytest.approx(target) and path.hi[-1] == pytest.approx(target)
     assert path.lo[800] < target < path.hi[800]
 
@@ -119,12 +182,25 @@ def test_decide_stops_on_thresholds_far_from_full_and_runs_on_near_ones():
     assert d.minus_full == pytest.approx(-4.3) and d.lo == pytest.approx(-4.3) and d.hi == pytest.approx(-4.3)
 
 
+def test_a_retention_target_keeps_a_decided_variant_running_until_its_ratio_is_narrow():
+    rng = np.random.default_rng(11)
+    o = problem_order(PAPER_SIZES, seed=0)
+    far, full = _planted_pair(rng, o.total, 0.5, -0.5)
+    th = Thresholds((), (25.0,))
+    early = decide(o, far, full, th, chunk=64, precision_points=2.0)
+    late = decide(o, far, full, th, chunk=64, precision_points=2.0, retention_points=5.0)
+    assert early.reason == "thresholds" and late.problems > early.problems
+    lo, hi = retention_interval(o, far[: late.problems], full[: late.problems])
+    lo_e, hi_e = retention_interval(o, far[: early.problems], full[: early.problems])
+    assert hi - lo < hi_e - lo_e and hi - lo < 2 * 2.5 * 5.0  # about ±5 %, well within a factor 2.5
+
+
 def test_an_early_bootstrap_look_stops_wrong_where_the_sequence_does_not():
     """A variant 6.5 points below full (outside "within 4.3"), looked at after every chunk of 25: in some orders a
     paired bootstrap interval at an early look lies wholly above −4.3 and would stop with the wrong verdict; the
     sequence never decides 'above' in those orders."""
     rng = np.random.default_rng(5)
-    o = problem_order({"bench": 600}, seed=0)
+    problem_order({"bench": 600}, seed=0)
     variant, full = _planted_pair(rng, 600, 0.55, -0.09)
     truth = 100 * (variant.mean() - full.mean())
     assert truth < -4.3

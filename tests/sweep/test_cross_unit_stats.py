@@ -27,6 +27,7 @@ from grrr_stream.sweep.config import SweepClaims, load_sweep_config
 from grrr_stream.sweep.context import RunContext
 from grrr_stream.sweep.display import Display
 from grrr_stream.sweep.execute import LocalExecutor, execute_units
+from grrr_stream.sweep.kinds import claims as claims_kind
 from grrr_stream.sweep.records import Records, unit_state
 from grrr_stream.sweep.tables import write_report
 
@@ -170,24 +171,25 @@ def test_only_the_new_units_run_their_numbers_are_the_planted_ones_and_the_repor
         "channel-stats/sft-to-rl",
         "channel-stats/base-to-sibling",
     }  # the steps only
-    stores = {u.params.transition: u.out for u in plan.units if u.kind == "decompose"}
-    ctx = RunContext(str(plan.workdir), TrackingConfig(enabled=False), False, None, None, stores=stores)
+    ctx = RunContext(
+        str(plan.workdir), TrackingConfig(enabled=False), False, None, None, outs={u.id: u.out for u in plan.units}
+    )
     ran = execute_units(todo, states, LocalExecutor(ctx), Display(len(plan.units), 0, False, io.StringIO()))
     assert sorted(ran) == ["channel-groups/sft-rl", "claims/main"] and all(s == "done" for s in states.values())
     recs = {u.id: records.read(u) for u in plan.units}
 
     report = write_report(plan, states, recs)
     # the claims: each variant's score is its planted accuracy (percent), the differences to full follow
-    diffs = {(r["transition"], r["variant"]): r for r in report.differences}
-    assert len(diffs) == len(planted["bits"]) and report.claims[""]["counts"]["transitions"] == 4
+    diffs = {(r["transition"], r["variant"]): r for r in report.rows("differences.csv")}
+    assert len(diffs) == len(planted["bits"]) and claims_kind.summaries(report)[""]["counts"]["transitions"] == 4
     for (tid, v, b), bits in planted["bits"].items():
         full = planted["bits"][(tid, "full", b)]
         assert diffs[(tid, v)]["score"] == pytest.approx(100.0 * np.mean(bits), abs=1e-9)
         assert diffs[(tid, v)]["minus_full"] == pytest.approx(100.0 * (np.mean(bits) - np.mean(full)), abs=1e-9)
-    assert all(r["rest_from"] == "base" and r["suite"] == "main" for r in report.informative)
-    assert {r["statistic"] for r in report.claim_rows} >= {"within_k", "retention_median_pct"}
+    assert all(r["rest_from"] == "base" and r["suite"] == "main" for r in report.rows("informative.csv"))
+    assert {r["statistic"] for r in report.rows("claims.csv")} >= {"within_k", "retention_median_pct"}
     # the SFT vs RL table: the steps' planted shares, averaged per group (base → rl is no step)
-    table = {(g["group"], g["component"]): g for g in report.channels_sft_rl}
+    table = {(g["group"], g["component"]): g for g in report.rows("channels_sft_rl.csv")}
     for comp in ("diag", "off", "null", "total"):
         sft = [planted["energy_share"][(t, comp)] for t in ("base-to-sft", "base-to-sibling")]
         assert table[("SFT", comp)]["n"] == 2 and table[("SFT", comp)]["energy_share"] == pytest.approx(np.mean(sft))
@@ -195,8 +197,8 @@ def test_only_the_new_units_run_their_numbers_are_the_planted_ones_and_the_repor
         assert rl["n"] == 1 and rl["energy_share"] == pytest.approx(planted["energy_share"][("sft-to-rl", comp)])
         assert rl["ci_lo"] <= rl["ci_hi"] and 0 < rl["p_value"] <= 1 and rl["draws"] == 2000
     tables = {
-        name: to_csv(getattr(report, name))
-        for name in ("differences", "informative", "claim_rows", "channels_sft_rl", "channels")
+        name: to_csv(report.rows(name))
+        for name in ("differences.csv", "informative.csv", "claims.csv", "channels_sft_rl.csv", "channels.csv")
     }
 
     from grrr_stream.report import write_html
@@ -207,8 +209,8 @@ def test_only_the_new_units_run_their_numbers_are_the_planted_ones_and_the_repor
         KINDS["claims"].run(by_id["claims/main"], ctx)
     again = write_report(plan, states, recs)  # the report's tables, then its page: nothing resampled
     page = write_html(plan, again, recs)
-    assert {name: to_csv(getattr(again, name)) for name in tables} == tables
-    assert json.dumps(again.claims) == json.dumps(report.claims)
+    assert {name: to_csv(again.rows(name)) for name in tables} == tables
+    assert json.dumps(claims_kind.summaries(again)) == json.dumps(claims_kind.summaries(report))
     for name in ("claims.csv", "differences.csv", "informative.csv", "channels_sft_rl.csv", "channels_sft_rl.txt"):
         assert (plan.workdir / "report" / name).is_file()
     assert 'id="verdict"' in page.read_text()

@@ -21,24 +21,26 @@ from grrr_stream.sweep.records import Records, unit_state
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS_DIR = ROOT / "grrr_stream" / "sweep" / "kinds"
-HELPERS = {"__init__", "base", "evaluate_report"}  # modules of kinds/ that are no kind
+HELPERS = {"__init__", "base"}  # modules of kinds/ that are no kind
 
 
 def _kind_modules() -> dict[str, Path]:
-    """kinds/<module>.py that end with a ``KIND = Kind(...)`` record → their path."""
+    """kinds/<module>.py (or the package kinds/<module>/) that end with a ``KIND = Kind(...)`` record → their
+    path."""
     out = {}
-    for p in sorted(KINDS_DIR.glob("*.py")):
+    for p in sorted([*KINDS_DIR.glob("*.py"), *KINDS_DIR.glob("*/__init__.py")]):
         tree = ast.parse(p.read_text())
         if any(
             isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "KIND" for t in n.targets) for n in tree.body
         ):
-            out[p.stem] = p
+            out[p.parent.name if p.stem == "__init__" else p.stem] = p
     return out
 
 
 def test_every_kind_module_is_registered_once_and_every_registered_kind_is_a_module():
     mods = _kind_modules()
-    assert set(mods) == {p.stem for p in KINDS_DIR.glob("*.py")} - HELPERS
+    packages = {p.parent.name for p in KINDS_DIR.glob("*/__init__.py")}
+    assert set(mods) == ({p.stem for p in KINDS_DIR.glob("*.py")} - HELPERS) | packages
     # the module of each registered kind is kinds/<name>.py ('-' written '_')
     assert {k.run.__module__.rsplit(".", 1)[1] for k in KINDS.values()} == set(mods)
     assert all(k.run.__module__.endswith("." + name.replace("-", "_")) for name, k in KINDS.items())
@@ -142,3 +144,39 @@ def test_an_old_workdir_reads_as_done(tmp_path):
     # and a marker removed since is redone, not passed for done
     (Path(picked["stats"].out) / "table_overall.csv").unlink()
     assert unit_state(picked["stats"], records)[0] == "damaged"
+
+
+def test_the_sweep_config_is_assembled_from_the_kinds_sections():
+    """SweepConfig's keys are its own fields around the registry's sections, in the registry's order; a section of
+    a kind not in the registry is an unknown key there, and the kind's own model checks its section's keys."""
+    import pytest
+    from pydantic import ValidationError
+
+    from grrr_stream.config import StrictModel
+    from grrr_stream.sweep.config import SweepConfig, assemble
+    from grrr_stream.sweep.sections import Section
+
+    keys = list(SweepConfig.model_fields)
+    assert keys[3:-3] == [s.key for k in KINDS.values() for s in k.config]
+    assert keys[:3] == ["name", "workdir", "chains"] and keys[-3:] == ["tracking", "scheduler", "progress"]
+
+    class Toy(StrictModel):
+        rounds: int = 2
+
+    toy = Kind(
+        name="generate",
+        params=KINDS["generate"].params,
+        plan=KINDS["generate"].plan,
+        run=KINDS["generate"].run,
+        marker=None,
+        config=(Section("toy", Toy),),
+    )
+    values = {"name": "t", "workdir": "w", "chains": [{"name": "c", "base": {"id": "b", "source": "b"}}]}
+    assert assemble({"toy": toy}).model_validate({**values, "toy": {"rounds": 5}}).toy.rounds == 5
+    assert assemble({"toy": toy}).model_validate(values).toy == Toy()
+    with pytest.raises(ValidationError, match="extra"):
+        assemble({"toy": toy}).model_validate({**values, "toy": {"round": 5}})
+    with pytest.raises(ValidationError, match="extra"):
+        SweepConfig.model_validate({**values, "toy": {"rounds": 5}})
+    with pytest.raises(TypeError, match="claimed twice"):
+        assemble({"toy": toy, "again": toy})

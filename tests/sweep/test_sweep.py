@@ -236,6 +236,31 @@ def test_plan_refuses_differences_of_16_bit_stores(models, tmp_path):
     plan_sweep(SweepConfig.model_validate(cfg))
 
 
+def test_auto_engine_dtype_judges_the_last_step_into_a_model_trained_from_an_intermediate_one(models, tmp_path):
+    """base → rl was trained through sft: its evaluation under engine.dtype auto also reads the sft → rl store,
+    waits for it and is keyed by it; base → sft (trained from the base) and a float32 engine read none."""
+    evaluation = {
+        "enabled": True,
+        "transitions": "cumulative",
+        "variants": ["base", "full", "diag"],
+        "benchmarks": ["math500"],
+        "engine": {"dtype": "auto"},
+    }
+    plan = plan_sweep(SweepConfig.model_validate(config(models, tmp_path / "w", evaluation=evaluation)))
+    units = {u.id: u for u in plan.units if u.kind == "evaluate"}
+    rl, sft = units["evaluate/base-to-rl"], units["evaluate/base-to-sft"]
+    assert rl.params.last_step == "sft-to-rl" and "decompose/sft-to-rl" in rl.deps
+    assert rl.params.key_content()["last_step"] == rl.params.last_step_key != None  # noqa: E711
+    assert sft.params.last_step is None and "last_step" not in sft.params.key_content()
+    fixed = {**evaluation, "engine": {"dtype": "float32"}}
+    plan = plan_sweep(SweepConfig.model_validate(config(models, tmp_path / "w", evaluation=fixed)))
+    assert all(u.params.last_step is None for u in plan.units if u.kind == "evaluate")
+    # the last step not decomposed: refused at plan time, naming it and what to set
+    cfg = config(models, tmp_path / "w", evaluation=evaluation, decomposition={"incremental": False})
+    with pytest.raises(ConfigError, match=r"sft → rl\) too, which is not decomposed: set decomposition.incremental"):
+        plan_sweep(SweepConfig.model_validate(cfg))
+
+
 def test_yaml_bare_off_and_null_are_variant_names(tmp_path):
     text = "name: t\nworkdir: w\nchains: [{name: c, base: {id: b, source: x}}]\nvariants: {names: [off, null]}\n"
     cfg = SweepConfig.model_validate(yaml.safe_load(text))

@@ -116,7 +116,7 @@ def test_sweep_channel_tables_match_the_stored_arrays_then_resume_computes_nothi
         H = grid.shape[2]
         assert doc["base"]["hidden_size"] == H and 0 < len(chans) < H
         independent[tid] = _shares(grid, chans)
-        rows = {(r["group"], r["component"]): r for r in rep.channels if r["transition"] == tid}
+        rows = {(r["group"], r["component"]): r for r in rep.rows("channels.csv") if r["transition"] == tid}
         for comp, share in independent[tid].items():
             r = rows[("all", comp)]
             assert r["channels"] == len(chans) and r["channel_share"] == pytest.approx(len(chans) / H, rel=1e-12)
@@ -130,13 +130,13 @@ def test_sweep_channel_tables_match_the_stored_arrays_then_resume_computes_nothi
         for li, layer in enumerate(layers.tolist()):
             got = next(
                 r
-                for r in rep.channel_layers
+                for r in rep.rows("channel_layers.csv")
                 if r["transition"] == tid and r["layer"] == layer and r["component"] == "null"
             )
             assert got["energy_share"] == pytest.approx(_shares(grid[li : li + 1], chans)["null"], rel=1e-9)
     # SFT vs RL: the training steps only (base→sft, base→sibling are SFT; sft→rl GRPO is RL; the
     # cumulative base→rl is left out), means over each group's steps
-    table = {(g["group"], g["component"]): g for g in rep.channels_sft_rl}
+    table = {(g["group"], g["component"]): g for g in rep.rows("channels_sft_rl.csv")}
     for comp in ("diag", "off", "null", "total"):
         sft = table[("SFT", comp)]
         assert sft["n"] == 2 and set(sft["transitions"].split()) == {"base-to-sft", "base-to-sibling"}
@@ -168,7 +168,9 @@ def test_sweep_channel_tables_match_the_stored_arrays_then_resume_computes_nothi
         if r.data.tags.get("grrr.kind") == "transition" and r.info.run_name == "sft → rl"
     )
     row = next(
-        r for r in rep.channels if r["transition"] == "sft-to-rl" and r["group"] == "all" and r["component"] == "off"
+        r
+        for r in rep.rows("channels.csv")
+        if r["transition"] == "sft-to-rl" and r["group"] == "all" and r["component"] == "off"
     )
     assert run.data.metrics["channels/off/energy_share"] == pytest.approx(row["energy_share"], rel=1e-12)
     assert run.data.metrics["channels/off/ratio"] == pytest.approx(row["ratio"], rel=1e-12)
@@ -181,7 +183,7 @@ def test_sweep_channel_tables_match_the_stored_arrays_then_resume_computes_nothi
     (Path(plan.unit("channel-stats/sft-to-rl").out) / "channel_stats.csv").unlink()
     third = run_sweep(plan_sweep(cfg), progress=False)
     assert third.ok and third.ran == ["channel-stats/sft-to-rl"] and marker.stat().st_mtime_ns == stamp
-    assert third.report.channels == rep.channels
+    assert third.report.rows("channels.csv") == rep.rows("channels.csv")
 
 
 def test_no_outlier_channel_gives_zero_shares_and_no_ratio():

@@ -166,11 +166,11 @@ def _run_fake(u: Unit, ctx: Any) -> dict:
 
 
 FAKE = Kind(
-    "fake",
-    FakeParams,
-    lambda ctx: ([], []),
-    _run_fake,
-    None,
+    name="fake",
+    params=FakeParams,
+    plan=lambda ctx: ([], []),
+    run=_run_fake,
+    marker=None,
     on_worker=True,
     needs=lambda u, fc, device: Needs(u.params.gpus, 10 * GIB if u.params.gpus else None, int(u.params.ram_gib * GIB)),
 )

@@ -13,7 +13,9 @@ from grrr_stream.sweep.config import SweepConfig
 def _config(tmp_path, **decomposition) -> SweepConfig:
     # chain 1: b → sft → dpo → rlvr (OLMo-like), b → zero (RL from the base), b → sft → grpo (a sibling RL);
     # chain 2: c → only (one SFT)
-    m = lambda i, parent=None: {"id": i, "source": f"org/{i}", **({"parent": parent} if parent else {})}
+    def m(i, parent=None):
+        return {"id": i, "source": f"org/{i}", **({"parent": parent} if parent else {})}
+
     return SweepConfig.model_validate(
         {
             "name": "steps",

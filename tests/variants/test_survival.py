@@ -10,7 +10,7 @@ from helpers.common import no_track_config
 
 from grrr_stream.decompose.run import run_transition
 from grrr_stream.fixtures.synthetic import ModelShape, Update, make_transition
-from grrr_stream.geometry.analyses import survival_sample
+from grrr_stream.geometry.analyses.survival import survival_sample
 from grrr_stream.store.transition_store import StoredTransition
 from grrr_stream.variants.builder import VariantBuilder
 from grrr_stream.variants.spec import parse_variant

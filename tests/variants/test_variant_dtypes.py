@@ -203,13 +203,16 @@ def _extras() -> dict[str, torch.Tensor]:
     """Tensors outside the decomposed matrices in every non-16/32/64-bit-float safetensors dtype, with bit
     patterns a float cast would change (uint32 above 2^31, NaN-like float8 bytes, a complex value)."""
     g = torch.Generator().manual_seed(3)
-    raw = lambda n, dt: torch.randint(
-        0,
-        256,
-        (n * torch.empty((), dtype=dt).element_size(),),  # noqa: E731
-        dtype=torch.uint8,
-        generator=g,
-    ).view(dt)
+
+    def raw(n, dt):
+        return torch.randint(
+            0,
+            256,
+            (n * torch.empty((), dtype=dt).element_size(),),  # noqa: E731
+            dtype=torch.uint8,
+            generator=g,
+        ).view(dt)
+
     out = {
         f"model.extra.{dt}".replace("torch.", ""): raw(6, dt).reshape(2, 3)
         for dt in (

@@ -29,8 +29,3 @@ KINDS: dict[str, Kind] = {
 
 # the tables the kinds write into WORKDIR/report, in the order they write them
 TABLES: tuple[str, ...] = tuple(t for k in KINDS.values() for t in k.tables)
-
-
-def kind_of(unit) -> Kind:
-    """The registry's record of a unit's kind."""
-    return KINDS[unit.kind]

@@ -20,19 +20,21 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ...channels.transition_stats import STATS_FILE
 from ..context import PlanContext, Problems, RunContext
-from ..rows import Row, read_rows
+from ..rows import Report, Row, TableRows, read_rows
 from ..units import Unit, UnitParams
-from .base import Kind, constant_estimate
+from .base import Kind, Planned, constant_estimate
 from .channel_stats import MEMBER_FILE
 from .channel_stats import NAME as CHANNEL_STATS
+from .channel_stats import TABLE as CHANNELS_TABLE
 from .channels import read_channel_set
+from .decompose import store_of
 
 NAME = "channel-groups"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 FOLDER = "channel_groups"
@@ -104,7 +106,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
         for s in p.steps
         for r in read_rows(Path(s.stats_out) / STATS_FILE)
     ]
-    table = sft_rl_rows(rows, members(p.steps, ctx.stores), draws=p.resamples, seed=p.seed)
+    table = sft_rl_rows(rows, members(p.steps, lambda t: store_of(ctx, t)), draws=p.resamples, seed=p.seed)
     out = Path(u.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / SFT_RL_TABLE, to_csv(table))
@@ -112,9 +114,9 @@ def run(u: Unit, ctx: RunContext) -> dict:
     return {"rows": len(table), "steps": len(p.steps)}
 
 
-def members(steps, stores: dict[str, str]) -> dict:
+def members(steps, store_of: Callable[[str], Path]) -> dict:
     """transition → its :class:`~grrr_stream.channels.groups.Member`: the one its channel-stats unit kept, or
-    for a unit finished before units kept one, made from its store's energies (``stores``: transition → store)
+    for a unit finished before units kept one, made from its store's energies (``store_of``: transition → store)
     and W0's outlier set; a step whose store can no longer be read has none."""
     from ...channels.enrichment import store_energies
     from ...channels.groups import Member
@@ -127,7 +129,7 @@ def members(steps, stores: dict[str, str]) -> dict:
             out[s.transition] = Member.load(kept)
             continue
         try:
-            energies, records = store_energies(Path(stores[s.transition]))
+            energies, records = store_energies(store_of(s.transition))
             chans = np.asarray(sorted(read_channel_set(s.channels_out)["channels"]), dtype=np.int64)
         except (StoreError, OSError, KeyError, ValueError):  # removed since: the table's means stay, no interval
             continue
@@ -135,23 +137,25 @@ def members(steps, stores: dict[str, str]) -> dict:
     return out
 
 
-def report(plan, done: list[Unit], rep) -> None:
+def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
     """The table as its unit wrote it."""
+    rows: list[Row] = []
     for u in done:
         try:
-            rep.channels_sft_rl = json.loads((Path(u.out) / ROWS_FILE).read_text())
+            rows = json.loads((Path(u.out) / ROWS_FILE).read_text())
         except (OSError, ValueError):
             continue
+    return [TableRows(SFT_RL_TABLE, rows)]
 
 
-def write(rep, put) -> None:
+def write(rep: Report) -> list[Path]:
     from ...files import atomic_write_text
 
-    put(SFT_RL_TABLE, rep.channels_sft_rl)
-    if rep.channels:  # the transitions' own rows, with the group table when there is one
-        path = rep.folder / SFT_RL_TEXT
-        atomic_write_text(path, sft_rl_text(rep))
-        rep.files.append(path)
+    if not rep.rows(CHANNELS_TABLE):  # the transitions' own rows, with the group table when there is one
+        return []
+    path = rep.folder / SFT_RL_TEXT
+    atomic_write_text(path, sft_rl_text(rep))
+    return [path]
 
 
 def _num(x) -> float:
@@ -206,7 +210,8 @@ def sft_rl_rows(rows: list[Row], members: dict, *, draws: int, seed: int) -> lis
 
 def sft_rl_text(report) -> str:
     """The SFT vs RL table and every transition's overall row, as text (the summary and channels_sft_rl.txt)."""
-    if not report.channels:
+    channels, groups = report.rows(CHANNELS_TABLE), report.rows(SFT_RL_TABLE)
+    if not channels:
         return ""
     lines = [
         "outlier residual channels (each W0's, label-free rule): share of each component's update energy "
@@ -215,13 +220,13 @@ def sft_rl_text(report) -> str:
         "interval and the random sets pooled over its steps)",
         f"  {'':<30} {'comp':<6} {'ch.share':>8} {'E share':>8} {'ratio':>7} {'interval':>17} {'p':>7}",
     ]
-    for g in report.channels_sft_rl:
+    for g in groups:
         lines.append(
             f"  {g['group'] + ' (' + str(g['n']) + ' step' + ('s' if g['n'] != 1 else '') + ', mean)':<30} "
             f"{g['component']:<6} {g['channel_share']:>8.4f} {g['energy_share']:>8.4f} {g['ratio']:>7.3f} "
             f"[{g['ci_lo']:>6.3f}, {g['ci_hi']:>6.3f}] {g['p_value']:>7.4f}"
         )
-    for r in report.channels:
+    for r in channels:
         if r["group"] == "all":
             name = f"{r['transition']} ({r['method'] or 'no method'})"
             lines.append(
@@ -233,12 +238,12 @@ def sft_rl_text(report) -> str:
 
 
 KIND = Kind(
-    NAME,
-    ChannelGroupsParams,
-    plan,
-    run,
-    ROWS_FILE,
-    (SFT_RL_TABLE,),
+    name=NAME,
+    params=ChannelGroupsParams,
+    plan=plan,
+    run=run,
+    marker=ROWS_FILE,
+    tables=(SFT_RL_TABLE,),
     estimate=constant_estimate(SECONDS),
     report=report,
     write=write,

@@ -17,11 +17,12 @@ from ...channels.transition_stats import LAYERS_FILE, STATS_FILE
 from ...forecast import work
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
-from ..rows import read_rows, rectangular
+from ..rows import Report, TableRows, read_rows, rectangular
 from ..units import Unit, UnitParams
-from .base import Kind
+from .base import Kind, Planned
 from .channels import channels_file, channels_unit, read_channel_set, selected
 from .decompose import keys as decompose_keys
+from .decompose import store_of
 from .decompose import unit_id as decompose_id
 
 NAME = "channel-stats"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
@@ -87,7 +88,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
     from ...channels.transition_stats import transition_channel_stats
 
     p: ChannelStatsParams = u.params
-    store = Path(ctx.stores[p.transition])
+    store = store_of(ctx, p.transition)
     base = read_channel_set(p.channels_out)
     post = read_channel_set(p.post_channels_out)["channels"] if p.post_channels_out is not None else None
     res = transition_channel_stats(
@@ -142,10 +143,11 @@ def estimate(u: Unit, facts) -> UnitForecast:
     )
 
 
-def report(plan, done: list[Unit], rep) -> None:
+def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
     from ...stats.claims_sets import method_group
 
     sft = plan.config.claims.sft_methods
+    shares, layers = [], []
     for u in done:
         tr = plan.transitions[u.params.transition]
         step = plan.models[tr.child].parent == tr.parent
@@ -157,32 +159,29 @@ def report(plan, done: list[Unit], rep) -> None:
             "group_sft_rl": method_group(tr.method, sft) or "",
             "step": step,
         }
-        rep.channels += [
+        shares += [
             {**label, **{k: v for k, v in r.items() if k != "transition"}} for r in read_rows(Path(u.out) / STATS_FILE)
         ]
-        rep.channel_layers += [
+        layers += [
             {**label, **{k: v for k, v in r.items() if k != "transition"}} for r in read_rows(Path(u.out) / LAYERS_FILE)
         ]
-    rep.channels = rectangular(rep.channels)
-    rep.channel_layers = rectangular(rep.channel_layers)
+    return [TableRows(TABLE, rectangular(shares)), TableRows(LAYERS_TABLE, rectangular(layers))]
 
 
-def write(rep, put) -> None:
+def write(rep: Report) -> list[Path]:
     from ... import plots
 
-    put(TABLE, rep.channels)
-    put(LAYERS_TABLE, rep.channel_layers)
-    if rep.channel_layers:
-        rep.files.append(plots.channel_layer_shares(rep.channel_layers, rep.folder / LAYERS_FIGURE))
+    layers = rep.rows(LAYERS_TABLE)
+    return [plots.channel_layer_shares(layers, rep.folder / LAYERS_FIGURE)] if layers else []
 
 
 KIND = Kind(
-    NAME,
-    ChannelStatsParams,
-    plan,
-    run,
-    STATS_FILE,
-    (TABLE, LAYERS_TABLE),
+    name=NAME,
+    params=ChannelStatsParams,
+    plan=plan,
+    run=run,
+    marker=STATS_FILE,
+    tables=(TABLE, LAYERS_TABLE),
     estimate=estimate,
     report=report,
     write=write,

@@ -2,21 +2,26 @@
 calibration pass, the rule, the weight proxy, the ablation if asked), for every W0 of a transition the
 ``channels`` section selects (and its W1 with ``post_models``). Its folder holds ``channels.json`` in the
 format of ``grrr-stream channels`` (the model under ``"base"``): :func:`channels_file` says where, so that
-other units (channel-stats, channel variants) read it. Its report rows: ``channel_models.csv``."""
+other units (channel-stats, channel variants) read it. Its section: ``channels`` (read by the channel-stats and
+channel-groups kinds too). Its report rows: ``channel_models.csv``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Literal, Optional
+
+from pydantic import Field, field_validator
 
 from ...channels.analysis import CHANNELS_FILE
+from ...config import StrictModel
 from ...forecast import work
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
-from ..rows import rectangular
+from ..rows import Report, TableRows, rectangular
+from ..sections import Section, TransitionSelector, selector
 from ..units import Unit, UnitParams
-from .base import Kind
+from .base import Kind, Planned
 from .decompose import keys as decompose_keys
 
 NAME = "channels"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
@@ -30,6 +35,29 @@ TABLE = "channel_models.csv"
 START_S = 2.0
 FORWARD_CALL_S = 5e-3
 IMPORT_S = 5.0
+
+
+class SweepChannels(StrictModel):
+    """The ``channels`` section: outlier residual channels of each transition's W0 (the calibration pass, the
+    rule, the weight proxy and, if asked, the ablation: ``grrr-stream channels``), and per transition the share
+    of each component's energy on them (``grrr-stream channel-stats``). Off by default: it loads every W0
+    for a forward pass."""
+
+    enabled: bool = False
+    transitions: TransitionSelector = "all"  # whose channel statistics are computed (W0s analysed as needed)
+    post_models: bool = False  # also analyse each selected transition's W1, for comparison (Jaccard with W0's set)
+    threshold: float = 2.5  # the rule (channels/rule.py): robust z of log-RMS, aggregated over layers
+    aggregate: Literal["median", "max", "mean"] = "median"
+    sequences: int = Field(256, ge=1)  # calibration text: sequences of seq_len tokens
+    seq_len: int = Field(256, ge=2)
+    batch_size: int = Field(1, ge=1)  # sequences per forward (not in keys)
+    max_memory: str = "1GiB"  # resident weights; the rest offloaded layer by layer (not in keys)
+    ablation: bool = False  # perplexity with the outliers zeroed against random sets
+    ablation_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    resamples: int = Field(2000, ge=100)  # random channel sets (null) and bootstrap resamples (interval)
+    seed: int = 0
+
+    _transitions = field_validator("transitions", mode="before")(selector)
 
 
 class ChannelsParams(UnitParams):
@@ -217,8 +245,15 @@ def estimate(u: Unit, facts) -> UnitForecast:
     )
 
 
-def report(plan, done: list[Unit], rep) -> None:
-    rep.channel_models = rectangular([_model_row(u) for u in done])
+TITLE = "Outlier channels per model"
+NOTE = (
+    "Channels the rule selects (fraction against the paper's ~5 %), the weight proxy's Jaccard overlap, "
+    "calibration perplexity and, when run, the ablation (channel_models.csv)."
+)
+
+
+def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
+    return [TableRows(TABLE, rectangular([_model_row(u) for u in done]), TITLE, NOTE, folded=True)]
 
 
 def _model_row(u: Unit) -> dict:
@@ -238,19 +273,15 @@ def _model_row(u: Unit) -> dict:
     }
 
 
-def write(rep, put) -> None:
-    put(TABLE, rep.channel_models)
-
-
 KIND = Kind(
-    NAME,
-    ChannelsParams,
-    plan,
-    run,
-    CHANNELS_FILE,
-    (TABLE,),
+    name=NAME,
+    params=ChannelsParams,
+    plan=plan,
+    run=run,
+    marker=CHANNELS_FILE,
+    config=(Section("channels", SweepChannels),),
+    tables=(TABLE,),
     on_worker=True,
     estimate=estimate,
     report=report,
-    write=write,
 )

@@ -21,16 +21,18 @@ from pydantic import BaseModel, ConfigDict
 from ...config import ClaimSettings
 from ...evaluation.pipeline import RECORD_FILE
 from ..context import PlanContext, Problems, RunContext
+from ..rows import Report, TableRows
+from ..sections import Section
 from ..units import Unit, UnitParams
-from .base import Kind, constant_estimate
-from .evaluate import NAME as EVALUATE
+from .base import Kind, Planned, constant_estimate
+from .evaluate.params import NAME as EVALUATE
 
 NAME = "claims"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "claims"
 SUMMARY_FILE = "claims.json"  # written last: the marker
-# report table (a Report field) → its file, in the unit's folder (without the suite column) and in WORKDIR/report
-FILES = {"differences": "differences.csv", "informative": "informative.csv", "claim_rows": "claims.csv"}
+# the summary's table → its file, in the unit's folder (without the suite column) and in WORKDIR/report
+FILES = {"differences": "differences.csv", "informative": "informative.csv", "claims": "claims.csv"}
 MAIN = "main"  # the main evaluation's name in unit ids and in the tables' suite column
 SECONDS = 3.0  # the demo's 3 transitions × 10 000 joint resamples (2 CPU cores): not modelled
 
@@ -58,6 +60,11 @@ class Evaluated(BaseModel):
             "evaluation": self.evaluation_key,
             "metric": self.metric,
         }
+
+
+class SweepClaims(ClaimSettings):
+    """The sweep's ``claims`` section: changing it reruns the ``claims`` units only (and, through
+    ``sft_methods``, the ``channel-groups`` unit when a step changes group), never an evaluation."""
 
 
 class ClaimsParams(UnitParams):
@@ -127,8 +134,8 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 def selector_name(cfg, suite: Optional[str]) -> str:
     """The evaluated set of a suite as its ``transitions`` setting names it: a selector word, or
     ``ids:a,b`` for a list of transition ids."""
-    ev = next((e for e in cfg.extra_evaluations if e.suite == suite), None) if suite else None
-    chosen = (ev or cfg.evaluation).transitions
+    section = next((e for e in cfg.extra_evaluations if e.suite == suite), None) if suite else None
+    chosen = (section or cfg.evaluation).transitions
     return "ids:" + ",".join(chosen) if isinstance(chosen, list) else str(chosen)
 
 
@@ -155,7 +162,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
         r.update(rest.get(r["transition"], {}))
     out = Path(u.out)
     out.mkdir(parents=True, exist_ok=True)
-    for key, name in zip(("differences", "informative", "claims"), FILES.values()):
+    for key, name in FILES.items():
         atomic_write_text(out / name, to_csv(summary[key]))
     atomic_write_text(out / SUMMARY_FILE, to_json(summary))
     return dict(summary["counts"])
@@ -213,8 +220,10 @@ def _rest_source(out: Path) -> dict:
     }
 
 
-def report(plan, done: list[Unit], rep) -> None:
-    """Each finished suite's summary as its unit wrote it (suites with no scored transition have none)."""
+def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
+    """Each finished suite's summary as its unit wrote it (suites with no scored transition have none), kept in
+    ``rep.data[NAME]`` (suite → summary: :func:`summaries`), and its rows with the suite's name."""
+    kept, tables = rep.data.setdefault(NAME, {}), {key: [] for key in FILES}
     for u in done:
         try:
             s = json.loads((Path(u.out) / SUMMARY_FILE).read_text())
@@ -223,26 +232,26 @@ def report(plan, done: list[Unit], rep) -> None:
         if not s["counts"]["transitions"]:
             continue
         suite = u.params.suite or ""
-        rep.claims[suite] = s
-        tag = {"suite": suite or MAIN}
-        rep.differences += [{**tag, **r} for r in s["differences"]]
-        rep.informative += [{**tag, **r} for r in s["informative"]]
-        rep.claim_rows += [{**tag, **r} for r in s["claims"]]
+        kept[suite] = s
+        for key, rows in tables.items():
+            rows += [{"suite": suite or MAIN, **r} for r in s[key]]
+    return [TableRows(name, tables[key]) for key, name in FILES.items()]
 
 
-def write(rep, put) -> None:
-    for field, name in FILES.items():
-        put(name, getattr(rep, field))
+def summaries(rep: Report) -> dict:
+    """Evaluation suite ('' for the main one) → its claims summary (:func:`grrr_stream.stats.claims_sets.summarise`),
+    as the report read it."""
+    return rep.data.get(NAME, {})
 
 
 KIND = Kind(
-    NAME,
-    ClaimsParams,
-    plan,
-    run,
-    SUMMARY_FILE,
-    tuple(FILES.values()),
+    name=NAME,
+    params=ClaimsParams,
+    plan=plan,
+    run=run,
+    marker=SUMMARY_FILE,
+    config=(Section("claims", SweepClaims),),
+    tables=tuple(FILES.values()),
     estimate=constant_estimate(SECONDS),
     report=report,
-    write=write,
 )

@@ -10,10 +10,11 @@ from typing import ClassVar, Literal, Optional
 from ...dtypes import SIXTEEN_BIT
 from ...stats.run import COMPARISONS_TABLE, COSINES_FIGURE, NORMS_FIGURE  # also drawn into WORKDIR/report
 from ..context import PlanContext, Problems, RunContext
-from ..rows import read_rows, rectangular
+from ..rows import Report, TableRows, read_rows, rectangular
 from ..units import PlannedModel, Unit, UnitParams
-from .base import Kind, constant_estimate
+from .base import Kind, Planned, constant_estimate
 from .decompose import keys as decompose_keys
+from .decompose import store_of
 from .decompose import unit_id as decompose_id
 
 NAME = "compare"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
@@ -151,9 +152,9 @@ def run(u: Unit, ctx: RunContext) -> dict:
     from ...stats.run import run_comparisons
 
     p: CompareParams = u.params
-    ancestor = Path(ctx.stores[p.ancestor]) if p.ancestor else None
+    ancestor = store_of(ctx, p.ancestor) if p.ancestor else None
     res = run_comparisons(
-        [(p.comparison, Path(ctx.stores[p.a]), Path(ctx.stores[p.b]), ancestor)],
+        [(p.comparison, store_of(ctx, p.a), store_of(ctx, p.b), ancestor)],
         Path(u.out),
         resamples=p.resamples,
         null_draws=p.null_draws,
@@ -167,28 +168,37 @@ def run(u: Unit, ctx: RunContext) -> dict:
     return {k: s[k] for k in ("median_cos_off", "ci_lo", "ci_hi", "p_value", "verdict")}
 
 
-def report(plan, done: list[Unit], rep) -> None:
-    rep.comparisons = rectangular(
-        [{"comparison": u.id.split("/", 1)[1], **r} for u in done for r in read_rows(Path(u.out) / COMPARISONS_TABLE)]
-    )
+def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
+    return [
+        TableRows(
+            COMPARISONS_TABLE,
+            rectangular(
+                [
+                    {"comparison": u.id.split("/", 1)[1], **r}
+                    for u in done
+                    for r in read_rows(Path(u.out) / COMPARISONS_TABLE)
+                ]
+            ),
+        )
+    ]
 
 
-def write(rep, put) -> None:
+def write(rep: Report) -> list[Path]:
     from ... import plots
 
-    put(COMPARISONS_TABLE, rep.comparisons)
-    if rep.comparisons:
-        rep.files.append(plots.cosine_medians(rep.comparisons, rep.folder / COSINES_FIGURE))
-        rep.files.append(plots.norm_bars(rep.comparisons, rep.folder / NORMS_FIGURE))
+    rows = rep.rows(COMPARISONS_TABLE)
+    if not rows:
+        return []
+    return [plots.cosine_medians(rows, rep.folder / COSINES_FIGURE), plots.norm_bars(rows, rep.folder / NORMS_FIGURE)]
 
 
 KIND = Kind(
-    NAME,
-    CompareParams,
-    plan,
-    run,
-    COMPARISONS_TABLE,
-    (COMPARISONS_TABLE,),
+    name=NAME,
+    params=CompareParams,
+    plan=plan,
+    run=run,
+    marker=COMPARISONS_TABLE,
+    tables=(COMPARISONS_TABLE,),
     estimate=constant_estimate(SECONDS),
     report=report,
     write=write,

@@ -1,8 +1,9 @@
 """``decompose/<transition>``: one transition W0 → W1 into its Zarr store (:func:`grrr_stream.run_transition`).
 
 The first decomposition from each W0 computes its frames into the shared cache, and the others from that
-W0 start after it (and read them). Its report rows: ``transitions.csv`` (the paper's Tables 3 and 4 per
-transition, with the change of numerical rank) and the matrices' rows for the HTML page's heatmaps."""
+W0 start after it (and read them). Its section: ``decomposition``. Its report rows: ``transitions.csv`` (the
+paper's Tables 3 and 4 per transition, with the change of numerical rank) and, in the report's data under its
+``NAME``, the matrices' rows for the HTML page's heatmaps."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ from ...config import DecomposeConfig, DecompositionSettings, build_config, resu
 from ...dtypes import ITEMSIZE
 from ...forecast import target as tgt  # a device to forecast for (--forecast-for)
 from ...forecast import work
+from ...geometry.analyses import analysis_columns
+from ...geometry.analyses.bands import DEFAULT_BAND_EDGES
+from ...stats.summaries import SUMMARY_METRICS
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import DiskFacts, UnitForecast, cpu_cores
 from ..resources import Needs, cpu_needs, gpu_needs, uses_gpu
-from ..rows import Row, read_rows, rectangular
+from ..rows import Report, Row, TableRows, read_rows, rectangular
+from ..sections import Section
 from ..units import Transition, Unit, UnitParams
-from .base import Kind
+from .base import Kind, Planned
 
 NAME = "decompose"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
@@ -31,6 +36,13 @@ SUMMARY = "summary.json"
 TABLE = "transitions.csv"
 BANDS_FIGURE = "band_energy.png"  # in WORKDIR/report
 OVERHEAD_S = 8.0  # per transition: tables, figures, summary
+
+
+class SweepDecomposition(DecompositionSettings):
+    """The ``decomposition`` section: the single-transition settings, and which transitions a chain gives."""
+
+    incremental: bool = True  # parent → child for every child
+    cumulative: bool = True  # base → child where the parent is not the base
 
 
 class DecomposeParams(UnitParams):
@@ -77,6 +89,11 @@ def unit_id(transition: str) -> str:
 def keys(ctx: PlanContext) -> dict[str, str]:
     """transition → the key of its decomposition, for the kinds planned after this one."""
     return {u.params.transition: u.key for u in ctx.units_of(NAME)}
+
+
+def store_of(ctx: RunContext, transition: str) -> Path:
+    """Where a transition's decomposition keeps its store, for a unit that reads it."""
+    return Path(ctx.outs[unit_id(transition)])
 
 
 def by_transition(units: list[Unit]) -> dict[str, Unit]:
@@ -247,24 +264,32 @@ def needs(u: Unit, forecast: Optional[UnitForecast], device: Optional[str]) -> N
     return replace(found, spread=True)
 
 
-def report(plan, done: list[Unit], rep) -> None:
-    """transitions.csv, and each store's matrix rows for the page's heatmaps."""
-    out = []
+def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
+    """transitions.csv, and each store's matrix rows for the page's heatmaps (``rep.data[NAME]``)."""
+    out, matrices = [], rep.data.setdefault(NAME, {})
     for u in done:
         tr = plan.transitions[u.params.transition]
-        rep.matrices[tr.id] = read_rows(Path(u.out) / METRICS)
-        out.append(transition_row(tr, Path(u.out), rep.matrices[tr.id]))
-    rep.transitions = rectangular(out)
+        matrices[tr.id] = read_rows(Path(u.out) / METRICS)
+        out.append(transition_row(tr, Path(u.out), matrices[tr.id]))
+    return [TableRows(TABLE, rectangular(out))]
 
 
-def write(rep, put) -> None:
+def write(rep: Report) -> list[Path]:
     from ... import plots
 
-    put(TABLE, rep.transitions)
-    trows = rep.transitions
-    edge = next((e for e in (64, 16, 256) if trows and trows[0].get(f"band{e}_off_principal_mean") is not None), None)
-    if edge is not None:
-        rep.files.append(plots.band_energy_by_transition(trows, edge, rep.folder / BANDS_FIGURE))
+    trows = rep.rows(TABLE)
+    edge = next(
+        (e for e in (64, *DEFAULT_BAND_EDGES) if trows and trows[0].get(f"band{e}_off_principal_mean") is not None),
+        None,
+    )
+    if edge is None:
+        return []
+    return [plots.band_energy_by_transition(trows, edge, rep.folder / BANDS_FIGURE)]
+
+
+def matrix_rows(rep: Report) -> dict[str, list[Row]]:
+    """transition id → its store's per-matrix rows (metrics.csv), as the report read them."""
+    return rep.data.get(NAME, {})
 
 
 def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]] = None) -> Row:
@@ -274,29 +299,15 @@ def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]]
     summary = json.loads((store / SUMMARY).read_text())["scopes"]["all"]
     # paper Tables 3 and 4: energy shares, relative size, SV cosine, δ_max, stable ranks and their change, α,
     # numerical ranks
-    cols = [
-        "f_diag",
-        "f_off",
-        "f_null",
-        "r_delta",
-        "sv_cos",
-        "delta_max",
-        "sr_w0",
-        "sr_delta",
-        "sr_w1",
-        "dsr_pct",
-        "alpha",
-    ]
+    cols = list(SUMMARY_METRICS)
     ranks = sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
     # beyond the paper: principal bands, subspace angles, component survival (means over matrices)
-    beyond = [
-        k[:-5]
-        for k in summary
-        if k.endswith("_mean") and k.startswith(("band", "angle", "bfloat16_kept_", "float16_kept_"))
+    beyond = [k[:-5] for k in analysis_columns(summary, "transitions:mean") if k.endswith("_mean")]
+    # pooled figures (update sparsity: over the transition's entries, with the per-matrix spread, not a mean)
+    pooled = list(analysis_columns(summary, "transitions:pooled"))
+    sparsity = [k for k in pooled if k.endswith(("_pooled", "_min", "_median", "_max"))] + [
+        k for k in pooled if isinstance(summary[k], str)
     ]
-    # update sparsity: pooled over the transition's entries, with the per-matrix spread (not a mean)
-    sparsity = [k for k in summary if k.startswith("frac_") and k.endswith(("_pooled", "_min", "_median", "_max"))]
-    sparsity += ["sparsity_compare"] if "sparsity_compare" in summary else []
     row: Row = {
         "transition": tr.id,
         "chain": tr.chain,
@@ -333,12 +344,13 @@ def _rank_changes(rows: list[Row], thresholds: list[str]) -> Row:
 
 
 KIND = Kind(
-    NAME,
-    DecomposeParams,
-    plan,
-    run,
-    None,
-    (TABLE,),
+    name=NAME,
+    params=DecomposeParams,
+    plan=plan,
+    run=run,
+    marker=None,
+    config=(Section("decomposition", SweepDecomposition),),
+    tables=(TABLE,),
     on_worker=True,
     estimate=estimate,
     complete=complete,

@@ -1,4 +1,5 @@
-"""``generate/tinychain``: copy the tiny chain the package ships (checksums verified) or train it (its models and its benchmark) for configs whose models
+"""``generate/tinychain``: copy the tiny chain the package ships (checksums verified) or train it (its models and
+its benchmark) for configs whose models
 are ``tinychain:NAME`` or whose evaluation reads the tiny chain's benchmark. The one kind that imports
 :mod:`grrr_stream.fixtures` (the demo's chain is a fixture the sweep can build)."""
 
@@ -8,11 +9,12 @@ import json
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from ...config import StrictModel
 from ...fixtures.tinychain_shipped import MARKER  # the chain's record, written last
 from ...forecast import work
-from ..config import TinyChainSpec
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
+from ..sections import Section
 from ..units import Unit, UnitParams
 from .base import Kind
 
@@ -22,6 +24,14 @@ FOLDER = "tinychain"
 UNIT_ID = "generate/tinychain"
 # measured on the demo (2 CPU cores): not modelled by flops
 SECONDS, QUICK_SECONDS, SHIPPED_SECONDS = 200.0, 90.0, 1.0
+
+
+class TinyChainSpec(StrictModel):
+    """The ``tinychain`` section: which tiny chain a config's ``tinychain:`` models and benchmark come from."""
+
+    seed: int = 0
+    quick: bool = False
+    retrain: bool = False  # train here even where the package ships the chain (seed 0, full)
 
 
 class GenerateParams(UnitParams):
@@ -91,4 +101,13 @@ def estimate(u: Unit, facts) -> UnitForecast:
     return UnitForecast(u.id, u.kind, 0, facts.write(u), work.BASELINE_RAM, seconds, "constant (demo, 2 cores)")
 
 
-KIND = Kind(NAME, GenerateParams, plan, run, MARKER, on_worker=True, estimate=estimate)
+KIND = Kind(
+    name=NAME,
+    params=GenerateParams,
+    plan=plan,
+    run=run,
+    marker=MARKER,
+    config=(Section("tinychain", TinyChainSpec, optional=True),),
+    on_worker=True,
+    estimate=estimate,
+)

@@ -7,11 +7,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from ...stats.run import OVERALL_TABLE
+from ...stats.settings import ComparisonSettings
 from ..context import PlanContext, Problems, RunContext
-from ..rows import read_rows
+from ..rows import Report, TableRows, read_rows
+from ..sections import Section
 from ..units import Unit, UnitParams
-from .base import Kind, constant_estimate
+from .base import Kind, Planned, constant_estimate
 from .decompose import keys as decompose_keys
+from .decompose import store_of
 from .decompose import unit_id as decompose_id
 
 NAME = "stats"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
@@ -19,6 +22,15 @@ NAME = "stats"  # the kind's name: its units' ``kind``, the registry's key; spel
 FOLDER = "stats"
 TABLE = "stats_overall.csv"
 SECONDS = 5.0  # measured on the demo (2 CPU cores): not modelled by flops
+
+
+class SweepStatistics(ComparisonSettings):
+    """The ``statistics`` section: the bootstrap summaries (this kind) and the comparisons (:mod:`.compare`),
+    with the resamples, seed, null draws and level of :class:`~grrr_stream.stats.settings.ComparisonSettings`."""
+
+    enabled: bool = True
+    sequential: bool = True  # base→parent vs parent→child in the base frame, for every grandchild
+    independent: bool = True  # every pair of same-base models neither of which descends from the other
 
 
 class StatsParams(UnitParams):
@@ -56,7 +68,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
     from ...stats.run import run_stats
 
     p: StatsParams = u.params
-    stores = [Path(ctx.stores[t]) for t in p.transitions]
+    stores = [store_of(ctx, t) for t in p.transitions]
     res = run_stats(
         stores,
         Path(u.out),
@@ -69,23 +81,18 @@ def run(u: Unit, ctx: RunContext) -> dict:
     return {"files": [str(f) for f in res.files]}
 
 
-def report(plan, done: list[Unit], rep) -> None:
-    if done:
-        rep.stats_overall = read_rows(Path(done[0].out) / OVERALL_TABLE)
-
-
-def write(rep, put) -> None:
-    put(TABLE, rep.stats_overall)
+def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
+    return [TableRows(TABLE, read_rows(Path(done[0].out) / OVERALL_TABLE) if done else [])]
 
 
 KIND = Kind(
-    NAME,
-    StatsParams,
-    plan,
-    run,
-    OVERALL_TABLE,
-    (TABLE,),
+    name=NAME,
+    params=StatsParams,
+    plan=plan,
+    run=run,
+    marker=OVERALL_TABLE,
+    config=(Section("statistics", SweepStatistics),),
+    tables=(TABLE,),
     estimate=constant_estimate(SECONDS),
     report=report,
-    write=write,
 )

