@@ -52,10 +52,12 @@ def test_result_defaults_are_the_fields_defaults():
 
 
 def _other(value):
-    """Another valid value of a setting: flipped, another edge, off (a dtype), on (an optional count, off by
-    default)."""
+    """Another valid value of a setting: flipped, another edge, one more (a count), off (a dtype), on (an optional
+    count, off by default)."""
     if isinstance(value, bool):
         return not value
+    if isinstance(value, int):
+        return value + 1
     if isinstance(value, tuple):
         return (3,) if value != (3,) else (5,)
     return 1 if value is None else None
