@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from . import angles, bands, channels, degenerate_share, sparsity, survival
+from . import (
+    angles,
+    bands,
+    channels,
+    degenerate_share,
+    sparsity,
+    survival,
+)
 from .base import Analysis, AnalysisSettings
 
 # in the order their columns appear in metrics.csv

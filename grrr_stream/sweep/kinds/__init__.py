@@ -2,13 +2,25 @@
 
 Each ``kinds/<kind>.py`` holds everything about one kind: its frozen, keyed parameter model, ``plan(ctx)``,
 ``run(unit, ctx)``, its completion marker, ``estimate(unit, facts)`` and what it contributes to the report,
-gathered in its ``KIND`` record (:class:`~.base.Kind`). Adding a kind is that module and one line below.
+gathered in its ``KIND`` record (:class:`~.base.Kind`). Adding a kind is that module and its line below
+(named in the import, listed in KINDS).
 The order is the plan's: a kind is planned after, and its units listed after, the kinds it may depend on.
 """
 
 from __future__ import annotations
 
-from . import channel_groups, channel_stats, channels, claims, compare, decompose, evaluate, generate, stats, variant
+from . import (
+    channel_groups,
+    channel_stats,
+    channels,
+    claims,
+    compare,
+    decompose,
+    evaluate,
+    generate,
+    stats,
+    variant,
+)
 from .base import Kind
 
 KINDS: dict[str, Kind] = {
