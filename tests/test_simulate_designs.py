@@ -163,3 +163,24 @@ def test_the_betting_prototype_covers_planted_populations_and_closes():
         missed += bool(((lo > pop.mean() + 1e-9) | (hi < pop.mean() - 1e-9)).any())
     assert missed / paths <= 0.05 + 3 * (0.05 * 0.95 / paths) ** 0.5
     assert hi[-1] - lo[-1] <= 0.01 and lo[n // 2] < pop.mean() < hi[n // 2]
+
+
+def test_the_oracle_floor_is_where_a_fixed_size_interval_reaches_the_precision(sim):
+    """At the floor's m, a fixed-size normal interval on m problems drawn without replacement from the pooled ones
+    is ±precision wide, and one problem fewer is wider: checked by drawing the m problems many times (the spread of
+    the estimate measured, not the finite-population formula the floor uses)."""
+    order, _, correct = _pairs(sim, 1)
+    full, variant = (correct[0, 5, sim.VARIANTS.index(v)].astype(np.float64) for v in ("full", "proj"))
+    end = order.census_end
+    m = int(sim.oracle_problems(order, variant[None], full[None], 2.0)[0]) - end
+    weight = np.array([order.weight[b] for b, _ in order.items[end:]])
+    values = weight * (variant[end:] - full[end:])
+    rng = np.random.default_rng(0)
+    scale = 100 * len(order.weight) / len(order.sizes)  # the pooled part's mean → points of the score
+
+    def half_width(k):
+        means = [values[rng.permutation(values.size)[:k]].mean() for _ in range(4000)]
+        return 1.959964 * scale * np.std(means)
+
+    assert 0 < m < values.size
+    assert 1.9 < half_width(m) <= 2.06 and half_width(max(m - 40, 1)) > 2.0

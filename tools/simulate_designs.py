@@ -172,6 +172,22 @@ def bootstrap_weights(rng, order, resamples: int) -> np.ndarray:
     return w
 
 
+def oracle_problems(order, variant: np.ndarray, full: np.ndarray, precision: float) -> np.ndarray:
+    """A floor under the problems any valid design needs to bring a variant's difference to full within
+    ±``precision`` points: the census plus the smallest m at which a fixed-size normal 95 % interval, looked at once
+    and knowing the study's own spread of weighted paired differences over the pooled problems (without
+    replacement: the finite-population factor), is that narrow. An anytime-valid sequence is wider than that
+    interval at every m, so no stopping rule that keeps ±precision valid answers fewer. paths × problems → paths."""
+    end, n = order.census_end, variant.shape[-1]
+    pooled = n - end
+    weight = np.array([order.weight[b] for b, _ in order.items[end:n]])
+    spread = (weight * (variant[..., end:] - full[..., end:])).var(axis=-1)  # the population's, over its M problems
+    scale = 1.959964 * len(order.weight) / len(order.sizes)  # z₀.₉₇₅ × the pooled part's share of the score
+    with np.errstate(divide="ignore"):
+        slack = (precision / 100) ** 2 * (pooled - 1) / (scale**2 * spread)  # (M − m)/m may be at most this
+    return end + np.where(spread > 0, np.ceil(pooled / (1 + slack)), 1).astype(np.int64)
+
+
 def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict:
     """One batch of studies: fixed scores, their bootstrap replicates, and the sequential decisions per
     precision target (with retention intervals when ``retention``)."""
@@ -203,6 +219,8 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
             retention_points=settings.get("retention_precision", {}).get(v),
         )
         for p, d in decided.items():
+            # the floor for what stops on precision alone; what has thresholds keeps its own count
+            d["oracle"] = oracle_problems(order, x, full, p) if not th.labels else d["problems"]
             i = d["problems"] - 1
             rows = np.arange(s * t)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -233,6 +251,7 @@ def summarise_batch(res: dict, settings: dict, acc: dict) -> None:
             },
         )
         longest = np.zeros(fixed.shape[:2], dtype=np.int64)
+        oracle_longest = np.zeros(fixed.shape[:2], dtype=np.int64)
         for v, d in seq.items():
             truth = fixed[..., VARIANTS.index(v)] - f_full
             inside = (d["lo"] - 1e-9 <= truth) & (truth <= d["hi"] + 1e-9)
@@ -248,9 +267,12 @@ def summarise_batch(res: dict, settings: dict, acc: dict) -> None:
                 a["cover_ret"][0] += int(((d["ret_lo"] - slack <= r) & (r <= d["ret_hi"] + slack))[ok].sum())
                 a["cover_ret"][1] += int(ok.sum())
             a["problems"][v] = a["problems"].get(v, 0) + int(d["problems"].sum())
+            a["oracle"] = a.get("oracle", 0) + int(d["oracle"].sum())
+            oracle_longest = np.maximum(oracle_longest, d["oracle"])
             a["reasons"] += np.bincount(d["reason"].ravel(), minlength=3)
             longest = np.maximum(longest, d["problems"])
         a["problems"]["full"] = a["problems"].get("full", 0) + int(longest.sum())
+        a["oracle"] += int(oracle_longest.sum())
         a["studies"] = a.get("studies", 0) + fixed.shape[0]
         a["n_all"] = n_all
         verdicts = claim_verdicts(fixed, res["boot"], seq, settings, VARIANTS, CLAIM_VARIANTS, GROUPS)
@@ -281,6 +303,7 @@ def report(acc: dict, settings: dict) -> dict:
             "retention_intervals_over": a["cover_ret"][1],
             "ratio_total": sum(a["problems"].values()) / (studies * len(GROUPS) * len(VARIANTS) * n_all),
             "ratio_per_variant": per_variant,
+            "oracle_floor_ratio": a["oracle"] / (studies * len(GROUPS) * len(VARIANTS) * n_all),
             "stop_reasons": dict(zip(REASONS, (a["reasons"] / a["reasons"].sum()).tolist())),
             "claims": {
                 cid: {
@@ -315,6 +338,10 @@ def print_report(out: dict, settings: dict) -> None:
                 if r["retention_coverage"] is not None
                 else "not computed"
             )
+        )
+        print(
+            f"floor for any valid design with the same thresholds and ±{p} (oracle fixed-size normal interval "
+            f"on the precision-only variants): {r['oracle_floor_ratio']:.3f}"
         )
         print("stop reasons: " + ", ".join(f"{k} {v:.3f}" for k, v in r["stop_reasons"].items()))
         print("ratio per variant: " + ", ".join(f"{v} {x:.3f}" for v, x in r["ratio_per_variant"].items()))
