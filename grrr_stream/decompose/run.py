@@ -330,6 +330,7 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
 def finalize(store: TransitionStore, matrices: list[MatrixName]) -> tuple[list[dict], list[dict], dict]:
     """Build the per-matrix table and summary from the completion records and write them."""
     from ..store.channel_tables import write_channel_tables
+    from ..store.metric_tables import write_metric_tables
 
     done = store.completed()
     rows = []
@@ -338,7 +339,7 @@ def finalize(store: TransitionStore, matrices: list[MatrixName]) -> tuple[list[d
         # expert: empty for a matrix outside the experts (every matrix of a dense model)
         rows.append({"name": m.name, "layer": m.layer, "module": m.module, "expert": m.expert, **attrs["metrics"]})
     summary_rows, summary = summarize(rows)
-    store.write_tables(rows, summary_rows, summary)
+    write_metric_tables(store, rows, summary_rows, summary)
     write_channel_tables(store, matrices, done)
     # the transition's record of which comparison its sparsity figures made (mixed dtypes: docs/statistics.md)
     store.mark_complete({"sparsity_compare": summary["scopes"]["all"].get("sparsity_compare")})
