@@ -27,7 +27,7 @@ _LAZY = {
     "open_store": ("store.xarray_view", "open_store"),
     "read_metrics": ("store.xarray_view", "read_metrics"),
     "metrics_dataset": ("store.xarray_view", "metrics_dataset"),
-    "name_dimensions": ("store.transition_store", "name_dimensions"),
+    "name_dimensions": ("store.zarr_arrays", "name_dimensions"),
     "StoredTransition": ("store.transition_store", "StoredTransition"),
     # statistics over stores
     "run_stats": ("stats.run", "run_stats"),

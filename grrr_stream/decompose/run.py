@@ -33,6 +33,7 @@ from ..store.frame_cache import FrameCache
 from ..store.transition_store import StoreLock, TransitionStore
 from ..tracking.runs import log_decomposition
 from .plan import TransitionPlan, plan_transition
+from .stages import Pipeline
 from .streaming import compute_layout, stream_matrices, torch_threads
 
 # Columns of the per-matrix table that are not aggregated as mean ± std per transition (the sparsity
@@ -81,12 +82,7 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
     workers (grrr_stream.decompose.spread); the results are the same. Raises a
     :class:`~grrr_stream.errors.GrrrError` subclass for bad inputs before any SVD.
     """
-    spreads = (
-        client is not None
-        or require(
-            parse_scheduler(cfg.scheduler), ("threads", "synchronous", "local", "address"), "decompose"
-        ).distributed
-    )
+    spreads = _spreads(cfg, client)  # a scheduler it cannot use is refused before any work
     t_start = time.monotonic()
     started_ms = int(time.time() * 1000)  # the MLflow run, opened after the work, starts here
     from ..unit_log import console
@@ -118,17 +114,8 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
             progress.message(f"resuming {cfg.store}: {len(done)} of {len(plan.matrices)} matrices already done")
         timer.add("plan", time.perf_counter() - t_plan)
         t_matrices = time.perf_counter()
-        workers: dict[str, int] = {}
-        if pending and spreads:
-            from .spread import run_spread
-
-            computed, reused, failures, workers = run_spread(
-                cfg, plan, pending, progress, base_fingerprint, folders, client=client
-            )
-        else:
-            computed, reused, failures = _stream_here(
-                cfg, plan, pending, store, frames, device, dtype, progress, timer, base_fingerprint
-            )
+        pipeline = Pipeline(cfg, plan, store, frames, device, dtype, timer, base_fingerprint)
+        computed, reused, failures, workers = _compute_pending(pipeline, pending, progress, folders, spreads, client)
         timer.add("matrices_wall", time.perf_counter() - t_matrices)
         _refuse_failures(failures, len(plan.matrices))
         rows, summary_rows, summary = _tables_and_figures(cfg, store, plan, timer)
@@ -215,24 +202,37 @@ def _open_store(
     return store, done
 
 
-def _stream_here(
-    cfg: DecomposeConfig,
-    plan: TransitionPlan,
+def _spreads(cfg: DecomposeConfig, client: Any) -> bool:
+    """Whether the matrices go to a cluster's workers: a dask.distributed ``client``, or a scheduler local:N
+    or at an address (a scheduler the decomposition cannot use is refused)."""
+    return (
+        client is not None
+        or require(
+            parse_scheduler(cfg.scheduler), ("threads", "synchronous", "local", "address"), "decompose"
+        ).distributed
+    )
+
+
+def _compute_pending(
+    pipeline: Pipeline,
     pending: list[MatrixName],
-    store: TransitionStore,
-    frames: FrameCache,
-    device: torch.device,
-    dtype: torch.dtype,
     progress: Progress,
-    timer: PhaseTimer,
-    base_fingerprint: str,
-) -> tuple[int, int, list[str]]:
-    """The pipeline in this process, with torch's thread count set for its math and restored after."""
-    layout = compute_layout(cfg, device, plan)
+    folders: tuple[str, str],
+    spreads: bool,
+    client: Any,
+) -> tuple[int, int, list[str], dict[str, int]]:
+    """(matrices computed, frames reused, why the others were refused, Dask worker → matrices it computed)
+    of the pending matrices, spread over the cluster's workers or streamed in this process; here torch's
+    thread count is set for the math and restored after."""
+    cfg, plan = pipeline.cfg, pipeline.plan
+    if pending and spreads:
+        from .spread import run_spread
+
+        return run_spread(cfg, plan, pending, progress, pipeline.base_fingerprint, folders, client=client)
+    layout = compute_layout(cfg, pipeline.device, plan)
     with torch_threads(layout.threads):
-        return stream_matrices(
-            cfg, plan, pending, store, frames, device, dtype, progress, timer, base_fingerprint, layout
-        )
+        computed, reused, failures = stream_matrices(pipeline, pending, progress, layout)
+    return computed, reused, failures, {}
 
 
 def _refuse_failures(failures: list[str], total: int) -> None:
@@ -330,6 +330,7 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
 def finalize(store: TransitionStore, matrices: list[MatrixName]) -> tuple[list[dict], list[dict], dict]:
     """Build the per-matrix table and summary from the completion records and write them."""
     from ..store.channel_tables import write_channel_tables
+    from ..store.metric_tables import write_metric_tables
 
     done = store.completed()
     rows = []
@@ -338,7 +339,7 @@ def finalize(store: TransitionStore, matrices: list[MatrixName]) -> tuple[list[d
         # expert: empty for a matrix outside the experts (every matrix of a dense model)
         rows.append({"name": m.name, "layer": m.layer, "module": m.module, "expert": m.expert, **attrs["metrics"]})
     summary_rows, summary = summarize(rows)
-    store.write_tables(rows, summary_rows, summary)
+    write_metric_tables(store, rows, summary_rows, summary)
     write_channel_tables(store, matrices, done)
     # the transition's record of which comparison its sparsity figures made (mixed dtypes: docs/statistics.md)
     store.mark_complete({"sparsity_compare": summary["scopes"]["all"].get("sparsity_compare")})

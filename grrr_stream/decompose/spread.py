@@ -154,6 +154,7 @@ def run_batch(
     from distributed import get_worker
 
     from .plan import TransitionPlan
+    from .stages import Pipeline
     from .streaming import compute_layout, stream_matrices, torch_threads
 
     address = get_worker().address
@@ -167,19 +168,17 @@ def run_batch(
         share = max(1, (os.cpu_count() or 1) // max(1, per_host.get(host_of(address), 1)))
         layout = compute_layout(cfg, device, plan, available=share)
         with torch_threads(layout.threads):
-            computed, reused, failures = stream_matrices(
+            pipeline = Pipeline(
                 cfg,
                 plan,
-                todo,
                 store,
                 FrameCache(cfg.frame_cache_path()),
                 device,
                 torch_dtype(cfg.compute_dtype),
-                Progress(len(todo), enabled=False),
                 PhaseTimer(None),
                 base_fingerprint,
-                layout,
             )
+            computed, reused, failures = stream_matrices(pipeline, todo, Progress(len(todo), enabled=False), layout)
     return {"worker": address, "computed": computed, "reused": reused, "failures": failures}
 
 

@@ -8,7 +8,8 @@ Data flow per matrix (three stages overlap, each bounded to one item)::
                     cached, ‖ΔW‖₂, P and null residual, metrics
     writer thread:  new frame → frame cache; P, null, σ → store; completion record
 
-So at most three matrices' worth of data are alive at once, whatever the model size. On a CPU, matrices
+Each stage's work on one matrix is :class:`~grrr_stream.decompose.stages.Pipeline`'s; this module schedules
+them. So at most three matrices' worth of data are alive at once, whatever the model size. On a CPU, matrices
 small enough run in lanes (several main-thread stages side by side, :func:`compute_layout`), each lane
 holding about LANE_BUFFERS m×n buffers, all lanes together within LANES_RAM. One process
 runs it over a whole transition (grrr_stream.decompose.run), a Dask worker over a batch (grrr_stream.decompose.spread).
@@ -22,66 +23,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-import numpy as np
 import torch
 
 from ..checkpoints.arch import MatrixName
-from ..checkpoints.reader import tensor_digest
 from ..config import DecomposeConfig
-from ..dtypes import ITEMSIZE, name_of
-from ..geometry.analyses import ANALYSES
-from ..geometry.channel_energy import COMPONENTS, residual_axis, side
-from ..geometry.frame import Frame, all_finite
-from ..geometry.kernel import MatrixResult, MatrixSettings, decompose_matrix
+from ..dtypes import ITEMSIZE
+from ..geometry.kernel import MatrixResult
 from ..geometry.lapack import blas_threads
 from ..progress import Progress
-from ..runtime.phases import PhaseTimer
-from ..store.frame_cache import FrameCache
-from ..store.transition_store import TransitionStore, to_store_array
 from .plan import TransitionPlan
+from .stages import LoadedPair, Pipeline
 
-
-@dataclass
-class _Loaded:
-    matrix: MatrixName
-    w0: torch.Tensor
-    w1: torch.Tensor
-    digest0: str
-    digest1: str
-    frame_key: str
-    frame: Optional[Frame]
-    problems: list[str]
-    shape: tuple[int, int] = (0, 0)
-    dtypes: dict = field(default_factory=dict)  # each side's checkpoint dtype: a pair may mix them
-    prepared: dict = field(default_factory=dict)  # analysis name → its reader step's result
-    frame_deferred: bool = False  # a large cached frame is read when its matrix is computed, not ahead
-
-    def take(self, attr: str, timer: PhaseTimer, **to_kwargs) -> torch.Tensor:
-        """Hand over w0/w1 upcast and drop this item's reference, so the checkpoint-dtype copy
-        is freed as soon as the compute-dtype copy exists (one m×n buffer less at peak)."""
-        t = getattr(self, attr)
-        setattr(self, attr, None)
-        with timer.phase("upcast"):
-            return t.to(**to_kwargs)
-
-
-def _nonfinite(t: torch.Tensor, name: str, where: str) -> Optional[str]:
-    if all_finite(t):
-        return None
-    finite = torch.isfinite(t)
-    n_nan = int(torch.isnan(t).sum())
-    n_inf = int(t.numel() - finite.sum() - n_nan)
-    return f"{name} in {where}: {n_nan} NaN and {n_inf} Inf value(s)"
-
-
-# A cached frame larger than this is read when its matrix is computed instead of by the reader thread
-# ahead of time: on 14B shapes the next MLP frame (U and V of 17408×5120, 0.46 GiB) would otherwise sit
-# in memory during the whole current matrix. Reading it is well under 1 % of that matrix's compute.
-PREFETCH_FRAME_BYTES = 256 << 20
-
-
-# Likewise the next pair of checkpoint tensors: above this (both tensors, checkpoint dtype) it is read
-# once the current matrix's math is done, overlapping its write instead (14B MLP pair in bf16: 356 MiB).
+# The next pair of checkpoint tensors above this size (both tensors, checkpoint dtype) is read once the
+# current matrix's math is done, overlapping its write instead (14B MLP pair in bf16: 356 MiB); smaller
+# pairs are read during the math. Cached frames have their own bound (stages.PREFETCH_FRAME_BYTES).
 PREFETCH_PAIR_BYTES = 256 << 20
 
 
@@ -92,13 +47,6 @@ def pair_bytes(plan: TransitionPlan, m: MatrixName) -> int:
         info = ckpt.tensors[m.source]
         total += info.nbytes * math.prod(ckpt.matrix_shape(m)) // max(1, math.prod(info.shape))
     return total
-
-
-def frame_bytes(shape: tuple[int, int], dtype: torch.dtype) -> int:
-    """Bytes of a full-rank frame of an m×n matrix: U (m×r), S (r) and V (n×r), r = min(m, n)."""
-    m, n = shape
-    r = min(m, n)
-    return (m * r + r + n * r) * torch.empty((), dtype=dtype).element_size()
 
 
 # The math runs in lanes: several matrices at once, each on its own thread with one torch thread (or more when
@@ -168,162 +116,25 @@ def _side_thread() -> None:
     torch.set_num_threads(1)  # per thread: the compute thread's count is unchanged
 
 
-@dataclass(frozen=True)
-class _Pipeline:
-    """What the three stages of one run share: the settings, the inputs and where results go."""
-
-    cfg: DecomposeConfig
-    plan: TransitionPlan
-    store: TransitionStore
-    frames: FrameCache
-    device: torch.device
-    dtype: torch.dtype
-    timer: PhaseTimer
-    base_fingerprint: str
-
-    def read(self, m: MatrixName) -> _Loaded:
-        """The reader thread: one pair in the checkpoints' dtype, checked and digested, its cached frame."""
-        cfg, timer = self.cfg, self.timer
-        with timer.phase("read"):
-            w0, w1 = self.plan.base.read_matrix(m), self.plan.post.read_matrix(m)
-        with timer.phase("checks"):
-            problems = [p for p in (_nonfinite(w0, m.name, "base"), _nonfinite(w1, m.name, "post")) if p]
-        with timer.phase("digest"):
-            d0, d1 = tensor_digest(w0), tensor_digest(w1)
-        key = FrameCache.key(d0, cfg.compute_dtype, cfg.core_rel_threshold, cfg.degenerate_gap)
-        deferred = not problems and frame_bytes(tuple(w0.shape), self.dtype) > PREFETCH_FRAME_BYTES
-        frame = None
-        if not problems and not deferred:
-            with timer.phase("frame_read"):
-                frame = self.frames.get(key, self.dtype, shape=tuple(w0.shape))
-        item = _Loaded(
-            m,
-            w0,
-            w1,
-            d0,
-            d1,
-            key,
-            frame,
-            problems,
-            tuple(w0.shape),
-            frame_deferred=deferred,
-            dtypes={"base": name_of(w0.dtype), "post": name_of(w1.dtype)},
-        )
-        if not problems:  # the analyses' reader steps: the checkpoints' own dtypes, while the reader has them
-            with timer.phase("sparsity_sample"):
-                item.prepared = {a.name: a.read(cfg, m, w0, w1) for a in ANALYSES if a.read and a.enabled(cfg)}
-        return item
-
-    def compute(self, item: _Loaded) -> tuple[MatrixResult, bool]:
-        """The main thread: (the matrix's result, whether its frame is new rather than from the cache)."""
-        cfg, device, dtype, timer = self.cfg, self.device, self.dtype, self.timer
-        if item.frame_deferred:
-            with timer.phase("frame_read"):
-                item.frame = self.frames.get(item.frame_key, dtype, shape=item.shape)
-        frame = item.frame
-        frame_is_new = frame is None
-        item.frame = None  # the CPU copy: the writer must not keep it alive
-        if frame is not None:
-            frame = Frame(U=frame.U.to(device), S=frame.S.to(device), V=frame.V.to(device))
-        # no local names for the inputs: decompose_matrix frees W0 once the frame exists, and takes W1 over
-        # (it becomes ΔW in place): the reader's tensors are the item's own (Checkpoint.read_part), so a W1
-        # already in the compute dtype is handed over as it is, not copied (55 MB per 8960 × 1536 float32 matrix)
-        prepared, item.prepared = item.prepared, {}
-        res = decompose_matrix(
-            item.take("w0", timer, device=device, dtype=dtype),
-            item.take("w1", timer, device=device, dtype=dtype),
-            frame,
-            MatrixSettings.of(cfg, prepared),
-            timer,
-        )
-        return res, frame_is_new
-
-    def write(self, item: _Loaded, res: MatrixResult, frame_is_new: bool) -> None:
-        """The writer thread: a new frame to the cache, then the matrix's arrays and its completion record."""
-        cfg = self.cfg
-        if frame_is_new:
-            with self.timer.phase("frame_write"):
-                self.frames.put(
-                    item.frame_key,
-                    res.frame,
-                    {
-                        "shape": list(item.shape),
-                        "dtype": cfg.compute_dtype,
-                        "core_rel_threshold": cfg.core_rel_threshold,
-                        "base_digest": item.digest0,
-                        "base_fingerprint": self.base_fingerprint,
-                    },
-                )
-        arrays, array_attrs, null_kept = _store_arrays(res, cfg.null_storage, cfg.store_dtype)
-        m = item.matrix
-        attrs = {
-            "name": m.name,
-            "layer": m.layer,
-            "module": m.module,
-            **m.record(),
-            "shape": list(item.shape),
-            "rank": res.frame.rank,
-            "dtypes": item.dtypes,
-            "base_digest": item.digest0,
-            "post_digest": item.digest1,
-            "frame_key": item.frame_key,
-            "null_stored": "null" in arrays,
-            "null_kept": null_kept,
-            **({"channels": {"side": side(m.module), "axis": residual_axis(m)}} if "channel_energy" in arrays else {}),
-            "metrics": res.metrics.as_row(),
-        }
-        self.store.write_matrix(m.name, arrays, attrs, array_attrs, timer=self.timer)
-
-
-def _store_arrays(
-    res: MatrixResult, null_storage: str, store_dtype: str
-) -> tuple[dict[str, np.ndarray], dict[str, dict], str]:
-    """(arrays, their attributes, how the null residual is kept) of one matrix's result."""
-    arrays: dict[str, np.ndarray] = {}
-    array_attrs: dict[str, dict] = {}
-    proj = res.projection
-    null_kept = "none" if proj.null_is_structural_zero else null_storage
-    arrays["P"], array_attrs["P"] = to_store_array(proj.P, store_dtype)
-    if null_kept == "array":
-        arrays["null"], array_attrs["null"] = to_store_array(proj.null, store_dtype)
-    elif null_kept == "norms":  # the user chose to keep only these (null_storage: norms)
-        arrays["null_row_norms"] = torch.linalg.vector_norm(proj.null, dim=1).double().cpu().numpy()
-        arrays["null_col_norms"] = torch.linalg.vector_norm(proj.null, dim=0).double().cpu().numpy()
-    arrays["sigma0"] = res.frame.S.detach().double().cpu().numpy()
-    arrays["sigma1"] = res.sigma1.detach().double().cpu().numpy()
-    if res.channel_energy is not None:  # (channel, component): float64, a few KiB
-        arrays["channel_energy"] = res.channel_energy.cpu().numpy()
-        array_attrs["channel_energy"] = {"components": list(COMPONENTS)}
-    return arrays, array_attrs, null_kept
-
-
 def stream_matrices(
-    cfg: DecomposeConfig,
-    plan: TransitionPlan,
+    pipeline: Pipeline,
     pending: list[MatrixName],
-    store: TransitionStore,
-    frames: FrameCache,
-    device: torch.device,
-    dtype: torch.dtype,
     progress: Progress,
-    timer: PhaseTimer,
-    base_fingerprint: str,
     layout: Optional[ComputeLayout] = None,
 ) -> tuple[int, int, list[str]]:
-    """Decompose ``pending`` into ``store``: (matrices computed, frames reused, why the others were refused).
-    ``layout``: see :func:`compute_layout` (default one lane, on the caller's thread)."""
+    """Decompose ``pending`` through ``pipeline`` into its store: (matrices computed, frames reused, why the
+    others were refused). ``layout``: see :func:`compute_layout` (default one lane, on the caller's thread)."""
     tally = _Tally()
     if not pending:
         return tally.computed, tally.reused, tally.failures
-    pipe = _Pipeline(cfg, plan, store, frames, device, dtype, timer, base_fingerprint)
     with (
         ThreadPoolExecutor(1, thread_name_prefix="grrr-read", initializer=_side_thread) as reader,
         ThreadPoolExecutor(1, thread_name_prefix="grrr-write", initializer=_side_thread) as writer,
     ):
         if layout is not None and layout.lanes > 1:
-            _stream_lanes(pipe, pending, reader, writer, layout, progress, tally)
+            _stream_lanes(pipeline, pending, reader, writer, layout, progress, tally)
         else:
-            _stream_one_lane(pipe, pending, reader, writer, progress, tally)
+            _stream_one_lane(pipeline, pending, reader, writer, progress, tally)
     return tally.computed, tally.reused, tally.failures
 
 
@@ -340,9 +151,9 @@ class _Tally:
 
     def hand_to_writer(
         self,
-        pipe: _Pipeline,
+        pipe: Pipeline,
         writer: ThreadPoolExecutor,
-        item: _Loaded,
+        item: LoadedPair,
         res: MatrixResult,
         frame_is_new: bool,
         progress: Progress,
@@ -371,7 +182,7 @@ class _Tally:
 
 
 def _stream_one_lane(
-    pipe: _Pipeline,
+    pipe: Pipeline,
     pending: list[MatrixName],
     reader: ThreadPoolExecutor,
     writer: ThreadPoolExecutor,
@@ -404,7 +215,7 @@ def _lane_thread(threads: int) -> None:
 
 
 def _stream_lanes(
-    pipe: _Pipeline,
+    pipe: Pipeline,
     pending: list[MatrixName],
     reader: ThreadPoolExecutor,
     writer: ThreadPoolExecutor,
@@ -427,7 +238,7 @@ def _stream_lanes(
     ) as pool:
         loads = [reader.submit(pipe.read, m) for m in pending[:lanes]]
         nxt = len(loads)
-        computing: dict[Future, _Loaded] = {}
+        computing: dict[Future, LoadedPair] = {}
         try:
             while loads or computing:
                 while loads and len(computing) < lanes:

@@ -136,6 +136,25 @@ def decompose_matrix(
     state.proj = proj = replace(proj, lifted=None)
     state.lifted = None
     _run_stage("split", state, settings, columns)
+    return MatrixResult(
+        frame=frame,
+        projection=proj,
+        sigma1=sigma1,
+        metrics=_metrics(state, sigma1, energies, settings.rank_thresholds, columns),
+        channel_energy=state.arrays.get("channel_energy"),
+    )
+
+
+def _metrics(
+    state: MatrixState,
+    sigma1: torch.Tensor,
+    energies: tuple[float, float, float],
+    rank_thresholds: tuple[float, ...],
+    columns: dict[str, dict],
+) -> MatrixMetrics:
+    """The matrix's metrics row: the paper's, from the two spectra, the update's norms and its split
+    energies, then the analyses' ``columns`` in the registry's order."""
+    frame = state.frame
     m, n = state.shape
     metrics = matrix_metrics(
         frame.S.double().cpu().numpy(),
@@ -146,14 +165,12 @@ def decompose_matrix(
         rows=m,
         cols=n,
         rank=frame.rank,
-        rank_thresholds=settings.rank_thresholds,
+        rank_thresholds=rank_thresholds,
     )
     extra = {k: v for a in ANALYSES for k, v in columns.get(a.name, {}).items()}  # in the registry's order
     if extra:
         metrics = replace(metrics, extra=extra)
-    return MatrixResult(
-        frame=frame, projection=proj, sigma1=sigma1, metrics=metrics, channel_energy=state.arrays.get("channel_energy")
-    )
+    return metrics
 
 
 def _run_stage(stage: str, state: MatrixState, settings: MatrixSettings, columns: dict[str, dict]) -> None:

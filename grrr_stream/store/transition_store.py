@@ -16,7 +16,7 @@ Layout of a transition store (Zarr v3, readable with plain zarr/dask/xarray)::
         attrs   name, layer, module, shape, rank, digests, metrics, complete; for a part of a
                 tensor also expert, tensor (the checkpoint tensor), index (3-D slice) or rows
     <store>/metrics/                  one float64 column array per metric (attrs: names, columns)
-    <store>/metrics.csv, summary.csv, summary.json
+    <store>/metrics.csv, summary.csv, summary.json      (both written by store/metric_tables.py)
     <store>/frames/                   base-frame cache unless frame_cache points elsewhere
         <frame key>/U (m×r), S, V (n×r), attrs complete
 
@@ -40,12 +40,12 @@ import torch
 # (tests/decompose/test_resilience.py injects a disk fault there)
 from ..dtypes import torch_dtype
 from ..errors import StoreError, StoreMismatchError
-from ..files import atomic_write_text, fsync_path, fsync_tree, remove_tree, to_csv
+from ..files import atomic_write_text, fsync_path, fsync_tree, remove_tree
 from ..locks import FileLock
 from ..runtime.phases import NO_TIMER, PhaseTimer
 from . import zarr_arrays
 from .frame_cache import FrameCache
-from .zarr_arrays import CHANNEL_DIMENSIONS, DIMENSIONS, FORMAT_VERSION, METRICS_DIM, zarr_module
+from .zarr_arrays import FORMAT_VERSION, zarr_module
 
 MANIFEST_KEY = "grrr_stream"
 
@@ -232,26 +232,7 @@ class TransitionStore:
         with timer.phase("store_write"):  # the commit point: zarr.json replaced atomically, then fsync'ed
             atomic_write_text(d / "zarr.json", zarr_arrays.group_metadata({**attrs, "complete": True}))
 
-    # -- tables -----------------------------------------------------------------
-
-    def write_tables(self, rows: list[dict], summary_rows: list[dict], summary: dict) -> None:
-        """metrics.csv, summary.csv, summary.json and the metrics/ column arrays."""
-        atomic_write_text(self.path / "metrics.csv", to_csv(rows))
-        atomic_write_text(self.path / "summary.csv", to_csv(summary_rows))
-        atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
-        numeric: list[str] = []
-        for r in rows:  # a column some matrices lack (an angle above a small matrix's size) is NaN there
-            numeric += [
-                k for k, v in r.items() if k not in numeric and isinstance(v, (int, float)) and not isinstance(v, bool)
-            ]
-        arrays = {
-            col: (
-                np.array([np.nan if r.get(col) is None else float(r[col]) for r in rows], dtype=np.float64),
-                (METRICS_DIM,),
-            )  # a column some rows leave empty (expert of a dense matrix) is NaN there
-            for col in numeric
-        }
-        self.write_group("metrics", arrays, {"names": [r["name"] for r in rows], "columns": numeric})
+    # -- reads, groups beside the matrices, the transition's completion ----------
 
     def read_matrix_array(self, name: str, key: str) -> np.ndarray:
         """One array of a completed matrix (e.g. its channel_energy), as stored."""
@@ -386,31 +367,3 @@ class StoredTransition:
     def frame_cache(self) -> Optional[FrameCache]:
         path = self.manifest.get("frame_cache")
         return FrameCache(Path(path)) if path else None
-
-
-def name_dimensions(path: Path) -> int:
-    """Record dimension names (:data:`DIMENSIONS`) in the arrays of a store or frame cache written
-    before grrr_stream recorded them, so that xarray can open it. Rewrites array metadata only
-    (each zarr.json atomically), never data; returns the number of arrays updated."""
-    path = Path(path)
-    todo = []
-    for meta in sorted(path.rglob("zarr.json")):
-        rel = meta.relative_to(path).parts
-        if any(part.startswith(".") for part in rel):
-            continue  # a frame being written by another process
-        doc = json.loads(meta.read_text())
-        if doc.get("node_type") != "array" or doc.get("dimension_names"):
-            continue
-        dims = (
-            (METRICS_DIM,)
-            if len(rel) == 3 and rel[0] == "metrics"
-            else CHANNEL_DIMENSIONS.get(meta.parent.name)
-            if len(rel) == 3 and rel[0] == "channels"
-            else DIMENSIONS.get(meta.parent.name)
-        )
-        if dims is None or len(dims) != len(doc["shape"]):  # checked for all before any is changed
-            raise StoreError(f"{meta.parent} is not an array grrr_stream writes; cannot name its dimensions")
-        todo.append((meta, {**doc, "dimension_names": list(dims)}))
-    for meta, doc in todo:
-        atomic_write_text(meta, json.dumps(doc, indent=2))
-    return len(todo)

@@ -1,6 +1,6 @@
 """Low-level Zarr array writing, shared by the transition store (store/transition_store.py) and the frame cache
-(store/frame_cache.py): codecs, chunk shapes, dimension names and the direct chunk writer. These three
-modules are the only ones that touch Zarr.
+(store/frame_cache.py): codecs, chunk shapes, dimension names (:func:`name_dimensions` records them in arrays
+written without) and the direct chunk writer. These three modules are the only ones that touch Zarr.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
+
+from ..errors import StoreError
+from ..files import atomic_write_text
 
 FORMAT_VERSION = 1  # of transition stores and frame caches alike
 CHUNK = 1024  # 1024×1024 float32 chunks (4 MiB): good for dask, small enough to stream
@@ -178,3 +181,31 @@ def _write_raw_chunks(folder: Path, data: np.ndarray, chunks: tuple[int, ...]) -
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as f:
             f.write(np.ascontiguousarray(block).data)
+
+
+def name_dimensions(path: Path) -> int:
+    """Record dimension names (:data:`DIMENSIONS`) in the arrays of a store or frame cache written
+    before grrr_stream recorded them, so that xarray can open it. Rewrites array metadata only
+    (each zarr.json atomically), never data; returns the number of arrays updated."""
+    path = Path(path)
+    todo = []
+    for meta in sorted(path.rglob("zarr.json")):
+        rel = meta.relative_to(path).parts
+        if any(part.startswith(".") for part in rel):
+            continue  # a frame being written by another process
+        doc = json.loads(meta.read_text())
+        if doc.get("node_type") != "array" or doc.get("dimension_names"):
+            continue
+        dims = (
+            (METRICS_DIM,)
+            if len(rel) == 3 and rel[0] == "metrics"
+            else CHANNEL_DIMENSIONS.get(meta.parent.name)
+            if len(rel) == 3 and rel[0] == "channels"
+            else DIMENSIONS.get(meta.parent.name)
+        )
+        if dims is None or len(dims) != len(doc["shape"]):  # checked for all before any is changed
+            raise StoreError(f"{meta.parent} is not an array grrr_stream writes; cannot name its dimensions")
+        todo.append((meta, {**doc, "dimension_names": list(dims)}))
+    for meta, doc in todo:
+        atomic_write_text(meta, json.dumps(doc, indent=2))
+    return len(todo)

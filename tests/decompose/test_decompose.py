@@ -226,14 +226,14 @@ def test_large_cached_frames_read_when_needed_give_the_same_store(planted_f64, t
     """Frames above PREFETCH_FRAME_BYTES are read by the compute thread, not ahead by the reader, and
     pairs above PREFETCH_PAIR_BYTES after the current math (memory on 14B shapes); the writer keeps only
     σ of a cached frame. None of it may change a stored byte."""
-    from grrr_stream.decompose import streaming
+    from grrr_stream.decompose import stages, streaming
     from grrr_stream.decompose.plan import plan_transition
 
     base, post = planted_f64
     frames = tmp_path / "frames"
     fresh = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "a", frame_cache=frames))
     assert fresh.frames_reused == 0
-    monkeypatch.setattr(streaming, "PREFETCH_FRAME_BYTES", 0)  # every frame deferred
+    monkeypatch.setattr(stages, "PREFETCH_FRAME_BYTES", 0)  # every frame deferred
     monkeypatch.setattr(streaming, "PREFETCH_PAIR_BYTES", 0)  # every next pair read after the math
     deferred = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "b", frame_cache=frames))
     assert deferred.frames_reused == 14 and deferred.timings["frame_read"] > 0
@@ -241,7 +241,7 @@ def test_large_cached_frames_read_when_needed_give_the_same_store(planted_f64, t
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     # the attributes (rank from the slimmed frame) too
     assert all(a[k] == b[k] for k in a if k.endswith("/attrs"))
-    assert streaming.frame_bytes((10, 4), torch.float32) == (10 * 4 + 4 + 4 * 4) * 4
+    assert stages.frame_bytes((10, 4), torch.float32) == (10 * 4 + 4 + 4 * 4) * 4
     from grrr_stream.checkpoints.reader import Checkpoint
 
     b, p = Checkpoint.open(base), Checkpoint.open(post)

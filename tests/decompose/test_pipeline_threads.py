@@ -6,13 +6,13 @@ from __future__ import annotations
 import torch
 from helpers.common import no_track_config
 
-from grrr_stream.decompose import streaming
+from grrr_stream.decompose import stages, streaming
 from grrr_stream.decompose.run import run_transition
 
 
 def test_side_threads_use_one_torch_thread_and_math_keeps_its_count(planted_f64, tmp_path, monkeypatch):
     seen: dict[str, set[int]] = {"read": set(), "compute": set(), "write": set()}
-    read, compute, write = streaming._Pipeline.read, streaming._Pipeline.compute, streaming._Pipeline.write
+    read, compute, write = stages.Pipeline.read, stages.Pipeline.compute, stages.Pipeline.write
 
     def spy(name, fn):
         def wrapped(self, *a, **k):
@@ -21,9 +21,9 @@ def test_side_threads_use_one_torch_thread_and_math_keeps_its_count(planted_f64,
 
         return wrapped
 
-    monkeypatch.setattr(streaming._Pipeline, "read", spy("read", read))
-    monkeypatch.setattr(streaming._Pipeline, "compute", spy("compute", compute))
-    monkeypatch.setattr(streaming._Pipeline, "write", spy("write", write))
+    monkeypatch.setattr(stages.Pipeline, "read", spy("read", read))
+    monkeypatch.setattr(stages.Pipeline, "compute", spy("compute", compute))
+    monkeypatch.setattr(stages.Pipeline, "write", spy("write", write))
     before = torch.get_num_threads()
     base, post = planted_f64
     res = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "s", cpu_threads=2))
@@ -46,13 +46,13 @@ def test_lanes_give_the_same_store_as_one_matrix_at_a_time(planted_f64, tmp_path
     real = torch.get_num_threads()
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # as on a 2-core machine, whatever this one has
     names: set[str] = set()
-    compute = streaming._Pipeline.compute
+    compute = stages.Pipeline.compute
 
     def spy(self, item):
         names.add(threading.current_thread().name)
         return compute(self, item)
 
-    monkeypatch.setattr(streaming._Pipeline, "compute", spy)
+    monkeypatch.setattr(stages.Pipeline, "compute", spy)
     base, post = planted_f64
     lanes = run_transition(no_track_config(base=str(base), post=str(post), store=tmp_path / "lanes"))
     assert {n.rsplit("_", 1)[0] for n in names} == {"grrr-lane"} and len(names) == 2
@@ -84,9 +84,9 @@ def test_finiteness_check_finds_every_kind_of_bad_entry():
     a finite matrix whose sum overflows the dtype is still finite (the cheap sum test is only a first pass)."""
     for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
         ok = torch.randn(64, 48).to(dtype)
-        assert streaming._nonfinite(ok, "m", "base") is None
+        assert stages._nonfinite(ok, "m", "base") is None
         big = torch.full((64, 48), torch.finfo(dtype).max / 2, dtype=dtype)  # the sum overflows, the entries do not
-        assert streaming._nonfinite(big, "m", "base") is None
+        assert stages._nonfinite(big, "m", "base") is None
         for bad, want in (
             (float("nan"), "1 NaN and 0 Inf"),
             (float("inf"), "0 NaN and 1 Inf"),
@@ -94,11 +94,11 @@ def test_finiteness_check_finds_every_kind_of_bad_entry():
         ):
             t = ok.clone()
             t[37, 11] = bad
-            assert want in streaming._nonfinite(t, "m", "base"), (dtype, bad)
+            assert want in stages._nonfinite(t, "m", "base"), (dtype, bad)
         two = ok.clone()
         two[0, 0], two[1, 1] = float("inf"), float("-inf")  # their sum is NaN: still two Inf entries
-        assert "0 NaN and 2 Inf" in streaming._nonfinite(two, "m", "post")
-    assert streaming._nonfinite(torch.empty(0, 3), "m", "base") is None
+        assert "0 NaN and 2 Inf" in stages._nonfinite(two, "m", "post")
+    assert stages._nonfinite(torch.empty(0, 3), "m", "base") is None
 
 
 def test_lanes_follow_cores_and_memory():
