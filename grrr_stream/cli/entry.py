@@ -17,17 +17,15 @@ from typing import Optional, Sequence
 from ..errors import GrrrError
 from .channel_stats import channel_stats_parser, cmd_channel_stats
 from .channels import channels_parser, cmd_channels
+from .model_parsers import decompose_parser, evaluate_parser, variants_parser
 from .parsers import (
     bands_parser,
     compare_parser,
-    decompose_parser,
-    evaluate_parser,
     report_parser,
     stats_parser,
     status_parser,
     sweep_parser,
     track_parser,
-    variants_parser,
 )
 from .sweep import cmd_report, cmd_status, cmd_sweep, cmd_track
 from .transition import cmd_bands, cmd_compare, cmd_decompose, cmd_evaluate, cmd_stats, cmd_variants

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, Optional
 
 from ..config import TrackingConfig
@@ -56,6 +57,15 @@ def add_stats_common(p: argparse.ArgumentParser) -> None:
     add_progress(p)
     add_tracking(p)
     add_common(p)
+
+
+def add_channels(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--channels",
+        type=Path,
+        help="channels.json (written by `grrr-stream channels`) whose base.channels are the outlier "
+        "residual channels; needed by the channel variants (channels-outlier, channels-rest, ...)",
+    )
 
 
 def tracking_flags(args) -> dict:

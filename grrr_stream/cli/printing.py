@@ -21,6 +21,21 @@ def print_summary(result, out=None) -> None:
 def print_evaluation(res, out=None) -> None:
     """Accuracy per variant and benchmark, the differences with their paired intervals, the gain."""
     out = out or sys.stdout
+    _print_variant_accuracy(res, out)
+    _print_gain_and_rest(res.info, out)
+    if res.solved_lost:
+        _print_solved_lost(res.solved_lost, res.metric, out)
+    for r in res.table56:
+        if r["retention_pct"] is not None:
+            proj = f", vs proj {r['retention_proj_pct']:6.1f} %" if r.get("retention_proj_pct") is not None else ""
+            out.write(f"  retention {r['variant']:<8} vs full {r['retention_pct']:6.1f} %{proj}\n")
+    out.write(f"prompt format: the post model's ({res.prompt.get('from')}), digest {res.prompt.get('digest')}\n")
+    out.write("wrote " + ", ".join(str(f) for f in res.files) + "\n")
+
+
+def _print_variant_accuracy(res, out) -> None:
+    """One row per variant: accuracy per benchmark, average, difference from full, answers cut off, and under
+    the sequential design how many problems it answered and why it stopped."""
     from ..evaluation.tables import accuracy_columns
 
     benches = accuracy_columns(res.accuracy_rows)
@@ -49,7 +64,11 @@ def print_evaluation(res, out=None) -> None:
             "design sequential: intervals are anytime-valid confidence sequences over the problems each "
             "variant answered (sequential.json)\n"
         )
-    info = res.info
+
+
+def _print_gain_and_rest(info: dict, out) -> None:
+    """The gain full − base with whether the transition is informative, what the tensors that are not
+    decomposed carry, and where the rest fell back to post."""
     if "gain" in info:
         call = (
             "informative"
@@ -71,22 +90,19 @@ def print_evaluation(res, out=None) -> None:
         )
     if info.get("rest_fallback"):
         out.write(f"rest_from fell back to post: {info['rest_fallback']}\n")
-    if res.solved_lost:
-        from collections import Counter
 
-        counts = Counter((r["variant"], r["change"]) for r in res.solved_lost)
-        out.write(
-            "problems full solves and a variant loses / the variant solves and full does not "
-            f"(solved_lost.csv, metric {res.metric}):\n"
-        )
-        for v in dict.fromkeys(r["variant"] for r in res.solved_lost):
-            out.write(f"  {v:<12} lost {counts[(v, 'lost')]:>5}   gained {counts[(v, 'gained')]:>5}\n")
-    for r in res.table56:
-        if r["retention_pct"] is not None:
-            proj = f", vs proj {r['retention_proj_pct']:6.1f} %" if r.get("retention_proj_pct") is not None else ""
-            out.write(f"  retention {r['variant']:<8} vs full {r['retention_pct']:6.1f} %{proj}\n")
-    out.write(f"prompt format: the post model's ({res.prompt.get('from')}), digest {res.prompt.get('digest')}\n")
-    out.write("wrote " + ", ".join(str(f) for f in res.files) + "\n")
+
+def _print_solved_lost(solved_lost: list[dict], metric: str, out) -> None:
+    """Per variant, the problems full solves and it loses, and those it solves and full does not."""
+    from collections import Counter
+
+    counts = Counter((r["variant"], r["change"]) for r in solved_lost)
+    out.write(
+        "problems full solves and a variant loses / the variant solves and full does not "
+        f"(solved_lost.csv, metric {metric}):\n"
+    )
+    for v in dict.fromkeys(r["variant"] for r in solved_lost):
+        out.write(f"  {v:<12} lost {counts[(v, 'lost')]:>5}   gained {counts[(v, 'gained')]:>5}\n")
 
 
 def print_units(rows: list[dict], show_done: bool, out=None) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import ConfigError
 from .options import tracking_flags, tracking_from_args
 from .printing import print_evaluation, print_summary
+
+if TYPE_CHECKING:
+    from ..evaluation.settings import EngineSettings, EvaluationOptions, SamplingSettings
 
 
 def cmd_decompose(args: argparse.Namespace) -> int:
@@ -173,10 +176,37 @@ def cmd_variants(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..evaluation.benchmarks import FIVE
     from ..evaluation.pipeline import EvaluationRequest, run_evaluation
-    from ..evaluation.settings import build_engine_settings, build_evaluation_options, build_sampling_settings
     from ..variants.spec import DEFAULT_VARIANTS
 
-    settings = build_engine_settings(
+    settings = _engine_settings(args)
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("--limit must be at least 1")
+    options = _evaluation_options(args, settings, _sampling_settings(args))
+    request = EvaluationRequest(
+        args.store,
+        args.out,
+        args.variant or list(DEFAULT_VARIANTS),
+        args.benchmark or list(FIVE),
+        args.bench_dir,
+        options,
+        keep_variants=args.keep_variants,
+        rest_from=args.rest_from,
+        resamples=args.resamples,
+        channels=args.channels,
+        informative_points=args.informative_points,
+        last_step=args.last_step,
+        progress=not args.no_progress,
+    )
+    res = run_evaluation(request, tracking=tracking_from_args(args))
+    print_evaluation(res)
+    return 0
+
+
+def _engine_settings(args: argparse.Namespace) -> EngineSettings:
+    """The vLLM engine's settings from the evaluate command's engine flags."""
+    from ..evaluation.settings import build_engine_settings
+
+    return build_engine_settings(
         {
             "dtype": args.engine_dtype,
             "auto_min_energy": args.auto_min_energy,
@@ -189,27 +219,38 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             "cpu_kv_cache_gib": args.cpu_kv_cache_gib,
         }
     )
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError("--limit must be at least 1")
 
-    def ks(text):
-        try:
-            return [int(k) for k in text.split(",") if k.strip()] if text else None
-        except ValueError:
-            raise ConfigError(f"expected comma-separated integers, got {text!r}") from None
 
-    sampling = build_sampling_settings(
+def _comma_integers(text: Optional[str]) -> Optional[list[int]]:
+    try:
+        return [int(k) for k in text.split(",") if k.strip()] if text else None
+    except ValueError:
+        raise ConfigError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _sampling_settings(args: argparse.Namespace) -> SamplingSettings:
+    """How answers are sampled, from the evaluate command's sampling flags."""
+    from ..evaluation.settings import build_sampling_settings
+
+    return build_sampling_settings(
         {
             "n": args.n,
             "temperature": args.temperature,
             "top_p": args.top_p,
             "seed": args.sampling_seed,
-            "pass_k": ks(args.pass_k),
-            "maj_k": ks(args.maj_k),
+            "pass_k": _comma_integers(args.pass_k),
+            "maj_k": _comma_integers(args.maj_k),
         }
     )
-    # the flags of the evaluation's options (evaluation.settings.EvaluationOptions), by their names there
-    options = build_evaluation_options(
+
+
+def _evaluation_options(
+    args: argparse.Namespace, settings: EngineSettings, sampling: SamplingSettings
+) -> EvaluationOptions:
+    """The flags of the evaluation's options (evaluation.settings.EvaluationOptions), by their names there."""
+    from ..evaluation.settings import build_evaluation_options
+
+    return build_evaluation_options(
         {
             "engine": settings,
             "sampling": sampling,
@@ -231,21 +272,3 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             },
         }
     )
-    request = EvaluationRequest(
-        args.store,
-        args.out,
-        args.variant or list(DEFAULT_VARIANTS),
-        args.benchmark or list(FIVE),
-        args.bench_dir,
-        options,
-        keep_variants=args.keep_variants,
-        rest_from=args.rest_from,
-        resamples=args.resamples,
-        channels=args.channels,
-        informative_points=args.informative_points,
-        last_step=args.last_step,
-        progress=not args.no_progress,
-    )
-    res = run_evaluation(request, tracking=tracking_from_args(args))
-    print_evaluation(res)
-    return 0
