@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..sweep.kinds import channel_stats
 from ..sweep.kinds.channel_groups import SFT_RL_TABLE
-from .tables import Table, cell, columns_of, split
+from .cells import Table, cell, columns_of, split
 
 
 def channel_tables(report) -> list[Table]:

@@ -1,4 +1,4 @@
-"""The report's figures (grrr_stream/plots.py) drawn for the page: whole-number ticks on layer axes, one colour per
+"""The report's figures (grrr_stream/plots/) drawn for the page: whole-number ticks on layer axes, one colour per
 series (shades of blue for SFT, of red for RL), legends beside the axes (never over the bars), the accuracy figure
 as wide as the page at most with whiskers clipped at 0 %, and titles that name models, not workdir paths. Each
 figure is caught before it is saved (matplotlib, Agg), so the test reads what was drawn. Fast."""
@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from grrr_stream import plots
+from grrr_stream.plots import canvas
 
 
 @pytest.fixture
 def drawn(monkeypatch, tmp_path):
-    """The figures plots draws, kept open (saved too, through the real _save's settings)."""
+    """The figures plots draws, kept open (saved too, through the real canvas.save's settings)."""
     figs = []
 
     def keep(fig, path):
@@ -22,9 +23,9 @@ def drawn(monkeypatch, tmp_path):
         fig.savefig(path, dpi=plots.DPI, bbox_inches="tight")
         return path
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(canvas, "save", keep)
     yield figs
-    plots._plt().close("all")
+    canvas.pyplot().close("all")
 
 
 def test_layer_axes_tick_whole_numbers(drawn, tmp_path):

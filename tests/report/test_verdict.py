@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from grrr_stream.plots import cosine_label, p_text
-from grrr_stream.report import tables as tbl
+from grrr_stream.report import cells
 from grrr_stream.report.paper_claims import CLAIMS
 from grrr_stream.report.verdict import FAILS, HOLDS, NOT_COMPARABLE, UNRESOLVED, verdicts
 
@@ -179,16 +179,16 @@ def test_a_multi_step_transition_is_never_pooled_with_the_steps():
 
 
 def test_undefined_cells_read_a_dash_and_wide_tables_are_split():
-    assert tbl.shown(float("nan")) == tbl.shown(None) == tbl.shown("nan") == "—"
-    assert tbl.shown(0.123456) == "0.1235"
+    assert cells.shown(float("nan")) == cells.shown(None) == cells.shown("nan") == "—"
+    assert cells.shown(0.123456) == "0.1235"
     cols = [f"c{i}" for i in range(30)]
-    t = tbl.Table("t", "T", "", cols, [("", [[tbl.Cell(float(i)) for i in range(30)]])])
-    parts = tbl.split(t, 2)
-    assert len(parts) == 3 and all(len(p.columns) <= tbl.MAX_COLUMNS and p.columns[:2] == ["c0", "c1"] for p in parts)
+    t = cells.Table("t", "T", "", cols, [("", [[cells.Cell(float(i)) for i in range(30)]])])
+    parts = cells.split(t, 2)
+    assert len(parts) == 3 and all(len(p.columns) <= cells.MAX_COLUMNS and p.columns[:2] == ["c0", "c1"] for p in parts)
     assert sorted({c for p in parts for c in p.columns}) == sorted(cols)
     # X, X_ci_lo, X_ci_hi become one interval column; a column nobody fills is left out
     rows = [{"x": 1.0, "x_ci_lo": 0.5, "x_ci_hi": 1.5, "note": ""}]
-    (col,) = tbl.columns_of(rows, ["x", "x_ci_lo", "x_ci_hi", "note"])
+    (col,) = cells.columns_of(rows, ["x", "x_ci_lo", "x_ci_hi", "note"])
     assert (col.key, col.lo, col.hi) == ("x", "x_ci_lo", "x_ci_hi")
 
 
