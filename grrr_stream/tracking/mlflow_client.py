@@ -117,8 +117,8 @@ def client(uri: str):
     return made
 
 
-# The runs table's columns in the view (VIEW_TAG): each kind of run's headline metrics (runs.py logs them under
-# these names), then the Dataset column (an evaluation's benchmarks). Ids as the UI builds them: TYPE.`NAME`.
+# The runs table's columns in the view (VIEW_TAG): each kind of run's headline metrics (runs.py and model_runs.py log
+# them under these names), then the Dataset column (an evaluation's benchmarks). Ids as the UI builds them: TYPE.`NAME`.
 HEADLINE_COLUMNS = (
     "f_diag",
     "f_off",
