@@ -62,7 +62,7 @@ def log_decomposition(
 
 
 # A transition's headline metrics: means over all its matrices (summary scope "all"), under their plain names
-# (the runs table's columns, mlflow_client.HEADLINE_COLUMNS); the rest of the summary's means are kept too, few.
+# (the runs table's columns, mlflow_view.HEADLINE_COLUMNS); the rest of the summary's means are kept too, few.
 _HEADLINE = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos")
 _ALSO = ("delta_fro", "delta_max", "dsr_pct", "alpha")
 
