@@ -32,7 +32,7 @@ LAYERS = [
 ]
 # (importing module, imported module): why it may look upward
 EXCEPTIONS = {
-    ("tracking.runs", "evaluation.engine"): "inside log_evaluation only: an evaluation run records the engine's "
+    ("tracking.model_runs", "evaluation.engine"): "inside log_evaluation only: an evaluation run records the engine's "
     "versions, asked of the vLLM owner when that run is logged",
     ("config", "geometry.analyses"): "the decomposition settings hold each analysis's own settings, profiles and "
     "result settings, declared once in its module (torch-free at import)",

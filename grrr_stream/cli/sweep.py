@@ -54,7 +54,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             f"{plan.layout.tracking}); rerun the sweep or `grrr-stream track {plan.workdir}`"
         )
     if tracking.enabled and not res.tracking_missed:
-        from ..tracking.mlflow_client import limits, prepare, runs_page
+        from ..tracking.mlflow_client import limits, prepare
+        from ..tracking.mlflow_view import runs_page
 
         uri = resolve_uri(tracking.uri)
         experiment = tracking.experiment

@@ -31,7 +31,7 @@ from ..runtime.device import bound_heap_growth, resolve_device
 from ..runtime.phases import PhaseTimer
 from ..store.frame_cache import FrameCache
 from ..store.transition_store import StoreLock, TransitionStore
-from ..tracking.runs import log_decomposition
+from ..tracking.model_runs import log_decomposition
 from .plan import TransitionPlan, plan_transition
 from .stages import Pipeline
 from .streaming import compute_layout, stream_matrices, torch_threads

@@ -18,7 +18,7 @@ from ..config import TrackingConfig
 from ..errors import ConfigError
 from ..files import atomic_write_text, ensure_folder, to_csv
 from ..store.transition_store import StoredTransition
-from ..tracking import runs
+from ..tracking import model_runs, runs
 from .benchmarks import Benchmark, load_benchmark, resolve_bench_dir
 from .engine import Engine
 from .engine_loop import Scores, score_variants
@@ -120,7 +120,7 @@ def run_evaluation(
     _write_problem_tables(evaluation, scores.keys_of)
     res.files.append(_write_record(evaluation, res))
     if runs.enabled(tracking):
-        res.run_ids = runs.log_evaluation(
+        res.run_ids = model_runs.log_evaluation(
             evaluation.transition,
             [evaluation.builders[n] for n in evaluation.names],
             evaluation.benches,

@@ -225,7 +225,8 @@ def mlflow_links(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[
     http(s) tracking URI, else the local UI that `mlflow ui --backend-store-uri URI` serves."""
     if tracking is None or not tracking.enabled:
         return None
-    from ..tracking.mlflow_client import resolve_uri, run_page, runs_page
+    from ..tracking.mlflow_client import resolve_uri
+    from ..tracking.mlflow_view import run_page, runs_page
 
     uri = resolve_uri(tracking.uri)
     served = uri.startswith(("http://", "https://"))

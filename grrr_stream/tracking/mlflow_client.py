@@ -5,9 +5,8 @@ One run per unit of work, found again by a deterministic key stored in the tag
 crash is resumed rather than duplicated. A run's start and end times span the work it
 records (callers pass the measured start), the units of a sweep carry the sweep's tag
 ``grrr.sweep`` and nest under its run (:meth:`TrackedRun.adopt`), and the experiment
-is marked as a model-training one and carries the view (:func:`view_state`) that the
-addresses the tool prints open (:func:`runs_page`, :func:`run_page`, :func:`compare_page`:
-MLflow 3.17's UI shows GenAI pages unless the address says otherwise).
+is marked as a model-training one and carries the view that the addresses the tool prints
+open (both in :mod:`.mlflow_view`).
 
 Every request runs under the limits of a TrackingConfig (:func:`limits`: seconds per request,
 retries), so an unreachable server costs seconds, not MLflow's default minutes; a fresh SQLite
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from ..errors import MissingDependencyError
+from .mlflow_view import VIEW_TAG, view_state
 
 KEY_TAG = "grrr.key"
 COMPLETE_TAG = "grrr.complete"
@@ -38,10 +38,6 @@ TRAINING_KIND = "custom_model_development"
 _GUESSED_KINDS = {"", "no_inferred_type", "genai_development_inferred", "custom_model_development_inferred"}
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's nesting: the runs table shows a run under this one
 NOTE_TAG = "mlflow.note.content"  # a run's description (the run page's "Description")
-# The experiment's view that every address this tool prints opens (MLflow's "Share" view state, an experiment
-# tag read by the runs page's ``viewStateShareKey`` parameter): the headline columns, oldest run first.
-VIEW_KEY = "grrr"
-VIEW_TAG = "mlflow.sharedViewState." + VIEW_KEY
 DATASET_CONTEXT_TAG = "mlflow.data.context"  # what mlflow.log_input(..., context=...) writes
 DIGEST_CHARS = 16  # MLflow stores at most 36 characters of a dataset digest; the full sha256 goes in its profile
 _BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
@@ -115,45 +111,6 @@ def client(uri: str):
         made = MlflowClient(tracking_uri=uri)
     _OPENED.add(uri)
     return made
-
-
-# The runs table's columns in the view (VIEW_TAG): each kind of run's headline metrics (runs.py logs them under
-# these names), then the Dataset column (an evaluation's benchmarks). Ids as the UI builds them: TYPE.`NAME`.
-HEADLINE_COLUMNS = (
-    "f_diag",
-    "f_off",
-    "f_null",
-    "r_delta",
-    "sv_cos",  # a transition (means over its matrices)
-    "fidelity",  # a variant
-    "average",
-    "retention",
-    "minus_full",
-    "minus_full_ci_lo",
-    "minus_full_ci_hi",  # an evaluation
-    "median_cos_off",
-    "ci_lo",
-    "ci_hi",
-    "p_value",
-)  # a comparison
-
-
-def view_state() -> str:
-    """The experiment's shared view (JSON, as MLflow's Share button stores it): the headline metrics as columns, in
-    this order, a run-name column wide enough for nested names, and the runs oldest first, so that siblings are
-    listed in the order the work ran (the plan's order)."""
-    columns = [f"metrics.`{m}`" for m in HEADLINE_COLUMNS] + ["attributes.`Dataset`"]
-    return json.dumps(
-        {
-            "orderByKey": "attributes.start_time",
-            "orderByAsc": True,
-            "selectedColumns": columns,
-            "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", "duration", *columns],
-            "columnWidths": {"attributes.`Run Name`": 320},
-            "runsHiddenMode": "SHOW_ALL",
-        },
-        separators=(",", ":"),
-    )
 
 
 def _experiment_id(client, name: str, uri: str) -> str:
@@ -257,7 +214,6 @@ class TrackedRun:
         """(name, sha256, file, rows) of each data file the run used, as MLflow dataset inputs (the
         runs table's Dataset column). One already logged with the same name and digest is skipped,
         so a rerun adds nothing."""
-        import json
 
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
@@ -316,31 +272,6 @@ def prepare(uri: Optional[str], experiment: str) -> str:
     and collide ('duplicate column name'); after this they only read and append."""
     uri = resolve_uri(uri)
     return _experiment_id(client(uri), experiment, uri)
-
-
-# MLflow 3.17's UI picks its pages from its own GenAI / Model training switch (kept per browser in localStorage,
-# GenAI until changed), never from the experiment's kind (mlflow.experimentKind is read only while that switch is
-# off, and it is always on): GenAI opens an experiment on the traces overview. This parameter sets the switch
-# for the page it opens, so every address the tool prints carries it.
-TRAINING = "workflowType=machine_learning"
-
-
-def runs_page(ui: str, experiment_id: str) -> str:
-    """The address of the experiment in MLflow's UI at ``ui`` that opens on its runs table in Model training mode,
-    with the tool's view (:func:`view_state`: headline columns, oldest run first)."""
-    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?{TRAINING}&viewStateShareKey={VIEW_KEY}"
-
-
-def run_page(ui: str, experiment_id: str, run_id: str) -> str:
-    """The address of one run's page in Model training mode."""
-    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING}"
-
-
-def compare_page(ui: str, experiment_id: str, run_ids: Iterable[str]) -> str:
-    """The address of MLflow's Compare page of ``run_ids`` (the UI's route /compare-runs, as its
-    Routes.getCompareRunPageRoute builds it), in Model training mode."""
-    runs = json.dumps(list(run_ids), separators=(",", ":"))
-    return f'{ui.rstrip("/")}/#/compare-runs?runs={runs}&experiments=["{experiment_id}"]&{TRAINING}'
 
 
 def _quote(value: str) -> str:

@@ -1,5 +1,5 @@
-"""A run's logging as data: what :mod:`.runs` wants logged to one MLflow run, applied now, or recorded
-beside the result and applied later.
+"""A run's logging as data: what :mod:`.runs` or :mod:`.model_runs` wants logged to one MLflow run, applied now,
+or recorded beside the result and applied later.
 
 Tracking is the last step of a unit's work and must never cost the work. :func:`deliver` applies
 :class:`RunLog` s under the TrackingConfig's time limits; if MLflow cannot be reached (or fails), it

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 from ..config import TrackingConfig
 from ..files import ensure_folder
-from ..tracking import runs
+from ..tracking import model_runs, runs
 
 
 @dataclass
@@ -75,7 +75,9 @@ def run_variants(
         folders.append(folder)
         if runs.enabled(tracking):
             run_ids.append(
-                runs.log_variant(builder, folder, summary, tracking, started=started, seconds=time.time() - started)
+                model_runs.log_variant(
+                    builder, folder, summary, tracking, started=started, seconds=time.time() - started
+                )
             )
     return VariantsResult(out, summaries, folders, run_ids)
 

@@ -193,11 +193,11 @@ def test_undefined_cells_read_a_dash_and_wide_tables_are_split():
 
 
 def test_provenance_links_open_mlflow_in_training_mode(tmp_path):
-    """The run and experiment links carry the tracking owner's query (grrr_stream.tracking.mlflow_client.runs_page),
+    """The run and experiment links carry the tracking owner's query (grrr_stream.tracking.mlflow_view.runs_page),
     and the sentence after the run id is separated from it (the demo's page read "…aa66f.The links")."""
     from grrr_stream.config import TrackingConfig
     from grrr_stream.report.build import _environment, mlflow_links
-    from grrr_stream.tracking.mlflow_client import runs_page
+    from grrr_stream.tracking.mlflow_view import runs_page
 
     runs = [{"run_id": "abc123", "experiment_id": "7", "kind": "sweep", "name": "sweep demo", "status": "FINISHED"}]
     m = mlflow_links(TrackingConfig(uri=f"sqlite:///{tmp_path}/mlflow.db", experiment="e"), None, runs)

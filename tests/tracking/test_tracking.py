@@ -167,6 +167,7 @@ def test_runs_nest_as_the_work_nests_and_placeholders_are_filled(tmp_path, uri):
 
     from grrr_stream.config import TrackingConfig
     from grrr_stream.tracking import mlflow_client as tracking
+    from grrr_stream.tracking import mlflow_view
     from grrr_stream.tracking.run_log import RunLog, apply
 
     cfg = TrackingConfig(uri=uri, experiment="nest", sweep="s1")
@@ -247,9 +248,9 @@ def test_runs_nest_as_the_work_nests_and_placeholders_are_filled(tmp_path, uri):
     assert parent["sweep s1"] is None
 
     # the experiment carries the view every printed address opens: headline columns, oldest run first
-    view = json.loads(client.get_experiment(exp_id).tags[tracking.VIEW_TAG])
+    view = json.loads(client.get_experiment(exp_id).tags[mlflow_view.VIEW_TAG])
     assert view["orderByKey"] == "attributes.start_time" and view["orderByAsc"] is True
     assert {"metrics.`f_diag`", "metrics.`average`", "metrics.`minus_full`"} <= set(view["selectedColumns"])
-    page = tracking.runs_page("http://h:5000/", exp_id)
+    page = mlflow_view.runs_page("http://h:5000/", exp_id)
     assert page == f"http://h:5000/#/experiments/{exp_id}/runs?workflowType=machine_learning&viewStateShareKey=grrr"
-    assert tracking.run_page("http://h:5000", exp_id, ev_id).endswith(f"/runs/{ev_id}?workflowType=machine_learning")
+    assert mlflow_view.run_page("http://h:5000", exp_id, ev_id).endswith(f"/runs/{ev_id}?workflowType=machine_learning")

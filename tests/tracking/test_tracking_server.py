@@ -39,7 +39,7 @@ from helpers.mlflow_ui import (
     show_metric_rows,
 )
 
-from grrr_stream.tracking.mlflow_client import compare_page, runs_page
+from grrr_stream.tracking.mlflow_view import compare_page, runs_page
 
 NO_CHROMIUM = (
     "Debian chromium not found at /usr/bin/chromium or on PATH; .ci/run installs it with apt-get install chromium"

@@ -219,7 +219,7 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 def run(u: Unit, ctx: RunContext) -> dict:
     from ...runtime.device import resolve_device
-    from ...tracking.runs import log_variant
+    from ...tracking.model_runs import log_variant
     from ...variants.builder import VariantBuilder, write_variant
     from ...variants.spec import parse_variant
 
