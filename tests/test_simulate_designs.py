@@ -13,7 +13,8 @@ import pytest
 from helpers.common import ROOT
 
 from grrr_stream.config import ClaimSettings
-from grrr_stream.stats.sequential import Thresholds, decide, problem_order, retention_interval, score_path
+from grrr_stream.stats.order import problem_order
+from grrr_stream.stats.sequential import Thresholds, decide, retention_interval, score_path
 
 FACTS = ROOT.parent / "shared" / "PAPER_FACTS.md"  # the team's copy beside the checkouts
 

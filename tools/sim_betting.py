@@ -27,7 +27,8 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 import simulate_designs as sd  # noqa: E402
 
-from grrr_stream.stats.sequential import eb_wor_cs, problem_order  # noqa: E402
+from grrr_stream.stats.order import problem_order  # noqa: E402
+from grrr_stream.stats.sequential import eb_wor_cs  # noqa: E402
 
 
 def hedged_wor_cs(x: np.ndarray, population: int, alpha: float = 0.05, grid: int = 2001):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from grrr_stream.stats.sequential import Order, Thresholds, ratio_sides, score_path
+from grrr_stream.stats.order import Order
+from grrr_stream.stats.sequential import Thresholds, ratio_sides, score_path
 
 REASON_CODES = {"thresholds": 0, "precision": 1, "exhausted": 2}
 SIDE_NAMES = {1: "above", -1: "below", 0: "open"}

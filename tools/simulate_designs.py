@@ -52,7 +52,8 @@ from sim_claims import CLAIM_IDS, claim_verdicts  # noqa: E402  (the tool's sibl
 from sim_sequential import decide_many, retention_many, score_estimate  # noqa: E402
 
 from grrr_stream.config import ClaimSettings  # noqa: E402
-from grrr_stream.stats.sequential import Thresholds, problem_order  # noqa: E402
+from grrr_stream.stats.order import problem_order  # noqa: E402
+from grrr_stream.stats.sequential import Thresholds  # noqa: E402
 
 SIZES = {"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675}
 DIFFICULTY = {"math500": -0.8, "minerva_math": 0.4, "olympiadbench": 0.6, "amc23": 0.5, "aime24": 1.5}

@@ -1,5 +1,5 @@
 """The sequential design of an evaluation (``design: sequential``): the variants answer the problems in the seeded
-order of :func:`grrr_stream.stats.sequential.problem_order`, full first, in rounds whose answered prefix grows
+order of :func:`grrr_stream.stats.order.problem_order`, full first, in rounds whose answered prefix grows
 geometrically (so that each variant is loaded into the engine a few times, not once a chunk). Within a round a
 variant answers a chunk at a time and stops as soon as :func:`grrr_stream.stats.sequential.decide` says so; full
 answers every problem that any variant still needs.
@@ -19,16 +19,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ..files import atomic_write_text
-from ..stats.sequential import (
-    Decision,
-    Order,
-    batch_end,
-    benchmark_mean,
-    decide,
-    problem_order,
-    retention_interval,
-    round_ends,
-)
+from ..stats.order import Order, benchmark_mean, problem_order, round_ends
+from ..stats.sequential import Decision, batch_end, decide, retention_interval
 from .benchmarks import Benchmark
 from .scoring import BenchmarkResult, answer_problems, answered, problem_scores, summarise_records
 from .settings import EvaluationOptions

@@ -314,9 +314,45 @@ def calibrate(
         return Rates(
             **{**entry, "shape": tuple(entry["shape"]), "notes": tuple(entry.get("notes") or ()), "cached": True}
         )
+    rates = _measure(largest, device, timers, budget_s)
+    stored[wanted] = {k: v for k, v in asdict(rates).items() if k != "cached"}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(stored, indent=1))
+    except OSError:
+        pass  # a read-only home: measured again next time
+    return rates
+
+
+def _measure(largest: Sequence[int], device: str, timers: dict[str, Callable], budget_s: float) -> Rates:
+    """The rates measured now with :func:`calibrate`'s ``timers``, each checked against the device's figures."""
     load, cores, loaded = load_state(timers["load"])
     t0 = time.perf_counter()
     shape, dec = _climb_ladder(largest, timers["decompose"], t0, budget_s)
+    measured = {"decompose": dec, **_time_throughputs(largest, timers)}
+    rates, notes = _checked_rates(measured, timers["expected"](device) or {}, loaded)
+    if loaded:  # the rates above are the machine's own; the other work will slow the sweep as it slowed these
+        notes.append(
+            f"load {load:.1f} on {cores} core(s): times are for this machine without the other work "
+            f"(while it lasts, expect up to ~{max(load / cores, 1.0):.0f}× longer)"
+        )
+    return Rates(
+        device,
+        shape,
+        rates["decompose"],
+        rates["gemm"],
+        time.perf_counter() - t0,
+        rates["forward"],
+        rates["null"],
+        load=load,
+        cores=cores,
+        notes=tuple(notes),
+        bandwidth_gbs=rates["bandwidth"],
+    )
+
+
+def _time_throughputs(largest: Sequence[int], timers: dict[str, Callable]) -> dict[str, float]:
+    """Product and forward-product FLOP/s, null cells/s and memory copy GB/s, each the best of its repeats."""
     # GEMM_SIDE square: a real model's matrices are never smaller, and a small product runs far below the rate
     gm, gn = GEMM_SIDE, GEMM_SIDE
     gemm = 2.0 * gm * gn * gn / max(min(timers["gemm"]((gm, gn)) for _ in range(GEMM_REPEATS)), 1e-9)
@@ -326,42 +362,21 @@ def calibrate(
     null = draws * H * G / max(min(timers["null"]() for _ in range(3)), 1e-9)
     copies = [timers["copy"]() for _ in range(3)]
     bandwidth = max(nbytes / max(sec, 1e-9) for sec, nbytes in copies) / 1e9
-    expected = timers["expected"](device) or {}
-    notes = []
-    dec, note = check_rate("decomposition", dec, expected.get("decompose"), loaded)
+    return {"gemm": gemm, "forward": forward, "null": null, "bandwidth": bandwidth}
+
+
+def _checked_rates(
+    measured: dict[str, float], expected: dict[str, float], loaded: bool
+) -> tuple[dict[str, float], list[str]]:
+    """``measured`` as :func:`check_rate` says to use each rate (the null's is not checked), and its notes."""
+    rates, notes = dict(measured), []
+    for key, what in (("decompose", "decomposition"), ("gemm", "product"), ("forward", "forward-product")):
+        rates[key], note = check_rate(what, measured[key], expected.get(key), loaded)
+        notes += [note] if note else []
+    bandwidth, note = check_rate("memory copy", measured["bandwidth"] * 1e9, expected.get("bandwidth"), loaded, "GB/s")
+    rates["bandwidth"] = bandwidth / 1e9
     notes += [note] if note else []
-    gemm, note = check_rate("product", gemm, expected.get("gemm"), loaded)
-    notes += [note] if note else []
-    forward, note = check_rate("forward-product", forward, expected.get("forward"), loaded)
-    notes += [note] if note else []
-    bw, note = check_rate("memory copy", bandwidth * 1e9, expected.get("bandwidth"), loaded, "GB/s")
-    bandwidth = bw / 1e9
-    notes += [note] if note else []
-    if loaded:  # the rates above are the machine's own; the other work will slow the sweep as it slowed these
-        notes.append(
-            f"load {load:.1f} on {cores} core(s): times are for this machine without the other work "
-            f"(while it lasts, expect up to ~{max(load / cores, 1.0):.0f}× longer)"
-        )
-    rates = Rates(
-        device,
-        shape,
-        dec,
-        gemm,
-        time.perf_counter() - t0,
-        forward,
-        null,
-        load=load,
-        cores=cores,
-        notes=tuple(notes),
-        bandwidth_gbs=bandwidth,
-    )
-    stored[wanted] = {k: v for k, v in asdict(rates).items() if k != "cached"}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(stored, indent=1))
-    except OSError:
-        pass  # a read-only home: measured again next time
-    return rates
+    return rates, notes
 
 
 def read_cache(path: Optional[Path] = None) -> dict:

@@ -85,7 +85,7 @@ def expected(variants: Sequence[str], sizes: dict[str, int], settings) -> tuple[
     """Per variant: the share of the problems of benchmarks of ``sizes`` it answers, and how many rounds stream it
     into the engine (one load a round), under ``settings``
     (:class:`~grrr_stream.evaluation.settings.SequentialSettings`); and what that rests on, in words."""
-    from ..stats.sequential import problem_order, round_ends
+    from ..stats.order import problem_order, round_ends
 
     order = problem_order(sizes, settings.seed, settings.max_weight)
     ends = round_ends(order, settings.chunk, settings.growth)

@@ -7,7 +7,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..config import TrackingConfig, stable_hash
 from ..files import atomic_write_text, ensure_folder, to_csv
@@ -15,6 +15,9 @@ from ..geometry.analyses.bands import DEFAULT_BAND_EDGES
 from ..store.transition_store import StoredTransition
 from ..tracking import runs
 from .settings import BootstrapSettings, ComparisonSettings, checked
+
+if TYPE_CHECKING:
+    from .comparisons import Comparison
 
 
 @dataclass
@@ -124,6 +127,20 @@ def comparison_label(kind: str, a: StoredTransition, b: StoredTransition, ancest
     return f"{a.label} vs {b.label} (from {ancestor_label})"
 
 
+@dataclass
+class _Compared:
+    """One comparison done: its stores, its summary row, the files written for it, and when it ran."""
+
+    comparison: Comparison
+    a: StoredTransition
+    b: StoredTransition
+    ancestor: Optional[StoredTransition]
+    summary: dict
+    files: list[Path]  # its per-matrix CSV and its JSON
+    started: float
+    seconds: float
+
+
 def run_comparisons(
     pairs: Sequence[tuple],
     out: Path,
@@ -141,59 +158,63 @@ def run_comparisons(
     ancestor of an independent pair (None or absent: C is the base). ``progress``: each comparison's Dask
     tasks done / total with an ETA (local schedulers)."""
     from .. import plots
-    from ..progress import dask_tasks
-    from .comparisons import compare
 
     checked(ComparisonSettings, COMPARE_SOURCE, resamples=resamples, null_draws=null_draws, seed=seed, alpha=alpha)
     out = ensure_folder(Path(out), "--out")
-    comparisons, summaries, files = [], [], []
-    for i, pair in enumerate(pairs, 1):
-        kind, a_path, b_path = pair[:3]
-        c_path = pair[3] if len(pair) > 3 else None
-        a, b = StoredTransition(Path(a_path)), StoredTransition(Path(b_path))
-        c = StoredTransition(Path(c_path)) if c_path is not None else None
-        started = time.time()
-        with dask_tasks(f"[compare {i}/{len(pairs)} {kind}] ", enabled=progress):
-            comp = compare(
-                a,
-                b,
-                kind,
-                ancestor=c,
-                resamples=resamples,
-                null_draws=null_draws,
-                seed=seed,
-                alpha=alpha,
-                scheduler=scheduler,
-            )
-        summary = {"label": comparison_label(kind, a, b, comp.ancestor_label), **comp.summary()}
-        stem = f"{kind}_{stable_hash([str(a.path), str(b.path)] + ([str(c.path)] if c else []), 8)}"
-        atomic_write_text(out / f"{stem}_per_matrix.csv", to_csv(comp.rows))
-        atomic_write_text(out / f"{stem}.json", json.dumps(summary, indent=2))
-        files += [out / f"{stem}_per_matrix.csv", out / f"{stem}.json"]
-        comparisons.append((comp, a, b, c, stem, started, time.time() - started))
-        summaries.append(summary)
+    settings = {"resamples": resamples, "null_draws": null_draws, "seed": seed, "alpha": alpha}
+    compared = [
+        _compare_pair(pair, out, f"[compare {i}/{len(pairs)} {pair[0]}] ", settings, scheduler, progress)
+        for i, pair in enumerate(pairs, 1)
+    ]
+    summaries = [done.summary for done in compared]
+    files = [path for done in compared for path in done.files]
     atomic_write_text(out / COMPARISONS_TABLE, to_csv(summaries))  # written last: the comparisons are done
     files.append(out / COMPARISONS_TABLE)
     figs = [plots.cosine_medians(summaries, out / COSINES_FIGURE), plots.norm_bars(summaries, out / NORMS_FIGURE)]
     files += figs
-    run_ids = []
-    if runs.enabled(tracking):
-        run_ids = [
-            runs.log_comparison(
-                comp,
-                a,
-                b,
-                c,
-                summary,
-                [out / f"{stem}_per_matrix.csv", out / f"{stem}.json", *figs],
-                tracking,
-                resamples=resamples,
-                null_draws=null_draws,
-                seed=seed,
-                alpha=alpha,
-                started=started,
-                seconds=seconds,
-            )
-            for (comp, a, b, c, stem, started, seconds), summary in zip(comparisons, summaries)
-        ]
-    return CompareResult(out, [c[0] for c in comparisons], summaries, files, run_ids)
+    run_ids = _log_comparisons(compared, figs, tracking, settings) if runs.enabled(tracking) else []
+    return CompareResult(out, [done.comparison for done in compared], summaries, files, run_ids)
+
+
+def _compare_pair(
+    pair: tuple, out: Path, prefix: str, settings: dict[str, Any], scheduler: Any, progress: bool
+) -> _Compared:
+    """One (kind, a, b[, ancestor]) of stores compared with ``settings`` (resamples, null_draws, seed, alpha), its
+    per-matrix CSV and summary JSON written in ``out``; ``prefix`` names it in the progress line."""
+    from ..progress import dask_tasks
+    from .comparisons import compare
+
+    kind, a_path, b_path = pair[:3]
+    c_path = pair[3] if len(pair) > 3 else None
+    a, b = StoredTransition(Path(a_path)), StoredTransition(Path(b_path))
+    c = StoredTransition(Path(c_path)) if c_path is not None else None
+    started = time.time()
+    with dask_tasks(prefix, enabled=progress):
+        comp = compare(a, b, kind, ancestor=c, **settings, scheduler=scheduler)
+    summary = {"label": comparison_label(kind, a, b, comp.ancestor_label), **comp.summary()}
+    stem = f"{kind}_{stable_hash([str(a.path), str(b.path)] + ([str(c.path)] if c else []), 8)}"
+    atomic_write_text(out / f"{stem}_per_matrix.csv", to_csv(comp.rows))
+    atomic_write_text(out / f"{stem}.json", json.dumps(summary, indent=2))
+    files = [out / f"{stem}_per_matrix.csv", out / f"{stem}.json"]
+    return _Compared(comp, a, b, c, summary, files, started, time.time() - started)
+
+
+def _log_comparisons(
+    compared: Sequence[_Compared], figs: Sequence[Path], tracking: TrackingConfig, settings: dict[str, Any]
+) -> list[str]:
+    """One MLflow run per comparison, with its files and the figures of them all; the runs' ids."""
+    return [
+        runs.log_comparison(
+            done.comparison,
+            done.a,
+            done.b,
+            done.ancestor,
+            done.summary,
+            [*done.files, *figs],
+            tracking,
+            **settings,
+            started=done.started,
+            seconds=done.seconds,
+        )
+        for done in compared
+    ]

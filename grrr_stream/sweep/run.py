@@ -110,43 +110,68 @@ def run_sweep(
             states[u.id] = "pending"
         disk = _check_disk(plan, todo)
         fc = _write_forecast(plan, todo, disk, layout, stream, forecast_for) if forecast else None
-        seconds = {u.unit: u.seconds for u in fc.units} if fc is not None else {}
-        display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream, forecast=seconds)
-        display.say(
-            f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, "
-            f"{len(todo)} to run"
-        )
+        display = _start_display(plan, todo, fc, progress, stream)
         if tracking.enabled:  # once, before any unit: unreachable → refuse (required) or record only
             tracking = _preflight(tracking, layout, stream, verbose)
-        # reachable: the units record what to log and the tracker logs it while they compute
-        tracker = (
-            Tracker(Path(tracking.pending_dir), tracking) if tracking.enabled and not tracking.record_only else None
-        )
-        units_tracking = tracking.model_copy(update={"defer": True}) if tracker else tracking
-        ctx = RunContext(
-            str(plan.workdir),
-            units_tracking,
-            progress,
-            device,
-            threads=None,
-            outs={u.id: u.out for u in plan.units},
-            verbose=verbose,
-        )
+        tracker, ctx = _units_context(plan, tracking, progress, device, verbose)
         with tracker or contextlib.nullcontext():
             ran = _run(plan, todo, states, display, scheduler, ctx, fc, stream)
-        recs = {u.id: records.read(u) for u in plan.units}
-        display.say("writing the report (tables, figures, page)")  # seconds: a line, not a silence
-        result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
-        result.tracking_missed = [u for u in ran if (recs.get(u) or {}).get("tracking")]
-        if tracker is not None and tracker.left():  # the server went away during the sweep
-            from ..tracking.run_log import say_missed
-
-            say_missed(tracker.left(), tracker.last.error or "still pending", stream)
-            result.tracking_missed += tracker.left()
+        result = _report(plan, states, records, ran, display, tracker, stream)
         with unit_log(layout.log("sweep"), verbose=verbose):  # MLflow's own output
             write_pages(result, tracking, started)
         if tracking.enabled and result.run_id is None:
             result.tracking_missed.append("sweep")
+    return result
+
+
+def _start_display(plan: Plan, todo: list[Unit], fc: Optional["Forecast"], progress: bool, stream: TextIO) -> Display:
+    """The sweep's display (its ETA from the forecast's seconds per unit), after its first line."""
+    seconds = {u.unit: u.seconds for u in fc.units} if fc is not None else {}
+    display = Display(len(plan.units), len(plan.units) - len(todo), progress, stream, forecast=seconds)
+    display.say(
+        f"{plan.config.name}: {len(plan.units)} units, {len(plan.units) - len(todo)} already done, {len(todo)} to run"
+    )
+    return display
+
+
+def _units_context(
+    plan: Plan, tracking: TrackingConfig, progress: bool, device: Optional[str], verbose: bool
+) -> tuple[Optional[Tracker], RunContext]:
+    """The tracker that logs what the units record while they compute (None when tracking is off, or found
+    unreachable so that it only records), and the units' run context (deferring their logging to the tracker)."""
+    tracker = Tracker(Path(tracking.pending_dir), tracking) if tracking.enabled and not tracking.record_only else None
+    units_tracking = tracking.model_copy(update={"defer": True}) if tracker else tracking
+    ctx = RunContext(
+        str(plan.workdir),
+        units_tracking,
+        progress,
+        device,
+        threads=None,
+        outs={u.id: u.out for u in plan.units},
+        verbose=verbose,
+    )
+    return tracker, ctx
+
+
+def _report(
+    plan: Plan,
+    states: dict[str, str],
+    records: Records,
+    ran: list[str],
+    display: Display,
+    tracker: Optional[Tracker],
+    stream: TextIO,
+) -> SweepResult:
+    """The sweep's result with its report written, and the units whose MLflow logging was missed."""
+    recs = {u.id: records.read(u) for u in plan.units}
+    display.say("writing the report (tables, figures, page)")  # seconds: a line, not a silence
+    result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
+    result.tracking_missed = [u for u in ran if (recs.get(u) or {}).get("tracking")]
+    if tracker is not None and tracker.left():  # the server went away during the sweep
+        from ..tracking.run_log import say_missed
+
+        say_missed(tracker.left(), tracker.last.error or "still pending", stream)
+        result.tracking_missed += tracker.left()
     return result
 
 

@@ -22,7 +22,7 @@ from helpers.stand_in import SETTINGS, StandInEngine, sums_transition  # noqa: E
 from grrr_stream.errors import ConfigError  # noqa: E402
 from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
 from grrr_stream.evaluation.settings import EvaluationOptions, SequentialSettings  # noqa: E402
-from grrr_stream.stats.sequential import problem_order  # noqa: E402
+from grrr_stream.stats.order import problem_order  # noqa: E402
 
 VARIANTS = ["full", "base", "diag", "offnull"]
 SEQ = SequentialSettings(chunk=40, precision_points=12.0, seed=3, lookahead=0.0)  # a chunk at a time

@@ -8,7 +8,8 @@ import pytest
 
 from grrr_stream.stats.betting import betting_wor_cs
 from grrr_stream.stats.bootstrap import interval
-from grrr_stream.stats.sequential import Thresholds, decide, eb_wor_cs, problem_order, retention_interval, score_path
+from grrr_stream.stats.order import problem_order
+from grrr_stream.stats.sequential import Thresholds, decide, eb_wor_cs, retention_interval, score_path
 
 PAPER_SIZES = {"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675}
 

@@ -1,0 +1,98 @@
+"""The seeded order in which a sequential evaluation answers its problems, and the schedule of prefixes it is looked
+at and answered in.
+
+A benchmark's weight in the score (1/B) over its share of the problems can be large (AIME: 30 of 1,517 problems, a
+fifth of the score): such benchmarks are answered in full first (the *census*, with every weight ``N'/(B' N_b)`` of
+the rest at most ``max_weight``), then the remaining benchmarks' problems in one seeded random permutation,
+interleaved. On that pooled part a per-problem value ``u`` (a paired difference, in [-1, 1]) is weighted by its
+benchmark's ``c_b = N'/(B' N_b)``: the mean of ``c_b u`` over the pooled problems is the mean over the pooled
+benchmarks of their means, so one sample of a finite population estimates it (:mod:`grrr_stream.stats.sequential`).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Order:
+    """The order problems are answered in: ``items`` = (benchmark, position in its problem list)."""
+
+    items: tuple[tuple[str, int], ...]
+    sizes: dict[str, int]
+    census: tuple[str, ...]  # benchmarks answered in full first
+    weight: dict[str, float]  # c_b of the pooled benchmarks
+
+    @property
+    def census_end(self) -> int:
+        """Problems answered before the first decision: the census benchmarks, in full."""
+        return sum(self.sizes[b] for b in self.census)
+
+    @property
+    def total(self) -> int:
+        return len(self.items)
+
+    @property
+    def max_weight(self) -> float:
+        return max(self.weight.values()) if self.weight else 1.0
+
+    def boundaries(self, chunk: int) -> list[int]:
+        """Where decisions are taken: every ``chunk`` problems after the census, and at the end."""
+        start = self.census_end
+        return sorted({*range(start + chunk, self.total, chunk), self.total} - {0})
+
+
+def problem_order(sizes: Mapping[str, int], seed: int = 0, max_weight: float = 2.0) -> Order:
+    """The seeded order of the problems of benchmarks of ``sizes`` (name → number of problems)."""
+    if not sizes or min(sizes.values()) < 1:
+        raise ValueError(f"every benchmark needs at least one problem, got {dict(sizes)}")
+    pooled, census = sorted(sizes), []
+    while len(pooled) > 1:
+        weights = _weights(sizes, pooled)
+        worst = max(pooled, key=lambda b: (weights[b], b))
+        if weights[worst] <= max_weight:
+            break
+        pooled.remove(worst)
+        census.append(worst)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(b"sequential-order")]))
+    items: list[tuple[str, int]] = []
+    for group in (sorted(census), pooled):
+        members = [(b, i) for b in group for i in range(sizes[b])]
+        items += [members[j] for j in rng.permutation(len(members))]
+    return Order(tuple(items), dict(sizes), tuple(sorted(census)), _weights(sizes, pooled))
+
+
+def _weights(sizes: Mapping[str, int], pooled: Sequence[str]) -> dict[str, float]:
+    total = sum(sizes[b] for b in pooled)
+    return {b: total / (len(pooled) * sizes[b]) for b in pooled}
+
+
+def benchmark_mean(order: Order, values: np.ndarray) -> float:
+    """The mean over benchmarks of each benchmark's mean of ``values`` (a prefix of the order): the score on the
+    problems answered (NaN while a benchmark has none)."""
+    names = [b for b, _ in order.items[: len(values)]]
+    means = []
+    for b in order.sizes:
+        mine = [v for v, name in zip(values, names) if name == b]
+        means.append(float(np.mean(mine)) if mine else math.nan)
+    return float(np.mean(means))
+
+
+def round_ends(order: Order, chunk: int, growth: float) -> list[int]:
+    """The answered prefixes at which the rounds end: the census and a first chunk, then each ``growth`` times
+    longer (past the census), snapped to decision boundaries, the last at the end of the order."""
+    marks = order.boundaries(chunk)
+    ends: list[int] = []
+    size = float(chunk)
+    while not ends or ends[-1] < order.total:
+        target = min(order.census_end + math.ceil(size), order.total)
+        end = next(k for k in marks if k >= target)
+        if not ends or end > ends[-1]:
+            ends.append(end)
+        size *= growth
+    return ends
