@@ -146,42 +146,12 @@ def load_model(
         device_map = {"": "cpu"} if budget is None else _device_map(model, budget, dtype, config)
         offloaded = "disk" in set(device_map.values())
         del model  # only its shapes were needed; transformers loads tensor by tensor and dispatches
-        # through accelerate (dispatch_model: AlignDevicesHook per offloaded module, weights read on use)
-        # Offloaded, transformers loads in the checkpoint's own dtype ("auto"): asked for another dtype,
-        # it materialises and converts every weight, the "disk" ones too, during loading (a bf16
-        # checkpoint loaded as float32 peaked at 1.5x the whole checkpoint). The parameters are then
-        # cast (meta ones only change dtype) and accelerate's hook casts each offloaded weight it reads
-        # to its parameter's dtype (set_module_tensor_to_device), so the forward runs in ``dtype``
-        # with the same values as an in-memory load.
-        # Mismatched shapes are reported, not raised (validate.loading_problems lists them all at once,
-        # with the missing and unexpected tensors); the model is never run when there are any.
-        try:
-            model, info = transformers.AutoModelForCausalLM.from_pretrained(
-                str(model_dir),
-                config=config,
-                device_map=device_map,
-                offload_folder=offload,
-                dtype="auto" if offloaded else dtype,
-                output_loading_info=True,
-                ignore_mismatched_sizes=True,
-            )
-        except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, OSError) as e:
-            raise CheckpointError(
-                f"transformers could not load {model_dir} as it stands "
-                f"({type(e).__name__}: {validate.first_line(e)}); check that config.json describes the "
-                "weights beside it (--debug shows the traceback)"
-            ) from e
-        validate.raise_loading_problems(model_dir, model, info, config)
+        model = _from_pretrained(transformers, model_dir, config, device_map, offload, dtype)
         layers, norm = decoder_layers(model, text_config(config).num_hidden_layers)
         io: list[torch.nn.Module] = []
         sources: dict[int, sliced.RowSource] = {}
         if offloaded:
-            sources = sliced.offload_sources(model, model_dir)
-            io = sliced.sliced_modules(model, sources)
-            kept = [m for m in storage_dtype_modules(model, layers, dtype) if all(m is not x for x in io)]
-            _cast_floating(model, dtype, keep={id(p) for m in kept for p in m.parameters()})
-            compute_in(kept, dtype)
-            sliced.install(io, sources, dtype)
+            io, sources = _read_offloaded_by_slices(model, model_dir, layers, dtype)
         model.eval()
         head = logprobs.head_mode(model, _head_rows(model, io, sources, dtype), text_config(config))
         # Non-zero only when transformers had to convert an offloaded weight at load time (its
@@ -190,6 +160,56 @@ def load_model(
         yield Loaded(
             model, layers, norm, offloaded, config, copied, tuple(module_name(model, m) for m in io), head, dtype
         )
+
+
+def _from_pretrained(
+    transformers, model_dir: Path, config, device_map: dict[str, str], offload: str, dtype: torch.dtype
+) -> torch.nn.Module:
+    """transformers' ``from_pretrained`` with ``device_map``, the "disk" blocks read from the checkpoint through
+    accelerate (dispatch_model: AlignDevicesHook per offloaded module, weights read on use); refused when the
+    loading met any problem (:func:`.validate.raise_loading_problems`)."""
+    offloaded = "disk" in set(device_map.values())
+    # Offloaded, transformers loads in the checkpoint's own dtype ("auto"): asked for another dtype,
+    # it materialises and converts every weight, the "disk" ones too, during loading (a bf16
+    # checkpoint loaded as float32 peaked at 1.5x the whole checkpoint). The parameters are then
+    # cast (meta ones only change dtype) and accelerate's hook casts each offloaded weight it reads
+    # to its parameter's dtype (set_module_tensor_to_device), so the forward runs in ``dtype``
+    # with the same values as an in-memory load.
+    # Mismatched shapes are reported, not raised (validate.loading_problems lists them all at once,
+    # with the missing and unexpected tensors); the model is never run when there are any.
+    try:
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            str(model_dir),
+            config=config,
+            device_map=device_map,
+            offload_folder=offload,
+            dtype="auto" if offloaded else dtype,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,
+        )
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+        raise CheckpointError(
+            f"transformers could not load {model_dir} as it stands "
+            f"({type(e).__name__}: {validate.first_line(e)}); check that config.json describes the "
+            "weights beside it (--debug shows the traceback)"
+        ) from e
+    validate.raise_loading_problems(model_dir, model, info, config)
+    return model
+
+
+def _read_offloaded_by_slices(
+    model: torch.nn.Module, model_dir: Path, layers: torch.nn.ModuleList, dtype: torch.dtype
+) -> tuple[list[torch.nn.Module], dict[int, sliced.RowSource]]:
+    """Set an offloaded model up to compute in ``dtype``: its embedding and LM head read a slice of rows at a
+    time from the checkpoint (:mod:`.sliced`), its decoder layers' 16-bit linear maps kept in their own dtype
+    (:mod:`.upcast`), every other weight cast. Returns (the sliced modules, their row sources by weight id)."""
+    sources = sliced.offload_sources(model, model_dir)
+    io = sliced.sliced_modules(model, sources)
+    kept = [m for m in storage_dtype_modules(model, layers, dtype) if all(m is not x for x in io)]
+    _cast_floating(model, dtype, keep={id(p) for m in kept for p in m.parameters()})
+    compute_in(kept, dtype)
+    sliced.install(io, sources, dtype)
+    return io, sources
 
 
 def _head_rows(model: torch.nn.Module, io: list[torch.nn.Module], sources: dict, dtype: torch.dtype):

@@ -13,7 +13,7 @@ from ..files import atomic_write_text, ensure_folder
 from ..progress import Progress, fmt_seconds
 from . import validate
 from .ablation import SEEDS, ablate
-from .activations import DEFAULT_MAX_MEMORY, calibration_pass, load_model, write_rms_csv
+from .activations import DEFAULT_MAX_MEMORY, Loaded, PassResult, calibration_pass, load_model, write_rms_csv
 from .calibration import DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
 from .model_config import text_config
 from .proxy import proxy_inputs
@@ -49,23 +49,11 @@ def analyse_model(
     )
     with load_model(model_dir, max_memory=max_memory) as loaded:
         tc = text_config(loaded.config)
-        n_layers = len(loaded.layers)
-        say.message(
-            f"[{label}] loaded in {fmt_seconds(time.perf_counter() - t0)}: {n_layers} decoder layers, "
-            + (
-                f"offloaded ({_resident(loaded)} resident; the others read from the checkpoint for each batch)"
-                if loaded.offloaded
-                else "in memory"
-            )
-        )
-        scan = Progress(
-            validate.tensor_count(ckpt), enabled=progress, label=f"[{label}: weights] ", every=PROGRESS_EVERY
-        )
-        validate.raise_nonfinite(model_dir, validate.nonfinite_tensors(ckpt, on_tensor=lambda n: scan.advance(n)))
-        batches = -(-sequences // batch_size)
-        passes = 1 + ((1 + len(tuple(ablation_seeds))) if do_ablate else 0)
-        bar = Progress(passes * batches * n_layers, enabled=progress, label=f"[{label}] ", every=PROGRESS_EVERY)
-        ticker = _Ticker(bar, passes, batches, n_layers)
+        say.message(f"[{label}] loaded in {fmt_seconds(time.perf_counter() - t0)}: {_residence(loaded)}")
+        _check_weights(model_dir, ckpt, progress=progress, label=label)
+        seeds = tuple(ablation_seeds)
+        passes = 1 + ((1 + len(seeds)) if do_ablate else 0)
+        ticker = _Ticker.counting(passes, -(-sequences // batch_size), len(loaded.layers), progress, label)
         res = calibration_pass(loaded, cal.ids, batch_size=batch_size, on_layer=ticker.of("calibration"))
         scores = channel_scores(res.rms, rule)
         channels = select(scores, rule)
@@ -82,25 +70,10 @@ def analyse_model(
             "score_max": float(scores.max()),
         }
         if do_ablate:
-            if not channels:  # the outliers' pass is skipped: nothing to zero
-                bar.total -= batches * n_layers
-                ticker.passes -= 1
-            record["ablation"] = ablate(
-                loaded,
-                cal.ids,
-                channels,
-                tc.hidden_size,
-                batch_size=batch_size,
-                seeds=tuple(ablation_seeds),
-                baseline=res.perplexity,
-                on_layer=ticker.of,
+            record["ablation"] = _ablation(
+                loaded, cal.ids, channels, batch_size=batch_size, seeds=seeds, baseline=res, ticker=ticker
             )
-    inputs = proxy_inputs(model_dir)
-    if isinstance(inputs, str):
-        record.update(proxy_channels=None, jaccard=None, proxy_note=inputs)
-    else:
-        prox = proxy_channels(*inputs, rule)
-        record.update(proxy_channels=prox, jaccard=jaccard(prox, channels))
+    record.update(_proxy_fields(model_dir, channels, rule))
     record["seconds"] = time.perf_counter() - t0
     return record, res.rms
 
@@ -108,9 +81,59 @@ def analyse_model(
 PROGRESS_EVERY = 10.0  # seconds between progress lines off a terminal (tests lower it)
 
 
-def _resident(loaded) -> str:
+def _residence(loaded: Loaded) -> str:
+    """Where the loaded model's decoder layers are, for the line that says it is loaded."""
+    n_layers = len(loaded.layers)
+    if not loaded.offloaded:
+        return f"{n_layers} decoder layers, in memory"
     on_disk = sum(1 for layer in loaded.layers if any(p.device.type == "meta" for p in layer.parameters()))
-    return f"{len(loaded.layers) - on_disk} of {len(loaded.layers)} layers"
+    return (
+        f"{n_layers} decoder layers, offloaded ({n_layers - on_disk} of {n_layers} layers resident; "
+        "the others read from the checkpoint for each batch)"
+    )
+
+
+def _ablation(
+    loaded: Loaded,
+    ids: torch.Tensor,
+    channels: list,
+    *,
+    batch_size: int,
+    seeds: tuple,
+    baseline: PassResult,
+    ticker: _Ticker,
+) -> dict:
+    """:func:`.ablation.ablate` of ``channels`` against the calibration pass ``baseline``, its passes ticking on
+    ``ticker``."""
+    if not channels:  # the outliers' pass is skipped: nothing to zero
+        ticker.skip_pass()
+    hidden_size = text_config(loaded.config).hidden_size
+    return ablate(
+        loaded,
+        ids,
+        channels,
+        hidden_size,
+        batch_size=batch_size,
+        seeds=seeds,
+        baseline=baseline.perplexity,
+        on_layer=ticker.of,
+    )
+
+
+def _check_weights(model_dir: Path, ckpt, *, progress: bool, label: str) -> None:
+    """Refuse a checkpoint with a non-finite weight (every such tensor named), a progress line per tensor read."""
+    scan = Progress(validate.tensor_count(ckpt), enabled=progress, label=f"[{label}: weights] ", every=PROGRESS_EVERY)
+    validate.raise_nonfinite(model_dir, validate.nonfinite_tensors(ckpt, on_tensor=lambda n: scan.advance(n)))
+
+
+def _proxy_fields(model_dir: Path, channels: list, rule: OutlierRule) -> dict:
+    """The weight-only proxy's channels and their Jaccard overlap with ``channels``, or a note saying why the
+    proxy has no inputs in ``model_dir``."""
+    inputs = proxy_inputs(model_dir)
+    if isinstance(inputs, str):
+        return {"proxy_channels": None, "jaccard": None, "proxy_note": inputs}
+    prox = proxy_channels(*inputs, rule)
+    return {"proxy_channels": prox, "jaccard": jaccard(prox, channels)}
 
 
 class _Ticker:
@@ -119,6 +142,17 @@ class _Ticker:
     def __init__(self, bar: Progress, passes: int, batches: int, n_layers: int):
         self.bar, self.passes, self.batches, self.n_layers = bar, passes, batches, n_layers
         self.index = 0
+
+    @classmethod
+    def counting(cls, passes: int, batches: int, n_layers: int, enabled: bool, label: str) -> _Ticker:
+        """A ticker over a new progress bar of one item per decoder layer of each batch of each pass."""
+        bar = Progress(passes * batches * n_layers, enabled=enabled, label=f"[{label}] ", every=PROGRESS_EVERY)
+        return cls(bar, passes, batches, n_layers)
+
+    def skip_pass(self) -> None:
+        """One pass fewer than counted: its items leave the bar's total."""
+        self.bar.total -= self.batches * self.n_layers
+        self.passes -= 1
 
     def of(self, what: str):
         self.index += 1

@@ -86,33 +86,17 @@ def resolve_clusters(
             W0.mT, V, S, U, clusters, halo=halo, accuracy=accuracy, max_window=max_window, block_rows=block_rows
         )
         return None if out is None else (out[2], out[1], out[0])
-    m, n = W0.shape
+    n = W0.shape[1]
     windows = [(max(0, a - halo), min(n, b + halo)) for a, b in clusters]
     cols = sorted(set().union(*(range(lo, hi) for lo, hi in windows)))
     if len(cols) > max_window:
         return None
     at = {c: i for i, c in enumerate(cols)}
-    f64 = dict(dtype=torch.float64, device=W0.device)
     idx = torch.tensor(cols, device=W0.device)
     Uc, Vc = U[:, idx].double(), V[:, idx].double()
-    # W0 Vc and W0ᵀ Uc in float64, a block of rows at a time (a float64 copy of a 14B down_proj is 680 MB)
-    X = torch.empty(m, len(cols), **f64)
-    Y = torch.zeros(n, len(cols), **f64)
-    for s in range(0, m, block_rows):
-        Wb = W0[s : s + block_rows].double()
-        X[s : s + block_rows] = Wb @ Vc
-        Y += Wb.mT @ Uc[s : s + block_rows]
-    del Wb
-
+    X, Y = _frame_products(W0, Uc, Vc, block_rows)
     parts = [_window(Uc, Vc, X, Y, [at[c] for c in range(lo, hi)]) for lo, hi in windows]
-    # the rest's coordinates of every window's residuals, in one product with the float32 frame (they enter
-    # at second order, so float32 products suffice; one pass over U, not one per cluster)
-    Ru = torch.cat([p[3] for p in parts], 1)
-    alpha = (U.mT @ Ru.to(U.dtype)).double()
-    beta = (V.mT @ torch.cat([p[4] for p in parts], 1).to(V.dtype)).double()
-    Rp = Ru - (U @ alpha.to(U.dtype)).double() if m > n else None  # the part of R^m outside span(U)
-    del Ru
-
+    alpha, beta, Rp = _rest_coordinates(U, V, parts)
     rotations, start = [], 0
     for (a, b), (lo, hi), part in zip(clusters, windows, parts):
         cols_k = slice(start, start + hi - lo)
@@ -132,6 +116,43 @@ def resolve_clusters(
         if rotation is None:
             return None
         rotations.append(rotation)
+    return _rotated(U, S, V, clusters, rotations)
+
+
+def _frame_products(
+    W0: torch.Tensor, Uc: torch.Tensor, Vc: torch.Tensor, block_rows: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W0 Vc, W0ᵀ Uc) in float64 for the float64 columns Uc, Vc, a block of W0's rows at a time (a float64
+    copy of a 14B down_proj is 680 MB)."""
+    m, n = W0.shape
+    f64 = dict(dtype=torch.float64, device=W0.device)
+    X = torch.empty(m, Vc.shape[1], **f64)
+    Y = torch.zeros(n, Uc.shape[1], **f64)
+    for s in range(0, m, block_rows):
+        Wb = W0[s : s + block_rows].double()
+        X[s : s + block_rows] = Wb @ Vc
+        Y += Wb.mT @ Uc[s : s + block_rows]
+    return X, Y
+
+
+def _rest_coordinates(
+    U: torch.Tensor, V: torch.Tensor, parts: list[tuple]
+) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """(alpha, beta, Rp): the coordinates of every window's residuals Ru, Rv on the float32 U and V, and the part
+    of Ru outside span(U) (None when W0 is square), one window's columns after the other. In one product
+    with the float32 frame: they enter at second order, so float32 products suffice, and U is read once, not once
+    per cluster."""
+    Ru = torch.cat([p[3] for p in parts], 1)
+    alpha = (U.mT @ Ru.to(U.dtype)).double()
+    beta = (V.mT @ torch.cat([p[4] for p in parts], 1).to(V.dtype)).double()
+    Rp = Ru - (U @ alpha.to(U.dtype)).double() if U.shape[0] > V.shape[0] else None
+    return alpha, beta, Rp
+
+
+def _rotated(
+    U: torch.Tensor, S: torch.Tensor, V: torch.Tensor, clusters: list[tuple[int, int]], rotations: list[tuple]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Copies of (U, S, V) with each cluster's columns rotated by its (Q_U, Q_V) and its values replaced."""
     U, S, V = U.clone(), S.clone(), V.clone()
     for (a, b), (QU, QV, values) in zip(clusters, rotations):
         U[:, a:b] = (U[:, a:b].double() @ QU).to(U.dtype)

@@ -148,7 +148,14 @@ def spectral_norm(
         return float(svdvals(X)[0].item()) if X.any() else 0.0
     if tol is None:
         tol = 1e-12 if X.dtype == torch.float64 else 1e-7
-    steps = min(max_steps, m, n)  # the Krylov space's dimension is at most X's rank
+    return _lanczos_top(X, tol=tol, steps=min(max_steps, m, n), seed=seed)
+
+
+def _lanczos_top(X: torch.Tensor, *, tol: float, steps: int, seed: int) -> float:
+    """The Lanczos iteration of :func:`spectral_norm` on G = XᵀX for at most ``steps`` steps (the Krylov space's
+    dimension is at most X's rank), started from a normal vector drawn with ``seed``: √λmax(G) once the estimate
+    changes by at most ``tol`` (relative) between two checks."""
+    n = X.shape[1]
     gen = torch.Generator(device=X.device).manual_seed(seed)
     Vs = torch.empty(steps + 1, n, device=X.device, dtype=X.dtype)  # one contiguous row per Lanczos vector
     v = torch.randn(n, generator=gen, device=X.device, dtype=X.dtype)

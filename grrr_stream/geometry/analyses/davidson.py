@@ -5,7 +5,7 @@ stopped by a Davis–Kahan bound (the analysis itself: :mod:`.angles`). ``frame`
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -44,22 +44,10 @@ def principal_angles_in_frame(
     r, wd = V.shape[1], P.dtype
     s = S[:r].double()
     null = None if proj.null_is_structural_zero else N
-    d_norm = (
-        float(delta_spec)
-        if delta_spec is not None
-        else math.hypot(
-            float(torch.linalg.vector_norm(P)), 0.0 if null is None else float(torch.linalg.vector_norm(null))
-        )
-    )
+    d_norm = float(delta_spec) if delta_spec is not None else _frobenius_bound(P, null)
     kmax = max(ks)
     top = P[:kmax].double()  # the first kmax rows of P: the left coordinates of By
-
-    def apply(y: torch.Tensor) -> torch.Tensor:
-        t = s[:, None] * y + (P @ y.to(wd)).double()
-        out = s[:, None] * t + (P.mT @ t.to(wd)).double()
-        if null is not None:
-            out += (V.mT @ (null.mT @ (null @ (V @ y.to(wd))))).double()
-        return out
+    apply = _gram_product_in_frame(P, s, null, V)
 
     def dense() -> torch.Tensor:
         return _gram_in_frame(P, s, null, V)
@@ -73,6 +61,38 @@ def principal_angles_in_frame(
     s1 = float(s[0]) if r else 0.0
     # rounding of G's products: eps(compute)·σ₁·‖ΔW‖ from P and N, eps(float64)·σ₁² from Σ0²
     noise = 2.0 * eps * s1 * d_norm + torch.finfo(torch.float64).eps * s1 * s1
+    start = torch.eye(r, q, dtype=torch.float64, device=P.device)
+    got, how = _top_eigenvectors(apply, dense, start, ks, measure, _sigma_preconditioner(s, q), noise)
+    return ({k: (a[1], a[0]) for k, a in got.items()} if flip else got), how
+
+
+def _frobenius_bound(P: torch.Tensor, null: Optional[torch.Tensor]) -> float:
+    """‖ΔW‖_F = √(‖P‖_F² + ‖N‖_F²), the bound on ‖ΔW‖₂ used when none is given."""
+    return math.hypot(
+        float(torch.linalg.vector_norm(P)), 0.0 if null is None else float(torch.linalg.vector_norm(null))
+    )
+
+
+def _gram_product_in_frame(
+    P: torch.Tensor, s: torch.Tensor, null: Optional[torch.Tensor], V: torch.Tensor
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """y ↦ G y without forming G: Σ0·t + Pᵀt + V0ᵀNᵀN V0 y with t = Σ0 y + P y, Σ0 (``s``, float64) applied
+    elementwise, P, N and V0 in the compute dtype."""
+    wd = P.dtype
+
+    def apply(y: torch.Tensor) -> torch.Tensor:
+        t = s[:, None] * y + (P @ y.to(wd)).double()
+        out = s[:, None] * t + (P.mT @ t.to(wd)).double()
+        if null is not None:
+            out += (V.mT @ (null.mT @ (null @ (V @ y.to(wd))))).double()
+        return out
+
+    return apply
+
+
+def _sigma_preconditioner(s: torch.Tensor, q: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """(R, λ) ↦ (Σ0² − λ)⁻¹R, the denominators kept at least 1e-3·λ₁ away from 0, and nothing added along W0's
+    top ``q`` directions (the start's)."""
 
     def precondition(R: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
         den = (s * s)[:, None] - lam[None, :]
@@ -81,9 +101,7 @@ def principal_angles_in_frame(
         T[:q] = 0.0  # W0's top q directions are in the search space already
         return T
 
-    start = torch.eye(r, q, dtype=torch.float64, device=P.device)
-    got, how = _top_eigenvectors(apply, dense, start, ks, measure, precondition, noise)
-    return ({k: (a[1], a[0]) for k, a in got.items()} if flip else got), how
+    return precondition
 
 
 def _gram_in_frame(P: torch.Tensor, s: torch.Tensor, null: Optional[torch.Tensor], V: torch.Tensor) -> torch.Tensor:
