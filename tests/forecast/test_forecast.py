@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-import yaml
+from helpers.common import seeded_sweep_yaml
 
 from grrr_stream.cli import entry as cli
 from grrr_stream.fixtures.synthetic import TINY, write_model
@@ -106,41 +106,9 @@ def test_calibration_scales_a_shape_too_large_for_the_budget(tmp_path):
 
 def test_dry_run_prints_the_forecast(tmp_path, monkeypatch, capsys):
     """A local pair of TINY models: per-unit and total time from the seeded rate, by hand."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("GRRR_STREAM_CACHE", str(tmp_path / "cache"))
     for name, seed in (("base", 0), ("post", 1)):
         write_model(tmp_path / name, TINY, family="qwen2", dtype="float32", seed=seed)
-    largest = (160, 64)  # TINY's gate/up (160×64) and down (64×160): the most flops
-    key = cal._key(cal.device_name(), largest)
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "calibration.json").write_text(
-        json.dumps(
-            {
-                key: {
-                    "device": "seeded",
-                    "shape": list(largest),
-                    "decompose_flops_s": 1e6,
-                    "gemm_flops_s": 1e6,
-                    "measured_s": 1.0,
-                }
-            }
-        )
-    )
-    cfg = {
-        "name": "t",
-        "workdir": str(tmp_path / "w"),
-        "chains": [
-            {
-                "name": "c",
-                "base": {"id": "base", "source": str(tmp_path / "base")},
-                "models": [{"id": "post", "source": str(tmp_path / "post")}],
-            }
-        ],
-        "decomposition": {"device": "cpu"},
-        "evaluation": {"enabled": False},
-        "tracking": {"enabled": False},
-    }
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
+    seeded_sweep_yaml(tmp_path, tmp_path, monkeypatch)
     assert cli.main(["sweep", str(tmp_path / "s.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     # per layer (m, n tall): q, o (64, 64); k, v (64, 32); gate, up, down (160, 64); each 14mn² + 24n³

@@ -43,3 +43,37 @@ class SteppingClock:
     def __call__(self) -> float:
         self.now += 11.0
         return self.now
+
+
+def seeded_sweep_yaml(pair: Path, tmp_path: Path, monkeypatch) -> Path:
+    """A sweep YAML over the local pair ``pair``/base → ``pair``/post (TINY models), evaluation and tracking off,
+    with the calibration cache seeded at 1 MFLOP/s so that a forecast does not measure this machine."""
+    import json
+
+    import yaml
+
+    from grrr_stream.forecast import calibrate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("GRRR_STREAM_CACHE", str(tmp_path / "cache"))
+    largest = (160, 64)  # TINY's gate/up (160×64) and down (64×160): the most flops
+    rates = {"device": "seeded", "shape": list(largest), "decompose_flops_s": 1e6, "gemm_flops_s": 1e6}
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "calibration.json").write_text(
+        json.dumps({calibrate._key(calibrate.device_name(), largest): {**rates, "measured_s": 1.0}})
+    )
+    chain = {
+        "name": "c",
+        "base": {"id": "base", "source": str(pair / "base")},
+        "models": [{"id": "post", "source": str(pair / "post")}],
+    }
+    cfg = {
+        "name": "t",
+        "workdir": str(tmp_path / "w"),
+        "chains": [chain],
+        "decomposition": {"device": "cpu"},
+        "evaluation": {"enabled": False},
+        "tracking": {"enabled": False},
+    }
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
+    return tmp_path / "s.yaml"

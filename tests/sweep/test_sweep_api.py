@@ -4,11 +4,10 @@ checked against the command's own output on the same config, so the two cannot d
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers.common import seeded_sweep_yaml
 
 from grrr_stream import dry_run_sweep, load_sweep_config, plan_sweep, rewrite_report, with_math_subset
 from grrr_stream.cli import entry as cli
@@ -28,42 +27,7 @@ def pair(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def sweep_yaml(pair, tmp_path, monkeypatch) -> Path:
-    """A local pair, evaluation off; the calibration cache seeded so that the forecast does not measure."""
-    from grrr_stream.forecast import calibrate as cal
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("GRRR_STREAM_CACHE", str(tmp_path / "cache"))
-    largest = (160, 64)
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "calibration.json").write_text(
-        json.dumps(
-            {
-                cal._key(cal.device_name(), largest): {
-                    "device": "seeded",
-                    "shape": list(largest),
-                    "decompose_flops_s": 1e6,
-                    "gemm_flops_s": 1e6,
-                    "measured_s": 1.0,
-                }
-            }
-        )
-    )
-    cfg = {
-        "name": "t",
-        "workdir": str(tmp_path / "w"),
-        "chains": [
-            {
-                "name": "c",
-                "base": {"id": "base", "source": str(pair / "base")},
-                "models": [{"id": "post", "source": str(pair / "post")}],
-            }
-        ],
-        "decomposition": {"device": "cpu"},
-        "evaluation": {"enabled": False},
-        "tracking": {"enabled": False},
-    }
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
-    return tmp_path / "s.yaml"
+    return seeded_sweep_yaml(pair, tmp_path, monkeypatch)
 
 
 def test_dry_run_result_is_what_the_command_prints(sweep_yaml, tmp_path, capsys):
