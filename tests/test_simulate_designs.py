@@ -185,3 +185,27 @@ def test_the_oracle_floor_is_where_a_fixed_size_interval_reaches_the_precision(s
 
     assert 0 < m < values.size
     assert 1.9 < half_width(m) <= 2.06 and half_width(max(m - 40, 1)) > 2.0
+
+
+def test_the_simulated_sequential_counts_are_the_products(sim):
+    """A count claim's interval in the simulation (transitions surely / possibly on the claim's side) is the one
+    stats/claims_sequential.py gives the report from per-transition intervals with those sides."""
+    import sim_claims
+
+    from grrr_stream.stats.claims_sequential import _statistics
+
+    cs = ClaimSettings()
+    sides = np.array([1, 1, 0, -1, 0, 1], dtype=np.int8)  # offnull's retention against the 95 % floor
+    # intervals with those sides: above → wholly ≥ 95, open → across it, below → wholly under it
+    lo = np.where(sides == 1, 96.0, np.where(sides == 0, 90.0, 80.0))
+    hi = np.where(sides == -1, 90.0, 99.0)
+    at_floor = next(fn for stat, _, _, _, fn in _statistics(cs) if stat == "at_floor")
+    _, product_lo, product_hi = at_floor(lo, lo, hi)
+
+    offnull = {"sides": np.stack([np.ones_like(sides), sides, sides], axis=-1)}
+    diag = {"sides": -np.ones((6, 1), dtype=np.int8)}
+    surely, possibly = sim_claims._per_transition_ends(offnull, diag)
+    assert (surely["floor"].sum(), possibly["floor"].sum()) == (product_lo, product_hi) == (3, 5)
+    # the report's rule on that interval: 3/6 and 5/6 against shares 0.5, 0.8 and 0.9
+    verdicts = [float(sim_claims.at_least(np.array(3), np.array(5), np.array(6), t)) for t in (0.5, 0.8, 0.9)]
+    assert verdicts == [1.0, 0.0, -1.0]

@@ -1,7 +1,9 @@
 """The verdict box's evaluation claims on simulated studies, for tools/simulate_designs.py: each claim's verdict
 under the fixed design (at the point estimates, and by the report's rule with a joint bootstrap over problems)
-and under the sequential design (from each transition's decided sides, or its point estimate where a side stayed
-open), as grrr_stream.report.verdict decides them: at_least_fraction (three-way on the interval's two ends),
+and under the sequential design (at its point estimates, where a side stayed open; and by the report's rule on
+the intervals stats/claims_sequential.py gives the product's claims: a count from the transitions surely on the
+claim's side to those possibly on it, a median from the median of the lower ends to that of the upper ends), as
+grrr_stream.report.verdict decides them: at_least_fraction (three-way on the interval's two ends),
 contains (the paper's whole percent ± 0.5 inside the interval), above_other (one interval wholly above the
 other). Verdicts are coded 1 holds, −1 does not hold, 0 not resolved, NaN not computed."""
 
@@ -76,6 +78,19 @@ def _per_transition(d_base, d_off, d_diag, cs):
     }
 
 
+def _per_transition_ends(d_off, d_diag):
+    """The sequential design's per-transition sides as the product's claims read them (stats/claims_sequential.py):
+    a count runs from the transitions whose interval lies wholly on the claim's side ('surely') to those whose
+    interval reaches it ('possibly')."""
+    sides = {
+        "within": d_off["sides"][..., 0],
+        "floor": d_off["sides"][..., 1],
+        "floor92": d_off["sides"][..., 2],
+        "ceiling": -d_diag["sides"][..., 0],
+    }
+    return {k: s == 1 for k, s in sides.items()}, {k: s >= 0 for k, s in sides.items()}
+
+
 def _fixed_booleans(sc, cs):
     """The same booleans from scores (…, T, variant) in CLAIM_VARIANTS' order (points)."""
     b, f, o, d = sc[..., 0], sc[..., 1], sc[..., 2], sc[..., 3]
@@ -115,7 +130,8 @@ def _target(cid):
 
 
 def claim_verdicts(fixed, boot, seq, settings, variants, claim_variants, groups) -> dict:
-    """Per study, each claim's (sequential, fixed at the point estimates, fixed by the report's rule) verdicts,
+    """Per study, each claim's verdicts (sequential at its point estimates, sequential by the report's rule, fixed at
+    its point estimates, fixed by the report's rule), like compared with like,
     and per threshold how many (study, transition) pairs the two designs put on the same side."""
     cs = settings["claim_settings"]
     sft = np.array([g == "SFT" for g in groups])
@@ -124,15 +140,19 @@ def claim_verdicts(fixed, boot, seq, settings, variants, claim_variants, groups)
     fb_pt, fb_rep = _fixed_booleans(pts, cs), _fixed_booleans(reps, cs)
     inf = fb_pt["informative"]
     sb = _per_transition(seq["base"], seq["offnull"], seq["diag"], cs)
+    surely, possibly = _per_transition_ends(seq["offnull"], seq["diag"])
     out = {}
     c_pt, c_seq = _counts(fb_pt, inf, sft), _counts(sb, sb["informative"], sft)
+    c_lo, c_hi = (_counts({**sb, **ends}, sb["informative"], sft) for ends in (surely, possibly))
     c_rep = _counts(fb_rep, inf[:, None], sft)
     for cid in c_pt:
         lo, hi = np.percentile(c_rep[cid][0], [2.5, 97.5], axis=1)
+        n_seq, n_fix, t = np.asarray(c_seq[cid][1]), np.asarray(c_pt[cid][1]), _target(cid)
         out[cid] = (
-            at_least(c_seq[cid][0], c_seq[cid][0], np.asarray(c_seq[cid][1]), _target(cid)),
-            at_least(c_pt[cid][0], c_pt[cid][0], np.asarray(c_pt[cid][1]), _target(cid)),
-            at_least(lo, hi, np.asarray(c_pt[cid][1]), _target(cid)),
+            at_least(c_seq[cid][0], c_seq[cid][0], n_seq, t),
+            at_least(c_lo[cid][0], c_hi[cid][0], n_seq, t),
+            at_least(c_pt[cid][0], c_pt[cid][0], n_fix, t),
+            at_least(lo, hi, n_fix, t),
         )
     m_pt, m_rep = _medians(pts, sft), _medians(reps, sft)
     m_ci = {k: np.nanpercentile(v, [2.5, 97.5], axis=1) for k, v in m_rep.items()}
@@ -141,12 +161,14 @@ def claim_verdicts(fixed, boot, seq, settings, variants, claim_variants, groups)
         t = _target(cid)
         est, lo, hi = seq_med[key]
         out[cid] = (
+            contains(est, est, t),
             np.where(np.isnan(est), np.nan, contains(lo, hi, t)),
             contains(m_pt[key], m_pt[key], t),
             contains(m_ci[key][0], m_ci[key][1], t),
         )
     s_null, s_diag = seq_med["null"], seq_med["diag"]
     out["null-above-diag"] = (
+        above(s_null[0], s_null[0], s_diag[0], s_diag[0]),
         above(s_null[1], s_null[2], s_diag[1], s_diag[2]),
         above(m_pt["null"], m_pt["null"], m_pt["diag"], m_pt["diag"]),
         above(m_ci["null"][0], m_ci["null"][1], m_ci["diag"][0], m_ci["diag"][1]),

@@ -277,11 +277,11 @@ def summarise_batch(res: dict, settings: dict, acc: dict) -> None:
         a["studies"] = a.get("studies", 0) + fixed.shape[0]
         a["n_all"] = n_all
         verdicts = claim_verdicts(fixed, res["boot"], seq, settings, VARIANTS, CLAIM_VARIANTS, GROUPS)
-        for cid, (seq_v, fix_point, fix_boot) in verdicts["claims"].items():
-            have = ~np.isnan(seq_v)
+        for cid, (seq_point, seq_rule, fix_point, fix_boot) in verdicts["claims"].items():
+            have = ~np.isnan(seq_rule)
             g = a["agree"].setdefault(cid, [0, 0, 0, 0, 0])
-            g[0] += int((seq_v == fix_point)[have].sum())
-            g[1] += int((seq_v == fix_boot)[have].sum())
+            g[0] += int((seq_point == fix_point)[have].sum())
+            g[1] += int((seq_rule == fix_boot)[have].sum())
             g[2] += int(have.sum())
             g[3] += int((fix_point == 1)[have].sum())
             g[4] += int((fix_boot == 0)[have].sum())
