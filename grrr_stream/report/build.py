@@ -57,7 +57,7 @@ def write_html(
         "paper": PAPER,
         "verdicts": _verdicts(report, plan, method_of, sft),
         "paper_tables": tbl.paper_tables(report, method_of, sft) + tbl.comparison_table(report),
-        "other_tables": channel_tables(report) + tbl.other_tables(report, method_of, sft) + tbl.kind_tables(report),
+        "other_tables": channel_tables(report) + tbl.kind_tables(report) + tbl.other_tables(report, method_of, sft),
         "claims": _claims(report, plan),
         "key_figures": [f for f in shown if f.id in figs.KEY],
         "figures": [f for f in shown if f.id not in figs.KEY],
