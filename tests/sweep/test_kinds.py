@@ -57,7 +57,7 @@ def test_the_architecture_recipe_names_what_the_registry_holds():
     doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     recipe = doc[doc.index("**A new unit kind in sweeps**") :]
     recipe = recipe[: recipe.index("\n- **", 5)]
-    assert "`sweep/kinds/<kind>.py`" in recipe and "`KINDS`" in recipe and "one line" in recipe
+    assert "`sweep/kinds/<kind>.py`" in recipe and "`KINDS`" in recipe and "its line" in recipe
     for field in Kind.__dataclass_fields__:
         assert re.search(rf"`{field}[`(]", recipe), f"the recipe does not name Kind.{field}"
 
