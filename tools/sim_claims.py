@@ -143,7 +143,7 @@ def claim_verdicts(fixed, boot, seq, settings, variants, claim_variants, groups)
     surely, possibly = _per_transition_ends(seq["offnull"], seq["diag"])
     out = {}
     c_pt, c_seq = _counts(fb_pt, inf, sft), _counts(sb, sb["informative"], sft)
-    c_lo, c_hi = (_counts({**sb, **ends}, sb["informative"], sft) for ends in (surely, possibly))
+    c_lo, c_hi = (_counts(ends, sb["informative"], sft) for ends in (surely, possibly))
     c_rep = _counts(fb_rep, inf[:, None], sft)
     for cid in c_pt:
         lo, hi = np.percentile(c_rep[cid][0], [2.5, 97.5], axis=1)
