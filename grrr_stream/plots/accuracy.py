@@ -12,10 +12,10 @@ from . import canvas
 
 
 def accuracy_bars(rows: Sequence[dict], path: Path, title: str = "", per_row: int = 4) -> Path:
-    """Per evaluated transition, each variant's score (bars, %) with the paired bootstrap 95 % CI of its
-    difference to full drawn around the score (``rows``: the report's differences table: transition,
-    variant, score, minus_full, minus_full_ci_lo, minus_full_ci_hi). At most ``per_row`` transitions side by
-    side (the figure is as wide as the page, so its text stays readable), whiskers clipped to 0–100 %."""
+    """Per evaluated transition, each variant's score (bars, %) with its own bootstrap 95 % CI over problems
+    (``rows``: the report's differences table: transition, variant, score, score_ci_lo, score_ci_hi; a row without
+    them gets no whisker). At most ``per_row`` transitions side by side (the figure is as wide as the page, so its
+    text stays readable)."""
     plt = canvas.pyplot()
     groups = list(dict.fromkeys(r["transition"] for r in rows))
     cols = max(1, min(per_row, len(groups)))
@@ -31,15 +31,11 @@ def accuracy_bars(rows: Sequence[dict], path: Path, title: str = "", per_row: in
         xs = np.arange(len(mine))
         score = np.array([float(r["score"]) for r in mine])
         ax.bar(xs, score, color=["tab:gray" if r["variant"] in ("full", "base") else "tab:blue" for r in mine])
-        have = [
-            i
-            for i, r in enumerate(mine)
-            if r.get("minus_full_ci_lo") is not None and r.get("minus_full_ci_hi") is not None
-        ]
+        # whiskers: the bar's own interval (its score over resampled problems), never another quantity's
+        have = [i for i, r in enumerate(mine) if _finite(r.get("score_ci_lo"), r.get("score_ci_hi"))]
         if have:
-            d = np.array([float(mine[i]["minus_full"]) for i in have])
-            lo_end = np.clip(score[have] - d + np.array([float(mine[i]["minus_full_ci_lo"]) for i in have]), 0, 100)
-            hi_end = np.clip(score[have] - d + np.array([float(mine[i]["minus_full_ci_hi"]) for i in have]), 0, 100)
+            lo_end = np.array([float(mine[i]["score_ci_lo"]) for i in have])
+            hi_end = np.array([float(mine[i]["score_ci_hi"]) for i in have])
             ax.errorbar(
                 xs[have],
                 score[have],
@@ -56,7 +52,14 @@ def accuracy_bars(rows: Sequence[dict], path: Path, title: str = "", per_row: in
     # the panels share y: set once, after every panel's bars and whiskers are known (0 to the highest end)
     axes[0][0].set_ylim(0, min(105.0, 1.06 * top) if top > 0 else 1.0)
     for row in axes:
-        row[0].set_ylabel("score (%)\nwhiskers: paired 95 % CI of − full")
+        row[0].set_ylabel("score (%)\nwhiskers: its 95 % CI over problems")
     if title:
         fig.suptitle(title)
     return canvas.save(fig, path)
+
+
+def _finite(*xs) -> bool:
+    try:
+        return all(np.isfinite(float(x)) for x in xs)
+    except (TypeError, ValueError):
+        return False

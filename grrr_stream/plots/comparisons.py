@@ -21,12 +21,22 @@ def cosine_medians(items: Sequence[dict], path: Path, title: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(min(canvas.PAGE_INCHES, max(5.0, 2.6 * len(items) + 2)), 4.4))
     xs = np.arange(len(items))
     for x, it in zip(xs, items):
+        # outlined and labelled with its width: next to a CI many times wider the band is a few pixels tall
         ax.fill_between(
             [x - 0.3, x + 0.3],
             it["null_lo"],
             it["null_hi"],
-            color="0.85",
+            facecolor="0.8",
+            edgecolor="0.3",
+            linewidth=0.8,
             label="isotropic null ±2σ" if x == 0 else None,
+        )
+        ax.annotate(
+            f"band ±{max(abs(it['null_lo']), abs(it['null_hi'])):.2g}",
+            (x + 0.31, 0.5 * (it["null_lo"] + it["null_hi"])),
+            fontsize=7,
+            va="center",
+            color="0.3",
         )
         label = cosine_label(it)
         resolved = label.startswith(("aligned", "anti-aligned"))

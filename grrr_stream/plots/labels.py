@@ -29,9 +29,10 @@ def p_text(p: float, draws: Optional[int] = None) -> str:
 def cosine_label(item: dict) -> str:
     """What a comparison's median off-diagonal cosine shows, with what each part rests on: the null test
     (outside or inside the matched isotropic band, its p over null draws) and, when outside, whether the
-    interval over matrices resolves the direction. A bare 'anti-aligned' is never printed when that interval
-    crosses 0 (the two questions differ: the null test asks whether the median is isotropic, the interval how
-    it varies over matrices)."""
+    interval over matrices resolves the direction. "Inside" is said only when that interval lies inside the band
+    too (a median inside a band 1/37 as wide as its interval is not resolved, however large p). A bare
+    'anti-aligned' is never printed when that interval crosses 0 (the two questions differ: the null test asks
+    whether the median is isotropic, the interval how it varies over matrices)."""
     med, lo, hi = item.get("median_cos_off"), item.get("ci_lo"), item.get("ci_hi")
     p = p_text(item.get("p_value"), item.get("null_draws"))
     nlo, nhi = item.get("null_lo"), item.get("null_hi")
@@ -42,7 +43,19 @@ def cosine_label(item: dict) -> str:
     if med is None or med != med:
         return "no cosine"
     if not outside:
-        return f"inside the isotropic band ({p})"
+        # the null test alone says nothing of the spread over matrices: "inside" only when the CI is inside too
+        if None not in (lo, hi, nlo, nhi) and nlo <= lo and hi <= nhi:
+            return f"inside the isotropic band ({p}), CI over matrices too"
+        known = None not in (lo, hi, nlo, nhi) and nhi > nlo
+        ratio = (hi - lo) / (nhi - nlo) if known else float("nan")
+        width = (
+            f"is {ratio:.0f}× the band's width (±{max(abs(nlo), abs(nhi)):.2g})"
+            if ratio >= 1.5
+            else f"reaches beyond the band (±{max(abs(nlo), abs(nhi)):.2g})"
+            if known
+            else "is not contained in the band"
+        )
+        return f"not resolved against the isotropic band: median within it ({p}), its {ci} over matrices {width}"
     if lo is not None and hi is not None and lo <= 0.0 <= hi:
         return f"outside the isotropic band ({p}); direction not resolved over matrices: {ci}"
     direction = "aligned" if med > 0 else "anti-aligned"

@@ -112,6 +112,8 @@ def _verdicts(report, plan, method_of, sft) -> list:
         group_of=lambda r: method_group(method_of(r), sft),
         steps=steps_of(plan),
         level=plan.config.claims.level,
+        differences=suite.get("differences", []),
+        informative=suite.get("informative", []),
     )
 
 

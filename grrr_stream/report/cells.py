@@ -8,7 +8,7 @@ rendered as ``data-value``), so a reader (and the browser test) can check any nu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 from ..stats.claims_sets import method_group
 
@@ -32,7 +32,9 @@ def shown(v) -> str:
     NaN: a ratio to a zero score, a statistic of no transition)."""
     if v is None or (isinstance(v, str) and v.strip().lower() in ("", "nan")):
         return UNDEFINED
-    if isinstance(v, bool) or not isinstance(v, float):
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if not isinstance(v, float):
         return str(v)
     if v != v or v in (float("inf"), float("-inf")):
         return UNDEFINED
@@ -113,12 +115,14 @@ LABELS = {
     "n_matrices": "matrices",
     "gain": "Full − Base (points)",
     "full_minus_proj": "Full − proj (points)",
-    "informative_within_ci": "within its CI",
+    "informative_within_ci": "informative by less than its CI",
     "value": "value",
     "transitions": "transitions",
     "norm_sft": "‖ΔW_SFT‖",
     "norm_incr": "‖ΔW_incr‖",
     "norm_cum": "‖ΔW_cum‖",
+    "f_degenerate_mean": "f_degenerate",
+    "sparsity_compare": "entries compared in",
 }
 VARIANT_LABELS = {
     "base": "Base",
@@ -132,9 +136,45 @@ VARIANT_LABELS = {
 MAX_COLUMNS = 12  # wider tables are split into parts (the key columns repeated), never scrolled
 
 
+# the analyses' columns (docs/statistics.md, "Beyond the paper") as people read them; {k}: the band or angle edge
+_PATTERNS = (
+    (r"band(\d+)_diag_principal", "diag share of ‖ΔW‖² in the top-{0} block"),
+    (r"band(\d+)_diag_tail", "diag share of ‖ΔW‖² beyond the top {0}"),
+    (r"band(\d+)_off_principal", "off share of ‖ΔW‖² in the top-{0} block"),
+    (r"band(\d+)_off_mixed", "off share of ‖ΔW‖² between the top {0} and the rest"),
+    (r"band(\d+)_off_tail", "off share of ‖ΔW‖² beyond the top {0}"),
+    (r"angle(\d+)_(left|right)_max_deg", "top-{0} {1} subspaces of W0, W1: largest angle (°)"),
+    (r"angle(\d+)_(left|right)_cos2", "top-{0} {1} subspaces of W0, W1: mean cos²"),
+    (r"frac_bitwise_unchanged", "entries bitwise unchanged"),
+    (r"frac_unchanged", "entries unchanged"),
+    (r"frac_within_ulp", "entries within 1 ulp"),
+    (r"(\w+?)_kept_(diag|off|null)", "{1} energy kept through {0}"),
+)
+_SUFFIXES = (
+    ("_pooled", " (pooled)"),
+    ("_min", " (least matrix)"),
+    ("_median", " (median matrix)"),
+    ("_max", " (largest matrix)"),
+    ("_mean", ""),
+)
+
+
 def label(col: str) -> str:
+    """A CSV column as the page names it: the paper's symbol, an analysis's column in words, else the name with
+    spaces."""
+    import re
+
     if col in LABELS:
         return LABELS[col]
+    stem, tail = col, ""
+    for suffix, words in _SUFFIXES:
+        if col.endswith(suffix):
+            stem, tail = col[: -len(suffix)], words
+            break
+    for pattern, words in _PATTERNS:
+        m = re.fullmatch(pattern, stem)
+        if m:
+            return words.format(*m.groups()) + tail
     return col.replace("_mean", "").replace("_", " ")
 
 
@@ -197,17 +237,25 @@ def grouped(
     return [(g, rs) for g, rs in out.items() if rs]
 
 
-def split(table: Table, keep: int) -> list[Table]:
-    """A table wider than :data:`MAX_COLUMNS` as parts of at most that many columns, the first ``keep`` (the
-    row's key) repeated in each part."""
+def split(table: Table, keys: Union[int, Sequence[str]]) -> list[Table]:
+    """A table wider than :data:`MAX_COLUMNS` as parts of at most that many columns, as even as they go, each
+    starting with the row's key: the columns named in ``keys`` (their labels; those the table has), or its first
+    ``keys`` columns. A part without its key would be rows nobody can name."""
     if len(table.columns) <= MAX_COLUMNS:
         return [table]
-    rest = list(range(keep, len(table.columns)))
-    step = MAX_COLUMNS - keep
+    if isinstance(keys, int):
+        key = list(range(min(keys, len(table.columns))))
+    else:
+        key = [i for i, c in enumerate(table.columns) if c in keys]
+    rest = [i for i in range(len(table.columns)) if i not in key]
+    if len(key) >= MAX_COLUMNS or not rest:
+        return [table]
+    count = -(-len(rest) // (MAX_COLUMNS - len(key)))
+    step = -(-len(rest) // count)
     parts = [rest[k : k + step] for k in range(0, len(rest), step)]
     out = []
     for n, idx in enumerate(parts, 1):
-        cols = list(range(keep)) + idx
+        cols = key + idx
         out.append(
             Table(
                 table.id if n == 1 else f"{table.id}-{n}",

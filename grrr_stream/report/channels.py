@@ -16,6 +16,8 @@ def channel_tables(report) -> list[Table]:
     groups, shares = report.rows(SFT_RL_TABLE), report.rows(channel_stats.TABLE)
     if groups:
         cols = columns_of(groups, list(groups[0]), {"ratio": ("ci_lo", "ci_hi")})
+        for c in cols:  # here n counts a group's training steps, not matrices as in the transitions' tables
+            c.label = "training steps" if c.key == "n" else c.label
         body = [("", [[cell(r, i, SFT_RL_TABLE, c) for c in cols] for i, r in enumerate(groups)])]
         tables += split(
             Table(
@@ -29,7 +31,7 @@ def channel_tables(report) -> list[Table]:
                 [c.label for c in cols],
                 body,
             ),
-            1,
+            ("group", "component"),
         )
     if shares:
         keep = [(i, r) for i, r in enumerate(shares) if r["group"] in ("all", "reader", "writer")]
@@ -62,6 +64,6 @@ def channel_tables(report) -> list[Table]:
                 [("", rows)],
                 folded=True,
             ),
-            1,
+            ("transition", "group", "component"),
         )
     return tables

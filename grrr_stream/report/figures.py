@@ -18,6 +18,7 @@ from .. import plots
 from ..stats.run import COSINES_FIGURE, NORMS_FIGURE
 from ..sweep.kinds import channel_stats, decompose
 from ..sweep.kinds.claims import FILES as CLAIM_FILES
+from .cells import label
 
 
 @dataclass
@@ -45,10 +46,10 @@ SWEEP_FIGURES = {
         "fig-cosines",
         "Sequential and independent cosines against the isotropic null (paper Fig. 4B / 5B)",
         "Median off-diagonal cosine over matrices with its 95 % bootstrap CI over matrices; "
-        "grey band: the matched isotropic null's ±2σ envelope. Each label says what it rests "
-        "on: inside / outside the band from the null test (p over its draws; 'p < 1e-4' at "
-        "the floor of 10,000 draws), the direction only where the CI over matrices excludes "
-        "0.",
+        "grey band (outlined, its half-width written beside it): the matched isotropic null's ±2σ envelope. Each "
+        "label says what it rests on: outside the band from the null test (p over its draws; 'p < 1e-4' at "
+        "the floor of 10,000 draws), the direction only where the CI over matrices excludes 0, and 'inside' only "
+        "where the CI over matrices lies inside the band too (else 'not resolved', with how much wider the CI is).",
     ),
     decompose.BANDS_FIGURE: (
         "fig-bands",
@@ -99,8 +100,9 @@ def figures(report, rows_by_transition: dict, folder: Path) -> list[Figure]:
                 "fig-accuracy",
                 "Accuracy per variant",
                 "Score (%, unweighted mean over benchmarks) of "
-                "each variant; whiskers: the paired bootstrap 95 % CI over problems of its difference to "
-                "full, drawn around its score (full's own is zero-width) and clipped to 0–100 %.",
+                "each variant; whiskers: that score's own bootstrap 95 % CI over the transition's problems (a "
+                "variant that answers every problem wrong has none). The paired CIs of the differences to Full are "
+                "in Tables 5/6.",
                 plots.accuracy_bars(differences, folder / "accuracy.png"),
             )
         )
@@ -130,11 +132,7 @@ def _beyond_columns(trs: list) -> list[tuple[str, str]]:
     if edge:
         cols.append((f"band{edge}_diag_principal_mean", f"top-{edge} block, diag"))
         cols.append((f"band{edge}_off_principal_mean", f"top-{edge} block, off"))
-    cols += [
-        (k, k.replace("_mean", "").replace("_", " "))
-        for k in first
-        if "_kept_" in k and k.endswith("_mean") and first.get(k) is not None
-    ]
+    cols += [(k, label(k)) for k in first if "_kept_" in k and k.endswith("_mean") and first.get(k) is not None]
     return cols
 
 

@@ -205,7 +205,7 @@ def _accuracy_tables(accuracy: list[Row], method_of, sft) -> list[Table]:
         grouped(accuracy, FILES["accuracy"], cols, method_of, sft),
         folded=True,
     )
-    return split(t, 2)
+    return split(t, ("transition", "variant"))
 
 
 def _sampled_tables(sampled: list[Row], method_of, sft) -> list[Table]:
@@ -222,7 +222,7 @@ def _sampled_tables(sampled: list[Row], method_of, sft) -> list[Table]:
             grouped(sampled, FILES["sampled"], cols, method_of, sft),
             folded=True,
         ),
-        2,
+        ("transition", "variant", "benchmark"),
     )
 
 
@@ -307,7 +307,7 @@ def _informative_tables(informative: list[Row]) -> list[Table]:
             [c.label for c in cols],
             body,
         ),
-        2,
+        ("suite", "transition"),
     )
 
 

@@ -1,13 +1,17 @@
 """The report's verdict box: per headline claim of the paper (:mod:`.paper_claims`), this sweep's value with its
 interval and the set it is over, and whether the claim holds here.
 
-Verdicts:
+Verdicts of a claim over a set of transitions (a rate, a median, "generally above", f_diag on every RL step), by an
+exact test of this sweep's count or values against the paper's (:mod:`.verdict_sets`), with a row per transition:
+- **consistent** / **contradicts**: the test does not reject / rejects at α = 0.05, with its p;
+- **too few to tell**: no outcome at this set's size could reject (0 of 1 against 24 of 25);
+- **not resolved**: over the interval over problems, the test reaches both sides of α.
+Verdicts of a claim on each member (cosines, the step size):
 - **holds** / **does not hold**: the test of the claim (:mod:`.paper_claims`) passes / fails for the whole interval
   (for a claim without interval, for the value);
-- **not resolved**: the interval reaches both sides of the paper's number;
-- **not comparable**: this sweep cannot speak to the claim, with the reason: fewer than half as many transitions
-  as the paper's set ("3 transitions, paper 28"), none at all, or (for cosines) an isotropic band at this model
-  size wider than the paper's bound.
+- **not resolved**: the interval reaches both sides of the paper's number.
+Either may be **not comparable**: this sweep cannot speak to the claim, with the reason: no such transition, a
+value undefined here, or (for cosines) an isotropic band at this model size wider than the paper's bound.
 
 Each value says what its interval rests on: claims statistics resample the problems with the transitions fixed
 (their spread over transitions is not in the interval); cosines resample the matrices.
@@ -16,49 +20,40 @@ Each value says what its interval rests on: claims statistics resample the probl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ..plots import cosine_label
 from .paper_claims import CLAIMS, DIAG_MEDIAN_ALL, PaperClaim
+from .verdict_rows import (
+    CONSISTENT,
+    CONTRADICTS,
+    FAILS,
+    HOLDS,
+    NOT_COMPARABLE,
+    TOO_FEW,
+    UNRESOLVED,
+    Member,
+    Verdict,
+    plural,
+)
+from .verdict_sets import above_verdict, count_members, energy_verdict, median_verdict, members, rate_verdict
 
-HOLDS, FAILS, UNRESOLVED, NOT_COMPARABLE = "holds", "does not hold", "not resolved", "not comparable"
-
-
-@dataclass
-class Verdict:
-    claim: PaperClaim
-    value: str  # this sweep's value with its interval ('—' when there is none)
-    set: str  # the set it is over
-    basis: str  # what the interval rests on
-    verdict: str
-    reason: str = ""
-
-    @property
-    def css(self) -> str:
-        return {HOLDS: "holds", FAILS: "fails", UNRESOLVED: "unresolved"}.get(self.verdict, "nc")
+__all__ = [
+    "CONSISTENT",
+    "CONTRADICTS",
+    "FAILS",
+    "HOLDS",
+    "NOT_COMPARABLE",
+    "TOO_FEW",
+    "UNRESOLVED",
+    "Member",
+    "Verdict",
+    "verdicts",
+]
 
 
 def _finite(*xs) -> bool:
     return all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in xs)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-def _too_few(n: int, claim: PaperClaim) -> str:
-    """'' when n transitions can speak to the claim, else why not."""
-    if n == 0:
-        return "no such transition evaluated here"
-    if claim.paper_n and n < claim.paper_n / 2:
-        return f"{_plural(n, 'transition')}, paper {claim.paper_n}"
-    return ""
-
-
-def _three_way(ok_lo: bool, ok_hi: bool) -> str:
-    """The verdict from the test at both ends of the interval."""
-    return HOLDS if ok_lo and ok_hi else FAILS if not (ok_lo or ok_hi) else UNRESOLVED
 
 
 def _group_set(group: str, set_name: str, n: int) -> str:
@@ -71,7 +66,8 @@ PROBLEMS = "CI over problems"
 ANYTIME = "anytime-valid per transition (sequential design)"
 
 
-def _from_claims(c: PaperClaim, rows: dict, level: float) -> Verdict:
+def _from_claims(c: PaperClaim, rows: dict, level: float, mine: Sequence[dict]) -> Verdict:
+    """A count or a median over a set of transitions, tested exactly against the paper's (:mod:`.verdict_sets`)."""
     stat, _, _, set_name, group = c.statistic
     r = rows.get(c.statistic)
     if r is None:
@@ -82,22 +78,19 @@ def _from_claims(c: PaperClaim, rows: dict, level: float) -> Verdict:
         f"{level:.0%} {ANYTIME}" if str(r.get("resampling", "")).startswith("anytime") else f"{level:.0%} {PROBLEMS}"
     )
     where = _group_set(group, set_name, n)
-    if c.test == "at_least_fraction":
-        text = f"{v:.0f} of {n}" + (f" [{lo:.0f}–{hi:.0f}]" if _finite(lo, hi) else "")
-        lo_, hi_ = (lo, hi) if _finite(lo, hi) else (v, v)
-        verdict = _three_way(lo_ / n >= c.target - 1e-9, hi_ / n >= c.target - 1e-9)
-    elif c.test == "contains":
-        text = f"{v:.1f} %" + (f" [{lo:.1f}, {hi:.1f}]" if _finite(lo, hi) else "")
-        # the paper prints whole percents: its 99 % is anything in [98.5, 99.5)
-        half = 0.5
-        lo_, hi_ = (lo, hi) if _finite(lo, hi) else (v, v)
-        verdict = HOLDS if lo_ - half <= c.target < hi_ + half else FAILS
-    else:
-        raise ValueError(f"claim {c.id}: test {c.test} does not take a claims statistic")
     if not _finite(v):
         return Verdict(c, "—", where, basis, NOT_COMPARABLE, "undefined here (a reference scores 0)")
-    too_few = _too_few(n, c)
-    return Verdict(c, text, where, basis, NOT_COMPARABLE if too_few else verdict, too_few or _why(verdict, c))
+    if c.test == "at_least_fraction":
+        text = f"{v:.0f} of {n}" + (f" [{lo:.0f}–{hi:.0f}]" if _finite(lo, hi) else "")
+        verdict, reason, test = rate_verdict(c, int(round(v)), n, lo, hi)
+        threshold = r.get("threshold")
+        mem = count_members(c, mine, float(threshold) if _finite(threshold) else math.nan)
+        return Verdict(c, text, where, basis, verdict, reason, mem, test)
+    if c.test == "contains":
+        text = f"{v:.1f} %" + (f" [{lo:.1f}, {hi:.1f}]" if _finite(lo, hi) else "")
+        verdict, reason, test, mem = median_verdict(c, r, mine)
+        return Verdict(c, text, where, basis, verdict, reason, mem, test)
+    raise ValueError(f"claim {c.id}: test {c.test} does not take a claims statistic")
 
 
 def _missing(c: PaperClaim, rows: dict) -> str:
@@ -113,7 +106,7 @@ def _missing(c: PaperClaim, rows: dict) -> str:
     reason = f"no {pre} {what}step here"
     if multi:
         reason += (
-            f"; {_plural(int(multi['transitions']), 'multi-step transition')} (e.g. base → RL after an SFT) "
+            f"; {plural(int(multi['transitions']), 'multi-step transition')} (e.g. base → RL after an SFT) "
             "kept apart, as the paper does not evaluate them"
         )
     elif set_name == "informative":
@@ -121,15 +114,7 @@ def _missing(c: PaperClaim, rows: dict) -> str:
     return reason
 
 
-def _why(verdict: str, c: PaperClaim) -> str:
-    if verdict == UNRESOLVED:
-        return f"the interval reaches both sides of the paper's {c.paper_value}"
-    if c.test == "contains":
-        return f"the paper's {c.paper_value} is {'inside' if verdict == HOLDS else 'outside'} the interval"
-    return ""
-
-
-def _above_other(c: PaperClaim, rows: dict, level: float) -> Verdict:
+def _above_other(c: PaperClaim, rows: dict, level: float, null_rows, diag_rows) -> Verdict:
     a, b = rows.get(c.statistic), rows.get(DIAG_MEDIAN_ALL)
     if a is None or b is None:
         return Verdict(c, "—", "—", "—", NOT_COMPARABLE, "not evaluated here (null or diag missing)")
@@ -138,17 +123,9 @@ def _above_other(c: PaperClaim, rows: dict, level: float) -> Verdict:
         f"null {a['value']:.1f} % [{a['ci_lo']:.1f}, {a['ci_hi']:.1f}] vs diag {b['value']:.1f} % "
         f"[{b['ci_lo']:.1f}, {b['ci_hi']:.1f}]"
     )
-    verdict = HOLDS if a["ci_lo"] > b["ci_hi"] else FAILS if a["ci_hi"] < b["ci_lo"] else UNRESOLVED
-    too_few = _too_few(n, c)
-    reason = too_few or ("the two intervals overlap" if verdict == UNRESOLVED else "")
-    return Verdict(
-        c,
-        text,
-        _group_set("all", "all evaluated", n),
-        f"{level:.0%} {PROBLEMS}",
-        NOT_COMPARABLE if too_few else verdict,
-        reason,
-    )
+    verdict, reason, test, mem = above_verdict(c, a, b, null_rows, diag_rows)
+    where = _group_set("all", "all evaluated", n)
+    return Verdict(c, text, where, f"{level:.0%} {PROBLEMS}", verdict, reason, mem, test)
 
 
 def _energy(
@@ -157,22 +134,13 @@ def _energy(
     mine = [
         r for r in transitions if r["transition"] in steps and group_of(r) == "RL" and _finite(r.get("f_diag_mean"))
     ]
-    n = len(mine)
-    where = _plural(n, "decomposed RL step")
-    if not mine:
-        return Verdict(c, "—", where, "—", NOT_COMPARABLE, "no RL step decomposed here")
-    worst = max(mine, key=lambda r: r["f_diag_mean"])
-    ok = sum(1 for r in mine if r["f_diag_mean"] <= c.bound[0])
-    text = f"{ok} of {n} ≤ {c.bound[0]:g} (largest {worst['f_diag_mean']:.3g}, {worst['transition']})"
-    verdict = HOLDS if ok == n else FAILS
-    too_few = _too_few(n, c)
-    return Verdict(c, text, where, "means over matrices, no CI", NOT_COMPARABLE if too_few else verdict, too_few)
+    return energy_verdict(c, mine)
 
 
 def _cosines(c: PaperClaim, comparisons: Sequence[dict], level: float) -> Verdict:
     kind = "sequential" if c.source == "sequential" else "independent"
     mine = [r for r in comparisons if r.get("kind") == kind and _finite(r.get("median_cos_off"))]
-    where = _plural(len(mine), f"{kind} pair")
+    where = plural(len(mine), f"{kind} pair")
     basis = f"{level:.0%} CI over matrices"
     if not mine:
         return Verdict(c, "—", where, "—", NOT_COMPARABLE, f"no {kind} comparison here")
@@ -230,18 +198,34 @@ def verdicts(
     group_of: Callable[[dict], Optional[str]],
     steps: set,
     level: float = 0.95,
+    differences: Sequence[dict] = (),
+    informative: Sequence[dict] = (),
 ) -> list[Verdict]:
     """One verdict per claim of :data:`.paper_claims.CLAIMS`, in that order. ``claim_rows``: the main suite's
     claims rows (:func:`grrr_stream.stats.claims_sets.claims_rows`); ``transitions``, ``comparisons``: the sweep
-    report's rows; ``group_of``: a transitions row → 'SFT' / 'RL' / None; ``steps``: the ids of the transitions
-    that are one training step (W0 the model the child was trained from)."""
+    report's rows; ``group_of``: a row with a 'transition' → 'SFT' / 'RL' / None; ``steps``: the ids of the
+    transitions that are one training step (W0 the model the child was trained from); ``differences``,
+    ``informative``: the main suite's per-transition rows, the members of each claim's set (a median is tested on
+    them: without them it is not comparable)."""
     rows = {(r["statistic"], r["variant"], r["reference"], r["set"], r["group"]): r for r in claim_rows}
+    by_claim = {c.id: c for c in CLAIMS}
     out = []
     for c in CLAIMS:
-        if c.source == "claims":
-            out.append(_above_other(c, rows, level) if c.test == "above_other" else _from_claims(c, rows, level))
+        if c.source == "claims" and c.test == "above_other":
+            null_rows = members(c, differences, informative, group_of, steps)
+            diag_rows = members(by_claim.get(c.other) or _diag_all(c), differences, informative, group_of, steps)
+            out.append(_above_other(c, rows, level, null_rows, diag_rows))
+        elif c.source == "claims":
+            out.append(_from_claims(c, rows, level, members(c, differences, informative, group_of, steps)))
         elif c.source == "energy":
             out.append(_energy(c, transitions, group_of, steps))
         else:
             out.append(_cosines(c, comparisons, level))
     return out
+
+
+def _diag_all(c: PaperClaim) -> PaperClaim:
+    """The comparand of null-above-diag: diag-only over the same set (not a claim of its own)."""
+    from dataclasses import replace
+
+    return replace(c, id="diag-median-all", statistic=DIAG_MEDIAN_ALL)

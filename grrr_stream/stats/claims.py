@@ -128,6 +128,8 @@ def difference_rows(ts: TransitionScores, *, level: float = 0.95) -> list[dict]:
     rows = []
     for v in ts.variants:
         row: dict = {"transition": ts.transition, "kind": ts.kind, "variant": v, "score": ts.score(v)}
+        # the score's own interval: what a bar of the score is drawn with (a score of 0 on every resample has [0, 0])
+        row["score_ci_lo"], row["score_ci_hi"] = interval(ts.replicates(v), level)
         for ref in REFERENCES:
             if not ts.has(ref):
                 continue
@@ -137,6 +139,9 @@ def difference_rows(ts: TransitionScores, *, level: float = 0.95) -> list[dict]:
         for ref in ("full", "proj"):
             if ts.has(ref):
                 row[f"retention_{ref}_pct"] = ratio(ts.score(v), ts.score(ref))
+        if ts.has("full"):  # named as the sequential design names it (stats/claims_sequential.py)
+            reps = ratio(ts.replicates(v), ts.replicates("full"))
+            row["retention_full_ci_lo"], row["retention_full_ci_hi"] = interval(reps[np.isfinite(reps)], level)
         rows.append(row)
     return rows
 

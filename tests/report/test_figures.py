@@ -1,6 +1,7 @@
 """The report's figures (grrr_stream/plots/) drawn for the page: whole-number ticks on layer axes, one colour per
 series (shades of blue for SFT, of red for RL), legends beside the axes (never over the bars), the accuracy figure
-as wide as the page at most with whiskers clipped at 0 %, and titles that name models, not workdir paths. Each
+as wide as the page at most with each whisker its bar's own interval, cosine labels that never say "inside" of
+a CI wider than the band, and titles that name models, not workdir paths. Each
 figure is caught before it is saved (matplotlib, Agg), so the test reads what was drawn. Fast."""
 
 from __future__ import annotations
@@ -85,21 +86,26 @@ def test_legends_sit_beside_the_bars(drawn, tmp_path):
         assert legend.x0 >= axes_box.x1 - 1, (legend, axes_box)
 
 
-def test_accuracy_figure_fits_the_page_and_whiskers_stop_at_zero(drawn, tmp_path):
-    rows = []
+def test_accuracy_figure_fits_the_page_and_each_whisker_is_its_bars_interval(drawn, tmp_path):
+    """The demo's figure drew whiskers up to 6 % on bars at 0 % (the paired CI of variant − full, shifted onto the
+    score): each whisker is now the bar's own interval, so a variant at 0 % on every resample has none."""
+    rows, want = [], {}
     for t in range(10):
         full = 5.0 if t < 9 else 95.0  # the last panel's bars are the tallest: the shared axis must show them
-        for v, score in (("base", 2.0), ("full", full), ("diag", 1.0), ("offnull", 4.0)):
+        for v, score, lo, hi in (("base", 2.0, 0.5, 4.0), ("full", full, full - 2, full + 2), ("diag", 0.0, 0.0, 0.0)):
             rows.append(
                 {
                     "transition": f"t{t}",
                     "variant": v,
                     "score": score,
+                    "score_ci_lo": lo,
+                    "score_ci_hi": hi,
                     "minus_full": score - full,
                     "minus_full_ci_lo": score - full - 6.0,
                     "minus_full_ci_hi": score - full + 3.0,
                 }
             )
+            want.setdefault(f"t{t}", []).append((lo, hi))
     path = plots.accuracy_bars(rows, tmp_path / "a.png")
     (fig,) = drawn
     assert fig.get_size_inches()[0] <= plots.PAGE_INCHES
@@ -107,10 +113,42 @@ def test_accuracy_figure_fits_the_page_and_whiskers_stop_at_zero(drawn, tmp_path
 
     assert Image.open(path).size[0] <= plots.PAGE_INCHES * plots.DPI * 1.05
     for ax in fig.axes:
-        for coll in ax.collections:  # the whiskers' segments
-            for seg in coll.get_segments():
-                assert np.min(seg[:, 1]) >= 0.0
+        if not ax.get_visible():
+            continue
+        segs = [seg for coll in ax.collections for seg in coll.get_segments()]
+        ends = sorted((float(np.min(s[:, 1])), float(np.max(s[:, 1]))) for s in segs)
+        assert ends == sorted(want[ax.get_title()])  # the diag bar's [0, 0] is a zero-length whisker
         assert ax.get_ylim()[0] == 0.0 and ax.get_ylim()[1] >= 95.0
+        if ax.get_ylabel():
+            assert "CI" in ax.get_ylabel() and "of − full" not in ax.get_ylabel()
+
+
+def test_a_cosine_whose_ci_is_wider_than_the_band_is_never_inside(drawn, tmp_path):
+    """The demo's Fig. 4B read "inside the isotropic band (p = 0.41)" beside a CI over matrices 37× the band's
+    width, where the verdict box said "not resolved": the label now says not resolved and how much wider."""
+    wide = {
+        "label": "sft vs incr",
+        "kind": "sequential",
+        "median_cos_off": -0.0004,
+        "ci_lo": -0.0467,
+        "ci_hi": 0.0355,
+        "null_lo": -0.0011,
+        "null_hi": 0.0011,
+        "p_value": 0.41,
+        "null_draws": 10_000,
+        "verdict": "indistinguishable",
+    }
+    narrow = {**wide, "label": "narrow", "ci_lo": -0.0009, "ci_hi": 0.0008}
+    assert "inside" not in plots.cosine_label(wide)
+    assert plots.cosine_label(wide).startswith("not resolved") and "37× the band's width (±0.0011)" in (
+        plots.cosine_label(wide)
+    )
+    assert plots.cosine_label(narrow).startswith("inside the isotropic band (p = 0.41)")
+    plots.cosine_medians([wide, narrow], tmp_path / "c.png")
+    (fig,) = drawn
+    texts = [" ".join(t.get_text().split()) for t in fig.axes[0].texts]
+    assert not any("inside" in t for t in texts if "not resolved" in t)
+    assert sum("inside" in t for t in texts) == 1 and sum(t == "band ±0.0011" for t in texts) == 2
 
 
 def test_titles_name_models_not_workdir_paths():

@@ -12,7 +12,16 @@ import pytest
 from grrr_stream.plots import cosine_label, p_text
 from grrr_stream.report import cells
 from grrr_stream.report.paper_claims import CLAIMS
-from grrr_stream.report.verdict import FAILS, HOLDS, NOT_COMPARABLE, UNRESOLVED, verdicts
+from grrr_stream.report.verdict import (
+    CONSISTENT,
+    CONTRADICTS,
+    FAILS,
+    HOLDS,
+    NOT_COMPARABLE,
+    TOO_FEW,
+    UNRESOLVED,
+    verdicts,
+)
 
 
 def _cmp(median, lo, hi, p=1 / 10_001, verdict="anti-aligned", band=(-0.011, 0.011), draws=10_000, kind="sequential"):
@@ -47,8 +56,11 @@ def test_cosine_labels_say_what_they_rest_on():
     # inside the band
     assert (
         cosine_label(_cmp(0.004, -0.002, 0.009, p=0.41, verdict="indistinguishable"))
-        == "inside the isotropic band (p = 0.41)"
+        == "inside the isotropic band (p = 0.41), CI over matrices too"
     )
+    # inside by the null test, but the CI over matrices is wider than the band (the demo's Fig. 4B): not "inside"
+    loose = cosine_label(_cmp(0.004, -0.03, 0.05, p=0.41, verdict="indistinguishable"))
+    assert "inside" not in loose and loose.startswith("not resolved") and "4× the band's width (±0.011)" in loose
 
 
 def test_p_values_at_the_resolution_floor_print_as_less_than_one_over_draws():
@@ -77,69 +89,125 @@ def _by_id(vs):
     return {v.claim.id: v for v in vs}
 
 
-def test_verdicts_from_planted_claims_rows():
-    steps = {"a", "b"}
+def _diff(t, variant, minus_full, lo, hi, ret=None, rlo=None, rhi=None):
+    r = {"transition": t, "variant": variant, "minus_full": minus_full, "minus_full_ci_lo": lo, "minus_full_ci_hi": hi}
+    if ret is not None:
+        r.update(retention_full_pct=ret, retention_full_ci_lo=rlo, retention_full_ci_hi=rhi)
+    return r
+
+
+def _box(rows, diffs=(), informative=(), trs=(), comps=(), steps=None, group="RL"):
+    steps = {d["transition"] for d in diffs} | {t["transition"] for t in trs} if steps is None else steps
+    return _by_id(
+        verdicts(
+            rows,
+            list(trs),
+            list(comps),
+            group_of=lambda r: group,
+            steps=steps,
+            differences=diffs,
+            informative=informative,
+        )
+    )
+
+
+def _within(k, lo, hi, n):
+    return _rows("within_k", "offnull", "all", k, lo, hi, n, set_name="informative") | {"threshold": 4.3}
+
+
+def test_a_small_set_can_contradict_a_rate_and_says_how_strongly():
+    """1 of 3 within 4.3 points against the paper's 24 of 25: Fisher's exact p = 76/3276 (by hand: 25 successes
+    among 28, 3 drawn, at most 1 of them), below 0.05. Each transition is a row under the claim."""
+    ts = ["base → sft", "sft → rl", "base → sib"]
+    diffs = [
+        _diff(ts[0], "offnull", -0.5, -2.5, 1.0),
+        _diff(ts[1], "offnull", -9.0, -12.0, -6.0),
+        _diff(ts[2], "offnull", -8.0, -11.0, -5.0),
+    ]
+    info = [{"transition": t, "informative": True} for t in ts]
+    v = _box([_within(1, 1, 1, 3)], diffs, info)["offnull-within"]
+    assert v.verdict == CONTRADICTS and v.css == "fails"
+    assert f"p = {76 / 3276:.2g}" in v.test and "one-sided" in v.test
+    assert "1 of 3 = 33 %" in v.reason and "63 points lower than the paper's" in v.reason
+    assert [m.outcome for m in v.members] == [HOLDS, FAILS, FAILS]
+    assert v.members[0].name == "OffNull vs Full on base → sft" and v.members[0].value == "−0.5 [−2.5, +1.0] points"
+    # 3 of 3: consistent, with the exact interval of the rate (its lower end 0.025^(1/3) = 29 %)
+    ok = _box([_within(3, 3, 3, 3)], diffs, info)["offnull-within"]
+    assert ok.verdict == CONSISTENT and "exact 95 % CI 29–100 %" in ok.reason and "p = 1" in ok.test
+    # the count's interval over problems reaches 3: a p below and one above 0.05
+    assert _box([_within(1, 1, 3, 3)], diffs, info)["offnull-within"].verdict == UNRESOLVED
+    # one transition: even 0 of 1 gives p = 2/26 (24 + 0 successes among 26, the one drawn a failure)
+    one = _box([_within(0, 0, 0, 1)], diffs[:1], info[:1])["offnull-within"]
+    assert one.verdict == TOO_FEW and f"even 0 of 1 would give p = {2 / 26:.2g}" in one.reason
+    # a transition that is not informative is not in the set's rows
+    assert len(_box([_within(1, 1, 1, 3)], diffs, info[:2])["offnull-within"].members) == 2
+
+
+def _medians(values, half=1.0):
+    return [_diff(f"t{i}", "offnull", 0.0, 0.0, 0.0, x, x - half, x + half) for i, x in enumerate(values)]
+
+
+def test_a_median_is_tested_by_the_sign_test():
+    med = lambda xs: _rows("retention_median_pct", "offnull", "all", float(np.median(xs)), 0.0, 100.0, len(xs))  # noqa: E731
+    low = [80.0, 82.0, 85.0, 90.0, 91.0, 93.0]  # all 6 below 99: p = 2/64
+    v = _box([med(low)], _medians(low))["offnull-median"]
+    assert v.verdict == CONTRADICTS and f"p = {2 / 64:.2g}" in v.test and "0 above, 6 below" in v.test
+    assert "lower than the paper's" in v.reason and "distribution-free 95 % CI" in v.reason
+    assert [m.outcome for m in v.members] == ["below 99 %"] * 6
+    # five values: even all below gives 2/32 > 0.05
+    few = _box([med(low[:5])], _medians(low[:5]))["offnull-median"]
+    assert few.verdict == TOO_FEW and "no distribution-free 95 % CI" in few.reason
+    # one transition's interval over problems reaches 99: the test reaches p = 0.0625 as well
+    near = low[:5] + [98.0]
+    assert _box([med(near)], _medians(near))["offnull-median"].verdict == UNRESOLVED
+    balanced = [95.0, 96.0, 97.0, 101.0, 102.0, 103.0]
+    assert _box([med(balanced)], _medians(balanced, 0.2))["offnull-median"].verdict == CONSISTENT
+    # without per-transition values a median is not tested
+    assert _box([med(low)])["offnull-median"].verdict == NOT_COMPARABLE
+
+
+def test_null_above_diag_and_f_diag_by_their_counts():
     rows = [
-        _rows("retention_median_pct", "offnull", "all", 98.5, 97.0, 100.0, 28),  # 99 inside: holds
-        _rows("retention_median_pct", "diag", "SFT", 60.0, 50.0, 70.0, 11),  # 23 outside: fails
-        _rows("retention_median_pct", "diag", "RL", 79.0, 70.0, 85.0, 3),  # too few
-        _rows("at_floor", "offnull", "all", 22, 18, 25, 28),  # 22/28 straddled
-        _rows("within_k", "offnull", "all", 25, 25, 25, 25, set_name="informative"),  # 25 of 25: holds
-        _rows("at_most_ceiling", "diag", "SFT", 2, 1, 3, 11),  # 3/11 < 6/11: fails
-        _rows("retention_median_pct", "null", "all", 90.0, 85.0, 95.0, 28),
-        _rows("retention_median_pct", "diag", "all", 50.0, 40.0, 60.0, 28),
-    ]  # null above: holds
+        _rows("retention_median_pct", "null", "all", 40.0, 35.0, 45.0, 5),
+        _rows("retention_median_pct", "diag", "all", 80.0, 75.0, 85.0, 5),
+    ]
+    diffs = [_diff(f"t{i}", "null", 0, 0, 0, 40.0 + i, 38.0 + i, 42.0 + i) for i in range(5)]
+    diffs += [_diff(f"t{i}", "diag", 0, 0, 0, 80.0, 78.0, 82.0) for i in range(5)]
+    v = _box(rows, diffs)["null-above-diag"]
+    # null below diag on all 5: one-sided P(B ≤ 0), B ~ Bin(5, 1/2) = 1/32
+    assert v.verdict == CONTRADICTS and f"p = {1 / 32:.2g}" in v.test and all(m.outcome == FAILS for m in v.members)
+    four = [d for d in diffs if d["transition"] != "t4"]
+    assert _box(rows, four)["null-above-diag"].verdict == TOO_FEW
+    # f_diag ≤ 0.011 on every RL step: 1 of 2 against the paper's 17 of 17 (c is no step: left out)
     trs = [
         {"transition": "a", "method": "GRPO", "f_diag_mean": 0.0005},
         {"transition": "b", "method": "GRPO", "f_diag_mean": 0.02},
         {"transition": "c", "method": "GRPO", "f_diag_mean": 0.5},
-    ]  # c: not a step
+    ]
+    e = _box([], trs=trs, steps={"a", "b"})["rl-fdiag"]
+    assert e.value.startswith("1 of 2 ≤ 0.011") and [m.outcome for m in e.members] == [HOLDS, FAILS]
+    # 18 successes among 19, 2 drawn, at most 1 of them a success: 1 − C(18,2)/C(19,2) = 2/19
+    assert f"p = {2 / 19:.2g}" in e.test and e.verdict == CONSISTENT
+    assert "points lower than the paper's" in e.reason
+
+
+def test_claims_on_each_pair_and_missing_rows():
+    rows = [_rows("retention_median_pct", "offnull", "all", 98.5, 97.0, 100.0, 28)]
     comps = [_cmp(0.002, -0.001, 0.004, p=0.3, verdict="indistinguishable", band=(-0.003, 0.003))]
-    v = _by_id(verdicts(rows, trs, comps, group_of=lambda r: "RL", steps=steps))
+    v = _box(rows, comps=comps)
     assert [c.id for c in CLAIMS] == list(v)
-    # the paper's whole percents: 99 % is [98.5, 99.5), so an interval ending at 98.6 still holds
-    near = _by_id(
-        verdicts(
-            [_rows("retention_median_pct", "offnull", "all", 98.2, 97.9, 98.6, 28)],
-            [],
-            [],
-            group_of=lambda r: None,
-            steps=set(),
-        )
-    )
-    far = _by_id(
-        verdicts(
-            [_rows("retention_median_pct", "offnull", "all", 98.0, 97.6, 98.4, 28)],
-            [],
-            [],
-            group_of=lambda r: None,
-            steps=set(),
-        )
-    )
-    assert near["offnull-median"].verdict == HOLDS and far["offnull-median"].verdict == FAILS
-    assert v["offnull-median"].verdict == HOLDS and v["offnull-median"].value == "98.5 % [97.0, 100.0]"
+    assert v["offnull-median"].value == "98.5 % [97.0, 100.0]"
     assert "28 evaluated steps" in v["offnull-median"].set and "problems" in v["offnull-median"].basis
-    assert v["diag-median-sft"].verdict == FAILS and "outside" in v["diag-median-sft"].reason
-    assert v["diag-median-rl"].verdict == NOT_COMPARABLE and v["diag-median-rl"].reason == "3 transitions, paper 17"
-    assert v["offnull-floor"].verdict == UNRESOLVED and v["offnull-floor"].value == "22 of 28 [18–25]"
-    assert v["offnull-within"].verdict == HOLDS
-    assert v["diag-ceiling-sft"].verdict == FAILS
-    assert v["null-above-diag"].verdict == HOLDS
-    # f_diag over the RL *steps* only (c is left out): 1 of 2 ≤ 0.011; 2 steps against the paper's 17
-    assert v["rl-fdiag"].value.startswith("1 of 2 ≤ 0.011") and v["rl-fdiag"].verdict == NOT_COMPARABLE
+    assert v["diag-median-rl"].verdict == NOT_COMPARABLE and "not evaluated here" in v["diag-median-rl"].reason
     # cosines inside a band narrower than 0.008, CI within ±0.008: holds; the step ratio 0.1 is in 0.004–0.17
     assert v["seq-cos"].verdict == HOLDS and "CI over matrices" in v["seq-cos"].basis
     assert v["rl-step-size"].verdict == HOLDS
     assert v["indep-above"].verdict == NOT_COMPARABLE and "no independent" in v["indep-above"].reason
     # a band wider than the paper's bound: not comparable, and said why
-    wide = _by_id(
-        verdicts([], [], [_cmp(0.002, -0.001, 0.004, band=(-0.05, 0.05))], group_of=lambda r: None, steps=set())
-    )
+    wide = _box([], comps=[_cmp(0.002, -0.001, 0.004, band=(-0.05, 0.05))])
     assert wide["seq-cos"].verdict == NOT_COMPARABLE and "wider than the paper's bound 0.008" in wide["seq-cos"].reason
     # a median inside ±0.008 whose CI over matrices reaches beyond (the demo's sequential pair): not resolved
-    loose = _by_id(
-        verdicts([], [], [_cmp(-0.0024, -0.0467, 0.0355, band=(-0.001, 0.001))], group_of=lambda r: None, steps=set())
-    )
+    loose = _box([], comps=[_cmp(-0.0024, -0.0467, 0.0355, band=(-0.001, 0.001))])
     assert loose["seq-cos"].verdict == UNRESOLVED and "reaches beyond" in loose["seq-cos"].reason
     assert wide["offnull-median"].value == "—" and wide["offnull-median"].verdict == NOT_COMPARABLE
 
@@ -186,6 +254,20 @@ def test_undefined_cells_read_a_dash_and_wide_tables_are_split():
     parts = cells.split(t, 2)
     assert len(parts) == 3 and all(len(p.columns) <= cells.MAX_COLUMNS and p.columns[:2] == ["c0", "c1"] for p in parts)
     assert sorted({c for p in parts for c in p.columns}) == sorted(cols)
+    # the demo's "Accuracy per benchmark (part 2 of 2)" had rows with no variant, "Outlier channels per transition
+    # (part 2)" two columns: every part starts with the named key columns, wherever they stand, and parts are even
+    names = ["kind", "transition", "variant"] + [f"b{i}" for i in range(14)]
+    t = cells.Table("a", "A", "", names, [("SFT", [[cells.Cell(n) for n in names]])])
+    parts = cells.split(t, ("transition", "variant"))
+    assert [p.columns[:2] for p in parts] == [["transition", "variant"]] * len(parts)
+    assert all(p.groups[0][1][0][1].value == "variant" for p in parts)  # the rows' cells follow their columns
+    assert sorted(c for p in parts for c in p.columns[2:]) == sorted(
+        n for n in names if n not in ("transition", "variant")
+    )
+    channels = ["transition", "kind", "method", "group", "component"] + [f"c{i}" for i in range(8)]
+    parts = cells.split(cells.Table("c", "C", "", channels, []), ("transition", "group", "component"))
+    assert len(parts) == 2 and [len(p.columns) for p in parts] == [8, 8]
+    assert all(p.columns[:3] == ["transition", "group", "component"] for p in parts)
     # X, X_ci_lo, X_ci_hi become one interval column; a column nobody fills is left out
     rows = [{"x": 1.0, "x_ci_lo": 0.5, "x_ci_hi": 1.5, "note": ""}]
     (col,) = cells.columns_of(rows, ["x", "x_ci_lo", "x_ci_hi", "note"])
