@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
@@ -38,11 +39,10 @@ def engine_versions() -> dict[str, str]:
     import torch
 
     out = {"vllm": getattr(vllm, "__version__", "?"), "torch": torch.__version__}
+    # math-verify has no __version__: its distribution's metadata has it (as the report's provenance reads it)
     try:
-        import math_verify
-
-        out["math_verify"] = getattr(math_verify, "__version__", "?")
-    except ImportError:
+        out["math_verify"] = metadata.version("math-verify")
+    except metadata.PackageNotFoundError:
         pass
     return out
 

@@ -41,11 +41,7 @@ def write_html(
     config = plan.config.model_dump(mode="json")
     atomic_write_text(folder / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True) + "\n")
     sft = list(plan.config.claims.sft_methods)
-
-    def method_of(row: dict) -> Optional[str]:
-        tr = plan.transitions.get(str(row.get("transition", "")).split(" [")[0])
-        return tr.method if tr is not None else row.get("method")
-
+    method_of = methods_of(plan)
     shown = figs.figures(report, decompose.matrix_rows(report), folder / "figures")
     extras = _extra_tables(folder)
     loose = figs.loose_images(folder, {f.path.resolve() for f in shown})
@@ -55,7 +51,7 @@ def write_html(
         "written": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "counts": _counts(report.units),
         "paper": PAPER,
-        "verdicts": _verdicts(report, plan, method_of, sft),
+        "verdicts": verdict_box(plan, report),
         "paper_tables": tbl.paper_tables(report, method_of, sft) + tbl.comparison_table(report),
         "other_tables": channel_tables(report) + tbl.kind_tables(report) + tbl.other_tables(report, method_of, sft),
         "claims": _claims(report, plan),
@@ -98,10 +94,23 @@ def steps_of(plan) -> set[str]:
     return {tid for tid, tr in plan.transitions.items() if plan.models[tr.child].parent == tr.parent}
 
 
-def _verdicts(report, plan, method_of, sft) -> list:
+def methods_of(plan):
+    """A report row → its transition's post-training method (a suite's row names it 'id [suite]')."""
+
+    def method_of(row: dict) -> Optional[str]:
+        tr = plan.transitions.get(str(row.get("transition", "")).split(" [")[0])
+        return tr.method if tr is not None else row.get("method")
+
+    return method_of
+
+
+def verdict_box(plan, report) -> list:
     """The verdict box's rows: the paper's headline claims against this sweep's main evaluation suite."""
     from ..stats.claims_sets import method_group
     from .verdict import verdicts
+
+    sft = list(plan.config.claims.sft_methods)
+    method_of = methods_of(plan)
 
     summaries = claims_kind.summaries(report)
     suite = summaries.get("") or next(iter(summaries.values()), {"claims": []})

@@ -13,6 +13,8 @@ HOLDS, FAILS, UNRESOLVED, NOT_COMPARABLE = "holds", "does not hold", "not resolv
 # a claim over a set, decided by an exact test of this sweep's count or median against the paper's
 CONSISTENT, CONTRADICTS, TOO_FEW = "consistent", "contradicts", "too few to tell"
 
+WORDS = (CONSISTENT, HOLDS, CONTRADICTS, FAILS, UNRESOLVED, TOO_FEW, NOT_COMPARABLE)  # every verdict, in that order
+
 CSS = {
     HOLDS: "holds",
     CONSISTENT: "holds",

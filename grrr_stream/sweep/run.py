@@ -222,7 +222,14 @@ def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional
         return result.html
 
     if tracking.enabled and started is not None:
-        result.run_id = log_sweep(result.plan, result, tracking, started, html=page)
+        from ..report.build import verdict_box
+        from ..report.verdict_rows import WORDS
+
+        box = [
+            (v.claim.id, v.verdict, "; ".join(x for x in (v.value, v.reason, v.test) if x))
+            for v in verdict_box(result.plan, result.report)
+        ]
+        result.run_id = log_sweep(result.plan, result, tracking, started, html=page, verdicts=box, words=WORDS)
     if result.html is None:  # not tracked, or the sweep's run was finished already (nothing new to log)
         page(result.run_id)
     return result.html

@@ -31,8 +31,12 @@ HEADLINE_COLUMNS = (
     "median_cos_off",
     "ci_lo",
     "ci_hi",
-    "p_value",
-)  # a comparison
+    "p_value",  # a comparison
+    "claims_consistent",
+    "claims_holds",
+    "claims_contradicts",
+    "claims_does_not_hold",  # a sweep: how many of the paper's claims have each verdict (runs.verdict_log)
+)
 
 
 def view_state() -> str:

@@ -100,6 +100,11 @@ def variant_params(builder) -> dict:
     }
 
 
+def variant_run_name(variant: str, manifest: dict) -> str:
+    """A variant's run name, unique in a sweep: "full · base → sft"."""
+    return f"{variant} · {transition_name(manifest)}"
+
+
 def variant_ref(builder) -> dict:
     """Key, name, tags and parent (its transition's run) of a variant's run: a variant built (``variants``, a
     sweep's variant unit) and the same variant evaluated share it, when built with the same settings."""
@@ -107,7 +112,8 @@ def variant_ref(builder) -> dict:
     name = builder.spec.name
     return {
         "key": "variant-" + stable_hash(builder.metadata(), 24),
-        "name": name,
+        # every transition has a 'full': the name says whose, so that no two runs of a sweep share a name
+        "name": variant_run_name(name, t.manifest),
         "parent": transition_ref(t),
         "tags": {
             "grrr.kind": "variant",
@@ -186,7 +192,7 @@ def _evaluation_log(
     return RunLog.of(
         tracking,
         key=_evaluation_key(t, builder, res, options),
-        name=f"{name} on {on}",
+        name=f"{variant_run_name(name, t.manifest)} on {on}",
         # mlflow.runType 'evaluation': the runs table opens the parent of such a run on a first visit
         tags={
             "grrr.kind": "evaluation",

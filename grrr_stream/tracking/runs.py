@@ -255,11 +255,36 @@ def sweep_ref(plan) -> dict:
     }
 
 
-def log_sweep(plan, result, tracking: TrackingConfig, started: float, html=None) -> Optional[str]:
-    """One MLflow run per sweep (keyed by its plan), with the unit counts and the report, that holds the sweep's
-    transition, statistics and comparison runs; it spans this invocation from ``started`` (a resumed sweep's run
-    spans all invocations). ``html(run_id)``: writes the HTML report, which names the run, before the report's
-    files are logged. The claims are the table report/claims.csv, not metrics."""
+def verdict_log(
+    verdicts: Sequence[tuple[str, str, str]], words: Sequence[str] = ()
+) -> tuple[list[tuple[str, float, int]], dict]:
+    """The sweep run's verdict from the report's verdict box (``verdicts``: claim id, verdict, what it rests on):
+    per verdict the number of claims that have it (``claims_<verdict>``; every verdict in ``words``, the box's,
+    logged, 0 included, so that the runs table's columns are filled), a tag per claim (``grrr.verdict.<claim
+    id>``) and one summing them up (``grrr.verdict``)."""
+    counts: dict[str, int] = {w: 0 for w in words}
+    for _, word, _ in verdicts:
+        counts[word] = counts.get(word, 0) + 1
+    metrics = [(verdict_metric(w), n, 0) for w, n in counts.items()]
+    tags = {f"grrr.verdict.{cid}": f"{word}: {why}"[:5000] for cid, word, why in verdicts}
+    if verdicts:
+        tags["grrr.verdict"] = ", ".join(f"{n} {w}" for w, n in counts.items() if n)
+    return metrics, tags
+
+
+def verdict_metric(word: str) -> str:
+    """A verdict's count as a metric name: 'too few to tell' → claims_too_few_to_tell."""
+    return "claims_" + word.replace(" ", "_")
+
+
+def log_sweep(
+    plan, result, tracking: TrackingConfig, started: float, html=None, verdicts=(), words=()
+) -> Optional[str]:
+    """One MLflow run per sweep (keyed by its plan), with the unit counts, the report and its verdict
+    (:func:`verdict_log` of ``verdicts``: claim id, verdict, what it rests on; ``words``: every verdict), that
+    holds the sweep's transition, statistics and comparison runs; it spans this invocation from ``started`` (a
+    resumed sweep's run spans all invocations). ``html(run_id)``: writes the HTML report, which names the run,
+    before the report's files are logged. The claims' statistics are the table report/claims.csv, not metrics."""
     counts = {s: sum(1 for v in result.states.values() if v == s) for s in ("done", "failed", "blocked", "pending")}
     params = {
         "name": plan.config.name,
@@ -288,8 +313,19 @@ def log_sweep(plan, result, tracking: TrackingConfig, started: float, html=None)
     page = html(run_id)
     # the page is logged on every run (a rerun rewrites it: the logged copy stays the one on disk), then the
     # run is finished if it was not before (a finished run keeps its end)
+    # the verdict with the page it is read from, on every run: it changes as units finish
+    v_metrics, v_tags = verdict_log(verdicts, words)
     logs = [
-        RunLog.of(tracking, **ref, once=False, finish=False, artifacts=[(page, "report")]),
+        RunLog.of(
+            tracking,
+            **ref,
+            once=False,
+            finish=False,
+            artifacts=[(page, "report")],
+            metrics=v_metrics,
+            changed_metrics_only=True,
+            set_tags=v_tags,
+        ),
         RunLog.of(tracking, **ref, finish=result.ok),
     ]
     return deliver_last(logs, tracking, plan.workdir) or run_id

@@ -116,10 +116,12 @@ def test_end_to_end_evaluation_tables_and_resume(chain, tmp_path):
     for r in evals:  # each under its variant's run, under the transition's
         v = variant_runs[r.data.tags["mlflow.parentRunId"]]
         assert (
-            v.info.run_name == r.data.tags["grrr.variant"] and v.data.tags["mlflow.parentRunId"] == parent.info.run_id
+            v.info.run_name == f"{r.data.tags['grrr.variant']} · {parent.info.run_name}"
+            and v.data.tags["mlflow.parentRunId"] == parent.info.run_id
         )
         assert "acc/arith" in r.data.metrics and "retention" in r.data.metrics
         assert r.data.params["engine.dtype"] == "float32" and "sha256.arith" in r.data.params
+        assert r.info.run_name == f"{v.info.run_name} on arith"  # unique: "full · base → sft on arith"
         assert len(client.get_metric_history(r.info.run_id, "acc/arith")) == 1
 
 

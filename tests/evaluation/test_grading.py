@@ -111,3 +111,17 @@ def test_retention_tables():
     assert t8[0]["delta_rand"] == pytest.approx(-1.0) and t8[0]["remove_random_seeds"] == 3
     _, _, flat = retention_tables([{"variant": "base", "average": 10.0}, {"variant": "full", "average": 10.5}])
     assert flat["informative"] is False
+
+
+def test_the_engines_versions_name_math_verify_by_its_distribution(monkeypatch):
+    """math-verify has no __version__: the evaluation runs' params read `math_verify=?` while the report listed
+    math-verify 0.9.0. Both now read the distribution's metadata (the engine's import is stood in for)."""
+    from importlib import metadata
+    from types import SimpleNamespace
+
+    from grrr_stream.evaluation import engine
+
+    monkeypatch.setattr(engine, "_import_vllm", lambda: SimpleNamespace(__version__="0.0-test"))
+    versions = engine.engine_versions()
+    assert versions["math_verify"] == metadata.version("math-verify") != "?"
+    assert versions["vllm"] == "0.0-test"

@@ -254,3 +254,29 @@ def test_runs_nest_as_the_work_nests_and_placeholders_are_filled(tmp_path, uri):
     page = mlflow_view.runs_page("http://h:5000/", exp_id)
     assert page == f"http://h:5000/#/experiments/{exp_id}/runs?workflowType=machine_learning&viewStateShareKey=grrr"
     assert mlflow_view.run_page("http://h:5000", exp_id, ev_id).endswith(f"/runs/{ev_id}?workflowType=machine_learning")
+
+
+def test_the_sweep_run_carries_the_verdict():
+    """The sweep's run held unit counts only: it now has, per verdict of the report's box, how many claims have it
+    (every verdict logged, 0 included, and the headline ones in the runs table's columns), a tag per claim saying
+    its verdict and what it rests on, and one tag summing them up."""
+    from grrr_stream.report.verdict_rows import WORDS
+    from grrr_stream.tracking.mlflow_view import HEADLINE_COLUMNS
+    from grrr_stream.tracking.runs import verdict_log, verdict_metric
+
+    box = [
+        ("offnull-within", "contradicts", "1 of 3 [1–1]; Fisher's exact test, one-sided: p = 0.023"),
+        ("offnull-median", "too few to tell", "median 80.0 %"),
+        ("seq-cos", "not resolved", "-0.0024 [-0.047, 0.036]"),
+        ("rl-fdiag", "contradicts", "0 of 5 ≤ 0.011"),
+    ]
+    metrics, tags = verdict_log(box, WORDS)
+    got = {k: v for k, v, _ in metrics}
+    want = {"contradicts": 2, "too few to tell": 1, "not resolved": 1}
+    assert got == {verdict_metric(w): want.get(w, 0) for w in WORDS}
+    assert got["claims_too_few_to_tell"] == 1 and got["claims_consistent"] == 0
+    assert tags["grrr.verdict.offnull-within"] == "contradicts: 1 of 3 [1–1]; Fisher's exact test, one-sided: p = 0.023"
+    assert tags["grrr.verdict"] == "2 contradicts, 1 not resolved, 1 too few to tell"
+    shown = [c for c in HEADLINE_COLUMNS if c.startswith("claims_")]
+    assert shown and set(shown) <= {verdict_metric(w) for w in WORDS}
+    assert verdict_log([], WORDS)[1] == {}  # no box yet: no tags, every count 0
