@@ -21,23 +21,7 @@ def cosine_medians(items: Sequence[dict], path: Path, title: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(min(canvas.PAGE_INCHES, max(5.0, 2.6 * len(items) + 2)), 4.4))
     xs = np.arange(len(items))
     for x, it in zip(xs, items):
-        # outlined and labelled with its width: next to a CI many times wider the band is a few pixels tall
-        ax.fill_between(
-            [x - 0.3, x + 0.3],
-            it["null_lo"],
-            it["null_hi"],
-            facecolor="0.8",
-            edgecolor="0.3",
-            linewidth=0.8,
-            label="isotropic null ±2σ" if x == 0 else None,
-        )
-        ax.annotate(
-            f"band ±{max(abs(it['null_lo']), abs(it['null_hi'])):.2g}",
-            (x + 0.31, 0.5 * (it["null_lo"] + it["null_hi"])),
-            fontsize=7,
-            va="center",
-            color="0.3",
-        )
+        _band(ax, x, it)
         label = cosine_label(it)
         resolved = label.startswith(("aligned", "anti-aligned"))
         color = (
@@ -77,6 +61,27 @@ def cosine_medians(items: Sequence[dict], path: Path, title: str = "") -> Path:
     if title:
         ax.set_title(title)
     return canvas.save(fig, path)
+
+
+def _band(ax, x: float, it: dict) -> None:
+    """The null's ±2σ band of one pair, outlined and labelled with its half-width: next to a CI many times wider
+    the band is a few pixels tall."""
+    ax.fill_between(
+        [x - 0.3, x + 0.3],
+        it["null_lo"],
+        it["null_hi"],
+        facecolor="0.8",
+        edgecolor="0.3",
+        linewidth=0.8,
+        label="isotropic null ±2σ" if x == 0 else None,
+    )
+    ax.annotate(
+        f"band ±{max(abs(it['null_lo']), abs(it['null_hi'])):.2g}",
+        (x + 0.31, 0.5 * (it["null_lo"] + it["null_hi"])),
+        fontsize=7,
+        va="center",
+        color="0.3",
+    )
 
 
 def _wrap(text: str, width: int) -> str:
