@@ -67,7 +67,7 @@ def _band(ax, x: float, it: dict) -> None:
     """The null's ±2σ band of one pair, outlined and labelled with its half-width: next to a CI many times wider
     the band is a few pixels tall."""
     ax.fill_between(
-        [x - 0.3, x + 0.3],
+        [x - 0.22, x + 0.22],
         it["null_lo"],
         it["null_hi"],
         facecolor="0.8",
@@ -77,7 +77,7 @@ def _band(ax, x: float, it: dict) -> None:
     )
     ax.annotate(
         f"band ±{max(abs(it['null_lo']), abs(it['null_hi'])):.2g}",
-        (x + 0.31, 0.5 * (it["null_lo"] + it["null_hi"])),
+        (x + 0.24, 0.5 * (it["null_lo"] + it["null_hi"])),
         fontsize=7,
         va="center",
         color="0.3",

@@ -123,6 +123,7 @@ def verdict_box(plan, report) -> list:
         level=plan.config.claims.level,
         differences=suite.get("differences", []),
         informative=suite.get("informative", []),
+        names={tid: f"{tr.parent} → {tr.child}" for tid, tr in plan.transitions.items()},
     )
 
 

@@ -28,8 +28,8 @@ UNDEFINED = "—"
 
 
 def shown(v) -> str:
-    """A cell as people read it: 4 significant digits for floats (6 for large ones), '—' for undefined (no value,
-    NaN: a ratio to a zero score, a statistic of no transition)."""
+    """A cell as people read it: 4 significant digits for floats (whole units from 1000 to 1e6), 'yes' / 'no' for
+    booleans, '—' for undefined (no value, NaN: a ratio to a zero score, a statistic of no transition)."""
     if v is None or (isinstance(v, str) and v.strip().lower() in ("", "nan")):
         return UNDEFINED
     if isinstance(v, bool):
@@ -38,7 +38,9 @@ def shown(v) -> str:
         return str(v)
     if v != v or v in (float("inf"), float("-inf")):
         return UNDEFINED
-    return f"{v:.6g}" if abs(v) >= 1000 else f"{v:.4g}"
+    if 1000 <= abs(v) < 1e6:  # whole units say enough (1150 %, 5333 %)
+        return f"{v:.0f}"
+    return f"{v:.4g}"
 
 
 @dataclass
@@ -122,6 +124,16 @@ LABELS = {
     "norm_incr": "‖ΔW_incr‖",
     "norm_cum": "‖ΔW_cum‖",
     "f_degenerate_mean": "f_degenerate",
+    "tokens_mean": "tokens (mean)",
+    "tokens_median": "tokens (median)",
+    "tokens_mean_correct": "tokens, correct answers (mean)",
+    "tokens_mean_wrong": "tokens, wrong answers (mean)",
+    "truncated_pct": "truncated (%)",
+    "wait_per_answer": "“Wait” per answer",
+    "wait_per_1k_tokens": "“Wait” per 1k tokens",
+    "null_q975": "null 97.5 % quantile",
+    "p_value": "p",
+    "post_jaccard": "Jaccard with W1's set",
     "sparsity_compare": "entries compared in",
 }
 VARIANT_LABELS = {

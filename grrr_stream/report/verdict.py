@@ -129,10 +129,12 @@ def _above_other(c: PaperClaim, rows: dict, level: float, null_rows, diag_rows) 
 
 
 def _energy(
-    c: PaperClaim, transitions: Sequence[dict], group_of: Callable[[dict], Optional[str]], steps: set
+    c: PaperClaim, transitions: Sequence[dict], group_of: Callable[[dict], Optional[str]], steps: set, names: dict
 ) -> Verdict:
     mine = [
-        r for r in transitions if r["transition"] in steps and group_of(r) == "RL" and _finite(r.get("f_diag_mean"))
+        {**r, "name": names.get(r["transition"], r["transition"])}
+        for r in transitions
+        if r["transition"] in steps and group_of(r) == "RL" and _finite(r.get("f_diag_mean"))
     ]
     return energy_verdict(c, mine)
 
@@ -200,25 +202,25 @@ def verdicts(
     level: float = 0.95,
     differences: Sequence[dict] = (),
     informative: Sequence[dict] = (),
+    names: Optional[dict] = None,
 ) -> list[Verdict]:
     """One verdict per claim of :data:`.paper_claims.CLAIMS`, in that order. ``claim_rows``: the main suite's
     claims rows (:func:`grrr_stream.stats.claims_sets.claims_rows`); ``transitions``, ``comparisons``: the sweep
     report's rows; ``group_of``: a row with a 'transition' → 'SFT' / 'RL' / None; ``steps``: the ids of the
     transitions that are one training step (W0 the model the child was trained from); ``differences``,
     ``informative``: the main suite's per-transition rows, the members of each claim's set (a median is tested on
-    them: without them it is not comparable)."""
+    them: without them it is not comparable); ``names``: transition id → its name on the page ('base → sft')."""
     rows = {(r["statistic"], r["variant"], r["reference"], r["set"], r["group"]): r for r in claim_rows}
-    by_claim = {c.id: c for c in CLAIMS}
     out = []
     for c in CLAIMS:
         if c.source == "claims" and c.test == "above_other":
-            null_rows = members(c, differences, informative, group_of, steps)
-            diag_rows = members(by_claim.get(c.other) or _diag_all(c), differences, informative, group_of, steps)
+            null_rows = members(c, differences, informative, group_of, steps, names)
+            diag_rows = members(_diag_all(c), differences, informative, group_of, steps, names)
             out.append(_above_other(c, rows, level, null_rows, diag_rows))
         elif c.source == "claims":
-            out.append(_from_claims(c, rows, level, members(c, differences, informative, group_of, steps)))
+            out.append(_from_claims(c, rows, level, members(c, differences, informative, group_of, steps, names)))
         elif c.source == "energy":
-            out.append(_energy(c, transitions, group_of, steps))
+            out.append(_energy(c, transitions, group_of, steps, names or {}))
         else:
             out.append(_cosines(c, comparisons, level))
     return out

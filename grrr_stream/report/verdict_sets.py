@@ -47,10 +47,11 @@ def members(
     informative: Sequence[dict],
     group_of: Callable[[dict], Optional[str]],
     steps: set,
+    names: Optional[dict] = None,
 ) -> list[dict]:
     """The difference rows of a claims statistic's set: its variant against its reference, over the evaluated steps
     of its group (the informative ones for an informative set), as :mod:`grrr_stream.stats.claims_sets` pools
-    them."""
+    them; each with its transition's ``name`` as people read it (``names``: id → name, e.g. 'base → sft')."""
     _, variant, ref, set_name, group = c.statistic
     inf = {r["transition"] for r in informative if r.get("informative") in (True, "True", 1)}
     out = []
@@ -60,7 +61,7 @@ def members(
             continue
         if group != "all" and group_of(r) != group:
             continue
-        out.append(r)
+        out.append({**r, "name": (names or {}).get(t, t)})
     return out if ref == "full" else []
 
 
@@ -90,9 +91,7 @@ def count_members(c: PaperClaim, rows: Sequence[dict], threshold: float) -> list
             v, lo, hi = _retention(r)
             text = interval_text(v, lo, hi, unit=" %") if finite(v) else "—"
             outcome = _meets(lo, hi, stat != "at_most_ceiling", threshold) if finite(lo, hi) else NOT_COMPARABLE
-        out.append(
-            Member(f"{NAMES.get(variant, variant)} vs {NAMES.get(ref, ref)} on {r['transition']}", text, outcome)
-        )
+        out.append(Member(f"{NAMES.get(variant, variant)} vs {NAMES.get(ref, ref)} on {r['name']}", text, outcome))
     return out
 
 
@@ -126,7 +125,7 @@ def median_verdict(c: PaperClaim, row: dict, rows: Sequence[dict]) -> tuple[str,
     points = [side(v, v, lo_t, hi_t) for _, v, _, _ in vals]
     variant = NAMES.get(c.statistic[1], c.statistic[1])
     mem = [
-        Member(f"{variant} retention on {r['transition']}", interval_text(v, lo, hi, unit=" %"), _side_word(s, c))
+        Member(f"{variant} retention on {r['name']}", interval_text(v, lo, hi, unit=" %"), _side_word(s, c))
         for (r, v, lo, hi), s in zip(vals, sides)
     ]
     n = len(vals)
@@ -143,9 +142,10 @@ def median_verdict(c: PaperClaim, row: dict, rows: Sequence[dict]) -> tuple[str,
         return NOT_COMPARABLE, "no per-transition retention to test", "", mem
     above, below = points.count("above"), points.count("below")
     test = f"sign test, two-sided: {above} above, {below} below, {p_text(sign_test(above, below))}"
-    floor = sign_floor(n)
+    m = sum(1 for x in sides if x != "tie")  # a sure tie is left out of the test
+    floor = sign_floor(m)
     if floor >= ALPHA:
-        return TOO_FEW, f"{where}; even all {n} on one side would give {p_text(floor)}", test, mem
+        return TOO_FEW, f"{where}; even all {m} off the paper's value on one side would give {p_text(floor)}", test, mem
     ps = [sign_test(a, b) for a, b in sign_counts(sides)]
     if max(ps) < ALPHA:
         return CONTRADICTS, where, test, mem
@@ -170,14 +170,15 @@ def above_verdict(c: PaperClaim, a: dict, b: dict, null_rows, diag_rows) -> tupl
         if d is None or not finite(r.get("retention_full_pct"), d.get("retention_full_pct")):
             continue
         (v, lo, hi), (w, wlo, whi) = _retention(r), _retention(d)
-        s = "above" if lo > whi else "below" if hi < wlo else "above|below|tie"
+        # the sides null's interval can take against diag's: equal points are a tie, which the sign test drops
+        s = "|".join(k for k, ok in (("above", hi > wlo), ("below", lo < whi), ("tie", lo <= whi and hi >= wlo)) if ok)
         sides.append(s)
         points.append("above" if v > w else "below" if v < w else "tie")
         mem.append(
             Member(
-                f"Null vs Diag on {r['transition']}",
+                f"Null vs Diag on {r['name']}",
                 f"{interval_text(v, lo, hi, unit=' %')} vs {interval_text(w, wlo, whi, unit=' %')}",
-                {"above": HOLDS, "below": FAILS}.get(s, UNRESOLVED),
+                {"above": HOLDS, "below": FAILS, "tie": "tie (left out)"}.get(s, UNRESOLVED),
             )
         )
     where = (
@@ -192,9 +193,15 @@ def above_verdict(c: PaperClaim, a: dict, b: dict, null_rows, diag_rows) -> tupl
     test = (
         f"sign test, one-sided: null above diag in {above}, below in {below}, {p_text(sign_test(above, below, 'less'))}"
     )
-    floor = sign_floor(n, "less")
+    m = sum(1 for x in sides if x != "tie")  # a sure tie is left out of the test
+    floor = sign_floor(m, "less")
     if floor >= ALPHA:
-        return TOO_FEW, f"{where}; even null below diag on all {n} would give {p_text(floor)}", test, mem
+        return (
+            TOO_FEW,
+            f"{where}; even null below diag on all {m} that are not tied would give {p_text(floor)}",
+            test,
+            mem,
+        )
     ps = [sign_test(x, y, "less") for x, y in sign_counts(sides)]
     verdict = CONTRADICTS if max(ps) < ALPHA else CONSISTENT if min(ps) >= ALPHA else UNRESOLVED
     return verdict, where, test, mem
@@ -210,10 +217,14 @@ def energy_verdict(c: PaperClaim, mine: Sequence[dict]) -> Verdict:
     bound = c.bound[0]
     ok = sum(1 for r in mine if r["f_diag_mean"] <= bound)
     worst = max(mine, key=lambda r: r["f_diag_mean"])
-    text = f"{ok} of {n} ≤ {bound:g} (largest {worst['f_diag_mean']:.3g}, {worst['transition']})"
+    text = f"{ok} of {n} ≤ {bound:g} (largest {worst['f_diag_mean']:.3g}, {worst.get('name', worst['transition'])})"
     verdict, reason, test = rate_verdict(c, ok, n, None, None)
     mem = [
-        Member(f"f_diag of {r['transition']}", f"{r['f_diag_mean']:.3g}", HOLDS if r["f_diag_mean"] <= bound else FAILS)
+        Member(
+            f"f_diag of {r.get('name', r['transition'])}",
+            f"{r['f_diag_mean']:.3g}",
+            HOLDS if r["f_diag_mean"] <= bound else FAILS,
+        )
         for r in mine
     ]
     return Verdict(c, text, where, "means over matrices, no CI", verdict, reason, mem, test)

@@ -712,11 +712,14 @@ def check_report_cells(cells: list, read_csv_rows) -> int:
         if shown == "—":  # the page's mark for undefined: an empty or NaN cell of the file
             assert expected.strip().lower() in ("", "nan"), (src, shown, expected)
             continue
+        if expected in ("True", "False"):  # a boolean reads 'yes' / 'no'
+            assert shown == {"True": "yes", "False": "no"}[expected], (src, shown, expected)
+            continue
         try:
             number = float(expected)
         except ValueError:
             assert shown == expected, (src, shown, expected)
             continue
-        if math.isfinite(number) and expected not in ("True", "False"):
+        if math.isfinite(number):
             assert float(shown) == __import__("pytest").approx(number, rel=1e-3, abs=1e-12), (src, shown, expected)
     return len(cells)

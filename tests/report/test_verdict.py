@@ -96,7 +96,7 @@ def _diff(t, variant, minus_full, lo, hi, ret=None, rlo=None, rhi=None):
     return r
 
 
-def _box(rows, diffs=(), informative=(), trs=(), comps=(), steps=None, group="RL"):
+def _box(rows, diffs=(), informative=(), trs=(), comps=(), steps=None, group="RL", names=None):
     steps = {d["transition"] for d in diffs} | {t["transition"] for t in trs} if steps is None else steps
     return _by_id(
         verdicts(
@@ -107,6 +107,7 @@ def _box(rows, diffs=(), informative=(), trs=(), comps=(), steps=None, group="RL
             steps=steps,
             differences=diffs,
             informative=informative,
+            names=names,
         )
     )
 
@@ -139,6 +140,9 @@ def test_a_small_set_can_contradict_a_rate_and_says_how_strongly():
     # one transition: even 0 of 1 gives p = 2/26 (24 + 0 successes among 26, the one drawn a failure)
     one = _box([_within(0, 0, 0, 1)], diffs[:1], info[:1])["offnull-within"]
     assert one.verdict == TOO_FEW and f"even 0 of 1 would give p = {2 / 26:.2g}" in one.reason
+    # transitions named as the page names them (the plan's parent → child), where a name is given
+    named = _box([_within(1, 1, 1, 3)], diffs, info, names={ts[0]: "B → S"})["offnull-within"]
+    assert [m.name for m in named.members] == ["OffNull vs Full on B → S"] + [m.name for m in v.members[1:]]
     # a transition that is not informative is not in the set's rows
     assert len(_box([_within(1, 1, 1, 3)], diffs, info[:2])["offnull-within"].members) == 2
 
@@ -176,6 +180,10 @@ def test_null_above_diag_and_f_diag_by_their_counts():
     v = _box(rows, diffs)["null-above-diag"]
     # null below diag on all 5: one-sided P(B ≤ 0), B ~ Bin(5, 1/2) = 1/32
     assert v.verdict == CONTRADICTS and f"p = {1 / 32:.2g}" in v.test and all(m.outcome == FAILS for m in v.members)
+    # equal scores are a tie, left out of the sign test: 4 transitions below and one tie are too few
+    tied = diffs[:4] + [_diff("t4", "null", 0, 0, 0, 80.0, 80.0, 80.0), _diff("t4", "diag", 0, 0, 0, 80.0, 80.0, 80.0)]
+    tie = _box(rows, tied + diffs[5:9])["null-above-diag"]
+    assert tie.members[-1].outcome == "tie (left out)" and "below in 4" in tie.test and tie.verdict == TOO_FEW
     four = [d for d in diffs if d["transition"] != "t4"]
     assert _box(rows, four)["null-above-diag"].verdict == TOO_FEW
     # f_diag ≤ 0.011 on every RL step: 1 of 2 against the paper's 17 of 17 (c is no step: left out)
