@@ -7,13 +7,15 @@ PAPER_FACTS.md (section "Headline claims and the sets they are over"). The numbe
 package never reads that file at run time; ``tests/report/test_verdict.py`` checks them against it when the
 file is present.
 
-A claim's ``test``:
-- ``at_least_fraction``: the share of the set meeting the claim (count / transitions) is at least the paper's
-  (24 of 25 → 0.96);
-- ``contains``: the paper's value lies inside this sweep's interval (a value claim: median 99 %);
-- ``at_most_all`` / ``within_all``: every member of the set is at most ``bound`` / inside ``bound`` (a bound the
-  paper states for each member: "all 17 RL transitions have f_diag ≤ 0.011");
-- ``above_other``: this claim's statistic exceeds another claim's (null-only above diag-only).
+A claim's ``test`` (how :mod:`.verdict` decides it):
+- ``at_least_fraction``: a rate (24 of 25 → ``target`` 0.96 over ``paper_n`` 25): this sweep's count against the
+  paper's, Fisher's exact test, one-sided (:mod:`.verdict_sets`);
+- ``contains``: a median (99 %): the sign test of this sweep's transitions above and below the paper's value;
+- ``at_most_all``: every member of the set at most ``bound`` ("all 17 RL transitions have f_diag ≤ 0.011"): the
+  count within it against the paper's 17 of 17, as a rate;
+- ``within_all``: every pair's interval inside ``bound`` (a bound the paper states per pair, with no count);
+- ``above_other``: this claim's statistic exceeds another claim's (null-only above diag-only), per transition by
+  the sign test.
 """
 
 from __future__ import annotations
