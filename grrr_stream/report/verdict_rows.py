@@ -74,9 +74,9 @@ def p_text(p: float) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.2g}"
 
 
-def direction(value: float, paper: float, unit: str, fmt: str = ".0f") -> str:
-    """How far this sweep's value is from the paper's, and which way ('40 points higher')."""
+def direction(value: float, paper: float, fmt: str = ".0f") -> str:
+    """How far this sweep's value is from the paper's, and which way ('40 points lower'; values in percent)."""
     d = value - paper
     if abs(d) < 0.5 * 10 ** -int(fmt[1:-1] or 0):
-        return "as the paper's"
-    return f"{abs(d):{fmt}} {unit} {'higher' if d > 0 else 'lower'} than the paper's"
+        return "the same"
+    return f"{abs(d):{fmt}} points {'higher' if d > 0 else 'lower'}"

@@ -102,18 +102,18 @@ def rate_verdict(c: PaperClaim, k: int, n: int, lo, hi) -> tuple[str, str, str]:
     at = rate_test(k, n, pk, pn)
     lo_, hi_ = (int(round(lo)), int(round(hi))) if finite(lo, hi) else (k, k)
     p_lo, p_hi = rate_test(lo_, n, pk, pn).p, rate_test(hi_, n, pk, pn).p
-    rate = f"{k} of {n} = {100 * k / n:.0f} % (exact 95 % CI {100 * at.ci[0]:.0f}–{100 * at.ci[1]:.0f} %)"
-    where = f"{rate} vs the paper's {pk} of {pn} = {100 * pk / pn:.0f} %: " + direction(
-        100 * k / n, 100 * pk / pn, "points"
+    where = f"{100 * k / n:.0f} % vs the paper's {100 * pk / pn:.0f} %: " + direction(100 * k / n, 100 * pk / pn)
+    test = (
+        f"Fisher's exact test of {k} of {n} against {pk} of {pn}, one-sided: {p_text(at.p)}; this sweep's rate "
+        f"{100 * k / n:.0f} %, exact 95 % CI {100 * at.ci[0]:.0f}–{100 * at.ci[1]:.0f} %"
     )
-    test = f"Fisher's exact test, one-sided: {p_text(at.p)}"
     if at.floor >= ALPHA:
-        return TOO_FEW, f"{where}; even 0 of {n} would give {p_text(at.floor)}", test
+        return TOO_FEW, f"{where}; even 0 of {n} gives {p_text(at.floor)}", test
     if p_hi < ALPHA:
-        return CONTRADICTS, where, test
+        return CONTRADICTS, f"{where}, {p_text(at.p)}", test
     if p_lo >= ALPHA:
-        return CONSISTENT, where, test
-    return UNRESOLVED, f"{where}; over the count's interval {lo_}–{hi_}: p from {p_hi:.2g} to {p_lo:.2g}", test
+        return CONSISTENT, f"{where}, {p_text(at.p)}", test
+    return UNRESOLVED, f"{where}; p {p_hi:.2g} to {p_lo:.2g} over the count's interval {lo_}–{hi_}", test
 
 
 def median_verdict(c: PaperClaim, row: dict, rows: Sequence[dict]) -> tuple[str, str, str, list[Member]]:
@@ -129,29 +129,28 @@ def median_verdict(c: PaperClaim, row: dict, rows: Sequence[dict]) -> tuple[str,
         for (r, v, lo, hi), s in zip(vals, sides)
     ]
     n = len(vals)
-    where = f"median {row['value']:.1f} % vs the paper's {c.paper_value}: " + direction(
-        row["value"], c.target, "points"
-    )
+    where = f"median {row['value']:.1f} % vs the paper's {c.paper_value}: " + direction(row["value"], c.target)
     ci = median_ci([v for _, v, _, _ in vals])
-    where += (
-        f"; distribution-free 95 % CI of the median over these transitions {ci[0]:.1f}–{ci[1]:.1f} %"
+    ci_text = (
+        f"distribution-free 95 % CI of the median over these transitions {ci[0]:.1f}–{ci[1]:.1f} %"
         if ci
-        else f"; no distribution-free 95 % CI of a median from {plural(n, 'transition')}"
+        else f"no distribution-free 95 % CI of a median from {plural(n, 'transition')}"
     )
     if n == 0:
         return NOT_COMPARABLE, "no per-transition retention to test", "", mem
     above, below = points.count("above"), points.count("below")
-    test = f"sign test, two-sided: {above} above, {below} below, {p_text(sign_test(above, below))}"
+    p = sign_test(above, below)
+    test = f"sign test, two-sided: {above} above {c.paper_value}, {below} below, {p_text(p)}; {ci_text}"
     m = sum(1 for x in sides if x != "tie")  # a sure tie is left out of the test
     floor = sign_floor(m)
     if floor >= ALPHA:
-        return TOO_FEW, f"{where}; even all {m} off the paper's value on one side would give {p_text(floor)}", test, mem
+        return TOO_FEW, f"{where}; even all {m} on one side give {p_text(floor)}", test, mem
     ps = [sign_test(a, b) for a, b in sign_counts(sides)]
     if max(ps) < ALPHA:
-        return CONTRADICTS, where, test, mem
+        return CONTRADICTS, f"{where}, {p_text(p)}", test, mem
     if min(ps) >= ALPHA:
-        return CONSISTENT, where, test, mem
-    return UNRESOLVED, f"{where}; over the intervals over problems: p from {min(ps):.2g} to {max(ps):.2g}", test, mem
+        return CONSISTENT, f"{where}, {p_text(p)}", test, mem
+    return UNRESOLVED, f"{where}; p {min(ps):.2g} to {max(ps):.2g} over the intervals over problems", test, mem
 
 
 def _side_word(s: str, c: PaperClaim) -> str:
@@ -181,30 +180,21 @@ def above_verdict(c: PaperClaim, a: dict, b: dict, null_rows, diag_rows) -> tupl
                 {"above": HOLDS, "below": FAILS, "tie": "tie (left out)"}.get(s, UNRESOLVED),
             )
         )
-    where = (
-        f"medians: null {a['value']:.1f} %, diag {b['value']:.1f} % ("
-        + direction(a["value"], b["value"], "points", ".1f").replace("the paper's", "diag's")
-        + ")"
-    )
+    where = f"medians: null {a['value']:.1f} % vs diag {b['value']:.1f} %: " + direction(a["value"], b["value"], ".1f")
     n = len(points)
     if n == 0:
         return NOT_COMPARABLE, "no transition with both null and diag retention", "", mem
     above, below = points.count("above"), points.count("below")
-    test = (
-        f"sign test, one-sided: null above diag in {above}, below in {below}, {p_text(sign_test(above, below, 'less'))}"
-    )
+    p = sign_test(above, below, "less")
+    test = f"sign test, one-sided: null above diag on {above}, below on {below}, {p_text(p)}"
     m = sum(1 for x in sides if x != "tie")  # a sure tie is left out of the test
     floor = sign_floor(m, "less")
     if floor >= ALPHA:
-        return (
-            TOO_FEW,
-            f"{where}; even null below diag on all {m} that are not tied would give {p_text(floor)}",
-            test,
-            mem,
-        )
+        return TOO_FEW, f"{where}; even null below diag on all {m} untied gives {p_text(floor)}", test, mem
     ps = [sign_test(x, y, "less") for x, y in sign_counts(sides)]
-    verdict = CONTRADICTS if max(ps) < ALPHA else CONSISTENT if min(ps) >= ALPHA else UNRESOLVED
-    return verdict, where, test, mem
+    if max(ps) < ALPHA or min(ps) >= ALPHA:
+        return CONTRADICTS if max(ps) < ALPHA else CONSISTENT, f"{where}, {p_text(p)}", test, mem
+    return UNRESOLVED, f"{where}; p {min(ps):.2g} to {max(ps):.2g} over the intervals over problems", test, mem
 
 
 def energy_verdict(c: PaperClaim, mine: Sequence[dict]) -> Verdict:

@@ -1,7 +1,8 @@
 """The sweep's HTML report (grrr_stream/report) from a small finished sweep with sampled evaluations
 (tests/helpers/report_sweep.py, ~25 s): the page holds the numbers of the CSV files it names, groups rows SFT / RL,
 shows the paper's tables in the paper's order, is self-contained, is rewritten by `grrr-stream report` without
-running anything, and in headless Chromium at 1400 × 900 opens on the verdict box (within the first screen),
+running anything, and in headless Chromium at 1400 × 900 opens on the verdict box (within the first screen, each
+claim's transitions folded under it),
 with no console error, every image decoded, no cell reading nan and no table wider than the page. The screenshot
 of that first screen is docs/report.png's source (kept in $GRRR_TEST_ARTIFACTS, else tests/artifacts/report.png,
 with the page's measured layout in report_layout.json)."""
@@ -166,11 +167,14 @@ READ_LAYOUT = r"""
   const v = document.getElementById('verdict').getBoundingClientRect();
   const page = document.documentElement.clientWidth;
   const closed = document.documentElement.scrollHeight;
+  const members = [...document.querySelectorAll('#verdict tr.member')];
+  const hidden = members.filter((r) => r.getClientRects().length === 0).length;
   document.querySelectorAll('details').forEach((d) => { d.open = true; });
   const out = {
     height_closed: closed, height_open: document.documentElement.scrollHeight, page,
     scroll_width: document.documentElement.scrollWidth, viewport: [innerWidth, innerHeight],
-    verdict: [v.left, v.top, v.right, v.bottom], verdict_rows: document.querySelectorAll('#verdict tbody tr').length,
+    verdict: [v.left, v.top, v.right, v.bottom], verdict_rows: document.querySelectorAll('#verdict tr[data-claim]').length,
+    members: [members.length, hidden, members.filter((r) => r.getClientRects().length > 0).length],
     wide: [...document.querySelectorAll('table')].filter((t) => t.getBoundingClientRect().right > page + 0.5)
             .map((t) => [t.dataset.table, Math.round(t.getBoundingClientRect().width)]),
     nan: [...document.querySelectorAll('td, th, figcaption, li')].filter((c) => /\bnan\b/i.test(c.innerText))
@@ -214,6 +218,9 @@ def test_page_loads_in_headless_chromium_with_every_image_and_the_csv_numbers(sw
     width, height = layout["viewport"]
     assert 0 <= left and right <= width and 0 <= top and bottom <= height, layout
     assert layout["verdict_rows"] >= 10
+    # each claim's transitions and test sit under it, folded on the first screen and shown once opened
+    total, hidden, shown = layout["members"]
+    assert total > 0 and hidden == total and shown == total, layout["members"]
     # nothing reads nan, nothing is wider than the page (no sideways scroll), every folded table included
     assert layout["nan"] == [] and layout["wide"] == [] and layout["scroll_width"] <= layout["page"], layout
     assert shot.is_file() and shot.stat().st_size > 20_000

@@ -129,17 +129,18 @@ def test_a_small_set_can_contradict_a_rate_and_says_how_strongly():
     v = _box([_within(1, 1, 1, 3)], diffs, info)["offnull-within"]
     assert v.verdict == CONTRADICTS and v.css == "fails"
     assert f"p = {76 / 3276:.2g}" in v.test and "one-sided" in v.test
-    assert "1 of 3 = 33 %" in v.reason and "63 points lower than the paper's" in v.reason
+    assert v.reason == f"33 % vs the paper's 96 %: 63 points lower, p = {76 / 3276:.2g}"
+    assert "Fisher's exact test of 1 of 3 against 24 of 25" in v.test
     assert [m.outcome for m in v.members] == [HOLDS, FAILS, FAILS]
     assert v.members[0].name == "OffNull vs Full on base → sft" and v.members[0].value == "−0.5 [−2.5, +1.0] points"
     # 3 of 3: consistent, with the exact interval of the rate (its lower end 0.025^(1/3) = 29 %)
     ok = _box([_within(3, 3, 3, 3)], diffs, info)["offnull-within"]
-    assert ok.verdict == CONSISTENT and "exact 95 % CI 29–100 %" in ok.reason and "p = 1" in ok.test
+    assert ok.verdict == CONSISTENT and "exact 95 % CI 29–100 %" in ok.test and "p = 1" in ok.test
     # the count's interval over problems reaches 3: a p below and one above 0.05
     assert _box([_within(1, 1, 3, 3)], diffs, info)["offnull-within"].verdict == UNRESOLVED
     # one transition: even 0 of 1 gives p = 2/26 (24 + 0 successes among 26, the one drawn a failure)
     one = _box([_within(0, 0, 0, 1)], diffs[:1], info[:1])["offnull-within"]
-    assert one.verdict == TOO_FEW and f"even 0 of 1 would give p = {2 / 26:.2g}" in one.reason
+    assert one.verdict == TOO_FEW and f"even 0 of 1 gives p = {2 / 26:.2g}" in one.reason
     # transitions named as the page names them (the plan's parent → child), where a name is given
     named = _box([_within(1, 1, 1, 3)], diffs, info, names={ts[0]: "B → S"})["offnull-within"]
     assert [m.name for m in named.members] == ["OffNull vs Full on B → S"] + [m.name for m in v.members[1:]]
@@ -155,12 +156,13 @@ def test_a_median_is_tested_by_the_sign_test():
     med = lambda xs: _rows("retention_median_pct", "offnull", "all", float(np.median(xs)), 0.0, 100.0, len(xs))  # noqa: E731
     low = [80.0, 82.0, 85.0, 90.0, 91.0, 93.0]  # all 6 below 99: p = 2/64
     v = _box([med(low)], _medians(low))["offnull-median"]
-    assert v.verdict == CONTRADICTS and f"p = {2 / 64:.2g}" in v.test and "0 above, 6 below" in v.test
-    assert "lower than the paper's" in v.reason and "distribution-free 95 % CI" in v.reason
+    assert v.verdict == CONTRADICTS and f"p = {2 / 64:.2g}" in v.test and "0 above 99 %, 6 below" in v.test
+    assert "points lower" in v.reason and "distribution-free 95 % CI of the median" in v.test
     assert [m.outcome for m in v.members] == ["below 99 %"] * 6
     # five values: even all below gives 2/32 > 0.05
     few = _box([med(low[:5])], _medians(low[:5]))["offnull-median"]
-    assert few.verdict == TOO_FEW and "no distribution-free 95 % CI" in few.reason
+    assert few.verdict == TOO_FEW and "no distribution-free 95 % CI" in few.test
+    assert f"even all 5 on one side give p = {2 / 32:.2g}" in few.reason
     # one transition's interval over problems reaches 99: the test reaches p = 0.0625 as well
     near = low[:5] + [98.0]
     assert _box([med(near)], _medians(near))["offnull-median"].verdict == UNRESOLVED
@@ -183,7 +185,7 @@ def test_null_above_diag_and_f_diag_by_their_counts():
     # equal scores are a tie, left out of the sign test: 4 transitions below and one tie are too few
     tied = diffs[:4] + [_diff("t4", "null", 0, 0, 0, 80.0, 80.0, 80.0), _diff("t4", "diag", 0, 0, 0, 80.0, 80.0, 80.0)]
     tie = _box(rows, tied + diffs[5:9])["null-above-diag"]
-    assert tie.members[-1].outcome == "tie (left out)" and "below in 4" in tie.test and tie.verdict == TOO_FEW
+    assert tie.members[-1].outcome == "tie (left out)" and "below on 4" in tie.test and tie.verdict == TOO_FEW
     four = [d for d in diffs if d["transition"] != "t4"]
     assert _box(rows, four)["null-above-diag"].verdict == TOO_FEW
     # f_diag ≤ 0.011 on every RL step: 1 of 2 against the paper's 17 of 17 (c is no step: left out)
@@ -196,7 +198,7 @@ def test_null_above_diag_and_f_diag_by_their_counts():
     assert e.value.startswith("1 of 2 ≤ 0.011") and [m.outcome for m in e.members] == [HOLDS, FAILS]
     # 18 successes among 19, 2 drawn, at most 1 of them a success: 1 − C(18,2)/C(19,2) = 2/19
     assert f"p = {2 / 19:.2g}" in e.test and e.verdict == CONSISTENT
-    assert "points lower than the paper's" in e.reason
+    assert e.reason.startswith("50 % vs the paper's 100 %: 50 points lower")
 
 
 def test_claims_on_each_pair_and_missing_rows():
