@@ -173,7 +173,8 @@ READ_LAYOUT = r"""
   const out = {
     height_closed: closed, height_open: document.documentElement.scrollHeight, page,
     scroll_width: document.documentElement.scrollWidth, viewport: [innerWidth, innerHeight],
-    verdict: [v.left, v.top, v.right, v.bottom], verdict_rows: document.querySelectorAll('#verdict tr[data-claim]').length,
+    verdict: [v.left, v.top, v.right, v.bottom],
+    verdict_rows: document.querySelectorAll('#verdict tr[data-claim]').length,
     members: [members.length, hidden, members.filter((r) => r.getClientRects().length > 0).length],
     wide: [...document.querySelectorAll('table')].filter((t) => t.getBoundingClientRect().right > page + 0.5)
             .map((t) => [t.dataset.table, Math.round(t.getBoundingClientRect().width)]),
