@@ -259,6 +259,17 @@ def test_a_multi_step_transition_is_never_pooled_with_the_steps():
 def test_undefined_cells_read_a_dash_and_wide_tables_are_split():
     assert cells.shown(float("nan")) == cells.shown(None) == cells.shown("nan") == "—"
     assert cells.shown(0.123456) == "0.1235"
+    # people's labels and rounding: the demo's page showed "angle16 left cos2", "within its CI: False", 2.48684e+07
+    assert cells.shown(True) == "yes" and cells.shown(False) == "no"
+    assert (
+        cells.shown(24868400.0) == "2.487e+07"
+        and cells.shown(5333.33) == "5333"
+        and cells.shown(0.0363942) == "0.03639"
+    )
+    assert cells.label("angle16_left_cos2_mean") == "top-16 left subspaces of W0, W1: mean cos²"
+    assert cells.label("band256_off_mixed_mean") == "off share of ‖ΔW‖² between the top 256 and the rest"
+    assert cells.label("frac_unchanged_pooled") == "entries unchanged (pooled)"
+    assert cells.label("informative_within_ci") == "informative by less than its CI"
     cols = [f"c{i}" for i in range(30)]
     t = cells.Table("t", "T", "", cols, [("", [[cells.Cell(float(i)) for i in range(30)]])])
     parts = cells.split(t, 2)
@@ -301,3 +312,19 @@ def test_provenance_links_open_mlflow_in_training_mode(tmp_path):
     html = _environment().get_template("mlflow_links.html.j2").render(p={"mlflow": m})
     assert "abc123</a>. The links open once the UI runs" in " ".join(html.split())
     assert f'href="{page}"' in html.replace("&amp;", "&")
+
+
+def test_the_sft_rl_channel_table_counts_training_steps():
+    """Its n counts each group's training steps (channels_sft_rl.csv), not matrices as in the transitions' tables."""
+    from pathlib import Path
+
+    from grrr_stream.report.channels import channel_tables
+    from grrr_stream.sweep.kinds.channel_groups import SFT_RL_TABLE
+    from grrr_stream.sweep.rows import Report, TableRows
+
+    rep = Report(Path("r"))
+    row = {"group": "SFT", "component": "diag", "transitions": "a b", "n": 2, "ratio": 0.9, "ci_lo": 0.8, "ci_hi": 1.0}
+    rep.add(TableRows(SFT_RL_TABLE, [row]))
+    (table,) = channel_tables(rep)
+    assert table.columns[:4] == ["group", "component", "transitions", "training steps"]
+    assert "matrices" not in table.columns

@@ -280,3 +280,20 @@ def test_the_sweep_run_carries_the_verdict():
     shown = [c for c in HEADLINE_COLUMNS if c.startswith("claims_")]
     assert shown and set(shown) <= {verdict_metric(w) for w in WORDS}
     assert verdict_log([], WORDS)[1] == {}  # no box yet: no tags, every count 0
+
+
+def test_variant_and_evaluation_runs_are_named_with_their_transition():
+    """The demo's MLflow runs read "full" ×4 and "base on arith" ×4: a variant's run name now says whose it is."""
+    from types import SimpleNamespace
+
+    from grrr_stream.tracking.model_runs import variant_ref, variant_run_name
+
+    def builder(base, post):
+        manifest = {"base": f"/w/{base}", "post": f"/w/{post}", "identity": {"b": base, "p": post}}
+        t = SimpleNamespace(manifest=manifest)
+        spec = SimpleNamespace(name="full")
+        return SimpleNamespace(transition=t, spec=spec, dtype="float32", metadata=lambda: {"t": [base, post]})
+
+    names = [variant_ref(builder(b, p))["name"] for b, p in (("base", "sft"), ("sft", "rl"), ("base", "rl"))]
+    assert names == ["full · base → sft", "full · sft → rl", "full · base → rl"]
+    assert variant_run_name("base", {"base": "/x/base", "post": "/x/sibling"}) == "base · base → sibling"
