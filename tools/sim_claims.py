@@ -2,10 +2,12 @@
 under the fixed design (at the point estimates, and by the report's rule with a joint bootstrap over problems)
 and under the sequential design (at its point estimates, where a side stayed open; and by the report's rule on
 the intervals stats/claims_sequential.py gives the product's claims: a count from the transitions surely on the
-claim's side to those possibly on it, a median from the median of the lower ends to that of the upper ends), as
-grrr_stream.report.verdict decides them: at_least_fraction (three-way on the interval's two ends),
-contains (the paper's whole percent ± 0.5 inside the interval), above_other (one interval wholly above the
-other). Verdicts are coded 1 holds, −1 does not hold, 0 not resolved, NaN not computed."""
+claim's side to those possibly on it, a median from the median of the lower ends to that of the upper ends), by
+the interval rule: at_least_fraction (three-way on the interval's two ends), contains (the paper's whole percent
+± 0.5 inside the interval), above_other (one interval wholly above the other). This compares the designs on the
+intervals alone; the verdict box itself tests claims over sets exactly against the paper's counts
+(grrr_stream/report/verdict_sets.py), which these studies do not model. Verdicts are coded 1 holds, −1 does not
+hold, 0 not resolved, NaN not computed."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def _ratio(a, b):
 
 
 def at_least(lo, hi, n, target):
-    """verdict.py's at_least_fraction: holds when both ends of the count's interval reach the paper's share."""
+    """at_least_fraction by the interval rule: holds when both ends of the count's interval reach the paper's share."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ok_lo, ok_hi = lo / n >= target - 1e-9, hi / n >= target - 1e-9
     v = np.where(ok_lo & ok_hi, 1.0, np.where(~(ok_lo | ok_hi), -1.0, 0.0))
@@ -51,7 +53,7 @@ def at_least(lo, hi, n, target):
 
 
 def contains(lo, hi, target):
-    """verdict.py's contains: the paper's whole percent (± 0.5) inside the interval."""
+    """contains by the interval rule: the paper's whole percent (± 0.5) inside the interval."""
     v = np.where((lo - 0.5 <= target) & (target < hi + 0.5), 1.0, -1.0)
     return np.where(np.isfinite(lo) & np.isfinite(hi), v, np.nan)
 
