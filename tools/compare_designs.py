@@ -25,11 +25,39 @@ def claims_of(workdir: Path, suite: str) -> dict:
     return json.loads(found[-1].read_text())
 
 
-def evaluation_box(claims: dict) -> dict[str, tuple[str, str]]:
+def evaluation_box(claims: dict, plan=None) -> dict[str, tuple[str, str]]:
     """claim id → (verdict, value) for the claims the evaluations answer (energy and cosines do not depend on the
-    design and are left out)."""
-    box = verdicts(claims["claims"], [], [], group_of=lambda r: None, steps=set())
+    design and are left out). ``plan``: the sweep's, which says each transition's group and whether it is one
+    training step (a median is tested on its set's transitions; without the plan it is not comparable)."""
+    group_of, steps = (lambda r: None), set()
+    if plan is not None:
+        from grrr_stream.report.build import methods_of, steps_of
+        from grrr_stream.stats.claims_sets import method_group
+
+        method_of, sft = methods_of(plan), list(plan.config.claims.sft_methods)
+        group_of, steps = (lambda r: method_group(method_of(r), sft)), steps_of(plan)
+    box = verdicts(
+        claims["claims"],
+        [],
+        [],
+        group_of=group_of,
+        steps=steps,
+        differences=claims.get("differences", []),
+        informative=claims.get("informative", []),
+    )
     return {v.claim.id: (v.verdict, v.value) for v in box if v.claim.source == "claims"}
+
+
+def saved_plan(workdir: Path):
+    """The sweep's plan from the config its report saved (None when there is none)."""
+    from grrr_stream.sweep.plan import plan_sweep
+    from grrr_stream.sweep.rewrite import saved_sweep_config
+
+    try:
+        return plan_sweep(saved_sweep_config(workdir))
+    except Exception as e:  # noqa: BLE001 - the comparison still runs, its medians untested
+        print(f"no plan from {workdir}'s saved config ({e}): median claims not tested", file=sys.stderr)
+        return None
 
 
 def answered(units: list[dict], suite: str) -> tuple[int, int, float]:
@@ -64,7 +92,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fixed", default="main", help="the fixed design's suite (default: the main evaluation)")
     ap.add_argument("--sequential", default="sequential", help="the sequential design's suite")
     args = ap.parse_args(argv)
-    boxes = {s: evaluation_box(claims_of(args.workdir, s)) for s in (args.fixed, args.sequential)}
+    plan = saved_plan(args.workdir)
+    boxes = {s: evaluation_box(claims_of(args.workdir, s), plan) for s in (args.fixed, args.sequential)}
     print(f"{'claim':<20} {args.fixed + ' (fixed)':<36} {args.sequential + ' (sequential)':<36}")
     for cid in boxes[args.fixed]:
         (vf, xf), (vs, xs) = boxes[args.fixed][cid], boxes[args.sequential].get(cid, ("—", "—"))
