@@ -13,6 +13,7 @@ import pytest
 from helpers.common import ROOT
 
 from grrr_stream.config import ClaimSettings
+from grrr_stream.evaluation.settings import SequentialSettings
 from grrr_stream.stats.order import problem_order
 from grrr_stream.stats.sequential import Thresholds, decide, retention_interval, score_path
 
@@ -43,7 +44,7 @@ def test_vectorised_decide_and_retention_are_the_scalar_ones(sim):
     th = Thresholds((-4.3,), (95.0, 92.0))
     for v in ("offnull", "diag", "null"):
         x = correct[0, :, sim.VARIANTS.index(v)].astype(float)
-        many = ss.decide_many(order, x, full, th, chunk=64, precisions=(2.0, 5.0))
+        many = ss.decide_many(order, x, full, th, chunk=64, precisions=(2.0, 5.0, None))  # None: thresholds only
         for p, d in many.items():
             for row in range(0, 28, 3):
                 one = decide(order, x[row], full[row], th, chunk=64, precision_points=p)
@@ -84,7 +85,8 @@ def test_fixed_scores_are_benchmark_means_and_abilities_hit_the_accuracies(sim):
 
 
 def test_a_tiny_run_counts_what_it_says(sim):
-    out = sim.simulate(2, precisions=(2.0, 30.0), batch=2, resamples=100, retention_studies=2)["results"]
+    out = sim.simulate(2, precisions=(2.0, 30.0), batch=2, resamples=100, retention_studies=2, uniform=True)
+    out = out["results"]
     exact, loose = out["2.0"], out["30.0"]
     for r in (exact, loose):
         assert 0.0 < r["ratio_total"] <= 1.0 and sum(r["stop_reasons"].values()) == pytest.approx(1.0)
@@ -93,7 +95,7 @@ def test_a_tiny_run_counts_what_it_says(sim):
     assert exact["ratio_per_variant"]["full"] >= max(exact["ratio_per_variant"].values()) - 1e-12
     # a precision of ±30 points is met at the first look: every variant without thresholds stops at the census
     # (aime24 + amc23, 70 problems) plus one chunk of 64
-    no_threshold = [v for v, th in sim.design(ClaimSettings()).items() if not th.labels]
+    no_threshold = [v for v, th in sim.design(sim.UNIFORM).items() if not th.labels]
     assert len(no_threshold) == 8
     assert all(loose["ratio_per_variant"][v] == pytest.approx(134 / 1517) for v in no_threshold)
     assert exact["difference_coverage"] >= 0.9 and loose["stop_reasons"]["precision"] >= 8 / 11
@@ -109,7 +111,8 @@ def test_coverage_is_counted_against_the_planted_values(sim):
         "chunk": 64,
         "resamples": 100,
         "tolerance": 1e-3,
-        "design": sim.design(ClaimSettings()),
+        "sequential": sim.UNIFORM,
+        "design": sim.design(sim.UNIFORM),
         "claim_settings": ClaimSettings(),
     }
     res = sim.run_batch(rng, 1, problem_order(sim.SIZES), settings, retention=False)
@@ -209,3 +212,26 @@ def test_the_simulated_sequential_counts_are_the_products(sim):
     # the report's rule on that interval: 3/6 and 5/6 against shares 0.5, 0.8 and 0.9
     verdicts = [float(sim_claims.at_least(np.array(3), np.array(5), np.array(6), t)) for t in (0.5, 0.8, 0.9)]
     assert verdicts == [1.0, 0.0, -1.0]
+
+
+def test_at_the_defaults_the_controls_stop_at_four_points_and_a_null_precision_on_thresholds_alone(sim):
+    """The simulation follows the product's per-variant precision: at the ±30 target a control still stops at ±4
+    (so later than at the census plus a chunk); diag mapped to null never stops on precision."""
+    rng = np.random.default_rng(3)
+    seq = SequentialSettings()
+    settings = {
+        "coupling": 0.9,
+        "precisions": (30.0,),
+        "chunk": 64,
+        "resamples": 100,
+        "tolerance": 1e-3,
+        "sequential": seq,
+        "design": sim.design(seq),
+        "claim_settings": ClaimSettings(),
+    }
+    res = sim.run_batch(rng, 1, problem_order(sim.SIZES), settings, retention=False)["seq"][30.0]
+    assert (res["randrm-0"]["reason"] == 1).any() and (res["randrm-0"]["problems"] > 134).all()
+    assert (res["off"]["problems"] == 134).all()  # on the ±30 target itself: the first look after the census
+    seq = SequentialSettings(variant_precision_points={"diag": None})  # diag on its thresholds alone
+    res = sim.run_batch(rng, 1, problem_order(sim.SIZES), {**settings, "sequential": seq}, retention=False)
+    assert not (res["seq"][30.0]["diag"]["reason"] == 1).any()  # reason codes: 0 thresholds, 1 precision, 2 exhausted

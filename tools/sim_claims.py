@@ -70,13 +70,13 @@ def _side_or_point(side, point_ok):
 
 def _per_transition(d_base, d_off, d_diag, cs):
     """The sequential design's per-transition booleans: informative, within, ≥ floor, ≥ second floor,
-    ≤ ceiling (diag)."""
+    ≤ ceiling (diag: its last threshold, whatever it is compared with before it)."""
     return {
         "informative": _side_or_point(-d_base["sides"][..., 0], d_base["minus_full"] <= -cs.informative_points + TIE),
         "within": _side_or_point(d_off["sides"][..., 0], d_off["minus_full"] >= -cs.within_points - TIE),
         "floor": _side_or_point(d_off["sides"][..., 1], d_off["retention"] >= cs.retention_floor_pct - TIE),
         "floor92": _side_or_point(d_off["sides"][..., 2], d_off["retention"] >= cs.retention_second_floor_pct - TIE),
-        "ceiling": _side_or_point(-d_diag["sides"][..., 0], d_diag["retention"] <= cs.retention_ceiling_pct + TIE),
+        "ceiling": _side_or_point(-d_diag["sides"][..., -1], d_diag["retention"] <= cs.retention_ceiling_pct + TIE),
     }
 
 
@@ -88,7 +88,7 @@ def _per_transition_ends(d_off, d_diag):
         "within": d_off["sides"][..., 0],
         "floor": d_off["sides"][..., 1],
         "floor92": d_off["sides"][..., 2],
-        "ceiling": -d_diag["sides"][..., 0],
+        "ceiling": -d_diag["sides"][..., -1],
     }
     return {k: s == 1 for k, s in sides.items()}, {k: s >= 0 for k, s in sides.items()}
 

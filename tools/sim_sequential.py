@@ -76,7 +76,7 @@ def decide_many(
     rows = np.arange(variant.shape[0])
     out = {}
     for p in precisions:
-        stop = exhausted | (narrow & (decided | (half <= p)))
+        stop = exhausted | (narrow & (decided if p is None else decided | (half <= p)))
         first = np.argmax(stop, axis=1)  # the last mark is the end: every row stops somewhere
         reason = np.where(exhausted[rows, first], 2, np.where(decided[rows, first], 0, 1))
         i = at[first]

@@ -52,6 +52,7 @@ from sim_claims import CLAIM_IDS, claim_verdicts  # noqa: E402  (the tool's sibl
 from sim_sequential import decide_many, retention_many, score_estimate  # noqa: E402
 
 from grrr_stream.config import ClaimSettings  # noqa: E402
+from grrr_stream.evaluation.settings import SequentialSettings  # noqa: E402
 from grrr_stream.stats.order import problem_order  # noqa: E402
 from grrr_stream.stats.sequential import Thresholds  # noqa: E402
 
@@ -95,14 +96,26 @@ RETENTION_VARIANTS = ("offnull", "diag", "null")
 REASONS = ("thresholds", "precision", "exhausted")
 
 
-def design(cs: ClaimSettings) -> dict[str, Thresholds]:
-    """Each variant's thresholds: offnull against 'within k' and the two retention floors, diag against the
-    ceiling, base against 'informative'; the others stop on precision alone."""
-    out = {v: Thresholds() for v in VARIANTS if v != "full"}
-    out["offnull"] = Thresholds((-cs.within_points,), (cs.retention_floor_pct, cs.retention_second_floor_pct))
-    out["diag"] = Thresholds((), (cs.retention_ceiling_pct,))
-    out["base"] = Thresholds((-cs.informative_points,), ())
-    return out
+# the design before the controls' coarser precision (--uniform): every variant at the precision target, diag
+# against its ceiling alone
+UNIFORM = SequentialSettings(
+    variant_precision_points={},
+    difference_points={"offnull": (-4.3,), "base": (-1.0,)},
+    retention_pct={"offnull": (95.0, 92.0), "diag": (25.0,)},
+)
+
+
+def design(seq: SequentialSettings) -> dict[str, Thresholds]:
+    """Each variant's thresholds, as the product's sequential settings give them (the defaults: offnull against
+    'within 4.3' and the two retention floors, diag against 'within 4.3', ≥ 95 % and its ceiling, base against
+    'informative'); the others stop on precision alone."""
+    return {v: seq.thresholds(v) for v in VARIANTS if v != "full"}
+
+
+def own_precisions(seq: SequentialSettings, variant: str, targets) -> dict[float, Optional[float]]:
+    """Per precision target (the settings' ``precision_points``), the precision ``variant`` stops at (None: its
+    thresholds alone)."""
+    return {p: seq.model_copy(update={"precision_points": p}).precision(variant) for p in targets}
 
 
 def _logit(p):
@@ -210,18 +223,20 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
     for v, th in settings["design"].items():
         x = correct[:, :, VARIANTS.index(v)].reshape(s * t, n).astype(np.float64)
         x_est = score_estimate(order, x)
+        own = own_precisions(settings["sequential"], v, settings["precisions"])
         decided = decide_many(
             order,
             x,
             full,
             th,
             chunk=settings["chunk"],
-            precisions=settings["precisions"],
+            precisions=list(dict.fromkeys(own.values())),
             retention_points=settings.get("retention_precision", {}).get(v),
         )
-        for p, d in decided.items():
+        for p in settings["precisions"]:
+            d = dict(decided[own[p]])
             # the floor for what stops on precision alone; what has thresholds keeps its own count
-            d["oracle"] = oracle_problems(order, x, full, p) if not th.labels else d["problems"]
+            d["oracle"] = oracle_problems(order, x, full, own[p]) if not th.labels else d["problems"]
             i = d["problems"] - 1
             rows = np.arange(s * t)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -376,6 +391,7 @@ def simulate(
     seed: int = 0,
     progress: bool = False,
     retention_precision: Optional[dict] = None,
+    uniform: bool = False,
 ) -> dict:
     """Run ``studies`` simulated studies in batches; the figures per precision target (:func:`report`)."""
     settings = {
@@ -384,7 +400,8 @@ def simulate(
         "chunk": chunk,
         "resamples": resamples,
         "tolerance": tolerance,
-        "design": design(ClaimSettings()),
+        "sequential": UNIFORM if uniform else SequentialSettings(),
+        "design": design(UNIFORM if uniform else SequentialSettings()),
         "claim_settings": ClaimSettings(),
         "retention_precision": dict(retention_precision or {}),
     }
@@ -400,7 +417,10 @@ def simulate(
         if progress:
             print(f"{done} studies, {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return {
-        "settings": {k: v for k, v in settings.items() if k not in ("design", "claim_settings")},
+        "settings": {
+            **{k: v for k, v in settings.items() if k not in ("design", "claim_settings", "sequential")},
+            "variant_precision_points": settings["sequential"].variant_precision_points,
+        },
         "results": report(acc, settings),
     }
 
@@ -424,6 +444,12 @@ def main() -> None:
         default="",
         help="variant=percent,...: those variants stop only once their retention is within ±percent",
     )
+    ap.add_argument(
+        "--uniform",
+        action="store_true",
+        help="every variant at the precision target and diag against its ceiling alone (the design before the "
+        "controls' ±4 and diag's thresholds-only defaults)",
+    )
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args()
     studies = 40 if args.quick else args.studies
@@ -439,6 +465,7 @@ def main() -> None:
         seed=args.seed,
         progress=True,
         retention_precision={k: float(v) for k, v in (x.split("=") for x in args.retention_precision.split(",") if x)},
+        uniform=args.uniform,
     )
     out["seconds"] = round(time.perf_counter() - t, 1)
     print_report(out["results"], out["settings"])

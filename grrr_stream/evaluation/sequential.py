@@ -86,7 +86,7 @@ class SequentialRun:
             self.values(REFERENCE),
             s.thresholds(name),
             chunk=s.chunk,
-            precision_points=s.precision_points,
+            precision_points=s.precision(name),
             alpha=1 - s.level,
             sequence=s.sequence,
             retention_points=s.retention_precision_pct.get(name),
@@ -146,7 +146,7 @@ class SequentialRun:
             self.values(REFERENCE),
             s.thresholds(name),
             chunk=s.chunk,
-            precision_points=s.precision_points,
+            precision_points=s.precision(name),
             end=end,
             slack=s.lookahead if slack is None else slack,
         )

@@ -6,6 +6,7 @@ Like :mod:`..config`, imports neither torch nor vLLM, so that a config is valida
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Any, Literal, Optional
 
 from pydantic import Field, ValidationError, field_validator
@@ -95,12 +96,26 @@ class SamplingSettings(StrictModel):
         return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
 
 
+# The sequential design's precision per variant by default (``SequentialSettings.variant_precision_points``).
+# diag stops on its thresholds or at ±4, whichever comes first: on its thresholds alone, a diag near 25 % of
+# full ran on to the census, and the simulation's diag answered 0.36 of the problems instead of 0.15
+# (docs/evaluation.md, "Precision per variant").
+CONTROL_PRECISION: dict[str, Optional[float]] = {
+    "diag": 4.0,
+    "proj": 4.0,
+    "randrm-*": 4.0,
+    "off-principal-*": 4.0,
+    "off-nonprincipal-*": 4.0,
+    "no-off-principal-*": 4.0,
+}
+
+
 class SequentialSettings(StrictModel):
     """The sequential design (:mod:`grrr_stream.stats.sequential`): problems answered in a seeded order, a chunk at
     a time, each variant stopped once its anytime-valid sequence puts every threshold it is compared with on one
-    side, or is within ±``precision_points`` of its difference to full. The thresholds are the paper's claims
+    side, or is within ±``precision(variant)`` points of its difference to full. The thresholds are the paper's claims
     (the claims' defaults in :class:`~grrr_stream.config.ClaimSettings`): offnull against "within 4.3 points" and
-    retention ≥ 95 % / ≥ 92 %, diag against retention ≤ 25 %, base against "full gains ≥ 1 point"."""
+    retention ≥ 95 % / ≥ 92 %, diag against "within 4.3", ≥ 95 % and ≤ 25 %, base against "full gains ≥ 1 point"."""
 
     seed: int = 0
     chunk: int = Field(64, ge=1)  # problems between two looks at the sequences
@@ -117,11 +132,15 @@ class SequentialSettings(StrictModel):
     lookahead: float = Field(0.5, ge=0.0, le=1.0)
     # a benchmark whose weight in the score over its share of the problems exceeds this is answered in full first
     max_weight: float = Field(2.0, ge=1.0)
+    # variant (a glob) → the ± points at which it stops, where not ``precision_points``; null: its thresholds
+    # alone stop it. The controls (proj, random removals, principal bands) only have to be seen near full, and
+    # diag mostly stops on its thresholds; offnull keeps ``precision_points`` for the median-retention claim.
+    variant_precision_points: dict[str, Optional[float]] = Field(default_factory=lambda: dict(CONTROL_PRECISION))
     difference_points: dict[str, tuple[float, ...]] = Field(
-        default_factory=lambda: {"offnull": (-4.3,), "base": (-1.0,)}
+        default_factory=lambda: {"offnull": (-4.3,), "diag": (-4.3,), "base": (-1.0,)}
     )
     retention_pct: dict[str, tuple[float, ...]] = Field(
-        default_factory=lambda: {"offnull": (95.0, 92.0), "diag": (25.0,)}
+        default_factory=lambda: {"offnull": (95.0, 92.0), "diag": (95.0, 25.0)}
     )
     # variant → percent: the variant stops only once its retention is within about ±that (its difference's
     # half-width over full's score), for claims on medians of retention over transitions
@@ -131,6 +150,22 @@ class SequentialSettings(StrictModel):
         """The settings as result keys hold them: every one, the sequence included. (Keys made when the only
         sequence was the empirical-Bernstein one held none; they must not read as the betting sequence's.)"""
         return self.model_dump(mode="json")
+
+    @field_validator("variant_precision_points")
+    @classmethod
+    def _positive_points(cls, v: dict[str, Optional[float]]) -> dict[str, Optional[float]]:
+        bad = [k for k, p in v.items() if p is not None and not p > 0]
+        if bad:
+            raise ValueError(f"precision points must be > 0 (or null: thresholds only); not for {', '.join(bad)}")
+        return v
+
+    def precision(self, variant: str) -> Optional[float]:
+        """The ± points at which ``variant`` stops on precision (None: only its thresholds or the census stop it):
+        the first pattern of ``variant_precision_points`` that matches it, else ``precision_points``."""
+        for pattern, points in self.variant_precision_points.items():
+            if fnmatchcase(variant, pattern):
+                return points
+        return self.precision_points
 
     def thresholds(self, variant: str):
         """The :class:`~grrr_stream.stats.sequential.Thresholds` of ``variant`` (none: it stops on precision)."""

@@ -1,5 +1,6 @@
-"""What an evaluation under the sequential design (:mod:`grrr_stream.stats.sequential`) is expected to answer, for the
-forecast: each variant's share of the problems and how often it is streamed into the engine.
+"""What an evaluation under the sequential design (run by :mod:`grrr_stream.evaluation.sequential`, its stopping rule
+in :mod:`grrr_stream.stats.sequential`) is expected to answer, for the forecast: each variant's share of the problems
+and how often it is streamed into the engine.
 
 The shares are the simulation study's (``tools/simulate_designs.py``, 1,000 studies shaped like the paper's 28
 evaluated transitions × 12 variants × 1,517 problems, coupling ρ = 0.9, a look every 64 problems, the betting

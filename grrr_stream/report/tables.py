@@ -141,7 +141,10 @@ def _retention_tables(retention: list[Row], differences: list[Row], method_of, s
             "with its paired bootstrap 95 % CI over the transition's problems (differences.csv)."
             + (
                 " Rows of a sequential suite: its anytime-valid 95 % interval over the problems the "
-                "variant answered (problems), against Full only."
+                "variant answered (problems), against Full only. Each variant stops once its claim thresholds "
+                "are decided or its interval is within its precision (sequential.variant_precision_points: by "
+                "default ±4 points for the controls proj, randrm and the principal bands, which only have to "
+                "sit near Full, and for diag; ±2 for the rest); Full answers as far as its longest variant."
                 if sequential
                 else ""
             ),

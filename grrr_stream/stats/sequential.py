@@ -174,14 +174,15 @@ def decide(
     thresholds: Thresholds,
     *,
     chunk: int,
-    precision_points: float,
+    precision_points: Optional[float],
     alpha: float = 0.05,
     sequence: str = "betting",
     retention_points: Optional[float] = None,
 ) -> Decision:
     """The first decision boundary at which a variant stops, from its per-problem values and full's (in the order's
     order, each a prefix: answered so far); if none, where it stands at the last boundary both have answered. The
-    sequences are looked at the boundaries. With ``retention_points``, a variant stops on thresholds or precision
+    sequences are looked at the boundaries. ``precision_points`` None: only the thresholds (or the census) stop
+    it. With ``retention_points``, a variant stops on thresholds or precision
     only once its difference's half-width over full's running score is within that many percent: about its
     retention interval's half-width, so that a median of retentions over transitions rests on narrow ones."""
     n = min(len(variant), len(full))
@@ -206,7 +207,7 @@ def decide(
             else "thresholds"
             if sides and all(s[i] != "open" for s in sides.values())
             else "precision"
-            if 100 * (diff.hi[i] - diff.lo[i]) / 2 <= precision_points
+            if precision_points is not None and 100 * (diff.hi[i] - diff.lo[i]) / 2 <= precision_points
             else ""
         )
         if reason or k == marks[-1]:
@@ -310,7 +311,7 @@ def batch_end(
     thresholds: Thresholds,
     *,
     chunk: int,
-    precision_points: float,
+    precision_points: Optional[float],
     end: int,
     slack: float = 0.5,
 ) -> int:
@@ -339,6 +340,7 @@ def batch_end(
         if decision.sides.get(f"retention {r:g}%") == "open"
     ]
     needed = lambda gap: have * (half / gap) ** 2 if gap > 0 else math.inf  # noqa: E731
-    earliest = min(needed(precision_points), max(map(needed, gaps)) if gaps else math.inf)
+    on_precision = math.inf if precision_points is None else needed(precision_points)
+    earliest = min(on_precision, max(map(needed, gaps)) if gaps else math.inf)
     target = have + max(chunk, slack * (earliest - have))
     return next((k for k in marks if k >= target), marks[-1]) if slack > 0 else marks[0]

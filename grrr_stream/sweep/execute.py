@@ -108,7 +108,7 @@ class DaskExecutor:
         self.client, self.ctx = client, ctx
         self.needs, self.workers = needs or {}, workers or []
         self._futures: dict[Any, Unit] = {}
-        self._completed = as_completed()
+        self._completed = as_completed(loop=client.loop)  # this client's loop, not whichever client is the default
 
     @property
     def running(self) -> list[Unit]:

@@ -232,3 +232,33 @@ def test_retention_interval_holds_the_ratio_and_closes_at_the_end():
     assert lo == pytest.approx(ratio, abs=0.02) and hi == pytest.approx(ratio, abs=0.02)  # exact at the end
     lo_half, hi_half = retention_interval(o, variant[:250], full[:250])
     assert lo_half < ratio < hi_half and hi_half - lo_half < 40
+
+
+def test_a_coarser_precision_stops_a_control_sooner_and_none_leaves_only_the_census():
+    rng = np.random.default_rng(5)
+    o = problem_order(PAPER_SIZES, seed=0)
+    near, full = _planted_pair(rng, o.total, 0.5, -0.02)  # a control about 1 point below full, no threshold
+    at = {p: decide(o, near, full, Thresholds(), chunk=64, precision_points=p) for p in (2.0, 4.0, None)}
+    assert at[4.0].reason == at[2.0].reason == "precision"
+    assert at[4.0].problems < at[2.0].problems < o.total
+    for p in (2.0, 4.0):  # stopped at the first look whose half-width is within the target
+        assert (at[p].hi - at[p].lo) / 2 <= p
+    assert at[None].reason == "exhausted" and at[None].problems == o.total
+
+
+def test_the_controls_and_diag_default_to_four_points_and_the_rest_to_precision_points():
+    from grrr_stream.errors import ConfigError
+    from grrr_stream.evaluation.settings import EvaluationOptions, SequentialSettings, build_evaluation_options
+
+    s = SequentialSettings()
+    assert [s.precision(v) for v in ("randrm-0", "randrm-17", "proj", "off-principal-64", "no-off-principal-8")] == [
+        4.0
+    ] * 5
+    assert s.precision("diag") == 4.0 and len(s.thresholds("diag").labels) == 3  # diag: its thresholds, or ±4
+    assert [s.precision(v) for v in ("offnull", "off", "null", "base")] == [2.0] * 4
+    mine = SequentialSettings(precision_points=3.0, variant_precision_points={"randrm-*": 5.0})
+    assert (mine.precision("randrm-2"), mine.precision("proj"), mine.precision("diag")) == (5.0, 3.0, 3.0)
+    assert SequentialSettings(variant_precision_points={"diag": None}).precision("diag") is None
+    with pytest.raises(ConfigError, match="precision points must be > 0"):
+        build_evaluation_options({"design": "sequential", "sequential": {"variant_precision_points": {"proj": 0}}})
+    assert EvaluationOptions(design="sequential").key_fields()["sequential"]["variant_precision_points"]["proj"] == 4

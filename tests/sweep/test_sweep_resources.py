@@ -5,6 +5,7 @@ when none does: the kinds' declarations, the placement against scheduler_info(),
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -183,13 +184,23 @@ def _units(tmp_path: Path, spec: list[tuple[int, float]]) -> list[Unit]:
     ]
 
 
+@contextmanager
 def _cluster(workers: dict[str, dict]):
+    """In-process workers with the given options, their memory monitor off: an in-process worker measures this
+    whole pytest process (torch and vLLM loaded by earlier tests), pauses at 80 % of its limit and never runs the
+    units, so the test would hang after others and pass alone. The limits stay: placement reads them."""
+    import dask
     from distributed import Scheduler, SpecCluster, Worker
 
-    return SpecCluster(
-        workers={name: {"cls": Worker, "options": {"nthreads": 1, **opts}} for name, opts in workers.items()},
-        scheduler={"cls": Scheduler, "options": {"dashboard": False}},
-    )
+    off = {f"distributed.worker.memory.{k}": False for k in ("target", "spill", "pause", "terminate")}
+    with (
+        dask.config.set(off),
+        SpecCluster(
+            workers={name: {"cls": Worker, "options": {"nthreads": 1, **opts}} for name, opts in workers.items()},
+            scheduler={"cls": Scheduler, "options": {"dashboard": False}},
+        ) as cluster,
+    ):
+        yield cluster
 
 
 def _execute(client, todo: list[Unit], tmp_path: Path) -> dict[str, dict]:
@@ -267,3 +278,14 @@ def test_a_sweep_refuses_before_any_unit_runs_when_its_evaluations_fit_no_gpu(tm
     assert all(f"{u.id}: needs 1 GPU, " in str(e.value) for u in plan.units if u.kind == evaluate.NAME)
     assert "GPU memory of the units forecast for" in said.getvalue()
     assert all(Records(plan.workdir).read(u) is None for u in plan.units)  # nothing started
+
+
+@pytest.mark.timeout(120)
+def test_in_process_workers_run_units_when_this_process_is_over_their_memory_limit(tmp_path, monkeypatch):
+    """The pytest process is far above 64 MiB: a worker whose monitor measured it would pause and run nothing."""
+    from distributed import Client
+
+    monkeypatch.setitem(KINDS, "fake", FAKE)
+    with _cluster({"small": {"memory_limit": "64MiB"}}) as cluster, Client(cluster) as client:
+        ran = _execute(client, _units(tmp_path, [(0, 0.01)] * 3), tmp_path)
+    assert {r["worker"] for r in ran.values()} == {"small"}
