@@ -57,6 +57,9 @@ class StrictModel(BaseModel):
 
 
 DEFAULT_SFT_METHODS = ("SFT", "distillation", "distill")
+# The most bootstrap resamples, null draws or random sets any setting takes: 100 times the default 10 000, whose
+# intervals already move in the third digit. A count past it (10^12 typed for 10^4) would run for days in silence.
+MAX_DRAWS = 1_000_000
 
 
 class ClaimSettings(StrictModel):
@@ -71,7 +74,7 @@ class ClaimSettings(StrictModel):
     # a child whose method is one of these (case-insensitive) is in group SFT; any other named method in
     # group RL (DPO, PPO, GRPO, GPPO, PRIME, ... as the paper counts them); no method: group 'all' only
     sft_methods: list[str] = Field(default_factory=lambda: list(DEFAULT_SFT_METHODS))
-    resamples: int = Field(10_000, ge=100)
+    resamples: int = Field(10_000, ge=100, le=MAX_DRAWS)
     seed: int = 0
     level: float = Field(0.95, gt=0.0, lt=1.0)
 

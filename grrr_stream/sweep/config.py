@@ -76,6 +76,9 @@ class ChainSpec(StrictModel):
         return component(v)  # it names the chain's runs and tags
 
 
+MAX_MODELS = 2_000  # models (bases included) in one sweep: planning 2 000 takes some 5 s on one core
+
+
 class SweepChecks(StrictModel):
     """The checks of the sweep config's own fields (the base of :data:`SweepConfig`)."""
 
@@ -83,6 +86,21 @@ class SweepChecks(StrictModel):
     @classmethod
     def _name(cls, v: str) -> str:
         return component(v)  # it names the sweep's run and enters the plan's key
+
+    @field_validator("chains", mode="before", check_fields=False)
+    @classmethod
+    def _how_many(cls, v: Any) -> Any:
+        """Counted before each model is validated: an absurd config is refused at once, not after minutes."""
+        if isinstance(v, list):
+            n = sum(
+                1 + (len(c["models"]) if isinstance(c.get("models"), list) else 0) for c in v if isinstance(c, dict)
+            )
+            if n > MAX_MODELS:
+                raise ValueError(
+                    f"{n} models; a sweep takes at most {MAX_MODELS} (its plan and report grow with them): "
+                    "split them over several sweeps, each with its own workdir"
+                )
+        return v
 
     @field_validator("chains", check_fields=False)
     @classmethod

@@ -5,6 +5,7 @@ peers are in ``tests/runtime/test_scheduler_address.py``, the stopped sweep in `
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,103 @@ def test_an_include_problem_deep_in_the_chain_names_every_including_file(tmp_pat
     assert f"included by {top}: include: mid.yaml" in err
     bad = _write(tmp_path / "bad.yaml", {"include": {"path": "x.yaml"}})
     assert f"{bad}: include must be the path of one sweep YAML" in refused(capsys, "sweep", str(bad), "--dry-run")
+
+
+# -- 4. absurd sizes and counts ---------------------------------------------------------------------------
+
+
+def _siblings(path: Path, n: int, independent: bool = True) -> Path:
+    """A sweep of ``n`` SFT siblings of one base (written as text: dumping 10 000 models takes seconds)."""
+    models = "".join(f"      - {{id: m{i}, source: 'tinychain:sft', method: SFT}}\n" for i in range(n))
+    path.write_text(
+        "name: many\nworkdir: w\nchains:\n  - name: c\n    base: {id: b0, source: 'tinychain:base'}\n"
+        f"    models:\n{models}statistics: {{independent: {str(independent).lower()}}}\n"
+    )
+    return path
+
+
+def test_many_siblings_are_refused_before_their_pairs_are_planned(tmp_path, capsys):
+    began = time.monotonic()
+    err = refused(capsys, "sweep", str(_siblings(tmp_path / "s.yaml", 800)), "--dry-run")
+    assert time.monotonic() - began < 40  # 77 s and 320 401 units before the cap
+    assert "statistics.independent: 319600 independent comparisons" in err and "chain 'c' has 800 models" in err
+    assert "set statistics.independent: false" in err
+
+
+def test_a_sweep_of_absurdly_many_models_is_refused_before_they_are_validated(tmp_path, capsys):
+    began = time.monotonic()
+    err = refused(capsys, "sweep", str(_siblings(tmp_path / "s.yaml", 10_000, independent=False)), "--dry-run")
+    assert time.monotonic() - began < 40  # no output in 60 s before the cap
+    assert "chains: Value error, 10001 models; a sweep takes at most 2000" in err
+
+
+def test_the_count_of_independent_pairs_is_the_number_planned():
+    """The cap's count, linear in the models, equals the pairs made (siblings, cousins, a grandchild's lineage)."""
+    from grrr_stream.sweep.kinds import compare
+    from grrr_stream.sweep.plan import _lineages
+    from grrr_stream.sweep.units import PlannedModel
+
+    parents = {"b": None, "s1": "b", "s2": "b", "s3": "b", "g1": "s1", "g2": "s1", "gg": "g1", "x0": None, "x1": "x0"}
+    models = {
+        m: PlannedModel(
+            "tinychain:sft", None, "x" if m.startswith("x") else "c", p, "x0" if m[0] == "x" else "b", None, None, True
+        )
+        for m, p in parents.items()
+    }
+    lineage = _lineages(models)[0]
+    from_base = {m: f"base-to-{m}" for m, p in parents.items() if p is not None}
+    pairs = compare._independent_pairs(models, lineage, from_base)
+    assert len(pairs) == 11  # 6 models of chain c with a transition: 15 pairs, 4 of them in one lineage
+    assert compare._too_many_independent(models, lineage, from_base) is None
+    cap = compare.MAX_COMPARISONS
+    try:
+        compare.MAX_COMPARISONS = len(pairs) - 1
+        assert "11 independent comparisons" in compare._too_many_independent(models, lineage, from_base)
+        compare.MAX_COMPARISONS = len(pairs)
+        assert compare._too_many_independent(models, lineage, from_base) is None
+    finally:
+        compare.MAX_COMPARISONS = cap
+
+
+BIG = str(10**12)
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (
+            ["stats", "{tmp}/nowhere", "--out", "{tmp}/out", "--resamples", BIG, "--no-track"],
+            "- resamples: Input should be less than or equal to 1000000",
+        ),
+        (
+            ["compare", "--cumulative", "{tmp}/a", "{tmp}/b", "--out", "{tmp}/out", "--null-draws", BIG, "--no-track"],
+            "- null_draws: Input should be less than or equal to 1000000",
+        ),
+        (
+            ["channel-stats", "{tmp}/nowhere", "--channels", "1,2", "--draws", BIG],
+            f"--draws {BIG}: give between 100 and",
+        ),
+        (
+            ["evaluate", "--store", "{tmp}/nowhere", "--out", "{tmp}/out", "--resamples", BIG, "--no-track"],
+            f"--resamples {BIG}:",
+        ),
+    ],
+)
+def test_absurd_draw_counts_on_the_command_line_are_refused_before_any_work(tmp_path, capsys, argv, needle):
+    err = refused(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert needle in err and "is not a grrr_stream store" not in err  # refused before a store is read
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "section, key",
+    [("statistics", "resamples"), ("statistics", "null_draws"), ("claims", "resamples"), ("channels", "resamples")],
+)
+def test_absurd_draw_counts_in_a_sweep_config_are_refused(tmp_path, capsys, section, key):
+    cfg = _write(tmp_path / "s.yaml", {"name": "s", "workdir": "w", "chains": [CHAIN], section: {key: 10**12}})
+    assert f"{section}.{key}: Input should be less than or equal to 1000000" in refused(
+        capsys, "sweep", str(cfg), "--dry-run"
+    )
 
 
 # -- 5. names --------------------------------------------------------------------------------------------
