@@ -87,6 +87,14 @@ class SweepChecks(StrictModel):
     def _name(cls, v: str) -> str:
         return component(v)  # it names the sweep's run and enters the plan's key
 
+    @field_validator("scheduler", check_fields=False)
+    @classmethod
+    def _scheduler(cls, v: Optional[str]) -> Optional[str]:
+        from ..runtime.cluster import parse_scheduler
+
+        parse_scheduler(v)  # a malformed address or an unknown scheme is a config error, before any connection
+        return v
+
     @field_validator("chains", mode="before", check_fields=False)
     @classmethod
     def _how_many(cls, v: Any) -> Any:
