@@ -18,7 +18,6 @@ import yaml
 
 from grrr_stream.cli.entry import main
 from grrr_stream.errors import ConfigError
-from grrr_stream.runtime.cluster import check_reachable, parse_scheduler
 
 TIMEOUT_S = 2
 DEADLINE_S = 45  # well past TIMEOUT_S + the probe's 5 s of grace, well short of a hang
@@ -149,6 +148,8 @@ def test_a_web_server_and_a_closed_port_are_refused_in_bounded_time(tmp_path, ca
 
 def test_a_scheduler_is_accepted_and_a_worker_refused():
     from distributed import LocalCluster
+
+    from grrr_stream.runtime.cluster import check_reachable, parse_scheduler
 
     with LocalCluster(
         n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
