@@ -153,6 +153,8 @@ def probe(address: str, seconds: float) -> None:
 
     if address.startswith("inproc://"):
         return
+    where = f"the Dask scheduler at {address}"
+    _listening(address, seconds, where)
     answers: "queue.Queue[tuple[str, Any]]" = queue.Queue()
 
     def ask() -> None:
@@ -166,7 +168,6 @@ def probe(address: str, seconds: float) -> None:
         how, what = answers.get(timeout=seconds + 5)
     except queue.Empty:
         how, what = "error", TimeoutError()
-    where = f"the Dask scheduler at {address}"
     if how == "error":
         raise ConfigError(f"cannot use {where}: {_why(what, seconds)}") from None
     kind = what.get("type") if isinstance(what, dict) else None
@@ -175,6 +176,26 @@ def probe(address: str, seconds: float) -> None:
             f"cannot use {where}: what answers there is {'a Dask ' + str(kind) if kind else 'not Dask'}, "
             "not a scheduler (give the address the scheduler printed: tcp://HOST:8786 by default)"
         )
+
+
+def _listening(address: str, seconds: float, where: str) -> None:
+    """Refuse an address of a TCP scheme where nothing accepts a connection within ``seconds`` (told apart from a
+    peer that accepts and stays silent, which only the exchange after it finds)."""
+    import socket
+
+    scheme, sep, rest = address.partition("://")
+    if sep and scheme not in ("tcp", "tls", "ws", "wss"):  # ucx: not a plain TCP port
+        return
+    m = _HOST_PORT.fullmatch(rest if sep else address)
+    if m is None:
+        return
+    try:
+        socket.create_connection((m["host"].strip("[]"), int(m["port"])), timeout=seconds).close()
+    except OSError as e:
+        raise ConfigError(
+            f"cannot use {where}: nothing answers there ({e.strerror or type(e).__name__}; is the scheduler running, "
+            "and the host and port right?)"
+        ) from None
 
 
 def asyncio_run(coro: Any, seconds: float) -> Any:

@@ -20,7 +20,7 @@ from grrr_stream.cli.entry import main
 from grrr_stream.errors import ConfigError
 
 TIMEOUT_S = 2
-DEADLINE_S = 45  # well past TIMEOUT_S + the probe's 5 s of grace, well short of a hang
+DEADLINE_S = 60  # well past TIMEOUT_S + the probe's 5 s of grace on a loaded machine, well short of a hang
 
 
 @pytest.fixture(autouse=True)
@@ -89,11 +89,13 @@ def bounded(capsys, argv: list[str]) -> tuple[int, str, float]:
 
 
 def assert_one_line_refusal(rc: int, err: str, *needles: str) -> None:
+    """Exit 2 and one line of ours that says it all (a library's stray log line beside it is not ours to judge)."""
     assert rc == 2, err
-    assert err.startswith("grrr-stream: error: ") and "Traceback" not in err, err
-    assert err.strip().count("\n") == 0, err
+    assert "Traceback" not in err, err
+    ours = [line for line in err.splitlines() if line.startswith("grrr-stream")]
+    assert len(ours) == 1 and ours[0].startswith("grrr-stream: error: "), err
     for n in needles:
-        assert n in err, f"{n!r} not in {err}"
+        assert n in ours[0], f"{n!r} not in {err}"
 
 
 def stats_argv(tmp_path, address: str) -> list[str]:
@@ -126,24 +128,24 @@ def test_a_malformed_address_is_refused_before_connecting(tmp_path, capsys, addr
 def test_a_silent_peer_is_refused_in_bounded_time(tmp_path, capsys, silent_peer):
     rc, err, seconds = bounded(capsys, stats_argv(tmp_path, silent_peer))
     assert_one_line_refusal(rc, err, silent_peer, f"gave no Dask answer within {TIMEOUT_S} s")
-    assert seconds < TIMEOUT_S + 10
+    assert seconds < TIMEOUT_S + 20
     # a sweep asks before it plans or writes anything
     cfg = tmp_path / "s.yaml"
     chain = {"name": "a", "base": {"id": "a0", "source": "tinychain:base"}}
     cfg.write_text(yaml.safe_dump({"name": "s", "workdir": "w", "chains": [chain]}))
     rc, err, seconds = bounded(capsys, ["sweep", str(cfg), "--scheduler", silent_peer, "--no-track"])
     assert_one_line_refusal(rc, err, "gave no Dask answer")
-    assert seconds < TIMEOUT_S + 10 and not (tmp_path / "w").exists()
+    assert seconds < TIMEOUT_S + 20 and not (tmp_path / "w").exists()
 
 
 def test_a_web_server_and_a_closed_port_are_refused_in_bounded_time(tmp_path, capsys, web_server):
     rc, err, seconds = bounded(capsys, stats_argv(tmp_path, web_server))
     assert_one_line_refusal(rc, err, web_server, "cannot use the Dask scheduler")
-    assert seconds < TIMEOUT_S + 10
+    assert seconds < TIMEOUT_S + 20
     address = closed_port()
     rc, err, seconds = bounded(capsys, stats_argv(tmp_path, address))
     assert_one_line_refusal(rc, err, address, "nothing answers there")
-    assert seconds < TIMEOUT_S + 10
+    assert seconds < TIMEOUT_S + 20
 
 
 def test_a_scheduler_is_accepted_and_a_worker_refused():
