@@ -18,7 +18,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -46,7 +46,7 @@ StoreDtype = Literal[FLOAT_NAMES]
 # share of σ₁ make a float32 frame be computed in float64, and bound the clusters of the f_degenerate column
 DEGENERATE_GAP = 1e-6
 
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+_DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")  # fullmatch: a trailing newline is no device
 
 
 class StrictModel(BaseModel):
@@ -57,6 +57,9 @@ class StrictModel(BaseModel):
 
 
 DEFAULT_SFT_METHODS = ("SFT", "distillation", "distill")
+# The most bootstrap resamples, null draws or random sets any setting takes: 100 times the default 10 000, whose
+# intervals already move in the third digit. A count past it (10^12 typed for 10^4) would run for days in silence.
+MAX_DRAWS = 1_000_000
 
 
 class ClaimSettings(StrictModel):
@@ -71,7 +74,7 @@ class ClaimSettings(StrictModel):
     # a child whose method is one of these (case-insensitive) is in group SFT; any other named method in
     # group RL (DPO, PPO, GRPO, GPPO, PRIME, ... as the paper counts them); no method: group 'all' only
     sft_methods: list[str] = Field(default_factory=lambda: list(DEFAULT_SFT_METHODS))
-    resamples: int = Field(10_000, ge=100)
+    resamples: int = Field(10_000, ge=100, le=MAX_DRAWS)
     seed: int = 0
     level: float = Field(0.95, gt=0.0, lt=1.0)
 
@@ -178,7 +181,7 @@ class DecompositionSettings(StrictModel, AnalysisOptions):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        if not _DEVICE_RE.match(v):
+        if not _DEVICE_RE.fullmatch(v):
             raise ValueError("must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
         return v
 
@@ -295,14 +298,18 @@ def settings_hash(cfg: DecomposeConfig) -> str:
     return stable_hash(result_settings(cfg))
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
+def format_validation_error(err: ValidationError, source: str, origin: Optional[Callable[[tuple], str]] = None) -> str:
+    """Every problem on a line of its own: its key path, and the file that holds the value when ``origin``
+    (key path → file) names another file than ``source`` (an included config)."""
     lines = [f"invalid configuration ({source}), {err.error_count()} problem(s):"]
     for e in err.errors()[:30]:
         loc = clip(".".join(str(p) for p in e["loc"]) or "(top level)", 120)
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key (check its spelling; see docs/decomposition.md and docs/sweeps.md for the options)"
-        lines.append(f"  - {loc}: {clip(msg, 300)}")
+        held = origin(tuple(e["loc"])) if origin is not None else source
+        where = "" if held == source else f" (set in {clip(held, 300)})"
+        lines.append(f"  - {loc}{where}: {clip(msg, 300)}")
     if err.error_count() > 30:
         lines.append(f"  ... and {err.error_count() - 30} more")
     return "\n".join(lines)

@@ -23,13 +23,19 @@ import numpy as np
 
 from .errors import ConfigError, StoreError
 
-# one path component: starts with a letter or digit, no separators, no '.'/'..', bounded
-COMPONENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+# one path component: starts with a letter or digit, no separators, no '.'/'..', bounded. Always applied with
+# fullmatch (is_component): with match and a '$' anchor, a trailing newline would pass into a folder's name.
+COMPONENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+
+
+def is_component(name: object) -> bool:
+    """Whether ``name`` is safe as one folder, file or run name: the one rule for names (the whole string)."""
+    return isinstance(name, str) and COMPONENT_RE.fullmatch(name) is not None
 
 
 def check_component(name: str, what: str) -> str:
     """``name`` if it is safe as one folder or file name, else a ConfigError naming ``what``."""
-    if not isinstance(name, str) or not COMPONENT_RE.match(name):
+    if not is_component(name):
         shown = repr(name)[:80]
         raise ConfigError(
             f"{what} {shown} must start with a letter or digit and use only letters, digits, "

@@ -35,7 +35,7 @@ SINGLE_NAME = "model.safetensors"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 # Files fetched from the Hub: weights as safetensors only, plus configs and tokenizers.
 HUB_PATTERNS = ["*.safetensors", "*.json", "tokenizer*", "*.model", "*.tiktoken", "*.txt"]
-_HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+", re.ASCII)  # fullmatch: no trailing newline, ASCII only
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def resolve_source(source: str, revision: Optional[str] = None) -> Path:
             )
         return path
     looks_like_path = source.startswith(("/", ".", "~")) or source.count("/") != 1
-    if looks_like_path or not _HUB_ID_RE.match(source):
+    if looks_like_path or not _HUB_ID_RE.fullmatch(source):
         raise CheckpointNotFoundError(f"checkpoint folder {source} does not exist")
     try:
         from huggingface_hub import snapshot_download

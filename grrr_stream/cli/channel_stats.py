@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import ConfigError
+from .options import check_draws
 
 
 def channel_stats_parser(sub) -> None:
@@ -34,8 +34,7 @@ def cmd_channel_stats(args: argparse.Namespace) -> int:
     from ..channels.enrichment import load_channel_set
     from ..channels.transition_stats import STATS_FILE, transition_channel_stats
 
-    if args.draws < 100:
-        raise ConfigError("--draws must be at least 100")
+    check_draws(args.draws, "--draws")
     cset = load_channel_set(args.channels)
     res = transition_channel_stats(
         args.store,

@@ -11,8 +11,14 @@ parser and maps errors to exit statuses; the subcommands live in :mod:`grrr_stre
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import shlex
+import signal
 import sys
-from typing import Optional, Sequence
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import GrrrError
 from .channel_stats import channel_stats_parser, cmd_channel_stats
@@ -33,6 +39,7 @@ from .transition import cmd_bands, cmd_compare, cmd_decompose, cmd_evaluate, cmd
 EXIT_USAGE = 2
 EXIT_TRACKING = 3  # everything succeeded except MLflow logging (recorded for `grrr-stream track`)
 EXIT_INTERRUPTED = 130
+EXIT_STOPPED = 143  # 128 + SIGTERM, as a shell reports a process the signal ended
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,8 +78,55 @@ COMMANDS = {
 }
 
 
+class Stopped(KeyboardInterrupt):
+    """The process was asked to stop (SIGTERM: ``kill``, a batch system's time limit). Unwound as Ctrl-C is, so
+    locks are released, nothing partial is marked done, and the command says how to resume."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second SIGTERM, while this one unwinds, ends the process at once
+    raise Stopped(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """SIGTERM raises :class:`Stopped` while the command runs (default: the process dies without a word, its
+    locks and the unit it was running left for the next run to find)."""
+    if threading.current_thread() is not threading.main_thread():  # a handler can only be set there
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def resume_command(words: Sequence[str]) -> str:
+    """The command line that runs ``words`` again from this folder, quoted for a POSIX shell."""
+    prog = "grrr-stream"
+    if Path(sys.argv[0]).name != "grrr-stream":  # python -m grrr_stream.cli, or a test calling main()
+        prog = f"{shlex.quote(sys.executable)} -m grrr_stream.cli"
+    return f"cd {shlex.quote(os.getcwd())} && {prog} {shlex.join(words)}"
+
+
+def _interrupted(e: KeyboardInterrupt, words: Sequence[str]) -> int:
+    how = f"stopped by {e.args[0] if e.args else 'SIGTERM'}" if isinstance(e, Stopped) else "interrupted"
+    print(
+        f"grrr-stream: {how}; what finished is kept. Resume with: {resume_command(words)}",
+        file=sys.stderr,
+    )
+    return EXIT_STOPPED if isinstance(e, Stopped) else EXIT_INTERRUPTED
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(words)
+    with stopped_by_sigterm():
+        return _run(args, words)
+
+
+def _run(args: argparse.Namespace, words: Sequence[str]) -> int:
     from ..tracking import run_log
 
     run_log.SHOW_TRACEBACKS = bool(args.debug)
@@ -106,9 +160,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         print(f"grrr-stream: error: {describe_os_error(e)}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("grrr-stream: interrupted; rerun the same command to resume where it stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Stopped)
+        return _interrupted(e, words)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,16 @@ def positive_float(text: str) -> float:
     return v
 
 
+def check_draws(n: int, flag: str) -> int:
+    """A count of resamples or random draws given on the command line, within the bounds every setting has."""
+    from ..config import MAX_DRAWS
+    from ..errors import ConfigError
+
+    if not 100 <= n <= MAX_DRAWS:
+        raise ConfigError(f"{flag} {n}: give between 100 and {MAX_DRAWS}")
+    return n
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
 

@@ -26,20 +26,24 @@ def load_sweep(args: argparse.Namespace):
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from ..runtime.cluster import check_reachable, parse_scheduler
     from ..sweep import plan_sweep, run_sweep
     from ..sweep.dry_run import dry_run_sweep, forecast_device
     from ..tracking.mlflow_client import resolve_uri
 
     cfg = load_sweep(args)
+    scheduler = args.scheduler or cfg.scheduler
+    parse_scheduler(scheduler)  # a malformed --scheduler is refused by a dry run too
     target = forecast_device(getattr(args, "forecast_for", None))
     if args.dry_run:
         print_dry_run(dry_run_sweep(cfg, forecast_for=target))
         return 0
+    check_reachable(scheduler)
     plan = plan_sweep(cfg)
     tracking = tracking_from_args(args, cfg.tracking)
     res = run_sweep(
         plan,
-        scheduler=args.scheduler or cfg.scheduler,
+        scheduler=scheduler,
         tracking=tracking,
         progress=cfg.progress and not args.no_progress,
         device=args.device,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import ConfigError
-from .options import tracking_flags, tracking_from_args
+from .options import check_draws, tracking_flags, tracking_from_args
 from .printing import print_evaluation, print_summary
 
 if TYPE_CHECKING:
@@ -181,6 +181,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     settings = _engine_settings(args)
     if args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be at least 1")
+    check_draws(args.resamples, "--resamples")
     options = _evaluation_options(args, settings, _sampling_settings(args))
     request = EvaluationRequest(
         args.store,

@@ -14,6 +14,7 @@ Each command says which kinds it can use; :func:`parse_scheduler` is the only pa
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -58,9 +59,36 @@ def parse_scheduler(text: Optional[str]) -> Scheduler:
         if n < 1:
             raise ConfigError("scheduler local:N needs N >= 1")
         return Scheduler("local", workers=n)
-    if ":" in t and not any(c.isspace() for c in t):  # tcp://host:port, tls://..., host:port
-        return Scheduler("address", address=t)
-    raise ConfigError(f"scheduler {t!r} is not understood: {HINT}")
+    if ":" in t:  # tcp://host:port, tls://..., host:port
+        return Scheduler("address", address=check_address(t))
+    raise ConfigError(f"scheduler {t[:200]!r} is not understood: {HINT}")
+
+
+# what dask.distributed connects to (distributed.comm's backends); inproc:// is an address inside one process
+SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
+_HOST_PORT = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9_.-]*):(?P<port>[0-9]{1,5})", re.ASCII)
+
+
+def check_address(address: str) -> str:
+    """``address`` if it is a scheduler address Dask can connect to (SCHEME://HOST:PORT or HOST:PORT), else one
+    ConfigError that says what is wrong with it: checked before connecting, so a typo is not a traceback."""
+    shown = repr(address[:200])
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if scheme in ("http", "https"):
+        raise ConfigError(
+            f"scheduler {shown} is a web address (a dashboard's?), not a Dask scheduler's: give the scheduler's "
+            "tcp://HOST:PORT (default port 8786)"
+        )
+    if scheme not in SCHEMES:
+        raise ConfigError(f"scheduler {shown}: unknown scheme {scheme[:40]!r}; Dask connects over {', '.join(SCHEMES)}")
+    if scheme == "inproc":
+        return address
+    m = _HOST_PORT.fullmatch(rest)
+    if m is None or not 1 <= int(m["port"]) <= 65535:
+        raise ConfigError(f"scheduler {shown} is not {scheme}://HOST:PORT (a host name or address, a port 1-65535)")
+    return address
 
 
 def require(spec: Scheduler, allowed: tuple[str, ...], what: str) -> Scheduler:
@@ -90,10 +118,117 @@ def open_client(spec: Scheduler) -> tuple[Any, Any]:
         # one task per worker at a time: torch's thread count is per process, and each task sets it
         cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True, dashboard_address=None)
         return Client(cluster), cluster
+    seconds = connect_timeout()
+    probe(spec.address, seconds)
     try:
-        return Client(spec.address, timeout="10s"), None
+        return Client(spec.address, timeout=seconds), None
     except (OSError, TimeoutError) as e:
         raise ConfigError(f"cannot reach the Dask scheduler at {spec.address}: {e}") from None
+
+
+def check_reachable(text: Optional[str]) -> None:
+    """A --scheduler string parsed and, when it is an address, its scheduler asked to answer: before a command
+    does any work, so an unusable scheduler costs seconds, not the work done before it is first needed."""
+    spec = parse_scheduler(text)
+    if spec.kind == "address":
+        probe(spec.address, connect_timeout())
+
+
+def connect_timeout() -> float:
+    """Seconds to reach a scheduler and hear its answer: Dask's ``distributed.comm.timeouts.connect`` (30 s unless
+    set; DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=10s in the environment)."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds"))
+
+
+def probe(address: str, seconds: float) -> None:
+    """Refuse, in about ``seconds``, an address where no Dask scheduler answers: nothing listens, something
+    accepts the connection and stays silent (Dask's own handshake would wait for it forever), or another kind of
+    server (a web server, a Dask worker) answers. The exchange runs in a thread of its own, so that a peer that
+    holds it cannot hold the caller: past the deadline the thread is left behind."""
+    import queue
+    import threading
+
+    if address.startswith("inproc://"):
+        return
+    where = f"the Dask scheduler at {address}"
+    _listening(address, seconds, where)
+    answers: "queue.Queue[tuple[str, Any]]" = queue.Queue()
+
+    def ask() -> None:
+        try:
+            answers.put(("ok", asyncio_run(_identity(address, seconds), seconds)))
+        except BaseException as e:  # noqa: BLE001 - every failure is told to the caller
+            answers.put(("error", e))
+
+    threading.Thread(target=ask, name="grrr-scheduler-probe", daemon=True).start()
+    try:
+        how, what = answers.get(timeout=seconds + 5)
+    except queue.Empty:
+        how, what = "error", TimeoutError()
+    if how == "error":
+        raise ConfigError(f"cannot use {where}: {_why(what, seconds)}") from None
+    kind = what.get("type") if isinstance(what, dict) else None
+    if kind != "Scheduler":
+        raise ConfigError(
+            f"cannot use {where}: what answers there is {'a Dask ' + str(kind) if kind else 'not Dask'}, "
+            "not a scheduler (give the address the scheduler printed: tcp://HOST:8786 by default)"
+        )
+
+
+def _listening(address: str, seconds: float, where: str) -> None:
+    """Refuse an address of a TCP scheme where nothing accepts a connection within ``seconds`` (told apart from a
+    peer that accepts and stays silent, which only the exchange after it finds)."""
+    import socket
+
+    scheme, sep, rest = address.partition("://")
+    if sep and scheme not in ("tcp", "tls", "ws", "wss"):  # ucx: not a plain TCP port
+        return
+    m = _HOST_PORT.fullmatch(rest if sep else address)
+    if m is None:
+        return
+    try:
+        socket.create_connection((m["host"].strip("[]"), int(m["port"])), timeout=seconds).close()
+    except OSError as e:
+        raise ConfigError(
+            f"cannot use {where}: nothing answers there ({e.strerror or type(e).__name__}; is the scheduler running, "
+            "and the host and port right?)"
+        ) from None
+
+
+def asyncio_run(coro: Any, seconds: float) -> Any:
+    import asyncio
+
+    return asyncio.run(asyncio.wait_for(coro, seconds))
+
+
+async def _identity(address: str, seconds: float) -> Any:
+    """The peer's answer to Dask's ``identity`` request, after the connection's handshake."""
+    from distributed.comm import connect
+
+    comm = await connect(address, timeout=seconds)
+    try:
+        await comm.write({"op": "identity", "reply": True})
+        return await comm.read()
+    finally:
+        comm.abort()
+
+
+def _why(error: BaseException, seconds: float) -> str:
+    """One line for what went wrong in :func:`probe`."""
+    import asyncio
+
+    if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
+        return (
+            f"something accepted the connection but gave no Dask answer within {seconds:g} s "
+            "(not a Dask scheduler, or one too busy to answer)"
+        )
+    text = " ".join(str(error).split())[:300] or type(error).__name__
+    if isinstance(error, OSError) and "Timed out trying to connect" in text:
+        return f"nothing answers there within {seconds:g} s (is the scheduler running, and the host and port right?)"
+    return f"it did not answer as a Dask scheduler ({type(error).__name__}: {text})"
 
 
 def close(client: Any, cluster: Any) -> None:

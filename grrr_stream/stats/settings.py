@@ -7,7 +7,7 @@ from typing import TypeVar
 
 from pydantic import Field, ValidationError
 
-from ..config import StrictModel, format_validation_error
+from ..config import MAX_DRAWS, StrictModel, format_validation_error
 from ..errors import ConfigError
 
 MIN_DRAWS = 100  # fewer bootstrap resamples or null draws give intervals too coarse to read
@@ -16,14 +16,14 @@ MIN_DRAWS = 100  # fewer bootstrap resamples or null draws give intervals too co
 class BootstrapSettings(StrictModel):
     """``run_stats``: the bootstrap of the per-transition summaries."""
 
-    resamples: int = Field(10_000, ge=MIN_DRAWS)
+    resamples: int = Field(10_000, ge=MIN_DRAWS, le=MAX_DRAWS)
     seed: int = 0
 
 
 class ComparisonSettings(BootstrapSettings):
     """``run_comparisons``: the paired bootstrap, the Monte Carlo null and the verdict's level."""
 
-    null_draws: int = Field(10_000, ge=MIN_DRAWS)
+    null_draws: int = Field(10_000, ge=MIN_DRAWS, le=MAX_DRAWS)
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
 
 

@@ -83,7 +83,7 @@ class FrameCache:
             if p.is_dir()
             else []
         )
-        legacy = attrs is not None and all(_FRAME_KEY_RE.match(n) or n.startswith(".") for n in others)
+        legacy = attrs is not None and all(_FRAME_KEY_RE.fullmatch(n) or n.startswith(".") for n in others)
         if others and not legacy:
             raise StoreError(
                 f"--frame-cache {p} is not a grrr_stream frame cache (no marker in its zarr.json) and is not empty; "
@@ -161,7 +161,7 @@ class FrameCache:
                 remove_tree(tmp, within=self.path)
 
 
-_FRAME_KEY_RE = re.compile(r"^[0-9a-f]{8,}-float(32|64)-(full|t[0-9.e+-]+)(-g(none|[0-9.e+-]+))?$")
+_FRAME_KEY_RE = re.compile(r"[0-9a-f]{8,}-float(32|64)-(full|t[0-9.e+-]+)(-g(none|[0-9.e+-]+))?")
 
 
 def _read_frame(d: Path, shape: Optional[tuple[int, int]], *, load: bool = True) -> Optional[Frame]:

@@ -15,8 +15,9 @@ from typing import Any, Optional
 
 from pydantic import Field, ValidationError, create_model, field_validator
 
-from ..config import StrictModel, TrackingConfig, format_validation_error, load_yaml
+from ..config import StrictModel, TrackingConfig, format_validation_error
 from ..errors import ConfigError
+from .compose import compose
 from .kinds import KINDS
 from .kinds.channels import SweepChannels
 from .kinds.claims import SweepClaims
@@ -69,9 +70,45 @@ class ChainSpec(StrictModel):
     base: ModelSpec
     models: list[ModelSpec] = Field(default_factory=list)
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return component(v)  # it names the chain's runs and tags
+
+
+MAX_MODELS = 2_000  # models (bases included) in one sweep: planning 2 000 takes some 5 s on one core
+
 
 class SweepChecks(StrictModel):
     """The checks of the sweep config's own fields (the base of :data:`SweepConfig`)."""
+
+    @field_validator("name", check_fields=False)
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return component(v)  # it names the sweep's run and enters the plan's key
+
+    @field_validator("scheduler", check_fields=False)
+    @classmethod
+    def _scheduler(cls, v: Optional[str]) -> Optional[str]:
+        from ..runtime.cluster import parse_scheduler
+
+        parse_scheduler(v)  # a malformed address or an unknown scheme is a config error, before any connection
+        return v
+
+    @field_validator("chains", mode="before", check_fields=False)
+    @classmethod
+    def _how_many(cls, v: Any) -> Any:
+        """Counted before each model is validated: an absurd config is refused at once, not after minutes."""
+        if isinstance(v, list):
+            n = sum(
+                1 + (len(c["models"]) if isinstance(c.get("models"), list) else 0) for c in v if isinstance(c, dict)
+            )
+            if n > MAX_MODELS:
+                raise ValueError(
+                    f"{n} models; a sweep takes at most {MAX_MODELS} (its plan and report grow with them): "
+                    "split them over several sweeps, each with its own workdir"
+                )
+        return v
 
     @field_validator("chains", check_fields=False)
     @classmethod
@@ -116,74 +153,14 @@ SweepConfig = assemble()
 
 
 def load_sweep_config(path: Path, **overrides: Any) -> SweepConfig:
-    """Validate a sweep YAML, its ``include`` resolved (non-None ``overrides`` replace top-level keys)."""
-    values = _with_include(Path(path), ())
+    """Validate a sweep YAML, its ``include`` resolved (non-None ``overrides`` replace top-level keys). Each
+    problem names its key path and, where an included file holds the value, that file."""
+    values, origins = compose(Path(path))
     for key, val in overrides.items():
         if val is not None:
             values[key] = val
+            origins.set((key,), "the command line")
     try:
         return SweepConfig.model_validate(values)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, str(path))) from None
-
-
-MAX_INCLUDE_DEPTH = 8
-
-
-def _with_include(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
-    """A sweep YAML's values with its ``include: OTHER.yaml`` (relative to the including file) merged
-    under them: mappings merge key by key (the including file wins), other values are replaced, and
-    ``chains`` merge by name: an entry naming an included chain appends its ``models`` to that chain
-    (it holds ``name`` and ``models`` only), any other entry is a new chain. So a config can extend
-    another (configs/paper_extended.yaml adds models beside configs/paper.yaml's chains) without copying it."""
-    values = load_yaml(path)
-    include = values.pop("include", None)
-    if include is None:
-        return values
-    if not isinstance(include, str) or not include.strip():
-        raise ConfigError(
-            f"{path}: include must be the path of one sweep YAML (relative to {path.parent}), got {include!r}"
-        )
-    target = (path.parent / include).resolve()
-    chain = (*seen, path.resolve())
-    if target in chain:
-        raise ConfigError(
-            f"{path}: include cycle ({' → '.join(str(p) for p in (*chain, target))}); remove one of the includes"
-        )
-    if len(chain) > MAX_INCLUDE_DEPTH:
-        raise ConfigError(f"{path}: includes nest deeper than {MAX_INCLUDE_DEPTH} files; include fewer levels")
-    return _merge(_with_include(target, chain), values, path)
-
-
-def _merge(base: dict[str, Any], top: dict[str, Any], path: Path) -> dict[str, Any]:
-    out = dict(base)
-    for key, val in top.items():
-        if key == "chains" and isinstance(base.get(key), list) and isinstance(val, list):
-            out[key] = _merge_chains(base[key], val, path)
-        elif isinstance(base.get(key), dict) and isinstance(val, dict):
-            out[key] = _merge(base[key], val, path)
-        else:
-            out[key] = val
-    return out
-
-
-def _merge_chains(base: list[Any], top: list[Any], path: Path) -> list[Any]:
-    chains = [dict(c) if isinstance(c, dict) else c for c in base]
-    by_name = {c.get("name"): c for c in chains if isinstance(c, dict)}
-    for entry in top:
-        name = entry.get("name") if isinstance(entry, dict) else None
-        if name is None or name not in by_name:
-            chains.append(entry)  # a new chain (validated with the rest)
-            continue
-        extra = sorted(set(entry) - {"name", "models"})
-        if extra:
-            raise ConfigError(
-                f"{path}: chain '{name}' is in the included config; an entry that extends it holds "
-                f"name and models only (got {', '.join(map(str, extra))}): change the included "
-                "config, or give this chain another name"
-            )
-        models = entry.get("models") or []
-        if not isinstance(models, list):
-            raise ConfigError(f"{path}: chain '{name}': models must be a list of models")
-        by_name[name]["models"] = [*(by_name[name].get("models") or []), *models]
-    return chains
+        raise ConfigError(format_validation_error(e, str(path), origins.of)) from None

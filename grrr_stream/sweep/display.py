@@ -61,18 +61,22 @@ class Display:
         measured, forecast = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
         return measured / forecast if pairs and forecast > 0 else 1.0
 
-    def expected(self, unit: Unit) -> Optional[float]:
+    def expected(self, unit: Unit, ratios: Optional[dict[str, float]] = None) -> Optional[float]:
         """Seconds ``unit`` is expected to take: its forecast corrected by :meth:`ratio`, else the mean of its
-        kind's ended units, else None."""
+        kind's ended units, else None. ``ratios``: the ratios found so far, kept by a caller asking for many units
+        (each would otherwise sum every ended unit again)."""
         if unit.id in self.forecast:
-            return self.forecast[unit.id] * self.ratio(unit.kind)
+            ratios = {} if ratios is None else ratios
+            if unit.kind not in ratios:
+                ratios[unit.kind] = self.ratio(unit.kind)
+            return self.forecast[unit.id] * ratios[unit.kind]
         ts = self.by_kind.get(unit.kind)
         return sum(ts) / len(ts) if ts else None
 
     def _eta(self, pending: Iterable[Unit]) -> str:
-        rest, untimed = 0.0, 0
+        rest, untimed, ratios = 0.0, 0, {}
         for u in pending:
-            s = self.expected(u)
+            s = self.expected(u, ratios)
             if s is None:
                 untimed += 1
             else:

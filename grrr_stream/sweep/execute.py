@@ -35,7 +35,6 @@ class Frontier:
 
     def __init__(self, todo: list[Unit]):
         ids = {u.id for u in todo}
-        self._units = {u.id: u for u in todo}
         self._position = {u.id: i for i, u in enumerate(todo)}
         self._dependents: dict[str, list[str]] = {}
         for u in todo:
@@ -46,8 +45,13 @@ class Frontier:
         self._sorter.prepare()
         self._candidates: list[tuple[int, str]] = []  # a heap by plan position
         self._unended = set(ids)
-        self.waiting: list[Unit] = list(todo)  # neither started nor blocked yet, in plan order
+        self._waiting: dict[str, Unit] = {u.id: u for u in todo}  # neither started nor blocked yet, in plan order
         self._release()
+
+    @property
+    def waiting(self) -> list[Unit]:
+        """The units neither started nor blocked yet, in plan order."""
+        return list(self._waiting.values())
 
     @property
     def active(self) -> bool:
@@ -62,9 +66,8 @@ class Frontier:
         """The earliest unit in the plan that can start or is blocked; None while all wait on running ones."""
         while self._candidates:
             _, uid = heapq.heappop(self._candidates)
-            u = self._units[uid]
-            if u in self.waiting:  # else: queued twice (blocked, then released), handled already
-                self.waiting.remove(u)
+            u = self._waiting.pop(uid, None)  # by id: a list's search would make the whole run quadratic
+            if u is not None:  # else: queued twice (blocked, then released), handled already
                 return u
         return None
 

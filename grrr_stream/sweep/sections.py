@@ -9,7 +9,7 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import Field
 
-from ..files import COMPONENT_RE
+from ..files import is_component
 
 # "cumulative" | "incremental" | "steps" | "all" | "none" (or null / false) | a list of transition ids.
 # steps: every training step of the lineage, parent → child (base → child where the parent is the base):
@@ -25,7 +25,7 @@ def selector(v: Any) -> Any:
 
 def component(v: str) -> str:
     """An id, suite or benchmark name: it becomes a folder name (a field validator)."""
-    if not COMPONENT_RE.match(v):
+    if not is_component(v):
         raise ValueError(
             "must start with a letter or digit and use only letters, digits, '_', '.', '-' "
             "(at most 64 characters): it names folders and runs"

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal, Optional
 from pydantic import Field, field_validator
 
 from ...channels.analysis import CHANNELS_FILE
-from ...config import StrictModel
+from ...config import MAX_DRAWS, StrictModel
 from ...forecast import work
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
@@ -54,7 +54,7 @@ class SweepChannels(StrictModel):
     max_memory: str = "1GiB"  # resident weights; the rest offloaded layer by layer (not in keys)
     ablation: bool = False  # perplexity with the outliers zeroed against random sets
     ablation_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
-    resamples: int = Field(2000, ge=100)  # random channel sets (null) and bootstrap resamples (interval)
+    resamples: int = Field(2000, ge=100, le=MAX_DRAWS)  # random channel sets (null) and bootstrap resamples (interval)
     seed: int = 0
 
     _transitions = field_validator("transitions", mode="before")(selector)

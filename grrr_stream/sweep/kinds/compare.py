@@ -4,6 +4,7 @@ child, in the base frame) or independent (two updates from their nearest common 
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import ClassVar, Literal, Optional
 
@@ -21,6 +22,9 @@ NAME = "compare"  # the kind's name: its units' ``kind``, the registry's key; sp
 
 FOLDER = "comparisons"
 SECONDS = 8.0  # measured on the demo (2 CPU cores): not modelled by flops
+# independent comparisons one sweep plans at most (some 22 h of comparisons at SECONDS each): every pair of siblings
+# is one, so 800 siblings of a base would be 319 600 units, planned in minutes, run in a month
+MAX_COMPARISONS = 10_000
 Pair = tuple[str, str, str, Optional[str]]  # (comparison kind, transition a, transition b, ancestor transition)
 
 
@@ -65,6 +69,10 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     if not (s.enabled and dec_key):
         return [], []
     from_base = {tr.child: tid for tid, tr in ctx.transitions.items() if tr.kind == "cumulative"}
+    if s.independent:  # counted before the pairs are made: they grow with the square of a chain's models
+        too_many = _too_many_independent(ctx.models, ctx.lineage, from_base)
+        if too_many:
+            return [], [too_many]
     pairs = (_sequential_pairs(ctx.models, from_base) if s.sequential else []) + (
         _independent_pairs(ctx.models, ctx.lineage, from_base) if s.independent else []
     )
@@ -80,6 +88,25 @@ def _sequential_pairs(models: dict[str, PlannedModel], from_base: dict[str, str]
         if p is not None and p != m.base and p in from_base and mid in from_base:
             pairs.append(("sequential", from_base[p], from_base[mid], None))
     return pairs
+
+
+def _too_many_independent(
+    models: dict[str, PlannedModel], lineage: dict[str, list[str]], from_base: dict[str, str]
+) -> Optional[str]:
+    """Why the independent comparisons are too many to plan (None: they are not), counted in time linear in the
+    models and their depth: per chain, every pair of its models with a transition from the base, less the pairs
+    where one descends from the other (an upper bound of what :func:`_independent_pairs` makes)."""
+    per_chain = Counter(models[m].chain for m in from_base)
+    related = sum(1 for m in from_base for a in lineage[m] if a in from_base)
+    count = sum(k * (k - 1) // 2 for k in per_chain.values()) - related
+    if count <= MAX_COMPARISONS:
+        return None
+    largest, k = per_chain.most_common(1)[0]
+    return (
+        f"statistics.independent: {count} independent comparisons (every pair of a chain's models neither of which "
+        f"descends from the other; chain '{largest}' has {k} models) exceed the {MAX_COMPARISONS} a sweep plans: "
+        "set statistics.independent: false, or split the models over several sweeps"
+    )
 
 
 def _independent_pairs(
