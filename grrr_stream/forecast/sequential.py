@@ -2,7 +2,7 @@
 in :mod:`grrr_stream.stats.sequential`) is expected to answer, for the forecast: each variant's share of the problems
 and how often it is streamed into the engine.
 
-The shares are the simulation study's (``tools/simulate_designs.py``, 1,000 studies shaped like the paper's 28
+The shares are the simulation study's (``tools/simulate_designs.py``, studies shaped like the paper's 28
 evaluated transitions × 12 variants × 1,517 problems, coupling ρ = 0.9, a look every 64 problems, the betting
 sequence; docs/evaluation.md, "Sequential design: simulation"). They rest on a model of the accuracies (the
 paper's 12 visible rows, the rest drawn around them) and of how variants agree per problem: with weaker agreement
@@ -15,38 +15,40 @@ from __future__ import annotations
 
 from typing import Sequence
 
-# precision target (points) → variant → share of the problems answered (the simulation, ρ = 0.9, the betting
-# sequence, 1,000 studies)
+# precision target (``precision_points``) → variant → share of the problems answered, at the default precision per
+# variant (the controls and diag at ±4 whatever the target). ±2 and ±3: `tools/simulate_designs.py --studies 150
+# --precisions 2,3 --retention-studies 60` (ρ = 0.9, the betting sequence, seed 0); ±4: the 1,000-study run of the
+# uniform design (every variant at ±4), where only diag differs, taken from the ±2/±3 run (its thresholds).
 SIMULATED: dict[float, dict[str, float]] = {
     2.0: {
-        "base": 0.194,
-        "full": 0.577,
-        "proj": 0.472,
-        "diag": 0.153,
-        "off": 0.525,
-        "null": 0.527,
-        "offnull": 0.310,
-        "randrm": 0.496,
-        "off-principal-64": 0.498,
-        "no-off-principal-64": 0.497,
+        "base": 0.192,
+        "full": 0.556,
+        "proj": 0.229,
+        "diag": 0.183,
+        "off": 0.527,
+        "null": 0.529,
+        "offnull": 0.309,
+        "randrm": 0.236,
+        "off-principal-64": 0.241,
+        "no-off-principal-64": 0.240,
     },
     3.0: {
-        "base": 0.169,
-        "full": 0.381,
-        "proj": 0.305,
-        "diag": 0.139,
-        "off": 0.343,
-        "null": 0.346,
-        "offnull": 0.235,
-        "randrm": 0.318,
-        "off-principal-64": 0.323,
-        "no-off-principal-64": 0.322,
+        "base": 0.168,
+        "full": 0.367,
+        "proj": 0.229,
+        "diag": 0.183,
+        "off": 0.345,
+        "null": 0.348,
+        "offnull": 0.234,
+        "randrm": 0.236,
+        "off-principal-64": 0.241,
+        "no-off-principal-64": 0.240,
     },
     4.0: {
         "base": 0.152,
         "full": 0.278,
         "proj": 0.229,
-        "diag": 0.128,
+        "diag": 0.183,
         "off": 0.253,
         "null": 0.256,
         "offnull": 0.194,
@@ -59,7 +61,8 @@ SIMULATED: dict[float, dict[str, float]] = {
 # on the stand-in engine's test evaluation (tests/evaluation/test_sequential_design.py's setting); taken as 10 %
 AHEAD = 1.10
 SOURCE = (
-    "tools/simulate_designs.py: 1,000 paper-shaped studies, ρ = 0.9, betting sequence (ρ = 0.6 answered ~20 % more)"
+    "tools/simulate_designs.py: paper-shaped studies at the default precision per variant, ρ = 0.9, betting "
+    "sequence (ρ = 0.6 answered ~20 % more)"
 )
 
 
