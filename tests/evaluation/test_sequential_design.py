@@ -229,3 +229,30 @@ def test_answering_ahead_changes_no_decision(transition, tmp_path):
     assert len(calls["0.5"]) < len(calls["0"]) and sum(calls["0.5"]) >= sum(calls["0"])
     # and the rounds follow what the intervals expect: fewer loads of each variant into the engine
     assert len(calls["0.5"]) <= len(calls["0"]) / 2
+
+
+def test_a_sequential_evaluation_with_proj_prints_full_minus_proj(transition, tmp_path):
+    """full − proj comes with its anytime-valid interval (proj's paired difference, negated), so printing the
+    result does not end in a KeyError after the files were written."""
+    import io
+
+    from grrr_stream.cli.printing import print_evaluation
+
+    _, _, store, bench = transition
+    req = EvaluationRequest(
+        store,
+        tmp_path / "p",
+        ["full", "base", "proj"],
+        ["sums"],
+        bench,
+        EvaluationOptions(engine=SETTINGS, design="sequential", sequential=SEQ),
+    )
+    res = run_evaluation(req, engine_factory=StandInEngine, log=lambda m: None)
+    proj = next(r for r in res.differences if r["variant"] == "proj")
+    info = res.info
+    assert info["full_minus_proj"] == -proj["minus_full"]
+    assert info["full_minus_proj_ci_lo"] == -proj["minus_full_ci_hi"]
+    assert info["full_minus_proj_ci_lo"] <= info["full_minus_proj"] <= info["full_minus_proj_ci_hi"]
+    text = io.StringIO()
+    print_evaluation(res, text)
+    assert "full − proj" in text.getvalue()
