@@ -256,3 +256,42 @@ def test_a_sequential_evaluation_with_proj_prints_full_minus_proj(transition, tm
     text = io.StringIO()
     print_evaluation(res, text)
     assert "full − proj" in text.getvalue()
+
+
+def _damage(path: Path, how: str, at: int) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    if how == "flip":
+        r = json.loads(lines[at])
+        r["correct"] = not r["correct"]
+        lines[at] = json.dumps(r) + "\n"
+    elif how == "delete":
+        del lines[at]
+    else:
+        lines.insert(at, lines[at])
+    path.write_text("".join(lines))
+
+
+@pytest.mark.parametrize("how, asked", [("flip", 1), ("delete", 2), ("duplicate", 0)])
+def test_a_damaged_answers_file_is_answered_again_not_kept(transition, tmp_path, how, asked):
+    """A correctness bit flipped, a line deleted or duplicated in a finished run's answers: the rerun names the file,
+    answers again exactly the problems whose lines do not verify, and its rows equal the undamaged run's."""
+    _, _, store, bench = transition
+    first = run_evaluation(_request(store, bench, tmp_path / "e"), engine_factory=StandInEngine, log=lambda m: None)
+    path = tmp_path / "e" / "diag" / "sums.jsonl"
+    _damage(path, how, 5)
+    prompts: list[str] = []
+
+    class Counting(StandInEngine):
+        def generate(self, prompts_, sampling=None):
+            prompts.extend(prompts_)
+            return super().generate(prompts_, sampling)
+
+    said: list[str] = []
+    again = run_evaluation(_request(store, bench, tmp_path / "e"), engine_factory=Counting, log=said.append)
+    assert again.differences == first.differences
+    assert len(prompts) == asked
+    assert any(str(path) in m and "answered again" in m for m in said)
+    from grrr_stream.evaluation.answers import read_answers
+
+    key = next(iter(_records(tmp_path / "e", "diag").values()))["key"]
+    assert read_answers(path, key).clean()  # rewritten with the records that verify, re-chained
