@@ -155,6 +155,8 @@ def complete(u: Unit) -> bool:
         meta = json.loads(marker.read_text())
     except (OSError, ValueError):
         return False
+    if not isinstance(meta, dict) or not isinstance(meta.get("sampling") or {}, dict):
+        return False  # not the record an evaluation writes: redone
     o = u.params.options
     have = meta.get("sampling") or {}
     want = {"pass_k": o.sampling.pass_k, "maj_k": o.sampling.maj_k}
