@@ -4,6 +4,7 @@ refuses in one line naming the file (exit status 2, no traceback) and leaves the
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grrr_stream.fixtures.synthetic import TINY, Update, write_model
-from grrr_stream.sweep import Records, plan_sweep, run_sweep
+from grrr_stream.sweep import Records, plan_sweep, run_sweep, sweep_status
 from grrr_stream.sweep.config import SweepConfig
 
 SFT = Update(r_delta=2e-2, plant=(0.25, 0.45, 0.30))
@@ -100,3 +101,59 @@ def test_a_vanished_source_checkpoint_never_turns_a_finished_page_pending(copy):
     shutil.rmtree(root / "models" / "sft")
     _refused(_report(root / "w"), "sft")
     assert (root / "w" / "report" / "index.html").read_bytes() == page
+
+
+def _tiny_config(workdir: Path, variants: list[str]) -> SweepConfig:
+    return SweepConfig.model_validate(
+        {
+            "name": "tiny-readback",
+            "workdir": str(workdir),
+            "chains": [
+                {
+                    "name": "tiny",
+                    "base": {"id": "base", "source": "tinychain:base"},
+                    "models": [{"id": "sft", "source": "tinychain:sft", "method": "SFT"}],
+                }
+            ],
+            "decomposition": {"device": "cpu"},
+            "statistics": {"enabled": False},
+            "variants": {"names": variants, "transitions": "cumulative", "write_folders": True},
+            "evaluation": {"enabled": False},
+            "tracking": {"enabled": False},
+            "progress": False,
+        }
+    )
+
+
+def test_a_float_changed_in_the_copied_tiny_chain_is_found_and_the_chain_written_again(tmp_path):
+    """The units downstream of the tiny chain are keyed by the unit that writes it, not by its bytes: a float
+    changed in place after the sweep makes that unit damaged; the rerun writes the chain again (the bytes the
+    results rest on), and a variant added afterwards is built from those, not from the changed weights."""
+    import hashlib
+
+    from grrr_stream.fixtures.tinychain import shipped_available
+
+    if not shipped_available(0, False):
+        pytest.skip("this install ships no tiny chain (training it takes minutes)")
+    cfg = _tiny_config(tmp_path / "w", ["base", "full"])
+    assert run_sweep(plan_sweep(cfg), progress=False).ok
+    model = next((tmp_path / "w" / "tinychain").glob("*/sft/model.safetensors"))
+    original = hashlib.sha256(model.read_bytes()).hexdigest()
+    blob = bytearray(model.read_bytes())
+    blob[-64] ^= 0x40  # a bit of a float in the last tensor
+    model.write_bytes(bytes(blob))
+    states = {r["unit"]: r["state"] for r in sweep_status(plan_sweep(cfg))}
+    assert states["generate/tinychain"] == "damaged"
+    again = run_sweep(plan_sweep(_tiny_config(tmp_path / "w", ["base", "full", "diag"])), progress=False)
+    assert again.ok and "generate/tinychain" in again.ran and any(u.startswith("variant/") for u in again.ran)
+    assert hashlib.sha256(model.read_bytes()).hexdigest() == original
+    # a recorded file list the chain written again does not match: refused, naming the file
+    files = model.parents[1] / "files.json"
+    data = json.loads(files.read_text())
+    rel = model.relative_to(model.parents[1]).as_posix()
+    data["files"][rel][1] = "0" * 64
+    files.write_text(json.dumps(data))
+    failed = run_sweep(plan_sweep(cfg), progress=False)
+    assert not failed.ok
+    rec = Records(failed.plan.workdir).read(failed.plan.unit("generate/tinychain"))
+    assert rec["status"] == "failed" and rel in rec["error"] and "GrrrError" in rec["error"]
