@@ -21,7 +21,7 @@ import numpy as np
 from ..files import atomic_write_text
 from ..stats.order import Order, benchmark_mean, problem_order, round_ends
 from ..stats.sequential import Decision, batch_end, decide, retention_interval
-from .answers import AnswersFile
+from .answers import AnswersFile, summary_text
 from .benchmarks import Benchmark
 from .scoring import BenchmarkResult, answer_problems, problem_scores, summarise_records
 from .settings import EvaluationOptions
@@ -281,5 +281,6 @@ def write_record(out: Path, run: SequentialRun, outcome: SequentialOutcome, rows
         "rows": list(rows),
     }
     path = Path(out) / FILE
-    atomic_write_text(path, json.dumps(record, indent=2, default=float))
+    # with a digest over its fields: the claims over a sweep take its rows only while it verifies
+    atomic_write_text(path, summary_text(json.loads(json.dumps(record, default=float))))
     return path

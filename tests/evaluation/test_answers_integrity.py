@@ -98,3 +98,38 @@ def test_a_summary_is_taken_only_when_its_digest_matches(tmp_path):
     assert verified_summary(p) is None
     p.write_text("[1, 2]")
     assert verified_summary(p) is None
+
+
+def test_a_changed_fixed_design_summary_is_summarised_again_without_generating(tmp_path):
+    """A correctness bit flipped in a finished benchmark's summary (``<variant>/<benchmark>.json``): the rerun does
+    not take it; it summarises the benchmark again from its verified answers, generating nothing, and the tables
+    equal the first run's."""
+    pytest.importorskip("math_verify", reason="grading needs math-verify (the eval extra)")
+    from helpers.stand_in import SETTINGS, StandInEngine, sums_transition
+
+    from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
+    from grrr_stream.evaluation.settings import EvaluationOptions
+
+    _, _, store, bench = sums_transition(tmp_path / "t", n_a=4, n_b=5)
+
+    def request():
+        return EvaluationRequest(
+            store, tmp_path / "e", ["full", "diag"], ["sums"], bench, EvaluationOptions(engine=SETTINGS)
+        )
+
+    first = run_evaluation(request(), engine_factory=StandInEngine, log=lambda m: None)
+    summary = tmp_path / "e" / "diag" / "sums.json"
+    d = json.loads(summary.read_text())
+    bits = d["correct_bits"]
+    d["correct_bits"] = ("0" if bits[0] == "1" else "1") + bits[1:]
+    d["accuracy"] = 100.0 - d["accuracy"]
+    summary.write_text(json.dumps(d))
+    assert verified_summary(summary) is None
+
+    class Refusing(StandInEngine):
+        def generate(self, prompts, sampling=None):
+            raise AssertionError("nothing is generated again")
+
+    again = run_evaluation(request(), engine_factory=Refusing, log=lambda m: None)
+    assert again.accuracy_rows == first.accuracy_rows
+    assert verified_summary(summary)["correct_bits"] == bits

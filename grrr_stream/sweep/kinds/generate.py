@@ -112,8 +112,9 @@ def changed_files(u: Unit) -> Optional[list[str]]:
 
 def complete(u: Unit) -> bool:
     """Its chain record is there and every file is as the unit wrote it (size and full SHA-256): a model changed in
-    place makes the unit damaged, and the next run writes the chain again."""
-    return (Path(u.out) / MARKER).is_file() and changed_files(u) == []
+    place makes the unit damaged, and the next run writes the chain again. A chain finished by an earlier version,
+    which recorded no file list, is taken as it is."""
+    return (Path(u.out) / MARKER).is_file() and not changed_files(u)
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
