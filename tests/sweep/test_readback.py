@@ -157,3 +157,14 @@ def test_a_float_changed_in_the_copied_tiny_chain_is_found_and_the_chain_written
     assert not failed.ok
     rec = Records(failed.plan.workdir).read(failed.plan.unit("generate/tinychain"))
     assert rec["status"] == "failed" and rel in rec["error"] and "GrrrError" in rec["error"]
+
+
+def test_a_finished_units_file_of_another_shape_is_refused_naming_its_folder(copy):
+    """The report rows of a kind are read back from what its finished units wrote: a store summary that is valid
+    JSON of another shape is refused, naming the unit's folder, instead of a TypeError."""
+    root, cfg = copy
+    unit = next(u for u in plan_sweep(cfg).units if u.kind == "decompose")
+    (Path(unit.out) / "summary.json").write_text("[1]")
+    page = (root / "w" / "report" / "index.html").read_bytes()
+    _refused(_report(root / "w"), str(Path(unit.out)))
+    assert (root / "w" / "report" / "index.html").read_bytes() == page
