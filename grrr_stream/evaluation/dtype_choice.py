@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 from ..checkpoints.reader import Checkpoint
 from ..store.transition_store import StoredTransition
 from ..variants.spec import VariantSpec
-from ..variants.survival import ComponentSurvival, transition_survival
+from ..variants.survival import ComponentSurvival, DamagedSurvivalError, transition_survival
 from .settings import EngineSettings
 
 NARROW = "bfloat16"  # the dtype 'auto' takes where the update survives it
@@ -117,9 +117,13 @@ def resolve_engine_dtype(
         return EngineChoice(engine.dtype, engine.dtype, "set in the engine settings")
     began = time.monotonic()
     needed = evaluated_parts(specs, _narrow_checkpoints(transition))
-    survival, source = transition_survival(transition, NARROW, sorted(needed)) if needed else ({}, "")
+    try:
+        survival, source = transition_survival(transition, NARROW, sorted(needed)) if needed else ({}, "")
+        step, step_source = transition_survival(last_step, NARROW, sorted(needed)) if needed and last_step else ({}, "")
+    except DamagedSurvivalError as e:
+        reason = f"the stored bf16 survival data is damaged ({e}), so it cannot vouch for bf16"
+        return EngineChoice("auto", WIDE, reason, engine.auto_min_energy, {}, "stored", time.monotonic() - began)
     if needed and last_step is not None:
-        step, step_source = transition_survival(last_step, NARROW, sorted(needed))
         label = f"of the last step {_model_name(last_step, 'base_folder')} → {_model_name(last_step, 'post_folder')}"
         for c, share in step.items():
             survival[f"{c} {label}"] = replace(share, component=f"{c} {label}")

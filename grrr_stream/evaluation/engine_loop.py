@@ -211,6 +211,7 @@ def _score_benchmarks(
             template=req.options.template,
             instruction=evaluation.instruction,
             sampling=req.options.sampling,
+            log=log,
         )
         log(
             f"{name} / {b.name}: {r.accuracy:.1f} % of {r.n}"

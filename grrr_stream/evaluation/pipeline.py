@@ -293,6 +293,14 @@ def _sequential_differences(
             interval="anytime-valid",
         )
         info["informative_within_ci"] = bool(info["informative"] and info["gain_ci_lo"] < informative_points)
+    proj = next((r for r in rows if r["variant"] == "proj"), None)
+    if proj is not None:
+        # paired on the problems proj answered, as the claims over a sweep take it (full's average rests on more)
+        info.update(
+            full_minus_proj=-proj["minus_full"],
+            full_minus_proj_ci_lo=-proj["minus_full_ci_hi"],
+            full_minus_proj_ci_hi=-proj["minus_full_ci_lo"],
+        )
     info["design"] = "sequential"
     info["problems"] = {r["variant"]: r["problems"] for r in rows}
     return rows

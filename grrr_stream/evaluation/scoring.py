@@ -9,14 +9,14 @@ the generations: benchmark checksum, prompt, variant, engine settings.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
 from ..config import stable_hash
+from .answers import AnswersFile, read_answers, summary_text, verified_summary
+from .answers import answered as answered_records
 from .benchmarks import Benchmark, Problem
 from .engine import Engine, Generation
 from .grading import Grade, answers_equivalent, count_wait, grade
@@ -56,27 +56,8 @@ class BenchmarkResult:
         return self.n * self.samples
 
 
-def _append_jsonl(path: Path, records: list[dict]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _read_done(path: Path, key: str) -> dict[int, dict]:
-    done: dict[int, dict] = {}
-    if not path.is_file():
-        return done
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a torn last line from a kill: everything after it is redone
-            if r.get("key") == key:
-                done[r["idx"]] = r
-    return done
+    return read_answers(path, key).done
 
 
 def result_path(out: Path, variant: str, benchmark: str) -> Path:
@@ -93,15 +74,13 @@ def scored(
     p = result_path(out, variant, bench.name)
     if not p.is_file():
         return None
-    try:
-        d = json.loads(p.read_text())
-    except json.JSONDecodeError:
+    d = verified_summary(p)
+    if d is not None and d.get("key") != key:
         return None
-    if d.get("key") != key:
-        return None
-    res = BenchmarkResult(**{k: v for k, v in d.items() if k in BenchmarkResult.__dataclass_fields__})
-    if set(sampling.metrics()) <= set(res.metrics):
-        return res
+    if d is not None:
+        res = _result_of(d)
+        if res is not None and set(sampling.metrics()) <= set(res.metrics):
+            return res
     done = _read_done(Path(out) / variant / f"{bench.name}.jsonl", key)
     if any(pr.idx not in done for pr in bench.problems):
         return None
@@ -115,8 +94,15 @@ def scored(
         sha256=bench.sha256,
         key=key,
     )
-    atomic_write_text(p, json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2))
+    atomic_write_text(p, summary_text({k: v for k, v in res.__dict__.items() if k != "scored_now"}))
     return res
+
+
+def _result_of(d: dict) -> Optional[BenchmarkResult]:
+    try:
+        return BenchmarkResult(**{k: v for k, v in d.items() if k in BenchmarkResult.__dataclass_fields__})
+    except TypeError:  # a field missing: summarised again from the records
+        return None
 
 
 def evaluation_key(
@@ -236,6 +222,7 @@ def score_benchmark(
     instruction: str = DEFAULT_INSTRUCTION,
     sampling: Optional[SamplingSettings] = None,
     chunk: int = 256,
+    log=print,
 ) -> BenchmarkResult:
     """Generate and grade every problem not yet answered under ``key``; write the summary.
 
@@ -255,6 +242,7 @@ def score_benchmark(
         instruction=instruction,
         sampling=sampling,
         chunk=chunk,
+        log=log,
     )
     recs = [done[bench.name][p.idx] for p in bench.problems]
     res = summarise_records(
@@ -268,31 +256,15 @@ def score_benchmark(
     )
     atomic_write_text(
         result_path(out, variant, bench.name),
-        json.dumps({k: v for k, v in res.__dict__.items() if k != "scored_now"}, indent=2),
+        summary_text({k: v for k, v in res.__dict__.items() if k != "scored_now"}),
     )
     return res
 
 
-def answered(out: Path, variant: str, bench: Benchmark, key: str) -> dict[int, dict]:
-    """The records of ``variant`` on ``bench`` under ``key``: problem idx → record (a stale or torn file's valid
-    records)."""
-    return _read_done(Path(out) / variant / f"{bench.name}.jsonl", key)
-
-
-def _records_so_far(out: Path, variant: str, bench: Benchmark, key: str) -> dict[int, dict]:
-    """The valid records under ``key``; the file rewritten to hold only them when it held others (stale records of
-    other settings, or a torn line from a kill), so that appends never follow a torn line."""
-    from ..files import atomic_write_text
-
-    gens = Path(out) / variant / f"{bench.name}.jsonl"
-    gens.parent.mkdir(parents=True, exist_ok=True)
-    done = _read_done(gens, key)
-    if gens.exists():
-        with open(gens, encoding="utf-8") as f:
-            lines = sum(1 for _ in f)
-        if lines != len(done):
-            atomic_write_text(gens, "".join(json.dumps(done[i], ensure_ascii=False) + "\n" for i in sorted(done)))
-    return done
+def answered(out: Path, variant: str, bench: Benchmark, key: str, log=None) -> dict[int, dict]:
+    """The verified records of ``variant`` on ``bench`` under ``key``: problem idx → record (a stale, torn or
+    damaged file's records that verify; the damage said through ``log``)."""
+    return answered_records(Path(out) / variant / f"{bench.name}.jsonl", key, log)
 
 
 def answer_problems(
@@ -306,6 +278,7 @@ def answer_problems(
     instruction: str = DEFAULT_INSTRUCTION,
     sampling: Optional[SamplingSettings] = None,
     chunk: int = 256,
+    log=print,
 ) -> tuple[dict[str, dict[int, dict]], int]:
     """Generate and grade those of ``problems`` ((benchmark, problem) pairs, benchmarks mixed) not yet answered
     under their benchmark's key (``keys``), ``chunk`` prompts a batch, each batch appended to the variant's JSONL
@@ -315,7 +288,8 @@ def answer_problems(
 
     sampling = sampling or SamplingSettings()
     benches = {b.name: b for b, _ in problems}
-    done = {name: _records_so_far(out, variant, b, keys[name]) for name, b in benches.items()}
+    files = {name: AnswersFile(Path(out) / variant / f"{name}.jsonl", keys[name], log) for name in benches}
+    done = {name: f.done for name, f in files.items()}
     todo = [(b, p) for b, p in problems if p.idx not in done[b.name]]
     label = next(iter(benches)) if len(benches) == 1 else f"{len(benches)} benchmarks"
     bar = Progress(
@@ -336,8 +310,7 @@ def answer_problems(
                 rec["samples"] = answers
             records.setdefault(b.name, []).append(rec)
         for name, recs in records.items():
-            _append_jsonl(Path(out) / variant / f"{name}.jsonl", recs)
-            done[name].update({r["idx"]: r for r in recs})
+            files[name].append(recs)
         bar.advance_to(i + len(part), "problems")  # graded too (an engine without vLLM's bar: counted here)
     return done, len(todo)
 

@@ -21,8 +21,9 @@ import numpy as np
 from ..files import atomic_write_text
 from ..stats.order import Order, benchmark_mean, problem_order, round_ends
 from ..stats.sequential import Decision, batch_end, decide, retention_interval
+from .answers import AnswersFile, summary_text
 from .benchmarks import Benchmark
-from .scoring import BenchmarkResult, answer_problems, answered, problem_scores, summarise_records
+from .scoring import BenchmarkResult, answer_problems, problem_scores, summarise_records
 from .settings import EvaluationOptions
 
 FILE = "sequential.json"  # the design, the order's census and weights, and each variant's decision
@@ -64,7 +65,8 @@ class SequentialRun:
         self.names, self.keys_of, self.out = list(names), keys_of, Path(out)
         self.others = [n for n in self.names if n != REFERENCE]
         self._records: dict[str, dict[str, dict[int, dict]]] = {
-            n: {b: answered(self.out, n, self.benches[b], keys_of[n][b]) for b in self.benches} for n in self.names
+            n: {b: AnswersFile(self.out / n / f"{b}.jsonl", keys_of[n][b], log).done for b in self.benches}
+            for n in self.names
         }
 
     def values(self, name: str) -> np.ndarray:
@@ -109,6 +111,7 @@ class SequentialRun:
             instruction=self.instruction,
             sampling=o.sampling,
             chunk=len(todo),
+            log=lambda m: None,  # damage was said when the records were read
         )
         for b, recs in done.items():
             self._records[name][b] = recs
@@ -278,5 +281,6 @@ def write_record(out: Path, run: SequentialRun, outcome: SequentialOutcome, rows
         "rows": list(rows),
     }
     path = Path(out) / FILE
-    atomic_write_text(path, json.dumps(record, indent=2, default=float))
+    # with a digest over its fields: the claims over a sweep take its rows only while it verifies
+    atomic_write_text(path, summary_text(json.loads(json.dumps(record, default=float))))
     return path

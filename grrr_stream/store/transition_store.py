@@ -102,9 +102,10 @@ class TransitionStore:
         if not meta.is_file():
             return None
         try:
-            return json.loads(meta.read_text()).get("attributes", {}).get(MANIFEST_KEY)
-        except json.JSONDecodeError:
+            found = json.loads(meta.read_text()).get("attributes", {}).get(MANIFEST_KEY)
+        except (ValueError, AttributeError):  # not JSON, or JSON of another shape: not a store's
             return None
+        return found if isinstance(found, dict) else None
 
     @classmethod
     def check_writable(cls, path: Path) -> None:

@@ -66,7 +66,7 @@ def estimates(workdir: Path) -> dict[str, Optional[float]]:
     try:
         data = json.loads(Workdir(workdir).forecast.read_text())
         return {k: v.get("seconds") for k, v in data["units"].items()}
-    except (OSError, ValueError, KeyError, AttributeError):
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):  # none, or not the forecast's shape
         return {}
 
 

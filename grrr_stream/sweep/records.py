@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Literal, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..errors import WorkdirBusyError
 from ..locks import FileLock
@@ -19,6 +21,25 @@ from .workdir import Workdir
 
 # the states of units that others cannot use: whatever needs them is blocked
 BLOCKING = ("failed", "blocked")
+
+
+class UnitRecord(BaseModel):
+    """The fields of a unit's record that are read back (the sweep, ``status`` and the report read them); others
+    are kept as they are."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    key: str
+    status: Literal["running", "done", "failed"]
+    started: Optional[float] = None
+    seconds: Optional[float] = None
+    error: str = ""
+    result: dict = {}
+
+    @field_validator("started", "seconds", mode="before")
+    @classmethod
+    def _number(cls, v):
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
 class Records:
@@ -32,10 +53,39 @@ class Records:
         return self.dir / f"{unit.id.replace('/', '__')}@{unit.key[:12]}.json"
 
     def read(self, unit: Unit) -> Optional[dict]:
+        """The unit's record, or None when there is none or it is not a record (unreadable, not JSON, not of
+        :class:`UnitRecord`'s shape): such a unit is pending and its next run rewrites the record."""
         try:
-            return json.loads(self.path(unit).read_text())
+            rec = json.loads(self.path(unit).read_text())
         except (OSError, ValueError):
             return None
+        try:
+            UnitRecord.model_validate(rec)
+        except ValidationError:
+            return None
+        return rec
+
+    def damaged(self, unit: Unit) -> Optional[str]:
+        """Why the unit's record file, when there is one, is not a record (None: none, or a record)."""
+        path = self.path(unit)
+        if not path.is_file():
+            return None
+        try:
+            UnitRecord.model_validate(json.loads(path.read_text()))
+        except (OSError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+            first = str(e).splitlines()
+            return f"{path} is not a unit record ({' '.join(first[:3])[:300]})"
+        return None
+
+    def done_under_any_key(self, unit: Unit):
+        """The keys under which the unit's records say it is done (this key's and others')."""
+        for p in self.dir.glob(f"{unit.id.replace('/', '__')}@*.json"):
+            try:
+                rec = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(rec, dict) and rec.get("status") == "done":
+                yield rec.get("key")
 
     def write(self, unit: Unit, record: dict) -> None:
         from ..files import atomic_write_text

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Union
 
 from ..config import TrackingConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, GrrrError
 from .config import SweepConfig, load_sweep_config
 
 
@@ -38,7 +38,10 @@ def saved_sweep_config(workdir: Path) -> SweepConfig:
             "by this version; give the sweep's config YAML instead"
         )
     try:
-        return SweepConfig.model_validate({**json.loads(saved.read_text()), "workdir": str(workdir)})
+        data = json.loads(saved.read_text())
+        if not isinstance(data, dict):
+            raise ValueError(f"holds a JSON {type(data).__name__}, not the sweep's config (an object)")
+        return SweepConfig.model_validate({**data, "workdir": str(workdir)})
     except (ValueError, ValidationError) as e:
         msg = format_validation_error(e, str(saved)) if isinstance(e, ValidationError) else str(e)
         raise ConfigError(f"{saved}: {msg}") from None
@@ -62,7 +65,15 @@ def rewrite_report(
     if not isinstance(tracking, TrackingConfig):
         tracking = config.tracking.model_copy(update=tracking or {})
     plan = plan_sweep(config)
+    damaged = [why for u in plan.units if (why := Records(plan.workdir).damaged(u))]
+    if damaged:
+        raise GrrrError(
+            f"the report is left as it is: {damaged[0]}"
+            + (f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else "")
+            + "; rerun the sweep to redo that unit, which rewrites its record"
+        )
     states = {r["unit"]: r["state"] for r in sweep_status(plan)}
+    _refuse_vanished_sources(plan, states)
     records = {u.id: Records(plan.workdir).read(u) for u in plan.units}
     known = bool(tracking.uri or os.environ.get("MLFLOW_TRACKING_URI"))
     tracking = tracking.model_copy(
@@ -70,3 +81,23 @@ def rewrite_report(
     )
     res = SweepResult(plan, states, records, [], write_report(plan, states, records))
     return RewrittenReport(config, states, write_pages(res, tracking))
+
+
+def _refuse_vanished_sources(plan, states: dict[str, str]) -> None:
+    """A unit done under its recorded key reads as pending once a checkpoint its key rests on cannot be read (the key
+    holds the checkpoint's fingerprint): the page would call finished work pending. Refused, naming the checkpoints,
+    and the report left as it is."""
+    from .records import Records
+
+    if not plan.source_problems:
+        return
+    records = Records(plan.workdir)
+    hidden = [
+        uid for uid, state in states.items() if state == "pending" and any(records.done_under_any_key(plan.unit(uid)))
+    ]
+    if hidden:
+        said = "; ".join(f"{m}: {p}" for m, p in sorted(plan.source_problems.items()))[:1500]
+        raise GrrrError(
+            f"the report is left as it is: {len(hidden)} unit(s) done before (e.g. {hidden[0]}) rest on checkpoints "
+            f"that cannot be read now ({said}); restore them, then rerun `grrr-stream report`"
+        )

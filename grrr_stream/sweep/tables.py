@@ -13,8 +13,10 @@ across units (the claims over each suite's evaluated transitions, the SFT vs RL 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
+from ..errors import GrrrError
 from .kinds import KINDS
 from .plan import Plan
 from .rows import UNITS_TABLE, Report, Row
@@ -37,7 +39,18 @@ def read_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[
     for name, kind in KINDS.items():
         if kind.report is None:
             continue
-        for table in kind.report(plan, [u for u in done if u.kind == name], report):
+        mine = [u for u in done if u.kind == name]
+        try:
+            tables = kind.report(plan, mine, report)
+        except (TypeError, AttributeError, KeyError, IndexError) as e:
+            # a file its finished units wrote and the report reads back is valid JSON of another shape
+            folders = ", ".join(sorted({str(Path(u.out)) for u in mine})[:3])
+            raise GrrrError(
+                f"the report cannot read back what the finished {name} units wrote (under {folders}): "
+                f"{type(e).__name__}: {e}"[:600]
+                + "; rerun those units (delete their folders, then the sweep)"
+            ) from None
+        for table in tables:
             if table.name not in kind.tables:
                 raise ValueError(
                     f"kind {name} gave the report table {table.name}, not among its tables "

@@ -42,7 +42,7 @@ import torch
 from ..checkpoints.reader import Checkpoint
 from ..checkpoints.writer import TensorSpec, companion_files, write_checkpoint
 from ..dtypes import BY_CODE, FLOAT_NAMES, name_of, torch_dtype
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, StoreMismatchError
 from ..files import atomic_write_text
 from ..runtime.device import bound_heap_growth, resolve_device
 from ..runtime.phases import PhaseTimer
@@ -88,6 +88,7 @@ class VariantBuilder:
         m = self.transition.manifest
         self.base = Checkpoint.open(Path(m["base_folder"]))
         self.post = Checkpoint.open(Path(m["post_folder"]))
+        _check_fingerprints(self.transition, self.base, self.post)
         self.compute_dtype = torch_dtype(m["settings"]["compute_dtype"])
         self.report = FidelityReport(
             spec.name,
@@ -220,6 +221,20 @@ class VariantBuilder:
                 yield spec.name, t
             else:
                 yield spec.name, self._composer.matrix(spec.name, attrs, spec.dtype)
+
+
+def _check_fingerprints(transition: StoredTransition, base: Checkpoint, post: Checkpoint) -> None:
+    """Each checkpoint's sampled fingerprint (every shard's name, size and header, and blocks of its data) is the one
+    the store recorded when it was decomposed, as ``decompose`` checks it: a variant copies the tensors that were not
+    decomposed from these folders unread by any digest, so a checkpoint changed since is refused, not built from."""
+    identity = transition.manifest.get("identity") or {}
+    for side, ckpt in (("base", base), ("post", post)):
+        want = identity.get(f"{side}_fingerprint")
+        if want is not None and ckpt.fingerprint() != want:
+            raise StoreMismatchError(
+                f"the {side} checkpoint {ckpt.folder} differs from the one decomposed into {transition.path} "
+                "(its fingerprint); decompose again before building variants"
+            )
 
 
 def _refuse_uncopyable(ckpt: Checkpoint) -> None:

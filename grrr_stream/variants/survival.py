@@ -20,6 +20,7 @@ import torch
 
 from ..checkpoints.reader import Checkpoint
 from ..dtypes import torch_dtype
+from ..errors import GrrrError
 from ..geometry.analyses.survival import component_samples, round_trip_survival, survival_sample
 from ..geometry.frame import Frame, Projection, project
 from ..store.transition_store import StoredTransition
@@ -28,10 +29,27 @@ from .compose import stored_frame
 COMPONENTS = ("diag", "off", "null")
 
 
+class DamagedSurvivalError(GrrrError, ValueError):
+    """The store's survival shares or energies are not what a decomposition writes (a share outside [0, 1], an
+    energy below 0, a string, a missing field): an engine dtype must not rest on them."""
+
+
+def _number(row: dict, field: str, high: float) -> float:
+    """``row[field]`` as a float when it is a finite real in [0, ``high``], else :class:`DamagedSurvivalError`
+    naming the matrix and the field."""
+    v = row.get(field)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= high:  # NaN fails the range too
+        raise DamagedSurvivalError(
+            f"matrix {row.get('name')!s}: {field} = {v!r} is not a number in [0, {high:g}]"[:300]
+        )
+    return float(v)
+
+
 def stored_columns(transition: StoredTransition, dtype: str) -> Optional[list[dict]]:
     """Per matrix {name, e_diag, e_off, e_null, kept_diag, kept_off, kept_null} from the store's metrics, or None
     when the store was decomposed without the survival analysis in ``dtype`` (profile 'paper', another or no
-    ``survival_dtype``)."""
+    ``survival_dtype``). A share outside [0, 1] or an energy that is not a finite number ≥ 0 is
+    :class:`DamagedSurvivalError`: read back, not trusted."""
     keys = [f"{dtype}_kept_{c}" for c in COMPONENTS]
     out = []
     for row in transition.rows():
@@ -40,8 +58,8 @@ def stored_columns(transition: StoredTransition, dtype: str) -> Optional[list[di
         out.append(
             {
                 "name": row["name"],
-                **{f"e_{c}": float(row[f"e_{c}"]) for c in COMPONENTS},
-                **{f"kept_{c}": float(row[k]) for c, k in zip(COMPONENTS, keys)},
+                **{f"e_{c}": _number(row, f"e_{c}", math.inf) for c in COMPONENTS},
+                **{f"kept_{c}": _number(row, k, 1.0) for c, k in zip(COMPONENTS, keys)},
             }
         )
     return out
@@ -72,7 +90,7 @@ def measured_columns(transition: StoredTransition, dtype: str) -> list[dict]:
         out.append(
             {
                 "name": name,
-                **{f"e_{c}": float(metrics[f"e_{c}"]) for c in COMPONENTS},
+                **{f"e_{c}": _number({"name": name, **metrics}, f"e_{c}", math.inf) for c in COMPONENTS},
                 **{f"kept_{c}": kept[c] for c in COMPONENTS},
             }
         )

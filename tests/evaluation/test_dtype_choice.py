@@ -257,3 +257,26 @@ def test_mlflow_holds_the_dtype_chosen_and_why(cumulative, tmp_path):
         assert run.data.params["engine.dtype"] == "bfloat16"
         assert run.data.tags["grrr.engine_dtype"] == "bfloat16"
         assert run.data.tags["grrr.engine_dtype_reason"] == res.info["engine_dtype_reason"]
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("bfloat16_kept_diag", 5.0), ("bfloat16_kept_off", -0.5), ("bfloat16_kept_null", "0.99"), ("e_diag", "x")],
+)
+def test_damaged_survival_data_means_float32_with_its_reason(cumulative, tmp_path, field, value):
+    """A stored share outside [0, 1], an energy that is a string: the data cannot vouch for bf16 (it would have
+    passed the floor, or ended in ValueError): float32, the reason naming the matrix and the field."""
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(cumulative[2], store)
+    meta = sorted(store.glob("matrices/*/zarr.json"))
+    meta = next(p for p in meta if "metrics" in json.loads(p.read_text()).get("attributes", {}))
+    d = json.loads(meta.read_text())
+    d["attributes"]["metrics"][field] = value
+    meta.write_text(json.dumps(d))
+    specs = parse_variants(VARIANTS)
+    assert resolve_engine_dtype(StoredTransition(cumulative[2]), specs, AUTO).dtype == "bfloat16"  # undamaged
+    choice = resolve_engine_dtype(StoredTransition(store), specs, AUTO)
+    assert choice.dtype == "float32" and "damaged" in choice.reason and field in choice.reason
+    assert "matrix " in choice.reason and "bfloat16" != choice.dtype

@@ -231,3 +231,69 @@ def test_answering_ahead_changes_no_decision(transition, tmp_path):
     assert len(calls["0.5"]) < len(calls["0"]) and sum(calls["0.5"]) >= sum(calls["0"])
     # and the rounds follow what the intervals expect: fewer loads of each variant into the engine
     assert len(calls["0.5"]) <= len(calls["0"]) / 2
+
+
+def test_a_sequential_evaluation_with_proj_prints_full_minus_proj(transition, tmp_path):
+    """full − proj comes with its anytime-valid interval (proj's paired difference, negated), so printing the
+    result does not end in a KeyError after the files were written."""
+    import io
+
+    from grrr_stream.cli.printing import print_evaluation
+
+    _, _, store, bench = transition
+    req = EvaluationRequest(
+        store,
+        tmp_path / "p",
+        ["full", "base", "proj"],
+        ["sums"],
+        bench,
+        EvaluationOptions(engine=SETTINGS, design="sequential", sequential=SEQ),
+    )
+    res = run_evaluation(req, engine_factory=StandInEngine, log=lambda m: None)
+    proj = next(r for r in res.differences if r["variant"] == "proj")
+    info = res.info
+    assert info["full_minus_proj"] == -proj["minus_full"]
+    assert info["full_minus_proj_ci_lo"] == -proj["minus_full_ci_hi"]
+    assert info["full_minus_proj_ci_lo"] <= info["full_minus_proj"] <= info["full_minus_proj_ci_hi"]
+    text = io.StringIO()
+    print_evaluation(res, text)
+    assert "full − proj" in text.getvalue()
+
+
+def _damage(path: Path, how: str, at: int) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    if how == "flip":
+        r = json.loads(lines[at])
+        r["correct"] = not r["correct"]
+        lines[at] = json.dumps(r) + "\n"
+    elif how == "delete":
+        del lines[at]
+    else:
+        lines.insert(at, lines[at])
+    path.write_text("".join(lines))
+
+
+@pytest.mark.parametrize("how, asked", [("flip", 1), ("delete", 2), ("duplicate", 0)])
+def test_a_damaged_answers_file_is_answered_again_not_kept(transition, tmp_path, how, asked):
+    """A correctness bit flipped, a line deleted or duplicated in a finished run's answers: the rerun names the file,
+    answers again exactly the problems whose lines do not verify, and its rows equal the undamaged run's."""
+    _, _, store, bench = transition
+    first = run_evaluation(_request(store, bench, tmp_path / "e"), engine_factory=StandInEngine, log=lambda m: None)
+    path = tmp_path / "e" / "diag" / "sums.jsonl"
+    _damage(path, how, 5)
+    prompts: list[str] = []
+
+    class Counting(StandInEngine):
+        def generate(self, prompts_, sampling=None):
+            prompts.extend(prompts_)
+            return super().generate(prompts_, sampling)
+
+    said: list[str] = []
+    again = run_evaluation(_request(store, bench, tmp_path / "e"), engine_factory=Counting, log=said.append)
+    assert again.differences == first.differences
+    assert len(prompts) == asked
+    assert any(str(path) in m and "answered again" in m for m in said)
+    from grrr_stream.evaluation.answers import read_answers
+
+    key = next(iter(_records(tmp_path / "e", "diag").values()))["key"]
+    assert read_answers(path, key).clean()  # rewritten with the records that verify, re-chained

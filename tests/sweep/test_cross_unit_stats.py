@@ -21,6 +21,7 @@ import pytest
 
 from grrr_stream.channels.groups import Member
 from grrr_stream.config import TrackingConfig
+from grrr_stream.evaluation.answers import summary_text
 from grrr_stream.files import to_csv
 from grrr_stream.sweep import plan_sweep
 from grrr_stream.sweep.config import SweepClaims, load_sweep_config
@@ -79,7 +80,7 @@ def _finish_old_units(plan, rng) -> dict:
                     planted["bits"][(p.transition, name, b)] = bits
                     (out / name).mkdir(exist_ok=True)
                     (out / name / f"{b}.json").write_text(
-                        json.dumps({"scores": {p.options.metric: bits.astype(float).tolist()}})
+                        summary_text({"scores": {p.options.metric: bits.astype(float).tolist()}})
                     )
         elif u.kind == "channels":
             (out / "channels.json").write_text(

@@ -349,3 +349,26 @@ def test_variant_names_that_would_be_paths_or_collide_are_refused(text, match):
 
     with pytest.raises(ConfigError, match=match):
         parse_variant(text)
+
+
+def test_a_checkpoint_changed_after_its_decomposition_is_refused_by_the_variant_builder(bf16_pair, tmp_path):
+    """A float changed in place in a tensor that was not decomposed (a norm: no matrix digest covers it): the
+    checkpoint's fingerprint no longer is the one the store recorded, so building a variant is refused naming the
+    folder, as decompose refuses a finished store with another input, instead of copying the changed tensor."""
+    import shutil
+
+    from grrr_stream.errors import StoreMismatchError
+
+    base, post = (shutil.copytree(p, tmp_path / p.name) for p in bf16_pair)
+    store = tmp_path / "s"
+    run_transition(no_track_config(base=str(base), post=str(post), store=store))
+    build(store, "full")  # as decomposed: built
+    decomposed = {a.get("tensor") or n for n, a in StoredTransition(store).matrices.items()}
+    info = next(i for n, i in Checkpoint.open(post).tensors.items() if n not in decomposed and i.end > i.start)
+    with open(info.shard, "r+b") as f:
+        f.seek(info.start)
+        byte = f.read(1)
+        f.seek(info.start)
+        f.write(bytes([byte[0] ^ 0x01]))
+    with pytest.raises(StoreMismatchError, match=f"post checkpoint {post}.*decompose again"):
+        build(store, "full")

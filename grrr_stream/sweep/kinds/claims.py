@@ -173,14 +173,33 @@ def _sequential(e: Evaluated):
     from ...evaluation.sequential import FILE
     from ...stats.claims_sequential import SequentialEvaluation
 
+    record = _verified(Path(e.evaluation_out) / FILE)
     try:
-        record = json.loads((Path(e.evaluation_out) / FILE).read_text())
         info = json.loads((Path(e.evaluation_out) / RECORD_FILE).read_text()).get("info", {})
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
+        return None
+    if record is None:
         return None
     if info.get("design") != "sequential":
         return None
     return SequentialEvaluation(e.transition, e.kind, e.method, e.step, {r["variant"]: r for r in record["rows"]}, info)
+
+
+def _verified(path: Path):
+    """A summary the claims rest on: None when there is none; refused, naming it, when it does not match its digest
+    (the evaluation unit that wrote it reads as stale then, and the next run summarises it again)."""
+    from ...errors import GrrrError
+    from ...evaluation.answers import verified_summary
+
+    if not path.is_file():
+        return None
+    found = verified_summary(path)
+    if found is None:
+        raise GrrrError(
+            f"{path} does not match its digest (changed, or written before summaries carried one); "
+            "rerun the sweep: its evaluation summarises it again from the answers"
+        )
+    return found
 
 
 def _scores(e: Evaluated, c: ClaimSettings):
@@ -192,9 +211,8 @@ def _scores(e: Evaluated, c: ClaimSettings):
     correct: dict[str, dict[str, object]] = {}
     for name in e.variants:
         for b in e.benchmarks:
-            try:
-                summary = json.loads(result_path(Path(e.evaluation_out), name, b).read_text())
-            except (OSError, ValueError):
+            summary = _verified(result_path(Path(e.evaluation_out), name, b))
+            if summary is None:
                 return None
             values = (summary.get("scores") or {}).get(e.metric) or (
                 summary.get("correct_bits") if e.metric == "avg" else None

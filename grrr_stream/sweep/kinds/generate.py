@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from ...config import StrictModel
+from ...errors import GrrrError
 from ...fixtures.tinychain_shipped import MARKER  # the chain's record, written last
 from ...forecast import work
 from ..context import PlanContext, Problems, RunContext
@@ -22,6 +23,7 @@ NAME = "generate"  # the kind's name: its units' ``kind``, the registry's key; s
 
 FOLDER = "tinychain"
 UNIT_ID = "generate/tinychain"
+FILES = "files.json"  # every file of the chain with its size and SHA-256, written when the unit finishes
 # measured on the demo (2 CPU cores): not modelled by flops
 SECONDS, QUICK_SECONDS, SHIPPED_SECONDS = 200.0, 90.0, 1.0
 
@@ -78,11 +80,63 @@ def planned(units: list[Unit]) -> Optional[Unit]:
     return next((u for u in units if u.kind == NAME), None)
 
 
+def _digests(folder: Path) -> dict[str, list]:
+    """Every file of the chain (relative path → [size, SHA-256]); the chain is a few MB, so a full hash is cheap."""
+    import hashlib
+
+    return {
+        p.relative_to(folder).as_posix(): [p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest()]
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != FILES
+    }
+
+
+def _recorded(u: Unit) -> Optional[dict]:
+    """The file list the unit recorded when it finished under its key (None: none, another key's, or unreadable)."""
+    try:
+        d = json.loads((Path(u.out) / FILES).read_text())
+    except (OSError, ValueError):
+        return None
+    return d["files"] if isinstance(d, dict) and d.get("key") == u.key and isinstance(d.get("files"), dict) else None
+
+
+def changed_files(u: Unit) -> Optional[list[str]]:
+    """The chain's files that differ from what the unit recorded (changed, missing or added; None: no record). The
+    units downstream are keyed by this unit's key, not by these bytes: they rest on the files staying as written."""
+    recorded = _recorded(u)
+    if recorded is None:
+        return None
+    now = _digests(Path(u.out))
+    return sorted(rel for rel in set(recorded) | set(now) if recorded.get(rel) != now.get(rel))
+
+
+def complete(u: Unit) -> bool:
+    """Its chain record is there and every file is as the unit wrote it (size and full SHA-256): a model changed in
+    place makes the unit damaged, and the next run writes the chain again. A chain finished by an earlier version,
+    which recorded no file list, is taken as it is."""
+    return (Path(u.out) / MARKER).is_file() and not changed_files(u)
+
+
 def run(u: Unit, ctx: RunContext) -> dict:
     from ...fixtures.tinychain import build_chain
 
     p: GenerateParams = u.params
+    before = _recorded(u)
+    if changed_files(u):
+        (Path(u.out) / MARKER).unlink(missing_ok=True)  # the chain is written again, not reused
     build_chain(Path(u.out), seed=p.seed, quick=p.quick, progress=ctx.progress, retrain=p.retrain)
+    files = _digests(Path(u.out))
+    differ = sorted(
+        rel for rel in set(before or {}) | set(files) if before is not None and before.get(rel) != files.get(rel)
+    )
+    if differ:  # results downstream were computed from the chain as it was recorded
+        raise GrrrError(
+            f"the tiny chain written again in {u.out} differs from the one this sweep's results rest on "
+            f"({', '.join(differ[:3])}); delete {u.out} and the workdir's results to start over"
+        )
+    from ...files import atomic_write_text
+
+    atomic_write_text(Path(u.out) / FILES, json.dumps({"key": u.key, "files": files}, indent=1))
     meta = json.loads((Path(u.out) / MARKER).read_text())
     return {
         "accuracy": meta.get("accuracy"),
@@ -110,4 +164,5 @@ KIND = Kind(
     config=(Section("tinychain", TinyChainSpec, optional=True),),
     on_worker=True,
     estimate=estimate,
+    complete=complete,
 )

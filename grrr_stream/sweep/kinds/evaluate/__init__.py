@@ -155,12 +155,32 @@ def complete(u: Unit) -> bool:
         meta = json.loads(marker.read_text())
     except (OSError, ValueError):
         return False
+    if not isinstance(meta, dict) or not isinstance(meta.get("sampling") or {}, dict):
+        return False  # not the record an evaluation writes: redone
     o = u.params.options
     have = meta.get("sampling") or {}
     want = {"pass_k": o.sampling.pass_k, "maj_k": o.sampling.maj_k}
-    return meta.get("metric", "avg") == o.metric and all(
-        list(have.get(k) or ()) == list(want[k] or ()) for k in ("pass_k", "maj_k")
+    return (
+        meta.get("metric", "avg") == o.metric
+        and all(list(have.get(k) or ()) == list(want[k] or ()) for k in ("pass_k", "maj_k"))
+        and _summaries_verify(u)
     )
+
+
+def _summaries_verify(u: Unit) -> bool:
+    """Every summary there that the claims read back (a benchmark's per variant, or the sequential design's record)
+    matches its digest; one that does not (changed, or written before summaries carried one) makes the unit stale:
+    summarised again from its verified answers, no generation."""
+    from ....evaluation.answers import verified_summary
+    from ....evaluation.scoring import result_path
+    from ....evaluation.sequential import FILE
+
+    p: EvaluateParams = u.params
+    if p.options.design == "sequential":
+        paths = [Path(u.out) / FILE]
+    else:
+        paths = [result_path(Path(u.out), v.partition("=")[0].strip(), b) for v in p.variants for b in p.benchmarks]
+    return all(verified_summary(path) is not None for path in paths if path.exists())
 
 
 def stale(u: Unit) -> bool:
