@@ -27,8 +27,10 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
+    from transformers.utils import logging as hf_logging
 
     torch.set_num_threads(1)
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per model evaluated would bury the table
     labels = args.label + [c.name for c in args.chains[len(args.label) :]]
     results, tables, notes = {}, [], []
     for chain, label in zip(args.chains, labels):
