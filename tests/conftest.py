@@ -55,7 +55,7 @@ def bf16_pair(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_chain(tmp_path_factory):
-    """The quick tiny trained chain (base, sft, rl, sibling + its benchmark), built once (~85 s)."""
+    """The quick tiny trained chain (base, sft, rl, sibling + its benchmark), built once (485 s at load 10)."""
     import time
 
     import torch

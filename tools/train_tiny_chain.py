@@ -3,8 +3,8 @@
 
 Examples:
     python tools/train_tiny_chain.py --out /tmp/tinychain                    # the shipped chain, ~1 s
-    python tools/train_tiny_chain.py --out /tmp/tinychain --retrain          # train it: ~3 min on 2 quiet cores
-    python tools/train_tiny_chain.py --out /tmp/tinychain-q --quick          # smaller settings (trained): ~80 s
+    python tools/train_tiny_chain.py --out /tmp/tinychain --retrain          # train it: minutes (15 at load 10)
+    python tools/train_tiny_chain.py --out /tmp/tinychain-q --quick          # shorter RL (trained): minutes
     python tools/train_tiny_chain.py --retrain --out grrr_stream/fixtures/tinychain_seed0   # re-make the shipped one
 
 Writes OUT/{base,sft,rl,sibling}/ (Hugging Face folders, float32 safetensors, same
