@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Retake the README's and docs' pictures from the demo itself: the report's first screen (docs/report.png), MLflow's
+runs table (docs/mlflow_runs.png) and MLflow's Compare page of two transitions (docs/mlflow_compare.png).
+
+    python tools/retake_pictures.py                    # runs the demo in a scratch folder first (minutes)
+    python tools/retake_pictures.py --demo-dir DIR     # a folder where `grrr-stream sweep configs/demo.yaml
+                                                       #   --tracking-uri sqlite:///DIR/mlflow.db` ran (CI leaves one)
+
+Needs Debian's chromium (.ci/run installs it) and the test extra (the headless browser and the MLflow server
+helpers are the tests' own, tests/helpers/mlflow_ui.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from helpers.mlflow_ui import DEMO_EXPERIMENT, Chromium, Rest, find_chromium, serve  # noqa: E402
+
+from grrr_stream.tracking.mlflow_view import compare_page, runs_page  # noqa: E402
+
+CLOSE_ASSISTANT = """(() => {
+    const b = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
+    if (b) b.click();
+    return !!b; })()"""
+
+
+def run_demo(folder: Path) -> None:
+    exe = Path(sys.executable).with_name("grrr-stream")
+    cmd = [str(exe), "sweep", str(ROOT / "configs" / "demo.yaml"), "--tracking-uri", f"sqlite:///{folder}/mlflow.db"]
+    subprocess.run(cmd, cwd=folder, check=True)
+
+
+def report_shot(browser: Chromium, demo: Path, out: Path) -> None:
+    page = demo / "grrr_demo" / "report" / "index.html"
+    if not page.is_file():
+        raise SystemExit(f"no report page at {page}: run the demo there first")
+    browser.navigate(page.as_uri())
+    browser.wait_for("document.readyState === 'complete' && document.images.length > 0", timeout=60)
+    browser.screenshot(out)
+
+
+def _settle(browser: Chromium, url: str, ready: str) -> None:
+    """Open ``url`` until ``ready``; the Assistant panel that opens on a first visit is closed and the page reloaded."""
+    for _ in range(2):
+        browser.navigate("about:blank")
+        browser.navigate(url)
+        browser.wait_for(ready, timeout=90)
+        if not browser.evaluate(CLOSE_ASSISTANT):
+            return
+
+
+def mlflow_shots(demo: Path, runs_out: Path, compare_out: Path, scratch: Path, chromium: str) -> None:
+    with serve(demo) as server:
+        rest = Rest(server.uri)
+        exp_id = rest.experiment(DEMO_EXPERIMENT)["experiment_id"]
+        runs = rest.runs([exp_id])
+        top = [r for r in runs if "mlflow.parentRunId" not in r.tags]
+        transitions = sorted((r for r in runs if r.tags.get("grrr.kind") == "transition"), key=lambda r: r.name)
+        with Chromium(chromium, scratch / "runs", width=1600, height=1000) as browser:
+            _settle(
+                browser, runs_page(server.uri, exp_id), f"document.querySelectorAll('.ag-row').length >= {len(top)}"
+            )
+            browser.screenshot(runs_out)
+        names = [r.name for r in transitions[:2]]
+        with Chromium(chromium, scratch / "compare", width=1400, height=1100) as browser:
+            body = "document.body ? document.body.innerText : ''"
+            shown = f"(() => {{ const t = {body}; return {json.dumps(names)}.every((n) => t.includes(n)); }})()"
+            _settle(browser, compare_page(server.uri, exp_id, [r.id for r in transitions[:2]]), shown)
+            browser.screenshot(compare_out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--demo-dir", type=Path, help="a folder where the demo ran (default: run it in a scratch folder)")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs", help="where the pictures go (default docs/)")
+    args = ap.parse_args()
+    chromium = find_chromium()
+    if chromium is None:
+        raise SystemExit("Debian chromium not found: apt-get install chromium")
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack():
+        scratch = Path(tmp)
+        demo = args.demo_dir.resolve() if args.demo_dir else scratch / "demo"
+        if not args.demo_dir:
+            demo.mkdir()
+            run_demo(demo)
+        with Chromium(chromium, scratch / "report", width=1400, height=900) as browser:
+            report_shot(browser, demo, args.out / "report.png")
+        mlflow_shots(demo, args.out / "mlflow_runs.png", args.out / "mlflow_compare.png", scratch, chromium)
+    for name in ("report.png", "mlflow_runs.png", "mlflow_compare.png"):
+        print(f"wrote {args.out / name}")
+
+
+if __name__ == "__main__":
+    main()
