@@ -184,7 +184,9 @@ def test_runs_are_served_over_rest_with_params_metrics_artifacts(server, populat
         parent = run.tags["mlflow.parentRunId"]
         assert _same_path(p["store"], next(t.params["store"] for t in transitions.values() if t.id == parent))
         assert math.isfinite(m["fidelity"]) and m["fidelity"] >= 0 and "fidelity_max" in m
-        assert run.name == name and run.tags["mlflow.note.content"].startswith(f"The variant {name} of base → rl ")
+        assert run.name == f"{name} · base → rl" and run.tags["mlflow.note.content"].startswith(
+            f"The variant {name} of base → rl "
+        )
         fidelity_csv = Path(p["folder"]).name + ".fidelity.csv"  # the sweep names folders <variant>-<key>
         assert fidelity_csv.startswith(name) and fidelity_csv in rest.artifacts(run.id)
         assert rest.artifact(run.id, fidelity_csv) == (Path(p["folder"]).parent / fidelity_csv).read_bytes()
