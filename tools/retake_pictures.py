@@ -22,7 +22,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from helpers.mlflow_ui import DEMO_EXPERIMENT, Chromium, Rest, find_chromium, serve  # noqa: E402
+from helpers.mlflow_ui import (  # noqa: E402
+    DEMO_EXPERIMENT,
+    Chromium,
+    Rest,
+    find_chromium,
+    runs_table,
+    serve,
+    show_metric_rows,
+)
 
 from grrr_stream.tracking.mlflow_view import compare_page, runs_page  # noqa: E402
 
@@ -68,12 +76,14 @@ def mlflow_shots(demo: Path, runs_out: Path, compare_out: Path, scratch: Path, c
             _settle(
                 browser, runs_page(server.uri, exp_id), f"document.querySelectorAll('.ag-row').length >= {len(top)}"
             )
+            runs_table(browser)  # every nested run shown: the transitions' rows carry the headline columns
             browser.screenshot(runs_out)
         names = [r.name for r in transitions[:2]]
         with Chromium(chromium, scratch / "compare", width=1400, height=1100) as browser:
             body = "document.body ? document.body.innerText : ''"
             shown = f"(() => {{ const t = {body}; return {json.dumps(names)}.every((n) => t.includes(n)); }})()"
             _settle(browser, compare_page(server.uri, exp_id, [r.id for r in transitions[:2]]), shown)
+            show_metric_rows(browser, "f_diag")  # the Metrics table from f_diag on, names beside their values
             browser.screenshot(compare_out)
 
 
