@@ -30,16 +30,17 @@ class PlanContext:
     models: dict[str, PlannedModel]  # model id → where it is read from, its chain and lineage
     lineage: dict[str, list[str]]  # model id → its ancestors, nearest first
     transitions: dict[str, Transition]
-    generated: dict[str, str]  # model id → the tiny chain's model name, for tinychain: sources
+    generated: dict[str, str]  # model id → what follows `tinychain:` in its source (NAME or seedN/NAME)
     specs: dict[str, Any]  # variant name → VariantSpec (the names that parse)
     units: list[Unit] = field(default_factory=list)
-    gen: Optional[Unit] = None  # the unit that makes the tiny chain, set by the generate kind's plan
+    gen: Optional[Unit] = None  # the unit making the chain whose benchmark `bench_dir: tinychain` reads (generate kind)
+    made: dict[str, tuple[Unit, str]] = field(default_factory=dict)  # model id → (its generate unit, model name)
 
     @cached_property
     def sources(self) -> Sources:
         """Where each model is read from; first asked after the generate kind has planned (it keys generated
-        models by that unit's key)."""
-        return Sources(self.models, self.generated, self.gen)
+        models by their units' keys)."""
+        return Sources(self.models, self.made)
 
     def units_of(self, kind: str) -> list[Unit]:
         """The units planned so far of one kind (``kind``: that kind module's ``NAME``)."""

@@ -66,9 +66,9 @@ class Facts:
     first unit that fetches it), the device's rates, each transition's decomposition, each unit's disk need."""
 
     def __init__(
-        self, dec: dict[str, Unit], generated: Optional[str], online: Optional[bool], disk: dict[str, Optional[list]]
+        self, dec: dict[str, Unit], generated: tuple[str, ...], online: Optional[bool], disk: dict[str, Optional[list]]
     ):
-        self.generated = generated  # the tiny chain's folder, if the plan makes it
+        self.generated = generated  # the folders of the tiny chains the plan makes
         self._online = online  # None: probed when a Hub model is first looked up (local plans never probe)
         self.models: dict[str, ModelFacts] = {}
         self.counted: set[tuple[str, Optional[str]]] = set()

@@ -85,10 +85,9 @@ def forecast_plan(
         rates = tgt.rates_for(target)
     from .status import unit_disk_needs
 
-    gen = generate.planned(plan.units)
     facts = Facts(
         decompose.by_transition(plan.units),
-        gen.out if gen else None,
+        tuple(str(u.out) for u in generate.planned(plan.units)),
         online,
         unit_disk_needs(plan) if disk is None else disk,
     )

@@ -19,8 +19,9 @@ class Sources:
     """Where each model's checkpoint is read from and what identifies it in keys. A base appears in
     several transitions: each local checkpoint is fingerprinted, and rest-checked, once."""
 
-    def __init__(self, models: dict[str, PlannedModel], generated: dict[str, str], gen: Optional[Unit]):
-        self.models, self.generated, self.gen = models, generated, gen
+    def __init__(self, models: dict[str, PlannedModel], made: dict[str, tuple[Unit, str]]):
+        self.models = models
+        self.made = made  # generated model id → (the generate unit whose folder holds it, its name there)
         self._resolved: dict[str, tuple[str, dict]] = {}
         self._rest: dict[str, list[str]] = {}
         self._opened: dict[str, object] = {}  # model id → Checkpoint, or why it cannot be opened
@@ -32,9 +33,9 @@ class Sources:
         return self._resolved[mid]
 
     def _resolve(self, mid: str) -> tuple[str, dict]:
-        if mid in self.generated:
-            name = self.generated[mid]
-            return str(Path(self.gen.out) / name), {"generated": self.gen.key, "model": name}
+        if mid in self.made:
+            gen, name = self.made[mid]
+            return str(Path(gen.out) / name), {"generated": gen.key, "model": name}
         src = self.models[mid].source
         if self.is_local(mid):
             src = str(Path(src).expanduser().absolute())
@@ -46,7 +47,7 @@ class Sources:
     def is_local(self, mid: str) -> bool:
         """A local folder (one that is there, or a source written as a path), not a Hub id or generated."""
         src = self.models[mid].source
-        return mid not in self.generated and (Path(src).expanduser().exists() or src.startswith((".", "/", "~")))
+        return mid not in self.made and (Path(src).expanduser().exists() or src.startswith((".", "/", "~")))
 
     def problem(self, mid: str) -> Optional[str]:
         """Why ``decompose`` would refuse a local checkpoint, found by the checks it makes itself

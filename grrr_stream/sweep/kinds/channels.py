@@ -107,7 +107,7 @@ def channels_unit(ctx: PlanContext, model: str) -> Unit:
     """The channels unit of one model of the sweep, with the ``channels`` section's settings."""
     from ...channels.calibration import TEXT_SHA256
 
-    c, sources, gen = ctx.cfg.channels, ctx.sources, ctx.gen
+    c, sources = ctx.cfg.channels, ctx.sources
     src, ident = sources.resolve(model)
     params = ChannelsParams(
         model=model,
@@ -123,7 +123,7 @@ def channels_unit(ctx: PlanContext, model: str) -> Unit:
         batch_size=c.batch_size,
         max_memory=c.max_memory,
     )
-    deps = (gen.id,) if gen is not None and model in sources.generated else ()
+    deps = (sources.made[model][0].id,) if model in sources.made else ()
     label = f"outlier channels of {model} ({c.sequences}×{c.seq_len} tokens{', ablation' if c.ablation else ''})"
     return Unit.of(unit_id(model), label, params, ctx.keyed(FOLDER, model), deps)
 

@@ -105,7 +105,6 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     """One unit per transition."""
     d, sources = ctx.cfg.decomposition, ctx.sources
     settings = DecompositionSettings.model_validate(d.model_dump(exclude={"incremental", "cumulative"}))
-    gen = ctx.gen
     units: list[Unit] = []
     frame_producer: dict[str, str] = {}  # W0 model id → the decomposition that computes its frames
     for tid, tr in ctx.transitions.items():
@@ -123,7 +122,7 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
             chain=tr.chain,
             settings=settings,
         )
-        generated = gen is not None and (tr.parent in sources.generated or tr.child in sources.generated)
+        gens = tuple(dict.fromkeys(sources.made[m][0].id for m in (tr.parent, tr.child) if m in sources.made))
         uid = unit_id(tid)
         first = frame_producer.setdefault(tr.parent, uid)
         units.append(
@@ -132,7 +131,7 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
                 f"decompose {tr.parent} → {tr.child} ({tr.kind})",
                 params,
                 ctx.keyed(STORES, tid),
-                (gen.id,) if generated else (),
+                gens,
                 (first,) if first != uid else (),
             )
         )

@@ -1,11 +1,13 @@
-"""``generate/tinychain``: copy the tiny chain the package ships (checksums verified) or train it (its models and
-its benchmark) for configs whose models
-are ``tinychain:NAME`` or whose evaluation reads the tiny chain's benchmark. The one kind that imports
+"""``generate/tinychain``: copy a tiny chain the package ships (checksums verified) or train it (its models and
+its benchmark) for configs whose models are ``tinychain:NAME`` (the ``tinychain`` section's seed) or
+``tinychain:seedN/NAME`` (seed N's chain, a unit of its own), or whose evaluation reads the tiny chain's
+benchmark. The one kind that imports
 :mod:`grrr_stream.fixtures` (the demo's chain is a fixture the sweep can build)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import ClassVar, Optional
 
@@ -55,29 +57,58 @@ class GenerateParams(UnitParams):
         }
 
 
+def chain_of(spec: str, default_seed: int) -> tuple[int, str]:
+    """The seed and model name a ``tinychain:`` source names: ``NAME`` is the ``tinychain`` section's chain,
+    ``seedN/NAME`` the chain trained with seed N (raises ValueError for anything else)."""
+    seed, sep, name = spec.rpartition("/")
+    if not sep:
+        return default_seed, spec
+    m = re.fullmatch(r"seed(\d{1,6})", seed)
+    if m is None:
+        raise ValueError(f"tinychain:{spec}: expected tinychain:NAME or tinychain:seedN/NAME")
+    return int(m.group(1)), name
+
+
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
+    """One unit per tiny chain the config reads: the ``tinychain`` section's (its models, or its benchmark when an
+    evaluation reads it) and each other seed that a ``tinychain:seedN/NAME`` source names."""
     from ...fixtures import tinychain
 
     cfg = ctx.cfg
-    uses_tiny_bench = any(e.enabled and e.bench_dir == "tinychain" for e in (cfg.evaluation, *cfg.extra_evaluations))
-    if not (ctx.generated or uses_tiny_bench):
-        return [], []
-    bad = sorted(f"{mid} ({name})" for mid, name in ctx.generated.items() if name not in tinychain.MODELS)
-    problems = [f"tinychain sources name models {tinychain.MODELS}; got {bad}"] if bad else []
     tc = cfg.tinychain or TinyChainSpec()
-    params = GenerateParams(seed=tc.seed, quick=tc.quick, chain_version=tinychain.CHAIN_VERSION, retrain=tc.retrain)
-    folder = (
-        ctx.workdir.folder(FOLDER) / f"seed{tc.seed}{'-quick' if tc.quick else ''}{'-retrained' if tc.retrain else ''}"
-    )
-    verb = "copy the shipped" if not tc.retrain and tinychain.shipped_available(tc.seed, tc.quick) else "train the"
-    label = f"{verb} tiny chain (seed {tc.seed}{', quick' if tc.quick else ''})"
-    ctx.gen = Unit.of(UNIT_ID, label, params, lambda key: folder)  # the sources key generated models by it
-    return [ctx.gen], problems
+    uses_tiny_bench = any(e.enabled and e.bench_dir == "tinychain" for e in (cfg.evaluation, *cfg.extra_evaluations))
+    problems: Problems = []
+    wanted: dict[str, tuple[int, str]] = {}  # model id → (seed, model name)
+    for mid, spec in ctx.generated.items():
+        try:
+            seed, name = chain_of(spec, tc.seed)
+        except ValueError as e:
+            problems.append(f"model {mid}: {e}")
+            continue
+        if name not in tinychain.MODELS:
+            problems.append(f"model {mid}: tinychain sources name models {tinychain.MODELS}; got {name!r}")
+            continue
+        wanted[mid] = seed, name
+    seeds = sorted({s for s, _ in wanted.values()} | ({tc.seed} if uses_tiny_bench else set()))
+    units: dict[int, Unit] = {}
+    for seed in sorted(seeds, key=lambda s: s != tc.seed):  # the section's chain first
+        params = GenerateParams(seed=seed, quick=tc.quick, chain_version=tinychain.CHAIN_VERSION, retrain=tc.retrain)
+        folder = (
+            ctx.workdir.folder(FOLDER) / f"seed{seed}{'-quick' if tc.quick else ''}{'-retrained' if tc.retrain else ''}"
+        )
+        verb = "copy the shipped" if not tc.retrain and tinychain.shipped_available(seed, tc.quick) else "train the"
+        label = f"{verb} tiny chain (seed {seed}{', quick' if tc.quick else ''})"
+        # the section's chain keeps the id it always had; another seed's is named by its seed
+        uid = UNIT_ID if seed == tc.seed else f"{UNIT_ID}-seed{seed}"
+        units[seed] = Unit.of(uid, label, params, lambda key, folder=folder: folder)
+    ctx.gen = units.get(tc.seed)  # whose benchmark a `bench_dir: tinychain` evaluation reads
+    ctx.made = {mid: (units[seed], name) for mid, (seed, name) in wanted.items()}  # the sources key models by them
+    return list(units.values()), problems
 
 
-def planned(units: list[Unit]) -> Optional[Unit]:
-    """The unit that makes the tiny chain, among a plan's units (None: the plan has none)."""
-    return next((u for u in units if u.kind == NAME), None)
+def planned(units: list[Unit]) -> list[Unit]:
+    """The units that make tiny chains, among a plan's units."""
+    return [u for u in units if u.kind == NAME]
 
 
 def _digests(folder: Path) -> dict[str, list]:

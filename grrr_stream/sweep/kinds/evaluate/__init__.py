@@ -21,7 +21,6 @@ from ...estimate import UnitForecast
 from ...resources import Needs, gpu_needs
 from ...sources import benchmarks
 from ...units import Unit
-from .. import generate
 from ..base import Kind
 from ..decompose import keys as decompose_keys
 from ..decompose import store_of
@@ -91,7 +90,7 @@ def _suite_units(ctx: PlanContext, e: SweepEvaluation) -> tuple[list[Unit], Prob
         deps = (
             (decompose_id(tid),)
             + ((decompose_id(step),) if step else ())
-            + ((generate.UNIT_ID,) if e.bench_dir == "tinychain" else ())
+            + ((gen.id,) if e.bench_dir == "tinychain" and gen is not None else ())
             + waits
         )
         label = f"evaluate {len(names)} variant(s) of {tid} on {', '.join(e.benchmarks)}{limit}"
