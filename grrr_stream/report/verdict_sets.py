@@ -104,7 +104,8 @@ def rate_verdict(c: PaperClaim, k: int, n: int, lo, hi) -> tuple[str, str, str]:
     p_lo, p_hi = rate_test(lo_, n, pk, pn).p, rate_test(hi_, n, pk, pn).p
     where = f"{100 * k / n:.0f} % vs the paper's {100 * pk / pn:.0f} %: " + direction(100 * k / n, 100 * pk / pn)
     test = (
-        f"Fisher's exact test of {k} of {n} against {pk} of {pn}, one-sided: {p_text(at.p)}; this sweep's rate "
+        f"Fisher's exact test of {k} of {n} against {pk} of {pn}, one-sided (a lower rate contradicts): "
+        f"{p_text(at.p)}; this sweep's rate "
         f"{100 * k / n:.0f} %, exact 95 % CI {100 * at.ci[0]:.0f}–{100 * at.ci[1]:.0f} %"
     )
     if at.floor >= ALPHA:
@@ -186,7 +187,10 @@ def above_verdict(c: PaperClaim, a: dict, b: dict, null_rows, diag_rows) -> tupl
         return NOT_COMPARABLE, "no transition with both null and diag retention", "", mem
     above, below = points.count("above"), points.count("below")
     p = sign_test(above, below, "less")
-    test = f"sign test, one-sided: null above diag on {above}, below on {below}, {p_text(p)}"
+    test = (
+        f"sign test, one-sided (more below than above contradicts): null above diag on {above}, below on {below}, "
+        f"{p_text(p)}"
+    )
     m = sum(1 for x in sides if x != "tie")  # a sure tie is left out of the test
     floor = sign_floor(m, "less")
     if floor >= ALPHA:
