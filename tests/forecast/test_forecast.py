@@ -231,7 +231,8 @@ def test_the_demo_forecasts_its_channel_units(tmp_path, monkeypatch):
     cfg = load_sweep_config(Path(__file__).resolve().parents[2] / "configs" / "demo.yaml", workdir=tmp_path / "w")
     fc = sf.forecast_plan(plan_sweep(cfg), online=False, rates=_seeded_rates())
     kinds = [u for u in fc.units if u.kind in ("channels", "channel-stats")]
-    assert {u.kind for u in kinds} == {"channels", "channel-stats"} and len(kinds) == 8
+    # per chain (3): 4 models (base, sft, and the post models rl, sibling) and 4 transitions
+    assert {u.kind for u in kinds} == {"channels", "channel-stats"} and len(kinds) == 3 * (4 + 4)
     for u in kinds:
         assert u.seconds is not None and math.isfinite(u.seconds) and u.seconds > 0, u
         assert u.ram is not None and u.ram > work.BASELINE_RAM

@@ -40,8 +40,14 @@ H, CHANNELS = 16, [3, 11]  # planted channel sets: 2 of 16 channels
 ACCURACY = {"base": 0.2, "full": 0.8, "proj": 0.75, "diag": 0.3, "offnull": 0.78}
 
 
-def _plan(workdir: Path, **claims):
+def _demo(workdir: Path):
+    """The demo's config with its first chain only (seed 0's: base → sft → rl and the sibling)."""
     cfg = load_sweep_config(ROOT / "configs" / "demo.yaml", workdir=workdir)
+    return cfg.model_copy(update={"chains": cfg.chains[:1]})
+
+
+def _plan(workdir: Path, **claims):
+    cfg = _demo(workdir)
     cfg = cfg.model_copy(update={"claims": SweepClaims(**{**cfg.claims.model_dump(), "resamples": 200, **claims})})
     return plan_sweep(cfg)
 
@@ -234,7 +240,7 @@ def test_an_extra_suite_named_like_the_main_one_is_refused_and_another_gets_its_
     from grrr_stream.errors import ConfigError
     from grrr_stream.sweep.config import SweepEvaluation
 
-    cfg = load_sweep_config(ROOT / "configs" / "demo.yaml", workdir=tmp_path / "w")
+    cfg = _demo(tmp_path / "w")
     extra = cfg.evaluation.model_dump()
     for suite, ok in (("main", False), ("again", True)):
         other = cfg.model_copy(update={"extra_evaluations": [SweepEvaluation(**{**extra, "suite": suite})]})

@@ -64,9 +64,10 @@ def test_math_subset_config_plans_what_the_flag_plans(tmp_path):
     assert (extra.suite, extra.limit, extra.bench_dir) == ("math", 3, str(tmp_path / "bench"))
     assert extra.benchmarks == ["math500", "aime24", "amc23", "minerva_math", "olympiadbench"]
     math_units = {u.id for u in plan_sweep(cfg).units if u.id.endswith("/math")}
-    assert math_units == {
-        f"evaluate/{t}/math" for t in ("base-to-sft", "sft-to-rl", "base-to-rl", "base-to-sibling")
-    } | {"claims/math"}  # the demo's four evaluated transitions and their claims
+    steps = (("base", "sft"), ("sft", "rl"), ("base", "rl"), ("base", "sibling"))
+    assert math_units == {f"evaluate/{a}{s}-to-{b}{s}/math" for s in ("", "1", "2") for a, b in steps} | {
+        "claims/math"
+    }  # the four evaluated transitions of each of the demo's three chains, and their claims
     for bad in (0, -2, True, 2.5):
         with pytest.raises(ConfigError, match="--math-subset must be at least 1"):
             with_math_subset(demo, bad)
