@@ -246,6 +246,9 @@ class DecomposeConfig(DecompositionSettings):
 
     method: Optional[str] = Field(None, description="label of the post-training method (SFT, DPO, GRPO, ...)")
     chain: Optional[str] = Field(None, description="label of the chain this transition belongs to")
+    label: Optional[str] = Field(
+        None, description="the transition's name in MLflow and figures (default: 'BASE → POST', the folders' names)"
+    )
 
     overwrite: bool = False
     progress: bool = True

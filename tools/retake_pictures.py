@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Retake the README's and docs' pictures from the demo itself: the report's first screen (docs/report.png), MLflow's
-runs table (docs/mlflow_runs.png) and MLflow's Compare page of two transitions (docs/mlflow_compare.png).
+runs table (docs/mlflow_runs.png) and MLflow's Compare page of the chains' SFT steps (docs/mlflow_compare.png).
 
     python tools/retake_pictures.py                    # runs the demo in a scratch folder first (minutes)
     python tools/retake_pictures.py --demo-dir DIR     # a folder where `grrr-stream sweep configs/demo.yaml
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -78,11 +79,14 @@ def mlflow_shots(demo: Path, runs_out: Path, compare_out: Path, scratch: Path, c
             )
             runs_table(browser)  # every nested run shown: the transitions' rows carry the headline columns
             browser.screenshot(runs_out)
-        names = [r.name for r in transitions[:2]]
+        # the first SFT step of each chain side by side (base → sft, base1 → sft1, ...), else the first two
+        sft = [r for r in transitions if re.fullmatch(r"base\d* → sft\d*", r.name)]
+        transitions = sft if len(sft) >= 2 else transitions[:2]
+        names = [r.name for r in transitions]
         with Chromium(chromium, scratch / "compare", width=1400, height=1100) as browser:
             body = "document.body ? document.body.innerText : ''"
             shown = f"(() => {{ const t = {body}; return {json.dumps(names)}.every((n) => t.includes(n)); }})()"
-            _settle(browser, compare_page(server.uri, exp_id, [r.id for r in transitions[:2]]), shown)
+            _settle(browser, compare_page(server.uri, exp_id, [r.id for r in transitions]), shown)
             show_metric_rows(browser, "f_diag")  # the Metrics table from f_diag on, names beside their values
             browser.screenshot(compare_out)
 

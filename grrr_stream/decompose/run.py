@@ -138,7 +138,7 @@ def _tables_and_figures(cfg: DecomposeConfig, store, plan: TransitionPlan, timer
         with timer.phase("figures"):
             from .. import plots  # the title names the models, never the workdir's absolute paths
 
-            write_figures(store, rows, f"{plots.model_label(cfg.base)} → {plots.model_label(cfg.post)}")
+            write_figures(store, rows, cfg.label or f"{plots.model_label(cfg.base)} → {plots.model_label(cfg.post)}")
     return rows, summary_rows, summary
 
 
@@ -162,6 +162,7 @@ def _manifest(cfg: DecomposeConfig, plan: TransitionPlan, folders: tuple[str, st
         "model_type": plan.base.model_type,
         "method": cfg.method,
         "chain": cfg.chain,
+        **({"label": cfg.label} if cfg.label else {}),  # descriptive: not part of the identity
         "settings": result_settings(cfg),
         "matrices": [m.name for m in plan.matrices],
         "frame_cache": str(cfg.frame_cache_path().resolve()),

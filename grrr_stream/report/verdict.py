@@ -161,7 +161,7 @@ def _cosines(c: PaperClaim, comparisons: Sequence[dict], level: float) -> Verdic
             HOLDS if ok else FAILS,
             "" if ok else f"outside {c.bound[0]:g}–{c.bound[1]:g}",
         )
-    text = "; ".join(f"{r['median_cos_off']:.3g} [{r['ci_lo']:.3g}, {r['ci_hi']:.3g}]" for r in mine)
+    text = "; ".join(f"{r['median_cos_off']:#.3g} [{r['ci_lo']:#.3g}, {r['ci_hi']:#.3g}]" for r in mine)
     if c.test == "within_all":
         wide = max(abs(r["null_hi"]) for r in mine)
         if wide >= c.bound[1]:

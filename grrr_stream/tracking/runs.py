@@ -42,8 +42,12 @@ NOTE = mlflow_client.NOTE_TAG
 
 
 def transition_name(manifest: dict) -> str:
-    """A transition's one spelling in MLflow: its two models' folder names, "base → sft"."""
-    return f"{Path(manifest['base']).name} → {Path(manifest['post']).name}"
+    """A transition's one spelling in MLflow: the label its decomposition was given (a sweep gives its two model ids,
+    "base1 → sft1"), else its two models' folder names, "base → sft"."""
+    label = manifest.get("label")
+    return (
+        label if isinstance(label, str) and label else f"{Path(manifest['base']).name} → {Path(manifest['post']).name}"
+    )
 
 
 def finite_metrics(items) -> list[tuple[str, float, int]]:

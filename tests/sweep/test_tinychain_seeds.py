@@ -64,6 +64,14 @@ def test_each_chain_has_its_unit_and_the_benchmark_is_the_sections(tmp_path):
     assert dec_a.deps == ("generate/tinychain",) and dec_b.deps == ("generate/tinychain-seed1",)
     assert dec_b.params.base == str(Path(gen1.out) / "base") and dec_b.params.post == str(Path(gen1.out) / "sft")
     assert dec_b.params.base_id == {"generated": gen1.key, "model": "base"}
+    # both chains' folders are named base, sft: the runs in MLflow are named by the model ids
+    assert (dec_a.params.label, dec_b.params.label) == ("a0 → a1", "b0 → b1")
+    assert dec_b.params.config(dec_b.out).label == "b0 → b1"
+    from grrr_stream.tracking.runs import transition_name
+
+    manifest = {"base": dec_b.params.base, "post": dec_b.params.post}
+    assert transition_name(manifest) == "base → sft"  # a store written without a label: its folders' names
+    assert transition_name({**manifest, "label": "b0 → b1"}) == "b0 → b1"
     # both chains' evaluations read seed 0's benchmark (its problems are held out from every seed's training)
     for tid in ("a0-to-a1", "b0-to-b1"):
         ev = units[f"evaluate/{tid}"]

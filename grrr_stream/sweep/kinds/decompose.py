@@ -61,6 +61,8 @@ class DecomposeParams(UnitParams):
     method: Optional[str]
     chain: str
     settings: DecompositionSettings  # the sweep's decomposition section, less its transition choice
+    label: Optional[str] = None  # "W0 id → W1 id": the transition's name in MLflow (models of two chains share folders'
+    # names: seed1/base)
 
     def key_content(self) -> dict:
         return {"base": self.base_id, "post": self.post_id, "settings": result_settings(self.settings)}
@@ -76,6 +78,7 @@ class DecomposeParams(UnitParams):
             "frame_cache": self.frame_cache,
             "method": self.method,
             "chain": self.chain,
+            "label": self.label,
             "store": store,
             **run,
         }
@@ -121,6 +124,7 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
             method=tr.method,
             chain=tr.chain,
             settings=settings,
+            label=f"{tr.parent} → {tr.child}",
         )
         gens = tuple(dict.fromkeys(sources.made[m][0].id for m in (tr.parent, tr.child) if m in sources.made))
         uid = unit_id(tid)
