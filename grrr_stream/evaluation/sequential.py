@@ -12,6 +12,7 @@ loses at most the batch in flight.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -27,6 +28,9 @@ from .scoring import BenchmarkResult, answer_problems, problem_scores, summarise
 from .settings import EvaluationOptions
 
 FILE = "sequential.json"  # the design, the order's census and weights, and each variant's decision
+# where this run's time went: one row per engine call (variant, problems, seconds streaming it in and generating);
+# apart from FILE, whose content a resume reproduces exactly
+TIMING = "sequential_timing.json"
 REFERENCE = "full"
 
 
@@ -64,6 +68,7 @@ class SequentialRun:
         )
         self.names, self.keys_of, self.out = list(names), keys_of, Path(out)
         self.others = [n for n in self.names if n != REFERENCE]
+        self.calls: list[dict] = []  # this process's engine calls (a resumed run times only what it generated)
         self._records: dict[str, dict[str, dict[int, dict]]] = {
             n: {b: AnswersFile(self.out / n / f"{b}.jsonl", keys_of[n][b], log).done for b in self.benches}
             for n in self.names
@@ -101,8 +106,11 @@ class SequentialRun:
         if not todo:
             return
         o = self.options
+        began = time.perf_counter()
+        engine = self.load(name)
+        loaded = time.perf_counter()
         done, _ = answer_problems(
-            self.load(name),
+            engine,
             todo,
             name,
             self.out,
@@ -115,6 +123,14 @@ class SequentialRun:
         )
         for b, recs in done.items():
             self._records[name][b] = recs
+        self.calls.append(
+            {
+                "variant": name,
+                "problems": len(todo),
+                "load_s": round(loaded - began, 4),
+                "generate_s": round(time.perf_counter() - loaded, 4),
+            }
+        )
 
     def run(self) -> SequentialOutcome:
         """Rounds until every variant stopped. A round's end is the next of the geometric ends, or further: as far
@@ -138,6 +154,13 @@ class SequentialRun:
             if end >= self.order.total:
                 break
             end = max(next(e for e in ends if e > end), self._next_end(end))
+        if self.calls:
+            load, gen = (sum(c[k] for c in self.calls) for k in ("load_s", "generate_s"))
+            self.log(
+                f"{len(self.calls)} engine calls, {sum(c['problems'] for c in self.calls)} problems: "
+                f"{load:.1f} s streaming variants in, {gen:.1f} s generating"
+            )
+            atomic_write_text(self.out / TIMING, json.dumps({"calls": self.calls}, indent=1) + "\n")
         return self.outcome()
 
     def _batch_end(self, name: str, d: Decision, end: int, slack: Optional[float] = None) -> int:
