@@ -14,14 +14,19 @@ from .labels import cosine_label
 
 def cosine_medians(items: Sequence[dict], path: Path, title: str = "") -> Path:
     """Median off-diagonal cosine per pair with its bootstrap CI over matrices and the null's 2σ envelope
-    (the paper's Figures 4B / 5B). ``items``: Comparison.summary() dicts plus 'label'. Each pair is labelled
-    by :func:`cosine_label` (what the null test says and whether the CI resolves the direction): coloured green /
-    red only when the median is outside the band and its CI excludes 0, grey otherwise."""
+    (the paper's Figures 4B / 5B), one row per pair so that any number of pairs stays legible. ``items``:
+    Comparison.summary() dicts plus 'label'. Each pair is labelled, right of the plot, by :func:`cosine_label` (what
+    the null test says and whether the CI resolves the direction) and its band's half-width: coloured green / red
+    only when the median is outside the band and its CI excludes 0, grey otherwise."""
+    from matplotlib.transforms import blended_transform_factory
+
     plt = canvas.pyplot()
-    fig, ax = plt.subplots(figsize=(min(canvas.PAGE_INCHES, max(5.0, 2.6 * len(items) + 2)), 4.4))
-    xs = np.arange(len(items))
-    for x, it in zip(xs, items):
-        _band(ax, x, it)
+    n = max(len(items), 1)
+    fig, ax = plt.subplots(figsize=(canvas.PAGE_INCHES, 1.4 + 0.62 * n))
+    beside = blended_transform_factory(ax.transAxes, ax.transData)  # x in the axes' width, y at the pair's row
+    ys = np.arange(len(items))[::-1]  # the first pair on top
+    for y, it in zip(ys, items):
+        _band(ax, y, it)
         label = cosine_label(it)
         resolved = label.startswith(("aligned", "anti-aligned"))
         color = (
@@ -29,57 +34,46 @@ def cosine_medians(items: Sequence[dict], path: Path, title: str = "") -> Path:
             if resolved
             else "tab:gray"
         )
+        med = it["median_cos_off"]
         ax.errorbar(
-            [x],
-            [it["median_cos_off"]],
-            yerr=[[it["median_cos_off"] - it["ci_lo"]], [it["ci_hi"] - it["median_cos_off"]]],
-            fmt="o",
-            color=color,
-            capsize=4,
-            label=None,
+            [med], [y], xerr=[[med - it["ci_lo"]], [it["ci_hi"] - med]], fmt="o", color=color, capsize=4, label=None
         )
-        ax.annotate(
-            _wrap(label, 34),
-            (x, max(it["ci_hi"], it["null_hi"])),
-            textcoords="offset points",
-            xytext=(0, 6),
-            ha="center",
-            va="bottom",
-            fontsize=7.5,
-        )
-    ax.axhline(0.0, color="k", lw=0.8)
-    ax.set_xticks(xs)
-    ax.set_xticklabels([_wrap(str(it["label"]), 24) for it in items], fontsize=8)
-    ax.set_xlim(-0.7, len(items) - 0.3)
-    ymax = max([max(it["ci_hi"], it["null_hi"]) for it in items] or [0.0])
-    ymin = min([min(it["ci_lo"], it["null_lo"]) for it in items] or [0.0])
-    span = (ymax - ymin) or 1.0
-    ax.set_ylim(ymin - 0.1 * span, ymax + 0.6 * span)  # room above for the labels
-    ax.set_ylabel("median cos(P_a^off, P_b^off)\nover matrices (95 % CI)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.grid(alpha=0.3, axis="y")
+        ax.text(1.02, y, _wrap(label, 60), transform=beside, fontsize=7.5, va="center", ha="left")
+    ax.axvline(0.0, color="k", lw=0.8)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([_wrap(str(it["label"]), 30) for it in items], fontsize=8)
+    ax.set_ylim(-0.6, len(items) - 0.4)
+    xmax = max([max(it["ci_hi"], it["null_hi"]) for it in items] or [0.0])
+    xmin = min([min(it["ci_lo"], it["null_lo"]) for it in items] or [0.0])
+    span = (xmax - xmin) or 1.0
+    ax.set_xlim(min(xmin, 0.0) - 0.08 * span, max(xmax, 0.0) + 0.08 * span)
+    ax.set_xlabel("median cos(P_a^off, P_b^off) over matrices (95 % CI)")
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.grid(alpha=0.3, axis="x")
+    fig.subplots_adjust(left=0.2, right=0.6)  # the labels' column right of the plot
     if title:
         ax.set_title(title)
     return canvas.save(fig, path)
 
 
-def _band(ax, x: float, it: dict) -> None:
-    """The null's ±2σ band of one pair, outlined and labelled with its half-width: next to a CI many times wider
-    the band is a few pixels tall."""
-    ax.fill_between(
-        [x - 0.22, x + 0.22],
+def _band(ax, y: float, it: dict) -> None:
+    """The null's ±2σ band of one pair, outlined, its half-width written below it: next to a CI many times wider
+    the band is a few pixels wide."""
+    ax.fill_betweenx(
+        [y - 0.22, y + 0.22],
         it["null_lo"],
         it["null_hi"],
         facecolor="0.8",
         edgecolor="0.3",
         linewidth=0.8,
-        label="isotropic null ±2σ" if x == 0 else None,
+        label="isotropic null ±2σ" if y == 0 else None,
     )
     ax.annotate(
         f"band ±{max(abs(it['null_lo']), abs(it['null_hi'])):.2g}",
-        (x + 0.24, 0.5 * (it["null_lo"] + it["null_hi"])),
+        (0.5 * (it["null_lo"] + it["null_hi"]), y - 0.24),
         fontsize=7,
-        va="center",
+        ha="center",
+        va="top",
         color="0.3",
     )
 

@@ -36,7 +36,7 @@ def cosine_label(item: dict) -> str:
     med, lo, hi = item.get("median_cos_off"), item.get("ci_lo"), item.get("ci_hi")
     p = p_text(item.get("p_value"), item.get("null_draws"))
     nlo, nhi = item.get("null_lo"), item.get("null_hi")
-    ci = f"CI [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else "no CI"
+    ci = f"CI [{lo:#.3g}, {hi:#.3g}]" if lo is not None and hi is not None else "no CI"
     outside = item.get("verdict") in ("aligned", "anti-aligned") or (
         nlo is not None and nhi is not None and med is not None and not nlo <= med <= nhi
     )

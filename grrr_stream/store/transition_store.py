@@ -320,6 +320,10 @@ class StoredTransition:
 
     @property
     def label(self) -> str:
+        """'base→sft': the label the decomposition was given (a sweep's model ids), else the two folders' names."""
+        given = self.manifest.get("label")
+        if isinstance(given, str) and given:
+            return given.replace(" → ", "→")
         return f"{Path(self.manifest['base']).name}→{Path(self.manifest['post']).name}"
 
     def rows(self) -> list[dict]:

@@ -44,10 +44,10 @@ def _cmp(median, lo, hi, p=1 / 10_001, verdict="anti-aligned", band=(-0.011, 0.0
 def test_cosine_labels_say_what_they_rest_on():
     # outside the band, the interval over matrices excludes 0: the direction stands, with the p at its floor
     out = cosine_label(_cmp(-0.051, -0.072, -0.030))
-    assert out.startswith("anti-aligned: outside the isotropic band (p < 1e-4)") and "CI [-0.072, -0.03]" in out
+    assert out.startswith("anti-aligned: outside the isotropic band (p < 1e-4)") and "CI [-0.0720, -0.0300]" in out
     # outside the band but the interval crosses 0 (the demo's Fig. 4B): no bare direction
     crossing = cosine_label(_cmp(-0.051, -0.072, 0.048))
-    assert "direction not resolved over matrices: CI [-0.072, 0.048]" in crossing
+    assert "direction not resolved over matrices: CI [-0.0720, 0.0480]" in crossing
     assert "anti-aligned" not in crossing and "p < 1e-4" in crossing
     # aligned, a p above the floor
     assert cosine_label(_cmp(0.05, 0.03, 0.07, p=0.0123, verdict="aligned")).startswith(
