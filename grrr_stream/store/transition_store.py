@@ -45,6 +45,7 @@ from ..locks import FileLock
 from ..runtime.phases import NO_TIMER, PhaseTimer
 from . import zarr_arrays
 from .frame_cache import FrameCache
+from .manifest import transition_label
 from .zarr_arrays import FORMAT_VERSION, zarr_module
 
 MANIFEST_KEY = "grrr_stream"
@@ -320,11 +321,8 @@ class StoredTransition:
 
     @property
     def label(self) -> str:
-        """'base→sft': the label the decomposition was given (a sweep's model ids), else the two folders' names."""
-        given = self.manifest.get("label")
-        if isinstance(given, str) and given:
-            return given.replace(" → ", "→")
-        return f"{Path(self.manifest['base']).name}→{Path(self.manifest['post']).name}"
+        """'base→sft' (:func:`.manifest.transition_label`)."""
+        return transition_label(self.manifest, "→")
 
     def rows(self) -> list[dict]:
         """Per-matrix metrics in plan order (as in metrics.csv)."""

@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 
 from ..config import TrackingConfig, stable_hash
 from ..files import atomic_write_text, to_csv
+from ..store.manifest import transition_label
 from . import mlflow_client
 from .run_log import RunLog, deliver
 
@@ -42,12 +43,8 @@ NOTE = mlflow_client.NOTE_TAG
 
 
 def transition_name(manifest: dict) -> str:
-    """A transition's one spelling in MLflow: the label its decomposition was given (a sweep gives its two model ids,
-    "base1 → sft1"), else its two models' folder names, "base → sft"."""
-    label = manifest.get("label")
-    return (
-        label if isinstance(label, str) and label else f"{Path(manifest['base']).name} → {Path(manifest['post']).name}"
-    )
+    """A transition's one spelling in MLflow: "base1 → sft1" (:func:`~grrr_stream.store.manifest.transition_label`)."""
+    return transition_label(manifest)
 
 
 def finite_metrics(items) -> list[tuple[str, float, int]]:

@@ -61,8 +61,8 @@ class DecomposeParams(UnitParams):
     method: Optional[str]
     chain: str
     settings: DecompositionSettings  # the sweep's decomposition section, less its transition choice
-    label: Optional[str] = None  # "W0 id → W1 id": the transition's name in MLflow (models of two chains share folders'
-    # names: seed1/base)
+    # "W0 id → W1 id", the transition's name in MLflow (two chains' models share folder names: seed1/base, seed2/base)
+    label: Optional[str] = None
 
     def key_content(self) -> dict:
         return {"base": self.base_id, "post": self.post_id, "settings": result_settings(self.settings)}

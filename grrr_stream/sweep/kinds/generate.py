@@ -89,9 +89,9 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
             problems.append(f"model {mid}: tinychain sources name models {tinychain.MODELS}; got {name!r}")
             continue
         wanted[mid] = seed, name
-    seeds = sorted({s for s, _ in wanted.values()} | ({tc.seed} if uses_tiny_bench else set()))
+    seeds = {s for s, _ in wanted.values()} | ({tc.seed} if uses_tiny_bench else set())
     units: dict[int, Unit] = {}
-    for seed in sorted(seeds, key=lambda s: s != tc.seed):  # the section's chain first
+    for seed in sorted(seeds, key=lambda s: (s != tc.seed, s)):  # the section's chain first
         params = GenerateParams(seed=seed, quick=tc.quick, chain_version=tinychain.CHAIN_VERSION, retrain=tc.retrain)
         folder = (
             ctx.workdir.folder(FOLDER) / f"seed{seed}{'-quick' if tc.quick else ''}{'-retrained' if tc.retrain else ''}"
