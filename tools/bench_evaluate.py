@@ -131,6 +131,11 @@ def batches(args) -> None:
             indent=2,
         )
     )
+    if slope > 0:
+        print(
+            f"one more call costs as much as {per_call / slope:.0f} more problems: a sequential evaluation on this "
+            f"engine gains time only from calls at least that large (evaluation.sequential.min_batch)"
+        )
 
 
 if __name__ == "__main__":

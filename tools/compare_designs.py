@@ -1,5 +1,5 @@
 """Compare a sweep's evaluation suites run in the fixed and in the sequential design: the verdict box of each
-(the claims the evaluations answer), the problems answered and the evaluation time, as ratios.
+(the claims the evaluations answer), the problems decided on and answered, and the evaluation time, as ratios.
 
     grrr-stream sweep configs/demo_sequential.yaml
     python tools/compare_designs.py grrr_demo [--fixed main] [--sequential sequential]
@@ -60,8 +60,10 @@ def saved_plan(workdir: Path):
         return None
 
 
-def answered(units: list[dict], suite: str) -> tuple[int, int, float]:
-    """(problems answered, problems of the fixed design, seconds) of a suite's evaluate units."""
+def answered(units: list[dict], suite: str) -> tuple[int, int, int, float]:
+    """(problems the decisions rest on, problems answered, problems of the fixed design, seconds) of a suite's
+    evaluate units. The sequential design answers past its stops (``lookahead``, ``min_batch``): those answers
+    are read from its records, one line a problem."""
     done = [
         u
         for u in units
@@ -69,7 +71,7 @@ def answered(units: list[dict], suite: str) -> tuple[int, int, float]:
         and (u["unit"].count("/") == 2) == (suite != "main")
         and (suite == "main" or u["unit"].endswith("/" + suite))
     ]
-    got = fixed = 0
+    decided = got = fixed = 0
     seconds = 0.0
     for u in done:
         out = Path(u["out"])
@@ -77,13 +79,18 @@ def answered(units: list[dict], suite: str) -> tuple[int, int, float]:
         n = sum(b["n"] for b in record["benchmarks"].values())
         fixed += n * len(record["variants"])
         seq = out / "sequential.json"
-        got += (
-            sum(v["problems"] for v in json.loads(seq.read_text())["variants"].values())
-            if seq.is_file()
-            else n * len(record["variants"])
-        )
+        if seq.is_file():
+            decided += sum(v["problems"] for v in json.loads(seq.read_text())["variants"].values())
+            got += sum(
+                sum(1 for line in f.read_text().splitlines() if line.strip())
+                for v in record["variants"]
+                for f in (out / v).glob("*.jsonl")
+            )
+        else:
+            decided += n * len(record["variants"])
+            got += n * len(record["variants"])
         seconds += float(u["seconds"] or 0.0)
-    return got, fixed, seconds
+    return decided, got, fixed, seconds
 
 
 def main(argv=None) -> int:
@@ -99,11 +106,16 @@ def main(argv=None) -> int:
         (vf, xf), (vs, xs) = boxes[args.fixed][cid], boxes[args.sequential].get(cid, ("—", "—"))
         print(f"{cid:<20} {vf + ': ' + xf:<36} {vs + ': ' + xs:<36}{'' if vf == vs else '  ← differs'}")
     units = read_rows(args.workdir / "report" / "units.csv")
-    got_f, all_f, sec_f = answered(units, args.fixed)
-    got_s, _, sec_s = answered(units, args.sequential)
+    _, got_f, all_f, sec_f = answered(units, args.fixed)
+    decided, got_s, _, sec_s = answered(units, args.sequential)
+    print(f"problems decided on: sequential {decided} of {all_f}: ratio {decided / all_f:.3f}")
     print(f"problems answered: fixed {got_f}, sequential {got_s} of {all_f}: ratio {got_s / all_f:.3f}")
     if sec_f:
-        print(f"evaluation time: fixed {sec_f:.1f} s, sequential {sec_s:.1f} s: ratio {sec_s / sec_f:.3f}")
+        time_ratio = sec_s / sec_f
+        print(
+            f"evaluation time: fixed {sec_f:.1f} s, sequential {sec_s:.1f} s: ratio {time_ratio:.3f} "
+            f"({time_ratio / (got_s / all_f):.2f} × the problems answered ratio)"
+        )
     same = all(boxes[args.fixed][c][0] == boxes[args.sequential].get(c, ("",))[0] for c in boxes[args.fixed])
     print("verdict boxes: " + ("identical" if same else "DIFFERENT"))
     return 0 if same else 1

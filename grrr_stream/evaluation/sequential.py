@@ -1,8 +1,9 @@
 """The sequential design of an evaluation (``design: sequential``): the variants answer the problems in the seeded
 order of :func:`grrr_stream.stats.order.problem_order`, full first, in rounds whose answered prefix grows
-geometrically (so that each variant is loaded into the engine a few times, not once a chunk). Within a round a
-variant answers a chunk at a time and stops as soon as :func:`grrr_stream.stats.sequential.decide` says so; full
-answers every problem that any variant still needs.
+geometrically (so that each variant is loaded into the engine a few times, not once a chunk), each call at least
+``min_batch`` problems (a call costs its decode steps whatever its size until the batch fills the device). A
+variant's decisions are taken a chunk at a time, from the answers up to each boundary, and it stops as soon as
+:func:`grrr_stream.stats.sequential.decide` says so; full answers every problem that any variant still needs.
 
 Every decision is a function of the seed and the stored answers: a rerun replays them from the JSONL records
 (the same records the fixed design keeps, under the same keys) and generates nothing already answered; a kill
@@ -136,8 +137,10 @@ class SequentialRun:
         """Rounds until every variant stopped. A round's end is the next of the geometric ends, or further: as far
         as the running variants' intervals say they will need (:func:`~grrr_stream.stats.sequential.batch_end`
         with no slack), so that most variants are streamed into the engine twice (the first chunk, then to their
-        stop), not once per doubling. The ends move with the answers, the decisions do not."""
-        ends = round_ends(self.order, self.settings.chunk, self.settings.growth)
+        stop), not once per doubling; and no call answers fewer than ``min_batch`` problems where more are left
+        (a smaller call costs about as much). The ends move with the answers, the decisions do not."""
+        s = self.settings
+        ends = round_ends(self.order, s.chunk, s.growth, s.min_batch)
         end = ends[0]
         while True:
             running = [n for n in self.others if not self.decision(n).stopped]
@@ -153,7 +156,8 @@ class SequentialRun:
                 self.log(f"{name}: {_said(self.decision(name), self.order.total)}")
             if end >= self.order.total:
                 break
-            end = max(next(e for e in ends if e > end), self._next_end(end))
+            later = min(end + s.min_batch, self.order.total)
+            end = max(next(e for e in ends if e >= later), self._next_end(end))
         if self.calls:
             load, gen = (sum(c[k] for c in self.calls) for k in ("load_s", "generate_s"))
             self.log(
@@ -175,6 +179,7 @@ class SequentialRun:
             precision_points=s.precision(name),
             end=end,
             slack=s.lookahead if slack is None else slack,
+            min_batch=s.min_batch,
         )
 
     def _next_end(self, end: int) -> int:
@@ -288,7 +293,7 @@ def write_record(out: Path, run: SequentialRun, outcome: SequentialOutcome, rows
         "problems": o.total,
         "census": list(o.census),
         "weights": o.weight,
-        "rounds": round_ends(o, run.settings.chunk, run.settings.growth),
+        "rounds": round_ends(o, run.settings.chunk, run.settings.growth, run.settings.min_batch),
         "variants": {
             n: {
                 "problems": d.problems,

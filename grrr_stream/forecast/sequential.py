@@ -86,25 +86,33 @@ def share(variant: str, precision_points: float) -> float:
 
 
 def expected(variants: Sequence[str], sizes: dict[str, int], settings) -> tuple[list[float], list[float], str]:
-    """Per variant: the share of the problems of benchmarks of ``sizes`` it answers, and how many rounds stream it
-    into the engine (one load a round), under ``settings``
+    """Per variant: the share of the problems of benchmarks of ``sizes`` it answers, and how many engine calls
+    stream it in (one load a call), under ``settings``
     (:class:`~grrr_stream.evaluation.settings.SequentialSettings`); and what that rests on, in words."""
     from ..stats.order import problem_order, round_ends
 
     order = problem_order(sizes, settings.seed, settings.max_weight)
-    ends = round_ends(order, settings.chunk, settings.growth)
-    shares = [share(v, settings.precision_points) for v in variants]
-    # the first round ends after a chunk; the next goes as far as the intervals say the variants need
-    # (evaluation/sequential.py): a variant that did not stop in the first is streamed in about twice, once more
-    # where that guess fell short (taken as one in four); without answering ahead, once per doubling
+    ends = round_ends(order, settings.chunk, settings.growth, settings.min_batch)
+    total = order.total
+    stops = [share(v, settings.precision_points) for v in variants]
+    # the first round ends after a chunk (or ``min_batch``); the next goes as far as the intervals say the
+    # variants need (evaluation/sequential.py): a variant that did not stop in the first is streamed in about
+    # twice, once more where that guess fell short (taken as one in four), and each later call answers at least
+    # ``min_batch`` problems; without answering ahead, once per round
+    first = ends[0] / total
     if settings.lookahead > 0:
-        counts = [1.0 if s * order.total <= ends[0] else 2.25 for s in shares]
+        loads = [1.0 if s <= first else 2.25 for s in stops]
+        later = min(1.0, first + settings.min_batch / total)
+        shares = [first if s <= first else min(1.0, max(s, later)) for s in stops]
     else:
-        counts = [
-            float(next((i + 1 for i, end in enumerate(ends) if end >= s * order.total), len(ends))) for s in shares
-        ]
+        loads, shares = [], []
+        for s in stops:
+            k = next((i for i, end in enumerate(ends) if end >= s * total), len(ends) - 1)
+            loads.append(float(k + 1))
+            shares.append(max(s, ends[k] / total if settings.min_batch > settings.chunk else s))
     basis = (
         f"sequential ±{settings.precision_points:g} points: {sum(shares) / len(shares):.0%} of the problems "
-        f"on average, {sum(counts) / len(counts):.1f} loads a variant ({SOURCE})"
+        f"on average{f' in calls of ≥ {min(settings.min_batch, total)}' if settings.min_batch > 1 else ''}, "
+        f"{sum(loads) / len(loads):.1f} loads a variant ({SOURCE})"
     )
-    return shares, counts, basis
+    return shares, loads, basis

@@ -83,14 +83,16 @@ def benchmark_mean(order: Order, values: np.ndarray) -> float:
     return float(np.mean(means))
 
 
-def round_ends(order: Order, chunk: int, growth: float) -> list[int]:
+def round_ends(order: Order, chunk: int, growth: float, min_batch: int = 1) -> list[int]:
     """The answered prefixes at which the rounds end: the census and a first chunk, then each ``growth`` times
-    longer (past the census), snapped to decision boundaries, the last at the end of the order."""
+    longer (past the census), every round at least ``min_batch`` problems, snapped to decision boundaries, the
+    last at the end of the order."""
     marks = order.boundaries(chunk)
     ends: list[int] = []
     size = float(chunk)
     while not ends or ends[-1] < order.total:
-        target = min(order.census_end + math.ceil(size), order.total)
+        target = max(order.census_end + math.ceil(size), (ends[-1] if ends else 0) + min_batch)
+        target = min(target, order.total)
         end = next(k for k in marks if k >= target)
         if not ends or end > ends[-1]:
             ends.append(end)

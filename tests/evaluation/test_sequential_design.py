@@ -233,6 +233,46 @@ def test_answering_ahead_changes_no_decision(transition, tmp_path):
     assert len(calls["0.5"]) <= len(calls["0"]) / 2
 
 
+@pytest.mark.parametrize("min_batch", [150, 400])
+def test_a_call_answers_at_least_min_batch_problems_and_no_decision_changes(transition, tmp_path, min_batch):
+    """Every engine call answers at least ``min_batch`` problems or all that are left of the order; the rows are
+    those of a chunk at a time; at ``min_batch`` ≥ the order each variant is streamed in once (as the fixed
+    design), and each variant answers at least as many problems as its decision rests on."""
+    _, _, store, bench = transition
+    calls: dict[str, list[tuple[str, int]]] = {"1": [], "big": []}
+
+    def counting(key):
+        class Counting(StandInEngine):
+            def generate(self, prompts, sampling=None):
+                calls[key].append(len(prompts))
+                return super().generate(prompts, sampling)
+
+        return Counting
+
+    rows, answered = {}, {}
+    for key, batch in (("1", 1), ("big", min_batch)):
+        seq = SequentialSettings(chunk=40, precision_points=6.0, seed=3, lookahead=0.5, min_batch=batch)
+        res = run_evaluation(
+            _request(store, bench, tmp_path / key, sequential=seq), engine_factory=counting(key), log=lambda m: None
+        )
+        rows[key] = res.differences
+        answered[key] = {v: len(_records(tmp_path / key, v)) for v in VARIANTS}
+    assert rows["1"] == rows["big"]
+    timing = json.loads((tmp_path / "big" / "sequential_timing.json").read_text())["calls"]
+    assert len(timing) == len(calls["big"])
+    done: dict[str, int] = {}
+    for c in timing:  # each call from the variant's answered prefix on: at least min_batch, or the rest
+        left = 400 - done.get(c["variant"], 0)
+        assert c["problems"] >= min(min_batch, left), (c, left)
+        done[c["variant"]] = done.get(c["variant"], 0) + c["problems"]
+    assert done == answered["big"]
+    decided = {r["variant"]: r["problems"] for r in rows["big"]}
+    assert all(answered["big"][v] >= decided[v] for v in VARIANTS)
+    if min_batch >= 400:
+        assert sorted(c["variant"] for c in timing) == sorted(VARIANTS) and set(answered["big"].values()) == {400}
+    assert len(calls["big"]) < len(calls["1"])
+
+
 def test_a_sequential_evaluation_with_proj_prints_full_minus_proj(transition, tmp_path):
     """full − proj comes with its anytime-valid interval (proj's paired difference, negated), so printing the
     result does not end in a KeyError after the files were written."""

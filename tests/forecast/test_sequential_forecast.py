@@ -23,6 +23,20 @@ def test_loads_one_for_a_first_round_stop_about_two_otherwise_and_per_doubling_w
     shares, loads, basis = sequential.expected(["full", "diag", "off"], PAPER, SequentialSettings())
     assert loads[1] <= loads[0] and loads[0] == 2.25 and "sequential ±2 points" in basis
     _, loads0, _ = sequential.expected(["full", "diag", "off"], PAPER, SequentialSettings(lookahead=0.0))
-    # rounds end at 134, 198, 326, 582, 1094, 1517: full at ~70 % of 1,517 (1,060) in the fifth, diag (~21 %,
-    # 312) in the third
+    # rounds end at 134, 198, 326, 582, 1094, 1517: full at ~61 % of 1,517 (928) in the fifth, diag (~20 %,
+    # 305) in the third
     assert loads0 == [5.0, 3.0, 5.0]
+
+
+def test_calls_of_at_least_min_batch_answer_to_their_rounds_end():
+    """At ``min_batch`` 256 the rounds end at 262, 518, 774, 1030, 1286, 1517: without answering ahead diag's stop
+    (~305) is answered to 518 in two calls and full's (~928) to 1030 in four; answering ahead, a variant past the
+    first round answers at least 262 + 256 problems."""
+    shares1, _, _ = sequential.expected(["full", "diag"], PAPER, SequentialSettings(lookahead=0.0, min_batch=1))
+    shares, loads, basis = sequential.expected(
+        ["full", "diag"], PAPER, SequentialSettings(lookahead=0.0, min_batch=256)
+    )
+    assert loads == [4.0, 2.0] and shares == [1030 / 1517, 518 / 1517] and "calls of ≥ 256" in basis
+    assert all(a > b for a, b in zip(shares, shares1))
+    ahead, loads, _ = sequential.expected(["full", "diag"], PAPER, SequentialSettings(min_batch=256))
+    assert loads == [2.25, 2.25] and ahead[1] == pytest.approx(518 / 1517) and ahead[0] == shares1[0]

@@ -88,36 +88,35 @@ def estimate(u: Unit, facts) -> UnitForecast:
 def _seconds(
     p: EvaluateParams, base, rates, dtype: str, shares: list[float], loads: list[float], prompts: int, tokens: float
 ) -> tuple[Optional[float], Any, float]:
-    """(seconds, the modelled generation, prompts per variant on average) of an evaluation in which variant i
-    answers ``shares[i]`` of the prompts, ``tokens`` each, and is streamed into the engine ``loads[i]`` times."""
+    """(seconds, the modelled generation of the largest call, prompts per variant on average) of an evaluation in
+    which variant i answers ``shares[i]`` of the prompts, ``tokens`` each, in ``loads[i]`` engine calls of equal
+    size. Each call streams the variant in and is a batch of its own: one smaller than the batch the device holds
+    costs the decode steps of a full one (vLLM's batching in :mod:`grrr_stream.forecast.generation`)."""
     from ....forecast import target as tgt
 
     engine, samples, n = p.options.engine, p.options.sampling.n, len(shares)
     answered = sum(shares) / n * prompts
-    gen, build = tgt.evaluate_parts(
+    calls = [(load, max(1, round(share * prompts * samples / load))) for share, load in zip(shares, loads)]
+    parts = dict(
         params=base.params,
         kv_elems=base.kv_elems,
         attn_elems=base.attn_elems,
         shapes=base.shapes,
-        variants=sum(loads),
-        sequences=max(1, round(answered * samples)),
         max_tokens=max(1, round(tokens)),
         engine=engine,
         rates=rates,
         dtype=dtype,
     )
+    _, build = tgt.evaluate_parts(variants=sum(loads), sequences=1, **parts)
+    gens = {size: tgt.evaluate_parts(variants=0, sequences=size, **parts)[0] for _, size in calls}
+    largest = gens[max(gens)]
+    if any(g.seconds is None for g in gens.values()):
+        return None, largest, answered
     per_token = 0.0 if tgt.on_gpu(rates) else CPU_TOKEN_S  # vLLM's per-token cost on a CPU (measured); GPU: in MFU
-    if gen.seconds is None:
-        return None, gen, answered
+    generating = sum(load * gens[size].seconds for load, size in calls)
     return (
-        (
-            ENGINE_START_S
-            + sum(loads) * ENGINE_SWAP_S
-            + n * gen.seconds
-            + build
-            + n * answered * samples * tokens * per_token
-        ),
-        gen,
+        ENGINE_START_S + sum(loads) * ENGINE_SWAP_S + generating + build + n * answered * samples * tokens * per_token,
+        largest,
         answered,
     )
 
