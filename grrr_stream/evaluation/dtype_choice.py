@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 from ..checkpoints.reader import Checkpoint
 from ..store.transition_store import StoredTransition
 from ..variants.spec import VariantSpec
-from ..variants.survival import ComponentSurvival, DamagedSurvivalError, transition_survival
+from ..variants.survival import ComponentSurvival, DamagedSurvivalError, stored_columns, transition_survival
 from .settings import EngineSettings
 
 NARROW = "bfloat16"  # the dtype 'auto' takes where the update survives it
@@ -106,8 +106,12 @@ def resolve_engine_dtype(
     specs: Sequence[VariantSpec],
     engine: EngineSettings,
     last_step: Optional[StoredTransition] = None,
-) -> EngineChoice:
+    *,
+    measure: bool = True,
+) -> Optional[EngineChoice]:
     """The engine dtype of evaluating ``specs`` of ``transition``: the setting itself unless it is 'auto'.
+    ``measure`` False: None where a store lacks the stored shares, instead of measuring them (a forecast reads
+    what the decomposition stored, it does not read checkpoints).
 
     ``last_step``: for a transition from the base to a model trained from an intermediate one, the store of that
     last step (intermediate → W1). Its parts are judged too: an RL step on top of an SFT model is small against the
@@ -116,6 +120,8 @@ def resolve_engine_dtype(
     if engine.dtype != "auto":
         return EngineChoice(engine.dtype, engine.dtype, "set in the engine settings")
     began = time.monotonic()
+    if not measure and any(stored_columns(t, NARROW) is None for t in (transition, last_step) if t is not None):
+        return None
     needed = evaluated_parts(specs, _narrow_checkpoints(transition))
     try:
         survival, source = transition_survival(transition, NARROW, sorted(needed)) if needed else ({}, "")

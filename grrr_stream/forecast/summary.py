@@ -54,3 +54,41 @@ def split_lines(rows: Iterable, device: str) -> list[str]:
         f"  downloads {_gib(s['download'])}, disk written {_gib(s['write'])}, largest RAM {_gib(s['ram'])}, "
         f"largest GPU memory {_gib(s['gpu'])}",
     ]
+
+
+def lever_lines(rows: Iterable) -> list[str]:
+    """What the engine dtype and the evaluation design take off the evaluations' time, from the rows that carry
+    their ``alternatives`` (seconds under each design and dtype), ``dtype`` ('bfloat16 stored', 'float32
+    predicted', ...) and ``design``. Where 'auto' is predicted (no store yet), the bounds: every such evaluation in
+    bfloat16, every one in float32."""
+    ev = [u for u in rows if getattr(u, "alternatives", None) and u.seconds is not None]
+    if not ev or any(v is None for u in ev for v in u.alternatives.values()):
+        return []
+    fixed32 = sum(u.alternatives["fixed float32"] for u in ev)
+    fixed_chosen = sum(u.alternatives[f"fixed {u.dtype.split()[0]}"] for u in ev)
+    this = sum(u.seconds for u in ev)
+    lines = [
+        f"evaluations ({len(ev)}): {_h(this)}, {this / fixed32:.2f} of the fixed design in float32 ({_h(fixed32)})"
+    ]
+    taken = fixed32 - this
+    if taken > 0:
+        dtype_lever, design_lever = fixed32 - fixed_chosen, fixed_chosen - this
+        lines.append(
+            f"  levers: the engine dtype {_h(dtype_lever)} ({dtype_lever / taken:.0%}), the evaluation design "
+            f"{_h(design_lever)} ({design_lever / taken:.0%})"
+        )
+    sources: dict[str, int] = {}
+    for u in ev:
+        sources[u.dtype] = sources.get(u.dtype, 0) + 1
+    predicted = [u for u in ev if u.dtype.endswith("predicted")]
+    said = ", ".join(f"{n} {k}" for k, n in sorted(sources.items()))
+    if predicted:
+        rest = this - sum(u.seconds for u in predicted)
+        lo, hi = (rest + sum(u.alternatives[f"{u.design} {t}"] for u in predicted) for t in ("bfloat16", "float32"))
+        lines.append(
+            f"  engine dtype: {said}; until their stores say, between {_h(lo)} (every predicted one bfloat16) and "
+            f"{_h(hi)} (every one float32)"
+        )
+    else:
+        lines.append(f"  engine dtype: {said}")
+    return lines

@@ -164,9 +164,11 @@ def print_forecast(fc: Forecast, todo: set[str], out=None) -> None:
         + "\n"
     )
     out.write(f"  times assume {fc.rates.describe()}\n" if fc.rates else "  times: no matrix shape known\n")
-    from ..forecast.summary import split_lines  # the total's parts
+    from ..forecast.summary import lever_lines, split_lines  # the total's parts
 
     for line in split_lines(rows, fc.rates.target or fc.rates.device if fc.rates else "an unknown device"):
+        out.write(line + "\n")
+    for line in lever_lines(rows):
         out.write(line + "\n")
     if fc.downloads:
         out.write("  " + download_basis(fc.downloads) + "\n")

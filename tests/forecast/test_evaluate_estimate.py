@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from grrr_stream.evaluation.settings import EngineSettings
 from grrr_stream.forecast import answers, work
 from grrr_stream.sweep.kinds import evaluate
 from grrr_stream.sweep.units import Transition
@@ -24,13 +25,20 @@ def test_expected_tokens_weighted_by_prompts_and_capped_by_the_limit():
     assert answers.mean_length("math500", 10**12) is None  # beyond every row: the limit
 
 
-def _facts(kind, method):
+def _facts(kind, method, store=None):
     t = Transition("t", "c", "a", "b", kind, method, None)
-    return SimpleNamespace(transitions={"t": t}, sft_methods=("SFT", "distillation"))
+    dec = {"t": SimpleNamespace(out=str(store))} if store is not None else {}
+    return SimpleNamespace(transitions={"t": t}, sft_methods=("SFT", "distillation"), dec=dec)
 
 
 def _params(dtype):
-    return SimpleNamespace(transition="t", options=SimpleNamespace(engine=SimpleNamespace(dtype=dtype)))
+    engine = EngineSettings(dtype=dtype, max_new_tokens=32)
+    return SimpleNamespace(
+        transition="t",
+        last_step=None,
+        variants=("base", "full", "diag", "offnull"),
+        options=SimpleNamespace(engine=engine),
+    )
 
 
 @pytest.mark.parametrize(
@@ -44,12 +52,80 @@ def _params(dtype):
     ],
 )
 def test_auto_dtype_predicted_from_the_transition(kind, method, want):
-    dtype, why = evaluate.engine_dtype(_params("auto"), _facts(kind, method))
-    assert dtype == want and "predicted" in why
+    dtype, why, source = evaluate.engine_dtype(_params("auto"), _facts(kind, method))
+    assert dtype == want and "predicted" in why and source == "predicted"
 
 
 def test_a_set_dtype_is_kept():
-    assert evaluate.engine_dtype(_params("float32"), _facts("cumulative", "SFT")) == ("float32", "")
+    assert evaluate.engine_dtype(_params("float32"), _facts("cumulative", "SFT")) == ("float32", "", "set")
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """Two decomposed transitions whose stores hold their bf16 survival: an RL-sized update (3e-4 of W0), which
+    bf16 rounds away, and a large one (0.2 of W0), which survives it."""
+    pytest.importorskip("math_verify", reason="the stand-in transition's benchmark needs the eval extra")
+    from helpers.stand_in import sums_transition
+
+    from grrr_stream.fixtures.synthetic import Update
+
+    made = {}
+    for name, r in (("small", 3e-4), ("large", 0.2)):
+        made[name] = sums_transition(
+            tmp_path_factory.mktemp(name), update=Update(r_delta=r, plant=(0.3, 0.5, 0.2)), dtype="bfloat16"
+        )[2]
+    return made
+
+
+def test_once_decomposed_auto_is_read_from_the_store_not_predicted(stores):
+    """An SFT row from the base is predicted bf16, an RL row float32; once the store exists the rule's own choice
+    is taken: an RL-sized update float32 even on a row predicted bf16, a large one bf16 on a row predicted
+    float32. An unfinished store leaves the prediction."""
+    dtype, why, source = evaluate.engine_dtype(_params("auto"), _facts("cumulative", "SFT", stores["small"]))
+    assert (dtype, source) == ("float32", "stored") and "diag keeps" in why
+    dtype, why, source = evaluate.engine_dtype(_params("auto"), _facts("incremental", "GRPO", stores["large"]))
+    assert (dtype, source) == ("bfloat16", "stored")
+    unfinished = _facts("incremental", "GRPO", stores["large"].parent / "nowhere")
+    assert evaluate.engine_dtype(_params("auto"), unfinished)[2] == "predicted"
+
+
+def test_the_levers_and_the_bounds_of_a_predicted_dtype():
+    """Two evaluations, hours by design and dtype planted: one predicted float32 under the sequential design, one
+    set to bfloat16 under the fixed one. Fixed float32 10 + 8 = 18 h; this config 3 + 4 = 7 h; the dtype takes
+    8 − 4 = 4 h (the bfloat16 one; the other runs in float32), the design 10 − 3 = 7 h; the bounds move the
+    predicted one only: 7 − 3 + 2 = 6 h and 7 h."""
+    from grrr_stream.forecast.summary import lever_lines
+
+    h = 3600.0
+    rows = [
+        SimpleNamespace(
+            seconds=3 * h,
+            dtype="float32 predicted",
+            design="sequential",
+            alternatives={
+                "fixed float32": 10 * h,
+                "fixed bfloat16": 6 * h,
+                "sequential float32": 3 * h,
+                "sequential bfloat16": 2 * h,
+            },
+        ),
+        SimpleNamespace(
+            seconds=4 * h,
+            dtype="bfloat16 set",
+            design="fixed",
+            alternatives={
+                "fixed float32": 8 * h,
+                "fixed bfloat16": 4 * h,
+                "sequential float32": 5 * h,
+                "sequential bfloat16": 2.5 * h,
+            },
+        ),
+    ]
+    lines = lever_lines(rows)
+    assert lines[0] == "evaluations (2): 7.0 h, 0.39 of the fixed design in float32 (18.0 h)"
+    assert "the engine dtype 4.0 h (36%), the evaluation design 7.0 h (64%)" in lines[1]
+    assert "1 bfloat16 set, 1 float32 predicted" in lines[2] and "between 6.0 h" in lines[2]
+    assert "and 7.0 h (every one float32)" in lines[2]
 
 
 def test_host_ram_apart_from_the_gpu():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from ....errors import GrrrError
 from ...estimate import UnitForecast
 from ...units import Unit
 from .params import EvaluateParams
@@ -24,12 +25,16 @@ CPU_TOKEN_S = 0.3e-3
 AUTO_BASIS = "engine.dtype auto predicted from the transition (SFT from the base: bf16; RL: float32), no store yet"
 
 
-def engine_dtype(p: EvaluateParams, facts) -> tuple[str, str]:
-    """(the engine's dtype, why): the config's, or for 'auto' the choice predicted from the transition
-    (:data:`AUTO_BASIS`)."""
+def engine_dtype(p: EvaluateParams, facts) -> tuple[str, str, str]:
+    """(the engine's dtype, why, where it comes from: 'set', 'stored' or 'predicted'): the config's; for 'auto'
+    the rule's choice from the bf16 survival the transition's store holds once it is decomposed, before that the
+    choice predicted from the transition (:data:`AUTO_BASIS`)."""
     dtype = p.options.engine.dtype
     if dtype != "auto":
-        return dtype, ""
+        return dtype, "", "set"
+    stored = _stored_choice(p, facts)
+    if stored is not None:
+        return stored.dtype, f"engine.dtype auto from the stored bf16 survival: {stored.reason}", "stored"
     from ....stats.claims_sets import method_group
 
     t = facts.transitions.get(p.transition)
@@ -38,7 +43,28 @@ def engine_dtype(p: EvaluateParams, facts) -> tuple[str, str]:
         and t.kind == "cumulative"
         and method_group(t.method, facts.sft_methods or ("SFT", "distillation", "distill")) == "SFT"
     )
-    return ("bfloat16" if sft_from_base else "float32"), AUTO_BASIS
+    return ("bfloat16" if sft_from_base else "float32"), AUTO_BASIS, "predicted"
+
+
+def _stored_choice(p: EvaluateParams, facts):
+    """The 'auto' rule's :class:`~grrr_stream.evaluation.dtype_choice.EngineChoice` from the stores of the
+    transition (and of its last step, when judged) where they are decomposed and hold their bf16 survival;
+    None otherwise."""
+    from ....evaluation.dtype_choice import resolve_engine_dtype
+    from ....store.transition_store import StoredTransition
+    from ....variants.spec import parse_variants
+    from .. import decompose
+
+    units = [facts.dec.get(t) for t in (p.transition, p.last_step) if t]
+    if any(u is None or not decompose.complete(u) for u in units):
+        return None
+    try:
+        stores = [StoredTransition(Path(u.out)) for u in units]
+        specs = parse_variants(list(p.variants))
+        step = stores[1] if len(stores) > 1 else None
+        return resolve_engine_dtype(stores[0], specs, p.options.engine, last_step=step, measure=False)
+    except (GrrrError, OSError, ValueError):  # a store the forecast cannot read: the prediction stands
+        return None
 
 
 def estimate(u: Unit, facts) -> UnitForecast:
@@ -57,7 +83,7 @@ def estimate(u: Unit, facts) -> UnitForecast:
         return UnitForecast(u.id, u.kind, 0, facts.write(u), None, None, f"shapes {base.where}")
     counts = _benchmark_prompts(p)
     prompts = sum(n for _, n in counts) if counts is not None else None  # problems per variant: here only
-    dtype, dtype_basis = engine_dtype(p, facts)
+    dtype, dtype_basis, dtype_source = engine_dtype(p, facts)
     item, gpu_target = ITEMSIZE[dtype], tgt.on_gpu(rates)
     kv = 0 if gpu_target else int(engine.cpu_kv_cache_gib * 2**30)
     stream = work.variant_stream_ram(base.shapes, base.largest)
@@ -74,6 +100,12 @@ def estimate(u: Unit, facts) -> UnitForecast:
     timed = lambda design, tokens: _seconds(p, base, rates, dtype, *design, prompts, tokens)  # noqa: E731
     (expected_s, gen, answered), (limit_s, _, _) = timed(mine, length), timed(mine, limit)
     other_s = timed(other, length)[0]
+    designs = {"fixed": fixed, "sequential": (shares, loads)}
+    alternatives = {
+        f"{d} {t}": _seconds(p, base, rates, t, *designs[d], prompts, length)[0]
+        for d in designs
+        for t in ("float32", "bfloat16")
+    }
     flops = n * work.generation_flops(base.params, answered, length, sampling.n)
     instead = "fixed" if p.options.design == "sequential" else "sequential"
     basis = (
@@ -82,7 +114,20 @@ def estimate(u: Unit, facts) -> UnitForecast:
         f"{_hours(limit_s)}; {seq_basis}; the {instead} design instead: {_hours(other_s)}"
     )
     gpu = gen.weights + gen.kv_cache if gpu_target else None
-    return UnitForecast(u.id, u.kind, 0, 0, ram, expected_s, basis, flops, gpu)
+    return UnitForecast(
+        u.id,
+        u.kind,
+        0,
+        0,
+        ram,
+        expected_s,
+        basis,
+        flops,
+        gpu,
+        alternatives,
+        f"{dtype} {dtype_source}",
+        p.options.design,
+    )
 
 
 def _seconds(
