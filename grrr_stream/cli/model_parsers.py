@@ -235,9 +235,9 @@ def _add_design_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("design (default fixed: every variant answers every problem, as the paper)")
     g.add_argument(
         "--design",
-        choices=["fixed", "sequential"],
-        help="sequential: each variant answers problems in a seeded order until its anytime-valid "
-        "intervals decide every claim threshold or reach --precision-points (docs/evaluation.md)",
+        help="fixed or sequential (evaluation/designs/). sequential: each variant answers problems in a seeded "
+        "order until its anytime-valid intervals decide every claim threshold or reach --precision-points "
+        "(docs/evaluation.md)",
     )
     g.add_argument("--precision-points", type=float, help="sequential: stop within ± this many points (default 2)")
     g.add_argument("--chunk", type=int, help="sequential: problems between two looks (default 64)")

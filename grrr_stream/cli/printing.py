@@ -35,12 +35,12 @@ def print_evaluation(res, out=None) -> None:
 
 def _print_variant_accuracy(res, out) -> None:
     """One row per variant: accuracy per benchmark, average, difference from full, answers cut off, and under
-    the sequential design how many problems it answered and why it stopped."""
+    a design where each rests on its own problems how many it answered and why it stopped."""
     from ..evaluation.tables import accuracy_columns
 
     benches = accuracy_columns(res.accuracy_rows)
     diffs = {r["variant"]: r for r in res.differences}
-    sequential = getattr(res, "design", "fixed") == "sequential"
+    sequential = getattr(res, "own_problems", False)  # each variant rests on its own problems
     out.write(
         f"\n{'variant':<12} "
         + " ".join(f"{b:>13}" for b in benches)
@@ -59,11 +59,11 @@ def _print_variant_accuracy(res, out) -> None:
         avg = f"{r['average']:>9.2f}" if r["average"] is not None else f"{'':>9}"
         seq = f" {d.get('problems', ''):>8}  {d.get('stopped', '')}" if sequential else ""
         out.write(f"{r['variant']:<12} {cells} {avg} {ci:>24} {r['truncated']:>8}{seq}\n")
-    if sequential:
-        out.write(
-            "design sequential: intervals are anytime-valid confidence sequences over the problems each "
-            "variant answered (sequential.json)\n"
-        )
+    from ..evaluation.designs import design_of  # numpy and the grading: not for every command's start
+
+    note = design_of(res.design).note if sequential else ""
+    if note:
+        out.write(f"design {res.design}: {note}\n")
 
 
 def _print_gain_and_rest(info: dict, out) -> None:

@@ -1,7 +1,7 @@
-"""Scoring every variant of an evaluation on every benchmark: the one engine alive (:class:`EngineSlot`), each
-variant's weights streamed into it or written to a folder of its own, the answers already there reused, and the
-sequential design's rounds handed to :mod:`.sequential`. ``evaluation`` is the pipeline's prepared evaluation (its
-request, options, benchmarks, variant builders and engine homes)."""
+"""Scoring variants of an evaluation on its benchmarks, for the designs (:mod:`.designs`) to order: the one engine
+alive (:class:`EngineSlot`), each variant's weights streamed into it or written to a folder of its own, the
+answers already there reused. ``evaluation`` is the pipeline's prepared evaluation (its request, options,
+benchmarks, variant builders and engine homes)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class Scores:
     keys_of: dict[str, dict[str, str]] = field(default_factory=dict)  # variant → benchmark → key
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)  # variant → its scoring's start, end
     bar: Any = None  # Progress over (variant, benchmark) pairs
-    sequential: Any = None  # (SequentialRun, SequentialOutcome) under the sequential design
+    outcome: Any = None  # what the design keeps of its run beyond the results (the sequential one: its rounds)
 
 
 class EngineSlot:
@@ -74,34 +74,7 @@ def start_engine(make_engine: Callable[..., Any], home: Path, evaluation: Any, l
     return engine
 
 
-def score_variants(evaluation: Any, make_engine: Callable[..., Any], log) -> Scores:
-    """Every variant on every benchmark, variants that need the same engine one after the other; with
-    ``request.progress``, a progress line over the (variant, benchmark) pairs with an ETA."""
-    homes = [evaluation.homes[m] for m in evaluation.names]
-    order = sorted(evaluation.names, key=lambda n: homes.index(evaluation.homes[n]))
-    scores, slot = Scores(), EngineSlot(make_engine, evaluation)
-    if evaluation.request.options.design == "sequential":
-        try:
-            _score_sequential(evaluation, order, slot, scores, log)
-        finally:
-            slot.close()
-        return scores
-    scores.bar = Progress(
-        len(evaluation.names) * len(evaluation.benches),
-        label=f"  [evaluate {evaluation.transition.label}] ",
-        enabled=evaluation.request.progress,
-    )
-    try:
-        for name in order:
-            began = time.time()  # each variant's own time (an engine it starts included), for its MLflow run
-            _score_variant(evaluation, name, slot, scores, log)
-            scores.spans[name] = (began, time.time())
-    finally:
-        slot.close()
-    return scores
-
-
-def _keys(evaluation: Any, name: str) -> dict[str, str]:
+def keys_for(evaluation: Any, name: str) -> dict[str, str]:
     """Benchmark → the key of variant ``name``'s answers on it."""
     opts, meta = (
         evaluation.options,
@@ -134,31 +107,9 @@ def _stream_variant(evaluation: Any, name: str, active: Any, scores: Scores, log
         log(warning)
 
 
-def _score_sequential(evaluation: Any, order: list[str], slot: EngineSlot, scores: Scores, log) -> None:
-    """Every variant under the sequential design (:mod:`.sequential`), full first."""
-    from .sequential import REFERENCE, SequentialRun
-
-    names = [REFERENCE] + [n for n in order if n != REFERENCE]
-    scores.keys_of = {n: _keys(evaluation, n) for n in names}
-    began = time.time()
-    run = SequentialRun(
-        evaluation.benches,
-        names,
-        scores.keys_of,
-        evaluation.out,
-        evaluation.options,
-        evaluation.instruction,
-        lambda name: slot.holding(name, scores, log),
-        log,
-    )
-    scores.sequential = (run, run.run())
-    scores.results = scores.sequential[1].results
-    scores.spans = {n: (began, time.time()) for n in names}
-
-
-def _score_variant(evaluation: Any, name: str, slot: EngineSlot, scores: Scores, log) -> None:
+def score_variant(evaluation: Any, name: str, slot: EngineSlot, scores: Scores, log) -> None:
     req, builder = evaluation.request, evaluation.builders[name]
-    keys = _keys(evaluation, name)
+    keys = keys_for(evaluation, name)
     scores.keys_of[name] = keys
     have = {b.name: scored(evaluation.out, name, b, keys[b.name], req.options.sampling) for b in evaluation.benches}
     if all(have.values()):

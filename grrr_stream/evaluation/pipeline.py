@@ -20,12 +20,13 @@ from ..files import atomic_write_text, ensure_folder, to_csv
 from ..store.transition_store import StoredTransition
 from ..tracking import model_runs, runs
 from .benchmarks import Benchmark, load_benchmark, resolve_bench_dir
+from .designs import design_of
 from .engine import Engine
-from .engine_loop import Scores, score_variants
+from .engine_loop import EngineSlot, Scores
 from .prompts import DEFAULT_INSTRUCTION, prompt_format
 from .scoring import problem_rows
 from .settings import EvaluationOptions
-from .tables import accuracy_table, diagnostics_table, retention_tables, solved_lost
+from .tables import accuracy_table, diagnostics_table, retention_tables
 
 RECORD_FILE = "evaluation.json"  # written last: what was evaluated and its summary (a sweep unit's marker)
 # the tables of a results folder that others read (a sweep's report): name → file
@@ -89,7 +90,9 @@ class EvaluationResult:
     solved_lost: list[dict] = field(default_factory=list)  # problems full solves and a variant loses, and reverse
     metric: str = "avg"  # the accuracy the tables use
     spans: dict = field(default_factory=dict)  # variant → (start, end) of its scoring, epoch seconds
-    design: str = "fixed"  # 'sequential': variants rest on their own problems
+    design: str = "fixed"  # the design's name (:mod:`.designs`)
+    own_problems: bool = False  # the design's: each variant's numbers rest on the problems it answered
+    design_params: dict = field(default_factory=dict)  # the design and its settings, as MLflow params
 
 
 def run_evaluation(
@@ -108,15 +111,14 @@ def run_evaluation(
     """
     started = time.time()  # the MLflow runs, opened after the evaluation, start here
     evaluation = _prepare(request, log)
-    scores = score_variants(evaluation, engine_factory or Engine, log)
+    scores = _score(evaluation, engine_factory or Engine, log)
     res = _tabulate(evaluation, scores, log)
     res.info.update(engine_dtype=evaluation.dtype_choice.dtype, engine_dtype_reason=evaluation.dtype_choice.reason)
     res.spans = scores.spans
     res.files = _write_tables(evaluation, res)
-    if scores.sequential is not None:
-        from .sequential import write_record
-
-        res.files.append(write_record(evaluation.out, *scores.sequential, res.differences))
+    design = design_of(request.options.design)
+    if design.write is not None:
+        res.files.append(design.write(evaluation, scores, res.differences))
     _write_problem_tables(evaluation, scores.keys_of)
     res.files.append(_write_record(evaluation, res))
     if runs.enabled(tracking):
@@ -197,19 +199,8 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
 
 
 def _check_design(opts: EvaluationOptions, names: Sequence[str]) -> None:
-    """The sequential design compares every variant with full, streamed into one engine."""
-    if opts.design != "sequential":
-        return
-    problems = []
-    if "full" not in names or len(names) < 2:
-        problems.append(
-            f"design: sequential compares variants with full: evaluate full and at least one other "
-            f"variant (got {', '.join(names)})"
-        )
-    if opts.materialize != "engine":
-        problems.append(
-            "design: sequential swaps variants in and out of one engine a few times each: it needs materialize: engine"
-        )
+    """What the evaluation's design refuses, before an engine starts."""
+    problems = design_of(opts.design).check(opts, names)
     if problems:
         raise ConfigError("; ".join(problems))
 
@@ -225,10 +216,21 @@ def _load_benchmarks(request: EvaluationRequest, out: Path, log) -> list[Benchma
     return benches
 
 
+def _score(evaluation: _Evaluation, make_engine: Callable[..., Any], log) -> Scores:
+    """Every variant on every benchmark as the design orders them, variants that need the same engine one after
+    the other (one engine alive at a time)."""
+    homes = [evaluation.homes[m] for m in evaluation.names]
+    order = sorted(evaluation.names, key=lambda n: homes.index(evaluation.homes[n]))
+    scores, slot = Scores(), EngineSlot(make_engine, evaluation)
+    try:
+        design_of(evaluation.request.options.design).score(evaluation, order, slot, scores, log)
+    finally:
+        slot.close()
+    return scores
+
+
 def _tabulate(evaluation: _Evaluation, scores: Scores, log) -> EvaluationResult:
     """The tables (accuracy, retention, removal, solved/lost) and the paired differences between variants."""
-    from ..stats import claims
-
     req, builders = evaluation.request, evaluation.builders
     flat = [r for n in evaluation.names for r in scores.results[n]]
     acc = accuracy_table(flat, [b.name for b in evaluation.benches], req.options.metric)
@@ -240,20 +242,8 @@ def _tabulate(evaluation: _Evaluation, scores: Scores, log) -> EvaluationResult:
     info["rest_from_requested"] = req.rest_from
     if fallbacks:
         info["rest_fallback"] = fallbacks[0]
-    if scores.sequential is not None:
-        diffs = _sequential_differences(evaluation, scores, acc, info, req.informative_points)
-        lost: list[dict] = []  # the variants rest on different problems: nothing to set side by side
-    else:
-        per_problem = claims.transition_scores(
-            claims.correctness_of(flat, metric=req.options.metric),
-            transition=evaluation.transition.label,
-            resamples=req.resamples,
-            seed=req.bootstrap_seed,
-        )
-        diffs = claims.difference_rows(per_problem)
-        informative = claims.informative_rows([per_problem], informative_points=req.informative_points)[0]
-        info.update({k: v for k, v in informative.items() if k not in ("transition", "kind")})
-        lost = solved_lost(flat, req.options.metric)
+    design = design_of(req.options.design)
+    diffs, lost = design.differences(evaluation, scores, flat, acc, info)
     warn_truncated(acc, req.options.engine.max_new_tokens, log)
     return EvaluationResult(
         evaluation.out,
@@ -269,41 +259,10 @@ def _tabulate(evaluation: _Evaluation, scores: Scores, log) -> EvaluationResult:
         evaluation.prompt,
         lost,
         req.options.metric,
-        design=req.options.design,
+        design=design.name,
+        own_problems=design.own_problems,
+        design_params=design.params(req.options),
     )
-
-
-def _sequential_differences(
-    evaluation: _Evaluation, scores: Scores, acc: list[dict], info: dict, informative_points: float
-) -> list[dict]:
-    """The sequential design's difference rows, and its gain full − base (paired, anytime-valid) in ``info``."""
-    from .sequential import difference_rows
-
-    run, outcome = scores.sequential
-    rows = difference_rows(run, outcome, evaluation.transition.label, {r["variant"]: r["average"] for r in acc})
-    base = next((r for r in rows if r["variant"] == "base"), None)
-    if base is not None:
-        gain = -base["minus_full"]
-        info.update(
-            gain=gain,
-            gain_ci_lo=-base["minus_full_ci_hi"],
-            gain_ci_hi=-base["minus_full_ci_lo"],
-            informative=gain >= informative_points,
-            gain_problems=base["problems"],
-            interval="anytime-valid",
-        )
-        info["informative_within_ci"] = bool(info["informative"] and info["gain_ci_lo"] < informative_points)
-    proj = next((r for r in rows if r["variant"] == "proj"), None)
-    if proj is not None:
-        # paired on the problems proj answered, as the claims over a sweep take it (full's average rests on more)
-        info.update(
-            full_minus_proj=-proj["minus_full"],
-            full_minus_proj_ci_lo=-proj["minus_full_ci_hi"],
-            full_minus_proj_ci_hi=-proj["minus_full_ci_lo"],
-        )
-    info["design"] = "sequential"
-    info["problems"] = {r["variant"]: r["problems"] for r in rows}
-    return rows
 
 
 def _write_tables(evaluation: _Evaluation, res: EvaluationResult) -> list[Path]:
@@ -354,12 +313,7 @@ def _write_record(evaluation: _Evaluation, res: EvaluationResult) -> Path:
                 "bootstrap": {"resamples": req.resamples, "seed": req.bootstrap_seed},
                 "sampling": req.options.sampling.model_dump(),
                 "metric": req.options.metric,
-                "design": req.options.design,
-                **(
-                    {"sequential": req.options.sequential.model_dump(mode="json")}
-                    if req.options.design != "fixed"
-                    else {}
-                ),
+                **design_of(req.options.design).record(req.options),
                 "benchmarks": {
                     b.name: {"sha256": b.sha256, "n": len(b.problems), "skipped": b.skipped, "path": str(b.path)}
                     for b in evaluation.benches

@@ -201,9 +201,10 @@ class EvaluationOptions(StrictModel):
     lenient: bool = False  # skip (and count) malformed benchmark lines instead of refusing the file
     template: str = "chat"
     instruction: Optional[str] = None  # None: prompts.DEFAULT_INSTRUCTION
-    # 'fixed': every variant answers every problem (the paper's tables); 'sequential': each variant until its
-    # anytime-valid intervals decide (``sequential``)
-    design: Literal["fixed", "sequential"] = "fixed"
+    # the evaluation design, a name of evaluation/designs/ (checked where an evaluation is planned or prepared):
+    # 'fixed', every variant answers every problem (the paper's tables); 'sequential', each variant until its
+    # anytime-valid intervals decide. A design's own settings are the field named after it (``sequential``).
+    design: str = "fixed"
     sequential: SequentialSettings = SequentialSettings()
 
     def model_post_init(self, _ctx: Any) -> None:
@@ -219,7 +220,12 @@ class EvaluationOptions(StrictModel):
         ``materialize`` and the engine's memory knobs change none; ``lenient`` and sampling are left out while
         off (greedy), and the design while fixed, so that keys of results made before they existed stay as they were."""
         sampling = self.sampling.key_fields()
-        design = {"design": self.design, "sequential": self.sequential.key_fields()} if self.design != "fixed" else {}
+        own = getattr(self, self.design, None)  # a design's own settings: the field named after it
+        design = (
+            {}
+            if self.design == type(self).model_fields["design"].default  # the paper's: keys as before designs
+            else {"design": self.design, **({self.design: own.key_fields()} if own is not None else {})}
+        )
         return {
             "limit": self.limit,
             **({"lenient": True} if self.lenient else {}),

@@ -1,5 +1,6 @@
 """The paper's headline statistics over evaluations run under the sequential design
-(:mod:`grrr_stream.evaluation.sequential`), in the tables :func:`grrr_stream.stats.claims_sets.summarise` writes.
+(:mod:`grrr_stream.evaluation.designs.sequential`), in the tables :func:`grrr_stream.stats.claims_sets.summarise`
+writes.
 
 Each variant of such an evaluation rests on its own problems and comes with anytime-valid intervals for its
 difference to full and for its retention; there is no common resample of problems to bootstrap. A statistic's

@@ -238,7 +238,7 @@ def _evaluation_key(t, builder, res, options) -> str:
 
 def _evaluation_params(builder, benches: Sequence, res, options, versions: dict) -> dict:
     """An evaluation run's params: its variant's, the engine, template and sampling, the versions, each
-    benchmark's digest and size, and the design (with its sequential settings when not fixed)."""
+    benchmark's digest and size, and the design with its settings (the design's own params)."""
     params = {
         **variant_params(builder),
         "template": options.template,
@@ -250,16 +250,14 @@ def _evaluation_params(builder, benches: Sequence, res, options, versions: dict)
     }
     params.update({f"sha256.{b.name}": b.sha256 for b in benches})
     params.update({f"n.{b.name}": len(b.problems) for b in benches})
-    params["design"] = options.design
-    if options.design != "fixed":  # where each variant stopped and why: the run's metrics and tags
-        params.update({f"sequential.{k}": v for k, v in options.sequential.model_dump(mode="json").items()})
+    params.update(getattr(res, "design_params", None) or {"design": options.design})
     return params
 
 
 def _stop_tags(res, name: str) -> dict:
-    """Under the sequential design: how many problems the variant's numbers rest on and why it stopped."""
+    """Under a design where each variant rests on its own problems: how many and why it stopped."""
     d = {r["variant"]: r for r in res.differences}.get(name, {})
-    if getattr(res, "design", "fixed") == "fixed" or "problems" not in d:
+    if not getattr(res, "own_problems", False) or "problems" not in d:
         return {}
     return {"grrr.design": res.design, "grrr.problems": str(d["problems"]), "grrr.stopped": d.get("stopped", "")}
 

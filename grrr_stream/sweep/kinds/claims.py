@@ -169,18 +169,20 @@ def run(u: Unit, ctx: RunContext) -> dict:
 
 
 def _sequential(e: Evaluated):
-    """The sequential design's rows of one evaluation (None when it ran the fixed design)."""
-    from ...evaluation.sequential import FILE
+    """The rows of one evaluation whose design rests each variant on its own problems, from the design's record
+    (None under a design that pairs every variant on every problem)."""
+    from ...evaluation.designs import DESIGNS
     from ...stats.claims_sequential import SequentialEvaluation
 
-    record = _verified(Path(e.evaluation_out) / FILE)
     try:
         info = json.loads((Path(e.evaluation_out) / RECORD_FILE).read_text()).get("info", {})
     except (OSError, ValueError, AttributeError):
         return None
-    if record is None:
+    design = DESIGNS.get(info.get("design", "fixed")) if isinstance(info, dict) else None
+    if design is None or not design.own_problems or design.summary is None:
         return None
-    if info.get("design") != "sequential":
+    record = _verified(Path(e.evaluation_out) / design.summary)
+    if record is None:
         return None
     return SequentialEvaluation(e.transition, e.kind, e.method, e.step, {r["variant"]: r for r in record["rows"]}, info)
 

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from ....evaluation.designs import DESIGNS
 from ....evaluation.pipeline import RECORD_FILE
 from ....evaluation.settings import EvaluationOptions
 from ...context import PlanContext, Problems, RunContext
@@ -59,6 +60,9 @@ def _suite_units(ctx: PlanContext, e: SweepEvaluation) -> tuple[list[Unit], Prob
     components = {n: ctx.specs[n].components() for n in names if n in ctx.specs}
     where = "evaluation" if e.suite is None else f"extra_evaluations[{e.suite}]"
     selected, problems = ctx.select(e.transitions, f"{where}.transitions")
+    if e.design not in DESIGNS:
+        return [], problems + [f"{where}.design: {e.design!r} is not one of {', '.join(DESIGNS)}"]
+    problems += [f"{where}: {m}" for m in DESIGNS[e.design].check(e, names)]
     suffix = "" if e.suite is None else f"/{e.suite}"
     limit = f" (first {e.limit} each)" if e.limit else ""
     units: list[Unit] = []
@@ -167,16 +171,16 @@ def complete(u: Unit) -> bool:
 
 
 def _summaries_verify(u: Unit) -> bool:
-    """Every summary there that the claims read back (a benchmark's per variant, or the sequential design's record)
+    """Every summary there that the claims read back (a benchmark's per variant, or the design's own record)
     matches its digest; one that does not (changed, or written before summaries carried one) makes the unit stale:
     summarised again from its verified answers, no generation."""
     from ....evaluation.answers import verified_summary
     from ....evaluation.scoring import result_path
-    from ....evaluation.sequential import FILE
 
     p: EvaluateParams = u.params
-    if p.options.design == "sequential":
-        paths = [Path(u.out) / FILE]
+    summary = DESIGNS[p.options.design].summary
+    if summary is not None:
+        paths = [Path(u.out) / summary]
     else:
         paths = [result_path(Path(u.out), v.partition("=")[0].strip(), b) for v in p.variants for b in p.benchmarks]
     return all(verified_summary(path) is not None for path in paths if path.exists())

@@ -5,7 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from ....dtypes import ITEMSIZE
 from ....errors import GrrrError
+from ....evaluation.designs import DESIGNS
+from ....forecast import answers, work
+from ....forecast import target as tgt
 from ...estimate import UnitForecast
 from ...units import Unit
 from .params import EvaluateParams
@@ -69,13 +73,9 @@ def _stored_choice(p: EvaluateParams, facts):
 
 def estimate(u: Unit, facts) -> UnitForecast:
     """prompts × samples × the expected answer length × 2 × parameters (every answer to max_new_tokens printed
-    beside: the upper bound), plus the engine's start and a swap per variant; under the sequential design each
-    variant's expected share of the prompts (:mod:`grrr_stream.forecast.sequential`), the other design's time
-    printed beside. Host RAM and GPU memory apart."""
-    from ....dtypes import ITEMSIZE
-    from ....forecast import answers, sequential, work
-    from ....forecast import target as tgt
-
+    beside: the upper bound), plus the engine's start and a swap per variant; each variant its expected share of
+    the prompts under the configured design (its ``forecast``), the other designs' times printed beside. Host RAM
+    and GPU memory apart."""
     p: EvaluateParams = u.params
     engine, sampling = p.options.engine, p.options.sampling
     base, rates = facts.base_of(p.transition), facts.rates
@@ -92,26 +92,25 @@ def estimate(u: Unit, facts) -> UnitForecast:
         return UnitForecast(u.id, u.kind, 0, 0, ram, None, "prompts unknown")
     n, limit = len(p.variants), engine.max_new_tokens
     length, length_basis = answers.expected_tokens(counts, base.params, limit)
-    # the fixed design: every variant answers every prompt, streamed in once; the sequential one: each its share of
-    # the prompts, streamed in once a round. The forecast is of the configured design, the other printed beside.
-    fixed = ([1.0] * n, [1.0] * n)
-    shares, loads, seq_basis = sequential.expected(p.variants, dict(counts), p.options.sequential)
-    mine, other = ((shares, loads), fixed) if p.options.design == "sequential" else (fixed, (shares, loads))
-    timed = lambda design, tokens: _seconds(p, base, rates, dtype, *design, prompts, tokens)  # noqa: E731
+    # each design's shares of the prompts and engine calls per variant (the fixed one: all, once); the forecast is
+    # of the configured design, the others printed beside
+    plans = {name: d.forecast(p.variants, dict(counts), d.settings_of(p.options)) for name, d in DESIGNS.items()}
+    timed = lambda plan, tokens, dt=dtype: _seconds(p, base, rates, dt, plan[0], plan[1], prompts, tokens)  # noqa: E731
+    mine = plans[p.options.design]
     (expected_s, gen, answered), (limit_s, _, _) = timed(mine, length), timed(mine, limit)
-    other_s = timed(other, length)[0]
-    designs = {"fixed": fixed, "sequential": (shares, loads)}
+    others = [
+        f"{plan[2]}; the {name} design instead: {_hours(timed(plan, length)[0])}"
+        for name, plan in plans.items()
+        if name != p.options.design
+    ]
     alternatives = {
-        f"{d} {t}": _seconds(p, base, rates, t, *designs[d], prompts, length)[0]
-        for d in designs
-        for t in ("float32", "bfloat16")
+        f"{name} {t}": timed(plan, length, t)[0] for name, plan in plans.items() for t in ("float32", "bfloat16")
     }
     flops = n * work.generation_flops(base.params, answered, length, sampling.n)
-    instead = "fixed" if p.options.design == "sequential" else "sequential"
     basis = (
         f"{n} variants × {prompts} prompts × {sampling.n} × {length_basis}, {gen.describe()}; {dtype}"
         f"{' (' + dtype_basis + ')' if dtype_basis else ''}; upper bound every answer to {limit}: "
-        f"{_hours(limit_s)}; {seq_basis}; the {instead} design instead: {_hours(other_s)}"
+        f"{_hours(limit_s)}; {'; '.join([mine[2], *others])}"
     )
     gpu = gen.weights + gen.kv_cache if gpu_target else None
     return UnitForecast(
@@ -137,8 +136,6 @@ def _seconds(
     which variant i answers ``shares[i]`` of the prompts, ``tokens`` each, in ``loads[i]`` engine calls of equal
     size. Each call streams the variant in and is a batch of its own: one smaller than the batch the device holds
     costs the decode steps of a full one (vLLM's batching in :mod:`grrr_stream.forecast.generation`)."""
-    from ....forecast import target as tgt
-
     engine, samples, n = p.options.engine, p.options.sampling.n, len(shares)
     answered = sum(shares) / n * prompts
     calls = [(load, max(1, round(share * prompts * samples / load))) for share, load in zip(shares, loads)]

@@ -20,13 +20,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ..files import atomic_write_text
-from ..stats.order import Order, benchmark_mean, problem_order, round_ends
-from ..stats.sequential import Decision, batch_end, decide, retention_interval
-from .answers import AnswersFile, summary_text
-from .benchmarks import Benchmark
-from .scoring import BenchmarkResult, answer_problems, problem_scores, summarise_records
-from .settings import EvaluationOptions
+from ...files import atomic_write_text
+from ...stats.order import Order, benchmark_mean, problem_order, round_ends
+from ...stats.sequential import Decision, batch_end, decide, retention_interval
+from ..answers import AnswersFile, summary_text
+from ..benchmarks import Benchmark
+from ..scoring import BenchmarkResult, answer_problems, problem_scores, summarise_records
+from ..settings import EvaluationOptions
 
 FILE = "sequential.json"  # the design, the order's census and weights, and each variant's decision
 # where this run's time went: one row per engine call (variant, problems, seconds streaming it in and generating);
