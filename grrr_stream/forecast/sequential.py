@@ -2,7 +2,7 @@
 in :mod:`grrr_stream.stats.sequential`) is expected to answer, for the forecast: each variant's share of the problems
 and how often it is streamed into the engine.
 
-The shares are the simulation study's (``tools/simulate_designs.py``, studies shaped like the paper's 28
+The shares are the simulation study's (``tools/simulate.py designs``, studies shaped like the paper's 28
 evaluated transitions × 12 variants × 1,517 problems, coupling ρ = 0.9, a look every 64 problems, the betting
 sequence; docs/evaluation.md, "Sequential design: simulation"). They rest on a model of the accuracies (the
 paper's 12 visible rows, the rest drawn around them) and of how variants agree per problem: with weaker agreement
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 # precision target (``precision_points``) → variant → share of the problems answered, at the default precision per
-# variant (the controls and diag at ±4 whatever the target). ±2 and ±3: `tools/simulate_designs.py --studies 150
+# variant (the controls and diag at ±4 whatever the target). ±2 and ±3: `tools/simulate.py designs --studies 150
 # --precisions 2,3 --retention-studies 60` (ρ = 0.9, the betting sequence, seed 0); ±4: the 1,000-study run of the
 # uniform design (every variant at ±4), where only diag differs, taken from the ±2/±3 run (its thresholds).
 SIMULATED: dict[float, dict[str, float]] = {
@@ -61,7 +61,7 @@ SIMULATED: dict[float, dict[str, float]] = {
 # on the stand-in engine's test evaluation (tests/evaluation/test_sequential_design.py's setting); taken as 10 %
 AHEAD = 1.10
 SOURCE = (
-    "tools/simulate_designs.py: paper-shaped studies at the default precision per variant, ρ = 0.9, betting "
+    "tools/simulate.py designs: paper-shaped studies at the default precision per variant, ρ = 0.9, betting "
     "sequence (ρ = 0.6 answered ~20 % more)"
 )
 

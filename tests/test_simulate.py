@@ -1,12 +1,11 @@
-"""tools/simulate_designs.py: its vectorised stopping rule and retention interval are the package's scalar ones
+"""tools/simulate.py: its vectorised stopping rule and retention interval are the package's scalar ones
 path by path, its fixed design is the plain per-benchmark mean, coverage is counted against planted
-finite-population values, and its table of the paper's rows is the paper's."""
+finite-population values, its table of the paper's rows is the paper's, and its betting prototype covers."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -22,8 +21,7 @@ FACTS = ROOT.parent / "shared" / "PAPER_FACTS.md"  # the team's copy beside the 
 
 @pytest.fixture(scope="module")
 def sim():
-    sys.path.insert(0, str(ROOT / "tools"))
-    spec = importlib.util.spec_from_file_location("simulate_designs", ROOT / "tools" / "simulate_designs.py")
+    spec = importlib.util.spec_from_file_location("simulate", ROOT / "tools" / "simulate.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -37,34 +35,32 @@ def _pairs(sim, studies, seed=1):
 
 
 def test_vectorised_decide_and_retention_are_the_scalar_ones(sim):
-    import sim_sequential as ss
-
     order, _, correct = _pairs(sim, 1)
     full = correct[0, :, 1].astype(float)
     th = Thresholds((-4.3,), (95.0, 92.0))
     for v in ("offnull", "diag", "null"):
         x = correct[0, :, sim.VARIANTS.index(v)].astype(float)
-        many = ss.decide_many(order, x, full, th, chunk=64, precisions=(2.0, 5.0, None))  # None: thresholds only
+        many = sim.decide_many(order, x, full, th, chunk=64, precisions=(2.0, 5.0, None))  # None: thresholds only
         for p, d in many.items():
             for row in range(0, 28, 3):
                 one = decide(order, x[row], full[row], th, chunk=64, precision_points=p)
-                assert (one.problems, one.reason) == (d["problems"][row], list(ss.REASON_CODES)[d["reason"][row]])
+                assert (one.problems, one.reason) == (d["problems"][row], list(sim.REASON_CODES)[d["reason"][row]])
                 assert (one.minus_full, one.lo, one.hi) == (d["minus_full"][row], d["lo"][row], d["hi"][row])
-                assert list(one.sides.values()) == [ss.SIDE_NAMES[s] for s in d["sides"][row]]
+                assert list(one.sides.values()) == [sim.SIDE_NAMES[s] for s in d["sides"][row]]
     x = correct[0, :, sim.VARIANTS.index("diag")].astype(float)
-    many = ss.decide_many(order, x, full, Thresholds((), (25.0,)), chunk=64, precisions=(2.0,), retention_points=10.0)
+    many = sim.decide_many(order, x, full, Thresholds((), (25.0,)), chunk=64, precisions=(2.0,), retention_points=10.0)
     for row in range(0, 28, 4):  # with a retention target: the same stops
         one = decide(
             order, x[row], full[row], Thresholds((), (25.0,)), chunk=64, precision_points=2.0, retention_points=10.0
         )
         got = many[2.0]
-        assert (one.problems, one.reason) == (got["problems"][row], list(ss.REASON_CODES)[got["reason"][row]])
+        assert (one.problems, one.reason) == (got["problems"][row], list(sim.REASON_CODES)[got["reason"][row]])
     x = correct[0, :4, sim.VARIANTS.index("diag")].astype(float)
     stops = np.array([134, 262, 1517, 134])
-    lo, hi = ss.retention_many(order, x, full[:4], stops, tolerance=1e-3)
+    lo, hi = sim.retention_many(order, x, full[:4], stops, tolerance=1e-3)
     for row, k in enumerate(stops):
         assert (lo[row], hi[row]) == retention_interval(order, x[row, :k], full[row, :k], tolerance=1e-3)
-    est = ss.score_estimate(order, x)
+    est = sim.score_estimate(order, x)
     assert np.allclose(est[:, 100:], score_path(order, x, 0.0, 1.0).estimate[:, 100:], rtol=0, atol=1e-12)
 
 
@@ -105,16 +101,7 @@ def test_coverage_is_counted_against_the_planted_values(sim):
     """A batch whose sequential intervals are replaced by the exact finite-population values covers them all;
     moved off by a point, none."""
     rng = np.random.default_rng(0)
-    settings = {
-        "coupling": 0.9,
-        "precisions": (2.0,),
-        "chunk": 64,
-        "resamples": 100,
-        "tolerance": 1e-3,
-        "sequential": sim.UNIFORM,
-        "design": sim.design(sim.UNIFORM),
-        "claim_settings": ClaimSettings(),
-    }
+    settings = sim.make_settings(sim.UNIFORM, precisions=(2.0,), resamples=100)
     res = sim.run_batch(rng, 1, problem_order(sim.SIZES), settings, retention=False)
     f = res["fixed"]
     for shift, want in ((0.0, 1.0), (1.0, 0.0)):
@@ -127,9 +114,9 @@ def test_coverage_is_counted_against_the_planted_values(sim):
 
 
 @pytest.mark.skipif(not FACTS.exists(), reason="the team's PAPER_FACTS.md is not here")
-def test_the_paper_rows_are_the_papers():
+def test_the_paper_rows_are_the_papers(sim):
     text = FACTS.read_text()
-    sim_rows = {(g, name): vals for g, name, vals in _load_rows()}
+    sim_rows = {(g, name): vals for g, name, vals in sim.PAPER_ROWS}
     sft = re.findall(
         r"^- (C\d+) ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+)\s*$",
         text.split("Table 5 (SFT)")[1].split("Table 6")[0],
@@ -144,26 +131,15 @@ def test_the_paper_rows_are_the_papers():
     assert len(want) == 12 and sim_rows == want
 
 
-def _load_rows():
-    spec = importlib.util.spec_from_file_location("simulate_designs_rows", ROOT / "tools" / "simulate_designs.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(ROOT / "tools"))
-    spec.loader.exec_module(mod)
-    return mod.PAPER_ROWS
-
-
-def test_the_betting_prototype_covers_planted_populations_and_closes():
-    """tools/sim_betting.py's hedged sequence misses a planted population's mean in at most α of random orders (up
+def test_the_betting_prototype_covers_planted_populations_and_closes(sim):
+    """The betting prototype's hedged sequence misses a planted population's mean in at most α of random orders (up
     to 3 binomial standard errors) and, without replacement, closes on it to a few grid steps."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    from sim_betting import hedged_wor_cs
-
     rng = np.random.default_rng(3)
     n, paths = 200, 120
     pop = (rng.random(n) < 0.4).astype(float)
     missed = 0
     for _ in range(paths):
-        lo, hi = hedged_wor_cs(pop[rng.permutation(n)], n, grid=1001)
+        lo, hi = sim.hedged_wor_cs(pop[rng.permutation(n)], n, grid=1001)
         missed += bool(((lo > pop.mean() + 1e-9) | (hi < pop.mean() - 1e-9)).any())
     assert missed / paths <= 0.05 + 3 * (0.05 * 0.95 / paths) ** 0.5
     assert hi[-1] - lo[-1] <= 0.01 and lo[n // 2] < pop.mean() < hi[n // 2]
@@ -193,8 +169,6 @@ def test_the_oracle_floor_is_where_a_fixed_size_interval_reaches_the_precision(s
 def test_the_simulated_sequential_counts_are_the_products(sim):
     """A count claim's interval in the simulation (transitions surely / possibly on the claim's side) is the one
     stats/claims_sequential.py gives the report from per-transition intervals with those sides."""
-    import sim_claims
-
     from grrr_stream.stats.claims_sequential import _statistics
 
     cs = ClaimSettings()
@@ -207,10 +181,10 @@ def test_the_simulated_sequential_counts_are_the_products(sim):
 
     offnull = {"sides": np.stack([np.ones_like(sides), sides, sides], axis=-1)}
     diag = {"sides": -np.ones((6, 1), dtype=np.int8)}
-    surely, possibly = sim_claims._per_transition_ends(offnull, diag)
+    surely, possibly = sim._per_transition_ends(offnull, diag)
     assert (surely["floor"].sum(), possibly["floor"].sum()) == (product_lo, product_hi) == (3, 5)
     # the report's rule on that interval: 3/6 and 5/6 against shares 0.5, 0.8 and 0.9
-    verdicts = [float(sim_claims.at_least(np.array(3), np.array(5), np.array(6), t)) for t in (0.5, 0.8, 0.9)]
+    verdicts = [float(sim.at_least(np.array(3), np.array(5), np.array(6), t)) for t in (0.5, 0.8, 0.9)]
     assert verdicts == [1.0, 0.0, -1.0]
 
 
@@ -218,17 +192,7 @@ def test_at_the_defaults_the_controls_stop_at_four_points_and_a_null_precision_o
     """The simulation follows the product's per-variant precision: at the ±30 target a control still stops at ±4
     (so later than at the census plus a chunk); diag mapped to null never stops on precision."""
     rng = np.random.default_rng(3)
-    seq = SequentialSettings()
-    settings = {
-        "coupling": 0.9,
-        "precisions": (30.0,),
-        "chunk": 64,
-        "resamples": 100,
-        "tolerance": 1e-3,
-        "sequential": seq,
-        "design": sim.design(seq),
-        "claim_settings": ClaimSettings(),
-    }
+    settings = sim.make_settings(SequentialSettings(), precisions=(30.0,), resamples=100)
     res = sim.run_batch(rng, 1, problem_order(sim.SIZES), settings, retention=False)["seq"][30.0]
     assert (res["randrm-0"]["reason"] == 1).any() and (res["randrm-0"]["problems"] > 134).all()
     assert (res["off"]["problems"] == 134).all()  # on the ±30 target itself: the first look after the census
