@@ -199,3 +199,60 @@ def test_at_the_defaults_the_controls_stop_at_four_points_and_a_null_precision_o
     seq = SequentialSettings(variant_precision_points={"diag": None})  # diag on its thresholds alone
     res = sim.run_batch(rng, 1, problem_order(sim.SIZES), {**settings, "sequential": seq}, retention=False)
     assert not (res["seq"][30.0]["diag"]["reason"] == 1).any()  # reason codes: 0 thresholds, 1 precision, 2 exhausted
+
+
+def test_equal_allocation_beats_proportional_when_a_small_benchmark_weighs_as_much(sim):
+    """Planted: a benchmark of 2,000 problems and one of 200, each half of the unweighted mean, with the same spread
+    of paired differences. Drawing in proportion to size (today's oracle without a census, and the stratified
+    proportional one) starves the small benchmark; equal draws need fewer problems, Neyman's no more than equal.
+    At the equal allocation a stratified sample is ±precision wide (drawn, not the formula), and with 15 fewer
+    draws per benchmark wider."""
+    sizes = {"big": 2000, "small": 200}
+    order = problem_order(sizes, seed=0, max_weight=100.0)  # no census: every problem pooled, drawn by size
+    assert order.census == ()
+    rng = np.random.default_rng(5)
+    full = (rng.random(order.total) < 0.5).astype(float)
+    variant = np.where(rng.random(order.total) < 0.15, 1 - full, full)  # 15 % flipped on both benchmarks
+    by = {k: int(sim.allocation_problems(order, variant[None], full[None], 5.0, k)[0]) for k in sim.ALLOCATIONS}
+    today = int(sim.oracle_problems(order, variant[None], full[None], 5.0)[0])
+    assert by["equal"] < 0.7 * min(by["proportional"], today)
+    assert by["neyman"] <= by["equal"]
+    split = sim.allocation_problems(order, variant[None], full[None], 5.0, "equal", split=True)[0]
+    names = np.array([b for b, _ in order.items])
+    diffs = [(variant - full)[names == b] for b in sizes]
+
+    def half_width(n):
+        means = [np.mean([d[rng.permutation(d.size)[:k]].mean() for d, k in zip(diffs, n)]) for _ in range(3000)]
+        return 1.959964 * 100 * np.std(means)
+
+    assert split[1] < sizes["small"] and 4.7 < half_width(split) <= 5.2
+    assert half_width(split - 15) > 5.2
+
+
+def test_the_disagreement_scenario_flips_near_the_target(sim):
+    """Planted accuracies (full at 50 % on every benchmark, the close variants equal to it, diag at 20 %): each
+    variant disagrees with full on the target share of problems (a variant further from full than the target on
+    the gap), and keeps its accuracy, within 4 binomial standard errors over 28 × 1,517 problems; the measured rates
+    likewise; the scenario's own accuracies stay in their ranges."""
+    order = problem_order(sim.SIZES, seed=0)
+    acc = np.full((1, 28, len(sim.VARIANTS), len(sim.SIZES)), 0.5)
+    acc[:, :, sim.VARIANTS.index("diag")] = 0.2
+    n = 28 * order.total
+    for rates in (0.046, dict(sim.MEASURED_FLIPS)):
+        correct = sim.draw_flipped(np.random.default_rng(7), acc, order, rates)
+        f = correct[:, :, sim.VARIANTS.index("full")]
+        for j, v in enumerate(sim.VARIANTS):
+            want = max(sim.flip_rates(rates)[j], 0.3 if v == "diag" else 0.0)
+            got = (correct[:, :, j] != f).mean()
+            tol = 4 * np.sqrt(max(want * (1 - want), 1e-4) / n)
+            assert abs(got - want) <= tol, (v, got, want)
+            assert abs(correct[:, :, j].mean() - acc[0, 0, j, 0]) <= 4 * np.sqrt(0.25 / n), v
+    assert sim.flip_rates(dict(sim.MEASURED_FLIPS))[sim.VARIANTS.index("randrm-2")] == 0.011
+    drawn = sim.scenario_accuracies(np.random.default_rng(0))
+    full = drawn[:, sim.VARIANTS.index("full")]
+    aime = list(sim.SIZES).index("aime24")
+    assert (full[:, aime] <= 0.4).all() and (full[:, aime] >= 0.1).all() and (full >= 0.1).all() and (full <= 0.8).all()
+    ratio = drawn[:, sim.VARIANTS.index("diag")] / full
+    assert (ratio >= 0.2 - 1e-9).all() and (ratio <= 0.5 + 1e-9).all()
+    close = np.abs(drawn[:, sim.VARIANTS.index("off")] - full)
+    assert (close <= 0.05 + 1e-9).all()

@@ -34,6 +34,7 @@ simulation". Run:
     python tools/simulate.py designs                        # 1,000 studies, ρ = 0.9, precision 2, 3, 4, 5
     python tools/simulate.py designs --coupling 0.6 --json sim_weak.json
     python tools/simulate.py designs --quick                # 40 studies, a smoke run
+    python tools/simulate.py designs --disagreement 0.046   # flip-rate scenario (or: measured), not the ρ model
     python tools/simulate.py betting --paths 112            # the prototype sequence on 112 near-equal pairs
 """
 
@@ -133,6 +134,80 @@ def draw_correct(rng, acc: np.ndarray, order, coupling: float) -> np.ndarray:
     z = rng.standard_normal((s, t, 1, order.total), dtype=np.float32)
     e = rng.standard_normal((s, t, v, order.total), dtype=np.float32)
     return (a[..., None] - delta) > (math.sqrt(coupling) * z + math.sqrt(1 - coupling) * e)
+
+
+# ---- the disagreement scenario (--disagreement): accuracies per benchmark like an independent simulation's, and
+# each variant's answers drawn as full's with a share of them flipped (not the latent ρ model above)
+
+# the demo's measured flip rates against full (docs/evaluation.md, "The disagreement, measured": means over the three
+# chains' evaluations); the principal bands were not measured: off's rate; base not either: the scenario's default
+MEASURED_FLIPS = {"proj": 0.010, "randrm-*": 0.011, "offnull": 0.022, "off": 0.090, "null": 0.238, "diag": 0.290}
+MEASURED_FLIPS |= {"off-principal-*": 0.090, "no-off-principal-*": 0.090, "base": 0.046}
+CLOSE_POINTS = 5.0  # the close variants: full ± U(−5, 5) points on every benchmark
+
+
+def scenario_accuracies(rng: np.random.Generator) -> np.ndarray:
+    """One study's accuracies (fractions) in the disagreement scenario, transitions × VARIANTS × benchmarks (SIZES'
+    order): full ~ U(0.3, 0.8) per benchmark (aime24 U(0.1, 0.4)); diag = full × U(0.2, 0.5) per transition; base =
+    full − U(1, 20) points per transition; every other variant a close one, full + U(−5, 5) points per variant and
+    transition. Clipped to [0.5 %, 97 %]."""
+    t, b = len(GROUPS), len(SIZES)
+    low = np.array([0.1 if name == "aime24" else 0.3 for name in SIZES])
+    full = low + rng.uniform(0, 1, (t, b)) * (np.where(low == 0.1, 0.4, 0.8) - low)
+    acc = full[:, None, :] + rng.uniform(-CLOSE_POINTS, CLOSE_POINTS, (t, len(VARIANTS), 1)) / 100
+    acc[:, VARIANTS.index("full")] = full
+    acc[:, VARIANTS.index("diag")] = full * rng.uniform(0.2, 0.5, (t, 1))
+    acc[:, VARIANTS.index("base")] = full - rng.uniform(1, 20, (t, 1)) / 100
+    return np.clip(acc, 0.005, 0.97)
+
+
+def flip_rates(disagreement) -> np.ndarray:
+    """Each variant's target share of problems on which it and full disagree: one rate for all, or a dict of
+    variant patterns (MEASURED_FLIPS) → rate; full 0."""
+    from fnmatch import fnmatch
+
+    if isinstance(disagreement, dict):
+        rate = [next((r for pat, r in disagreement.items() if fnmatch(v, pat)), np.nan) for v in VARIANTS]
+    else:
+        rate = [float(disagreement)] * len(VARIANTS)
+    rate[VARIANTS.index("full")] = 0.0
+    if np.isnan(rate).any():
+        raise ValueError(f"no flip rate for {[v for v, r in zip(VARIANTS, rate) if np.isnan(r)]}")
+    return np.array(rate)
+
+
+def draw_flipped(rng, acc_b: np.ndarray, order, disagreement) -> np.ndarray:
+    """Correctness (bool), studies × transitions × variants × problems in the order's order: full answers problem i
+    of benchmark b right with probability p_f; variant v copies full's answer and flips it with the probabilities
+    that keep its accuracy p_v and make it disagree with full on a share D = max(d_v, |p_v − p_f|) of the problems
+    (a variant further from full than d_v disagrees only where it must), D at most min(p_v + p_f, 2 − p_v − p_f):
+    full right → wrong with probability (D + p_f − p_v)/(2 p_f), full wrong → right with
+    (D − p_f + p_v)/(2 (1 − p_f))."""
+    names = list(SIZES)
+    bench = np.array([names.index(b) for b, _ in order.items])
+    f_i = VARIANTS.index("full")
+    p = acc_b[..., bench]  # S × T × V × problems
+    pf, pv = p[:, :, f_i : f_i + 1], p
+    d = np.maximum(flip_rates(disagreement)[None, None, :, None], np.abs(pv - pf))
+    d = np.minimum(d, np.minimum(pv + pf, 2 - pv - pf))
+    lose, gain = (d + pf - pv) / (2 * pf), (d - pf + pv) / (2 * (1 - pf))
+    full = rng.random(pf.shape, dtype=np.float32) < pf
+    flip = rng.random(p.shape, dtype=np.float32) < np.where(full, lose, gain)
+    out = full ^ flip
+    out[:, :, f_i] = full[:, :, 0]
+    return out
+
+
+def parse_disagreement(text: str):
+    """--disagreement: None (the ρ model), a rate, or 'measured' (MEASURED_FLIPS)."""
+    if not text:
+        return None
+    if text == "measured":
+        return dict(MEASURED_FLIPS)
+    rate = float(text)
+    if not 0.0 <= rate < 1.0:
+        raise ValueError("--disagreement must be in [0, 1) or 'measured'")
+    return rate
 
 
 # ---- the sequential design's stopping rule and retention interval over many paths at once: the same arithmetic as
@@ -489,12 +564,59 @@ def oracle_problems(order, variant: np.ndarray, full: np.ndarray, precision: flo
     return end + np.where(spread > 0, np.ceil(pooled / (1 + slack)), 1).astype(np.int64)
 
 
+ALLOCATIONS = ("proportional", "equal", "neyman")
+
+
+def allocation_problems(order, variant, full, precision: float, allocation: str, *, split: bool = False):
+    """The problems a one-look normal 95 % interval needs for the unweighted mean over benchmarks of a pair's
+    difference to be within ±``precision`` points, knowing each benchmark's spread S_b² of the paired differences
+    (an oracle), with the draws n_b per benchmark, without replacement (variance Σ_b S_b² (1/n_b − 1/N_b) / B²):
+    ``proportional`` n_b ∝ N_b, ``equal`` n_b the same for every benchmark, ``neyman`` n_b ∝ (1/B) S_b (the
+    allocation of least variance for a given total); each capped at N_b (what a capped benchmark cannot take goes to
+    the others). paths × problems (every problem, in the order's order) → paths (``split``: paths × benchmarks)."""
+    names = list(order.sizes)
+    bench = np.array([names.index(b) for b, _ in order.items])
+    size = np.array([order.sizes[b] for b in names], dtype=np.float64)
+    diff = np.asarray(variant, dtype=np.float64) - np.asarray(full, dtype=np.float64)
+    var = np.stack([diff[..., bench == j].var(axis=-1, ddof=1) for j in range(len(names))], axis=-1)
+    bound = (precision / 100 / 1.959964) ** 2 * len(names) ** 2  # Σ_b S_b² (1/n_b − 1/N_b) may be at most this
+    shape = {"proportional": size, "equal": np.ones_like(size)}.get(allocation)
+    if allocation == "neyman":
+        shape = np.sqrt(var)
+    elif shape is None:
+        raise ValueError(f"allocation {allocation!r}: one of {', '.join(ALLOCATIONS)}")
+    shape = np.broadcast_to(shape, var.shape)
+
+    def draws(lam):
+        return np.minimum(np.ceil(lam[..., None] * shape - 1e-9), size)
+
+    def ok(n):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = np.where(var > 0, var * (1 / n - 1 / size), 0.0)
+        return np.where((var > 0) & (n == 0), np.inf, v).sum(-1) <= bound * (1 + 1e-12)
+
+    lo = np.zeros(var.shape[:-1])
+    with np.errstate(divide="ignore"):
+        hi = np.max(np.where(shape > 0, size / np.where(shape > 0, shape, 1), 0), axis=-1)  # every n_b = N_b
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        good = ok(draws(mid))
+        lo, hi = np.where(good, lo, mid), np.where(good, mid, hi)
+    n = draws(hi)
+    return n.astype(np.int64) if split else n.sum(-1).astype(np.int64)
+
+
 def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict:
     """One batch of studies: fixed scores, their bootstrap replicates, and the sequential decisions per
     precision target (with retention intervals when ``retention``)."""
-    acc = np.stack([accuracies(rng) for _ in range(studies)])
-    correct = draw_correct(rng, acc, order, settings["coupling"])
+    if settings.get("disagreement") is None:
+        acc = np.stack([accuracies(rng) for _ in range(studies)])
+        correct = draw_correct(rng, acc, order, settings["coupling"])
+    else:
+        acc_b = np.stack([scenario_accuracies(rng) for _ in range(studies)])
+        correct = draw_flipped(rng, acc_b, order, settings["disagreement"])
     s, t, nv, n = correct.shape
+    flips = (correct != correct[:, :, VARIANTS.index("full") : VARIANTS.index("full") + 1]).mean(axis=(0, 1, 3))
     flat = correct.reshape(-1, n).astype(np.float32)
     counts = (flat @ bench_matrix(order)).astype(np.float64)  # correct answers per benchmark: exact integers
     fixed = 100 * (counts / np.array(list(SIZES.values()))).mean(-1).reshape(s, t, nv)
@@ -505,6 +627,7 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
     full = correct[:, :, VARIANTS.index("full")].reshape(s * t, n).astype(np.float64)
     full_est = score_estimate(order, full)
     out = {"fixed": fixed, "boot": boot.astype(np.float64), "seq": {p: {} for p in settings["precisions"]}}
+    out["flips"] = flips
     for v, th in settings["design"].items():
         x = correct[:, :, VARIANTS.index(v)].reshape(s * t, n).astype(np.float64)
         x_est = score_estimate(order, x)
@@ -515,6 +638,17 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
             d = dict(decided[own[p]])
             # the floor for what stops on precision alone; what has thresholds keeps its own count
             d["oracle"] = oracle_problems(order, x, full, own[p]) if not th.labels else d["problems"]
+            # the one-look oracles by allocation, for every variant with a precision (one with thresholds too: the
+            # fewer of its sequential count and the oracle's); proportional = today's floor's (census, then the
+            # pooled benchmarks in proportion to their size)
+            for kind in ALLOCATIONS:
+                if own[p] is None:
+                    m = d["problems"]
+                elif kind == "proportional":
+                    m = oracle_problems(order, x, full, own[p])
+                else:
+                    m = allocation_problems(order, x, full, own[p], kind)
+                d[f"oracle_{kind}"] = np.minimum(m, d["problems"]) if th.labels else m
             i = d["problems"] - 1
             rows = np.arange(s * t)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -557,6 +691,13 @@ def summarise_batch(res: dict, settings: dict, acc: dict) -> None:
             longest = np.maximum(longest, d["problems"])
         a["problems"]["full"] = a["problems"].get("full", 0) + int(longest.sum())
         a["oracle"] += int(oracle_longest.sum())
+        # per transition: the problems full answers (its longest variant's), sequentially and by each oracle
+        per = a.setdefault("per_transition", {})
+        per.setdefault("sequential", []).append((longest / n_all).ravel())
+        for kind in ALLOCATIONS:
+            most = np.max([d[f"oracle_{kind}"] for d in seq.values()], axis=0)
+            per.setdefault(f"oracle_{kind}", []).append((most / n_all).ravel())
+        a["flips"] = a.get("flips", 0) + res["flips"] * fixed.shape[0]
         a["studies"] = a.get("studies", 0) + fixed.shape[0]
         a["n_all"] = n_all
         verdicts = claim_verdicts(fixed, res["boot"], seq, settings)
@@ -598,8 +739,20 @@ def report(acc: dict, settings: dict) -> dict:
                 if g[2]
             },
             "threshold_sides_agree": {k: s[0] / s[1] for k, s in a["side_agree"].items()},
+            "per_transition": {k: _quantiles(np.concatenate(v)) for k, v in a["per_transition"].items()},
+            "flip_rate_per_variant": dict(zip(VARIANTS, (a["flips"] / studies).round(4).tolist())),
         }
     return out
+
+
+def _quantiles(x: np.ndarray) -> dict:
+    """Per-transition shares of the problems: mean, median, 90th percentile, share of transitions at ≤ 1/3."""
+    return {
+        "mean": float(x.mean()),
+        "median": float(np.median(x)),
+        "p90": float(np.percentile(x, 90)),
+        "at_most_third": float((x <= 1 / 3 + 1e-12).mean()),
+    }
 
 
 def _listing(label: str, figures: dict) -> str:
@@ -607,8 +760,10 @@ def _listing(label: str, figures: dict) -> str:
 
 
 def print_report(out: dict, settings: dict) -> None:
+    what = settings.get("disagreement")
+    model = f"coupling ρ = {settings['coupling']}" if what is None else f"disagreement scenario, flip rates {what}"
     print(
-        f"coupling ρ = {settings['coupling']}, chunk {settings['chunk']}, α = 0.05, "
+        f"{model}, chunk {settings['chunk']}, α = 0.05, "
         f"{settings['resamples']} bootstrap resamples for the fixed design's report rule"
     )
     for p, r in out.items():
@@ -623,6 +778,10 @@ def print_report(out: dict, settings: dict) -> None:
             f"floor for any valid design with the same thresholds and ±{p} (oracle fixed-size normal interval "
             f"on the precision-only variants): {r['oracle_floor_ratio']:.3f}"
         )
+        print("per transition (full = its longest variant), share of the problems over studies × transitions:")
+        for k, q in r["per_transition"].items():
+            print(f"  {k:20s} " + _listing("", q))
+        print(_listing("flip rate against full per variant: ", r["flip_rate_per_variant"]))
         print(_listing("stop reasons: ", r["stop_reasons"]))
         print(_listing("ratio per variant: ", r["ratio_per_variant"]))
         heads = ("agree (point)", "agree (report)", "fixed holds", "fixed unres.", "studies")
@@ -645,6 +804,7 @@ def make_settings(
     resamples=200,
     tolerance=1e-3,
     retention_precision: Optional[dict] = None,
+    disagreement=None,
 ) -> dict:
     """What a batch runs under: the simulation's knobs, the product's sequential settings ``seq`` (default: its
     defaults) with the design they give, and the claims' settings."""
@@ -659,6 +819,7 @@ def make_settings(
         "design": design(seq),
         "claim_settings": ClaimSettings(),
         "retention_precision": dict(retention_precision or {}),
+        "disagreement": disagreement,
     }
 
 
@@ -691,6 +852,10 @@ def run_designs(args, ap: argparse.ArgumentParser) -> None:
     studies = 40 if args.quick else args.studies
     if studies < 1:
         ap.error("--studies must be ≥ 1")
+    try:
+        disagreement = parse_disagreement(args.disagreement)
+    except ValueError as e:
+        ap.error(str(e))
     t = time.perf_counter()
     out = simulate(
         studies,
@@ -702,6 +867,7 @@ def run_designs(args, ap: argparse.ArgumentParser) -> None:
         progress=True,
         retention_precision={k: float(v) for k, v in (x.split("=") for x in args.retention_precision.split(",") if x)},
         uniform=args.uniform,
+        disagreement=disagreement,
     )
     out["seconds"] = round(time.perf_counter() - t, 1)
     print_report(out["results"], out["settings"])
@@ -810,6 +976,13 @@ def main() -> None:
         action="store_true",
         help="every variant at the precision target and diag against its ceiling alone (the design before "
         "the controls' ±4 and diag's thresholds-only defaults)",
+    )
+    d.add_argument(
+        "--disagreement",
+        default="",
+        help="the disagreement scenario in place of the ρ model: each variant's answers are full's with this share "
+        "flipped (accuracy kept), full at 0.3-0.8 per benchmark (aime24 0.1-0.4), diag at 20-50 %% of full, the "
+        "others within ±5 points; 'measured': the demo's per-variant flip rates",
     )
     d.add_argument("--json", type=Path, help="write the figures here")
     what = "a prototype hedged betting sequence against the empirical-Bernstein one, on near-equal pairs"
