@@ -57,3 +57,15 @@ class MissingDependencyError(GrrrError, ImportError):
 
 class TrackingUnavailableError(GrrrError, RuntimeError):
     """The tracking target cannot be reached and ``tracking.required`` is set."""
+
+
+class RenamedSettingWarning(DeprecationWarning):
+    """A setting, value or flag spelled by its name before a rename (:func:`renamed`): it still works, under its
+    new name. The command line shows each once, as one line (:func:`grrr_stream.cli.entry.main`)."""
+
+
+def renamed(old: str, new: str) -> None:
+    """Warn that ``old`` is deprecated: ``new`` is its name now."""
+    import warnings
+
+    warnings.warn(f"{old} is deprecated (renamed in issue 49): write {new}", RenamedSettingWarning, stacklevel=3)

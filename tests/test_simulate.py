@@ -12,9 +12,9 @@ import pytest
 from helpers.common import ROOT
 
 from grrr_stream.config import ClaimSettings
-from grrr_stream.evaluation.settings import SequentialSettings
+from grrr_stream.evaluation.settings import AdaptiveSettings
+from grrr_stream.stats.anytime import Thresholds, decide, retention_interval, score_path
 from grrr_stream.stats.order import problem_order
-from grrr_stream.stats.sequential import Thresholds, decide, retention_interval, score_path
 
 FACTS = ROOT.parent / "shared" / "PAPER_FACTS.md"  # the team's copy beside the checkouts
 
@@ -98,7 +98,7 @@ def test_a_tiny_run_counts_what_it_says(sim):
 
 
 def test_coverage_is_counted_against_the_planted_values(sim):
-    """A batch whose sequential intervals are replaced by the exact finite-population values covers them all;
+    """A batch whose adaptive intervals are replaced by the exact finite-population values covers them all;
     moved off by a point, none."""
     rng = np.random.default_rng(0)
     settings = sim.make_settings(sim.UNIFORM, precisions=(2.0,), resamples=100)
@@ -166,10 +166,10 @@ def test_the_oracle_floor_is_where_a_fixed_size_interval_reaches_the_precision(s
     assert 1.9 < half_width(m) <= 2.06 and half_width(max(m - 40, 1)) > 2.0
 
 
-def test_the_simulated_sequential_counts_are_the_products(sim):
+def test_the_simulated_adaptive_counts_are_the_products(sim):
     """A count claim's interval in the simulation (transitions surely / possibly on the claim's side) is the one
-    stats/claims_sequential.py gives the report from per-transition intervals with those sides."""
-    from grrr_stream.stats.claims_sequential import _statistics
+    stats/claims_adaptive.py gives the report from per-transition intervals with those sides."""
+    from grrr_stream.stats.claims_adaptive import _statistics
 
     cs = ClaimSettings()
     sides = np.array([1, 1, 0, -1, 0, 1], dtype=np.int8)  # offnull's retention against the 95 % floor
@@ -192,12 +192,12 @@ def test_at_the_defaults_the_controls_stop_at_four_points_and_a_null_precision_o
     """The simulation follows the product's per-variant precision: at the ±30 target a control still stops at ±4
     (so later than at the census plus a chunk); diag mapped to null never stops on precision."""
     rng = np.random.default_rng(3)
-    settings = sim.make_settings(SequentialSettings(), precisions=(30.0,), resamples=100)
+    settings = sim.make_settings(AdaptiveSettings(), precisions=(30.0,), resamples=100)
     res = sim.run_batch(rng, 1, problem_order(sim.SIZES), settings, retention=False)["seq"][30.0]
     assert (res["randrm-0"]["reason"] == 1).any() and (res["randrm-0"]["problems"] > 134).all()
     assert (res["off"]["problems"] == 134).all()  # on the ±30 target itself: the first look after the census
-    seq = SequentialSettings(variant_precision_points={"diag": None})  # diag on its thresholds alone
-    res = sim.run_batch(rng, 1, problem_order(sim.SIZES), {**settings, "sequential": seq}, retention=False)
+    seq = AdaptiveSettings(variant_precision_points={"diag": None})  # diag on its thresholds alone
+    res = sim.run_batch(rng, 1, problem_order(sim.SIZES), {**settings, "adaptive": seq}, retention=False)
     assert not (res["seq"][30.0]["diag"]["reason"] == 1).any()  # reason codes: 0 thresholds, 1 precision, 2 exhausted
 
 

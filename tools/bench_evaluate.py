@@ -6,7 +6,7 @@ On the tiny trained chain (built or reused under --work), in one process:
     restart per variant (write the folder, start a fresh engine), as a ratio;
   - generated tokens per second of greedy decoding on the chain's benchmark;
   - with --batches: one generate call's time by its number of prompts (the same problems, greedy), fitted as
-    seconds = per call + per problem × problems: what a sequential evaluation pays for each call it adds.
+    seconds = per call + per problem × problems: what an adaptive evaluation pays for each call it adds.
 
     python tools/bench_evaluate.py [--work bench_out/eval] [--variants 3] [--prompts 200] [--quick]
     python tools/bench_evaluate.py --batches 25,50,100,200 [--repeats 3]
@@ -133,8 +133,8 @@ def batches(args) -> None:
     )
     if slope > 0:
         print(
-            f"one more call costs as much as {per_call / slope:.0f} more problems: a sequential evaluation on this "
-            f"engine gains time only from calls at least that large (evaluation.sequential.min_batch)"
+            f"one more call costs as much as {per_call / slope:.0f} more problems: an adaptive evaluation on this "
+            f"engine gains time only from calls at least that large (evaluation.adaptive.min_batch)"
         )
 
 

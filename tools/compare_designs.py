@@ -1,8 +1,8 @@
-"""Compare a sweep's evaluation suites run in the fixed and in the sequential design: the verdict box of each
+"""Compare a sweep's evaluation suites run in the fixed and in the adaptive design: the verdict box of each
 (the claims the evaluations answer), the problems decided on and answered, and the evaluation time, as ratios.
 
-    grrr-stream sweep configs/demo_sequential.yaml
-    python tools/compare_designs.py grrr_demo [--fixed main] [--sequential sequential]
+    grrr-stream sweep configs/demo_adaptive.yaml
+    python tools/compare_designs.py grrr_demo [--fixed main] [--adaptive sequential]
 
 Exit status 1 when the two verdict boxes differ.
 """
@@ -62,7 +62,7 @@ def saved_plan(workdir: Path):
 
 def answered(units: list[dict], suite: str) -> tuple[int, int, int, float]:
     """(problems the decisions rest on, problems answered, problems of the fixed design, seconds) of a suite's
-    evaluate units. The sequential design answers past its stops (``lookahead``, ``min_batch``): those answers
+    evaluate units. The adaptive design answers past its stops (``lookahead``, ``min_batch``): those answers
     are read from its records, one line a problem."""
     done = [
         u
@@ -78,7 +78,7 @@ def answered(units: list[dict], suite: str) -> tuple[int, int, int, float]:
         record = json.loads((out / "evaluation.json").read_text())
         n = sum(b["n"] for b in record["benchmarks"].values())
         fixed += n * len(record["variants"])
-        seq = out / "sequential.json"
+        seq = out / "sequential.json"  # the adaptive design's record keeps its old name
         if seq.is_file():
             decided += sum(v["problems"] for v in json.loads(seq.read_text())["variants"].values())
             got += sum(
@@ -97,26 +97,27 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("workdir", type=Path)
     ap.add_argument("--fixed", default="main", help="the fixed design's suite (default: the main evaluation)")
-    ap.add_argument("--sequential", default="sequential", help="the sequential design's suite")
+    # the demo's adaptive suite keeps the design's old name (configs/demo_adaptive.yaml); --sequential: the old flag
+    ap.add_argument("--adaptive", "--sequential", default="sequential", help="the adaptive design's suite")
     args = ap.parse_args(argv)
     plan = saved_plan(args.workdir)
-    boxes = {s: evaluation_box(claims_of(args.workdir, s), plan) for s in (args.fixed, args.sequential)}
-    print(f"{'claim':<20} {args.fixed + ' (fixed)':<36} {args.sequential + ' (sequential)':<36}")
+    boxes = {s: evaluation_box(claims_of(args.workdir, s), plan) for s in (args.fixed, args.adaptive)}
+    print(f"{'claim':<20} {args.fixed + ' (fixed)':<36} {args.adaptive + ' (adaptive)':<36}")
     for cid in boxes[args.fixed]:
-        (vf, xf), (vs, xs) = boxes[args.fixed][cid], boxes[args.sequential].get(cid, ("—", "—"))
+        (vf, xf), (vs, xs) = boxes[args.fixed][cid], boxes[args.adaptive].get(cid, ("—", "—"))
         print(f"{cid:<20} {vf + ': ' + xf:<36} {vs + ': ' + xs:<36}{'' if vf == vs else '  ← differs'}")
     units = read_rows(args.workdir / "report" / "units.csv")
     _, got_f, all_f, sec_f = answered(units, args.fixed)
-    decided, got_s, _, sec_s = answered(units, args.sequential)
-    print(f"problems decided on: sequential {decided} of {all_f}: ratio {decided / all_f:.3f}")
-    print(f"problems answered: fixed {got_f}, sequential {got_s} of {all_f}: ratio {got_s / all_f:.3f}")
+    decided, got_s, _, sec_s = answered(units, args.adaptive)
+    print(f"problems decided on: adaptive {decided} of {all_f}: ratio {decided / all_f:.3f}")
+    print(f"problems answered: fixed {got_f}, adaptive {got_s} of {all_f}: ratio {got_s / all_f:.3f}")
     if sec_f:
         time_ratio = sec_s / sec_f
         print(
-            f"evaluation time: fixed {sec_f:.1f} s, sequential {sec_s:.1f} s: ratio {time_ratio:.3f} "
+            f"evaluation time: fixed {sec_f:.1f} s, adaptive {sec_s:.1f} s: ratio {time_ratio:.3f} "
             f"({time_ratio / (got_s / all_f):.2f} × the problems answered ratio)"
         )
-    same = all(boxes[args.fixed][c][0] == boxes[args.sequential].get(c, ("",))[0] for c in boxes[args.fixed])
+    same = all(boxes[args.fixed][c][0] == boxes[args.adaptive].get(c, ("",))[0] for c in boxes[args.fixed])
     print("verdict boxes: " + ("identical" if same else "DIFFERENT"))
     return 0 if same else 1
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How often each variant and full disagree on a problem, from a workdir's fixed-design evaluations: the share of
 problems one of them solves and the other does not, and which way (the variant gains / loses). The disagreement
-sets what the sequential design's paired intervals cost (docs/evaluation.md, "Precision per variant").
+sets what the adaptive design's paired intervals cost (docs/evaluation.md, "Precision per variant").
 
     python tools/flip_rates.py grrr_demo            # every evaluation folder under grrr_demo/evaluations
 """
@@ -38,8 +38,8 @@ def main() -> None:
     args = ap.parse_args()
     pooled: dict[str, list[float]] = {}
     for folder in sorted((args.workdir / "evaluations").iterdir()):
-        if not (folder / "full").is_dir() or (folder / "sequential.json").is_file():
-            continue  # a sequential suite's variants answer different prefixes: not paired over the same problems
+        if not (folder / "full").is_dir() or (folder / "sequential.json").is_file():  # the adaptive design's record
+            continue  # an adaptive suite's variants answer different prefixes: not paired over the same problems
         for bench, by_variant in flips(folder).items():
             cells = []
             for v, (n, gain, loss) in by_variant.items():

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Simulated studies shaped like the paper's, for the sequential evaluation design (grrr_stream.stats.sequential):
+"""Simulated studies shaped like the paper's, for the adaptive evaluation design (grrr_stream.stats.anytime):
 
-    designs   the sequential design against the fixed one: problems answered, interval coverage, claims' verdicts
+    designs   the adaptive design against the fixed one: problems answered, interval coverage, claims' verdicts
     betting   a prototype hedged betting confidence sequence against the package's empirical-Bernstein one
 
 A study = the paper's 28 evaluated transitions (11 SFT, 17 RL) × 12 variants × 1,517 problems (math500 500,
 aime24 30, amc23 40, minerva_math 272, olympiadbench 675). The fixed design answers every problem; the
-sequential one answers in the seeded order and stops each variant at the first boundary (every ``--chunk``
+adaptive one answers in the seeded order and stops each variant at the first boundary (every ``--chunk``
 problems after the census) where its thresholds are decided, its difference to full is within ±precision, or
 the problems run out. Full answers as many problems as the longest of its variants.
 
@@ -28,7 +28,7 @@ The model of a study:
   variants of equal accuracy agree on ≈ 86 % of problems at 50 % accuracy; the sensitivity run uses ρ = 0.6
   (≈ 70 %). Problems are exchangeable within a benchmark, so one seeded order serves every study.
 
-The sequential verdicts, the fixed ones, and what is compared: see docs/evaluation.md, "Sequential design:
+The adaptive verdicts, the fixed ones, and what is compared: see docs/evaluation.md, "Adaptive design:
 simulation". Run:
 
     python tools/simulate.py designs                        # 1,000 studies, ρ = 0.9, precision 2, 3, 4, 5
@@ -54,11 +54,11 @@ from scipy.special import ndtr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, whatever is installed
 from grrr_stream.config import ClaimSettings  # noqa: E402
-from grrr_stream.evaluation.settings import SequentialSettings  # noqa: E402
+from grrr_stream.evaluation.settings import AdaptiveSettings  # noqa: E402
 from grrr_stream.report.paper_claims import CLAIMS  # noqa: E402
+from grrr_stream.stats.anytime import Thresholds, eb_wor_cs, ratio_sides, score_path  # noqa: E402
 from grrr_stream.stats.claims import TIE  # noqa: E402
 from grrr_stream.stats.order import Order, problem_order  # noqa: E402
-from grrr_stream.stats.sequential import Thresholds, eb_wor_cs, ratio_sides, score_path  # noqa: E402
 
 # ---- the planted populations
 
@@ -210,8 +210,8 @@ def parse_disagreement(text: str):
     return rate
 
 
-# ---- the sequential design's stopping rule and retention interval over many paths at once: the same arithmetic as
-# grrr_stream.stats.sequential.decide and retention_interval (which take one path), built on its score_path, so that
+# ---- the adaptive design's stopping rule and retention interval over many paths at once: the same arithmetic as
+# grrr_stream.stats.anytime.decide and retention_interval (which take one path), built on its score_path, so that
 # a thousand studies run in minutes; tests/test_simulate.py checks both against the scalar functions path by path
 
 REASON_CODES = {"thresholds": 0, "precision": 1, "exhausted": 2}
@@ -326,8 +326,8 @@ def _bisect(order, v, f, alpha, top, tolerance, sequence):
 
 
 # ---- the verdict box's evaluation claims on simulated studies: each claim's verdict under the fixed design (at the
-# point estimates, and by the report's rule with a joint bootstrap over problems) and under the sequential design (at
-# its point estimates, where a side stayed open; and by the report's rule on the intervals stats/claims_sequential.py
+# point estimates, and by the report's rule with a joint bootstrap over problems) and under the adaptive design (at
+# its point estimates, where a side stayed open; and by the report's rule on the intervals stats/claims_adaptive.py
 # gives the product's claims: a count from the transitions surely on the claim's side to those possibly on it, a
 # median from the median of the lower ends to that of the upper ends), by the interval rule: at_least_fraction
 # (three-way on the interval's two ends), contains (the paper's whole percent ± 0.5 inside the interval),
@@ -401,14 +401,14 @@ def _sides(d_off, d_diag, d_base=None):
 
 
 def _per_transition(seq, cs):
-    """The sequential design's per-transition booleans: the side its sequence decided, else its point estimate's."""
+    """The adaptive design's per-transition booleans: the side its sequence decided, else its point estimate's."""
     off, diag = seq["offnull"], seq["diag"]
     point = _point_booleans(seq["base"]["minus_full"], off["minus_full"], off["retention"], diag["retention"], cs)
     return {k: np.where(s == 0, point[k], s == 1) for k, s in _sides(off, diag, seq["base"]).items()}
 
 
 def _per_transition_ends(d_off, d_diag):
-    """The sequential design's per-transition sides as the product's claims read them (stats/claims_sequential.py):
+    """The adaptive design's per-transition sides as the product's claims read them (stats/claims_adaptive.py):
     a count runs from the transitions whose interval lies wholly on the claim's side ('surely') to those whose
     interval reaches it ('possibly')."""
     sides = _sides(d_off, d_diag)
@@ -432,7 +432,7 @@ def _medians(sc):
 
 
 def _seq_medians(seq):
-    """The sequential design's: (median of the point estimates, of the lower ends, of the upper ends); NaN where the
+    """The adaptive design's: (median of the point estimates, of the lower ends, of the upper ends); NaN where the
     retention intervals were not computed."""
     out = {}
     for key, (v, group) in MEDIANS.items():
@@ -458,7 +458,7 @@ def _target(cid):
 
 
 def claim_verdicts(fixed, boot, seq, settings) -> dict:
-    """Per study, each claim's verdicts (sequential at its point estimates, sequential by the report's rule, fixed at
+    """Per study, each claim's verdicts (adaptive at its point estimates, adaptive by the report's rule, fixed at
     its point estimates, fixed by the report's rule), like compared with like,
     and per threshold how many (study, transition) pairs the two designs put on the same side."""
     cs = settings["claim_settings"]
@@ -505,25 +505,25 @@ def claim_verdicts(fixed, boot, seq, settings) -> dict:
     return {"claims": out, "sides": sides}
 
 
-# ---- designs: the sequential design against the fixed one
+# ---- designs: the adaptive design against the fixed one
 
 # the design before the controls' coarser precision (--uniform): every variant at the precision target, diag
 # against its ceiling alone
-UNIFORM = SequentialSettings(
+UNIFORM = AdaptiveSettings(
     variant_precision_points={},
     difference_points={"offnull": (-4.3,), "base": (-1.0,)},
     retention_pct={"offnull": (95.0, 92.0), "diag": (25.0,)},
 )
 
 
-def design(seq: SequentialSettings) -> dict[str, Thresholds]:
-    """Each variant's thresholds, as the product's sequential settings give them (the defaults: offnull against
+def design(seq: AdaptiveSettings) -> dict[str, Thresholds]:
+    """Each variant's thresholds, as the product's adaptive settings give them (the defaults: offnull against
     'within 4.3' and the two retention floors, diag against 'within 4.3', ≥ 95 % and its ceiling, base against
     'informative'); the others stop on precision alone."""
     return {v: seq.thresholds(v) for v in VARIANTS if v != "full"}
 
 
-def own_precisions(seq: SequentialSettings, variant: str, targets) -> dict[float, Optional[float]]:
+def own_precisions(seq: AdaptiveSettings, variant: str, targets) -> dict[float, Optional[float]]:
     """Per precision target (the settings' ``precision_points``), the precision ``variant`` stops at (None: its
     thresholds alone)."""
     return {p: seq.model_copy(update={"precision_points": p}).precision(variant) for p in targets}
@@ -607,7 +607,7 @@ def allocation_problems(order, variant, full, precision: float, allocation: str,
 
 
 def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict:
-    """One batch of studies: fixed scores, their bootstrap replicates, and the sequential decisions per
+    """One batch of studies: fixed scores, their bootstrap replicates, and the adaptive decisions per
     precision target (with retention intervals when ``retention``)."""
     if settings.get("disagreement") is None:
         acc = np.stack([accuracies(rng) for _ in range(studies)])
@@ -631,7 +631,7 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
     for v, th in settings["design"].items():
         x = correct[:, :, VARIANTS.index(v)].reshape(s * t, n).astype(np.float64)
         x_est = score_estimate(order, x)
-        own = own_precisions(settings["sequential"], v, settings["precisions"])
+        own = own_precisions(settings["adaptive"], v, settings["precisions"])
         targets, ret = list(dict.fromkeys(own.values())), settings["retention_precision"].get(v)
         decided = decide_many(order, x, full, th, chunk=settings["chunk"], precisions=targets, retention_points=ret)
         for p in settings["precisions"]:
@@ -639,7 +639,7 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
             # the floor for what stops on precision alone; what has thresholds keeps its own count
             d["oracle"] = oracle_problems(order, x, full, own[p]) if not th.labels else d["problems"]
             # the one-look oracles by allocation, for every variant with a precision (one with thresholds too: the
-            # fewer of its sequential count and the oracle's); proportional = today's floor's (census, then the
+            # fewer of its adaptive count and the oracle's); proportional = today's floor's (census, then the
             # pooled benchmarks in proportion to their size)
             for kind in ALLOCATIONS:
                 if own[p] is None:
@@ -691,9 +691,9 @@ def summarise_batch(res: dict, settings: dict, acc: dict) -> None:
             longest = np.maximum(longest, d["problems"])
         a["problems"]["full"] = a["problems"].get("full", 0) + int(longest.sum())
         a["oracle"] += int(oracle_longest.sum())
-        # per transition: the problems full answers (its longest variant's), sequentially and by each oracle
+        # per transition: the problems full answers (its longest variant's), adaptively and by each oracle
         per = a.setdefault("per_transition", {})
-        per.setdefault("sequential", []).append((longest / n_all).ravel())
+        per.setdefault("adaptive", []).append((longest / n_all).ravel())
         for kind in ALLOCATIONS:
             most = np.max([d[f"oracle_{kind}"] for d in seq.values()], axis=0)
             per.setdefault(f"oracle_{kind}", []).append((most / n_all).ravel())
@@ -806,16 +806,16 @@ def make_settings(
     retention_precision: Optional[dict] = None,
     disagreement=None,
 ) -> dict:
-    """What a batch runs under: the simulation's knobs, the product's sequential settings ``seq`` (default: its
+    """What a batch runs under: the simulation's knobs, the product's adaptive settings ``seq`` (default: its
     defaults) with the design they give, and the claims' settings."""
-    seq = SequentialSettings() if seq is None else seq
+    seq = AdaptiveSettings() if seq is None else seq
     return {
         "coupling": coupling,
         "precisions": tuple(float(p) for p in precisions),
         "chunk": chunk,
         "resamples": resamples,
         "tolerance": tolerance,
-        "sequential": seq,
+        "adaptive": seq,
         "design": design(seq),
         "claim_settings": ClaimSettings(),
         "retention_precision": dict(retention_precision or {}),
@@ -827,7 +827,7 @@ def simulate(studies: int, *, batch=25, retention_studies=250, seed=0, progress=
     """Run ``studies`` simulated studies in batches; the figures per precision target (:func:`report`). ``knobs``:
     :func:`make_settings`' keywords."""
     settings = make_settings(UNIFORM if uniform else None, **knobs)
-    seq = settings["sequential"]
+    seq = settings["adaptive"]
     order, start = problem_order(SIZES, seed=seed), time.perf_counter()
     rng = np.random.default_rng(seed)
     acc: dict = {}
@@ -841,7 +841,7 @@ def simulate(studies: int, *, batch=25, retention_studies=250, seed=0, progress=
             print(f"{done} studies, {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return {
         "settings": {
-            **{k: v for k, v in settings.items() if k not in ("design", "claim_settings", "sequential")},
+            **{k: v for k, v in settings.items() if k not in ("design", "claim_settings", "adaptive")},
             "variant_precision_points": seq.variant_precision_points,
         },
         "results": report(acc, settings),
@@ -879,7 +879,7 @@ def run_designs(args, ap: argparse.ArgumentParser) -> None:
 # ---- betting: a prototype, not used by the package: the hedged betting confidence sequence for sampling without
 # replacement (I. Waudby-Smith and A. Ramdas, "Confidence sequences for sampling without replacement", NeurIPS 2020,
 # §3.2; the hedged capital of "Estimating means of bounded random variables by betting", JRSS-B 2024, §4), against
-# the package's empirical-Bernstein one (grrr_stream.stats.sequential.eb_wor_cs), on the paired differences of the
+# the package's empirical-Bernstein one (grrr_stream.stats.anytime.eb_wor_cs), on the paired differences of the
 # studies' near-equal variants (proj against full). For a grid of candidate means m, the capital
 # K±_t(m) = Π (1 ± λ±_i (x_i − μ_i(m))), μ_i(m) = (N m − S_{i−1}) / (N − i + 1) the mean of what is left were m the
 # population's mean; λ±_i the package's predictable plug-in bet, truncated at 1/2 of what keeps the capital
@@ -952,7 +952,7 @@ def main() -> None:
     commands = ap.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--coupling", type=float, default=0.9, help="ρ: the share of the latent shared by variants")
-    what = "the sequential design against the fixed one: problems answered, coverage, claims' verdicts"
+    what = "the adaptive design against the fixed one: problems answered, coverage, claims' verdicts"
     d = commands.add_parser("designs", parents=[common], help=what, description=what)
     d.set_defaults(run=run_designs)
     d.add_argument("--studies", type=int, default=1000)

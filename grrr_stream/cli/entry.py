@@ -17,10 +17,11 @@ import shlex
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from ..errors import GrrrError
+from ..errors import GrrrError, RenamedSettingWarning
 from .channel_stats import channel_stats_parser, cmd_channel_stats
 from .channels import channels_parser, cmd_channels
 from .model_parsers import decompose_parser, evaluate_parser, variants_parser
@@ -119,11 +120,30 @@ def _interrupted(e: KeyboardInterrupt, words: Sequence[str]) -> int:
     return EXIT_STOPPED if isinstance(e, Stopped) else EXIT_INTERRUPTED
 
 
+@contextlib.contextmanager
+def renamed_settings_shown() -> Iterator[None]:
+    """A setting spelled by its old name (:class:`~grrr_stream.errors.RenamedSettingWarning`, a DeprecationWarning,
+    which Python hides by default) shown once, as one line on stderr; other warnings as Python shows them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("once", RenamedSettingWarning)
+        show = warnings.showwarning
+
+        def one_line(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, RenamedSettingWarning):
+                print(f"grrr-stream: warning: {message}", file=sys.stderr)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = one_line
+        yield
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(words)
-    with stopped_by_sigterm():
-        return _run(args, words)
+    with renamed_settings_shown():
+        args = build_parser().parse_args(words)
+        with stopped_by_sigterm():
+            return _run(args, words)
 
 
 def _run(args: argparse.Namespace, words: Sequence[str]) -> int:

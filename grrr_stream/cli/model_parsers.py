@@ -235,13 +235,14 @@ def _add_design_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("design (default fixed: every variant answers every problem, as the paper)")
     g.add_argument(
         "--design",
-        help="fixed or sequential (evaluation/designs/). sequential: each variant answers problems in a seeded "
+        help="fixed or adaptive (evaluation/designs/; 'sequential', its old name, is deprecated). adaptive: each "
+        "variant answers problems in a seeded "
         "order until its anytime-valid intervals decide every claim threshold or reach --precision-points "
         "(docs/evaluation.md)",
     )
-    g.add_argument("--precision-points", type=float, help="sequential: stop within ± this many points (default 2)")
-    g.add_argument("--chunk", type=int, help="sequential: problems between two looks (default 64)")
-    g.add_argument("--order-seed", type=int, help="sequential: seed of the order problems are answered in (default 0)")
+    g.add_argument("--precision-points", type=float, help="adaptive: stop within ± this many points (default 2)")
+    g.add_argument("--chunk", type=int, help="adaptive: problems between two looks (default 64)")
+    g.add_argument("--order-seed", type=int, help="adaptive: seed of the order problems are answered in (default 0)")
 
 
 def _add_sampling_arguments(p: argparse.ArgumentParser) -> None:

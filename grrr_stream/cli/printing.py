@@ -63,7 +63,7 @@ def _print_variant_accuracy(res, out) -> None:
 
     note = design_of(res.design).note if sequential else ""
     if note:
-        out.write(f"design {res.design}: {note}\n")
+        out.write(f"design {design_of(res.design).name}: {note}\n")
 
 
 def _print_gain_and_rest(info: dict, out) -> None:

@@ -262,7 +262,7 @@ def _evaluation_options(
             "template": args.template,
             "instruction": args.instruction,
             "design": args.design,
-            "sequential": {
+            "adaptive": {
                 k: v
                 for k, v in {
                     "precision_points": args.precision_points,

@@ -22,7 +22,7 @@ class Scores:
     keys_of: dict[str, dict[str, str]] = field(default_factory=dict)  # variant → benchmark → key
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)  # variant → its scoring's start, end
     bar: Any = None  # Progress over (variant, benchmark) pairs
-    outcome: Any = None  # what the design keeps of its run beyond the results (the sequential one: its rounds)
+    outcome: Any = None  # what the design keeps of its run beyond the results (the adaptive one: its rounds)
 
 
 class EngineSlot:

@@ -90,7 +90,7 @@ class EvaluationResult:
     solved_lost: list[dict] = field(default_factory=list)  # problems full solves and a variant loses, and reverse
     metric: str = "avg"  # the accuracy the tables use
     spans: dict = field(default_factory=dict)  # variant → (start, end) of its scoring, epoch seconds
-    design: str = "fixed"  # the design's name (:mod:`.designs`)
+    design: str = "fixed"  # the design's name as results hold it (:attr:`.designs.base.EvaluationDesign.recorded`)
     own_problems: bool = False  # the design's: each variant's numbers rest on the problems it answered
     design_params: dict = field(default_factory=dict)  # the design and its settings, as MLflow params
 
@@ -259,7 +259,7 @@ def _tabulate(evaluation: _Evaluation, scores: Scores, log) -> EvaluationResult:
         evaluation.prompt,
         lost,
         req.options.metric,
-        design=design.name,
+        design=design.recorded,
         own_problems=design.own_problems,
         design_params=design.params(req.options),
     )

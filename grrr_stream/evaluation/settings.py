@@ -9,10 +9,10 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any, Literal, Optional
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..config import StrictModel, format_validation_error, sorted_positive
-from ..errors import ConfigError
+from ..errors import ConfigError, renamed
 
 
 class EngineSettings(StrictModel):
@@ -96,7 +96,7 @@ class SamplingSettings(StrictModel):
         return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
 
 
-# The sequential design's precision per variant by default (``SequentialSettings.variant_precision_points``).
+# The adaptive design's precision per variant by default (``AdaptiveSettings.variant_precision_points``).
 # diag stops on its thresholds or at ±4, whichever comes first: on its thresholds alone, a diag near 25 % of
 # full ran on to the census, and the simulation's diag answered 0.36 of the problems instead of 0.15
 # (docs/evaluation.md, "Precision per variant").
@@ -110,8 +110,8 @@ CONTROL_PRECISION: dict[str, Optional[float]] = {
 }
 
 
-class SequentialSettings(StrictModel):
-    """The sequential design (:mod:`grrr_stream.stats.sequential`): problems answered in a seeded order, a chunk at
+class AdaptiveSettings(StrictModel):
+    """The adaptive design (:mod:`grrr_stream.stats.anytime`): problems answered in a seeded order, a chunk at
     a time, each variant stopped once its anytime-valid sequence puts every threshold it is compared with on one
     side, or is within ±``precision(variant)`` points of its difference to full. The thresholds are the paper's claims
     (the claims' defaults in :class:`~grrr_stream.config.ClaimSettings`): offnull against "within 4.3 points" and
@@ -176,10 +176,39 @@ class SequentialSettings(StrictModel):
         return self.precision_points
 
     def thresholds(self, variant: str):
-        """The :class:`~grrr_stream.stats.sequential.Thresholds` of ``variant`` (none: it stops on precision)."""
-        from ..stats.sequential import Thresholds
+        """The :class:`~grrr_stream.stats.anytime.Thresholds` of ``variant`` (none: it stops on precision)."""
+        from ..stats.anytime import Thresholds
 
         return Thresholds(tuple(self.difference_points.get(variant, ())), tuple(self.retention_pct.get(variant, ())))
+
+
+# Designs renamed, by the name results hold. The adaptive design was 'sequential' until issue 49 (a word that also
+# named the SFT → RL comparison, now 'stepwise'). Results keep the old name wherever it is stored: a sweep unit's
+# key hashes it (a renamed key would orphan every finished result and a workdir would not resume), and
+# evaluation.json's design and settings block, MLflow's params and the design's own files are read back by it.
+RECORDED_NAMES: dict[str, str] = {"adaptive": "sequential"}
+
+
+def renamed_spellings(data: Any) -> Any:
+    """``data`` (an evaluation's settings, as given) with the adaptive design's old spellings replaced, each with a
+    :class:`~grrr_stream.errors.RenamedSettingWarning`: ``design: sequential`` → ``design: adaptive`` and a
+    ``sequential:`` settings block → ``adaptive:``. Both the old block and the new one at once is refused."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for old, new in ((o, n) for n, o in RECORDED_NAMES.items()):
+        if data.get("design") == old:
+            renamed(f"evaluation design: {old}", f"design: {new}")
+            data["design"] = new
+        if old in data:
+            if new in data:
+                raise ValueError(
+                    f"both '{old}' and '{new}' are given: '{old}' is the old name of the '{new}' settings block "
+                    f"(renamed in issue 49); keep '{new}' alone"
+                )
+            renamed(f"the evaluation settings block '{old}:'", f"'{new}:'")
+            data[new] = data.pop(old)
+    return data
 
 
 class EvaluationOptions(StrictModel):
@@ -202,10 +231,15 @@ class EvaluationOptions(StrictModel):
     template: str = "chat"
     instruction: Optional[str] = None  # None: prompts.DEFAULT_INSTRUCTION
     # the evaluation design, a name of evaluation/designs/ (checked where an evaluation is planned or prepared):
-    # 'fixed', every variant answers every problem (the paper's tables); 'sequential', each variant until its
-    # anytime-valid intervals decide. A design's own settings are the field named after it (``sequential``).
+    # 'fixed', every variant answers every problem (the paper's tables); 'adaptive', each variant until its
+    # anytime-valid intervals decide. A design's own settings are the field named after it (``adaptive``).
     design: str = "fixed"
-    sequential: SequentialSettings = SequentialSettings()
+    adaptive: AdaptiveSettings = AdaptiveSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        return renamed_spellings(data)
 
     def model_post_init(self, _ctx: Any) -> None:
         if self.metric not in self.sampling.metrics():
@@ -221,10 +255,11 @@ class EvaluationOptions(StrictModel):
         off (greedy), and the design while fixed, so that keys of results made before they existed stay as they were."""
         sampling = self.sampling.key_fields()
         own = getattr(self, self.design, None)  # a design's own settings: the field named after it
+        name = RECORDED_NAMES.get(self.design, self.design)  # keys hold a renamed design's old name
         design = (
             {}
             if self.design == type(self).model_fields["design"].default  # the paper's: keys as before designs
-            else {"design": self.design, **({self.design: own.key_fields()} if own is not None else {})}
+            else {"design": name, **({name: own.key_fields()} if own is not None else {})}
         )
         return {
             "limit": self.limit,

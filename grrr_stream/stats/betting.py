@@ -1,14 +1,14 @@
 """The hedged betting confidence sequence for the mean of a finite population of values in [0, 1] drawn without
 replacement (I. Waudby-Smith and A. Ramdas, "Confidence sequences for sampling without replacement", NeurIPS 2020,
 §3.2; the capital and bets of "Estimating means of bounded random variables by betting", JRSS-B 2024, §4-5), the
-default sequence of :mod:`grrr_stream.stats.sequential`.
+default sequence of :mod:`grrr_stream.stats.anytime`.
 
 Were m the population's mean, the mean of what is left before draw i would be μ_i(m) = (N m − S_{i−1}) /
 (N − i + 1), and the capitals K⁺_t(m) = Π (1 + λ⁺_i (x_i − μ_i(m))), K⁻_t(m) = Π (1 − λ⁻_i (x_i − μ_i(m))) are
 nonnegative martingales; by Ville's inequality m is excluded, with error α over all t at once, where either
 reaches 2/α (the hedged capital (K⁺ + K⁻)/2 reaching 1/α excludes these and at most a sliver more: at an end of
 the interval the other capital is near 0). The bets λ±_i are the empirical-Bernstein plug-in of
-:func:`~grrr_stream.stats.sequential.eb_wor_cs` (predictable: from draws before i), truncated at half of what
+:func:`~grrr_stream.stats.anytime.eb_wor_cs` (predictable: from draws before i), truncated at half of what
 keeps the capital positive (1/2 over μ_i or 1 − μ_i). K⁺ falls and K⁻ rises as m rises, so each end of the
 interval is found by bisection within the running intersection so far, conservatively (the reported end is a
 point known excluded); m outside the deterministic bounds (the draws' sum with the rest all 0 or all 1) is

@@ -139,7 +139,7 @@ def difference_rows(ts: TransitionScores, *, level: float = 0.95) -> list[dict]:
         for ref in ("full", "proj"):
             if ts.has(ref):
                 row[f"retention_{ref}_pct"] = ratio(ts.score(v), ts.score(ref))
-        if ts.has("full"):  # named as the sequential design names it (stats/claims_sequential.py)
+        if ts.has("full"):  # named as the adaptive design names it (stats/claims_adaptive.py)
             reps = ratio(ts.replicates(v), ts.replicates("full"))
             row["retention_full_ci_lo"], row["retention_full_ci_hi"] = interval(reps[np.isfinite(reps)], level)
         rows.append(row)

@@ -1,4 +1,4 @@
-"""The seeded order in which a sequential evaluation answers its problems, and the schedule of prefixes it is looked
+"""The seeded order in which an adaptive evaluation answers its problems, and the schedule of prefixes it is looked
 at and answered in.
 
 A benchmark's weight in the score (1/B) over its share of the problems can be large (AIME: 30 of 1,517 problems, a
@@ -6,7 +6,7 @@ fifth of the score): such benchmarks are answered in full first (the *census*, w
 the rest at most ``max_weight``), then the remaining benchmarks' problems in one seeded random permutation,
 interleaved. On that pooled part a per-problem value ``u`` (a paired difference, in [-1, 1]) is weighted by its
 benchmark's ``c_b = N'/(B' N_b)``: the mean of ``c_b u`` over the pooled problems is the mean over the pooled
-benchmarks of their means, so one sample of a finite population estimates it (:mod:`grrr_stream.stats.sequential`).
+benchmarks of their means, so one sample of a finite population estimates it (:mod:`grrr_stream.stats.anytime`).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def problem_order(sizes: Mapping[str, int], seed: int = 0, max_weight: float = 2
             break
         pooled.remove(worst)
         census.append(worst)
+    # the salt keeps the adaptive design's old name: another salt would draw another order (and other results)
     rng = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(b"sequential-order")]))
     items: list[tuple[str, int]] = []
     for group in (sorted(census), pooled):

@@ -28,7 +28,7 @@ class UnitForecast:
     basis: str  # how it was estimated
     flops: Optional[float] = None  # the modelled work (None: a constant or unknown)
     gpu: Optional[int] = None  # peak GPU memory in bytes (None: the unit does not use one)
-    # an evaluation's seconds under each design and engine dtype ('fixed float32', ..., 'sequential bfloat16'),
+    # an evaluation's seconds under each design and engine dtype ('fixed float32', ..., 'adaptive bfloat16'),
     # for the levers' shares; with ``dtype``, which one the forecast took and where it came from
     alternatives: Optional[dict[str, Optional[float]]] = None
     dtype: str = ""  # 'float32 set', 'bfloat16 stored', 'float32 predicted', ...

@@ -281,7 +281,7 @@ def _evaluation_metrics(res, name: str) -> list[tuple[str, float, int]]:
         for k, v in d.items()
         if k.startswith(("minus_full", "retention_full")) and isinstance(v, float) and math.isfinite(v)
     ]
-    if isinstance(d.get("problems"), int):  # the sequential design: the problems the numbers rest on
+    if isinstance(d.get("problems"), int):  # the adaptive design: the problems the numbers rest on
         metrics.append(("problems", float(d["problems"]), 0))
     if name in res.fidelity:
         metrics += finite_metrics([("fidelity", res.fidelity[name].get("fidelity"))])

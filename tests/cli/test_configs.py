@@ -38,9 +38,9 @@ def test_shipped_config_validates(path, tmp_path):
     if path.name in ("demo.yaml", "paper.yaml", "paper_extended.yaml"):
         assert {"stats", "compare"} <= kinds
     assert not (tmp_path / "w").exists()  # planning writes nothing
-    if path.name == "demo_sequential.yaml":  # demo.yaml's units, and its evaluation again in the sequential design
+    if path.name == "demo_adaptive.yaml":  # demo.yaml's units, and its evaluation again in the adaptive design
         designs = {u.params.options.design for u in plan.units if u.kind == "evaluate"}
-        assert designs == {"fixed", "sequential"}
+        assert designs == {"fixed", "adaptive"}
 
 
 def test_profiles_set_exactly_their_analyses_and_explicit_settings_win(tmp_path):

@@ -74,7 +74,7 @@ def test_an_unknown_design_is_refused_by_name_before_an_engine_starts(transition
     def no_engine(*a, **k):
         raise AssertionError("an engine was started")
 
-    with pytest.raises(ConfigError, match="'halves' is not one of fixed, sequential"):
+    with pytest.raises(ConfigError, match="'halves' is not one of fixed, adaptive"):
         run_evaluation(
             EvaluationRequest(store, tmp_path / "x", ["full", "base"], ["sums"], bench, opts),
             engine_factory=no_engine,
@@ -83,9 +83,10 @@ def test_an_unknown_design_is_refused_by_name_before_an_engine_starts(transition
 
 
 def _compares_a_design_name(node: ast.Compare) -> bool:
-    """``x.design == 'sequential'``, ``design != "fixed"``, ``"sequential" == options.design``, ..."""
+    """``x.design == 'adaptive'``, ``design != "fixed"``, ``"adaptive" == options.design``, ... (or the adaptive
+    design's old name, 'sequential')"""
     sides = [node.left, *node.comparators]
-    names = {"fixed", "sequential"}
+    names = {"fixed", "adaptive", "sequential"}
     literal = any(isinstance(s, ast.Constant) and s.value in names for s in sides)
     about_design = any("design" in ast.unparse(s) for s in sides if not isinstance(s, ast.Constant))
     return literal and about_design and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops)
@@ -101,5 +102,5 @@ def test_no_module_outside_the_designs_compares_a_design_name():
                 found.append(f"{path.relative_to(PKG)}:{node.lineno}: {ast.unparse(node)}")
     assert found == []
     # and the check finds one where there is one
-    planted = ast.parse('if opts.design == "sequential": pass').body[0].test
+    planted = ast.parse('if opts.design == "adaptive": pass').body[0].test
     assert _compares_a_design_name(planted)

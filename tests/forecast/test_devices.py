@@ -319,14 +319,12 @@ def test_dry_run_forecast_for_h100_on_paper_yaml(tmp_path, monkeypatch, capsys):
     assert float(ram[0]) < 8 and ram[1] == "GiB"
     assert next(x for x in out.splitlines() if x.strip().startswith("on h200:"))
     assert not (tmp_path / "w").exists()
-    # both designs: each evaluate unit's line gives the sequential design's time beside the fixed one's, less
+    # both designs: each evaluate unit's line gives the adaptive design's time beside the fixed one's, less
     units = [x for x in out.splitlines() if x.strip().startswith("evaluate/")]
-    assert len(units) == 28 and all(
-        "the sequential design instead:" in x and "sequential ±2 points" in x for x in units
-    )
+    assert len(units) == 28 and all("the adaptive design instead:" in x and "adaptive ±2 points" in x for x in units)
     for x in units:
         fixed = x.split(" time ")[1].split("(")[0].strip()
-        other = x.split("the sequential design instead: ")[1].split(")")[0]
+        other = x.split("the adaptive design instead: ")[1].split(")")[0]
         hours = lambda t: float(t.split()[0]) if t.endswith(" h") else _clock(t)  # noqa: E731
         assert hours(other) < hours(fixed)
 

@@ -90,7 +90,7 @@ def test_once_decomposed_auto_is_read_from_the_store_not_predicted(stores):
 
 
 def test_the_levers_and_the_bounds_of_a_predicted_dtype():
-    """Two evaluations, hours by design and dtype planted: one predicted float32 under the sequential design, one
+    """Two evaluations, hours by design and dtype planted: one predicted float32 under the adaptive design, one
     set to bfloat16 under the fixed one. Fixed float32 10 + 8 = 18 h; this config 3 + 4 = 7 h; the dtype takes
     8 − 4 = 4 h (the bfloat16 one; the other runs in float32), the design 10 − 3 = 7 h; the bounds move the
     predicted one only: 7 − 3 + 2 = 6 h and 7 h."""
@@ -101,12 +101,12 @@ def test_the_levers_and_the_bounds_of_a_predicted_dtype():
         SimpleNamespace(
             seconds=3 * h,
             dtype="float32 predicted",
-            design="sequential",
+            design="adaptive",
             alternatives={
                 "fixed float32": 10 * h,
                 "fixed bfloat16": 6 * h,
-                "sequential float32": 3 * h,
-                "sequential bfloat16": 2 * h,
+                "adaptive float32": 3 * h,
+                "adaptive bfloat16": 2 * h,
             },
         ),
         SimpleNamespace(
@@ -116,8 +116,8 @@ def test_the_levers_and_the_bounds_of_a_predicted_dtype():
             alternatives={
                 "fixed float32": 8 * h,
                 "fixed bfloat16": 4 * h,
-                "sequential float32": 5 * h,
-                "sequential bfloat16": 2.5 * h,
+                "adaptive float32": 5 * h,
+                "adaptive bfloat16": 2.5 * h,
             },
         ),
     ]

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from ..settings import RECORDED_NAMES
+
 # (the prepared evaluation, the variants in engine order, the engine slot, the scores to fill, log)
 Score = Callable[[Any, list, Any, Any, Callable], None]
 # (the prepared evaluation, the scores, every BenchmarkResult, the accuracy rows, the info to update)
@@ -27,9 +29,9 @@ class EvaluationDesign:
     """One evaluation design, declared once (in the module that runs it).
 
     - its own settings, if any, are the field of :class:`~grrr_stream.evaluation.settings.EvaluationOptions`
-      named after it (``sequential``); a design with settings is named in result keys with them (the options'
+      named after it (``adaptive``); a design with settings is named in result keys with them (the options'
       ``key_fields``), and the fixed design, the paper's, adds nothing to keys (they stay those made before
-      designs existed);
+      designs existed); results hold a renamed design by its old name (:attr:`recorded`);
     - ``summary``: the file of an evaluation's folder that the claims over a sweep read back (None: the
       per-benchmark summaries);
     - ``own_problems``: each variant's numbers rest on the problems it answered, which the tables and the
@@ -49,6 +51,12 @@ class EvaluationDesign:
     check: Callable[[Any, Sequence[str]], list[str]] = lambda options, names: []
     write: Optional[Callable[[Any, Any, list[dict]], Path]] = None
 
+    @property
+    def recorded(self) -> str:
+        """Its name as results hold it (keys, records, MLflow): a renamed design's old one
+        (:data:`~grrr_stream.evaluation.settings.RECORDED_NAMES`)."""
+        return RECORDED_NAMES.get(self.name, self.name)
+
     def settings_of(self, options: Any) -> Any:
         """Its own settings in ``options`` (None: it has none)."""
         return getattr(options, self.name, None)
@@ -56,10 +64,10 @@ class EvaluationDesign:
     def record(self, options: Any) -> dict:
         """The design as an evaluation's record (evaluation.json) holds it: its name and all its settings."""
         own = self.settings_of(options)
-        return {"design": self.name, **({self.name: own.model_dump(mode="json")} if own is not None else {})}
+        return {"design": self.recorded, **({self.recorded: own.model_dump(mode="json")} if own is not None else {})}
 
     def params(self, options: Any) -> dict:
         """The design as MLflow params: its name and each of its settings as ``name.field``."""
         own = self.settings_of(options)
         fields = own.model_dump(mode="json") if own is not None else {}
-        return {"design": self.name, **{f"{self.name}.{k}": v for k, v in fields.items()}}
+        return {"design": self.recorded, **{f"{self.recorded}.{k}": v for k, v in fields.items()}}

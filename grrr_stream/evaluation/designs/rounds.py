@@ -1,9 +1,9 @@
-"""The sequential design of an evaluation (``design: sequential``): the variants answer the problems in the seeded
+"""The adaptive design of an evaluation (``design: adaptive``): the variants answer the problems in the seeded
 order of :func:`grrr_stream.stats.order.problem_order`, full first, in rounds whose answered prefix grows
 geometrically (so that each variant is loaded into the engine a few times, not once a chunk), each call at least
 ``min_batch`` problems (a call costs its decode steps whatever its size until the batch fills the device). A
 variant's decisions are taken a chunk at a time, from the answers up to each boundary, and it stops as soon as
-:func:`grrr_stream.stats.sequential.decide` says so; full answers every problem that any variant still needs.
+:func:`grrr_stream.stats.anytime.decide` says so; full answers every problem that any variant still needs.
 
 Every decision is a function of the seed and the stored answers: a rerun replays them from the JSONL records
 (the same records the fixed design keeps, under the same keys) and generates nothing already answered; a kill
@@ -21,13 +21,14 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ...files import atomic_write_text
+from ...stats.anytime import Decision, batch_end, decide, retention_interval
 from ...stats.order import Order, benchmark_mean, problem_order, round_ends
-from ...stats.sequential import Decision, batch_end, decide, retention_interval
 from ..answers import AnswersFile, summary_text
 from ..benchmarks import Benchmark
 from ..scoring import BenchmarkResult, answer_problems, problem_scores, summarise_records
 from ..settings import EvaluationOptions
 
+# the design's files keep its old name (evaluation/settings.py, RECORDED_NAMES): a resume and the claims read them
 FILE = "sequential.json"  # the design, the order's census and weights, and each variant's decision
 # where this run's time went: one row per engine call (variant, problems, seconds streaming it in and generating);
 # apart from FILE, whose content a resume reproduces exactly
@@ -36,7 +37,7 @@ REFERENCE = "full"
 
 
 @dataclass
-class SequentialOutcome:
+class AdaptiveOutcome:
     """What the design answered: each variant's decision (full's is where the last variant stopped), and its
     results over the problems it rests on (one per benchmark it answered)."""
 
@@ -46,8 +47,8 @@ class SequentialOutcome:
     retention: dict[str, tuple[float, float]]
 
 
-class SequentialRun:
-    """One evaluation's variants under the sequential design. ``load(name)`` returns an engine holding variant
+class AdaptiveRun:
+    """One evaluation's variants under the adaptive design. ``load(name)`` returns an engine holding variant
     ``name`` (the pipeline's engine slot, which swaps weights only when the variant changes)."""
 
     def __init__(
@@ -61,7 +62,7 @@ class SequentialRun:
         load: Callable[[str], Any],
         log=print,
     ):
-        self.settings = options.sequential
+        self.settings = options.adaptive
         self.options, self.instruction, self.load, self.log = options, instruction, load, log
         self.benches = {b.name: b for b in benches}
         self.order = problem_order(
@@ -133,9 +134,9 @@ class SequentialRun:
             }
         )
 
-    def run(self) -> SequentialOutcome:
+    def run(self) -> AdaptiveOutcome:
         """Rounds until every variant stopped. A round's end is the next of the geometric ends, or further: as far
-        as the running variants' intervals say they will need (:func:`~grrr_stream.stats.sequential.batch_end`
+        as the running variants' intervals say they will need (:func:`~grrr_stream.stats.anytime.batch_end`
         with no slack), so that most variants are streamed into the engine twice (the first chunk, then to their
         stop), not once per doubling; and no call answers fewer than ``min_batch`` problems where more are left
         (a smaller call costs about as much). The ends move with the answers, the decisions do not."""
@@ -193,7 +194,7 @@ class SequentialRun:
         ]
         return max(needs, default=0)
 
-    def outcome(self) -> SequentialOutcome:
+    def outcome(self) -> AdaptiveOutcome:
         """The decisions and results from the answers stored (every variant run to its stop)."""
         decisions = {n: self.decision(n) for n in self.others}
         last = max((d.problems for d in decisions.values()), default=self.order.total)
@@ -208,7 +209,7 @@ class SequentialRun:
             for n in self.others
         }
         decisions[REFERENCE] = Decision(used[REFERENCE], "reference", 0.0, 0.0, 0.0)
-        return SequentialOutcome(self.order, decisions, results, retention)
+        return AdaptiveOutcome(self.order, decisions, results, retention)
 
     def _results(self, name: str, upto: int) -> list[BenchmarkResult]:
         """The variant's result on each benchmark over its answers among the order's first ``upto`` problems."""
@@ -251,7 +252,7 @@ def _said(d: Decision, total: int) -> str:
 
 
 def difference_rows(
-    run: SequentialRun, outcome: SequentialOutcome, transition: str, averages: dict[str, Any]
+    run: AdaptiveRun, outcome: AdaptiveOutcome, transition: str, averages: dict[str, Any]
 ) -> list[dict]:
     """Per variant: its score on the problems it answered, its paired difference to full with the anytime-valid
     interval, its retention with its interval, how many problems they rest on, why it stopped and which side of
@@ -283,12 +284,12 @@ def difference_rows(
     return rows
 
 
-def write_record(out: Path, run: SequentialRun, outcome: SequentialOutcome, rows: Sequence[dict]) -> Path:
+def write_record(out: Path, run: AdaptiveRun, outcome: AdaptiveOutcome, rows: Sequence[dict]) -> Path:
     """``sequential.json``: the design's settings, the order's census and weights, each variant's decision, and the
     difference rows with their numbers exact (what the claims over a sweep read)."""
     o = outcome.order
     record = {
-        "design": "sequential",
+        "design": "sequential",  # as results name the design (RECORDED_NAMES)
         "settings": run.settings.model_dump(mode="json"),
         "problems": o.total,
         "census": list(o.census),

@@ -142,20 +142,20 @@ def selector_name(cfg, suite: Optional[str]) -> str:
 def run(u: Unit, ctx: RunContext) -> dict:
     """The suite's summary from its evaluations' per-problem results: the three tables, then claims.json."""
     from ...files import atomic_write_text, to_csv, to_json
-    from ...stats import claims_sequential, claims_sets
+    from ...stats import claims_adaptive, claims_sets
 
     p: ClaimsParams = u.params
-    scores, sequential, rest = [], [], {}
+    scores, adaptive, rest = [], [], {}
     for e in p.evaluations:
-        s = _sequential(e) or _scores(e, p.settings)
+        s = _adaptive(e) or _scores(e, p.settings)
         if s is not None:  # results written before per-problem values were kept have no claims
-            (sequential if isinstance(s, claims_sequential.SequentialEvaluation) else scores).append(s)
+            (adaptive if isinstance(s, claims_adaptive.AdaptiveEvaluation) else scores).append(s)
             rest[e.transition] = _rest_source(Path(e.evaluation_out))
-    if sequential and scores:
-        raise ValueError(f"{u.id}: the suite's evaluations mix the fixed and the sequential design")
+    if adaptive and scores:
+        raise ValueError(f"{u.id}: the suite's evaluations mix the fixed and the adaptive design")
     summary = (
-        claims_sequential.summarise(sequential, p.settings, selector=p.selector)
-        if sequential
+        claims_adaptive.summarise(adaptive, p.settings, selector=p.selector)
+        if adaptive
         else claims_sets.summarise(scores, p.settings, selector=p.selector)
     )
     for r in summary["informative"]:
@@ -168,23 +168,23 @@ def run(u: Unit, ctx: RunContext) -> dict:
     return dict(summary["counts"])
 
 
-def _sequential(e: Evaluated):
+def _adaptive(e: Evaluated):
     """The rows of one evaluation whose design rests each variant on its own problems, from the design's record
     (None under a design that pairs every variant on every problem)."""
-    from ...evaluation.designs import DESIGNS
-    from ...stats.claims_sequential import SequentialEvaluation
+    from ...evaluation.designs import recorded
+    from ...stats.claims_adaptive import AdaptiveEvaluation
 
     try:
         info = json.loads((Path(e.evaluation_out) / RECORD_FILE).read_text()).get("info", {})
     except (OSError, ValueError, AttributeError):
         return None
-    design = DESIGNS.get(info.get("design", "fixed")) if isinstance(info, dict) else None
+    design = recorded(info.get("design", "fixed")) if isinstance(info, dict) else None
     if design is None or not design.own_problems or design.summary is None:
         return None
     record = _verified(Path(e.evaluation_out) / design.summary)
     if record is None:
         return None
-    return SequentialEvaluation(e.transition, e.kind, e.method, e.step, {r["variant"]: r for r in record["rows"]}, info)
+    return AdaptiveEvaluation(e.transition, e.kind, e.method, e.step, {r["variant"]: r for r in record["rows"]}, info)
 
 
 def _verified(path: Path):

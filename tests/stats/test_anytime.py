@@ -1,4 +1,4 @@
-"""The sequential design's order and confidence sequences, against planted populations with known means and an
+"""The adaptive design's order and confidence sequences, against planted populations with known means and an
 independent evaluation of the supermartingale the closed form inverts."""
 
 import math
@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
+from grrr_stream.stats.anytime import Thresholds, decide, eb_wor_cs, retention_interval, score_path
 from grrr_stream.stats.betting import betting_wor_cs
 from grrr_stream.stats.bootstrap import interval
 from grrr_stream.stats.order import problem_order
-from grrr_stream.stats.sequential import Thresholds, decide, eb_wor_cs, retention_interval, score_path
 
 PAPER_SIZES = {"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675}
 
@@ -248,28 +248,29 @@ def test_a_coarser_precision_stops_a_control_sooner_and_none_leaves_only_the_cen
 
 def test_the_controls_and_diag_default_to_four_points_and_the_rest_to_precision_points():
     from grrr_stream.errors import ConfigError
-    from grrr_stream.evaluation.settings import EvaluationOptions, SequentialSettings, build_evaluation_options
+    from grrr_stream.evaluation.settings import AdaptiveSettings, EvaluationOptions, build_evaluation_options
 
-    s = SequentialSettings()
+    s = AdaptiveSettings()
     assert [s.precision(v) for v in ("randrm-0", "randrm-17", "proj", "off-principal-64", "no-off-principal-8")] == [
         4.0
     ] * 5
     assert s.precision("diag") == 4.0 and len(s.thresholds("diag").labels) == 3  # diag: its thresholds, or ±4
     assert [s.precision(v) for v in ("offnull", "off", "null", "base")] == [2.0] * 4
-    mine = SequentialSettings(precision_points=3.0, variant_precision_points={"randrm-*": 5.0})
+    mine = AdaptiveSettings(precision_points=3.0, variant_precision_points={"randrm-*": 5.0})
     assert (mine.precision("randrm-2"), mine.precision("proj"), mine.precision("diag")) == (5.0, 3.0, 3.0)
-    assert SequentialSettings(variant_precision_points={"diag": None}).precision("diag") is None
+    assert AdaptiveSettings(variant_precision_points={"diag": None}).precision("diag") is None
     with pytest.raises(ConfigError, match="precision points must be > 0"):
-        build_evaluation_options({"design": "sequential", "sequential": {"variant_precision_points": {"proj": 0}}})
-    assert EvaluationOptions(design="sequential").key_fields()["sequential"]["variant_precision_points"]["proj"] == 4
+        build_evaluation_options({"design": "adaptive", "adaptive": {"variant_precision_points": {"proj": 0}}})
+    # keys hold the adaptive design by its old name (evaluation/settings.py, RECORDED_NAMES)
+    assert EvaluationOptions(design="adaptive").key_fields()["sequential"]["variant_precision_points"]["proj"] == 4
 
 
 def test_rounds_and_batches_answer_at_least_min_batch_problems_where_as_many_are_left():
     """The paper's benchmarks: with a chunk of 64 the rounds end at 134, 198, 326, ... (census of AIME and AMC, 70,
     then a chunk, doubling); at ``min_batch`` 256 each round is ≥ 256 problems past the last (the first too) except
     the last one, and a running variant's next batch reaches at least 256 past what it answered."""
+    from grrr_stream.stats.anytime import Decision, batch_end
     from grrr_stream.stats.order import round_ends
-    from grrr_stream.stats.sequential import Decision, batch_end
 
     order = problem_order({"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675})
     assert round_ends(order, 64, 2.0)[:3] == [134, 198, 326]

@@ -1,7 +1,7 @@
-"""The sequential design (``design: sequential``): each variant answers the problems in a seeded order, in rounds
-(:mod:`.rounds`), until its anytime-valid intervals decide every threshold it is compared with or come within its
-precision; full answers as far as its longest-running variant. Each variant's numbers rest on its own problems,
-paired with full's answers to the same ones."""
+"""The adaptive design (``design: adaptive``; results hold its old name, ``sequential``): each variant answers the
+problems in a seeded order, in rounds (:mod:`.rounds`), until its anytime-valid intervals decide every threshold it
+is compared with or come within its precision; full answers as far as its longest-running variant. Each variant's
+numbers rest on its own problems, paired with full's answers to the same ones."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...forecast.sequential import expected
+from ...forecast.adaptive_shares import expected
 from ..engine_loop import EngineSlot, Scores, keys_for
 from .base import EvaluationDesign
-from .rounds import FILE, REFERENCE, SequentialRun, difference_rows, write_record
+from .rounds import FILE, REFERENCE, AdaptiveRun, difference_rows, write_record
 
 
 def check(options: Any, names: Sequence[str]) -> list[str]:
@@ -20,22 +20,22 @@ def check(options: Any, names: Sequence[str]) -> list[str]:
     problems = []
     if REFERENCE not in names or len(names) < 2:
         problems.append(
-            f"design: sequential compares variants with full: evaluate full and at least one other "
+            f"design: adaptive compares variants with full: evaluate full and at least one other "
             f"variant (got {', '.join(names)})"
         )
     if options.materialize != "engine":
         problems.append(
-            "design: sequential swaps variants in and out of one engine a few times each: it needs materialize: engine"
+            "design: adaptive swaps variants in and out of one engine a few times each: it needs materialize: engine"
         )
     return problems
 
 
 def score(evaluation: Any, order: list[str], slot: EngineSlot, scores: Scores, log) -> None:
-    """Every variant in rounds, full first (:class:`~.rounds.SequentialRun`)."""
+    """Every variant in rounds, full first (:class:`~.rounds.AdaptiveRun`)."""
     names = [REFERENCE] + [n for n in order if n != REFERENCE]
     scores.keys_of = {n: keys_for(evaluation, n) for n in names}
     began = time.time()
-    run = SequentialRun(
+    run = AdaptiveRun(
         evaluation.benches,
         names,
         scores.keys_of,
@@ -76,7 +76,7 @@ def differences(evaluation: Any, scores: Scores, flat: list, acc: list, info: di
             full_minus_proj_ci_lo=-proj["minus_full_ci_hi"],
             full_minus_proj_ci_hi=-proj["minus_full_ci_lo"],
         )
-    info["design"] = DESIGN.name
+    info["design"] = DESIGN.recorded
     info["problems"] = {r["variant"]: r["problems"] for r in rows}
     return rows, []
 
@@ -86,7 +86,7 @@ def write(evaluation: Any, scores: Scores, rows: list[dict]) -> Path:
 
 
 DESIGN = EvaluationDesign(
-    "sequential",
+    "adaptive",
     score=score,
     differences=differences,
     forecast=expected,

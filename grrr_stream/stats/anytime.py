@@ -1,6 +1,6 @@
-"""Sequential evaluation: anytime-valid confidence sequences for a variant's paired difference to full and for its
-retention, over the problems answered in the seeded order of :mod:`grrr_stream.stats.order`, and the rule that stops
-a variant.
+"""The adaptive evaluation design's statistics: anytime-valid confidence sequences for a variant's paired
+difference to full and for its retention, over the problems answered in the seeded order of
+:mod:`grrr_stream.stats.order`, and the rule that stops a variant.
 
 What is estimated is the fixed design's own number: a variant's score is the unweighted mean over benchmarks of its
 accuracy on *all* of each benchmark's problems, a finite population (greedy answers do not change). Problems are

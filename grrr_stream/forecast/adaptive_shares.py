@@ -1,10 +1,10 @@
-"""What an evaluation under the sequential design (run by :mod:`grrr_stream.evaluation.sequential`, its stopping rule
-in :mod:`grrr_stream.stats.sequential`) is expected to answer, for the forecast: each variant's share of the problems
-and how often it is streamed into the engine.
+"""What an evaluation under the adaptive design (run by :mod:`grrr_stream.evaluation.designs.adaptive`, its stopping
+rule in :mod:`grrr_stream.stats.anytime`) is expected to answer, for the forecast: each variant's share of the
+problems and how often it is streamed into the engine.
 
 The shares are the simulation study's (``tools/simulate.py designs``, studies shaped like the paper's 28
 evaluated transitions × 12 variants × 1,517 problems, coupling ρ = 0.9, a look every 64 problems, the betting
-sequence; docs/evaluation.md, "Sequential design: simulation"). They rest on a model of the accuracies (the
+sequence; docs/evaluation.md, "Adaptive design: simulation"). They rest on a model of the accuracies (the
 paper's 12 visible rows, the rest drawn around them) and of how variants agree per problem: with weaker agreement
 (ρ = 0.6) the empirical-Bernstein simulation answered 0.620 instead of 0.517 at ±2 points. They are an
 assumption, printed with the forecast, not a measurement of a
@@ -57,8 +57,8 @@ SIMULATED: dict[float, dict[str, float]] = {
         "no-off-principal-64": 0.240,
     },
 }
-# answering ahead of the next look (sequential.lookahead 0.5) generates a few answers past each stop: 8.5 % more
-# on the stand-in engine's test evaluation (tests/evaluation/test_sequential_design.py's setting); taken as 10 %
+# answering ahead of the next look (adaptive.lookahead 0.5) generates a few answers past each stop: 8.5 % more
+# on the stand-in engine's test evaluation (tests/evaluation/test_adaptive_design.py's setting); taken as 10 %
 AHEAD = 1.10
 SOURCE = (
     "tools/simulate.py designs: paper-shaped studies at the default precision per variant, ρ = 0.9, betting "
@@ -88,7 +88,7 @@ def share(variant: str, precision_points: float) -> float:
 def expected(variants: Sequence[str], sizes: dict[str, int], settings) -> tuple[list[float], list[float], str]:
     """Per variant: the share of the problems of benchmarks of ``sizes`` it answers, and how many engine calls
     stream it in (one load a call), under ``settings``
-    (:class:`~grrr_stream.evaluation.settings.SequentialSettings`); and what that rests on, in words."""
+    (:class:`~grrr_stream.evaluation.settings.AdaptiveSettings`); and what that rests on, in words."""
     from ..stats.order import problem_order, round_ends
 
     order = problem_order(sizes, settings.seed, settings.max_weight)
@@ -96,7 +96,7 @@ def expected(variants: Sequence[str], sizes: dict[str, int], settings) -> tuple[
     total = order.total
     stops = [share(v, settings.precision_points) for v in variants]
     # the first round ends after a chunk (or ``min_batch``); the next goes as far as the intervals say the
-    # variants need (evaluation/sequential.py): a variant that did not stop in the first is streamed in about
+    # variants need (evaluation/designs/rounds.py): a variant that did not stop in the first is streamed in about
     # twice, once more where that guess fell short (taken as one in four), and each later call answers at least
     # ``min_batch`` problems; without answering ahead, once per round
     first = ends[0] / total
@@ -111,7 +111,7 @@ def expected(variants: Sequence[str], sizes: dict[str, int], settings) -> tuple[
             loads.append(float(k + 1))
             shares.append(max(s, ends[k] / total if settings.min_batch > settings.chunk else s))
     basis = (
-        f"sequential ±{settings.precision_points:g} points: {sum(shares) / len(shares):.0%} of the problems "
+        f"adaptive ±{settings.precision_points:g} points: {sum(shares) / len(shares):.0%} of the problems "
         f"on average{f' in calls of ≥ {min(settings.min_batch, total)}' if settings.min_batch > 1 else ''}, "
         f"{sum(loads) / len(loads):.1f} loads a variant ({SOURCE})"
     )

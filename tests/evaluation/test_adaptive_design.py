@@ -1,5 +1,5 @@
-"""The sequential design in the evaluation pipeline, with the deterministic stand-in engine: which problems each
-variant answers, what its rows say, and that a run killed mid-chunk resumes exactly (tests/stats/test_sequential.py
+"""The adaptive design in the evaluation pipeline, with the deterministic stand-in engine: which problems each
+variant answers, what its rows say, and that a run killed mid-chunk resumes exactly (tests/stats/test_anytime.py
 tests the statistics themselves)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +20,14 @@ pytest.importorskip("math_verify", reason="grading needs math-verify (the eval e
 
 from helpers.stand_in import SETTINGS, StandInEngine, sums_transition  # noqa: E402
 
-from grrr_stream.errors import ConfigError  # noqa: E402
+from grrr_stream.errors import ConfigError, RenamedSettingWarning  # noqa: E402
 from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation  # noqa: E402
-from grrr_stream.evaluation.settings import EvaluationOptions, SequentialSettings  # noqa: E402
+from grrr_stream.evaluation.settings import AdaptiveSettings, EvaluationOptions, build_evaluation_options  # noqa: E402
 from grrr_stream.stats.order import problem_order  # noqa: E402
 
 VARIANTS = ["full", "base", "diag", "offnull"]
 # a chunk at a time, every variant on ±12 points (diag too: by default it stops on its thresholds alone)
-SEQ = SequentialSettings(chunk=40, precision_points=12.0, seed=3, lookahead=0.0, variant_precision_points={})
+SEQ = AdaptiveSettings(chunk=40, precision_points=12.0, seed=3, lookahead=0.0, variant_precision_points={})
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +35,14 @@ def transition(tmp_path_factory):
     return sums_transition(tmp_path_factory.mktemp("seq"), n_a=20, n_b=20)  # 400 problems
 
 
-def _request(store, bench, out, sequential=SEQ, **kw):
+def _request(store, bench, out, adaptive=SEQ, **kw):
     return EvaluationRequest(
         store,
         out,
         VARIANTS,
         ["sums"],
         bench,
-        EvaluationOptions(engine=SETTINGS, design="sequential", sequential=sequential, **kw),
+        EvaluationOptions(engine=SETTINGS, design="adaptive", adaptive=adaptive, **kw),
     )
 
 
@@ -81,7 +82,7 @@ def test_each_variant_answers_a_prefix_of_the_order_up_to_its_stop(transition, t
     assert res.info["design"] == "sequential" and "gain" in res.info
 
 
-def test_sequential_needs_full_and_an_engine(transition, tmp_path):
+def test_adaptive_needs_full_and_an_engine(transition, tmp_path):
     _, _, store, bench = transition
     with pytest.raises(ConfigError, match="evaluate full"):
         run_evaluation(
@@ -91,7 +92,7 @@ def test_sequential_needs_full_and_an_engine(transition, tmp_path):
                 ["base", "diag"],
                 ["sums"],
                 bench,
-                EvaluationOptions(engine=SETTINGS, design="sequential"),
+                EvaluationOptions(engine=SETTINGS, design="adaptive"),
             ),
             engine_factory=StandInEngine,
             log=lambda m: None,
@@ -104,30 +105,92 @@ def test_sequential_needs_full_and_an_engine(transition, tmp_path):
                 ["full", "diag"],
                 ["sums"],
                 bench,
-                EvaluationOptions(engine=SETTINGS, design="sequential", materialize="folder"),
+                EvaluationOptions(engine=SETTINGS, design="adaptive", materialize="folder"),
             ),
             engine_factory=StandInEngine,
             log=lambda m: None,
         )
 
 
-def test_the_design_enters_the_key_only_when_sequential():
+def test_the_design_enters_the_key_only_when_adaptive():
     fixed = EvaluationOptions().key_fields()
     assert "design" not in fixed and "sequential" not in fixed
-    seq = EvaluationOptions(design="sequential").key_fields()
+    seq = EvaluationOptions(design="adaptive").key_fields()
+    # keys hold the design's old name (evaluation/settings.py, RECORDED_NAMES): results made before the rename match
     assert seq["design"] == "sequential" and seq["sequential"]["precision_points"] == 2.0
-    assert EvaluationOptions(design="sequential", sequential=SequentialSettings(seed=1)).key_fields() != seq
+    assert EvaluationOptions(design="adaptive", adaptive=AdaptiveSettings(seed=1)).key_fields() != seq
     # the sequence is always in the key: a default that changes must not relabel results made with another
     assert seq["sequential"]["sequence"] == "betting"
-    eb = EvaluationOptions(design="sequential", sequential=SequentialSettings(sequence="eb")).key_fields()
+    eb = EvaluationOptions(design="adaptive", adaptive=AdaptiveSettings(sequence="eb")).key_fields()
     assert eb["sequential"]["sequence"] == "eb" and {k: v for k, v in eb["sequential"].items() if k != "sequence"} == {
         k: v for k, v in seq["sequential"].items() if k != "sequence"
     }
     assert seq["sequential"]["retention_precision_pct"] == {}
-    rp = SequentialSettings(retention_precision_pct={"diag": 10.0})
-    assert EvaluationOptions(design="sequential", sequential=rp).key_fields()["sequential"][
-        "retention_precision_pct"
-    ] == {"diag": 10.0}
+    rp = AdaptiveSettings(retention_precision_pct={"diag": 10.0})
+    assert EvaluationOptions(design="adaptive", adaptive=rp).key_fields()["sequential"]["retention_precision_pct"] == {
+        "diag": 10.0
+    }
+
+
+def _validated(values: dict) -> tuple[EvaluationOptions, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opts = build_evaluation_options(values)
+    return opts, [str(w.message) for w in caught if issubclass(w.category, RenamedSettingWarning)]
+
+
+def test_the_old_design_name_sequential_still_works_and_warns_once():
+    opts, said = _validated({"design": "sequential"})
+    assert opts.design == "adaptive" and issubclass(RenamedSettingWarning, DeprecationWarning)
+    assert said == ["evaluation design: sequential is deprecated (renamed in issue 49): write design: adaptive"]
+    assert opts.key_fields() == EvaluationOptions(design="adaptive").key_fields()  # the same results, the same keys
+
+
+def test_the_old_settings_block_sequential_still_works_and_warns_once():
+    opts, said = _validated({"design": "adaptive", "sequential": {"chunk": 50}})
+    assert opts.adaptive.chunk == 50 and len(said) == 1 and "'sequential:'" in said[0] and "'adaptive:'" in said[0]
+    new, none = _validated({"design": "adaptive", "adaptive": {"chunk": 50}})
+    assert none == [] and new.key_fields() == opts.key_fields()
+    both, said = _validated({"design": "sequential", "sequential": {"chunk": 50}})  # both old spellings: two lines
+    assert both == opts and len(said) == 2
+
+
+def test_the_old_and_the_new_settings_block_at_once_are_refused():
+    with pytest.raises(ConfigError, match="both 'sequential' and 'adaptive' are given"):
+        build_evaluation_options({"design": "adaptive", "sequential": {"chunk": 50}, "adaptive": {"chunk": 40}})
+
+
+def test_a_sweep_config_in_the_old_spelling_has_the_same_units_and_keys(tmp_path):
+    """configs/demo_adaptive.yaml written as it was before the rename (demo_sequential.yaml): one line per old
+    spelling, and the same units with the same keys, so that its workdir resumes."""
+    from grrr_stream.sweep.config import load_sweep_config
+    from grrr_stream.sweep.plan import plan_sweep
+
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    new = (configs / "demo_adaptive.yaml").read_text()
+    old = tmp_path / "demo_sequential.yaml"
+    old.write_text(
+        new.replace("include: demo.yaml", f"include: {configs / 'demo.yaml'}").replace("adaptive", "sequential")
+    )
+
+    def keys(path):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            plan = plan_sweep(load_sweep_config(path, workdir=tmp_path / "w"))
+        return {u.id: u.key for u in plan.units}, [w for w in caught if issubclass(w.category, RenamedSettingWarning)]
+
+    (now, none), (before, said) = keys(configs / "demo_adaptive.yaml"), keys(old)
+    assert now == before and none == [] and len(said) == 2
+
+
+def test_the_command_line_shows_a_renamed_setting_once_in_one_line(capsys):
+    from grrr_stream.cli.entry import renamed_settings_shown
+
+    with renamed_settings_shown():
+        for _ in range(3):
+            build_evaluation_options({"design": "sequential"})
+    said = "evaluation design: sequential is deprecated (renamed in issue 49): write design: adaptive"
+    assert capsys.readouterr().err == f"grrr-stream: warning: {said}\n"
 
 
 KILLER = textwrap.dedent("""
@@ -135,7 +198,7 @@ KILLER = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from helpers.stand_in import SETTINGS, StandInEngine
     from grrr_stream.evaluation.pipeline import EvaluationRequest, run_evaluation
-    from grrr_stream.evaluation.settings import EvaluationOptions, SequentialSettings
+    from grrr_stream.evaluation.settings import EvaluationOptions, AdaptiveSettings
 
     class Killed(StandInEngine):
         def generate(self, prompts, sampling=None):
@@ -145,8 +208,8 @@ KILLER = textwrap.dedent("""
             return super().generate(prompts, sampling)
 
     Killed.calls = 0
-    opts = EvaluationOptions(engine=SETTINGS, design="sequential",
-                             sequential=SequentialSettings(chunk=40, precision_points=12.0, seed=3, lookahead={ahead}))
+    opts = EvaluationOptions(engine=SETTINGS, design="adaptive",
+                             adaptive=AdaptiveSettings(chunk=40, precision_points=12.0, seed=3, lookahead={ahead}))
     run_evaluation(EvaluationRequest({store!r}, {out!r}, {variants!r}, ["sums"], {bench!r}, opts),
                    engine_factory=Killed, log=lambda m: None)
 """)
@@ -160,7 +223,7 @@ def test_a_run_killed_mid_chunk_resumes_exactly(transition, tmp_path, ahead):
     _, _, store, bench = transition
     seq = SEQ.model_copy(update={"lookahead": ahead})
     whole = run_evaluation(
-        _request(store, bench, tmp_path / "whole", sequential=seq), engine_factory=StandInEngine, log=lambda m: None
+        _request(store, bench, tmp_path / "whole", adaptive=seq), engine_factory=StandInEngine, log=lambda m: None
     )
     script = KILLER.format(
         tests=str(Path(__file__).parents[1]),
@@ -192,7 +255,7 @@ def test_a_run_killed_mid_chunk_resumes_exactly(transition, tmp_path, ahead):
             return super().generate(prompts, sampling)
 
     again = run_evaluation(
-        _request(store, bench, tmp_path / "k", sequential=seq), engine_factory=Counting, log=lambda m: None
+        _request(store, bench, tmp_path / "k", adaptive=seq), engine_factory=Counting, log=lambda m: None
     )
     assert again.differences == whole.differences
     for v in VARIANTS if ahead == 0 else ():
@@ -218,8 +281,8 @@ def test_answering_ahead_changes_no_decision(transition, tmp_path):
     for key, ahead in (("0", 0.0), ("0.5", 0.5)):
         opts = EvaluationOptions(
             engine=SETTINGS,
-            design="sequential",
-            sequential=SequentialSettings(chunk=40, precision_points=6.0, seed=3, lookahead=ahead),
+            design="adaptive",
+            adaptive=AdaptiveSettings(chunk=40, precision_points=6.0, seed=3, lookahead=ahead),
         )
         res = run_evaluation(
             EvaluationRequest(store, tmp_path / key, VARIANTS, ["sums"], bench, opts),
@@ -251,9 +314,9 @@ def test_a_call_answers_at_least_min_batch_problems_and_no_decision_changes(tran
 
     rows, answered = {}, {}
     for key, batch in (("1", 1), ("big", min_batch)):
-        seq = SequentialSettings(chunk=40, precision_points=6.0, seed=3, lookahead=0.5, min_batch=batch)
+        seq = AdaptiveSettings(chunk=40, precision_points=6.0, seed=3, lookahead=0.5, min_batch=batch)
         res = run_evaluation(
-            _request(store, bench, tmp_path / key, sequential=seq), engine_factory=counting(key), log=lambda m: None
+            _request(store, bench, tmp_path / key, adaptive=seq), engine_factory=counting(key), log=lambda m: None
         )
         rows[key] = res.differences
         answered[key] = {v: len(_records(tmp_path / key, v)) for v in VARIANTS}
@@ -273,7 +336,7 @@ def test_a_call_answers_at_least_min_batch_problems_and_no_decision_changes(tran
     assert len(calls["big"]) < len(calls["1"])
 
 
-def test_a_sequential_evaluation_with_proj_prints_full_minus_proj(transition, tmp_path):
+def test_an_adaptive_evaluation_with_proj_prints_full_minus_proj(transition, tmp_path):
     """full − proj comes with its anytime-valid interval (proj's paired difference, negated), so printing the
     result does not end in a KeyError after the files were written."""
     import io
@@ -287,7 +350,7 @@ def test_a_sequential_evaluation_with_proj_prints_full_minus_proj(transition, tm
         ["full", "base", "proj"],
         ["sums"],
         bench,
-        EvaluationOptions(engine=SETTINGS, design="sequential", sequential=SEQ),
+        EvaluationOptions(engine=SETTINGS, design="adaptive", adaptive=SEQ),
     )
     res = run_evaluation(req, engine_factory=StandInEngine, log=lambda m: None)
     proj = next(r for r in res.differences if r["variant"] == "proj")

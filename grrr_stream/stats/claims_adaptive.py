@@ -1,5 +1,5 @@
-"""The paper's headline statistics over evaluations run under the sequential design
-(:mod:`grrr_stream.evaluation.designs.sequential`), in the tables :func:`grrr_stream.stats.claims_sets.summarise`
+"""The paper's headline statistics over evaluations run under the adaptive design
+(:mod:`grrr_stream.evaluation.designs.adaptive`), in the tables :func:`grrr_stream.stats.claims_sets.summarise`
 writes.
 
 Each variant of such an evaluation rests on its own problems and comes with anytime-valid intervals for its
@@ -27,8 +27,8 @@ RESAMPLING = "anytime-valid per transition (not simultaneous)"
 
 
 @dataclass(frozen=True)
-class SequentialEvaluation:
-    """One evaluated transition of the sequential design: its difference rows (variant → row, with minus_full,
+class AdaptiveEvaluation:
+    """One evaluated transition of the adaptive design: its difference rows (variant → row, with minus_full,
     retention_full_pct and their ``_ci_lo``/``_ci_hi``) and its evaluation's info (gain, informative)."""
 
     transition: str
@@ -39,7 +39,7 @@ class SequentialEvaluation:
     info: dict
 
 
-def _bounds(e: SequentialEvaluation, variant: str, column: str) -> tuple[float, float, float]:
+def _bounds(e: AdaptiveEvaluation, variant: str, column: str) -> tuple[float, float, float]:
     """(point, lower end, upper end) of 'minus_full' or 'retention_full_pct' in a difference row."""
     r, stem = e.rows[variant], column.removesuffix("_pct")
     return tuple(float(r.get(k, math.nan)) for k in (column, f"{stem}_ci_lo", f"{stem}_ci_hi"))
@@ -73,7 +73,7 @@ def _statistics(cs: ClaimSettings) -> list[tuple[str, str, Optional[float], str,
     ]
 
 
-def _members(evaluations: Sequence[SequentialEvaluation], cs: ClaimSettings) -> dict[tuple[str, str], list[int]]:
+def _members(evaluations: Sequence[AdaptiveEvaluation], cs: ClaimSettings) -> dict[tuple[str, str], list[int]]:
     members: dict[tuple[str, str], list[int]] = {(s, g): [] for s in SETS for g in (*GROUPS, MULTI_STEP)}
     for i, e in enumerate(evaluations):
         group = method_group(e.method, cs.sft_methods)
@@ -89,7 +89,7 @@ def _members(evaluations: Sequence[SequentialEvaluation], cs: ClaimSettings) -> 
     return members
 
 
-def claims_rows(evaluations: Sequence[SequentialEvaluation], cs: ClaimSettings, selector: str = "") -> list[dict]:
+def claims_rows(evaluations: Sequence[AdaptiveEvaluation], cs: ClaimSettings, selector: str = "") -> list[dict]:
     """The claims table (columns of :func:`grrr_stream.stats.claims_sets.claims_rows`), against full only: the
     sequences are paired with full."""
     members = _members(evaluations, cs)
@@ -121,7 +121,7 @@ def claims_rows(evaluations: Sequence[SequentialEvaluation], cs: ClaimSettings, 
     return rows
 
 
-def informative_rows(evaluations: Sequence[SequentialEvaluation]) -> list[dict]:
+def informative_rows(evaluations: Sequence[AdaptiveEvaluation]) -> list[dict]:
     """Per transition: the gain full − base and full − proj with their anytime-valid intervals."""
     out = []
     for e in evaluations:
@@ -139,7 +139,7 @@ def informative_rows(evaluations: Sequence[SequentialEvaluation]) -> list[dict]:
 
 
 def summarise(
-    evaluations: Sequence[SequentialEvaluation], settings: Optional[ClaimSettings] = None, *, selector: str = ""
+    evaluations: Sequence[AdaptiveEvaluation], settings: Optional[ClaimSettings] = None, *, selector: str = ""
 ) -> dict:
     """The three tables (differences, informative, claims) and the counts, as ``claims_sets.summarise``."""
     cs = settings or ClaimSettings()
@@ -150,7 +150,7 @@ def summarise(
         "informative": info,
         "claims": claims_rows(evaluations, cs, selector),
         "selector": selector,
-        "design": "sequential",
+        "design": "sequential",  # the design as results name it (evaluation/settings.py, RECORDED_NAMES)
         "counts": {
             "transitions": len(evaluations),
             "informative": sum(1 for r in info if r.get("informative")),

@@ -1,4 +1,4 @@
-"""Claims over sequential evaluations: values at the point estimates, intervals from the per-transition
+"""Claims over adaptive evaluations: values at the point estimates, intervals from the per-transition
 anytime-valid intervals (planted rows with known counts and medians)."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 
 from grrr_stream.config import ClaimSettings
-from grrr_stream.stats.claims_sequential import SequentialEvaluation, summarise
+from grrr_stream.stats.claims_adaptive import AdaptiveEvaluation, summarise
 
 
 def _evaluation(name, method, offnull, gain=10.0):
@@ -26,7 +26,7 @@ def _evaluation(name, method, offnull, gain=10.0):
         },
         "proj": {"variant": "proj", "minus_full": -1.0, "minus_full_ci_lo": -3.0, "minus_full_ci_hi": 0.5},
     }
-    return SequentialEvaluation(
+    return AdaptiveEvaluation(
         name,
         "cumulative",
         method,
