@@ -3,12 +3,23 @@ The commands that read checkpoints or run models have theirs in :mod:`.model_par
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
+from ..errors import renamed
 from ..geometry.analyses.bands import DEFAULT_BAND_EDGES
 from .options import add_common, add_progress, add_stats_common, add_tracking
 
 EDGES = ",".join(map(str, DEFAULT_BAND_EDGES))  # the stats bands command's default, as typed
+
+
+class RenamedFlag(argparse.Action):
+    """A flag's old name (``--sequential``, renamed ``--stepwise`` in issue 49): appends to the new one's list,
+    with a :class:`~grrr_stream.errors.RenamedSettingWarning`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        renamed(f"the flag {option_string}", f"--{self.dest}")
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), values])
 
 
 def stats_parser(sub) -> None:
@@ -47,13 +58,14 @@ def compare_parser(sub) -> None:
         "isotropic-null test; update norms. Figures and CSV/JSON in --out.",
     )
     p.add_argument(
-        "--sequential",
+        "--stepwise",
         nargs=2,
         action="append",
         default=[],
         metavar=("SFT_STORE", "CUM_STORE"),
         help="base→SFT and base→RL stores: compares ΔW_SFT with ΔW_incr = W_RL − W_SFT (repeatable)",
     )
+    p.add_argument("--sequential", nargs=2, action=RenamedFlag, dest="stepwise", help=argparse.SUPPRESS)
     p.add_argument(
         "--independent",
         nargs="+",

@@ -91,7 +91,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..runtime.cluster import compute_scheduler
     from ..stats.run import run_comparisons
 
-    pairs: list[tuple] = [("sequential", Path(a), Path(b)) for a, b in args.sequential]
+    pairs: list[tuple] = [("stepwise", Path(a), Path(b)) for a, b in args.stepwise]
     for stores in args.independent:
         if len(stores) not in (2, 3):
             raise ConfigError(f"--independent takes A_STORE B_STORE [ANCESTOR_STORE], got {len(stores)} path(s)")
@@ -99,7 +99,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     pairs += [("cumulative", Path(a), Path(b)) for a, b in args.cumulative]
     if not pairs:
         raise ConfigError(
-            "give at least one --sequential SFT_STORE CUM_STORE, --independent A_STORE B_STORE "
+            "give at least one --stepwise SFT_STORE CUM_STORE, --independent A_STORE B_STORE "
             "[ANCESTOR_STORE] or --cumulative A_STORE B_STORE"
         )
     res = run_comparisons(

@@ -90,7 +90,7 @@ def norm_bars(items: Sequence[dict], path: Path, title: str = "") -> Path:
     plt = canvas.pyplot()
     fig, axes = plt.subplots(1, max(len(items), 1), figsize=(3.2 * max(len(items), 1), 3.6), squeeze=False)
     for ax, it in zip(axes[0], items):
-        if it["kind"] == "sequential":
+        if it["kind"] == "sequential":  # stepwise, as results spell it (stats/comparisons.py, STEPWISE)
             names, vals = ["ΔW_SFT", "ΔW_incr", "ΔW_cum"], [it["norm_sft"], it["norm_incr"], it["norm_cum"]]
             ax.set_ylabel("‖ΔW‖_F / ‖ΔW_cum‖_F")
         else:

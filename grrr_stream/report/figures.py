@@ -39,12 +39,12 @@ SWEEP_FIGURES = {
     NORMS_FIGURE: (
         "fig-norms",
         "Update norms per component (paper Fig. 4A / 5A)",
-        "Frobenius norms of the updates of each comparison: sequential ‖ΔW_SFT‖, ‖ΔW_incr‖ against "
+        "Frobenius norms of the updates of each comparison: stepwise ‖ΔW_SFT‖, ‖ΔW_incr‖ against "
         "‖ΔW_cum‖ = 1; independent: the two updates against the larger.",
     ),
     COSINES_FIGURE: (
         "fig-cosines",
-        "Sequential and independent cosines against the isotropic null (paper Fig. 4B / 5B)",
+        "Stepwise and independent cosines against the isotropic null (paper Fig. 4B / 5B)",
         "Median off-diagonal cosine over matrices with its 95 % bootstrap CI over matrices; "
         "grey band (outlined, its half-width written beside it): the matched isotropic null's ±2σ envelope. Each "
         "label says what it rests on: outside the band from the null test (p over its draws; 'p < 1e-4' at "

@@ -37,7 +37,7 @@ class PaperClaim:
     paper_set: str  # the set it is over, as the paper names it
     paper_n: Optional[int]  # how many transitions (or pairs) that set holds (None: not stated)
     where: str  # where the paper states it
-    source: str  # what of this sweep answers it: 'claims', 'energy', 'sequential', 'independent'
+    source: str  # what of this sweep answers it: 'claims', 'energy', 'stepwise', 'independent'
     test: str  # see the module's docstring
     # for source 'claims': (statistic, variant, reference, set, group) of a claims.csv row
     statistic: tuple = ()
@@ -144,12 +144,12 @@ CLAIMS: tuple[PaperClaim, ...] = (
     ),
     PaperClaim(
         "seq-cos",
-        "Sequential SFT → RL off-diagonal cosines stay below 0.008",
+        "Stepwise SFT → RL off-diagonal cosines stay below 0.008",
         "|cos| < 0.008",
         "sequential pairs",
         None,
         "§ geometry (Fig. 4B)",
-        "sequential",
+        "stepwise",
         "within_all",
         bound=(-0.008, 0.008),
     ),
@@ -170,7 +170,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "sequential pairs",
         None,
         "§ geometry (Fig. 4A)",
-        "sequential",
+        "stepwise",
         "ratio_within",
         bound=(0.004, 0.17),
     ),

@@ -126,7 +126,7 @@ def _retention_tables(retention: list[Row], differences: list[Row], method_of, s
         for i, d in enumerate(differences)
     }
     dcols = columns_of(differences, ("minus_full", "minus_proj", "problems"))
-    sequential = any(d.get("interval") == "anytime-valid" for d in differences)
+    adaptive = any(d.get("interval") == "anytime-valid" for d in differences)
 
     def paired(_i: int, r: Row) -> list[Cell]:
         j, d = diffs.get((r["transition"], r["variant"]), (None, {}))
@@ -140,12 +140,12 @@ def _retention_tables(retention: list[Row], differences: list[Row], method_of, s
             "Retention = 100 · score / Full (and / proj); − Full, − proj: the difference in points "
             "with its paired bootstrap 95 % CI over the transition's problems (differences.csv)."
             + (
-                " Rows of a sequential suite: its anytime-valid 95 % interval over the problems the "
+                " Rows of an adaptive suite: its anytime-valid 95 % interval over the problems the "
                 "variant answered (problems), against Full only. Each variant stops once its claim thresholds "
-                "are decided or its interval is within its precision (sequential.variant_precision_points: by "
+                "are decided or its interval is within its precision (adaptive.variant_precision_points: by "
                 "default ±4 points for the controls proj, randrm and the principal bands, which only have to "
                 "sit near Full, and for diag; ±2 for the rest); Full answers as far as its longest variant."
-                if sequential
+                if adaptive
                 else ""
             ),
             [c.label for c in cols] + [c.label for c in dcols],
@@ -263,7 +263,7 @@ def comparison_table(report) -> list[Table]:
     return [
         Table(
             "comparisons",
-            "Figures 4–5 — sequential and independent cosines against the isotropic null",
+            "Figures 4–5 — stepwise and independent cosines against the isotropic null",
             "Median off-diagonal cosine over matrices with its 95 % bootstrap CI over matrices, the matched "
             "isotropic null's ±2σ band and its Monte Carlo p (comparisons.csv); the reading says what rests on "
             "which: the band on the null test, the direction on the CI. Norms: ‖ΔW‖_F against ‖ΔW_cum‖_F.",

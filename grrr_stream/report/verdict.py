@@ -23,6 +23,7 @@ import math
 from typing import Callable, Optional, Sequence
 
 from ..plots import cosine_label
+from ..stats.comparisons import STEPWISE, kind_label
 from .paper_claims import CLAIMS, DIAG_MEDIAN_ALL, PaperClaim
 from .verdict_rows import (
     CONSISTENT,
@@ -63,7 +64,7 @@ def _group_set(group: str, set_name: str, n: int) -> str:
 
 
 PROBLEMS = "CI over problems"
-ANYTIME = "anytime-valid per transition (sequential design)"
+ANYTIME = "anytime-valid per transition (adaptive design)"
 
 
 def _from_claims(c: PaperClaim, rows: dict, level: float, mine: Sequence[dict]) -> Verdict:
@@ -140,12 +141,12 @@ def _energy(
 
 
 def _cosines(c: PaperClaim, comparisons: Sequence[dict], level: float) -> Verdict:
-    kind = "sequential" if c.source == "sequential" else "independent"
+    kind = STEPWISE if c.source == "stepwise" else "independent"
     mine = [r for r in comparisons if r.get("kind") == kind and _finite(r.get("median_cos_off"))]
-    where = plural(len(mine), f"{kind} pair")
+    where = plural(len(mine), f"{kind_label(kind)} pair")
     basis = f"{level:.0%} CI over matrices"
     if not mine:
-        return Verdict(c, "—", where, "—", NOT_COMPARABLE, f"no {kind} comparison here")
+        return Verdict(c, "—", where, "—", NOT_COMPARABLE, f"no {kind_label(kind)} comparison here")
     if c.test == "ratio_within":
         have = [r for r in mine if _finite(r.get("norm_incr"), r.get("norm_sft")) and r["norm_sft"] > 0]
         if not have:

@@ -51,14 +51,30 @@ def check_shared_frame(a: StoredTransition, b: StoredTransition) -> None:
         )
 
 
-KINDS = ("sequential", "independent", "cumulative")
+# The stepwise comparison (SFT → RL: the incremental RL step ΔW_incr against its SFT step ΔW_SFT) is the kind
+# 'sequential' wherever a kind is stored or hashed: unit ids and keys (compare/sequential/...), the bootstrap's
+# random streams, the comparisons' files, CSV and JSON, MLflow's params, runs and tags. It was named so before issue
+# 49 and keeps that spelling there, so that workdirs resume and results stay as they were; what a person reads
+# (flags, config keys, labels, docs) says 'stepwise'.
+STEPWISE = "sequential"
+KINDS = (STEPWISE, "independent", "cumulative")
+
+
+def stored_kind(kind: str) -> str:
+    """A comparison's kind as results spell it: ``stepwise`` is :data:`STEPWISE`; the others as they are."""
+    return STEPWISE if kind == "stepwise" else kind
+
+
+def kind_label(kind: str) -> str:
+    """A comparison's kind as a person reads it: the stored :data:`STEPWISE` is ``stepwise``."""
+    return "stepwise" if stored_kind(kind) == STEPWISE else kind
 
 
 @dataclass
 class Comparison:
     """Off-diagonal geometry of two updates in one base frame.
 
-    kinds: ``sequential`` (a = base→SFT, b = base→RL; compares ΔW_SFT with ΔW_incr = W_RL − W_SFT),
+    kinds: stepwise (:data:`STEPWISE`; a = base→SFT, b = base→RL; compares ΔW_SFT with ΔW_incr = W_RL − W_SFT),
     ``independent`` (two models neither of which descends from the other, compared as their
     updates from their nearest common ancestor C: P_a − P_C and P_b − P_C; P_C = 0 when C is
     the base) or ``cumulative`` (the two cumulative updates from the base as they are).
@@ -145,7 +161,7 @@ def compare(
 ) -> Comparison:
     """Off-diagonal cosine geometry of two transitions in the shared base frame.
 
-    ``sequential``: ``a`` is base→SFT and ``b`` is base→RL (cumulative); the increment
+    ``stepwise`` (stored as :data:`STEPWISE`): ``a`` is base→SFT and ``b`` is base→RL (cumulative); the increment
     P_incr = P_cum − P_SFT (and null_incr likewise) is formed lazily from the stored
     arrays, so no SVD is needed. ``independent``: ``a`` and ``b`` are base→A and base→B;
     with ``ancestor`` (base→C, C their nearest common ancestor) their updates from C,
@@ -155,6 +171,7 @@ def compare(
     """
     import dask
 
+    kind = stored_kind(kind)
     _check_comparable(a, b, kind, ancestor)
     sums, norm_terms, meta = _cosine_graphs(a, b, kind, ancestor)
     computed_sums, computed_norms = dask.compute(sums, norm_terms, scheduler=scheduler or "threads")
@@ -202,9 +219,9 @@ def _check_comparable(
     check_shared_frame(a, b)
     if ancestor is not None:
         check_shared_frame(a, ancestor)
-    if kind == "sequential":
-        _refuse_reduced_precision_differences([a, b], "a sequential comparison")
-        _refuse_null_norms_only([a, b], "a sequential comparison")
+    if kind == STEPWISE:
+        _refuse_reduced_precision_differences([a, b], "a stepwise comparison")
+        _refuse_null_norms_only([a, b], "a stepwise comparison")
     elif ancestor is not None:
         _refuse_reduced_precision_differences([a, b, ancestor], "an independent comparison from a common ancestor")
         _refuse_null_norms_only([a, b, ancestor], "an independent comparison from a common ancestor")
@@ -214,11 +231,11 @@ def _cosine_graphs(
     a: StoredTransition, b: StoredTransition, kind: str, ancestor: Optional[StoredTransition]
 ) -> tuple[list, list, list]:
     """Per matrix, lazily: the off-diagonal sums of the two compared updates, the squared norms of the
-    increments (sequential, or from a common ancestor), and (name, layer, module, d)."""
+    increments (stepwise, or from a common ancestor), and (name, layer, module, d)."""
     sums, norm_terms, meta = [], [], []
     for name, attrs in a.matrices.items():
         Pa, Pb = a.dask_array(name, "P"), b.dask_array(name, "P")
-        if kind == "sequential":
+        if kind == STEPWISE:
             Pb = Pb.astype(np.float64) - Pa.astype(np.float64)
             norm_terms.append((_increment_norm_sq(b, a, name),))
         elif ancestor is not None:
@@ -252,10 +269,10 @@ def _cosine_rows(meta: list, computed_sums: list) -> list[dict]:
 def _update_norms(
     a: StoredTransition, b: StoredTransition, kind: str, ancestor: Optional[StoredTransition], computed_norms: list
 ) -> dict[str, float]:
-    """The sizes of the compared updates: relative to the cumulative one for a sequential pair."""
+    """The sizes of the compared updates: relative to the cumulative one for a stepwise pair."""
     na = math.sqrt(sum(r["delta_fro"] ** 2 for r in a.rows()))
     nb = math.sqrt(sum(r["delta_fro"] ** 2 for r in b.rows()))
-    if kind == "sequential":
+    if kind == STEPWISE:
         n_incr = math.sqrt(sum(t[0] for t in computed_norms))
         return {"norm_sft": na / nb, "norm_incr": n_incr / nb, "norm_cum": 1.0, "norm_cum_abs": nb}
     if ancestor is not None:  # the two steps from the common ancestor

@@ -14,6 +14,7 @@ from ..files import atomic_write_text, ensure_folder, to_csv
 from ..geometry.analyses.bands import DEFAULT_BAND_EDGES
 from ..store.transition_store import StoredTransition
 from ..tracking import runs
+from .comparisons import STEPWISE, kind_label, stored_kind
 from .settings import BootstrapSettings, ComparisonSettings, checked
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ class CompareResult:
 
 
 def comparison_label(kind: str, a: StoredTransition, b: StoredTransition, ancestor_label: Optional[str]) -> str:
-    if kind == "sequential":
+    if kind == STEPWISE:
         return f"{a.label} then incr. to {b.label}"
     if kind == "cumulative":
         return f"{a.label} vs {b.label} (cumulative)"
@@ -163,7 +164,7 @@ def run_comparisons(
     out = ensure_folder(Path(out), "--out")
     settings = {"resamples": resamples, "null_draws": null_draws, "seed": seed, "alpha": alpha}
     compared = [
-        _compare_pair(pair, out, f"[compare {i}/{len(pairs)} {pair[0]}] ", settings, scheduler, progress)
+        _compare_pair(pair, out, f"[compare {i}/{len(pairs)} {kind_label(pair[0])}] ", settings, scheduler, progress)
         for i, pair in enumerate(pairs, 1)
     ]
     summaries = [done.summary for done in compared]
@@ -184,7 +185,7 @@ def _compare_pair(
     from ..progress import dask_tasks
     from .comparisons import compare
 
-    kind, a_path, b_path = pair[:3]
+    kind, a_path, b_path = stored_kind(pair[0]), *pair[1:3]
     c_path = pair[3] if len(pair) > 3 else None
     a, b = StoredTransition(Path(a_path)), StoredTransition(Path(b_path))
     c = StoredTransition(Path(c_path)) if c_path is not None else None

@@ -145,7 +145,7 @@ def _grrr_stream() -> str:
 
 def populate(tracking_uri: str, workdir: Path) -> None:
     """A reduced sweep over HTTP: synthetic base → sft → rl, the two transitions from the base,
-    their sequential comparison and two variants of base→rl (experiment grrr_stream_demo).
+    their stepwise comparison and two variants of base→rl (experiment grrr_stream_demo).
     Rerunning it must add no run."""
     import yaml
 

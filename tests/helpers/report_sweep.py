@@ -1,5 +1,5 @@
 """A small finished sweep for the HTML report's tests: synthetic base → sft → rl (SFT, then GRPO), both
-transitions from the base and the incremental one, their sequential comparison, variants of base → rl and
+transitions from the base and the incremental one, their stepwise comparison, variants of base → rl and
 base → sft, and their evaluation with tests/evaluation/test_evaluate.py's stand-in engine (no vLLM) on 'a+b'
 problems with four sampled answers each (so pass@k, maj@k and avg@4 exist)."""
 

@@ -132,7 +132,7 @@ def test_null_as_norms_only(pair, tmp_path):
             torch.testing.assert_close(vb[name], va[name], rtol=0, atol=2e-7)
     # an increment between transitions needs the arrays: refused, with the option named
     with pytest.raises(StoreMismatchError, match="null_storage"):
-        compare(a, b, "sequential")
+        compare(a, b, "stepwise")
 
 
 def _sweep_yaml(pair, tmp_path) -> Path:

@@ -1,4 +1,4 @@
-"""Statistics over stores: null calibration and power, bootstrap coverage, sequential
+"""Statistics over stores: null calibration and power, bootstrap coverage, stepwise
 increments, summary tables, scheduler invariance, comparison tracking."""
 
 from __future__ import annotations
@@ -142,12 +142,12 @@ def test_distributed_local_cluster_gives_identical_results(chain):
 
     _, _, stores = chain
     a, b = StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float32", "rl")])
-    local = compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4)
+    local = compare(a, b, "stepwise", resamples=2000, null_draws=2000, seed=4)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         client = compute_scheduler(cluster.scheduler_address)  # as `--scheduler ADDRESS` does
         try:
             assert isinstance(client, Client)
-            remote = compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=4, scheduler=client)
+            remote = compare(a, b, "stepwise", resamples=2000, null_draws=2000, seed=4, scheduler=client)
         finally:
             client.close()
     assert local.summary() == remote.summary()
@@ -174,10 +174,10 @@ def test_incremental_P_from_store_equals_direct_projection(chain):
         assert worst < tol
 
 
-def test_sequential_and_independent_comparisons(chain):
+def test_stepwise_and_independent_comparisons(chain):
     _, models, stores = chain
     a, b = StoredTransition(stores[("float64", "sft")]), StoredTransition(stores[("float64", "rl")])
-    comp = compare(a, b, "sequential", resamples=2000, null_draws=2000, seed=0)
+    comp = compare(a, b, "stepwise", resamples=2000, null_draws=2000, seed=0)
     # norms: independent computation from the checkpoints
     ck = {k: Checkpoint.open(models[k]) for k in ("base", "sft", "rl")}
     n2 = {"sft": 0.0, "incr": 0.0, "cum": 0.0}
@@ -209,7 +209,7 @@ def test_compare_refuses_different_frames(chain):
     with pytest.raises(StoreMismatchError, match="base checkpoints differ"):
         compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores["other"]), "independent")
     with pytest.raises(StoreMismatchError, match="different frames"):
-        compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float64", "rl")]), "sequential")
+        compare(StoredTransition(stores[("float32", "sft")]), StoredTransition(stores[("float64", "rl")]), "stepwise")
 
 
 def test_summary_tables_match_numpy(chain, tmp_path):
@@ -249,14 +249,17 @@ def test_compare_run_outputs_and_tracking_without_duplicates(chain, tmp_path):
     _, _, stores = chain
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     pairs = [
-        ("sequential", stores[("float32", "sft")], stores[("float32", "rl")]),
+        ("stepwise", stores[("float32", "sft")], stores[("float32", "rl")]),
         ("independent", stores[("float32", "sft")], stores[("float32", "sib")]),
     ]
     kw = dict(resamples=1000, null_draws=1000, seed=0, tracking=TrackingConfig(uri=uri))
     res = run_comparisons(pairs, tmp_path / "cmp", **kw)
     assert (tmp_path / "cmp" / "offdiag_cosine_medians.png").stat().st_size > 1000
     assert (tmp_path / "cmp" / "update_norms.png").stat().st_size > 1000
-    again = run_comparisons(pairs, tmp_path / "cmp", **kw)
+    # the stepwise comparison as results spell it (stats/comparisons.py, STEPWISE): in the CSV, the files, MLflow
+    assert [s["kind"] for s in res.summaries] == ["sequential", "independent"]
+    assert len(list((tmp_path / "cmp").glob("sequential_*.csv"))) == 1
+    again = run_comparisons([("sequential", *pairs[0][1:]), pairs[1]], tmp_path / "cmp", **kw)  # the old spelling
     assert again.run_ids == res.run_ids and len(set(res.run_ids)) == 2
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("grrr_stream")
@@ -268,6 +271,29 @@ def test_compare_run_outputs_and_tracking_without_duplicates(chain, tmp_path):
         assert run.data.tags["grrr.verdict"] in ("aligned", "anti-aligned", "indistinguishable")
         arts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert "offdiag_cosine_medians.png" in arts
+
+
+def test_the_old_flag_compare_sequential_still_works_and_warns_once():
+    """``compare --sequential``, the old name of ``--stepwise``: the same pairs, one warning per use (the command
+    line shows it as one line); the stepwise flag alone says nothing."""
+    import warnings
+
+    from grrr_stream.cli.entry import build_parser
+    from grrr_stream.errors import RenamedSettingWarning
+
+    def parsed(*words):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            args = build_parser().parse_args(["compare", *words, "--out", "o"])
+        return args.stepwise, [str(w.message) for w in caught if w.category is RenamedSettingWarning]
+
+    assert parsed("--stepwise", "a", "b") == ([["a", "b"]], [])
+    old, said = parsed("--sequential", "a", "b")
+    assert old == [["a", "b"]] and said == [
+        "the flag --sequential is deprecated (renamed in issue 49): write --stepwise"
+    ]
+    both, said = parsed("--stepwise", "a", "b", "--sequential", "c", "d")
+    assert both == [["a", "b"], ["c", "d"]] and len(said) == 1
 
 
 def test_csv_writes_numpy_scalars_as_plain_numbers():
@@ -335,7 +361,7 @@ def test_independent_pair_is_compared_from_its_nearest_common_ancestor(siblings)
     assert steps.norms["norm_a"] == pytest.approx(math.sqrt(n2["a"]), rel=1e-4)
     assert steps.norms["norm_b"] == pytest.approx(math.sqrt(n2["b"]), rel=1e-4)
     with pytest.raises(ValueError, match="independent comparisons only"):
-        compare(a, b, "sequential", ancestor=c)
+        compare(a, b, "stepwise", ancestor=c)
 
 
 def test_compare_cli_takes_an_ancestor_store(siblings, tmp_path, capsys):
@@ -404,4 +430,4 @@ def test_bfloat16_stores_are_decoded_and_refused_for_differences(chain, tmp_path
     for x, y in zip(low.rows, ref.rows):
         assert x["cos_off"] == pytest.approx(y["cos_off"], abs=1e-2)
     with pytest.raises(StoreMismatchError, match="store_dtype float32"):
-        compare(t, StoredTransition(bf["rl"]), "sequential")
+        compare(t, StoredTransition(bf["rl"]), "stepwise")

@@ -20,7 +20,7 @@ from grrr_stream.config import TrackingConfig
 from grrr_stream.errors import ConfigError
 from grrr_stream.fixtures.synthetic import TINY, Update, write_model
 from grrr_stream.sweep import KINDS, Records, SweepLock, plan_sweep, run_sweep, sweep_status
-from grrr_stream.sweep.config import SweepConfig
+from grrr_stream.sweep.config import SweepConfig, load_sweep_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT = Update(r_delta=2e-2, plant=(0.25, 0.45, 0.30))
@@ -230,10 +230,43 @@ def test_plan_refuses_a_rest_source_the_base_cannot_supply(models, tmp_path):
 
 def test_plan_refuses_differences_of_16_bit_stores(models, tmp_path):
     cfg = config(models, tmp_path / "w", decomposition={"store_dtype": "bfloat16"})
-    with pytest.raises(ConfigError, match="store_dtype: bfloat16 cannot feed sequential comparisons"):
+    with pytest.raises(ConfigError, match="store_dtype: bfloat16 cannot feed stepwise comparisons"):
         plan_sweep(SweepConfig.model_validate(cfg))
-    cfg["statistics"]["sequential"] = False  # the independent pairs here are all from the base: no differences
+    cfg["statistics"]["stepwise"] = False  # the independent pairs here are all from the base: no differences
     plan_sweep(SweepConfig.model_validate(cfg))
+
+
+def _planned(cfg: dict) -> tuple[dict, list[str]]:
+    import warnings
+
+    from grrr_stream.errors import RenamedSettingWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = plan_sweep(SweepConfig.model_validate(cfg))
+    return {u.id: u.key for u in plan.units}, [str(w.message) for w in caught if w.category is RenamedSettingWarning]
+
+
+def test_the_old_key_statistics_sequential_still_works_and_warns_once(models, tmp_path):
+    """statistics.sequential, the stepwise comparisons' switch before issue 49: the same plan as statistics.stepwise
+    (the stepwise units keep their ids and keys, compare/sequential/...), one warning; both at once are refused."""
+    new = config(models, tmp_path / "w")
+    now, none = _planned(new)
+    assert none == [] and "compare/sequential/base-to-sft--base-to-rl" in now
+    for on in (True, False):
+        new["statistics"]["stepwise"] = on
+        old = {
+            **new,
+            "statistics": {**{k: v for k, v in new["statistics"].items() if k != "stepwise"}, "sequential": on},
+        }
+        (was, said), (is_, _) = _planned(old), _planned(new)
+        assert was == is_ and said == [
+            "statistics.sequential is deprecated (renamed in issue 49): write statistics.stepwise"
+        ]
+        assert any(u.startswith("compare/sequential/") for u in was) is on
+    both = {**new, "statistics": {**new["statistics"], "sequential": True}}
+    with pytest.raises(ConfigError, match="statistics: Value error, both 'sequential' and 'stepwise' are given"):
+        load_sweep_config(write_cfg(tmp_path / "both.yaml", both))
 
 
 def test_auto_engine_dtype_judges_the_last_step_into_a_model_trained_from_an_intermediate_one(models, tmp_path):

@@ -1,4 +1,4 @@
-"""``compare/<kind>/<a>--<b>``: one comparison of two transitions, sequential (base → parent then parent →
+"""``compare/<kind>/<a>--<b>``: one comparison of two transitions, stepwise (base → parent then parent →
 child, in the base frame) or independent (two updates from their nearest common ancestor), with
 :func:`grrr_stream.run_comparisons`; its report rows: ``comparisons.csv`` and two figures."""
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import ClassVar, Literal, Optional
 
 from ...dtypes import SIXTEEN_BIT
+from ...stats.comparisons import STEPWISE
 from ...stats.run import COMPARISONS_TABLE, COSINES_FIGURE, NORMS_FIGURE  # also drawn into WORKDIR/report
 from ..context import PlanContext, Problems, RunContext
 from ..rows import Report, TableRows, read_rows, rectangular
@@ -29,10 +30,10 @@ Pair = tuple[str, str, str, Optional[str]]  # (comparison kind, transition a, tr
 
 
 class CompareParams(UnitParams):
-    """One comparison of two transitions (sequential, or independent from a common ancestor)."""
+    """One comparison of two transitions (stepwise, or independent from a common ancestor)."""
 
     kind: ClassVar[str] = NAME
-    comparison: Literal["sequential", "independent"]
+    comparison: Literal["sequential", "independent"]  # the stepwise one as keys spell it (STEPWISE)
     a: str
     b: str
     ancestor: Optional[str]  # transition to the nearest common ancestor; None: the base
@@ -45,7 +46,7 @@ class CompareParams(UnitParams):
     alpha: float
 
     def key_content(self) -> dict:
-        anc = {} if self.comparison == "sequential" else {"ancestor": self.ancestor_key or "base"}
+        anc = {} if self.comparison == STEPWISE else {"ancestor": self.ancestor_key or "base"}
         return {
             "kind": self.comparison,
             "a": self.a_key,
@@ -73,20 +74,20 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
         too_many = _too_many_independent(ctx.models, ctx.lineage, from_base)
         if too_many:
             return [], [too_many]
-    pairs = (_sequential_pairs(ctx.models, from_base) if s.sequential else []) + (
+    pairs = (_stepwise_pairs(ctx.models, from_base) if s.stepwise else []) + (
         _independent_pairs(ctx.models, ctx.lineage, from_base) if s.independent else []
     )
     units = [_unit(p, ctx, dec_key) for p in pairs if p[1] in dec_key and p[2] in dec_key]
     return units, _difference_problems(ctx, pairs)
 
 
-def _sequential_pairs(models: dict[str, PlannedModel], from_base: dict[str, str]) -> list[Pair]:
+def _stepwise_pairs(models: dict[str, PlannedModel], from_base: dict[str, str]) -> list[Pair]:
     """base → parent then parent → child, in the base frame, for every grandchild of a base."""
     pairs: list[Pair] = []
     for mid, m in models.items():
         p = m.parent
         if p is not None and p != m.base and p in from_base and mid in from_base:
-            pairs.append(("sequential", from_base[p], from_base[mid], None))
+            pairs.append((STEPWISE, from_base[p], from_base[mid], None))
     return pairs
 
 
@@ -129,24 +130,24 @@ def _independent_pairs(
 
 
 def _difference_problems(ctx: PlanContext, pairs: list[Pair]) -> Problems:
-    """Comparisons that take differences of stored P (sequential ones, independent ones from a shared
+    """Comparisons that take differences of stored P (stepwise ones, independent ones from a shared
     parent) refuse stores that cannot give them."""
     d = ctx.cfg.decomposition
-    if not any(kind == "sequential" or c is not None for kind, _, _, c in pairs):
+    if not any(kind == STEPWISE or c is not None for kind, _, _, c in pairs):
         return []
     problems: Problems = []
     if d.store_dtype in SIXTEEN_BIT:
         problems.append(
-            f"decomposition.store_dtype: {d.store_dtype} cannot feed sequential comparisons or "
+            f"decomposition.store_dtype: {d.store_dtype} cannot feed stepwise comparisons or "
             "independent ones from a shared parent (they take differences of stored P, which keep "
-            "few bits in 16-bit floats): use store_dtype float32, or set statistics.sequential / "
+            "few bits in 16-bit floats): use store_dtype float32, or set statistics.stepwise / "
             "statistics.independent to false"
         )
     if d.null_storage != "array":
         problems.append(
-            "decomposition.null_storage: norms cannot feed sequential comparisons or independent "
+            "decomposition.null_storage: norms cannot feed stepwise comparisons or independent "
             "ones from a shared parent (the increment's norm needs the null residual arrays): use "
-            "null_storage array, or set statistics.sequential / statistics.independent to false"
+            "null_storage array, or set statistics.stepwise / statistics.independent to false"
         )
     return problems
 
@@ -167,8 +168,8 @@ def _unit(pair: Pair, ctx: PlanContext, dec_key: dict[str, str]) -> Unit:
         seed=s.seed,
         alpha=s.alpha,
     )
-    if kind == "sequential":
-        label = f"compare {a} then {b} (sequential)"
+    if kind == STEPWISE:
+        label = f"compare {a} then {b} (stepwise)"
     else:
         label = f"compare {a} vs {b} (independent, from {transitions[c].child if c else transitions[a].parent})"
     deps = (decompose_id(a), decompose_id(b)) + ((decompose_id(c),) if c else ())

@@ -4,8 +4,11 @@ its report rows: ``stats_overall.csv``."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from pydantic import model_validator
+
+from ...errors import renamed
 from ...stats.run import OVERALL_TABLE
 from ...stats.settings import ComparisonSettings
 from ..context import PlanContext, Problems, RunContext
@@ -29,8 +32,22 @@ class SweepStatistics(ComparisonSettings):
     with the resamples, seed, null draws and level of :class:`~grrr_stream.stats.settings.ComparisonSettings`."""
 
     enabled: bool = True
-    sequential: bool = True  # base→parent vs parent→child in the base frame, for every grandchild
+    stepwise: bool = True  # base→parent vs parent→child in the base frame, for every grandchild
     independent: bool = True  # every pair of same-base models neither of which descends from the other
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spelling(cls, data: Any) -> Any:
+        """``sequential``, the old name of ``stepwise`` (renamed in issue 49): accepted with a warning."""
+        if isinstance(data, dict) and "sequential" in data:
+            if "stepwise" in data:
+                raise ValueError(
+                    "both 'sequential' and 'stepwise' are given: 'sequential' is the old name of 'stepwise' "
+                    "(renamed in issue 49); keep 'stepwise' alone"
+                )
+            renamed("statistics.sequential", "statistics.stepwise")
+            data = {("stepwise" if k == "sequential" else k): v for k, v in data.items()}
+        return data
 
 
 class StatsParams(UnitParams):
