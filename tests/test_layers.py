@@ -17,7 +17,7 @@ PKG = Path(__file__).resolve().parents[1] / "grrr_stream"
 LAYERS = [
     (
         "shared: settings, errors, formats everyone uses",
-        ["", "config", "errors", "dtypes", "files", "locks", "progress", "unit_log", "plots"],
+        ["", "config", "columns", "errors", "dtypes", "files", "locks", "progress", "unit_log", "plots"],
     ),
     ("the machine: device, Dask, disk, timing", ["runtime"]),
     ("checkpoints: the safetensors format and tensor names", ["checkpoints"]),

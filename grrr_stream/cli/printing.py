@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import sys
 
+from ..columns import CONSOLE, at_one_edge
+from ..geometry.metrics import PAPER_COLUMNS
+from ..sweep.kinds import TRANSITION_COLUMNS
+
 
 def print_summary(result, out=None) -> None:
+    """A transition's console columns, mean ± std per scope of its summary."""
     out = out or sys.stdout
-    cols = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos", "alpha")
+    cols = PAPER_COLUMNS.ordered(
+        PAPER_COLUMNS.summarised(result.summary_rows[0] if result.summary_rows else {}, CONSOLE)
+    )
+    width = max([10] + [len(str(r["scope"])) for r in result.summary_rows])
     out.write(
         f"\n{result.store}: {len(result.rows)} matrices ({result.computed} computed now, "
         f"{result.frames_reused} base frames reused)\n"
     )
-    out.write(f"{'scope':<10} {'n':>4} " + " ".join(f"{c + ' mean±std':>22}" for c in cols) + "\n")
+    out.write(f"{'scope':<{width}} {'n':>4} " + " ".join(f"{c.label + ' mean±std':>22}" for c in cols) + "\n")
     for r in result.summary_rows:
-        cells = " ".join(f"{r[c + '_mean']:>11.4g} ± {r[c + '_std']:<8.2g}" for c in cols)
-        out.write(f"{r['scope']:<10} {r['n']:>4} {cells}\n")
+        cells = " ".join(f"{r[c.headline]:>11.4g} ± {r[c.spread]:<8.2g}" for c in cols)
+        out.write(f"{r['scope']:<{width}} {r['n']:>4} {cells}\n")
 
 
 def print_evaluation(res, out=None) -> None:
@@ -240,46 +248,27 @@ def print_sweep_summary(res, out=None) -> None:
 
 
 def _print_transitions(trs: list[dict], out) -> None:
-    if trs:
-        out.write(
-            f"\n{'transition':<28} {'kind':<12} {'method':<12} {'f_diag':>8} {'f_off':>8} {'f_null':>8} "
-            f"{'r_delta':>9}\n"
-        )
-        for r in trs:
-            out.write(
-                f"{r['transition']:<28} {r['kind']:<12} {r['method']:<12} {r['f_diag_mean']:>8.4f} "
-                f"{r['f_off_mean']:>8.4f} {r['f_null_mean']:>8.4f} {r['r_delta_mean']:>9.2e}\n"
-            )
-    beyond = [r for r in trs if r.get("frac_unchanged_pooled") is not None]
-    if not beyond:
+    """transitions.csv's console columns: the paper's per transition, then those beyond the paper (each as
+    its aggregate gives it: pooled over the transition's entries, or a mean over its matrices)."""
+    if not trs:
         return
-    kept = next((k[: -len("_kept_diag_mean")] for k in beyond[0] if k.endswith("_kept_diag_mean")), None)
-    edge = next((e for e in ("64", "16", "256") if f"band{e}_off_principal_mean" in beyond[0]), None)
-    means = (
-        [f"share of ‖ΔW‖² in the top-{edge} block of P", f"largest angle between top-{edge} subspaces"] if edge else []
-    ) + ([f"energy of each component kept through {kept}"] if kept else [])
-    out.write(
-        "\nbeyond the paper: unchanged entries, entries within one ulp (as values, pooled over the "
-        "transition's entries)" + ("; means over matrices: " + "; ".join(means) if means else "") + "\n"
-    )
-    for r in beyond:
-        line = (
-            f"  {r['transition']:<26} unchanged {r['frac_unchanged_pooled']:6.3f}  "
-            f"≤1 ulp {r['frac_within_ulp_pooled']:6.3f}"
-        )
-        if "(" in str(r.get("sparsity_compare") or ""):  # a mixed-dtype pair: compared in the wider dtype
-            line += f" [{r['sparsity_compare']}]"
-        if edge:
-            top = r[f"band{edge}_diag_principal_mean"] + r[f"band{edge}_off_principal_mean"]
-            line += f"  top-{edge} {top:6.3f}"
-            if r.get(f"angle{edge}_left_max_deg_mean") is not None:
-                line += (
-                    f"  angle L {r[f'angle{edge}_left_max_deg_mean']:5.1f}° "
-                    f"R {r[f'angle{edge}_right_max_deg_mean']:5.1f}°"
-                )
-        if kept:
-            line += "  kept " + " ".join(f"{c} {r[f'{kept}_kept_{c}_mean']:.3f}" for c in ("diag", "off", "null"))
-        out.write(line + "\n")
+    cols = at_one_edge(TRANSITION_COLUMNS.sorted(TRANSITION_COLUMNS.summarised(trs[0], CONSOLE)))
+    paper = [c for c in cols if PAPER_COLUMNS.column(c.name) is not None]
+    beyond = [c for c in cols if PAPER_COLUMNS.column(c.name) is None]
+    out.write(f"\n{'transition':<28} {'kind':<12} {'method':<12} " + " ".join(f"{c.label:>9}" for c in paper) + "\n")
+    for r in trs:
+        cells = " ".join(_number(r.get(c.headline), c.fmt, 9) for c in paper)
+        out.write(f"{r['transition']:<28} {r['kind']:<12} {r['method']:<12} {cells}\n")
+    if beyond:
+        out.write("\nbeyond the paper (pooled over the transition's entries, or means over its matrices):\n")
+        for r in trs:
+            cells = "  ".join(f"{c.short or c.label} {_number(r.get(c.headline), c.fmt, 0)}" for c in beyond)
+            out.write(f"  {r['transition']:<26} {cells}\n")
+
+
+def _number(v, fmt: str, width: int) -> str:
+    text = "—" if not isinstance(v, (int, float)) else format(v, fmt)
+    return f"{text:>{width}}"
 
 
 def _print_accuracy(acc: list[dict], claims: dict, out) -> None:

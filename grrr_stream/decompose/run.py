@@ -21,10 +21,12 @@ import torch
 from .. import __version__
 from ..checkpoints.arch import MatrixName
 from ..checkpoints.reader import Checkpoint, resolve_source, tensor_digest
+from ..columns import aggregate, held
 from ..config import DecomposeConfig, result_settings, settings_hash
 from ..dtypes import torch_dtype
 from ..errors import NonFiniteWeightError, StoreMismatchError
-from ..geometry.analyses.sparsity import SPARSITY_FRACTIONS, pooled_sparsity
+from ..geometry.analyses import MATRIX_COLUMNS
+from ..geometry.analyses.bands import band_key, is_band
 from ..progress import Progress
 from ..runtime.cluster import parse_scheduler, require
 from ..runtime.device import bound_heap_growth, resolve_device
@@ -35,10 +37,6 @@ from ..tracking.model_runs import log_decomposition
 from .plan import TransitionPlan, plan_transition
 from .stages import Pipeline
 from .streaming import compute_layout, stream_matrices, torch_threads
-
-# Columns of the per-matrix table that are not aggregated as mean ± std per transition (the sparsity
-# fractions are pooled over entries instead: geometry.analyses.sparsity.pooled_sparsity).
-SUMMARY_EXCLUDE = {"rows", "cols", "layer", "expert", "e_diag", "e_off", "e_null", "w0_fro", *SPARSITY_FRACTIONS}
 
 
 @dataclass
@@ -295,36 +293,13 @@ def _changed_since_recorded(plan: TransitionPlan, done: dict[str, dict]) -> list
 
 
 def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
-    """Mean ± std (sample std, 0 for a single matrix) of every metric, overall, per module (a module of a
-    mixture of experts aggregates all its experts) and, for expert matrices, per expert index
-    (scope ``expert-<e>``, aggregating layers and modules); the update-sparsity fractions instead
-    pooled over the scope's entries, with their per-matrix min, median and max
-    (geometry.analyses.sparsity.pooled_sparsity)."""
-    # every numeric column of any row: a metric that only some matrices have (a subspace angle for a k
-    # above a small matrix's rank) is summarised over those that have it
-    metrics: list[str] = []
-    for r in rows:
-        metrics += [
-            k
-            for k, v in r.items()
-            if k not in metrics and isinstance(v, (int, float)) and not isinstance(v, bool) and k not in SUMMARY_EXCLUDE
-        ]
-    scopes: dict[str, list[dict]] = {"all": rows}
-    for r in rows:
-        scopes.setdefault(r["module"], []).append(r)
-    for r in sorted((r for r in rows if r.get("expert") is not None), key=lambda r: r["expert"]):
-        scopes.setdefault(f"expert-{r['expert']}", []).append(r)
-    out_rows = []
-    for scope, rs in scopes.items():
-        row: dict[str, Any] = {"scope": scope, "n": len(rs)}
-        for k in metrics:
-            vals = np.array([float(r[k]) for r in rs if k in r])
-            if not len(vals):
-                continue
-            row[f"{k}_mean"] = float(vals.mean())
-            row[f"{k}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
-        row.update(pooled_sparsity(rs))
-        out_rows.append(row)
+    """Each column's statistics (its aggregate's: mean ± std for most, sample std, 0 for a single matrix; the
+    update-sparsity fractions pooled over entries) overall, per module (a module of a mixture of experts
+    aggregates all its experts) and, for expert matrices, per expert index (aggregating layers and modules).
+    A metric that only some matrices have (a subspace angle for a k above a small matrix's rank) is summarised
+    over those that have it."""
+    out_rows = aggregate(rows, MATRIX_COLUMNS, by=("module", "expert"))
+    metrics = [c.name for c in held(rows, MATRIX_COLUMNS) if c.aggregate.first]
     return out_rows, {"metrics": metrics, "scopes": {r["scope"]: r for r in out_rows}}
 
 
@@ -354,9 +329,9 @@ def write_figures(store: TransitionStore, rows: list[dict], title: str = "") -> 
     fig_dir = store.path / "figures"
     fig_dir.mkdir(exist_ok=True)
     plots.energy_fractions_by_layer(rows, fig_dir / "energy_fractions.png", title)
-    edges = sorted({int(k[4:].split("_")[0]) for k in rows[0] if k.startswith("band") and "_" in k})
+    edges = sorted({int(c.values["edge"]) for c in MATRIX_COLUMNS.present(rows[0]) if is_band(c)})
     if edges:
-        plots.band_energy_by_module(rows, edges, fig_dir / "band_energy_by_module.png", title)
+        plots.band_energy_by_module(rows, edges, fig_dir / "band_energy_by_module.png", band_key(), title)
     top = sorted(rows, key=lambda r: r["r_delta"], reverse=True)[:4]
     spectra = [(r["name"], *store.read_sigmas(r["name"])) for r in top]
     plots.normalized_spectra(spectra, fig_dir / "spectra_most_changed.png", title)

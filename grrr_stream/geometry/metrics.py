@@ -9,6 +9,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..columns import CONSOLE, HEADLINE, NONE, SUMMARY, TRANSITIONS, Column, Schema
+
 
 @dataclass(frozen=True)
 class MatrixMetrics:
@@ -42,11 +44,48 @@ class MatrixMetrics:
     def as_row(self) -> dict:
         row = {k: v for k, v in self.__dict__.items() if not isinstance(v, dict)}
         for t, v in self.rank_w0.items():
-            row[f"nrank_w0_{t}"] = v
+            row[NRANK_W0.at(threshold=t).name] = v
         for t, v in self.rank_w1.items():
-            row[f"nrank_w1_{t}"] = v
+            row[NRANK_W1.at(threshold=t).name] = v
         row.update(self.extra)
         return row
+
+
+_PAPER = frozenset({SUMMARY, TRANSITIONS})
+_HEAD = frozenset({SUMMARY, TRANSITIONS, HEADLINE})
+# a matrix's name and place, as the decomposition writes them beside its metrics
+IDENTITY_COLUMNS = tuple(Column(k, k, aggregate=NONE, shown=frozenset()) for k in ("name", "layer", "module", "expert"))
+NRANK_W0 = Column("nrank_w0_{threshold}", "nrank w0 {threshold}", "count", shown=_PAPER)
+NRANK_W1 = Column("nrank_w1_{threshold}", "nrank w1 {threshold}", "count", shown=_PAPER)
+# The paper's metrics of one matrix (Tables 3, 4 and 7), in the order its tables and transitions.csv put them;
+# the numerical ranks per threshold T follow them. Shape and raw energies stay in metrics.csv.
+PAPER_COLUMNS = Schema(
+    *(
+        (c,)
+        for c in (
+            *IDENTITY_COLUMNS,
+            Column("f_diag", "f_diag", shown=_HEAD | {CONSOLE}, fmt=".4f"),
+            Column("f_off", "f_off", shown=_HEAD | {CONSOLE}, fmt=".4f"),
+            Column("f_null", "f_null", shown=_HEAD | {CONSOLE}, fmt=".4f"),
+            Column("r_delta", "r_Δ", shown=_HEAD | {CONSOLE}, fmt=".2e"),
+            Column("sv_cos", "SV cos", shown=_HEAD | {CONSOLE}, fmt=".6f"),
+            Column("delta_max", "δ_max", shown=_PAPER | {HEADLINE}),
+            Column("sr_w0", "SR(W0)", shown=_PAPER),
+            Column("sr_delta", "SR(ΔW)", shown=_PAPER),
+            Column("sr_w1", "SR(W1)", shown=_PAPER),
+            Column("dsr_pct", "Δ% SR", "%", shown=_PAPER | {HEADLINE}),
+            Column("alpha", "α", shown=_PAPER | {HEADLINE, CONSOLE}, fmt=".3g"),
+            NRANK_W0,
+            NRANK_W1,
+            Column("rank", "rank of the core", "count", shown=frozenset()),
+            Column("delta_fro", "‖ΔW‖_F", shown=frozenset({HEADLINE})),
+            *(
+                Column(k, k, aggregate=NONE, shown=frozenset())
+                for k in ("rows", "cols", "w0_fro", "e_diag", "e_off", "e_null")
+            ),
+        )
+    )
+)
 
 
 def ratio_or_zero(a: float, b: float) -> float:

@@ -4,7 +4,7 @@ energies and layer × module heatmaps, and the sweep's bars per transition."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -63,18 +63,21 @@ BAND_PARTS = (
 )
 
 
-def band_energy_by_module(rows: Sequence[dict], edges: Sequence[int], path: Path, title: str = "") -> Path:
+def band_energy_by_module(
+    rows: Sequence[dict], edges: Sequence[int], path: Path, key: Callable[[str, int], str], title: str = ""
+) -> Path:
     """Mean share of ‖ΔW‖² per module, split by principal band (one panel per edge k): diag and off
-    of P inside the top-k block, across it (mixed) and outside it (tail), and the null part."""
+    of P inside the top-k block, across it (mixed) and outside it (tail), and the null part. ``key(part, k)``:
+    the rows' column of a part (BAND_PARTS' names) at edge k."""
     plt = canvas.pyplot()
     modules = list(dict.fromkeys(r["module"] for r in rows))
     fig, axes = plt.subplots(1, len(edges), figsize=(4.6 * len(edges), 3.8), squeeze=False, sharey=True)
     for ax, k in zip(axes[0], edges):
         bottom = np.zeros(len(modules))
         for part, label, color in BAND_PARTS:
-            key = "f_null" if part == "null" else f"band{k}_{part}"
+            col = key(part, k)
             vals = np.array(
-                [np.mean([r[key] for r in rows if r["module"] == m and key in r] or [0.0]) for m in modules]
+                [np.mean([r[col] for r in rows if r["module"] == m and col in r] or [0.0]) for m in modules]
             )
             ax.bar(modules, vals, bottom=bottom, color=color, label=label)
             bottom += vals
@@ -88,16 +91,17 @@ def band_energy_by_module(rows: Sequence[dict], edges: Sequence[int], path: Path
     return canvas.save(fig, path)
 
 
-def band_energy_by_transition(rows: Sequence[dict], edge: int, path: Path, title: str = "") -> Path:
+def band_energy_by_transition(
+    rows: Sequence[dict], edge: int, path: Path, key: Callable[[str, int], str], title: str = ""
+) -> Path:
     """Mean share of ‖ΔW‖² per transition split by the top-``edge`` principal band (sweep report);
-    ``rows``: the report's transitions table (columns ``band{edge}_<part>_mean`` and ``f_null_mean``)."""
+    ``rows``: the report's transitions table; ``key(part, edge)``: its column of a part (BAND_PARTS' names)."""
     plt = canvas.pyplot()
     labels = [r["transition"] for r in rows]
     fig, ax = plt.subplots(figsize=(1.2 * len(labels) + 3, 4.2))
     bottom = np.zeros(len(labels))
     for part, label, color in BAND_PARTS:
-        key = "f_null_mean" if part == "null" else f"band{edge}_{part}_mean"
-        vals = np.array([float(r.get(key) or 0.0) for r in rows])
+        vals = np.array([float(r.get(key(part, edge)) or 0.0) for r in rows])
         ax.bar(labels, vals, bottom=bottom, color=color, label=label)
         bottom += vals
     ax.set_ylabel("mean fraction of ‖ΔW‖²")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
 from ..stats.claims_sets import method_group
+from ..sweep.kinds import TRANSITION_COLUMNS
 
 Row = dict
 
@@ -88,17 +89,6 @@ LABELS = {
     "method": "method",
     "n": "matrices",
     "variant": "variant",
-    "sv_cos_mean": "SV cos",
-    "delta_max_mean": "δ_max",
-    "sr_w0_mean": "SR(W0)",
-    "sr_delta_mean": "SR(ΔW)",
-    "sr_w1_mean": "SR(W1)",
-    "dsr_pct_mean": "Δ% SR",
-    "alpha_mean": "α",
-    "r_delta_mean": "r_Δ",
-    "f_diag_mean": "f_diag",
-    "f_off_mean": "f_off",
-    "f_null_mean": "f_null",
     "average": "score (%)",
     "retention_pct": "retention vs Full (%)",
     "retention_proj_pct": "retention vs proj (%)",
@@ -123,7 +113,6 @@ LABELS = {
     "norm_sft": "‖ΔW_SFT‖",
     "norm_incr": "‖ΔW_incr‖",
     "norm_cum": "‖ΔW_cum‖",
-    "f_degenerate_mean": "f_degenerate",
     "tokens_mean": "tokens (mean)",
     "tokens_median": "tokens (median)",
     "tokens_mean_correct": "tokens, correct answers (mean)",
@@ -134,7 +123,6 @@ LABELS = {
     "null_q975": "null 97.5 % quantile",
     "p_value": "p",
     "post_jaccard": "Jaccard with W1's set",
-    "sparsity_compare": "entries compared in",
 }
 VARIANT_LABELS = {
     "base": "Base",
@@ -148,46 +136,13 @@ VARIANT_LABELS = {
 MAX_COLUMNS = 12  # wider tables are split into parts (the key columns repeated), never scrolled
 
 
-# the analyses' columns (docs/statistics.md, "Beyond the paper") as people read them; {k}: the band or angle edge
-_PATTERNS = (
-    (r"band(\d+)_diag_principal", "diag share of ‖ΔW‖² in the top-{0} block"),
-    (r"band(\d+)_diag_tail", "diag share of ‖ΔW‖² beyond the top {0}"),
-    (r"band(\d+)_off_principal", "off share of ‖ΔW‖² in the top-{0} block"),
-    (r"band(\d+)_off_mixed", "off share of ‖ΔW‖² between the top {0} and the rest"),
-    (r"band(\d+)_off_tail", "off share of ‖ΔW‖² beyond the top {0}"),
-    (r"angle(\d+)_(left|right)_max_deg", "top-{0} {1} subspaces of W0, W1: largest angle (°)"),
-    (r"angle(\d+)_(left|right)_cos2", "top-{0} {1} subspaces of W0, W1: mean cos²"),
-    (r"frac_bitwise_unchanged", "entries bitwise unchanged"),
-    (r"frac_unchanged", "entries unchanged"),
-    (r"frac_within_ulp", "entries within 1 ulp"),
-    (r"(\w+?)_kept_(diag|off|null)", "{1} energy kept through {0}"),
-)
-_SUFFIXES = (
-    ("_pooled", " (pooled)"),
-    ("_min", " (least matrix)"),
-    ("_median", " (median matrix)"),
-    ("_max", " (largest matrix)"),
-    ("_mean", ""),
-)
-
-
 def label(col: str) -> str:
-    """A CSV column as the page names it: the paper's symbol, an analysis's column in words, else the name with
-    spaces."""
-    import re
-
+    """A CSV column as the page names it: the paper's symbol, a declared column's label (a statistic of it
+    says which: '(pooled)', '(median matrix)'), else the name with spaces (a kind's column, not declared yet:
+    its mean unnamed)."""
     if col in LABELS:
         return LABELS[col]
-    stem, tail = col, ""
-    for suffix, words in _SUFFIXES:
-        if col.endswith(suffix):
-            stem, tail = col[: -len(suffix)], words
-            break
-    for pattern, words in _PATTERNS:
-        m = re.fullmatch(pattern, stem)
-        if m:
-            return words.format(*m.groups()) + tail
-    return col.replace("_mean", "").replace("_", " ")
+    return TRANSITION_COLUMNS.label(col) or col.replace("_mean", "").replace("_", " ")
 
 
 @dataclass

@@ -12,13 +12,13 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from .. import plots
+from ..columns import FIGURE, at_one_edge
+from ..geometry.analyses import MATRIX_COLUMNS
 from ..stats.run import COSINES_FIGURE, NORMS_FIGURE
 from ..sweep.kinds import channel_stats, decompose
 from ..sweep.kinds.claims import FILES as CLAIM_FILES
-from .cells import label
 
 
 @dataclass
@@ -68,8 +68,6 @@ SWEEP_FIGURES = {
 
 # the figures shown right after the verdict box (Figs. 4–5 and the accuracy per variant); the others follow the tables
 KEY = ("fig-norms", "fig-cosines", "fig-accuracy")
-
-BEYOND = (("frac_unchanged_pooled", "unchanged entries"), ("frac_within_ulp_pooled", "entries within 1 ulp"))
 
 
 def figures(report, rows_by_transition: dict, folder: Path) -> list[Figure]:
@@ -122,18 +120,12 @@ def figures(report, rows_by_transition: dict, folder: Path) -> list[Figure]:
 
 
 def _beyond_columns(trs: list) -> list[tuple[str, str]]:
+    """The figure's bars: each column shown in the figure that the transitions have, by its headline statistic;
+    a family over principal edges at one edge (64 when measured, else the first there is)."""
     if not trs:
         return []
-    first = trs[0]
-    cols = [(k, label) for k, label in BEYOND if first.get(k) is not None]
-    edge: Optional[str] = next(
-        (e for e in ("64", "16", "256") if first.get(f"band{e}_diag_principal_mean") is not None), None
-    )
-    if edge:
-        cols.append((f"band{edge}_diag_principal_mean", f"top-{edge} block, diag"))
-        cols.append((f"band{edge}_off_principal_mean", f"top-{edge} block, off"))
-    cols += [(k, label(k)) for k in first if "_kept_" in k and k.endswith("_mean") and first.get(k) is not None]
-    return cols
+    found = at_one_edge(MATRIX_COLUMNS.sorted(MATRIX_COLUMNS.summarised(trs[0], FIGURE)))
+    return [(c.headline, c.short or c.label) for c in found if trs[0].get(c.headline) is not None]
 
 
 def loose_images(folder: Path, shown: set[Path]) -> list[Figure]:

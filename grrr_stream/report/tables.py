@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
-from ..geometry.analyses import analysis_columns
+from ..columns import REPORT
 from ..stats.claims_sets import method_group
 from ..stats.run import COMPARISONS_TABLE
-from ..sweep.kinds import decompose
+from ..sweep.kinds import TRANSITION_COLUMNS, decompose
 from ..sweep.kinds.claims import FILES as CLAIM_FILES
 from ..sweep.kinds.evaluate.rows import REPORT_FILES as FILES
 from .cells import VARIANT_LABELS, Cell, Col, Row, Table, cell, columns_of, grouped, split, transposed, ungrouped
@@ -53,12 +53,11 @@ def paper_tables(report, method_of: Callable[[Row], Optional[str]], sft: Sequenc
                 grouped(trs, decompose.TABLE, cols, method_of, sft),
             )
         )
-        ranks = [c for c in trs[0] if c.startswith("nrank_change_")]
+        ranks = {c.name: c for c in decompose.RANK_CHANGES.present(trs[0])}
         if ranks:
             cols = columns_of(trs, ["transition", "kind", *ranks])
             for c in cols[2:]:
-                t = c.key[len("nrank_change_") :].rpartition("_")
-                c.label = f"Δ rank at {t[0]}: {'mean' if t[2] == 'mean' else 'max |·|'}"
+                c.label = ranks[c.key].label
             tables.append(
                 Table(
                     "table4-rank",
@@ -316,7 +315,7 @@ def _informative_tables(informative: list[Row]) -> list[Table]:
 
 def _beyond_tables(transitions: list[Row]) -> list[Table]:
     """The analyses' means beyond the paper (folded), one column per transition; none when no analysis ran."""
-    beyond = list(analysis_columns(transitions[0] if transitions else {}, "report"))
+    beyond = TRANSITION_COLUMNS.stats_in(transitions[0] if transitions else {}, REPORT)
     if not beyond:
         return []
     return [

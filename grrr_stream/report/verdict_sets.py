@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
+from ..geometry.metrics import PAPER_COLUMNS
 from ..stats.claims import TIE
 from ..stats.exact import ALPHA, finite, median_ci, rate_test, side, sign_counts, sign_floor, sign_test
 from .paper_claims import PaperClaim
@@ -208,16 +209,16 @@ def energy_verdict(c: PaperClaim, mine: Sequence[dict]) -> Verdict:
     where = plural(n, "decomposed RL step")
     if not mine:
         return Verdict(c, "—", where, "—", NOT_COMPARABLE, "no RL step decomposed here")
-    bound = c.bound[0]
-    ok = sum(1 for r in mine if r["f_diag_mean"] <= bound)
-    worst = max(mine, key=lambda r: r["f_diag_mean"])
-    text = f"{ok} of {n} ≤ {bound:g} (largest {worst['f_diag_mean']:.3g}, {worst.get('name', worst['transition'])})"
+    bound, f_diag = c.bound[0], PAPER_COLUMNS.column("f_diag").headline
+    ok = sum(1 for r in mine if r[f_diag] <= bound)
+    worst = max(mine, key=lambda r: r[f_diag])
+    text = f"{ok} of {n} ≤ {bound:g} (largest {worst[f_diag]:.3g}, {worst.get('name', worst['transition'])})"
     verdict, reason, test = rate_verdict(c, ok, n, None, None)
     mem = [
         Member(
             f"f_diag of {r.get('name', r['transition'])}",
-            f"{r['f_diag_mean']:.3g}",
-            HOLDS if r["f_diag_mean"] <= bound else FAILS,
+            f"{r[f_diag]:.3g}",
+            HOLDS if r[f_diag] <= bound else FAILS,
         )
         for r in mine
     ]

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..config import TrackingConfig, stable_hash
 from ..files import atomic_write_text, ensure_folder, to_csv
-from ..geometry.analyses.bands import DEFAULT_BAND_EDGES
+from ..geometry.analyses import MATRIX_COLUMNS
+from ..geometry.analyses.bands import DEFAULT_BAND_EDGES, band_key, is_band
 from ..store.transition_store import StoredTransition
 from ..tracking import runs
 from .comparisons import STEPWISE, kind_label, stored_kind
@@ -94,8 +95,9 @@ def run_bands(
             rows = [{"transition": t.label, **r} for r in stats.band_rows(t, edges, scheduler=scheduler)]
         all_rows += rows
         stem = stable_hash(str(t.path), 8)
-        files.append(plots.band_energy_by_module(rows, list(edges), out / f"band_energy_by_module_{stem}.png", t.label))
-    cols = [k for k in all_rows[0] if k.startswith("band") or k == "f_null"] if all_rows else []
+        figure = out / f"band_energy_by_module_{stem}.png"
+        files.append(plots.band_energy_by_module(rows, list(edges), figure, band_key(), t.label))
+    cols = [c.name for c in MATRIX_COLUMNS.present(all_rows[0] if all_rows else ()) if is_band(c) or c.name == "f_null"]
     for scope in ("module", "layer"):
         groups: dict[tuple, list[dict]] = {}
         for r in all_rows:

@@ -15,34 +15,19 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..geometry.analyses import analysis_columns
-from ..geometry.analyses.sparsity import pooled_sparsity
+from ..columns import POOLED, SUMMARY, scopes
+from ..geometry.analyses import MATRIX_COLUMNS
+from ..geometry.analyses.bands import band_column
 from ..store.transition_store import StoredTransition
 from .bootstrap import block_rng, blocks
 
-# paper Tables 3/4/7; the numerical ranks (nrank_w0_T, nrank_w1_T per rank threshold T) join them
-SUMMARY_METRICS = (
-    "f_diag",
-    "f_off",
-    "f_null",
-    "r_delta",
-    "sv_cos",
-    "delta_max",
-    "sr_w0",
-    "sr_delta",
-    "sr_w1",
-    "dsr_pct",
-    "alpha",
-)
-
 
 def summary_metrics(rows: Sequence[dict]) -> list[str]:
-    """SUMMARY_METRICS plus the numerical ranks and the analyses beyond the paper (principal bands,
-    subspace angles, sparsity, component survival) that every one of these rows carries."""
+    """The columns shown in the summaries (the paper's Tables 3/4/7, the numerical ranks per threshold, the
+    analyses beyond the paper) that every one of these rows carries as a number, in the schema's order."""
     common = set.intersection(*(set(r) for r in rows)) if rows else set()
     numeric = [k for k, v in (rows[0] if rows else {}).items() if k in common and not isinstance(v, str)]
-    beyond = set(analysis_columns(numeric, "summary"))
-    return list(SUMMARY_METRICS) + [k for k in numeric if k.startswith("nrank_") or k in beyond]
+    return [c.name for c in MATRIX_COLUMNS.ordered(MATRIX_COLUMNS.present(numeric, SUMMARY))]
 
 
 def band_rows(t: StoredTransition, edges: Sequence[int], *, scheduler: Any = None) -> list[dict]:
@@ -83,7 +68,7 @@ def band_rows(t: StoredTransition, edges: Sequence[int], *, scheduler: Any = Non
                 "off_mixed": rows_k + cols_k - 2 * top,
                 "off_tail": total - rows_k - cols_k + top - (d_all - d_top),
             }
-            row.update({f"band{edge}_{p}": (max(v, 0.0) / dd if dd > 0 else 0.0) for p, v in parts.items()})
+            row.update({band_column(edge, p).name: (max(v, 0.0) / dd if dd > 0 else 0.0) for p, v in parts.items()})
         rows.append(row)
     return rows
 
@@ -161,20 +146,13 @@ def summary_tables(
     for t in transitions:
         rows = t.rows()
         cols = list(metrics) if metrics is not None else summary_metrics(rows)
-        scopes: dict[str, list[dict]] = {"all": rows}
-        for r in rows:
-            scopes.setdefault(f"module:{r['module']}", []).append(r)
-        for r in sorted(rows, key=lambda r: r["layer"]):
-            scopes.setdefault(f"layer:{r['layer']}", []).append(r)
-        # mixture of experts: 'module:<m>' above already pools the experts of a module; 'expert:<e>' pools
-        # one expert index over layers and modules
-        for r in sorted((r for r in rows if r.get("expert") is not None), key=lambda r: r["expert"]):
-            scopes.setdefault(f"expert:{r['expert']}", []).append(r)
-        for scope, rs in scopes.items():
+        pooled_cols = [c for c in MATRIX_COLUMNS.present(cols) if c.aggregate is POOLED]
+        for scope, rs in scopes(rows, by=("module", "layer", "expert")).items():
             values = np.array([[float(r[m]) for m in cols] for r in rs])
             stream = f"{t.manifest['identity']['post_fingerprint']}:{scope}"
             jobs.append(bootstrap_ci(values, resamples=resamples, seed=seed, stream=stream, delayed=True))
-            keys.append((t, scope, values, cols, pooled_sparsity(rs)))
+            pooled = {c.name: c.aggregate.reduce(c.name, rs).get(c.stat(c.aggregate.headline)) for c in pooled_cols}
+            keys.append((t, scope, values, cols, pooled))
     results = _compute([dask.delayed(list)(jobs)], scheduler)[0]
     out = []
     for (t, scope, values, cols, pooled), ci in zip(keys, results):
@@ -194,8 +172,9 @@ def summary_tables(
                     "mean_ci_hi": float(ci["mean"][1][j]),
                     "median_ci_lo": float(ci["median"][0][j]),
                     "median_ci_hi": float(ci["median"][1][j]),
-                    # update sparsity: the scope's figure is pooled over its entries (mean and CIs: over matrices)
-                    "pooled": pooled.get(f"{m}_pooled"),
+                    # a pooled column (update sparsity): the scope's figure pooled over its entries (mean and
+                    # CIs: over matrices)
+                    "pooled": pooled.get(m),
                 }
             )
     return out

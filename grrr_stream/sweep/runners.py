@@ -12,7 +12,10 @@ import time
 import traceback
 from pathlib import Path
 
+from ..columns import HEADLINE
 from ..errors import GrrrError
+from ..store.transition_store import TransitionStore
+from ..tracking.runs import finite_metrics, log_transition_metrics
 from ..unit_log import unit_log
 from .context import RunContext
 from .kinds import KINDS
@@ -66,6 +69,7 @@ def run_unit(u: Unit, ctx: RunContext) -> dict:
         }
         records.write(u, rec)
         return rec
+    _log_headline(u, result or {}, ctx)
     rec = {
         "id": u.id,
         "key": u.key,
@@ -81,3 +85,17 @@ def run_unit(u: Unit, ctx: RunContext) -> dict:
         rec["tracking"] = "not logged: " + "; ".join(tracking_missed)
     records.write(u, rec)
     return rec
+
+
+def _log_headline(u: Unit, result: dict, ctx: RunContext) -> None:
+    """A kind's headline columns of a transition (its ``columns``), from the unit's result, as metrics of the
+    transition's MLflow run: the run of the store among the units it needs."""
+    cols = [c for c in KINDS[u.kind].columns if c.shown_in(HEADLINE)]
+    if not cols or not ctx.tracking.enabled:
+        return
+    manifests = [TransitionStore.read_manifest(Path(ctx.outs[d])) for d in u.deps if d in ctx.outs]
+    manifest = next((m for m in manifests if m and m.get("identity")), None)
+    if manifest is not None:
+        log_transition_metrics(
+            manifest, finite_metrics((c.name, result.get(c.name)) for c in cols), ctx.tracking, Path(u.out)
+        )

@@ -16,10 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from ..columns import TRANSITIONS
 from ..errors import GrrrError
-from .kinds import KINDS
+from .kinds import KINDS, TRANSITIONS_TABLE
 from .plan import Plan
-from .rows import UNITS_TABLE, Report, Row
+from .rows import UNITS_TABLE, Report, Row, rectangular
 from .workdir import Workdir
 
 
@@ -57,7 +58,24 @@ def read_report(plan: Plan, states: dict[str, str], records: dict[str, Optional[
                     f"{kind.tables}: list it in its Kind's tables"
                 )
             report.add(table)
+    _join_kind_columns(report, done, records)
     return report
+
+
+def _join_kind_columns(report: Report, done: list, records: dict[str, Optional[dict]]) -> None:
+    """Each kind's per-transition columns shown in transitions.csv (its ``columns``), from its finished units'
+    results, joined into the transitions' rows by transition."""
+    rows = {r["transition"]: r for r in report.rows(TRANSITIONS_TABLE)}
+    for kind in KINDS.values():
+        cols = [c for c in kind.columns if c.shown_in(TRANSITIONS)]
+        for u in (u for u in done if u.kind == kind.name and cols):
+            row = rows.get(getattr(u.params, "transition", None))
+            result = (records.get(u.id) or {}).get("result") or {}
+            if row is not None:
+                row.update({c.name: result.get(c.name) for c in cols})
+    if rows:
+        table = report.tables[TRANSITIONS_TABLE]
+        table.rows[:] = rectangular(table.rows)
 
 
 def _unit_rows(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> list[Row]:

@@ -10,8 +10,9 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from ..columns import HEADLINE
 from ..config import TrackingConfig, stable_hash
-from ..geometry.analyses import headline_metrics
+from ..geometry.analyses import MATRIX_COLUMNS
 from ..runtime.device import resolve_device
 from .run_log import RunLog, deliver
 from .runs import NOTE, deliver_last, finite_metrics, transition_key, transition_name, transition_ref, transition_tags
@@ -61,17 +62,13 @@ def log_decomposition(
     return deliver_last([log], cfg.tracking, store.path)
 
 
-# A transition's headline metrics: means over all its matrices (summary scope "all"), under their plain names
-# (the runs table's columns, mlflow_view.HEADLINE_COLUMNS); the rest of the summary's means are kept too, few.
-_HEADLINE = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos")
-_ALSO = ("delta_fro", "delta_max", "dsr_pct", "alpha")
-
-
 def _decomposition_metrics(summary: dict) -> list[tuple[str, float, int]]:
-    """The means over every matrix of the transition (no per-matrix or per-module series: those are the
-    artifacts metrics.csv and summary.csv, shown as tables)."""
+    """A transition's headline metrics: each headline column's headline statistic over every matrix of the
+    transition (summary scope "all"), under the column's plain name (no per-matrix or per-module series: those
+    are the artifacts metrics.csv and summary.csv, shown as tables)."""
     overall = summary["scopes"].get("all", {})
-    return finite_metrics((k, overall.get(f"{k}_mean")) for k in _HEADLINE + _ALSO + headline_metrics())
+    cols = MATRIX_COLUMNS.summarised(overall, HEADLINE)
+    return finite_metrics((c.name, overall.get(c.stat(c.aggregate.headline))) for c in cols)
 
 
 # ---------------------------------------------------------------------------

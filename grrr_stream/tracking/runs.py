@@ -80,6 +80,16 @@ def transition_tags(manifest: dict, chain: Optional[str], method: Optional[str])
     }
 
 
+def log_transition_metrics(manifest: dict, metrics: list, tracking: TrackingConfig, folder: Path) -> None:
+    """More headline metrics of a transition's run (a sweep kind's columns of it), logged to that run."""
+    ref = {
+        "key": transition_key(manifest["identity"]),
+        "name": transition_name(manifest),
+        "tags": transition_tags(manifest, manifest.get("chain"), manifest.get("method")),
+    }
+    deliver([RunLog.of(tracking, **ref, once=False, finish=False, metrics=metrics)], tracking, folder)
+
+
 # ---------------------------------------------------------------------------
 # stats and comparisons
 

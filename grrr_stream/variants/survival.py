@@ -21,7 +21,7 @@ import torch
 from ..checkpoints.reader import Checkpoint
 from ..dtypes import torch_dtype
 from ..errors import GrrrError
-from ..geometry.analyses.survival import component_samples, round_trip_survival, survival_sample
+from ..geometry.analyses.survival import KEPT, component_samples, round_trip_survival, survival_sample
 from ..geometry.frame import Frame, Projection, project
 from ..store.transition_store import StoredTransition
 from .compose import stored_frame
@@ -50,7 +50,7 @@ def stored_columns(transition: StoredTransition, dtype: str) -> Optional[list[di
     when the store was decomposed without the survival analysis in ``dtype`` (profile 'paper', another or no
     ``survival_dtype``). A share outside [0, 1] or an energy that is not a finite number ≥ 0 is
     :class:`DamagedSurvivalError`: read back, not trusted."""
-    keys = [f"{dtype}_kept_{c}" for c in COMPONENTS]
+    keys = [KEPT.at(dtype=dtype, part=c).name for c in COMPONENTS]
     out = []
     for row in transition.rows():
         if any(row.get(k) is None for k in keys):

@@ -264,7 +264,7 @@ def test_fused_3d_experts_end_to_end(tmp_path):
     assert by_name["model.layers.1.mlp.experts.down_proj[3]"]["expert"] == "3"
     assert (store / "matrices" / "model.layers.1.mlp.experts.down_proj%5B3%5D" / "P" / "zarr.json").is_file()
     scopes = json.loads((store / "summary.json").read_text())["scopes"]
-    assert scopes["gate_up_proj"]["n"] == 8 and scopes["expert-2"]["n"] == 4  # 2 layers × (gate_up, down)
+    assert scopes["module:gate_up_proj"]["n"] == 8 and scopes["expert:2"]["n"] == 4  # 2 layers × (gate_up, down)
     long = {r["scope"]: r for r in summary_tables([t], resamples=200, metrics=["f_diag"])}
     assert long["all"]["n"] == 26 and long["module:down_proj"]["n"] == 8 and long["expert:1"]["n"] == 4
     assert long["expert:1"]["mean"] == pytest.approx(np.mean([float(r["f_diag"]) for r in rows if r["expert"] == "1"]))

@@ -243,7 +243,7 @@ def test_transition_sparsity_is_pooled_over_entries():
     whole = summary["scopes"]["all"]
     assert whole["frac_unchanged_pooled"] == 250 / 300 and whole["sparsity_compare"] == "bfloat16"
     assert "frac_unchanged_mean" not in whole  # no mean of fractions passed off as the transition's figure
-    assert summary["scopes"]["k"]["frac_unchanged_pooled"] == 0.6
+    assert summary["scopes"]["module:k"]["frac_unchanged_pooled"] == 0.6
 
 
 # ---------------------------------------------------------------------------

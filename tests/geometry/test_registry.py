@@ -6,8 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from grrr_stream.columns import REPORT, SUMMARY
 from grrr_stream.config import PROFILES, DecompositionSettings, result_settings
-from grrr_stream.geometry.analyses import ANALYSES, analysis_columns
+from grrr_stream.geometry.analyses import ANALYSES, MATRIX_COLUMNS
 
 
 def test_validating_a_config_loads_no_torch():
@@ -75,8 +76,8 @@ def test_each_column_belongs_to_one_analysis():
         "f_diag",
         "nrank_w0_0.001",
     ]
-    owners = {c: [a.name for a in ANALYSES if a.columns.matches(c)] for c in cols}
+    owners = {c: [a.name for a in ANALYSES if any(col.member(c) for col in a.columns)] for c in cols}
     assert all(len(v) == 1 for c, v in owners.items() if c not in ("f_diag", "nrank_w0_0.001")), owners
     assert owners["f_diag"] == [] and owners["nrank_w0_0.001"] == []
-    assert list(analysis_columns(cols, "report")) == cols[:4] + ["frac_unchanged", "sparsity_compare"]
-    assert list(analysis_columns(cols, "transitions:pooled")) == ["frac_unchanged", "sparsity_compare"]
+    assert [c.name for c in MATRIX_COLUMNS.present(cols, REPORT)] == cols[:4] + ["frac_unchanged", "sparsity_compare"]
+    assert [c.name for c in MATRIX_COLUMNS.present(cols, SUMMARY)] == [c for c in cols if c != "sparsity_compare"]

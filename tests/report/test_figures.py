@@ -77,7 +77,7 @@ def test_legends_sit_beside_the_bars(drawn, tmp_path):
         }
         for i in range(4)
     ]
-    plots.band_energy_by_transition(rows, 64, tmp_path / "b.png")
+    plots.band_energy_by_transition(rows, 64, tmp_path / "b.png", lambda part, e: f"band{e}_{part}_mean")
     plots.grouped_fractions(rows, [("f_null_mean", "null"), ("band64_diag_principal_mean", "diag")], tmp_path / "g.png")
     for fig in drawn:
         ax = fig.axes[0]

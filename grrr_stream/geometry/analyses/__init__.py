@@ -9,8 +9,10 @@ torch-free at import, like :mod:`.base`: the math imports torch when it runs."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
+from ...columns import Schema
+from ..metrics import PAPER_COLUMNS
 from . import (
     angles,
     bands,
@@ -65,21 +67,8 @@ def result_parts(opts: Any) -> tuple[dict[str, dict], dict[str, Any]]:
     return {g: v for g, v in groups.items() if g in changed}, alone
 
 
-def analysis_columns(keys: Any, where: str) -> Iterator[str]:
-    """The keys (in their order) that are columns of an analysis shown ``where``: 'summary', 'report', or
-    'transitions:mean' / 'transitions:pooled'."""
-    for k in keys:
-        for a in ANALYSES:
-            c = a.columns
-            shown = {"summary": c.summary, "report": c.report}.get(where, where == f"transitions:{c.transitions}")
-            if shown and c.matches(k):
-                yield k
-                break
-
-
-def headline_metrics() -> tuple[str, ...]:
-    """The columns whose mean over a transition's matrices MLflow logs as metrics of the transition's run."""
-    return tuple(k for a in ANALYSES for k in a.columns.headline)
+# every column of metrics.csv: the paper's, then each analysis's (in the order above)
+MATRIX_COLUMNS: Schema = PAPER_COLUMNS + Schema(*(a.columns for a in ANALYSES))
 
 
 __all__ = [
@@ -87,8 +76,7 @@ __all__ = [
     "Analysis",
     "AnalysisOptions",
     "AnalysisSettings",
-    "analysis_columns",
-    "headline_metrics",
+    "MATRIX_COLUMNS",
     "options",
     "profile_values",
     "result_parts",

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pydantic import field_validator
 
-from .base import Analysis, AnalysisSettings, Columns, MatrixState, sorted_positive
+from ...columns import Column
+from .base import Analysis, AnalysisSettings, MatrixState, sorted_positive
 
 if TYPE_CHECKING:
     from .davidson import AnglePair
@@ -25,13 +26,22 @@ class AngleSettings(AnalysisSettings):
         return sorted_positive(v, "band and angle edges must be positive integers (numbers of principal directions)")
 
 
+MAX_DEG = Column(
+    "angle{edge}_{side}_max_deg",
+    "top-{edge} {side} subspaces of W0, W1: largest angle (°)",
+    "degrees",
+    fmt=".1f",
+)
+COS2 = Column("angle{edge}_{side}_cos2", "top-{edge} {side} subspaces of W0, W1: mean cos²")
+
+
 def angle_columns(angles: dict[int, AnglePair]) -> dict[str, float]:
     """The metric columns angle{k}_{left,right}_{max_deg,cos2}."""
     out: dict[str, float] = {}
     for k, sides in angles.items():
         for side, (worst, cos2) in zip(("left", "right"), sides):
-            out[f"angle{k}_{side}_max_deg"] = worst
-            out[f"angle{k}_{side}_cos2"] = cos2
+            out[MAX_DEG.at(edge=k, side=side).name] = worst
+            out[COS2.at(edge=k, side=side).name] = cos2
     return out
 
 
@@ -81,14 +91,14 @@ def _guarded(compute, ks: list[int]) -> dict[str, float]:
         return angle_columns(compute())
     except torch.linalg.LinAlgError:  # products that overflow (weights near the dtype's limit): the angles are
         # NaN, and the caller refuses the matrix as non-finite
-        return {f"angle{k}_{side}_max_deg": math.nan for k in ks for side in ("left", "right")}
+        return {MAX_DEG.at(edge=k, side=side).name: math.nan for k in ks for side in ("left", "right")}
 
 
 ANALYSIS = Analysis(
     "angles",
     AngleSettings,
     {"w1": _on_w1, "split": _split},
-    Columns(("angle",)),
+    (MAX_DEG, COS2),
     profiles={"standard": {"angle_edges": ()}, "paper": {"angle_edges": ()}},
     result_defaults={"angle_edges": [16, 64]},
     result_group="analyses",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pydantic import field_validator
 
-from ..metrics import ratio_or_zero
-from .base import Analysis, AnalysisSettings, Columns, MatrixState, sorted_positive
+from ...columns import CONSOLE, DEFAULT_SHOWN, FIGURE, Column
+from ..metrics import PAPER_COLUMNS, ratio_or_zero
+from .base import Analysis, AnalysisSettings, MatrixState, sorted_positive
 
 if TYPE_CHECKING:
     import torch
@@ -26,7 +27,7 @@ class BandSettings(AnalysisSettings):
 
 
 def band_energies(P: "torch.Tensor", edges: Sequence[int]) -> dict[str, float]:
-    """Energy of diag and off of P by principal band, for each band edge k (absolute, float64).
+    """Energy of diag and off of P by principal band, for each band edge k (absolute, float64), by column name.
 
     Rows and columns of P follow σ(W0) in descending order; the top-k block holds the update
     among the k principal directions on both sides. Per k: ``diag_principal`` = Σ_{i<k} P_ii²,
@@ -41,24 +42,71 @@ def band_energies(P: "torch.Tensor", edges: Sequence[int]) -> dict[str, float]:
     out: dict[str, float] = {}
     for edge in edges:
         k = min(int(edge), r)  # named by the edge asked for: the same columns for every matrix
-        out[f"{edge}_diag_principal"] = float(d[:k].sum())
-        out[f"{edge}_diag_tail"] = float(d[k:].sum())
-        out[f"{edge}_off_principal"] = float(sq[:k, :k].sum())
-        out[f"{edge}_off_mixed"] = float(sq[:k, k:].sum() + sq[k:, :k].sum())
-        out[f"{edge}_off_tail"] = float(sq[k:, k:].sum())
+        out[band_column(edge, "diag_principal").name] = float(d[:k].sum())
+        out[band_column(edge, "diag_tail").name] = float(d[k:].sum())
+        out[band_column(edge, "off_principal").name] = float(sq[:k, :k].sum())
+        out[band_column(edge, "off_mixed").name] = float(sq[:k, k:].sum() + sq[k:, :k].sum())
+        out[band_column(edge, "off_tail").name] = float(sq[k:, k:].sum())
     return out
 
 
 def _split(state: MatrixState, opts: Any, prepared: Any) -> dict[str, float]:
     d2 = state.delta_fro**2
-    return {f"band{k}": ratio_or_zero(v, d2) for k, v in band_energies(state.proj.P, opts.band_edges).items()}
+    return {k: ratio_or_zero(v, d2) for k, v in band_energies(state.proj.P, opts.band_edges).items()}
+
+
+OFF_PRINCIPAL = Column(
+    "band{edge}_off_principal",
+    "off share of ‖ΔW‖² in the top-{edge} block",
+    short="top-{edge} block, off",
+    shown=DEFAULT_SHOWN | {FIGURE, CONSOLE},
+)
+# band{k}_{part}: shares of ‖ΔW‖² (geometry.frame.band_energies), one family per part
+BAND_COLUMNS = (
+    Column(
+        "band{edge}_diag_principal",
+        "diag share of ‖ΔW‖² in the top-{edge} block",
+        short="top-{edge} block, diag",
+        shown=DEFAULT_SHOWN | {FIGURE},
+    ),
+    Column("band{edge}_diag_tail", "diag share of ‖ΔW‖² beyond the top {edge}"),
+    OFF_PRINCIPAL,
+    Column("band{edge}_off_mixed", "off share of ‖ΔW‖² between the top {edge} and the rest"),
+    Column("band{edge}_off_tail", "off share of ‖ΔW‖² beyond the top {edge}"),
+)
+
+BAND_PARTS = ("diag_principal", "diag_tail", "off_principal", "off_mixed", "off_tail")
+_BY_PART = dict(zip(BAND_PARTS, BAND_COLUMNS))
+
+
+def band_column(edge: int, part: str) -> Column:
+    """The column of one part of the top-``edge`` band ('diag_principal', 'diag_tail', 'off_principal',
+    'off_mixed', 'off_tail')."""
+    return _BY_PART[part].at(edge=edge)
+
+
+def band_key(headline: bool = False) -> Callable[[str, int], str]:
+    """(part, edge) → its column's name (its headline statistic's with ``headline``: a transitions.csv row); the
+    part 'null' is the paper's f_null: what the band figures draw."""
+    f_null = PAPER_COLUMNS.column("f_null")
+
+    def key(part: str, edge: int) -> str:
+        c = f_null if part == "null" else band_column(edge, part)
+        return c.headline if headline else c.name
+
+    return key
+
+
+def is_band(column: Column) -> bool:
+    """Whether a column (a member) is one of the bands' columns."""
+    return any(column.of(f) for f in BAND_COLUMNS)
 
 
 ANALYSIS = Analysis(
     "bands",
     BandSettings,
     {"split": _split},
-    Columns(("band",)),
+    BAND_COLUMNS,
     profiles={"paper": {"band_edges": ()}},
     result_defaults={"band_edges": list(DEFAULT_BAND_EDGES)},
     result_group="analyses",

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from ...columns import Column
+
 if TYPE_CHECKING:
     import torch
 
@@ -56,24 +58,6 @@ class MatrixState:
     arrays: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Columns:
-    """The columns an analysis adds to metrics.csv, named by the stems they start with, and where they go
-    beyond it. ``transitions``: 'mean' puts the summary's means into transitions.csv (``{column}_mean``),
-    'pooled' the analysis's own figures of a transition (columns ``{stem}..._pooled``, ``_min``, ``_median``,
-    ``_max``, and a text column named by a stem itself), '' nothing. ``headline``: columns whose mean over a
-    transition's matrices MLflow logs as a metric of the transition's run."""
-
-    stems: tuple[str, ...]
-    summary: bool = True
-    transitions: str = "mean"
-    report: bool = True
-    headline: tuple[str, ...] = ()
-
-    def matches(self, column: str) -> bool:
-        return column.startswith(self.stems)
-
-
 # one step: (state, the analysis's settings, what its reader step prepared for this matrix) → its columns
 Step = Callable[[MatrixState, Any, Any], Optional[dict]]
 
@@ -93,14 +77,15 @@ class Analysis:
     - ``read(settings, matrix, w0, w1)``: an optional step on the reader thread, with both checkpoint tensors
       in their own dtypes; its result reaches the steps as ``prepared``;
     - ``steps``: kernel stage (STAGES) → step; the columns a step returns go to metrics.csv;
-    - ``columns``: the columns it adds, and where they go (:class:`Columns`);
+    - ``columns``: the columns its steps add to metrics.csv, each saying how it aggregates, its label and where it
+      appears (:class:`grrr_stream.columns.Column`);
     - ``phase``: the timer phase its steps are charged to.
     """
 
     name: str
     settings: Optional[type[AnalysisSettings]]
     steps: Mapping[str, Step]
-    columns: Columns
+    columns: tuple[Column, ...]
     profiles: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     result_defaults: Mapping[str, Any] = field(default_factory=dict)
     result_group: Optional[str] = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .base import Analysis, AnalysisSettings, Columns, MatrixState
+from .base import Analysis, AnalysisSettings, MatrixState
 
 
 class ChannelSettings(AnalysisSettings):
@@ -38,7 +38,7 @@ ANALYSIS = Analysis(
     "channels",
     ChannelSettings,
     {"delta": _delta, "lifted": _lifted},
-    Columns((), summary=False, transitions="", report=False),
+    (),
     profiles={"paper": {"channel_energy": False}},
     result_defaults={"channel_energy": True},
     enabled=lambda opts: opts.channel_energy,

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
+from ...columns import SUMMARY, Column
 from ..metrics import ratio_or_zero
-from .base import Analysis, Columns, MatrixState
+from .base import Analysis, MatrixState
 
 if TYPE_CHECKING:
     import torch
@@ -22,13 +23,14 @@ def degenerate_energy(P: "torch.Tensor", S: "torch.Tensor", gap: float) -> float
     return sum(float(P[a:b, a:b].double().square().sum()) for a, b in degenerate_clusters(S, P.shape[0], gap))
 
 
+F_DEGENERATE = Column("f_degenerate", "f_degenerate", shown=frozenset({SUMMARY}))
+
+
 def _split(state: MatrixState, opts: Any, prepared: Any) -> Optional[dict]:
     if state.degenerate_gap is None:
         return None
     energy = degenerate_energy(state.proj.P, state.frame.S, state.degenerate_gap)
-    return {"f_degenerate": ratio_or_zero(energy, state.delta_fro**2)}
+    return {F_DEGENERATE.name: ratio_or_zero(energy, state.delta_fro**2)}
 
 
-ANALYSIS = Analysis(
-    "degenerate_share", None, {"split": _split}, Columns(("f_degenerate",), transitions="", report=False)
-)
+ANALYSIS = Analysis("degenerate_share", None, {"split": _split}, (F_DEGENERATE,))

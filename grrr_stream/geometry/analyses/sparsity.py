@@ -3,13 +3,13 @@ dtype that holds both checkpoints), measured on the reader thread while the chec
 
 from __future__ import annotations
 
-import statistics
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
+from ...columns import CONSOLE, DEFAULT_SHOWN, FIGURE, JOINED, POOLED, REPORT, TRANSITIONS, Column
 from ...dtypes import common_dtype, name_of
-from .base import Analysis, Columns, MatrixState
+from .base import Analysis, MatrixState
 
 if TYPE_CHECKING:
     import torch
@@ -86,33 +86,34 @@ def update_sparsity(w0: "torch.Tensor", w1: "torch.Tensor") -> dict:
     return {"frac_unchanged": same / n, "frac_bitwise_unchanged": bitwise / n, "frac_within_ulp": within / n, **out}
 
 
-# update_sparsity's fractions; a transition reports them pooled over entries (pooled_sparsity)
-SPARSITY_FRACTIONS = ("frac_unchanged", "frac_bitwise_unchanged", "frac_within_ulp")
+# pooled over the entries of a scope (as sparsity_in_rl pools over the model: a large MLP matrix weighs more
+# than a small k_proj, unlike a mean of per-matrix fractions), with their per-matrix spread
+SPARSITY_COLUMNS = (
+    Column("sparsity_compare", "entries compared in", aggregate=JOINED, shown=frozenset({TRANSITIONS, REPORT})),
+    Column(
+        "frac_unchanged",
+        "entries unchanged",
+        aggregate=POOLED,
+        short="unchanged entries",
+        shown=DEFAULT_SHOWN | {CONSOLE, FIGURE},
+    ),
+    Column("frac_bitwise_unchanged", "entries bitwise unchanged", aggregate=POOLED),
+    Column(
+        "frac_within_ulp",
+        "entries within 1 ulp",
+        aggregate=POOLED,
+        short="entries within 1 ulp",
+        shown=DEFAULT_SHOWN | {CONSOLE, FIGURE},
+    ),
+)
 
 
 def pooled_sparsity(rows: Sequence[dict]) -> dict:
-    """The figures of a set of matrices (a transition, a module): for each sparsity fraction, ``{k}_pooled``
-    = Σ entries counted / Σ entries over the matrices (as sparsity_in_rl pools over the model: a large
-    MLP matrix weighs more than a small k_proj, unlike a mean of per-matrix fractions), and its per-matrix
-    spread ``{k}_min``, ``{k}_median``, ``{k}_max``. ``rows``: metrics rows with ``rows`` and ``cols``.
-    Each count is recovered exactly as round(fraction · entries): the stored fraction is count/entries
-    correctly rounded, off by far less than half an entry below 2^52 entries. ``sparsity_compare``: the
-    comparisons made (one, unless the matrices' dtypes differ), joined by "; "."""
+    """The sparsity figures of a set of matrices (metrics rows with ``rows`` and ``cols``): what each sparsity
+    column's aggregate gives for them."""
     out: dict = {}
-    compared = sorted({str(r["sparsity_compare"]) for r in rows if r.get("sparsity_compare")})
-    if compared:
-        out["sparsity_compare"] = "; ".join(compared)
-    for k in SPARSITY_FRACTIONS:
-        have = [r for r in rows if r.get(k) is not None]
-        if not have:
-            continue
-        sizes = [int(r["rows"]) * int(r["cols"]) for r in have]
-        counted = sum(round(float(r[k]) * n) for r, n in zip(have, sizes))  # Python ints: exact
-        fractions = [float(r[k]) for r in have]
-        out[f"{k}_pooled"] = counted / sum(sizes) if sum(sizes) else 1.0
-        out[f"{k}_min"] = min(fractions)
-        out[f"{k}_median"] = float(statistics.median(fractions))
-        out[f"{k}_max"] = max(fractions)
+    for c in SPARSITY_COLUMNS:
+        out.update(c.aggregate.reduce(c.name, rows))
     return out
 
 
@@ -124,6 +125,4 @@ def _split(state: MatrixState, opts: Any, prepared: Optional[dict]) -> Optional[
     return prepared
 
 
-ANALYSIS = Analysis(
-    "sparsity", None, {"split": _split}, Columns(("frac_", "sparsity_compare"), transitions="pooled"), read=_read
-)
+ANALYSIS = Analysis("sparsity", None, {"split": _split}, SPARSITY_COLUMNS, read=_read)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
+from ...columns import CONSOLE, DEFAULT_SHOWN, FIGURE, Column
 from ...dtypes import SIXTEEN_BIT, torch_dtype
-from .base import Analysis, AnalysisSettings, Columns, MatrixState
+from .base import Analysis, AnalysisSettings, MatrixState
 
 if TYPE_CHECKING:
     import torch
@@ -119,14 +120,21 @@ def _split(state: MatrixState, opts: Any, sample: Optional[SurvivalSample]) -> O
     idx = sample.indices.to(device)
     parts = component_samples(state.proj, state.frame, sample.axis, idx, state.scratch.pop("survival"))
     kept = round_trip_survival(sample.w0.to(device), parts, sample.target)
-    return {f"{opts.survival_dtype}_kept_{c}": v for c, v in kept.items()}
+    return {KEPT.at(dtype=opts.survival_dtype, part=c).name: v for c, v in kept.items()}
 
+
+KEPT = Column(
+    "{dtype}_kept_{part}",
+    "{part} energy kept through {dtype}",
+    short="{part} kept ({dtype})",
+    shown=DEFAULT_SHOWN | {FIGURE, CONSOLE},
+)
 
 ANALYSIS = Analysis(
     "survival",
     SurvivalSettings,
     {"delta": _delta, "split": _split},
-    Columns(tuple(f"{name}_kept_" for name in SIXTEEN_BIT)),
+    (KEPT,),
     profiles={"paper": {"survival_dtype": None}},
     result_defaults={"survival_dtype": "bfloat16"},
     result_group="analyses",

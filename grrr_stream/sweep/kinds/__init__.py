@@ -9,6 +9,8 @@ The order is the plan's: a kind is planned after, and its units listed after, th
 
 from __future__ import annotations
 
+from ...columns import Schema
+from ...geometry.analyses import MATRIX_COLUMNS
 from . import (
     channel_groups,
     channel_stats,
@@ -41,3 +43,7 @@ KINDS: dict[str, Kind] = {
 
 # the tables the kinds write into WORKDIR/report, in the order they write them
 TABLES: tuple[str, ...] = tuple(t for k in KINDS.values() for t in k.tables)
+
+# one row per transition: the decompositions' statistics of every matrix column, then each kind's columns
+TRANSITIONS_TABLE = decompose.TABLE
+TRANSITION_COLUMNS: Schema = MATRIX_COLUMNS + Schema(*(k.columns for k in KINDS.values() if k.columns))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
+from ...columns import Column
 from ..estimate import UnitForecast, constant
 from ..resources import Needs, cpu_needs
 from ..sections import Section
@@ -80,7 +81,10 @@ class Kind:
     (None: not known yet; no hook: little); ``progress(unit)`` what an unfinished unit already holds;
     ``stale(unit)`` whether a done unit only needs its tables again; ``needs(unit, forecast, device)`` what it
     needs of a Dask worker (GPUs, GPU memory, RAM: :mod:`..resources`), from its forecast (None: none made)
-    and the run's ``--device`` (None: the unit's own)."""
+    and the run's ``--device`` (None: the unit's own). ``columns``: what a unit of one transition (its params'
+    ``transition``) gives of it, each a :class:`grrr_stream.columns.Column` read from the unit's result under
+    the column's name: transitions.csv, the console, the report's table beyond the paper and the transition's
+    MLflow run take them where the column says it appears."""
 
     name: str
     params: type[UnitParams]
@@ -98,6 +102,7 @@ class Kind:
     disk: Optional[DiskHook] = None
     progress: Optional[Callable[[Unit], str]] = None
     needs: NeedsHook = cpu_needs
+    columns: tuple[Column, ...] = ()  # one value per transition, from each unit's result (see below)
 
     def __post_init__(self) -> None:
         if self.params.kind != self.name:

@@ -12,13 +12,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
+from ...columns import CONSOLE, JOINED, TRANSITIONS, VALUE, Column, Schema
 from ...config import DecomposeConfig, DecompositionSettings, build_config, result_settings
 from ...dtypes import ITEMSIZE
 from ...forecast import target as tgt  # a device to forecast for (--forecast-for)
 from ...forecast import work
-from ...geometry.analyses import analysis_columns
-from ...geometry.analyses.bands import DEFAULT_BAND_EDGES
-from ...stats.summaries import SUMMARY_METRICS
+from ...geometry.analyses import MATRIX_COLUMNS
+from ...geometry.analyses.bands import DEFAULT_BAND_EDGES, OFF_PRINCIPAL, band_key
+from ...geometry.metrics import NRANK_W0, NRANK_W1, PAPER_COLUMNS
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import DiskFacts, UnitForecast, cpu_cores
 from ..resources import Needs, cpu_needs, gpu_needs, uses_gpu
@@ -162,7 +163,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
         "computed": res.computed,
         "frames_reused": res.frames_reused,
         "spread_over": len(res.workers),
-        **{k: overall[f"{k}_mean"] for k in ("f_diag", "f_off", "f_null", "r_delta")},
+        **{c.name: overall[c.headline] for c in PAPER_COLUMNS.summarised(overall, CONSOLE)},
     }
 
 
@@ -282,12 +283,12 @@ def write(rep: Report) -> list[Path]:
 
     trows = rep.rows(TABLE)
     edge = next(
-        (e for e in (64, *DEFAULT_BAND_EDGES) if trows and trows[0].get(f"band{e}_off_principal_mean") is not None),
+        (e for e in (64, *DEFAULT_BAND_EDGES) if trows and trows[0].get(OFF_PRINCIPAL.at(edge=e).headline) is not None),
         None,
     )
     if edge is None:
         return []
-    return [plots.band_energy_by_transition(trows, edge, rep.folder / BANDS_FIGURE)]
+    return [plots.band_energy_by_transition(trows, edge, rep.folder / BANDS_FIGURE, band_key(headline=True))]
 
 
 def matrix_rows(rep: Report) -> dict[str, list[Row]]:
@@ -296,21 +297,20 @@ def matrix_rows(rep: Report) -> dict[str, list[Row]]:
 
 
 def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]] = None) -> Row:
-    """One row of transitions.csv: the store's summary means (summary.json) and, per rank threshold T,
-    the change of numerical rank W0 → W1 (its mean over matrices and largest magnitude, from metrics.csv;
-    ``matrix_rows``: those rows when the caller has read them already)."""
+    """One row of transitions.csv: the store's summary statistics (summary.json) of every column shown in
+    transitions.csv (the paper's Tables 3 and 4, the numerical ranks in name order, then the analyses beyond the
+    paper: means first, then pooled figures, then texts) and, per rank threshold T, the change of numerical rank
+    W0 → W1 (its mean over matrices and largest magnitude, from metrics.csv; ``matrix_rows``: those rows when
+    the caller has read them already)."""
     summary = json.loads((store / SUMMARY).read_text())["scopes"]["all"]
-    # paper Tables 3 and 4: energy shares, relative size, SV cosine, δ_max, stable ranks and their change, α,
-    # numerical ranks
-    cols = list(SUMMARY_METRICS)
-    ranks = sorted(k[:-5] for k in summary if k.startswith("nrank_") and k.endswith("_mean"))
-    # beyond the paper: principal bands, subspace angles, component survival (means over matrices)
-    beyond = [k[:-5] for k in analysis_columns(summary, "transitions:mean") if k.endswith("_mean")]
-    # pooled figures (update sparsity: over the transition's entries, with the per-matrix spread, not a mean)
-    pooled = list(analysis_columns(summary, "transitions:pooled"))
-    sparsity = [k for k in pooled if k.endswith(("_pooled", "_min", "_median", "_max"))] + [
-        k for k in pooled if isinstance(summary[k], str)
-    ]
+    found = MATRIX_COLUMNS.ordered(MATRIX_COLUMNS.summarised(summary, TRANSITIONS))
+    ranks = sorted((c for c in found if c.of(NRANK_W0) or c.of(NRANK_W1)), key=lambda c: c.name)
+    paper = [c for c in found if PAPER_COLUMNS.column(c.name) is not None and c not in ranks]
+    beyond = [c for c in found if PAPER_COLUMNS.column(c.name) is None]
+
+    def stats(cols: list[Column]) -> Row:
+        return {s: summary.get(s) for c in cols for s in MATRIX_COLUMNS.transitions_stats(c)}
+
     row: Row = {
         "transition": tr.id,
         "chain": tr.chain,
@@ -320,15 +320,22 @@ def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]]
         "method": tr.method or "",
         "domain": tr.domain or "",
         "n": summary["n"],
-        **{f"{k}_mean": summary.get(f"{k}_mean") for k in cols + ranks},
+        **stats(paper + ranks),
     }
     if matrix_rows is None:
         matrix_rows = read_rows(store / METRICS)
-    row.update(_rank_changes(matrix_rows, [k[len("nrank_w0_") :] for k in ranks if k.startswith("nrank_w0_")]))
-    row.update({f"{k}_mean": summary.get(f"{k}_mean") for k in beyond})
-    row.update({k: summary[k] for k in sparsity})
+    row.update(_rank_changes(matrix_rows, [c.values["threshold"] for c in ranks if c.of(NRANK_W0)]))
+    row.update(stats([c for c in beyond if c.aggregate.first]))
+    row.update(stats([c for c in beyond if not c.aggregate.first and c.aggregate is not JOINED]))
+    row.update(stats([c for c in beyond if c.aggregate is JOINED]))
     row["store"] = str(store)
     return row
+
+
+# transitions.csv's rank changes per threshold T, from metrics.csv (Table 4)
+RANK_CHANGE_MEAN = Column("nrank_change_{threshold}_mean", "Δ rank at {threshold}: mean", "count", aggregate=VALUE)
+RANK_CHANGE_MAX = Column("nrank_change_{threshold}_maxabs", "Δ rank at {threshold}: max |·|", "count", aggregate=VALUE)
+RANK_CHANGES = Schema((RANK_CHANGE_MEAN, RANK_CHANGE_MAX))
 
 
 def _rank_changes(rows: list[Row], thresholds: list[str]) -> Row:
@@ -336,13 +343,10 @@ def _rank_changes(rows: list[Row], thresholds: list[str]) -> Row:
     and its largest magnitude. The paper reads the rank change at T = 1e-3; at 1e-7 it counts rounding."""
     out: Row = {}
     for t in thresholds:
-        d = [
-            r[f"nrank_w1_{t}"] - r[f"nrank_w0_{t}"]
-            for r in rows
-            if isinstance(r.get(f"nrank_w1_{t}"), int) and isinstance(r.get(f"nrank_w0_{t}"), int)
-        ]
-        out[f"nrank_change_{t}_mean"] = sum(d) / len(d) if d else None
-        out[f"nrank_change_{t}_maxabs"] = max(abs(x) for x in d) if d else None
+        w0, w1 = NRANK_W0.at(threshold=t).name, NRANK_W1.at(threshold=t).name
+        d = [r[w1] - r[w0] for r in rows if isinstance(r.get(w1), int) and isinstance(r.get(w0), int)]
+        out[RANK_CHANGE_MEAN.at(threshold=t).name] = sum(d) / len(d) if d else None
+        out[RANK_CHANGE_MAX.at(threshold=t).name] = max(abs(x) for x in d) if d else None
     return out
 
 
