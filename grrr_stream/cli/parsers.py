@@ -14,7 +14,7 @@ EDGES = ",".join(map(str, DEFAULT_BAND_EDGES))  # the stats bands command's defa
 
 
 class RenamedFlag(argparse.Action):
-    """A flag's old name (``--sequential``, renamed ``--stepwise`` in issue 49): appends to the new one's list,
+    """A flag's old name (``--sequential``, now ``--stepwise``): appends to the new one's list,
     with a :class:`~grrr_stream.errors.RenamedSettingWarning`."""
 
     def __call__(self, parser, namespace, values, option_string=None):

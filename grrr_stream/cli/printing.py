@@ -48,12 +48,12 @@ def _print_variant_accuracy(res, out) -> None:
 
     benches = accuracy_columns(res.accuracy_rows)
     diffs = {r["variant"]: r for r in res.differences}
-    sequential = getattr(res, "own_problems", False)  # each variant rests on its own problems
+    own = getattr(res, "own_problems", False)  # each variant rests on its own problems
     out.write(
         f"\n{'variant':<12} "
         + " ".join(f"{b:>13}" for b in benches)
         + f" {'average':>9} {'− full [95 % CI]':>24} {'cut off':>8}"
-        + (f" {'problems':>8}  stopped" if sequential else "")
+        + (f" {'problems':>8}  stopped" if own else "")
         + "\n"
     )
     for r in res.accuracy_rows:
@@ -65,11 +65,11 @@ def _print_variant_accuracy(res, out) -> None:
             else ""
         )
         avg = f"{r['average']:>9.2f}" if r["average"] is not None else f"{'':>9}"
-        seq = f" {d.get('problems', ''):>8}  {d.get('stopped', '')}" if sequential else ""
+        seq = f" {d.get('problems', ''):>8}  {d.get('stopped', '')}" if own else ""
         out.write(f"{r['variant']:<12} {cells} {avg} {ci:>24} {r['truncated']:>8}{seq}\n")
     from ..evaluation.designs import design_of  # numpy and the grading: not for every command's start
 
-    note = design_of(res.design).note if sequential else ""
+    note = design_of(res.design).note if own else ""
     if note:
         out.write(f"design {design_of(res.design).name}: {note}\n")
 

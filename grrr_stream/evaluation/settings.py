@@ -182,8 +182,8 @@ class AdaptiveSettings(StrictModel):
         return Thresholds(tuple(self.difference_points.get(variant, ())), tuple(self.retention_pct.get(variant, ())))
 
 
-# Designs renamed, by the name results hold. The adaptive design was 'sequential' until issue 49 (a word that also
-# named the SFT → RL comparison, now 'stepwise'). Results keep the old name wherever it is stored: a sweep unit's
+# Designs by the name results hold: the adaptive design's old name is 'sequential' (a word that also names the SFT →
+# RL comparison, 'stepwise'). Results keep the old name wherever it is stored: a sweep unit's
 # key hashes it (a renamed key would orphan every finished result and a workdir would not resume), and
 # evaluation.json's design and settings block, MLflow's params and the design's own files are read back by it.
 RECORDED_NAMES: dict[str, str] = {"adaptive": "sequential"}

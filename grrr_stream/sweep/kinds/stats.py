@@ -38,7 +38,7 @@ class SweepStatistics(ComparisonSettings):
     @model_validator(mode="before")
     @classmethod
     def _old_spelling(cls, data: Any) -> Any:
-        """``sequential``, the old name of ``stepwise`` (renamed in issue 49): accepted with a warning."""
+        """``sequential``, the old name of ``stepwise`` (deprecated): accepted with a warning."""
         if isinstance(data, dict) and "sequential" in data:
             if "stepwise" in data:
                 raise ValueError(
