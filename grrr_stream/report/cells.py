@@ -82,47 +82,16 @@ class Table:
         return sum(len(rows) for _, rows in self.groups)
 
 
-# CSV columns as the paper writes them
+# the keys of the report's tables (what each measure is of), as people read them; the measures' labels are their
+# columns' (TRANSITION_COLUMNS: the analyses', the paper's, each kind's)
 LABELS = {
     "transition": "transition",
     "kind": "kind",
     "method": "method",
     "n": "matrices",
     "variant": "variant",
-    "average": "score (%)",
-    "retention_pct": "retention vs Full (%)",
-    "retention_proj_pct": "retention vs proj (%)",
-    "minus_full": "− Full (points)",
-    "minus_proj": "− proj (points)",
-    "full": "Full",
-    "proj": "proj",
-    "remove_diag": "Remove diag",
-    "remove_random": "Remove random",
-    "delta_diag": "Δ_diag",
-    "delta_rand": "Δ_rand",
-    "delta_diag_proj": "Δ_diag vs proj",
-    "delta_rand_proj": "Δ_rand vs proj",
-    "remove_random_seeds": "random seeds",
-    "median_cos_off": "median cos_off",
-    "n_matrices": "matrices",
-    "gain": "Full − Base (points)",
-    "full_minus_proj": "Full − proj (points)",
-    "informative_within_ci": "informative by less than its CI",
     "value": "value",
     "transitions": "transitions",
-    "norm_sft": "‖ΔW_SFT‖",
-    "norm_incr": "‖ΔW_incr‖",
-    "norm_cum": "‖ΔW_cum‖",
-    "tokens_mean": "tokens (mean)",
-    "tokens_median": "tokens (median)",
-    "tokens_mean_correct": "tokens, correct answers (mean)",
-    "tokens_mean_wrong": "tokens, wrong answers (mean)",
-    "truncated_pct": "truncated (%)",
-    "wait_per_answer": "“Wait” per answer",
-    "wait_per_1k_tokens": "“Wait” per 1k tokens",
-    "null_q975": "null 97.5 % quantile",
-    "p_value": "p",
-    "post_jaccard": "Jaccard with W1's set",
 }
 VARIANT_LABELS = {
     "base": "Base",

@@ -44,6 +44,6 @@ KINDS: dict[str, Kind] = {
 # the tables the kinds write into WORKDIR/report, in the order they write them
 TABLES: tuple[str, ...] = tuple(t for k in KINDS.values() for t in k.tables)
 
-# one row per transition: the decompositions' statistics of every matrix column, then each kind's columns
+# every column of the sweep's tables: the matrices' (their statistics in transitions.csv), then each kind's
 TRANSITIONS_TABLE = decompose.TABLE
 TRANSITION_COLUMNS: Schema = MATRIX_COLUMNS + Schema(*(k.columns for k in KINDS.values() if k.columns))

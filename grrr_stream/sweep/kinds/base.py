@@ -84,7 +84,8 @@ class Kind:
     and the run's ``--device`` (None: the unit's own). ``columns``: what a unit of one transition (its params'
     ``transition``) gives of it, each a :class:`grrr_stream.columns.Column` read from the unit's result under
     the column's name: transitions.csv, the console, the report's table beyond the paper and the transition's
-    MLflow run take them where the column says it appears."""
+    MLflow run take them where the column says it appears; a column shown nowhere names a column of its tables
+    for people (its label and unit)."""
 
     name: str
     params: type[UnitParams]
@@ -102,7 +103,7 @@ class Kind:
     disk: Optional[DiskHook] = None
     progress: Optional[Callable[[Unit], str]] = None
     needs: NeedsHook = cpu_needs
-    columns: tuple[Column, ...] = ()  # one value per transition, from each unit's result (see below)
+    columns: tuple[Column, ...] = ()  # its tables' columns, and what its units give of their transitions
 
     def __post_init__(self) -> None:
         if self.params.kind != self.name:

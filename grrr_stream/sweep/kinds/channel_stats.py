@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from ...channels.transition_stats import LAYERS_FILE, STATS_FILE
+from ...columns import VALUE, Column
 from ...forecast import work
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
@@ -175,6 +176,10 @@ def write(rep: Report) -> list[Path]:
     return [plots.channel_layer_shares(layers, rep.folder / LAYERS_FIGURE)] if layers else []
 
 
+# the columns of its tables, as people read them
+COLUMNS = (Column("post_jaccard", "Jaccard with W1's set", aggregate=VALUE, shown=frozenset()),)
+
+
 KIND = Kind(
     name=NAME,
     params=ChannelStatsParams,
@@ -182,6 +187,7 @@ KIND = Kind(
     run=run,
     marker=STATS_FILE,
     tables=(TABLE, LAYERS_TABLE),
+    columns=COLUMNS,
     estimate=estimate,
     report=report,
     write=write,

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import ClassVar, Literal, Optional
 
+from ...columns import VALUE, Column
 from ...dtypes import SIXTEEN_BIT
 from ...stats.comparisons import STEPWISE
 from ...stats.run import COMPARISONS_TABLE, COSINES_FIGURE, NORMS_FIGURE  # also drawn into WORKDIR/report
@@ -220,6 +221,21 @@ def write(rep: Report) -> list[Path]:
     return [plots.cosine_medians(rows, rep.folder / COSINES_FIGURE), plots.norm_bars(rows, rep.folder / NORMS_FIGURE)]
 
 
+# the columns of comparisons.csv, as people read them
+COLUMNS = tuple(
+    Column(name, label, unit, aggregate=VALUE, shown=frozenset())
+    for name, label, unit in (
+        ("median_cos_off", "median cos_off", ""),
+        ("n_matrices", "matrices", "count"),
+        ("null_q975", "null 97.5 % quantile", ""),
+        ("p_value", "p", ""),
+        ("norm_sft", "‖ΔW_SFT‖", ""),
+        ("norm_incr", "‖ΔW_incr‖", ""),
+        ("norm_cum", "‖ΔW_cum‖", ""),
+    )
+)
+
+
 KIND = Kind(
     name=NAME,
     params=CompareParams,
@@ -227,6 +243,7 @@ KIND = Kind(
     run=run,
     marker=COMPARISONS_TABLE,
     tables=(COMPARISONS_TABLE,),
+    columns=COLUMNS,
     estimate=constant_estimate(SECONDS),
     report=report,
     write=write,

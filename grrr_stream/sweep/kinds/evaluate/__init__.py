@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from ....columns import VALUE, Column
 from ....evaluation.designs import DESIGNS
 from ....evaluation.pipeline import RECORD_FILE
 from ....evaluation.settings import EvaluationOptions
@@ -205,6 +206,39 @@ def needs(u: Unit, forecast: Optional[UnitForecast], device: Optional[str]) -> N
     return gpu_needs(forecast, u.params.options.engine.tensor_parallel_size)
 
 
+def _column(name: str, label: str, unit: str = "") -> Column:
+    return Column(name, label, unit, aggregate=VALUE, shown=frozenset())
+
+
+# the columns of its report tables, as people read them (accuracy, retention, removal, informative, sampled)
+COLUMNS = (
+    _column("average", "score (%)", "%"),
+    _column("retention_pct", "retention vs Full (%)", "%"),
+    _column("retention_proj_pct", "retention vs proj (%)", "%"),
+    _column("minus_full", "− Full (points)", "points"),
+    _column("minus_proj", "− proj (points)", "points"),
+    _column("full", "Full", "%"),
+    _column("proj", "proj", "%"),
+    _column("remove_diag", "Remove diag", "%"),
+    _column("remove_random", "Remove random", "%"),
+    _column("delta_diag", "Δ_diag", "points"),
+    _column("delta_rand", "Δ_rand", "points"),
+    _column("delta_diag_proj", "Δ_diag vs proj", "points"),
+    _column("delta_rand_proj", "Δ_rand vs proj", "points"),
+    _column("remove_random_seeds", "random seeds", "count"),
+    _column("gain", "Full − Base (points)", "points"),
+    _column("full_minus_proj", "Full − proj (points)", "points"),
+    _column("informative_within_ci", "informative by less than its CI"),
+    _column("tokens_mean", "tokens (mean)", "tokens"),
+    _column("tokens_median", "tokens (median)", "tokens"),
+    _column("tokens_mean_correct", "tokens, correct answers (mean)", "tokens"),
+    _column("tokens_mean_wrong", "tokens, wrong answers (mean)", "tokens"),
+    _column("truncated_pct", "truncated (%)", "%"),
+    _column("wait_per_answer", "“Wait” per answer"),
+    _column("wait_per_1k_tokens", "“Wait” per 1k tokens"),
+)
+
+
 KIND = Kind(
     name=NAME,
     params=EvaluateParams,
@@ -220,4 +254,5 @@ KIND = Kind(
     report=report,
     progress=progress,
     needs=needs,
+    columns=COLUMNS,
 )
