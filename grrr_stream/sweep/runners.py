@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from ..errors import GrrrError
+from ..tracking.run_log import missed
 from ..unit_log import unit_log
 from .context import RunContext
 from .kinds import KINDS
@@ -33,7 +34,6 @@ def run_unit(u: Unit, ctx: RunContext) -> dict:
         import torch
 
         torch.set_num_threads(int(ctx.threads))
-    from ..tracking.run_log import missed
 
     missed_before = len(missed())
     log = Workdir(ctx.workdir).log(u.id)

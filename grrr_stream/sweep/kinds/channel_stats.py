@@ -13,8 +13,11 @@ import math
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ...channels.transition_stats import LAYERS_FILE, STATS_FILE
+from ... import plots
+from ...channels.transition_stats import LAYERS_FILE, STATS_FILE, transition_channel_stats
 from ...forecast import work
+from ...stats.claims_sets import method_group
+from ...tracking.runs import log_channel_stats
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
 from ..rows import Report, TableRows, read_rows, rectangular
@@ -85,8 +88,6 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 def run(u: Unit, ctx: RunContext) -> dict:
     """One transition's energy on its W0's outlier channels: channel_layers.csv, then channel_stats.csv."""
-    from ...channels.transition_stats import transition_channel_stats
-
     p: ChannelStatsParams = u.params
     store = store_of(ctx, p.transition)
     base = read_channel_set(p.channels_out)
@@ -105,8 +106,6 @@ def run(u: Unit, ctx: RunContext) -> dict:
     res.member.save(Path(u.out) / MEMBER_FILE)  # before the marker: a finished unit always has it
     files = res.write(Path(u.out))
     if ctx.tracking.enabled:
-        from ...tracking.runs import log_channel_stats
-
         log_channel_stats(store, res.rows, res.layers, files, ctx.tracking)
     overall = {r["component"]: r for r in res.rows if r["group"] == "all"}
     return {
@@ -144,8 +143,6 @@ def estimate(u: Unit, facts) -> UnitForecast:
 
 
 def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
-    from ...stats.claims_sets import method_group
-
     sft = plan.config.claims.sft_methods
     shares, layers = [], []
     for u in done:
@@ -169,8 +166,6 @@ def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
 
 
 def write(rep: Report) -> list[Path]:
-    from ... import plots
-
     layers = rep.rows(LAYERS_TABLE)
     return [plots.channel_layer_shares(layers, rep.folder / LAYERS_FIGURE)] if layers else []
 

@@ -12,13 +12,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
+from ... import plots
 from ...config import DecomposeConfig, DecompositionSettings, build_config, result_settings
+from ...decompose.plan import plan_transition
+from ...decompose.run import run_transition
+from ...decompose.spread import in_dask_worker
 from ...dtypes import ITEMSIZE
+from ...errors import GrrrError
 from ...forecast import target as tgt  # a device to forecast for (--forecast-for)
 from ...forecast import work
 from ...geometry.analyses import analysis_columns
 from ...geometry.analyses.bands import DEFAULT_BAND_EDGES
+from ...runtime.diskplan import transition_needs
 from ...stats.summaries import SUMMARY_METRICS
+from ...store.transition_store import TransitionStore
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import DiskFacts, UnitForecast, cpu_cores
 from ..resources import Needs, cpu_needs, gpu_needs, uses_gpu
@@ -143,9 +150,6 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
-    from ...decompose.run import run_transition
-    from ...decompose.spread import in_dask_worker
-
     p: DecomposeParams = u.params
     run_args = {"progress": ctx.progress, "tracking": ctx.tracking, **({"device": ctx.device} if ctx.device else {})}
     cfg = p.config(u.out, source=u.id, **run_args)
@@ -168,8 +172,6 @@ def run(u: Unit, ctx: RunContext) -> dict:
 
 def complete(u: Unit) -> bool:
     """The store's manifest says complete, its metrics table is there and every matrix has its folder."""
-    from ...store.transition_store import TransitionStore
-
     out = Path(u.out)
     manifest = TransitionStore.read_manifest(out) or {}
     matrices = out / "matrices"
@@ -185,7 +187,6 @@ def progress(u: Unit) -> str:
     out = Path(u.out)
     if not (out / "matrices").is_dir():
         return ""
-    from ...store.transition_store import TransitionStore
 
     manifest = TransitionStore.read_manifest(out) or {}
     total = len(manifest.get("matrices", []))
@@ -195,9 +196,6 @@ def progress(u: Unit) -> str:
 
 def disk(u: Unit, facts: DiskFacts) -> Optional[list]:
     """What the store and the frame cache will hold, from the checkpoints' headers (None: not here yet)."""
-    from ...decompose.plan import plan_transition
-    from ...errors import GrrrError
-
     p: DecomposeParams = u.params
     ck, post = facts.checkpoints.get(p.base), facts.checkpoints.get(p.post)
     if ck is None or post is None:
@@ -210,8 +208,6 @@ def disk(u: Unit, facts: DiskFacts) -> Optional[list]:
 
 
 def _needs(p: DecomposeParams, u: Unit, shapes: list) -> list:
-    from ...runtime.diskplan import transition_needs
-
     s = p.settings
     return transition_needs(
         shapes,
@@ -278,8 +274,6 @@ def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
 
 
 def write(rep: Report) -> list[Path]:
-    from ... import plots
-
     trows = rep.rows(TABLE)
     edge = next(
         (e for e in (64, *DEFAULT_BAND_EDGES) if trows and trows[0].get(f"band{e}_off_principal_mean") is not None),
