@@ -31,12 +31,11 @@ import torch
 from ..errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from ..files import atomic_write_text, to_csv
 from . import logprobs, sliced, validate
+from .defaults import DEFAULT_MAX_MEMORY
 
 # the model's config and layer list, shared with validate.py (a leaf, so validate need not import this module)
 from .model_config import config_from, decoder_layers, need, text_config
 from .upcast import compute_in, storage_dtype_modules
-
-DEFAULT_MAX_MEMORY = "1GiB"  # resident weights; the rest is offloaded to disk layer by layer
 
 
 def checkpoint_bytes(model_dir: Path) -> int:

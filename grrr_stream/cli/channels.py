@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..channels.defaults import DEFAULT_MAX_MEMORY, DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
 from ..channels.imports import lean_transformers
 from ..channels.preflight import channels_preflight
 from ..channels.rule import OutlierRule
@@ -12,9 +13,6 @@ from .options import add_common
 
 
 def channels_parser(sub) -> None:
-    from ..channels.activations import DEFAULT_MAX_MEMORY
-    from ..channels.calibration import DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
-
     p = sub.add_parser(
         "channels",
         help="label-free outlier residual channels, their weight proxy and ablation",
