@@ -29,13 +29,13 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError, CheckpointNotFoundError, ConfigError
+from ..files import atomic_write_text, to_csv
 from . import logprobs, sliced, validate
+from .defaults import DEFAULT_MAX_MEMORY
 
 # the model's config and layer list, shared with validate.py (a leaf, so validate need not import this module)
 from .model_config import config_from, decoder_layers, need, text_config
 from .upcast import compute_in, storage_dtype_modules
-
-DEFAULT_MAX_MEMORY = "1GiB"  # resident weights; the rest is offloaded to disk layer by layer
 
 
 def checkpoint_bytes(model_dir: Path) -> int:
@@ -375,8 +375,6 @@ def _next_token_logp(logits: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
 
 def write_rms_csv(path: Path, rms: np.ndarray) -> None:
     """One row per channel: channel, rms_layer0 … rms_layer{L-1}."""
-    from ..files import atomic_write_text, to_csv
-
     rows = [
         {"channel": c, **{f"rms_layer{layer}": float(rms[layer, c]) for layer in range(rms.shape[0])}}
         for c in range(rms.shape[1])

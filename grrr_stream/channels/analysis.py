@@ -13,8 +13,8 @@ from ..files import atomic_write_text, ensure_folder
 from ..progress import Progress, fmt_seconds
 from . import validate
 from .ablation import SEEDS, ablate
-from .activations import DEFAULT_MAX_MEMORY, Loaded, PassResult, calibration_pass, load_model, write_rms_csv
-from .calibration import DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
+from .activations import Loaded, PassResult, calibration_pass, load_model, write_rms_csv
+from .defaults import DEFAULT_MAX_MEMORY, DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
 from .model_config import text_config
 from .proxy import proxy_inputs
 from .rule import OutlierRule, channel_scores, jaccard, proxy_channels, select

@@ -16,12 +16,11 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError
+from .defaults import DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
 
 TEXT_NAME = "pride_and_prejudice.txt"
 TEXT_SHA256 = "81d883e5af26fe2e287cdb4c9de72fb62ea7d05fc30763cec42eaaa59baba08b"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-DEFAULT_SEQUENCES = 256
-DEFAULT_SEQ_LEN = 256
 
 
 def text_path() -> Path:

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import ConfigError, StoreError
 from ..geometry.channel_energy import COMPONENTS
+from ..store.transition_store import StoredTransition
 
 CHUNK_DRAWS = 256  # null draws per block: a draws×H indicator is never built whole
 
@@ -145,8 +146,6 @@ def null_shares(per_group: np.ndarray, k: int, draws: int, rng: np.random.Genera
 def store_energies(path: Path) -> tuple[np.ndarray, list[dict]]:
     """(matrices, H, 3) energies and each matrix's record (layer, module, expert, side), from a finished
     store's ``channels/`` arrays alone (no checkpoint)."""
-    from ..store.transition_store import StoredTransition
-
     arrays, attrs = StoredTransition(Path(path)).read_group("channels")
     sides = attrs["sides"]
     energies, records = [], []

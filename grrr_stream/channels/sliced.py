@@ -26,6 +26,8 @@ from typing import Callable
 
 import torch
 
+from ..checkpoints.reader import Checkpoint
+
 SLICE_BYTES = 16 * 2**20  # LM head rows read and upcast at a time (in the compute dtype)
 
 
@@ -73,8 +75,6 @@ def offloaded_from_safetensors(model: torch.nn.Module):
 def offload_sources(model: torch.nn.Module, model_dir: Path) -> dict[int, RowSource]:
     """id(parameter) → its tensor in the checkpoint, for every 2-D parameter accelerate offloaded
     from a safetensors file (a weight re-saved into the offload folder is not in the map)."""
-    from ..checkpoints.reader import Checkpoint
-
     ckpt, found = None, {}
     for _, p, name, file in offloaded_from_safetensors(model):
         if p.dim() != 2:

@@ -17,7 +17,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import StoreError
+from ..files import atomic_write_text, to_csv
 from .groups import Member
+from .rule import jaccard
 
 STATS_FILE = "channel_stats.csv"  # written last: the sweep's channel-stats unit's completion marker
 LAYERS_FILE = "channel_layers.csv"
@@ -34,8 +36,6 @@ class ChannelStats:
 
     def write(self, out: Path) -> list[Path]:
         """channel_layers.csv, then channel_stats.csv (last: it marks the pair complete), in ``out``."""
-        from ..files import atomic_write_text, to_csv
-
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / LAYERS_FILE, to_csv(self.layers))
@@ -58,7 +58,6 @@ def transition_channel_stats(
     store has another); ``label``: the transition's name (default: the store's)."""
     from .enrichment import store_energies
     from .layers import layer_shares
-    from .rule import jaccard
 
     energies, records = store_energies(Path(store))
     if hidden is not None and int(hidden) != energies.shape[1]:

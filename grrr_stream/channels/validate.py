@@ -22,7 +22,11 @@ from typing import Callable, Optional
 
 import torch
 
-from ..errors import CheckpointError, ConfigError, NonFiniteWeightError
+from ..checkpoints.reader import Checkpoint
+from ..errors import CheckpointError, CheckpointNotFoundError, ConfigError, NonFiniteWeightError
+from .calibration import calibration_ids
+from .model_config import REMOTE_DECODERS, config_from, config_summary, decoder_layers, need, text_config
+from .sliced import offloaded_from_safetensors
 
 SCAN_BLOCK_BYTES = 16 * 2**20  # read at a time by the non-finite scan (+ its isfinite mask)
 
@@ -43,8 +47,6 @@ def _build_problems(transformers, config, model_type: Optional[str]) -> list[str
 
     from accelerate import init_empty_weights
 
-    from .model_config import decoder_layers, text_config
-
     try:
         with init_empty_weights():
             model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config))
@@ -64,11 +66,6 @@ def _build_problems(transformers, config, model_type: Optional[str]) -> list[str
 
 def preflight(model_dir: Path, *, sequences: int, seq_len: int):
     """(checkpoint, transformers config, calibration) of ``model_dir``, or one error listing every problem."""
-    from ..checkpoints.reader import Checkpoint
-    from ..errors import CheckpointNotFoundError
-    from .calibration import calibration_ids
-    from .model_config import REMOTE_DECODERS, config_from, need, text_config
-
     model_dir = Path(model_dir)
     ckpt = Checkpoint.open(model_dir)  # a structural fault of the files ends here, with its own message
     if ckpt.config is None:
@@ -126,10 +123,6 @@ def raise_loading_problems(model_dir: Path, model: torch.nn.Module, info: dict, 
     """Refuse a model whose config does not describe its checkpoint, listing every tensor concerned:
     transformers' loading report (missing, unexpected, mismatched) and, for the weights left on disk
     (which transformers does not read while loading), their shapes in the safetensors headers."""
-    from ..checkpoints.reader import Checkpoint
-    from .model_config import REMOTE_DECODERS, config_summary, text_config
-    from .sliced import offloaded_from_safetensors
-
     remote = config_summary(model_dir).get("model_type") in REMOTE_DECODERS
     missing = sorted(info.get("missing_keys") or ())
     # MiMo's multi-token-prediction layers are not part of the next-token model (model_config.REMOTE_DECODERS)

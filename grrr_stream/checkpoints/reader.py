@@ -28,6 +28,7 @@ import torch
 
 from ..dtypes import BY_CODE
 from ..errors import CheckpointError, CheckpointNotFoundError, MissingDependencyError, UnsafeCheckpointError
+from ..unit_log import console
 from .header import read_header, regular_file_size
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -95,8 +96,6 @@ def _console_bars():
     """huggingface_hub's bars (files, bytes, ETA) drawn on this package's console: the terminal, also inside a
     sweep unit whose output goes to its log (unit_log.console); off a terminal hf hides them, as it does anyway."""
     from huggingface_hub.utils import tqdm as hf_tqdm
-
-    from ..unit_log import console
 
     class ConsoleBars(hf_tqdm):
         def __init__(self, *args, **kwargs):

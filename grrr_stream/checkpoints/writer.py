@@ -18,6 +18,7 @@ import torch
 
 from ..dtypes import BY_TORCH
 from ..errors import CheckpointError
+from ..files import inside, remove_tree
 from .reader import INDEX_NAME, SINGLE_NAME
 
 
@@ -83,8 +84,6 @@ def write_checkpoint(
     ``within``: the folder this call may delete in when it replaces ``folder`` (default: its
     parent); ``folder`` must lie strictly inside it.
     """
-    from ..files import inside, remove_tree
-
     folder = Path(folder)
     within = Path(within) if within is not None else folder.parent
     if not inside(folder, within) or folder.name in ("", ".", ".."):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..channels.transition_stats import STATS_FILE, transition_channel_stats
 from .options import check_draws
 
 
@@ -32,7 +33,6 @@ def channel_stats_parser(sub) -> None:
 
 def cmd_channel_stats(args: argparse.Namespace) -> int:
     from ..channels.enrichment import load_channel_set
-    from ..channels.transition_stats import STATS_FILE, transition_channel_stats
 
     check_draws(args.draws, "--draws")
     cset = load_channel_set(args.channels)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..channels.defaults import DEFAULT_MAX_MEMORY, DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
+from ..channels.imports import lean_transformers
+from ..channels.preflight import channels_preflight
+from ..channels.rule import OutlierRule
+from ..progress import Progress, fmt_seconds
 from .options import add_common
 
 
 def channels_parser(sub) -> None:
-    from ..channels.activations import DEFAULT_MAX_MEMORY
-    from ..channels.calibration import DEFAULT_SEQ_LEN, DEFAULT_SEQUENCES
-
     p = sub.add_parser(
         "channels",
         help="label-free outlier residual channels, their weight proxy and ablation",
@@ -54,7 +56,6 @@ def _fmt(x) -> str:
 def forecast_lines(fc, *, seq_len: int, ablate: bool) -> list[str]:
     """The forecast printed before the passes (a ChannelsForecast): passes × tokens ≈ time on this machine;
     beyond FORECAST_WARN_S, which flags shorten it."""
-    from ..progress import fmt_seconds
     from ..sweep.channels_forecast import FORECAST_WARN_S
 
     head = f"{fc.passes} pass{'es' if fc.passes > 1 else ''} × {fc.tokens:,} tokens" + (
@@ -78,10 +79,6 @@ def forecast_lines(fc, *, seq_len: int, ablate: bool) -> list[str]:
 
 def cmd_channels(args) -> int:
     from ..channels.analysis import CHANNELS_FILE, run_channels
-    from ..channels.imports import lean_transformers
-    from ..channels.preflight import channels_preflight
-    from ..channels.rule import OutlierRule
-    from ..progress import Progress
     from ..sweep.channels_forecast import forecast_channels
 
     lean_transformers()  # this process runs only the pass: ~210 MiB of unused imports left out (its docstring)

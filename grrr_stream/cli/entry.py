@@ -21,7 +21,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+from ..config import clip
 from ..errors import GrrrError, RenamedSettingWarning
+from ..files import describe_os_error
+from ..tracking import run_log
 from .channel_stats import channel_stats_parser, cmd_channel_stats
 from .channels import channels_parser, cmd_channels
 from .model_parsers import decompose_parser, evaluate_parser, variants_parser
@@ -147,8 +150,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _run(args: argparse.Namespace, words: Sequence[str]) -> int:
-    from ..tracking import run_log
-
     run_log.SHOW_TRACEBACKS = bool(args.debug)
     try:
         missed_before = len(run_log.missed())
@@ -166,7 +167,6 @@ def _run(args: argparse.Namespace, words: Sequence[str]) -> int:
     except GrrrError as e:
         if args.debug:
             raise
-        from ..config import clip
 
         print(f"grrr-stream: error: {clip(str(e), 8000)}", file=sys.stderr)
         return EXIT_USAGE
@@ -176,7 +176,6 @@ def _run(args: argparse.Namespace, words: Sequence[str]) -> int:
     except OSError as e:  # an environment fault (disk full, read-only, permissions): one sentence
         if args.debug:
             raise
-        from ..files import describe_os_error
 
         print(f"grrr-stream: error: {describe_os_error(e)}", file=sys.stderr)
         return EXIT_USAGE

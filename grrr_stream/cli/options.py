@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import TrackingConfig
+from ..config import MAX_DRAWS, TrackingConfig
+from ..errors import ConfigError
 
 
 def add_tracking(
@@ -44,9 +45,6 @@ def positive_float(text: str) -> float:
 
 def check_draws(n: int, flag: str) -> int:
     """A count of resamples or random draws given on the command line, within the bounds every setting has."""
-    from ..config import MAX_DRAWS
-    from ..errors import ConfigError
-
     if not 100 <= n <= MAX_DRAWS:
         raise ConfigError(f"{flag} {n}: give between 100 and {MAX_DRAWS}")
     return n

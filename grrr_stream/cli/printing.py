@@ -5,7 +5,11 @@ from __future__ import annotations
 import sys
 
 from ..columns import CONSOLE, at_one_edge
+from ..evaluation.designs import design_of
+from ..evaluation.tables import accuracy_columns
 from ..geometry.metrics import PAPER_COLUMNS
+from ..runtime.diskplan import describe, gib, shortfalls
+from ..stats.claims_sets import method_group, sentences
 from ..sweep.kinds import TRANSITION_COLUMNS
 
 
@@ -44,8 +48,6 @@ def print_evaluation(res, out=None) -> None:
 def _print_variant_accuracy(res, out) -> None:
     """One row per variant: accuracy per benchmark, average, difference from full, answers cut off, and under
     a design where each rests on its own problems how many it answered and why it stopped."""
-    from ..evaluation.tables import accuracy_columns
-
     benches = accuracy_columns(res.accuracy_rows)
     diffs = {r["variant"]: r for r in res.differences}
     own = getattr(res, "own_problems", False)  # each variant rests on its own problems
@@ -67,7 +69,6 @@ def _print_variant_accuracy(res, out) -> None:
         avg = f"{r['average']:>9.2f}" if r["average"] is not None else f"{'':>9}"
         seq = f" {d.get('problems', ''):>8}  {d.get('stopped', '')}" if own else ""
         out.write(f"{r['variant']:<12} {cells} {avg} {ci:>24} {r['truncated']:>8}{seq}\n")
-    from ..evaluation.designs import design_of  # numpy and the grading: not for every command's start
 
     note = design_of(res.design).note if own else ""
     if note:
@@ -143,8 +144,6 @@ def print_dry_run(dry) -> None:
 def print_plan(plan, rows: dict, disk: dict, to_run: list, needs: list) -> None:
     """``sweep --dry-run``: every unit with its state, dependencies, output and disk need, then the disk
     the units still to run need (``rows``, ``disk``: by unit id, from the sweep's status)."""
-    from ..runtime.diskplan import describe, gib, shortfalls
-
     print(f"sweep {plan.config.name}: {len(plan.units)} units in {plan.workdir} ({totals(list(rows.values()))})")
     print(transition_counts(plan))
     for u in plan.units:
@@ -187,7 +186,6 @@ def transition_counts(plan) -> str:
     many its main evaluation evaluates, by group (SFT or RL from the child's method, as the claims count them)."""
     from collections import Counter
 
-    from ..stats.claims_sets import method_group
     from ..sweep.kinds import evaluate
 
     kinds = Counter(tr.kind for tr in plan.transitions.values())
@@ -274,7 +272,6 @@ def _number(v, fmt: str, width: int) -> str:
 def _print_accuracy(acc: list[dict], claims: dict, out) -> None:
     if not acc:
         return
-    from ..evaluation.tables import accuracy_columns
 
     benches = accuracy_columns(acc)
     diffs = {
@@ -326,8 +323,6 @@ def _print_sampled(rows: list[dict], out) -> None:
 
 
 def _print_claims(res, out) -> None:
-    from ..stats.claims_sets import sentences
-
     for suite, s in res.claims.items():
         name = f" ({suite})" if suite else ""
         out.write(

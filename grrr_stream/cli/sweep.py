@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from .options import tracking_from_args
+from ..runtime.cluster import check_reachable, parse_scheduler
+from ..tracking.mlflow_client import limits, prepare, resolve_uri
+from ..tracking.mlflow_view import runs_page
+from ..tracking.run_log import find_pending, flush, pending_files
+from .options import tracking_flags, tracking_from_args
 from .parsers import DEMO_CONFIG
 from .printing import print_dry_run, print_sweep_summary, print_units, totals
 
@@ -26,10 +30,8 @@ def load_sweep(args: argparse.Namespace):
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ..runtime.cluster import check_reachable, parse_scheduler
     from ..sweep import plan_sweep, run_sweep
     from ..sweep.dry_run import dry_run_sweep, forecast_device
-    from ..tracking.mlflow_client import resolve_uri
 
     cfg = load_sweep(args)
     scheduler = args.scheduler or cfg.scheduler
@@ -58,9 +60,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             f"{plan.layout.tracking}); rerun the sweep or `grrr-stream track {plan.workdir}`"
         )
     if tracking.enabled and not res.tracking_missed:
-        from ..tracking.mlflow_client import limits, prepare
-        from ..tracking.mlflow_view import runs_page
-
         uri = resolve_uri(tracking.uri)
         experiment = tracking.experiment
         with limits(tracking.timeout_s, 0):
@@ -76,9 +75,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_track(args: argparse.Namespace) -> int:
-    from ..tracking.mlflow_client import limits
-    from ..tracking.run_log import find_pending, flush, pending_files
-
     for p in args.paths:
         if not p.is_dir():
             raise ConfigError(f"{p} is not a folder (give a sweep workdir, a store or an output folder)")
@@ -114,7 +110,6 @@ def cmd_status(args: argparse.Namespace) -> int:
         rec = Records(plan.workdir).read(plan.unit(r["unit"])) or {}
         print(f"\n{r['unit']} failed on {rec.get('host')} (pid {rec.get('pid')}):\n  {rec.get('error')}")
         print(f"  full traceback in {Records(plan.workdir).path(plan.unit(r['unit']))}")
-    from ..tracking.run_log import pending_files
 
     pending = pending_files(plan.layout.tracking)
     if pending:
@@ -128,7 +123,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Rewrite WORKDIR/report (tables, figures, index.html) from the units that are done; run nothing."""
     from ..sweep.rewrite import rewrite_report
-    from .options import tracking_flags
 
     # a workdir is read by its saved config; a config YAML as `sweep` reads it (--workdir, --math-subset)
     target = (

@@ -7,7 +7,12 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from ..config import build_config, load_yaml
 from ..errors import ConfigError
+from ..evaluation.benchmarks import FIVE
+from ..evaluation.settings import build_engine_settings, build_evaluation_options, build_sampling_settings
+from ..runtime.cluster import compute_scheduler
+from ..variants.spec import DEFAULT_VARIANTS
 from .options import check_draws, tracking_flags, tracking_from_args
 from .printing import print_evaluation, print_summary
 
@@ -29,8 +34,6 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 
 
 def config_from_args(args: argparse.Namespace):
-    from ..config import build_config, load_yaml
-
     values: dict[str, Any] = load_yaml(args.config) if args.config else {}
     flat = {
         "base": args.base,
@@ -65,7 +68,6 @@ def config_from_args(args: argparse.Namespace):
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from ..runtime.cluster import compute_scheduler
     from ..stats.run import run_stats
 
     res = run_stats(
@@ -88,7 +90,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..runtime.cluster import compute_scheduler
     from ..stats.run import run_comparisons
 
     pairs: list[tuple] = [("stepwise", Path(a), Path(b)) for a, b in args.stepwise]
@@ -123,7 +124,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_bands(args: argparse.Namespace) -> int:
-    from ..runtime.cluster import compute_scheduler
     from ..stats.run import run_bands
 
     try:
@@ -142,7 +142,6 @@ def cmd_bands(args: argparse.Namespace) -> int:
 def cmd_variants(args: argparse.Namespace) -> int:
     from ..runtime.device import resolve_device
     from ..variants.run import run_variants
-    from ..variants.spec import DEFAULT_VARIANTS
 
     res = run_variants(
         args.store,
@@ -174,9 +173,7 @@ def cmd_variants(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ..evaluation.benchmarks import FIVE
     from ..evaluation.pipeline import EvaluationRequest, run_evaluation
-    from ..variants.spec import DEFAULT_VARIANTS
 
     settings = _engine_settings(args)
     if args.limit is not None and args.limit < 1:
@@ -205,8 +202,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _engine_settings(args: argparse.Namespace) -> EngineSettings:
     """The vLLM engine's settings from the evaluate command's engine flags."""
-    from ..evaluation.settings import build_engine_settings
-
     return build_engine_settings(
         {
             "dtype": args.engine_dtype,
@@ -231,8 +226,6 @@ def _comma_integers(text: Optional[str]) -> Optional[list[int]]:
 
 def _sampling_settings(args: argparse.Namespace) -> SamplingSettings:
     """How answers are sampled, from the evaluate command's sampling flags."""
-    from ..evaluation.settings import build_sampling_settings
-
     return build_sampling_settings(
         {
             "n": args.n,
@@ -249,8 +242,6 @@ def _evaluation_options(
     args: argparse.Namespace, settings: EngineSettings, sampling: SamplingSettings
 ) -> EvaluationOptions:
     """The flags of the evaluation's options (evaluation.settings.EvaluationOptions), by their names there."""
-    from ..evaluation.settings import build_evaluation_options
-
     return build_evaluation_options(
         {
             "engine": settings,

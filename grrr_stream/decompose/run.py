@@ -18,7 +18,7 @@ from typing import Any, Optional, TextIO
 import numpy as np
 import torch
 
-from .. import __version__
+from .. import __version__, plots
 from ..checkpoints.arch import MatrixName
 from ..checkpoints.reader import Checkpoint, resolve_source, tensor_digest
 from ..columns import aggregate, held
@@ -30,11 +30,17 @@ from ..geometry.analyses.bands import band_key, is_band
 from ..progress import Progress
 from ..runtime.cluster import parse_scheduler, require
 from ..runtime.device import bound_heap_growth, resolve_device
+from ..runtime.diskplan import check_space, describe, transition_needs
 from ..runtime.phases import PhaseTimer
+from ..store.channel_tables import write_channel_tables
 from ..store.frame_cache import FrameCache
+from ..store.metric_tables import write_metric_tables
 from ..store.transition_store import StoreLock, TransitionStore
 from ..tracking.model_runs import log_decomposition
+from ..tracking.run_log import preflight
+from ..unit_log import console
 from .plan import TransitionPlan, plan_transition
+from .spread import run_spread
 from .stages import Pipeline
 from .streaming import compute_layout, stream_matrices, torch_threads
 
@@ -83,7 +89,6 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
     spreads = _spreads(cfg, client)  # a scheduler it cannot use is refused before any work
     t_start = time.monotonic()
     started_ms = int(time.time() * 1000)  # the MLflow run, opened after the work, starts here
-    from ..unit_log import console
 
     stream = stream or console()  # the terminal, also inside a sweep unit whose output goes to its log
     timer = PhaseTimer(resolve_device(cfg.device) if cfg.sync_timing else None)
@@ -91,8 +96,6 @@ def run_transition(cfg: DecomposeConfig, *, stream: Optional[TextIO] = None, cli
     bound_heap_growth()
     plan, folders = _open_and_plan(cfg)
     if cfg.tracking.enabled:  # once, before the work: an unreachable server is known now, not after it
-        from ..tracking.run_log import preflight
-
         cfg = cfg.model_copy(update={"tracking": preflight(cfg.tracking, stream)})
     device = resolve_device(cfg.device)
     dtype = torch_dtype(cfg.compute_dtype)
@@ -134,8 +137,6 @@ def _tables_and_figures(cfg: DecomposeConfig, store, plan: TransitionPlan, timer
         rows, summary_rows, summary = finalize(store, plan.matrices)
     if cfg.figures:
         with timer.phase("figures"):
-            from .. import plots  # the title names the models, never the workdir's absolute paths
-
             write_figures(store, rows, cfg.label or f"{plots.model_label(cfg.base)} → {plots.model_label(cfg.post)}")
     return rows, summary_rows, summary
 
@@ -225,8 +226,6 @@ def _compute_pending(
     thread count is set for the math and restored after."""
     cfg, plan = pipeline.cfg, pipeline.plan
     if pending and spreads:
-        from .spread import run_spread
-
         return run_spread(cfg, plan, pending, progress, pipeline.base_fingerprint, folders, client=client)
     layout = compute_layout(cfg, pipeline.device, plan)
     with torch_threads(layout.threads):
@@ -253,8 +252,6 @@ def _check_disk_space(
     base_fingerprint: str,
 ) -> None:
     """Say what the pending matrices will write, and refuse to start when it cannot fit."""
-    from ..runtime.diskplan import check_space, describe, transition_needs
-
     # frames of this base in these settings already cached (a sweep shares one cache between bases)
     cached = frames.count(base_fingerprint, cfg.compute_dtype, cfg.core_rel_threshold)
     needs = transition_needs(
@@ -305,9 +302,6 @@ def summarize(rows: list[dict]) -> tuple[list[dict], dict]:
 
 def finalize(store: TransitionStore, matrices: list[MatrixName]) -> tuple[list[dict], list[dict], dict]:
     """Build the per-matrix table and summary from the completion records and write them."""
-    from ..store.channel_tables import write_channel_tables
-    from ..store.metric_tables import write_metric_tables
-
     done = store.completed()
     rows = []
     for m in matrices:
@@ -324,8 +318,6 @@ def finalize(store: TransitionStore, matrices: list[MatrixName]) -> tuple[list[d
 
 def write_figures(store: TransitionStore, rows: list[dict], title: str = "") -> None:
     """The transition's figures from its per-matrix rows and stored spectra, in <store>/figures."""
-    from .. import plots
-
     fig_dir = store.path / "figures"
     fig_dir.mkdir(exist_ok=True)
     plots.energy_fractions_by_layer(rows, fig_dir / "energy_fractions.png", title)

@@ -39,6 +39,9 @@ from ..runtime.device import resolve_device
 from ..runtime.phases import PhaseTimer
 from ..store.frame_cache import FrameCache
 from ..store.transition_store import TransitionStore, node_key
+from .plan import TransitionPlan
+from .stages import Pipeline
+from .streaming import compute_layout, stream_matrices, torch_threads
 
 BATCH = 8  # matrices per task: small enough to balance the workers, large enough to keep the pipeline busy
 BATCH_LOCKS = ".batches"  # folder in the store
@@ -152,10 +155,6 @@ def run_batch(
 ) -> dict:
     """On a worker: decompose this batch's matrices that are not complete yet into the store."""
     from distributed import get_worker
-
-    from .plan import TransitionPlan
-    from .stages import Pipeline
-    from .streaming import compute_layout, stream_matrices, torch_threads
 
     address = get_worker().address
     store = TransitionStore.attach(cfg.store)

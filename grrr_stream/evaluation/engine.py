@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from ..errors import ConfigError, MissingDependencyError
+from ..progress import Progress
 from .benchmarks import Problem
 from .prompts import DEFAULT_INSTRUCTION
 from .settings import EngineSettings, SamplingSettings
@@ -226,8 +227,6 @@ class _PromptBar:
 
     def __init__(self, total: int, shown: bool, into: Any = None):
         import time
-
-        from ..progress import Progress
 
         self.n, self.postfix, self._time = 0, "", time.monotonic
         self._start = self._time()

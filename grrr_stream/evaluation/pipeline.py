@@ -19,8 +19,13 @@ from ..errors import ConfigError
 from ..files import atomic_write_text, ensure_folder, to_csv
 from ..store.transition_store import StoredTransition
 from ..tracking import model_runs, runs
+from ..variants.builder import VariantBuilder
+from ..variants.channels import load_channels
+from ..variants.spec import parse_variants
+from . import engine as engine_module
 from .benchmarks import Benchmark, load_benchmark, resolve_bench_dir
 from .designs import design_of
+from .dtype_choice import resolve_engine_dtype
 from .engine import Engine
 from .engine_loop import EngineSlot, Scores
 from .prompts import DEFAULT_INSTRUCTION, prompt_format
@@ -156,11 +161,6 @@ class _Evaluation:
 
 def _prepare(request: EvaluationRequest, log) -> _Evaluation:
     """Every refusal (settings, variant names, a rest source the base cannot supply) before an engine starts."""
-    from ..variants.builder import VariantBuilder
-    from ..variants.channels import load_channels
-    from ..variants.spec import parse_variants
-    from .dtype_choice import resolve_engine_dtype
-
     opts = request.options  # validated when made (the metric against the sampling, materialize, limit)
     instruction = opts.instruction if opts.instruction is not None else DEFAULT_INSTRUCTION
     specs = parse_variants(request.variants)
@@ -297,7 +297,6 @@ def _write_problem_tables(evaluation: _Evaluation, keys_of: dict[str, dict[str, 
 
 def _write_record(evaluation: _Evaluation, res: EvaluationResult) -> Path:
     """``evaluation.json``: what was evaluated, how, with which versions, and the summary."""
-    from .engine import engine_versions  # looked up when called: tests replace it to skip importing vLLM
 
     req = evaluation.request
     path = evaluation.out / RECORD_FILE
@@ -308,7 +307,7 @@ def _write_record(evaluation: _Evaluation, res: EvaluationResult) -> Path:
                 "store": str(evaluation.transition.path),
                 "engine": evaluation.options.engine.model_dump(),
                 "engine_dtype": evaluation.dtype_choice.record(),
-                "versions": engine_versions(),
+                "versions": engine_module.engine_versions(),  # looked up when called: tests replace it
                 "prompt_format": evaluation.prompt,
                 "bootstrap": {"resamples": req.resamples, "seed": req.bootstrap_seed},
                 "sampling": req.options.sampling.model_dump(),

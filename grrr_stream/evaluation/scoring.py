@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..config import stable_hash
+from ..files import atomic_write_text
+from ..progress import Progress
 from .answers import AnswersFile, read_answers, summary_text, verified_summary
 from .answers import answered as answered_records
 from .benchmarks import Benchmark, Problem
@@ -84,7 +86,6 @@ def scored(
     done = _read_done(Path(out) / variant / f"{bench.name}.jsonl", key)
     if any(pr.idx not in done for pr in bench.problems):
         return None
-    from ..files import atomic_write_text
 
     res = summarise_records(
         [done[pr.idx] for pr in bench.problems],
@@ -229,8 +230,6 @@ def score_benchmark(
     One JSONL record per problem: the first answer's fields at the top level and, with more than
     one sample, every answer under ``samples``. With ``engine.progress``: a progress line of the problems
     answered and graded, with an ETA, over all chunks (the engine advances it as prompts finish)."""
-    from ..files import atomic_write_text
-
     sampling = sampling or SamplingSettings()
     done, answered_now = answer_problems(
         engine,
@@ -284,8 +283,6 @@ def answer_problems(
     under their benchmark's key (``keys``), ``chunk`` prompts a batch, each batch appended to the variant's JSONL
     files (fsynced) before the next: a kill loses at most the batch in flight. Returns every record under the keys
     (benchmark → idx → record) and how many were answered now."""
-    from ..progress import Progress
-
     sampling = sampling or SamplingSettings()
     benches = {b.name: b for b, _ in problems}
     files = {name: AnswersFile(Path(out) / variant / f"{name}.jsonl", keys[name], log) for name in benches}

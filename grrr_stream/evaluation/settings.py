@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..config import StrictModel, format_validation_error, sorted_positive
 from ..errors import ConfigError, renamed
+from ..stats.anytime import Thresholds
 
 
 class EngineSettings(StrictModel):
@@ -177,8 +178,6 @@ class AdaptiveSettings(StrictModel):
 
     def thresholds(self, variant: str):
         """The :class:`~grrr_stream.stats.anytime.Thresholds` of ``variant`` (none: it stops on precision)."""
-        from ..stats.anytime import Thresholds
-
         return Thresholds(tuple(self.difference_points.get(variant, ())), tuple(self.retention_pct.get(variant, ())))
 
 

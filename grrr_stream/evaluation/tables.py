@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from ..stats.claims import TIE
 from .scoring import BenchmarkResult
 
 
@@ -92,8 +93,6 @@ def retention_tables(
     """Tables 5/6 (component retention, against full as the paper and against proj) and 8
     (diagonal vs random removal; Δ = remove − reference, negative when removal hurts); the transition is
     informative when full − base ≥ ``informative_points`` (the claims' setting; a tie counts)."""
-    from ..stats.claims import TIE
-
     avg = {r["variant"]: r["average"] for r in acc_rows if r["average"] is not None}
     full, base, proj = avg.get("full"), avg.get("base"), avg.get("proj")
     info: dict[str, Any] = {"full": full, "base": base, "proj": proj, "rest_from": rest_from}

@@ -35,7 +35,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from . import devices as d
 from . import work
+from .devices import cpu_cores
 
 METHOD = 8  # bumped when what is timed changes: older cached rates are not reused
 BUDGET_S = 8.0  # a calibration takes about this long at most (a few seconds more on a slow first call)
@@ -191,8 +193,6 @@ def _time_copy() -> tuple[float, int]:
 def load_state(loadavg: Optional[Callable[[], tuple]] = None, cores: Optional[int] = None) -> tuple[float, int, bool]:
     """(1-minute load average, cores, loaded): loaded when other work keeps more than half the cores busy
     (the load average counts runnable threads; a calibration needs all the cores it times)."""
-    from .devices import cpu_cores
-
     try:
         load = float((loadavg or os.getloadavg)()[0])
     except (OSError, AttributeError):
@@ -205,8 +205,6 @@ def expected_rates(device: str) -> Optional[dict[str, float]]:
     """What a device's figures lead one to expect of each rate (FLOP/s), or None for a device not in the
     table (nothing is then refused): on a CPU, its nominal peak × the efficiencies of :mod:`.devices`; on a
     GPU of the table, its float32 rate × MFU for products and its SVD rate for decompositions."""
-    from . import devices as d
-
     if device.startswith("cpu"):
         cpu = d.local_cpu()
         peak = cpu.fp32_tflops * 1e12

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..dtypes import ITEMSIZE
+from .devices import resolve
+from .generation import step_seconds
+from .shapes import KNOWN
+
 BOUND = 1.5  # a row's forecast / published is within [1/BOUND, BOUND], or the row carries a note
 
 # vLLM before 0.6 ran the HTTP server, scheduling and output processing on the host between GPU steps: "for
@@ -119,11 +124,6 @@ ROWS: tuple[Published, ...] = (
 
 def forecast_tok_s(row: Published) -> tuple[float, str]:
     """(output tokens per second the generation model gives for ``row``'s setup, the bound)."""
-    from ..dtypes import ITEMSIZE
-    from .devices import resolve
-    from .generation import step_seconds
-    from .shapes import KNOWN
-
     arch = KNOWN[row.model]
     hd = arch.head_dim or arch.hidden // arch.heads
     item = ITEMSIZE[row.dtype]

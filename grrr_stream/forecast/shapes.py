@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
 
+from ..errors import GrrrError
+from .downloads import table_download
+
 
 @dataclass(frozen=True)
 class Arch:
@@ -180,7 +183,6 @@ def from_checkpoint(folder: Path, download: int = 0) -> Optional[ModelFacts]:
     """Shapes and parameters from a local checkpoint's safetensors headers (None: not readable)."""
     from ..checkpoints.reader import Checkpoint
     from ..decompose.plan import default_selection
-    from ..errors import GrrrError
 
     try:
         ck = Checkpoint.open(Path(folder))
@@ -272,8 +274,6 @@ def hub_model(repo: str, revision: Optional[str], *, online: bool) -> ModelFacts
     if facts is not None:
         return facts
     if repo in KNOWN:
-        from .downloads import table_download
-
         arch = KNOWN[repo]
         known = table_download(repo, arch.params(), arch.vocab if arch.tied else 0, arch.hidden)
         if known is None:

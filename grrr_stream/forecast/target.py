@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional, Sequence
 
+from ..dtypes import ITEMSIZE
 from . import work
 from .calibrate import Rates, read_cache
 from .devices import MFU, Device, local_cpu, measured_svd, resolve, with_measured_svd
@@ -89,8 +90,6 @@ def evaluate_parts(
     """(one variant's generation, seconds of composing all variants on the CPU) of an evaluation. ``engine``:
     the config's EngineSettings (dtype, max_num_seqs if it has one, gpu_memory_utilization, cpu_kv_cache_gib);
     ``dtype``: the engine's dtype when the caller resolved it (engine.dtype 'auto'), else engine.dtype."""
-    from ..dtypes import ITEMSIZE
-
     dtype = dtype or (engine.dtype if engine.dtype != "auto" else "bfloat16")
     device = device_of(rates)
     tp = int(getattr(engine, "tensor_parallel_size", 1) or 1)

@@ -15,14 +15,19 @@ from pathlib import Path
 from typing import Optional
 
 from ..files import atomic_write_text
+from ..stats.claims_sets import method_group, sentences
 from ..stats.run import COMPARISONS_TABLE
+from ..store.transition_store import TransitionStore
 from ..sweep.kinds import TABLES, decompose
 from ..sweep.kinds import claims as claims_kind
-from ..sweep.rows import UNITS_TABLE
+from ..sweep.rows import UNITS_TABLE, read_rows
+from ..tracking.mlflow_client import resolve_uri
+from ..tracking.mlflow_view import run_page, runs_page
 from . import figures as figs
 from . import tables as tbl
 from .channels import channel_tables
 from .paper_claims import PAPER
+from .verdict import verdicts
 
 PAGE = "index.html"
 # the report folder's files that sections show already; any other CSV there is an extra table
@@ -106,9 +111,6 @@ def methods_of(plan):
 
 def verdict_box(plan, report) -> list:
     """The verdict box's rows: the paper's headline claims against this sweep's main evaluation suite."""
-    from ..stats.claims_sets import method_group
-    from .verdict import verdicts
-
     sft = list(plan.config.claims.sft_methods)
     method_of = methods_of(plan)
 
@@ -130,8 +132,6 @@ def verdict_box(plan, report) -> list:
 def _claims(report, plan) -> list[dict]:
     """Per evaluation suite: the claims as the paper's sentences (each names the set it is over), the
     informative count and the settings the intervals come from."""
-    from ..stats.claims_sets import sentences
-
     c = plan.config.claims
     out = []
     for suite, s in claims_kind.summaries(report).items():
@@ -156,8 +156,6 @@ def _claims(report, plan) -> list[dict]:
 def _extra_tables(folder: Path) -> list:
     """Every CSV in the report folder that no section shows: the hook for analyses this page does not know
     yet (the residual-channel analysis writes its table there and it appears here as it is)."""
-    from ..sweep.rows import read_rows
-
     out = []
     for i, p in enumerate(sorted(folder.glob("*.csv"))):
         if p.name not in KNOWN_CSV:
@@ -223,8 +221,6 @@ def _provenance(plan, report, records: dict, config: dict, tracking, run_id, run
 
 def _settings_hashes(report) -> list[dict]:
     """Each decomposed transition's store and the identity its manifest records (fingerprints, settings hash)."""
-    from ..store.transition_store import TransitionStore
-
     out = []
     for r in report.rows(decompose.TABLE):
         ident = (TransitionStore.read_manifest(Path(str(r["store"]))) or {}).get("identity", {})
@@ -237,8 +233,6 @@ def mlflow_links(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[
     http(s) tracking URI, else the local UI that `mlflow ui --backend-store-uri URI` serves."""
     if tracking is None or not tracking.enabled:
         return None
-    from ..tracking.mlflow_client import resolve_uri
-    from ..tracking.mlflow_view import run_page, runs_page
 
     uri = resolve_uri(tracking.uri)
     served = uri.startswith(("http://", "https://"))

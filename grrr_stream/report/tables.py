@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from ..columns import REPORT
+from ..plots import cosine_label, p_text
 from ..stats.claims_sets import method_group
 from ..stats.run import COMPARISONS_TABLE
 from ..sweep.kinds import TRANSITION_COLUMNS, decompose
@@ -231,8 +232,6 @@ def _sampled_tables(sampled: list[Row], method_of, sft) -> list[Table]:
 def comparison_table(report) -> list[Table]:
     """Figures 4–5 as numbers: each comparison's median cosine with its CI over matrices, the isotropic band, the
     null test's p and what the two say together (:func:`grrr_stream.plots.cosine_label`), and the update norms."""
-    from ..plots import cosine_label, p_text
-
     comparisons = report.rows(COMPARISONS_TABLE)
     if not comparisons:
         return []

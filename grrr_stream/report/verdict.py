@@ -23,6 +23,7 @@ import math
 from typing import Callable, Optional, Sequence
 
 from ..plots import cosine_label
+from ..stats.claims_sets import MULTI_STEP
 from ..stats.comparisons import STEPWISE, kind_label
 from .paper_claims import CLAIMS, DIAG_MEDIAN_ALL, PaperClaim
 from .verdict_rows import (
@@ -96,8 +97,6 @@ def _from_claims(c: PaperClaim, rows: dict, level: float, mine: Sequence[dict]) 
 
 def _missing(c: PaperClaim, rows: dict) -> str:
     """Why a claims statistic has no row: no such variant, no step in the set, or only multi-step transitions."""
-    from ..stats.claims_sets import MULTI_STEP
-
     stat, variant, ref, set_name, group = c.statistic
     if not any(k[1] == variant and k[2] == ref for k in rows):
         return f"variant {variant} not evaluated here"

@@ -9,13 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
+from .. import plots
 from ..config import TrackingConfig, stable_hash
 from ..files import atomic_write_text, ensure_folder, to_csv
 from ..geometry.analyses import MATRIX_COLUMNS
 from ..geometry.analyses.bands import DEFAULT_BAND_EDGES, band_key, is_band
+from ..progress import dask_tasks
 from ..store.transition_store import StoredTransition
 from ..tracking import runs
-from .comparisons import STEPWISE, kind_label, stored_kind
+from . import summaries as stats
+from .comparisons import STEPWISE, compare, kind_label, stored_kind
 from .settings import BootstrapSettings, ComparisonSettings, checked
 
 if TYPE_CHECKING:
@@ -47,9 +50,6 @@ def run_stats(
 ) -> StatsResult:
     """Per-transition summaries with bootstrap CIs (paper Tables 3, 4, 7) as CSV files in ``out``; ``progress``:
     the bootstrap's Dask tasks done / total with an ETA (local schedulers)."""
-    from ..progress import dask_tasks
-    from . import summaries as stats
-
     checked(BootstrapSettings, STATS_SOURCE, resamples=resamples, seed=seed)
     started = time.time()  # the statistics' MLflow run, opened after them, starts here
 
@@ -82,10 +82,6 @@ def run_bands(
     """Principal-band energies of finished stores from their stored P (``grrr-stream bands``): per matrix,
     mean per module and per layer, and a figure per transition, in ``out``; ``progress``: Dask tasks done /
     total with an ETA (local schedulers)."""
-    from .. import plots
-    from ..progress import dask_tasks
-    from . import summaries as stats
-
     out = ensure_folder(Path(out), "--out")
     files = []
     all_rows = []
@@ -160,8 +156,6 @@ def run_comparisons(
     CSV/JSON + Figures 4/5 in ``out``. ``ancestor``: the store of base → C, C the nearest common
     ancestor of an independent pair (None or absent: C is the base). ``progress``: each comparison's Dask
     tasks done / total with an ETA (local schedulers)."""
-    from .. import plots
-
     checked(ComparisonSettings, COMPARE_SOURCE, resamples=resamples, null_draws=null_draws, seed=seed, alpha=alpha)
     out = ensure_folder(Path(out), "--out")
     settings = {"resamples": resamples, "null_draws": null_draws, "seed": seed, "alpha": alpha}
@@ -184,9 +178,6 @@ def _compare_pair(
 ) -> _Compared:
     """One (kind, a, b[, ancestor]) of stores compared with ``settings`` (resamples, null_draws, seed, alpha), its
     per-matrix CSV and summary JSON written in ``out``; ``prefix`` names it in the progress line."""
-    from ..progress import dask_tasks
-    from .comparisons import compare
-
     kind, a_path, b_path = stored_kind(pair[0]), *pair[1:3]
     c_path = pair[3] if len(pair) > 3 else None
     a, b = StoredTransition(Path(a_path)), StoredTransition(Path(b_path))

@@ -7,6 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..channels.ablation import SEEDS
+from ..forecast import calibrate as calibration  # calibration.calibrate looked up when called: tests replace it
+from ..forecast import work
+from ..forecast.shapes import from_checkpoint
+from .kinds.channels import seconds as channels_seconds
+
 FORECAST_WARN_S = 180.0  # a forecast above this says how to make the run shorter
 
 
@@ -31,11 +37,6 @@ def forecast_channels(
 ) -> ChannelsForecast:
     """Passes × tokens ≈ seconds on this machine for the channels pass over ``models`` (``rates``: this CPU's
     measured rates, calibrated when None)."""
-    from ..channels.ablation import SEEDS
-    from ..forecast import work
-    from ..forecast.calibrate import calibrate
-    from ..forecast.shapes import from_checkpoint
-    from .kinds.channels import seconds as channels_seconds
 
     seeds = SEEDS if ablate else None
     head = ChannelsForecast(work.calibration_passes(seeds), sequences * seq_len, len(models))
@@ -44,7 +45,7 @@ def forecast_channels(
     shapes = [s for f in facts if f is not None for s in (f.shapes or [])]
     if len(params) != len(models) or not shapes:
         return head
-    rates = rates or calibrate(max(shapes, key=work.decompose_flops))
+    rates = rates or calibration.calibrate(max(shapes, key=work.decompose_flops))
     secs = sum(
         channels_seconds(
             n, rates, sequences=sequences, seq_len=seq_len, batch_size=batch_size, ablation_seeds=seeds, first=False

@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, create_model, field_validator
 
 from ..config import StrictModel, TrackingConfig, format_validation_error
 from ..errors import ConfigError
+from ..runtime.cluster import parse_scheduler
 from .compose import compose
 from .kinds import KINDS
 from .kinds.channels import SweepChannels
@@ -90,8 +91,6 @@ class SweepChecks(StrictModel):
     @field_validator("scheduler", check_fields=False)
     @classmethod
     def _scheduler(cls, v: Optional[str]) -> Optional[str]:
-        from ..runtime.cluster import parse_scheduler
-
         parse_scheduler(v)  # a malformed address or an unknown scheme is a config error, before any connection
         return v
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import ConfigError
+from ..forecast import devices  # devices.DEVICES looked up when called: tests narrow it
+from ..forecast.devices import names
 from .config import SweepConfig
 from .forecast import Forecast, forecast_plan
 from .plan import Plan, plan_sweep
@@ -39,7 +41,6 @@ def forecast_device(name: Optional[str]) -> Optional[str]:
     """``name`` if it is a device of the forecast's table (or None); checked before anything is planned."""
     if name is None:
         return None
-    from ..forecast.devices import names
 
     if name.strip().lower() not in names():
         raise ConfigError(
@@ -61,8 +62,6 @@ def dry_run_sweep(config: SweepConfig | Plan, *, forecast_for: Optional[str] = N
     fc = forecast_plan(plan, disk=disk, target=target)
     others = {}
     if target is not None and target.strip().lower() != "cpu":
-        from ..forecast.devices import DEVICES
-
         shown = target.strip().lower()
-        others = {name: forecast_plan(plan, online=False, target=name) for name in DEVICES if name != shown}
+        others = {name: forecast_plan(plan, online=False, target=name) for name in devices.DEVICES if name != shown}
     return DryRun(plan, status, disk, to_run, fc, target, others)

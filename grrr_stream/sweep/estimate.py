@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..checkpoints.reader import Checkpoint
 from ..errors import GrrrError
 from ..forecast import work
 from ..forecast.calibrate import Rates
@@ -47,8 +48,6 @@ class Checkpoints:
         self._opened: dict[str, object] = {}
 
     def get(self, src: str):
-        from ..checkpoints.reader import Checkpoint
-
         if src not in self._opened:
             try:
                 self._opened[src] = Checkpoint.open(Path(src)) if Path(src).is_dir() else None

@@ -16,6 +16,7 @@ from dataclasses import replace
 from graphlib import TopologicalSorter
 from typing import Any, Optional
 
+from ..runtime.cluster import open_client, parse_scheduler, require, threads_per_local_worker
 from .context import RunContext
 from .display import Display
 from .kinds import KINDS
@@ -175,8 +176,6 @@ def execute_units(
 
 def make_client(address: Optional[str]):
     """(client or None, cluster to close or None, torch threads per worker or None)."""
-    from ..runtime.cluster import open_client, parse_scheduler, require, threads_per_local_worker
-
     spec = require(parse_scheduler(address), ("threads", "synchronous", "local", "address"), "a sweep")
     if not spec.distributed:
         return None, None, None

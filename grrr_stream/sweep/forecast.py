@@ -21,9 +21,12 @@ from ..forecast import target as tgt  # a device to forecast for (--forecast-for
 from ..forecast import work
 from ..forecast.calibrate import Rates, calibrate
 from ..forecast.downloads import download_basis
+from ..forecast.summary import lever_lines, split_lines
+from ..progress import fmt_seconds
 from .estimate import Facts, UnitForecast
 from .kinds import KINDS, decompose, generate
 from .plan import Plan
+from .status import unit_disk_needs
 from .workdir import Workdir
 
 __all__ = ["Forecast", "UnitForecast", "estimates", "forecast_plan", "print_forecast", "print_other_devices"]
@@ -83,7 +86,6 @@ def forecast_plan(
     'cpu') its published figures; ``disk``: :func:`~.status.unit_disk_needs` of the plan, when known already)."""
     if rates is None and target is not None and target.strip().lower() != "cpu":
         rates = tgt.rates_for(target)
-    from .status import unit_disk_needs
 
     facts = Facts(
         decompose.by_transition(plan.units),
@@ -118,8 +120,6 @@ def _size(n: Optional[float]) -> str:
 
 
 def _secs(s: Optional[float]) -> str:
-    from ..progress import fmt_seconds
-
     return "unknown" if s is None else fmt_seconds(s)
 
 
@@ -164,7 +164,6 @@ def print_forecast(fc: Forecast, todo: set[str], out=None) -> None:
         + "\n"
     )
     out.write(f"  times assume {fc.rates.describe()}\n" if fc.rates else "  times: no matrix shape known\n")
-    from ..forecast.summary import lever_lines, split_lines  # the total's parts
 
     for line in split_lines(rows, fc.rates.target or fc.rates.device if fc.rates else "an unknown device"):
         out.write(line + "\n")
@@ -178,8 +177,6 @@ def print_other_devices(others: dict[str, Forecast], todo: set[str], out=None) -
     """The plan's total on each other GPU of the device table (``others``: device → the plan's forecast there,
     from published figures), one line each, so that a cluster can be sized from one dry run."""
     import sys
-
-    from ..forecast.summary import split_lines
 
     out = out or sys.stdout
     out.write("the same units on one GPU of each kind (published figures; docs/forecast.md):\n")

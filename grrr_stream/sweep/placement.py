@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, TextIO
 
+from ..forecast import devices  # devices.DEVICES looked up when called: tests narrow it
+from ..forecast.target import on_gpu
 from ..runtime.cluster import GPU, GPU_MEMORY
 from .forecast import Forecast, forecast_plan
 from .kinds import KINDS
@@ -34,24 +36,21 @@ def place(
 
 
 def _on_gpu(fc: Optional[Forecast]) -> bool:
-    from ..forecast.target import on_gpu
-
     return fc is not None and fc.rates is not None and on_gpu(fc.rates)
 
 
 def _gpu_forecast(plan: Plan, workers: list[Offer], stream: TextIO) -> Optional[Forecast]:
     """The plan's forecast on the table's GPU whose memory is nearest the largest worker GPU's (None: failed)."""
-    from ..forecast.devices import DEVICES
 
     per_gpu = max(w.resources.get(GPU_MEMORY, 0.0) / max(w.resources.get(GPU, 1.0), 1.0) for w in workers)
-    name = min(DEVICES, key=lambda n: abs(DEVICES[n].memory_gib - per_gpu))
+    name = min(devices.DEVICES, key=lambda n: abs(devices.DEVICES[n].memory_gib - per_gpu))
     try:
         fc = forecast_plan(plan, target=name)
     except Exception as e:  # noqa: BLE001 - the units then ask for GPUs without a memory figure
         stream.write(f"[sweep] GPU memory not forecast ({type(e).__name__}: {e}): GPU units ask for GPUs only\n")
         return None
     stream.write(
-        f"[sweep] GPU memory of the units forecast for {name} ({DEVICES[name].memory_gib:g} GiB, nearest "
+        f"[sweep] GPU memory of the units forecast for {name} ({devices.DEVICES[name].memory_gib:g} GiB, nearest "
         f"the workers' {per_gpu:g} GiB per GPU; --forecast-for DEVICE to choose)\n"
     )
     return fc

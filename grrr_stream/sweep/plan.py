@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from ..config import clip, stable_hash
 from ..errors import ConfigError
+from ..variants.spec import parse_variant
 from .config import SweepConfig
 from .context import PlanContext, Problems
 from .kinds import KINDS
@@ -82,8 +83,6 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
 
 def _variant_specs(cfg: SweepConfig) -> tuple[dict[str, Any], Problems]:
     """Every variant name of the config parsed once (the variant and evaluate kinds read them)."""
-    from ..variants.spec import parse_variant
-
     specs, problems = {}, []
     for name in cfg.variants.names + [n for e in (cfg.evaluation, *cfg.extra_evaluations) for n in (e.variants or [])]:
         try:

@@ -14,6 +14,7 @@ from typing import Literal, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..errors import WorkdirBusyError
+from ..files import atomic_write_text
 from ..locks import FileLock
 from .kinds import KINDS
 from .units import Unit
@@ -88,8 +89,6 @@ class Records:
                 yield rec.get("key")
 
     def write(self, unit: Unit, record: dict) -> None:
-        from ..files import atomic_write_text
-
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path(unit), json.dumps(record, indent=2, default=str))
 

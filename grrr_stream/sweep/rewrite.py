@@ -8,9 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
-from ..config import TrackingConfig
+from ..config import TrackingConfig, format_validation_error
 from ..errors import ConfigError, GrrrError
+from ..report import CONFIG_FILE
 from .config import SweepConfig, load_sweep_config
+from .plan import plan_sweep
+from .records import Records
+from .run import SweepResult, write_pages
+from .status import sweep_status
+from .tables import write_report
+from .workdir import Workdir
 
 
 @dataclass
@@ -25,10 +32,6 @@ def saved_sweep_config(workdir: Path) -> SweepConfig:
     import json
 
     from pydantic import ValidationError
-
-    from ..config import format_validation_error
-    from ..report import CONFIG_FILE
-    from .workdir import Workdir
 
     workdir = Path(workdir)
     saved = Workdir(workdir).report / CONFIG_FILE
@@ -54,12 +57,6 @@ def rewrite_report(
     sweep workdir, whose saved config is read, or a config YAML). ``tracking``: a TrackingConfig, or settings
     applied over the config's own; the page links the sweep's MLflow runs only when a tracking URI is given
     somewhere (none is created for asking)."""
-    from .plan import plan_sweep
-    from .records import Records
-    from .run import SweepResult, write_pages
-    from .status import sweep_status
-    from .tables import write_report
-
     if not isinstance(config, SweepConfig):
         config = saved_sweep_config(Path(config)) if Path(config).is_dir() else load_sweep_config(Path(config))
     if not isinstance(tracking, TrackingConfig):
@@ -87,8 +84,6 @@ def _refuse_vanished_sources(plan, states: dict[str, str]) -> None:
     """A unit done under its recorded key reads as pending once a checkpoint its key rests on cannot be read (the key
     holds the checkpoint's fingerprint): the page would call finished work pending. Refused, naming the checkpoints,
     and the report left as it is."""
-    from .records import Records
-
     if not plan.source_problems:
         return
     records = Records(plan.workdir)

@@ -11,15 +11,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, TextIO
 
 from ..config import TrackingConfig
+from ..files import ensure_folder
+from ..report.verdict_rows import WORDS
+from ..runtime.diskplan import check_space
+from ..tracking.run_log import preflight, say_missed
 from ..tracking.runs import log_sweep, sweep_runs
 from ..unit_log import console, unit_log
 from .context import RunContext
 from .display import Display
 from .execute import DaskExecutor, LocalExecutor, execute_units, make_client
+from .forecast import forecast_plan
 from .kinds import claims
+from .placement import place
 from .plan import Plan
 from .records import Records, SweepLock, unit_state
 from .rows import Report
+from .status import unit_disk_needs
 from .tables import write_report
 from .tracker import Tracker
 from .units import Unit
@@ -70,8 +77,6 @@ def _sweep_tracking(tracking: TrackingConfig, plan: Plan, layout: Workdir) -> Tr
 def _preflight(tracking: TrackingConfig, layout: Workdir, stream: TextIO, verbose: bool) -> TrackingConfig:
     """The tracking server checked once: MLflow's database migrations go to the sweep's log, what the check
     says to the terminal."""
-    from ..tracking.run_log import preflight
-
     with unit_log(layout.log("sweep"), verbose=verbose):
         return preflight(tracking, console() if stream is sys.stderr else stream)
 
@@ -99,7 +104,6 @@ def run_sweep(
     layout = Workdir(plan.workdir)
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
     tracking = _sweep_tracking(tracking or TrackingConfig(enabled=False), plan, layout)
-    from ..files import ensure_folder
 
     ensure_folder(plan.workdir, "workdir")
     records = Records(plan.workdir)
@@ -168,8 +172,6 @@ def _report(
     result = SweepResult(plan, states, recs, ran, write_report(plan, states, recs))
     result.tracking_missed = [u for u in ran if (recs.get(u) or {}).get("tracking")]
     if tracker is not None and tracker.left():  # the server went away during the sweep
-        from ..tracking.run_log import say_missed
-
         say_missed(tracker.left(), tracker.last.error or "still pending", stream)
         result.tracking_missed += tracker.left()
     return result
@@ -177,9 +179,6 @@ def _report(
 
 def _check_disk(plan: Plan, todo: list[Unit]) -> dict:
     """Refuse before any work when the units still to run need more disk than there is; their disk plan."""
-    from ..runtime.diskplan import check_space
-    from .status import unit_disk_needs
-
     disk = unit_disk_needs(plan)
     needs = [n for u in todo for n in (disk.get(u.id) or [])]
     check_space(
@@ -195,8 +194,6 @@ def _write_forecast(
 ) -> Optional["Forecast"]:
     """The forecast.json of this run, and its headline; the forecast (the display's ETA starts from its seconds,
     a cluster's units ask for its memory), None when it failed: a forecast never stops a sweep."""
-    from .forecast import forecast_plan
-
     try:
         fc = forecast_plan(plan, disk=disk, target=target)
         fc.write_json(layout.forecast)
@@ -223,7 +220,6 @@ def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional
 
     if tracking.enabled and started is not None:
         from ..report.build import verdict_box
-        from ..report.verdict_rows import WORDS
 
         box = [
             (v.claim.id, v.verdict, "; ".join(x for x in (v.value, v.reason, v.test) if x))
@@ -253,8 +249,6 @@ def _run(
         if client is None:
             executor = LocalExecutor(ctx)
         else:
-            from .placement import place
-
             executor = DaskExecutor(client, ctx, *place(client, plan, todo, fc, ctx.device, stream))
         return execute_units(todo, states, executor, display)
     finally:

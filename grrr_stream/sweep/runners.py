@@ -15,6 +15,7 @@ from pathlib import Path
 from ..columns import HEADLINE
 from ..errors import GrrrError
 from ..store.transition_store import TransitionStore
+from ..tracking.run_log import missed
 from ..tracking.runs import finite_metrics, log_transition_metrics
 from ..unit_log import unit_log
 from .context import RunContext
@@ -36,7 +37,6 @@ def run_unit(u: Unit, ctx: RunContext) -> dict:
         import torch
 
         torch.set_num_threads(int(ctx.threads))
-    from ..tracking.run_log import missed
 
     missed_before = len(missed())
     log = Workdir(ctx.workdir).log(u.id)

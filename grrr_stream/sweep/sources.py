@@ -11,7 +11,11 @@ import hashlib
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from ..checkpoints.reader import Checkpoint, resolve_source
 from ..errors import GrrrError
+from ..evaluation import benchmarks as evaluate
+from ..fixtures.tinychain_shipped import BENCHMARKS
+from ..variants.rest import rest_problems
 from .units import PlannedModel, Transition, Unit
 
 
@@ -61,8 +65,6 @@ class Sources:
     def _open(self, mid: str):
         """The local checkpoint opened once (a Checkpoint), or the error message decompose would give."""
         if mid not in self._opened:
-            from ..checkpoints.reader import Checkpoint, resolve_source
-
             try:
                 folder = str(Path(self.models[mid].source).expanduser().absolute())  # as the unit is given it
                 self._opened[mid] = Checkpoint.open(resolve_source(folder))
@@ -79,8 +81,6 @@ class Sources:
         return self._rest[tr.id]
 
     def _rest_problems(self, tr: Transition) -> list[str]:
-        from ..variants.rest import rest_problems
-
         if not (self.is_local(tr.parent) and self.is_local(tr.child)):
             return []
         opened = [self._open(m) for m in (tr.parent, tr.child)]
@@ -113,12 +113,8 @@ def benchmarks(bench_dir: str, names: Sequence[str], gen: Optional[Unit]) -> tup
     """Where a suite's benchmarks (``names`` in its ``bench_dir``) are read from, and what identifies them in
     keys."""
     if bench_dir == "tinychain":
-        from ..fixtures.tinychain_shipped import BENCHMARKS  # the chain's folder, named where it is written
-
         return str(Path(gen.out) / BENCHMARKS), {"generated": gen.key}
     if bench_dir == "bundled":
-        from ..evaluation import benchmarks as evaluate
-
         # keyed by content, not by where the package is installed
         return str(evaluate.BUNDLED), {"bundled": {b: _file_digest(evaluate.BUNDLED / b / "test.jsonl") for b in names}}
     if bench_dir.startswith("hub"):

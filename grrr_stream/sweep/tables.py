@@ -18,6 +18,8 @@ from typing import Optional
 
 from ..columns import TRANSITIONS
 from ..errors import GrrrError
+from ..files import atomic_write_text, to_csv
+from .forecast import estimates
 from .kinds import KINDS, TRANSITIONS_TABLE
 from .plan import Plan
 from .rows import UNITS_TABLE, Report, Row, rectangular
@@ -79,8 +81,6 @@ def _join_kind_columns(report: Report, done: list, records: dict[str, Optional[d
 
 
 def _unit_rows(plan: Plan, states: dict[str, str], records: dict[str, Optional[dict]]) -> list[Row]:
-    from .forecast import estimates
-
     forecast = estimates(plan.workdir)  # the forecast made when the sweep started, next to the measured time
     return [
         {
@@ -98,8 +98,6 @@ def _unit_rows(plan: Plan, states: dict[str, str], records: dict[str, Optional[d
 
 def _write(report: Report) -> None:
     """The report's tables (those with rows) and figures: the units table, then each kind's tables and files."""
-    from ..files import atomic_write_text, to_csv
-
     report.folder.mkdir(parents=True, exist_ok=True)
 
     def put(name: str, rows: list[Row]) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from ..errors import MissingDependencyError
+from ..locks import FileLock
 from .mlflow_view import VIEW_TAG, view_state
 
 KEY_TAG = "grrr.key"
@@ -102,7 +103,6 @@ def client(uri: str):
     _, MlflowClient = _mlflow()
     if not uri.startswith("sqlite:///") or uri in _OPENED:
         return MlflowClient(tracking_uri=uri)
-    from ..locks import FileLock
 
     db = Path(uri[len("sqlite:///") :])
     if not db.parent.is_dir():  # not there (a share not mounted): MLflow says so, the lock creates nothing

@@ -156,7 +156,7 @@ def log_evaluation(
     evaluation's, its engine's dtype resolved (its engine, template and sampling are logged; the dtype chosen and
     why, ``res.info``'s ``engine_dtype`` and ``engine_dtype_reason``, as tags: 'auto' resolved to a dtype shares
     the runs of that dtype, whose params cannot change)."""
-    from ..evaluation import engine
+    from ..evaluation import engine  # the one upward import (tests/test_layers.py EXCEPTIONS), kept here
 
     ref = transition_ref(t)
     logs = [RunLog.of(tracking, **ref, once=False, finish=False, artifacts=[(f, "evaluation") for f in res.files])]

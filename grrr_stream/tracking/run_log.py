@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence, TextIO
 
 from ..config import TrackingConfig, clip, stable_hash
+from ..errors import TrackingUnavailableError
+from ..files import atomic_write_text, read_csv
+from ..locks import FileLock
 from . import mlflow_client
 
 PENDING = ".tracking"  # the folder, in a result's folder, of what could not be logged
@@ -151,8 +154,6 @@ def apply(log: RunLog) -> str:
     for folder, paths in by_folder.items():
         run.log_artifacts(paths, folder)
     if not was_complete:
-        from ..files import read_csv
-
         for path, artifact_file in log.tables:
             if Path(path).is_file():
                 run.log_table(read_csv(Path(path)), artifact_file)
@@ -192,8 +193,6 @@ def missed() -> list[str]:
 
 def record(logs: Sequence[RunLog], pending: Path) -> None:
     """Write ``logs`` into the pending folder, named so that a name sort is the order of recording."""
-    from ..files import atomic_write_text
-
     pending.mkdir(parents=True, exist_ok=True)
     name = f"{mlflow_client.now_ms()}-{os.getpid()}-{stable_hash([log.key for log in logs], 8)}.json"
     atomic_write_text(pending / name, json.dumps([log.to_json() for log in logs], indent=1))
@@ -267,8 +266,6 @@ def flush(folder: Path, *, dry: bool = False, uri: Optional[str] = None) -> Flus
     """Apply the logs pending in ``folder`` in the order they were recorded, deleting each file once
     all its logs are applied; stops at the first failure. ``uri``: log there instead of the recorded
     target. Another process flushing the same folder makes this one skip it."""
-    from ..locks import FileLock
-
     files = pending_files(folder)
     res = FlushResult(left=len(files))
     if not files or dry:
@@ -332,8 +329,6 @@ def preflight(tracking: TrackingConfig, stream: Optional[TextIO] = None) -> Trac
 
             traceback.print_exc(file=stream or sys.stderr)
     if tracking.required:
-        from ..errors import TrackingUnavailableError
-
         raise TrackingUnavailableError(
             f"the MLflow tracking target {uri} cannot be reached ({why}) and tracking.required is set. Start the "
             "server (tracking/serve.sh), point --tracking-uri elsewhere, or unset tracking.required to work "

@@ -44,6 +44,7 @@ from ..checkpoints.writer import TensorSpec, companion_files, write_checkpoint
 from ..dtypes import BY_CODE, FLOAT_NAMES, name_of, torch_dtype
 from ..errors import CheckpointError, ConfigError, StoreMismatchError
 from ..files import atomic_write_text
+from ..progress import Progress
 from ..runtime.device import bound_heap_growth, resolve_device
 from ..runtime.phases import PhaseTimer
 from ..store.transition_store import StoredTransition
@@ -286,8 +287,6 @@ def write_variant(
         raise ConfigError(f"{folder} holds a variant built with other settings; pass --overwrite to rebuild it")
     # one prompt format per transition: tokenizer, chat template and generation config of the post model
     extra = companion_files(builder.post.folder)
-
-    from ..progress import Progress
 
     layout = builder.layout()
     shown = Progress(len(layout), label=f"  [variant {folder.name}] ", enabled=progress)

@@ -11,7 +11,12 @@ from typing import Optional, Sequence
 
 from ..config import TrackingConfig
 from ..files import ensure_folder
+from ..progress import Progress
+from ..runtime.diskplan import DiskNeed, check_space, describe
 from ..tracking import model_runs, runs
+from .builder import VariantBuilder, variant_folder_done, write_variant
+from .channels import load_channels
+from .spec import parse_variants
 
 
 @dataclass
@@ -41,11 +46,6 @@ def run_variants(
     ``out/<variant>.fidelity.csv``; log fidelity to a nested MLflow run per variant. ``channels``: a
     channels.json, needed by the channel variants (read once for all of them). ``progress``: each variant's
     tensors done / total, and the variants done / total, with an ETA."""
-    from ..progress import Progress
-    from .builder import VariantBuilder, variant_folder_done, write_variant
-    from .channels import load_channels
-    from .spec import parse_variants
-
     specs = parse_variants(variants)
     summaries, folders, run_ids = [], [], []
     # every refusal (rest source, dtype) before the first folder is written
@@ -85,9 +85,6 @@ def run_variants(
 def _check_variant_space(builders, out: Path, overwrite: bool, stream=None) -> None:
     """Say what the variant folders still to build will take (from the layout: exact), and refuse
     before the first one when they cannot all fit."""
-    from ..runtime.diskplan import DiskNeed, check_space, describe
-    from .builder import variant_folder_done
-
     needs = [
         DiskNeed(b.spec.name, out, sum(t.nbytes for t in b.layout()))
         for b in builders

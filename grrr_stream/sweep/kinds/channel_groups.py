@@ -25,7 +25,12 @@ from typing import Callable, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from ...channels.enrichment import store_energies
+from ...channels.groups import Member, group_enrichment
 from ...channels.transition_stats import STATS_FILE
+from ...errors import StoreError
+from ...files import atomic_write_text, to_csv, to_json
+from ...stats.claims_sets import method_group
 from ..context import PlanContext, Problems, RunContext
 from ..rows import Report, Row, TableRows, read_rows
 from ..units import Unit, UnitParams
@@ -73,8 +78,6 @@ class ChannelGroupsParams(UnitParams):
 
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     """One unit when a channel-stats unit of a training step with a method group is planned, after them all."""
-    from ...stats.claims_sets import method_group
-
     steps, deps = [], []
     for u in ctx.units_of(CHANNEL_STATS):
         tr = ctx.transitions[u.params.transition]
@@ -98,8 +101,6 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 def run(u: Unit, ctx: RunContext) -> dict:
     """The table from the steps' rows and members: channels_sft_rl.csv, then channels_sft_rl.json."""
-    from ...files import atomic_write_text, to_csv, to_json
-
     p: ChannelGroupsParams = u.params
     rows = [
         {**r, "transition": s.transition, "group_sft_rl": s.group, "step": True}
@@ -118,10 +119,6 @@ def members(steps, store_of: Callable[[str], Path]) -> dict:
     """transition → its :class:`~grrr_stream.channels.groups.Member`: the one its channel-stats unit kept, or
     for a unit finished before units kept one, made from its store's energies (``store_of``: transition → store)
     and W0's outlier set; a step whose store can no longer be read has none."""
-    from ...channels.enrichment import store_energies
-    from ...channels.groups import Member
-    from ...errors import StoreError
-
     out = {}
     for s in steps:
         kept = Path(s.stats_out) / MEMBER_FILE
@@ -149,8 +146,6 @@ def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
 
 
 def write(rep: Report) -> list[Path]:
-    from ...files import atomic_write_text
-
     if not rep.rows(CHANNELS_TABLE):  # the transitions' own rows, with the group table when there is one
         return []
     path = rep.folder / SFT_RL_TEXT
@@ -171,8 +166,6 @@ def sft_rl_rows(rows: list[Row], members: dict, *, draws: int, seed: int) -> lis
     """Per group (SFT, RL) and component: the means over the group's training steps (all matrices' row of
     each) and, for the mean ratio, the group's interval and p-value (:func:`grrr_stream.channels.groups.
     group_enrichment` over ``members``, transition → Member)."""
-    from ...channels.groups import group_enrichment
-
     out = []
     for group in ("SFT", "RL"):
         mine = [

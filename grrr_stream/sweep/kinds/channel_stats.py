@@ -13,9 +13,12 @@ import math
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ...channels.transition_stats import LAYERS_FILE, STATS_FILE
+from ... import plots
+from ...channels.transition_stats import LAYERS_FILE, STATS_FILE, transition_channel_stats
 from ...columns import VALUE, Column
 from ...forecast import work
+from ...stats.claims_sets import method_group
+from ...tracking.runs import log_channel_stats
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
 from ..rows import Report, TableRows, read_rows, rectangular
@@ -86,8 +89,6 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 def run(u: Unit, ctx: RunContext) -> dict:
     """One transition's energy on its W0's outlier channels: channel_layers.csv, then channel_stats.csv."""
-    from ...channels.transition_stats import transition_channel_stats
-
     p: ChannelStatsParams = u.params
     store = store_of(ctx, p.transition)
     base = read_channel_set(p.channels_out)
@@ -106,8 +107,6 @@ def run(u: Unit, ctx: RunContext) -> dict:
     res.member.save(Path(u.out) / MEMBER_FILE)  # before the marker: a finished unit always has it
     files = res.write(Path(u.out))
     if ctx.tracking.enabled:
-        from ...tracking.runs import log_channel_stats
-
         log_channel_stats(store, res.rows, res.layers, files, ctx.tracking)
     overall = {r["component"]: r for r in res.rows if r["group"] == "all"}
     return {
@@ -145,8 +144,6 @@ def estimate(u: Unit, facts) -> UnitForecast:
 
 
 def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
-    from ...stats.claims_sets import method_group
-
     sft = plan.config.claims.sft_methods
     shares, layers = [], []
     for u in done:
@@ -170,8 +167,6 @@ def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
 
 
 def write(rep: Report) -> list[Path]:
-    from ... import plots
-
     layers = rep.rows(LAYERS_TABLE)
     return [plots.channel_layer_shares(layers, rep.folder / LAYERS_FIGURE)] if layers else []
 

@@ -13,7 +13,11 @@ from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import Field, field_validator
 
-from ...channels.analysis import CHANNELS_FILE
+from ...channels.activations import parse_bytes
+from ...channels.analysis import CHANNELS_FILE, run_channels
+from ...channels.calibration import TEXT_SHA256
+from ...channels.rule import OutlierRule
+from ...checkpoints.reader import resolve_source
 from ...config import MAX_DRAWS, StrictModel
 from ...forecast import work
 from ..context import PlanContext, Problems, RunContext
@@ -105,8 +109,6 @@ def read_channel_set(unit_out: str | Path) -> dict:
 
 def channels_unit(ctx: PlanContext, model: str) -> Unit:
     """The channels unit of one model of the sweep, with the ``channels`` section's settings."""
-    from ...channels.calibration import TEXT_SHA256
-
     c, sources = ctx.cfg.channels, ctx.sources
     src, ident = sources.resolve(model)
     params = ChannelsParams(
@@ -156,10 +158,6 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 def run(u: Unit, ctx: RunContext) -> dict:
     """``grrr-stream channels`` on one model, into the unit's folder (channels.json written last)."""
-    from ...channels.analysis import run_channels
-    from ...channels.rule import OutlierRule
-    from ...checkpoints.reader import resolve_source
-
     p: ChannelsParams = u.params
     try:  # transformers' "sequence longer than the model maximum": the text is cut into windows on purpose
         from transformers.utils import logging as tf_logging
@@ -204,8 +202,6 @@ def seconds(params: int, rates, *, sequences: int, seq_len: int, batch_size: int
 
 def estimate(u: Unit, facts) -> UnitForecast:
     """Forward passes over the calibration text, 2 × parameters per token, at the CPU's forward rate."""
-    from ...channels.activations import parse_bytes
-
     p: ChannelsParams = u.params
     info = facts.get(p.source, p.revision)
     download, write, rates = facts.fetch(p.source, p.revision), facts.write(u), facts.rates

@@ -19,7 +19,14 @@ from typing import ClassVar, Optional
 from pydantic import BaseModel, ConfigDict
 
 from ...config import ClaimSettings
+from ...errors import GrrrError
+from ...evaluation.answers import verified_summary
+from ...evaluation.designs import recorded
 from ...evaluation.pipeline import RECORD_FILE
+from ...evaluation.scoring import result_path
+from ...files import atomic_write_text, to_csv, to_json
+from ...stats import claims, claims_adaptive, claims_sets
+from ...stats.claims_adaptive import AdaptiveEvaluation
 from ..context import PlanContext, Problems, RunContext
 from ..rows import Report, TableRows
 from ..sections import Section
@@ -141,9 +148,6 @@ def selector_name(cfg, suite: Optional[str]) -> str:
 
 def run(u: Unit, ctx: RunContext) -> dict:
     """The suite's summary from its evaluations' per-problem results: the three tables, then claims.json."""
-    from ...files import atomic_write_text, to_csv, to_json
-    from ...stats import claims_adaptive, claims_sets
-
     p: ClaimsParams = u.params
     scores, adaptive, rest = [], [], {}
     for e in p.evaluations:
@@ -171,9 +175,6 @@ def run(u: Unit, ctx: RunContext) -> dict:
 def _adaptive(e: Evaluated):
     """The rows of one evaluation whose design rests each variant on its own problems, from the design's record
     (None under a design that pairs every variant on every problem)."""
-    from ...evaluation.designs import recorded
-    from ...stats.claims_adaptive import AdaptiveEvaluation
-
     try:
         info = json.loads((Path(e.evaluation_out) / RECORD_FILE).read_text()).get("info", {})
     except (OSError, ValueError, AttributeError):
@@ -190,9 +191,6 @@ def _adaptive(e: Evaluated):
 def _verified(path: Path):
     """A summary the claims rest on: None when there is none; refused, naming it, when it does not match its digest
     (the evaluation unit that wrote it reads as stale then, and the next run summarises it again)."""
-    from ...errors import GrrrError
-    from ...evaluation.answers import verified_summary
-
     if not path.is_file():
         return None
     found = verified_summary(path)
@@ -207,9 +205,6 @@ def _verified(path: Path):
 def _scores(e: Evaluated, c: ClaimSettings):
     """Paired bootstrap scores of one evaluation's variants from its per-problem results (None for results
     written before per-problem correctness was recorded)."""
-    from ...evaluation.scoring import result_path
-    from ...stats import claims
-
     correct: dict[str, dict[str, object]] = {}
     for name in e.variants:
         for b in e.benchmarks:

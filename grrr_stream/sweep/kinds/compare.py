@@ -8,10 +8,16 @@ from collections import Counter
 from pathlib import Path
 from typing import ClassVar, Literal, Optional
 
+from ... import plots
 from ...columns import VALUE, Column
 from ...dtypes import SIXTEEN_BIT
 from ...stats.comparisons import STEPWISE
-from ...stats.run import COMPARISONS_TABLE, COSINES_FIGURE, NORMS_FIGURE  # also drawn into WORKDIR/report
+from ...stats.run import (  # also drawn into WORKDIR/report  # also drawn into WORKDIR/report
+    COMPARISONS_TABLE,
+    COSINES_FIGURE,
+    NORMS_FIGURE,
+    run_comparisons,
+)
 from ..context import PlanContext, Problems, RunContext
 from ..rows import Report, TableRows, read_rows, rectangular
 from ..units import PlannedModel, Unit, UnitParams
@@ -178,8 +184,6 @@ def _unit(pair: Pair, ctx: PlanContext, dec_key: dict[str, str]) -> Unit:
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
-    from ...stats.run import run_comparisons
-
     p: CompareParams = u.params
     ancestor = store_of(ctx, p.ancestor) if p.ancestor else None
     res = run_comparisons(
@@ -213,8 +217,6 @@ def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
 
 
 def write(rep: Report) -> list[Path]:
-    from ... import plots
-
     rows = rep.rows(COMPARISONS_TABLE)
     if not rows:
         return []

@@ -12,14 +12,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
+from ... import plots
 from ...columns import CONSOLE, JOINED, TRANSITIONS, VALUE, Column, Schema
 from ...config import DecomposeConfig, DecompositionSettings, build_config, result_settings
+from ...decompose.plan import plan_transition
+from ...decompose.run import run_transition
+from ...decompose.spread import in_dask_worker
 from ...dtypes import ITEMSIZE
+from ...errors import GrrrError
 from ...forecast import target as tgt  # a device to forecast for (--forecast-for)
 from ...forecast import work
 from ...geometry.analyses import MATRIX_COLUMNS
 from ...geometry.analyses.bands import DEFAULT_BAND_EDGES, OFF_PRINCIPAL, band_key
 from ...geometry.metrics import NRANK_W0, NRANK_W1, PAPER_COLUMNS
+from ...runtime.diskplan import transition_needs
+from ...store.transition_store import TransitionStore
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import DiskFacts, UnitForecast, cpu_cores
 from ..resources import Needs, cpu_needs, gpu_needs, uses_gpu
@@ -144,9 +151,6 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
-    from ...decompose.run import run_transition
-    from ...decompose.spread import in_dask_worker
-
     p: DecomposeParams = u.params
     run_args = {"progress": ctx.progress, "tracking": ctx.tracking, **({"device": ctx.device} if ctx.device else {})}
     cfg = p.config(u.out, source=u.id, **run_args)
@@ -169,8 +173,6 @@ def run(u: Unit, ctx: RunContext) -> dict:
 
 def complete(u: Unit) -> bool:
     """The store's manifest says complete, its metrics table is there and every matrix has its folder."""
-    from ...store.transition_store import TransitionStore
-
     out = Path(u.out)
     manifest = TransitionStore.read_manifest(out) or {}
     matrices = out / "matrices"
@@ -186,7 +188,6 @@ def progress(u: Unit) -> str:
     out = Path(u.out)
     if not (out / "matrices").is_dir():
         return ""
-    from ...store.transition_store import TransitionStore
 
     manifest = TransitionStore.read_manifest(out) or {}
     total = len(manifest.get("matrices", []))
@@ -196,9 +197,6 @@ def progress(u: Unit) -> str:
 
 def disk(u: Unit, facts: DiskFacts) -> Optional[list]:
     """What the store and the frame cache will hold, from the checkpoints' headers (None: not here yet)."""
-    from ...decompose.plan import plan_transition
-    from ...errors import GrrrError
-
     p: DecomposeParams = u.params
     ck, post = facts.checkpoints.get(p.base), facts.checkpoints.get(p.post)
     if ck is None or post is None:
@@ -211,8 +209,6 @@ def disk(u: Unit, facts: DiskFacts) -> Optional[list]:
 
 
 def _needs(p: DecomposeParams, u: Unit, shapes: list) -> list:
-    from ...runtime.diskplan import transition_needs
-
     s = p.settings
     return transition_needs(
         shapes,
@@ -279,8 +275,6 @@ def report(plan: Planned, done: list[Unit], rep: Report) -> list[TableRows]:
 
 
 def write(rep: Report) -> list[Path]:
-    from ... import plots
-
     trows = rep.rows(TABLE)
     edge = next(
         (e for e in (64, *DEFAULT_BAND_EDGES) if trows and trows[0].get(OFF_PRINCIPAL.at(edge=e).headline) is not None),

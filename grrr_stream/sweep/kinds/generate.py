@@ -13,6 +13,9 @@ from typing import ClassVar, Optional
 
 from ...config import StrictModel
 from ...errors import GrrrError
+from ...files import atomic_write_text
+from ...fixtures import tinychain
+from ...fixtures.tinychain import build_chain, shipped_available
 from ...fixtures.tinychain_shipped import MARKER  # the chain's record, written last
 from ...forecast import work
 from ..context import PlanContext, Problems, RunContext
@@ -72,8 +75,6 @@ def chain_of(spec: str, default_seed: int) -> tuple[int, str]:
 def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
     """One unit per tiny chain the config reads: the ``tinychain`` section's (its models, or its benchmark when an
     evaluation reads it) and each other seed that a ``tinychain:seedN/NAME`` source names."""
-    from ...fixtures import tinychain
-
     cfg = ctx.cfg
     tc = cfg.tinychain or TinyChainSpec()
     uses_tiny_bench = any(e.enabled and e.bench_dir == "tinychain" for e in (cfg.evaluation, *cfg.extra_evaluations))
@@ -149,8 +150,6 @@ def complete(u: Unit) -> bool:
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
-    from ...fixtures.tinychain import build_chain
-
     p: GenerateParams = u.params
     before = _recorded(u)
     if changed_files(u):
@@ -165,7 +164,6 @@ def run(u: Unit, ctx: RunContext) -> dict:
             f"the tiny chain written again in {u.out} differs from the one this sweep's results rest on "
             f"({', '.join(differ[:3])}); delete {u.out} and the workdir's results to start over"
         )
-    from ...files import atomic_write_text
 
     atomic_write_text(Path(u.out) / FILES, json.dumps({"key": u.key, "files": files}, indent=1))
     meta = json.loads((Path(u.out) / MARKER).read_text())
@@ -177,8 +175,6 @@ def run(u: Unit, ctx: RunContext) -> dict:
 
 
 def estimate(u: Unit, facts) -> UnitForecast:
-    from ...fixtures.tinychain import shipped_available
-
     p: GenerateParams = u.params
     seconds = QUICK_SECONDS if p.quick else SECONDS
     if not p.retrain and shipped_available(p.seed, p.quick):

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from pydantic import model_validator
 
 from ...errors import renamed
-from ...stats.run import OVERALL_TABLE
+from ...stats.run import OVERALL_TABLE, run_stats
 from ...stats.settings import ComparisonSettings
 from ..context import PlanContext, Problems, RunContext
 from ..rows import Report, TableRows, read_rows
@@ -82,8 +82,6 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
-    from ...stats.run import run_stats
-
     p: StatsParams = u.params
     stores = [store_of(ctx, t) for t in p.transitions]
     res = run_stats(

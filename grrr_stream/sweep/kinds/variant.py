@@ -16,7 +16,13 @@ from ...config import StrictModel
 from ...dtypes import FLOAT_NAMES, ITEMSIZE
 from ...errors import ConfigError
 from ...forecast import work
-from ...variants.builder import META_FILE
+from ...runtime.device import resolve_device
+from ...runtime.diskplan import DiskNeed
+from ...tracking.model_runs import log_variant
+from ...variants.builder import META_FILE, VariantBuilder, write_variant
+from ...variants.channels import load_channels
+from ...variants.rest import rest_refusal
+from ...variants.spec import parse_variant
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import DiskFacts, UnitForecast
 from ..resources import Needs, cpu_needs, gpu_needs, uses_gpu
@@ -103,8 +109,6 @@ class VariantParams(UnitParams):
 
 def rest_problems(ctx: PlanContext, tid: str, names: list[str], where: str) -> Problems:
     """A plan problem when rest_from: base meets a base that cannot supply the rest."""
-    from ...variants.rest import rest_refusal
-
     composed = [n for n in names if n in ctx.specs and ctx.specs[n].composed]
     if not composed or ctx.cfg.variants.rest_from != "base":
         return []
@@ -118,8 +122,6 @@ def channel_fields(
     """The channels.json fields of units with channel variants among ``names`` on transition ``tid``: its
     path and the key of its channel set (empty when no name is a channel variant), the sweep unit that
     writes it (none for a user's channels.json), or the problem."""
-    from ...variants.channels import load_channels
-
     wanting = [n for n in names if n in ctx.specs and ctx.specs[n].channels]
     if not wanting:
         return {}, (), []
@@ -218,11 +220,6 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
-    from ...runtime.device import resolve_device
-    from ...tracking.model_runs import log_variant
-    from ...variants.builder import VariantBuilder, write_variant
-    from ...variants.spec import parse_variant
-
     p: VariantParams = u.params
     builder = VariantBuilder(
         store_of(ctx, p.transition),
@@ -244,8 +241,6 @@ def run(u: Unit, ctx: RunContext) -> dict:
 
 def disk(u: Unit, facts: DiskFacts) -> Optional[list]:
     """A folder of W0's size in the variant's dtype (None: W0 not here yet)."""
-    from ...runtime.diskplan import DiskNeed
-
     dec = facts.dec.get(u.params.transition)
     ck = facts.checkpoints.get(dec.params.base) if dec is not None else None
     if ck is None:

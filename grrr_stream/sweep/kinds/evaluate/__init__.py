@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Optional
 
 from ....columns import VALUE, Column
+from ....evaluation import pipeline  # pipeline.run_evaluation looked up when called: tests replace it
+from ....evaluation.answers import verified_summary
 from ....evaluation.designs import DESIGNS
-from ....evaluation.pipeline import RECORD_FILE
+from ....evaluation.pipeline import RECORD_FILE, EvaluationRequest
+from ....evaluation.scoring import result_path
 from ....evaluation.settings import EvaluationOptions
+from ....progress import Progress
 from ...context import PlanContext, Problems, RunContext
 from ...estimate import UnitForecast
 from ...resources import Needs, gpu_needs
@@ -124,9 +128,6 @@ def _last_step(ctx: PlanContext, tid: str, dec_key: dict, where: str) -> tuple[O
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
-    from ....evaluation.pipeline import EvaluationRequest, run_evaluation
-    from ....progress import Progress
-
     # vLLM logs every weight swap at INFO and dozens of harmless kernel-registration warnings per
     # engine: kept at WARNING (set VLLM_LOGGING_LEVEL=INFO for more); they go to the unit's log
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -147,7 +148,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
         progress=ctx.progress,
         last_step=store_of(ctx, p.last_step) if p.last_step else None,
     )
-    res = run_evaluation(request, tracking=ctx.tracking, log=log)
+    res = pipeline.run_evaluation(request, tracking=ctx.tracking, log=log)
     return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
 
 
@@ -175,9 +176,6 @@ def _summaries_verify(u: Unit) -> bool:
     """Every summary there that the claims read back (a benchmark's per variant, or the design's own record)
     matches its digest; one that does not (changed, or written before summaries carried one) makes the unit stale:
     summarised again from its verified answers, no generation."""
-    from ....evaluation.answers import verified_summary
-    from ....evaluation.scoring import result_path
-
     p: EvaluateParams = u.params
     summary = DESIGNS[p.options.design].summary
     if summary is not None:

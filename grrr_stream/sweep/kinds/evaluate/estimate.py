@@ -8,10 +8,16 @@ from typing import Any, Optional
 from ....dtypes import ITEMSIZE
 from ....errors import GrrrError
 from ....evaluation.designs import DESIGNS
+from ....evaluation.dtype_choice import resolve_engine_dtype
+from ....fixtures.tinychain import FULL
 from ....forecast import answers, work
 from ....forecast import target as tgt
+from ....stats.claims_sets import method_group
+from ....store.transition_store import StoredTransition
+from ....variants.spec import parse_variants
 from ...estimate import UnitForecast
 from ...units import Unit
+from .. import decompose
 from .params import EvaluateParams
 
 ENGINE_START_S = 25.0  # per evaluation: importing vLLM and starting the engine on CPU
@@ -39,7 +45,6 @@ def engine_dtype(p: EvaluateParams, facts) -> tuple[str, str, str]:
     stored = _stored_choice(p, facts)
     if stored is not None:
         return stored.dtype, f"engine.dtype auto from the stored bf16 survival: {stored.reason}", "stored"
-    from ....stats.claims_sets import method_group
 
     t = facts.transitions.get(p.transition)
     sft_from_base = (
@@ -54,11 +59,6 @@ def _stored_choice(p: EvaluateParams, facts):
     """The 'auto' rule's :class:`~grrr_stream.evaluation.dtype_choice.EngineChoice` from the stores of the
     transition (and of its last step, when judged) where they are decomposed and hold their bf16 survival;
     None otherwise."""
-    from ....evaluation.dtype_choice import resolve_engine_dtype
-    from ....store.transition_store import StoredTransition
-    from ....variants.spec import parse_variants
-    from .. import decompose
-
     units = [facts.dec.get(t) for t in (p.transition, p.last_step) if t]
     if any(u is None or not decompose.complete(u) for u in units):
         return None
@@ -179,8 +179,6 @@ def _benchmark_prompts(p: EvaluateParams) -> Optional[list[tuple[str, int]]]:
         if f.is_file():
             count = sum(1 for line in f.read_text().splitlines() if line.strip())
         elif b == "arith":  # the tiny chain's own benchmark, not generated yet
-            from ....fixtures.tinychain import FULL
-
             count = FULL.benchmark_size
         else:
             return None
