@@ -73,6 +73,7 @@ ALLOWED = {
     ("cli.printing", "sweep.kinds.evaluate"): "heavy: sweep.kinds.evaluate pulls torch (~1 s)",
     ("cli.printing", "stats.run.COMPARISONS_TABLE"): "heavy: stats.run pulls torch (~1 s)",
     ("cli.printing", "sweep.kinds.decompose"): "heavy: sweep.kinds.decompose pulls torch (~1 s)",
+    ("cli.printing", "sweep.kinds.TRANSITION_COLUMNS"): "heavy: sweep.kinds pulls torch (~1 s)",
     ("cli.printing", "sweep.kinds.evaluate.rows.REPORT_FILES"): "heavy: sweep.kinds.evaluate.rows pulls torch (~1 s)",
     ("cli.printing", "sweep.kinds.channel_groups.sft_rl_text"): "heavy: sweep.kinds.channel_groups pulls torch (~1 s)",
     ("cli.sweep", "sweep.config.load_sweep_config"): "heavy: sweep.config pulls torch (~1 s)",

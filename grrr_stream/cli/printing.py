@@ -10,7 +10,6 @@ from ..evaluation.tables import accuracy_columns
 from ..geometry.metrics import PAPER_COLUMNS
 from ..runtime.diskplan import describe, gib, shortfalls
 from ..stats.claims_sets import method_group, sentences
-from ..sweep.kinds import TRANSITION_COLUMNS
 
 
 def print_summary(result, out=None) -> None:
@@ -250,6 +249,8 @@ def _print_transitions(trs: list[dict], out) -> None:
     its aggregate gives it: pooled over the transition's entries, or a mean over its matrices)."""
     if not trs:
         return
+    from ..sweep.kinds import TRANSITION_COLUMNS
+
     cols = at_one_edge(TRANSITION_COLUMNS.sorted(TRANSITION_COLUMNS.summarised(trs[0], CONSOLE)))
     paper = [c for c in cols if PAPER_COLUMNS.column(c.name) is not None]
     beyond = [c for c in cols if PAPER_COLUMNS.column(c.name) is None]
