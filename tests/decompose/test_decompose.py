@@ -154,10 +154,10 @@ def test_store_layout_csv_and_dask(planted_f64, tmp_path):
         rel=1e-5,
     )
     summary = json.loads((store / "summary.json").read_text())
-    assert summary["scopes"]["all"]["n"] == 14 and summary["scopes"]["up_proj"]["n"] == 2
+    assert summary["scopes"]["all"]["n"] == 14 and summary["scopes"]["module:up_proj"]["n"] == 2
     vals = np.array([r["f_null"] for r in res.rows if r["module"] == "up_proj"])
-    assert summary["scopes"]["up_proj"]["f_null_mean"] == pytest.approx(vals.mean())
-    assert summary["scopes"]["up_proj"]["f_null_std"] == pytest.approx(vals.std(ddof=1))
+    assert summary["scopes"]["module:up_proj"]["f_null_mean"] == pytest.approx(vals.mean())
+    assert summary["scopes"]["module:up_proj"]["f_null_std"] == pytest.approx(vals.std(ddof=1))
     again = run_transition(no_track_config(base=str(base), post=str(post), store=store, figures=True))
     assert again.computed == 0  # figures are not a result setting: the finished store is reused as it is
     assert (store / "figures" / "energy_fractions.png").stat().st_size > 1000
