@@ -293,7 +293,7 @@ def matrix_rows(rep: Report) -> dict[str, list[Row]]:
 def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]] = None) -> Row:
     """One row of transitions.csv: the store's summary statistics (summary.json) of every column shown in
     transitions.csv (the paper's Tables 3 and 4, the numerical ranks in name order, then the analyses beyond the
-    paper: means first, then pooled figures, then texts) and, per rank threshold T, the change of numerical rank
+    paper in summary.json's order: means first, then pooled figures, then texts) and, per rank threshold T, the change of numerical rank
     W0 → W1 (its mean over matrices and largest magnitude, from metrics.csv; ``matrix_rows``: those rows when
     the caller has read them already)."""
     summary = json.loads((store / SUMMARY).read_text())["scopes"]["all"]
@@ -302,8 +302,11 @@ def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]]
     paper = [c for c in found if PAPER_COLUMNS.column(c.name) is not None and c not in ranks]
     beyond = [c for c in found if PAPER_COLUMNS.column(c.name) is None]
 
-    def stats(cols: list[Column]) -> Row:
-        return {s: summary.get(s) for c in cols for s in MATRIX_COLUMNS.transitions_stats(c)}
+    def stats(cols: list[Column], as_stored: bool = False) -> Row:
+        names = [s for c in cols for s in MATRIX_COLUMNS.transitions_stats(c)]
+        if as_stored:  # in summary.json's order
+            names = [k for k in summary if k in set(names)]
+        return {s: summary.get(s) for s in names}
 
     row: Row = {
         "transition": tr.id,
@@ -319,9 +322,9 @@ def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]]
     if matrix_rows is None:
         matrix_rows = read_rows(store / METRICS)
     row.update(_rank_changes(matrix_rows, [c.values["threshold"] for c in ranks if c.of(NRANK_W0)]))
-    row.update(stats([c for c in beyond if c.aggregate.first]))
-    row.update(stats([c for c in beyond if not c.aggregate.first and c.aggregate is not JOINED]))
-    row.update(stats([c for c in beyond if c.aggregate is JOINED]))
+    row.update(stats([c for c in beyond if c.aggregate.first], as_stored=True))
+    row.update(stats([c for c in beyond if not c.aggregate.first and c.aggregate is not JOINED], as_stored=True))
+    row.update(stats([c for c in beyond if c.aggregate is JOINED], as_stored=True))
     row["store"] = str(store)
     return row
 
