@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.common import package_modules
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -142,13 +143,7 @@ REASONS = ("heavy: ", "cycle: ", "layer: ")
 
 
 def modules() -> dict[str, Path]:
-    out = {}
-    for p in sorted(PKG.rglob("*.py")):
-        parts = list(p.relative_to(PKG).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = p
-    return out
+    return package_modules(PKG)
 
 
 def function_imports(module: str, path: Path) -> list[tuple[int, str]]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from helpers.common import package_modules
+
 PKG = Path(__file__).resolve().parents[1] / "grrr_stream"
 
 # lowest first; a name is a package or a root module below grrr_stream ("" = grrr_stream/__init__.py,
@@ -50,13 +52,7 @@ def layer_of(module: str) -> int:
 
 
 def modules() -> dict[str, Path]:
-    out = {}
-    for p in sorted(PKG.rglob("*.py")):
-        parts = list(p.relative_to(PKG).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = p
-    return out
+    return package_modules(PKG)
 
 
 def imports_of(module: str, path: Path, known: set) -> list[tuple[int, str]]:

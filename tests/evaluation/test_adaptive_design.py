@@ -264,18 +264,21 @@ def test_a_run_killed_mid_chunk_resumes_exactly(transition, tmp_path, ahead):
     assert len(asked) == redone  # nothing answered before the kill was asked again
 
 
+def counting(calls: dict, key: str):
+    """The stand-in engine, recording the size of each call under ``key``."""
+
+    class Counting(StandInEngine):
+        def generate(self, prompts, sampling=None):
+            calls[key].append(len(prompts))
+            return super().generate(prompts, sampling)
+
+    return Counting
+
+
 def test_answering_ahead_changes_no_decision(transition, tmp_path):
     """A chunk at a time or ahead in larger batches: the same rows; ahead asks the engine fewer, larger batches."""
     _, _, store, bench = transition
     calls: dict[str, list[int]] = {"0": [], "0.5": []}
-
-    def counting(key):
-        class Counting(StandInEngine):
-            def generate(self, prompts, sampling=None):
-                calls[key].append(len(prompts))
-                return super().generate(prompts, sampling)
-
-        return Counting
 
     rows = {}
     for key, ahead in (("0", 0.0), ("0.5", 0.5)):
@@ -286,7 +289,7 @@ def test_answering_ahead_changes_no_decision(transition, tmp_path):
         )
         res = run_evaluation(
             EvaluationRequest(store, tmp_path / key, VARIANTS, ["sums"], bench, opts),
-            engine_factory=counting(key),
+            engine_factory=counting(calls, key),
             log=lambda m: None,
         )
         rows[key] = res.differences
@@ -304,19 +307,13 @@ def test_a_call_answers_at_least_min_batch_problems_and_no_decision_changes(tran
     _, _, store, bench = transition
     calls: dict[str, list[tuple[str, int]]] = {"1": [], "big": []}
 
-    def counting(key):
-        class Counting(StandInEngine):
-            def generate(self, prompts, sampling=None):
-                calls[key].append(len(prompts))
-                return super().generate(prompts, sampling)
-
-        return Counting
-
     rows, answered = {}, {}
     for key, batch in (("1", 1), ("big", min_batch)):
         seq = AdaptiveSettings(chunk=40, precision_points=6.0, seed=3, lookahead=0.5, min_batch=batch)
         res = run_evaluation(
-            _request(store, bench, tmp_path / key, adaptive=seq), engine_factory=counting(key), log=lambda m: None
+            _request(store, bench, tmp_path / key, adaptive=seq),
+            engine_factory=counting(calls, key),
+            log=lambda m: None,
         )
         rows[key] = res.differences
         answered[key] = {v: len(_records(tmp_path / key, v)) for v in VARIANTS}

@@ -10,6 +10,17 @@ from grrr_stream.config import build_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def package_modules(pkg: Path) -> dict[str, Path]:
+    """Every module of a package by its dotted name below it ('' for its __init__)."""
+    out = {}
+    for p in sorted(pkg.rglob("*.py")):
+        parts = list(p.relative_to(pkg).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
 def store_snapshot(store: Path) -> dict:
     """Every array and every matrix's attributes of a store (plus metrics.csv when present)."""
     import json
