@@ -4,7 +4,7 @@
 Decomposes the shipped tiny chain's base → sft and sft → rl (seconds), evaluates the variants named by
 --variant of each on its arith benchmark with the demo's engine settings (max_new_tokens 64, float32), and prints
 one JSON line per transition: tokens_mean per variant (the accuracy table's column,
-grrr_stream/evaluation/tables.py diagnostics) and their mean. grrr_stream/forecast/answers.py takes the arith
+grrr_stream/evaluation/tables.py diagnostics) and their mean. grrr_stream/forecast/answer_lengths.py takes the arith
 length from here.
 
     python tools/answer_lengths.py [--out bench_out/answer_lengths] [--variant base,full,offnull]

@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, create_model, field_validator
 from ..config import StrictModel, TrackingConfig, format_validation_error
 from ..errors import ConfigError
 from ..runtime.cluster import parse_scheduler
-from .compose import compose
+from .includes import compose
 from .kinds import KINDS
 from .kinds.channels import SweepChannels
 from .kinds.claims import SweepClaims

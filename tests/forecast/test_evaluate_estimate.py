@@ -1,4 +1,4 @@
-"""The evaluate unit's forecast: expected answer lengths (forecast/answers.py) against hand-weighted means, the
+"""The evaluate unit's forecast: expected answer lengths (forecast/answer_lengths.py) against hand-weighted means, the
 engine dtype 'auto' predicted from the transition, and host RAM apart from GPU memory. No timings."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from grrr_stream.evaluation.settings import EngineSettings
-from grrr_stream.forecast import answers, work
+from grrr_stream.forecast import answer_lengths, work
 from grrr_stream.sweep.kinds import evaluate
 from grrr_stream.sweep.units import Transition
 
@@ -16,13 +16,14 @@ from grrr_stream.sweep.units import Transition
 def test_expected_tokens_weighted_by_prompts_and_capped_by_the_limit():
     """math500 at 7B: 3198.8 tokens; aime24 has no figure (the limit). 500 and 30 prompts, limit 4000:
     (500 · 3198.8 + 30 · 4000) / 530; at limit 3000 both are 3000."""
-    mean, basis = answers.expected_tokens([("math500", 500), ("aime24", 30)], 7_000_000_000, 4000)
+    mean, basis = answer_lengths.expected_tokens([("math500", 500), ("aime24", 30)], 7_000_000_000, 4000)
     assert mean == pytest.approx((500 * 3198.8 + 30 * 4000) / 530)
     assert "aime24 4000 (limit)" in basis
-    assert answers.expected_tokens([("math500", 500), ("aime24", 30)], 7_000_000_000, 3000)[0] == 3000
+    assert answer_lengths.expected_tokens([("math500", 500), ("aime24", 30)], 7_000_000_000, 3000)[0] == 3000
     # the size picks the row: 1.5B answers longer than 14B ones
-    assert answers.mean_length("math500", 1_500_000_000).tokens > answers.mean_length("math500", 14_000_000_000).tokens
-    assert answers.mean_length("math500", 10**12) is None  # beyond every row: the limit
+    small, large = (answer_lengths.mean_length("math500", n).tokens for n in (1_500_000_000, 14_000_000_000))
+    assert small > large
+    assert answer_lengths.mean_length("math500", 10**12) is None  # beyond every row: the limit
 
 
 def _facts(kind, method, store=None):

@@ -293,9 +293,9 @@ def matrix_rows(rep: Report) -> dict[str, list[Row]]:
 def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]] = None) -> Row:
     """One row of transitions.csv: the store's summary statistics (summary.json) of every column shown in
     transitions.csv (the paper's Tables 3 and 4, the numerical ranks in name order, then the analyses beyond the
-    paper in summary.json's order: means first, then pooled figures, then texts) and, per rank threshold T, the change of numerical rank
-    W0 → W1 (its mean over matrices and largest magnitude, from metrics.csv; ``matrix_rows``: those rows when
-    the caller has read them already)."""
+    paper in summary.json's order: means first, then pooled figures, then texts) and, per rank threshold T, the
+    change of numerical rank W0 → W1 (its mean over matrices and largest magnitude, from metrics.csv;
+    ``matrix_rows``: those rows when the caller has read them already)."""
     summary = json.loads((store / SUMMARY).read_text())["scopes"]["all"]
     found = MATRIX_COLUMNS.ordered(MATRIX_COLUMNS.summarised(summary, TRANSITIONS))
     ranks = sorted((c for c in found if c.of(NRANK_W0) or c.of(NRANK_W1)), key=lambda c: c.name)

@@ -10,7 +10,7 @@ from ....errors import GrrrError
 from ....evaluation.designs import DESIGNS
 from ....evaluation.dtype_choice import resolve_engine_dtype
 from ....fixtures.tinychain import FULL
-from ....forecast import answers, work
+from ....forecast import answer_lengths, work
 from ....forecast import target as tgt
 from ....stats.claims_sets import method_group
 from ....store.transition_store import StoredTransition
@@ -91,7 +91,7 @@ def estimate(u: Unit, facts) -> UnitForecast:
     if prompts is None or base.params is None:
         return UnitForecast(u.id, u.kind, 0, 0, ram, None, "prompts unknown")
     n, limit = len(p.variants), engine.max_new_tokens
-    length, length_basis = answers.expected_tokens(counts, base.params, limit)
+    length, length_basis = answer_lengths.expected_tokens(counts, base.params, limit)
     # each design's shares of the prompts and engine calls per variant (the fixed one: all, once); the forecast is
     # of the configured design, the others printed beside
     plans = {name: d.forecast(p.variants, dict(counts), d.settings_of(p.options)) for name, d in DESIGNS.items()}
