@@ -154,6 +154,11 @@ class Column:
         return self.stat(self.aggregate.headline)
 
     @property
+    def transition_stats(self) -> tuple[str, ...]:
+        """The names of the statistics' columns transitions.csv keeps of it."""
+        return tuple(self.stat(s) for s in self.aggregate.transitions)
+
+    @property
     def spread(self) -> str:
         """The name of its spread statistic's column ('f_diag_std')."""
         return self.stat(self.aggregate.spread)
@@ -280,9 +285,6 @@ class Schema:
     def label(self, name: str) -> Optional[str]:
         f = self.find(name)
         return f.label if f is not None else None
-
-    def transitions_stats(self, column: Column) -> tuple[str, ...]:
-        return tuple(column.stat(s) for s in column.aggregate.transitions)
 
 
 def at_one_edge(columns: Sequence[Column], prefer: str = "64") -> list[Column]:

@@ -151,7 +151,7 @@ def summary_tables(
             values = np.array([[float(r[m]) for m in cols] for r in rs])
             stream = f"{t.manifest['identity']['post_fingerprint']}:{scope}"
             jobs.append(bootstrap_ci(values, resamples=resamples, seed=seed, stream=stream, delayed=True))
-            pooled = {c.name: c.aggregate.reduce(c.name, rs).get(c.stat(c.aggregate.headline)) for c in pooled_cols}
+            pooled = {c.name: c.aggregate.reduce(c.name, rs).get(c.headline) for c in pooled_cols}
             keys.append((t, scope, values, cols, pooled))
     results = _compute([dask.delayed(list)(jobs)], scheduler)[0]
     out = []

@@ -70,7 +70,7 @@ def _join_kind_columns(report: Report, done: list, records: dict[str, Optional[d
     rows = {r["transition"]: r for r in report.rows(TRANSITIONS_TABLE)}
     for kind in KINDS.values():
         cols = [c for c in kind.columns if c.shown_in(TRANSITIONS)]
-        for u in (u for u in done if u.kind == kind.name and cols):
+        for u in (u for u in done if u.kind == kind.name) if cols else ():
             row = rows.get(getattr(u.params, "transition", None))
             result = (records.get(u.id) or {}).get("result") or {}
             if row is not None:

@@ -68,7 +68,7 @@ def _decomposition_metrics(summary: dict) -> list[tuple[str, float, int]]:
     are the artifacts metrics.csv and summary.csv, shown as tables)."""
     overall = summary["scopes"].get("all", {})
     cols = MATRIX_COLUMNS.summarised(overall, HEADLINE)
-    return finite_metrics((c.name, overall.get(c.stat(c.aggregate.headline))) for c in cols)
+    return finite_metrics((c.name, overall.get(c.headline)) for c in cols)
 
 
 # ---------------------------------------------------------------------------

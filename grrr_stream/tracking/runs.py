@@ -59,7 +59,11 @@ def finite_metrics(items) -> list[tuple[str, float, int]]:
 def transition_ref(t) -> dict:
     """Key, name and tags of a stored transition's run: found, or created unfinished if the decomposition
     was not tracked (a later tracked `decompose` of the same transition completes it)."""
-    m = t.manifest
+    return manifest_ref(t.manifest)
+
+
+def manifest_ref(m: dict) -> dict:
+    """:func:`transition_ref` of the transition a store's manifest ``m`` describes."""
     return {
         "key": transition_key(m["identity"]),
         "name": transition_name(m),
@@ -82,12 +86,9 @@ def transition_tags(manifest: dict, chain: Optional[str], method: Optional[str])
 
 def log_transition_metrics(manifest: dict, metrics: list, tracking: TrackingConfig, folder: Path) -> None:
     """More headline metrics of a transition's run (a sweep kind's columns of it), logged to that run."""
-    ref = {
-        "key": transition_key(manifest["identity"]),
-        "name": transition_name(manifest),
-        "tags": transition_tags(manifest, manifest.get("chain"), manifest.get("method")),
-    }
-    deliver([RunLog.of(tracking, **ref, once=False, finish=False, metrics=metrics)], tracking, folder)
+    deliver(
+        [RunLog.of(tracking, **manifest_ref(manifest), once=False, finish=False, metrics=metrics)], tracking, folder
+    )
 
 
 # ---------------------------------------------------------------------------

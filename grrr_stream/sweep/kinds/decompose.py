@@ -303,7 +303,7 @@ def transition_row(tr: Transition, store: Path, matrix_rows: Optional[list[Row]]
     beyond = [c for c in found if PAPER_COLUMNS.column(c.name) is None]
 
     def stats(cols: list[Column], as_stored: bool = False) -> Row:
-        names = [s for c in cols for s in MATRIX_COLUMNS.transitions_stats(c)]
+        names = [s for c in cols for s in c.transition_stats]
         if as_stored:  # in summary.json's order
             names = [k for k in summary if k in set(names)]
         return {s: summary.get(s) for s in names}
