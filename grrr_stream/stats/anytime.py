@@ -96,6 +96,15 @@ def _pooled(order: Order, values: np.ndarray, low: float, high: float):
     return np.asarray(census), z, to_score
 
 
+def _pooled_target(order: Order, target: Optional[float], low, high):
+    """A half-width in the score's units as one in the pooled values' [0, 1] (the inverse of ``to_score``'s
+    slope), or None."""
+    if target is None:
+        return None
+    slope = len(order.weight) * order.max_weight * (np.asarray(high) - np.asarray(low)) / len(order.sizes)
+    return target / slope
+
+
 def score_path(
     order: Order,
     values: np.ndarray,
@@ -105,10 +114,12 @@ def score_path(
     *,
     sequence: str = "betting",
     looks: Optional[Sequence[int]] = None,
+    target: Optional[float] = None,
 ) -> Path:
     """The sequence of the mean over benchmarks of ``values`` (one per answered problem, in the order's order, a
     prefix of it) bounded in [low, high] (low ≤ 0 ≤ high). ``looks``: the numbers of answered problems at which
-    the sequence is looked at (None: every one); between looks lo/hi are the last look's."""
+    the sequence is looked at (None: every one); between looks lo/hi are the last look's. ``target``: the
+    half-width (the score's units) the betting sequence's bets are tuned to (None: the plug-in bets)."""
     values = np.asarray(values, dtype=np.float64)
     n, end = values.shape[-1], order.census_end
     lo = np.full(values.shape, np.nan)
@@ -120,7 +131,7 @@ def score_path(
     if sequence == "eb":
         zlo, zhi = (a[..., at - 1] for a in eb_wor_cs(z, order.total - end, alpha))
     elif sequence == "betting":
-        zlo, zhi = betting_wor_cs(z, order.total - end, alpha, at)
+        zlo, zhi = betting_wor_cs(z, order.total - end, alpha, at, _pooled_target(order, target, low, high))
     else:
         raise ValueError(f"sequence {sequence!r}: choose one of {', '.join(SEQUENCES)}")
     last = np.searchsorted(at, np.arange(1, n - end + 1), side="right") - 1  # each prefix's last look
@@ -178,23 +189,29 @@ def decide(
     alpha: float = 0.05,
     sequence: str = "betting",
     retention_points: Optional[float] = None,
+    bets: str = "plugin",
 ) -> Decision:
     """The first decision boundary at which a variant stops, from its per-problem values and full's (in the order's
     order, each a prefix: answered so far); if none, where it stands at the last boundary both have answered. The
     sequences are looked at the boundaries. ``precision_points`` None: only the thresholds (or the census) stop
     it. With ``retention_points``, a variant stops on thresholds or precision
     only once its difference's half-width over full's running score is within that many percent: about its
-    retention interval's half-width, so that a median of retentions over transitions rests on narrow ones."""
+    retention interval's half-width, so that a median of retentions over transitions rests on narrow ones.
+    ``bets``: 'tuned' tunes the betting sequences' bets to ``precision_points`` (where there is one), 'plugin'
+    does not."""
     n = min(len(variant), len(full))
     variant, full = np.asarray(variant[:n], dtype=np.float64), np.asarray(full[:n], dtype=np.float64)
     marks = [k for k in order.boundaries(chunk) if k <= n]
     if not marks:
         return Decision(n, "", math.nan, math.nan, math.nan, {lab: "open" for lab in thresholds.labels})
-    diff = score_path(order, variant - full, -1.0, 1.0, alpha, sequence=sequence, looks=marks)
+    target = bet_target(bets, precision_points)
+    diff = score_path(order, variant - full, -1.0, 1.0, alpha, sequence=sequence, looks=marks, target=target)
     sides = {f"minus_full {d:g}": _side(diff.lo, diff.hi, d / 100) for d in thresholds.difference_points}
     for r in thresholds.retention_pct:
         theta = r / 100
-        path = score_path(order, variant - theta * full, -theta, 1.0, alpha, sequence=sequence, looks=marks)
+        path = score_path(
+            order, variant - theta * full, -theta, 1.0, alpha, sequence=sequence, looks=marks, target=target
+        )
         sides[f"retention {r:g}%"] = _side(path.lo, path.hi, 0.0)
     narrow = _retention_narrow(order, full, diff, retention_points)
     for k in marks:
@@ -222,6 +239,17 @@ def decide(
     raise AssertionError("unreachable: the last boundary returns")
 
 
+BETS = ("tuned", "plugin")
+
+
+def bet_target(bets: str, precision_points: Optional[float]) -> Optional[float]:
+    """The half-width (the score's units) a variant's bets are tuned to: its precision with ``bets`` 'tuned', else
+    None (the plug-in bets; also for a variant that stops on its thresholds alone)."""
+    if bets not in BETS:
+        raise ValueError(f"bets {bets!r}: choose one of {', '.join(BETS)}")
+    return None if bets == "plugin" or precision_points is None else precision_points / 100
+
+
 def _retention_narrow(order: Order, full: np.ndarray, diff: Path, retention_points: Optional[float]) -> np.ndarray:
     """Per answered prefix (last axis), whether the difference's half-width is within ``retention_points`` percent
     of full's running score (all true without a target)."""
@@ -245,10 +273,11 @@ def ratio_sides(
     alpha: float = 0.05,
     sequence: str = "betting",
     looks: Optional[Sequence[int]] = None,
+    target: Optional[float] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Whether the sequence of the mean of (variant − θ full) over the answered prefix (last axis; leading axes:
     paths, θ one per path) has put it above 0 (ratio > θ) and below 0 (ratio < θ) at one of ``looks`` (None:
-    the end of the prefix only)."""
+    the end of the prefix only). ``target``: as :func:`score_path`'s."""
     n = variant.shape[-1]
     looks = [n] if looks is None else looks
     theta = np.asarray(theta, dtype=np.float64)
@@ -261,7 +290,8 @@ def ratio_sides(
     # the pooled mean m at which the score is 0: census + pooled · (−cmax θ + cmax (1 + θ) m) = 0
     zero = (cmax * theta - census / pooled) / (cmax * (1 + theta))
     end = order.census_end
-    return betting_excludes(z, order.total - end, zero, alpha, [k - end for k in looks if end < k <= n])
+    pooled_target = _pooled_target(order, target, -theta[..., None], 1.0)
+    return betting_excludes(z, order.total - end, zero, alpha, [k - end for k in looks if end < k <= n], pooled_target)
 
 
 def retention_interval(
@@ -273,18 +303,19 @@ def retention_interval(
     top: float = 10.0,
     tolerance: float = 1e-4,
     sequence: str = "betting",
+    target: Optional[float] = None,
 ) -> tuple[float, float]:
     """The interval of variant / full (percent) after the answered prefix, from the sequence at its end: the
     ratios θ whose sequence for the mean of (variant − θ full) has not put it above 0 (ratio > θ) nor below 0
     (ratio < θ), found by bisection (both sides move monotonically with θ). (NaN, NaN) before the census is
-    complete; the upper end is ``top`` (×100 %) when full may still score 0."""
+    complete; the upper end is ``top`` (×100 %) when full may still score 0. ``target``: as :func:`score_path`'s."""
     n = min(len(variant), len(full))
     if n <= order.census_end:
         return math.nan, math.nan
     v, f = np.asarray(variant[:n], dtype=np.float64), np.asarray(full[:n], dtype=np.float64)
 
     def sides(theta: float) -> tuple[bool, bool]:
-        above, below = ratio_sides(order, v, f, np.float64(theta), alpha=alpha, sequence=sequence)
+        above, below = ratio_sides(order, v, f, np.float64(theta), alpha=alpha, sequence=sequence, target=target)
         return bool(above), bool(below)
 
     def edge(excluded) -> float:  # the first θ in [0, top] at which ``excluded`` turns true

@@ -9,7 +9,7 @@ import pytest
 from grrr_stream.stats.anytime import Thresholds, decide, eb_wor_cs, retention_interval, score_path
 from grrr_stream.stats.betting import betting_wor_cs
 from grrr_stream.stats.bootstrap import interval
-from grrr_stream.stats.order import problem_order
+from grrr_stream.stats.order import benchmark_mean, problem_order
 
 PAPER_SIZES = {"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675}
 
@@ -96,6 +96,93 @@ def test_betting_coverage_on_planted_bernoulli_populations(p):
     eb_lo, eb_hi = eb_wor_cs(draws, N, alpha)
     half = looks[len(looks) // 2]
     assert np.mean(hi[:, len(looks) // 2] - lo[:, len(looks) // 2]) < np.mean(eb_hi[:, half - 1] - eb_lo[:, half - 1])
+
+
+def _close_pair_population(rng, n, flips):
+    """A paired difference's [0, 1] values of a close variant: 1/2 where variant and full agree, 0 or 1 (evenly)
+    on a share ``flips`` of the problems."""
+    x = np.full(n, 0.5)
+    flipped = rng.permutation(n)[: round(flips * n)]
+    x[flipped] = rng.integers(0, 2, len(flipped))
+    return x
+
+
+@pytest.mark.parametrize("kind", ["bernoulli-0.3", "bernoulli-0.05", "close-0.05", "close-0.25"])
+def test_tuned_betting_coverage_on_planted_populations(kind):
+    """The bets tuned to a target half-width (λ = h/σ̂², truncated at TUNED_CAP) keep the sequence valid: over S
+    orders of a planted population it misses the population's mean at some look in at most α of them, up to 3
+    binomial standard errors, whatever the target (a target far off the population's spread included)."""
+    rng = np.random.default_rng(sum(map(ord, kind)))
+    N, S, alpha = 300, 800, 0.05
+    family, value = kind.split("-")
+    pop = (
+        (rng.random(N) < float(value)).astype(float)
+        if family == "bernoulli"
+        else _close_pair_population(rng, N, float(value))
+    )
+    draws = np.stack([pop[rng.permutation(N)] for _ in range(S)])
+    looks = np.r_[np.arange(8, N, 8), N]
+    for target in (0.005, 0.02, 0.1):
+        lo, hi = betting_wor_cs(draws, N, alpha, looks, target=target)
+        miss = ((lo > pop.mean() + 1e-12) | (hi < pop.mean() - 1e-12)).any(axis=-1)
+        assert miss.mean() <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / S), (target, miss.mean())
+        assert np.allclose(lo[~miss, -1], pop.mean()) and np.allclose(hi[~miss, -1], pop.mean())
+
+
+def test_tuned_bets_reach_their_target_on_fewer_draws_than_the_plugin():
+    """On close pairs (5 % of problems flipped: a proj or offnull against full), the sequence tuned to ±h is within
+    ±h after fewer draws than the plug-in one, in the median over orders: the reason the design tunes them."""
+    rng = np.random.default_rng(21)
+    N, S, alpha, h = 1200, 200, 0.05, 0.0125
+    pop = _close_pair_population(rng, N, 0.05)
+    draws = np.stack([pop[rng.permutation(N)] for _ in range(S)])
+    looks = np.r_[np.arange(32, N, 32), N]
+
+    def first_within(target):
+        lo, hi = betting_wor_cs(draws, N, alpha, looks, target=target)
+        return np.median(looks[np.argmax((hi - lo) / 2 <= h, axis=-1)])
+
+    tuned, plugin = first_within(h), first_within(None)
+    assert tuned < plugin < N, (tuned, plugin)
+
+
+def test_tuned_betting_ends_are_where_the_capital_reaches_two_over_alpha():
+    """As the plug-in's check below, with the tuned bets λ_i = h/σ̂²_{i−1} written out in plain floats."""
+    rng = np.random.default_rng(9)
+    N, n, alpha, h = 300, 90, 0.05, 0.03
+    x = rng.random(n) ** 2
+    lo, hi = betting_wor_cs(x, N, alpha, looks=[n], target=h)
+
+    def log_k(m, sign):
+        total, s, sq, mean = 0.0, 0.0, 0.0, 0.5
+        for i, xi in enumerate(x, start=1):
+            lam = h / ((0.25 + sq) / i)
+            mu = (N * m - s) / (N - i + 1)
+            room = mu if sign > 0 else 1 - mu
+            total += math.log(1 + sign * min(lam, 0.7 / room) * (xi - mu))
+            s += xi
+            mean = (0.5 + s) / (i + 1)
+            sq += (xi - mean) ** 2
+        return total
+
+    step, target = 2.0**-15, math.log(2 / alpha)
+    assert log_k(lo[0], +1) >= target > log_k(lo[0] + step, +1)
+    assert log_k(hi[0], -1) >= target > log_k(hi[0] - step, -1)
+    assert lo[0] < x.mean() < hi[0]
+
+
+def test_decide_tunes_to_the_variants_precision_and_refuses_unknown_bets():
+    rng = np.random.default_rng(14)
+    o = problem_order(PAPER_SIZES, seed=0)
+    full = (rng.random(o.total) < 0.5).astype(float)
+    close = np.where(rng.random(o.total) < 0.05, 1 - full, full)
+    kw = dict(chunk=64, precision_points=2.0)
+    tuned, plugin = (decide(o, close, full, Thresholds(), bets=b, **kw) for b in ("tuned", "plugin"))
+    assert tuned.reason == plugin.reason == "precision" and tuned.problems <= plugin.problems
+    truth = 100 * benchmark_mean(o, close - full)  # the fixed design's difference, every problem answered
+    assert tuned.lo <= truth <= tuned.hi and (tuned.hi - tuned.lo) / 2 <= 2.0
+    with pytest.raises(ValueError, match="tuned, plugin"):
+        decide(o, close, full, Thresholds(), bets="kelly", **kw)
 
 
 def test_betting_ends_are_where_the_capital_reaches_two_over_alpha():
@@ -246,7 +333,7 @@ def test_a_coarser_precision_stops_a_control_sooner_and_none_leaves_only_the_cen
     assert at[None].reason == "exhausted" and at[None].problems == o.total
 
 
-def test_the_controls_and_diag_default_to_four_points_and_the_rest_to_precision_points():
+def test_the_controls_off_null_and_diag_default_to_four_points_and_the_rest_to_precision_points():
     from grrr_stream.errors import ConfigError
     from grrr_stream.evaluation.settings import AdaptiveSettings, EvaluationOptions, build_evaluation_options
 
@@ -255,14 +342,17 @@ def test_the_controls_and_diag_default_to_four_points_and_the_rest_to_precision_
         4.0
     ] * 5
     assert s.precision("diag") == 4.0 and len(s.thresholds("diag").labels) == 3  # diag: its thresholds, or ±4
-    assert [s.precision(v) for v in ("offnull", "off", "null", "base")] == [2.0] * 4
+    assert [s.precision(v) for v in ("off", "null")] == [4.0] * 2  # they feed no claim finer than null > diag
+    assert [s.precision(v) for v in ("offnull", "base", "off-null-mix")] == [2.0] * 3
     mine = AdaptiveSettings(precision_points=3.0, variant_precision_points={"randrm-*": 5.0})
     assert (mine.precision("randrm-2"), mine.precision("proj"), mine.precision("diag")) == (5.0, 3.0, 3.0)
     assert AdaptiveSettings(variant_precision_points={"diag": None}).precision("diag") is None
     with pytest.raises(ConfigError, match="precision points must be > 0"):
         build_evaluation_options({"design": "adaptive", "adaptive": {"variant_precision_points": {"proj": 0}}})
     # keys hold the adaptive design by its old name (evaluation/settings.py, RECORDED_NAMES)
-    assert EvaluationOptions(design="adaptive").key_fields()["sequential"]["variant_precision_points"]["proj"] == 4
+    keys = EvaluationOptions(design="adaptive").key_fields()["sequential"]
+    assert keys["variant_precision_points"]["proj"] == 4 and keys["bets"] == "tuned"
+    assert AdaptiveSettings(bets="plugin").key_fields() != AdaptiveSettings().key_fields()
 
 
 def test_rounds_and_batches_answer_at_least_min_batch_problems_where_as_many_are_left():

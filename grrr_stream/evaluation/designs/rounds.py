@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ...files import atomic_write_text
-from ...stats.anytime import Decision, batch_end, decide, retention_interval
+from ...stats.anytime import Decision, batch_end, bet_target, decide, retention_interval
 from ...stats.order import Order, benchmark_mean, problem_order, round_ends
 from ..answers import AnswersFile, summary_text
 from ..benchmarks import Benchmark
@@ -99,6 +99,7 @@ class AdaptiveRun:
             alpha=1 - s.level,
             sequence=s.sequence,
             retention_points=s.retention_precision_pct.get(name),
+            bets=s.bets,
         )
 
     def answer(self, name: str, end: int) -> None:
@@ -202,9 +203,15 @@ class AdaptiveRun:
         used = {**{n: d.problems for n, d in decisions.items()}, REFERENCE: min(last, len(full))}
         results = {n: self._results(n, used[n]) for n in self.names}
         alpha = 1 - self.settings.level
+        s = self.settings
         retention = {
             n: retention_interval(
-                self.order, self.values(n)[: used[n]], full[: used[n]], alpha=alpha, sequence=self.settings.sequence
+                self.order,
+                self.values(n)[: used[n]],
+                full[: used[n]],
+                alpha=alpha,
+                sequence=s.sequence,
+                target=bet_target(s.bets, s.precision(n)),
             )
             for n in self.others
         }
