@@ -93,6 +93,16 @@ def _after(tables: list[Table], ids: Sequence[str]) -> int:
     return where[-1] + 1 if where else 0
 
 
+ADAPTIVE_NOTE = (
+    " Rows of an adaptive suite: its anytime-valid 95 % interval over the problems the "
+    "variant answered (problems), against Full only. Each variant stops once its claim thresholds "
+    "are decided or its interval is within its precision (adaptive.variant_precision_points: by "
+    "default ±4 points for the controls proj, randrm and the principal bands, which only have to "
+    "sit near Full, for off and null, which feed no finer claim, and for diag; ±2 for offnull and the "
+    "rest); Full answers as far as its longest variant, so Full's problems are the transition's cost."
+)
+
+
 def _retention_tables(retention: list[Row], differences: list[Row], method_of, sft) -> list[Table]:
     """Tables 5/6: the paper's layout, then retention with the paired differences of each variant."""
     tables = []
@@ -139,16 +149,7 @@ def _retention_tables(retention: list[Row], differences: list[Row], method_of, s
             "Tables 5/6 — retention and the paired differences",
             "Retention = 100 · score / Full (and / proj); − Full, − proj: the difference in points "
             "with its paired bootstrap 95 % CI over the transition's problems (differences.csv)."
-            + (
-                " Rows of an adaptive suite: its anytime-valid 95 % interval over the problems the "
-                "variant answered (problems), against Full only. Each variant stops once its claim thresholds "
-                "are decided or its interval is within its precision (adaptive.variant_precision_points: by "
-                "default ±4 points for the controls proj, randrm and the principal bands, which only have to "
-                "sit near Full, for off and null, which feed no finer claim, and for diag; ±2 for offnull and the "
-                "rest); Full answers as far as its longest variant, so Full's problems are the transition's cost."
-                if adaptive
-                else ""
-            ),
+            + (ADAPTIVE_NOTE if adaptive else ""),
             [c.label for c in cols] + [c.label for c in dcols],
             grouped(retention, FILES["retention"], cols, method_of, sft, paired),
         )
