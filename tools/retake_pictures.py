@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Retake the README's and docs' pictures from the demo itself: the report's first screen (docs/report.png), MLflow's
-runs table (docs/mlflow_runs.png) and MLflow's Compare page of the chains' SFT steps (docs/mlflow_compare.png).
+runs table (docs/mlflow_runs.png) and the transitions' energy shares as MLflow charts them (docs/mlflow_shares.png,
+the address a sweep prints and its report links).
 
     python tools/retake_pictures.py                    # runs the demo in a scratch folder first (minutes)
     python tools/retake_pictures.py --demo-dir DIR     # a folder where `grrr-stream sweep configs/demo.yaml
@@ -14,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -27,13 +26,13 @@ from helpers.mlflow_ui import (  # noqa: E402
     DEMO_EXPERIMENT,
     Chromium,
     Rest,
+    chart_cards,
     find_chromium,
     runs_table,
     serve,
-    show_metric_rows,
 )
 
-from grrr_stream.tracking.mlflow_view import compare_page, runs_page  # noqa: E402
+from grrr_stream.tracking.mlflow_view import SHARES_CHARTS, runs_page, shares_page  # noqa: E402
 
 CLOSE_ASSISTANT = """(() => {
     const b = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
@@ -66,29 +65,29 @@ def _settle(browser: Chromium, url: str, ready: str) -> None:
             return
 
 
-def mlflow_shots(demo: Path, runs_out: Path, compare_out: Path, scratch: Path, chromium: str) -> None:
+def mlflow_shots(demo: Path, runs_out: Path, shares_out: Path, scratch: Path, chromium: str) -> None:
     with serve(demo) as server:
         rest = Rest(server.uri)
         exp_id = rest.experiment(DEMO_EXPERIMENT)["experiment_id"]
         runs = rest.runs([exp_id])
         top = [r for r in runs if "mlflow.parentRunId" not in r.tags]
-        transitions = sorted((r for r in runs if r.tags.get("grrr.kind") == "transition"), key=lambda r: r.name)
+        n_transitions = sum(r.tags.get("grrr.kind") == "transition" for r in runs)
         with Chromium(chromium, scratch / "runs", width=1600, height=1000) as browser:
             _settle(
                 browser, runs_page(server.uri, exp_id), f"document.querySelectorAll('.ag-row').length >= {len(top)}"
             )
             runs_table(browser)  # every nested run shown: the transitions' rows carry the headline columns
             browser.screenshot(runs_out)
-        # the first SFT step of each chain side by side (base → sft, base1 → sft1, ...), else the first two
-        sft = [r for r in transitions if re.fullmatch(r"base\d* → sft\d*", r.name)]
-        transitions = sft if len(sft) >= 2 else transitions[:2]
-        names = [r.name for r in transitions]
-        with Chromium(chromium, scratch / "compare", width=1400, height=1100) as browser:
-            body = "document.body ? document.body.innerText : ''"
-            shown = f"(() => {{ const t = {body}; return {json.dumps(names)}.every((n) => t.includes(n)); }})()"
-            _settle(browser, compare_page(server.uri, exp_id, [r.id for r in transitions]), shown)
-            show_metric_rows(browser, "f_diag")  # the Metrics table from f_diag on, names beside their values
-            browser.screenshot(compare_out)
+        drawn = f"""(() => {{
+            const c = document.querySelector('[data-testid="experiment-view-compare-runs-card"] .js-plotly-plot');
+            return !!(c && c.data && c.data[0] && c.data[0].x.length === {n_transitions});
+        }})()"""
+        with Chromium(chromium, scratch / "shares", width=1400, height=1000) as browser:
+            _settle(browser, shares_page(server.uri, exp_id), drawn)
+            titles = [title for title, _ in chart_cards(browser)][: len(SHARES_CHARTS)]
+            if titles != list(SHARES_CHARTS):
+                raise SystemExit(f"the shares page's first charts are {titles}, not {list(SHARES_CHARTS)}")
+            browser.screenshot(shares_out)
 
 
 def main() -> None:
@@ -107,8 +106,8 @@ def main() -> None:
             run_demo(demo)
         with Chromium(chromium, scratch / "report", width=1400, height=900) as browser:
             report_shot(browser, demo, args.out / "report.png")
-        mlflow_shots(demo, args.out / "mlflow_runs.png", args.out / "mlflow_compare.png", scratch, chromium)
-    for name in ("report.png", "mlflow_runs.png", "mlflow_compare.png"):
+        mlflow_shots(demo, args.out / "mlflow_runs.png", args.out / "mlflow_shares.png", scratch, chromium)
+    for name in ("report.png", "mlflow_runs.png", "mlflow_shares.png"):
         print(f"wrote {args.out / name}")
 
 

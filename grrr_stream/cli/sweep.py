@@ -7,7 +7,7 @@ import argparse
 from ..errors import ConfigError
 from ..runtime.cluster import check_reachable, parse_scheduler
 from ..tracking.mlflow_client import limits, prepare, resolve_uri
-from ..tracking.mlflow_view import runs_page
+from ..tracking.mlflow_view import runs_page, shares_page
 from ..tracking.run_log import find_pending, flush, pending_files
 from .options import tracking_flags, tracking_from_args
 from .parsers import DEMO_CONFIG
@@ -64,12 +64,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         experiment = tracking.experiment
         with limits(tracking.timeout_s, 0):
             exp_id = prepare(uri, experiment)
-        print(
-            f"\nLogged to MLflow ({uri}, experiment {experiment}). Open the UI with:\n"
-            f"  mlflow ui --backend-store-uri {uri}\nand its runs at {runs_page('http://127.0.0.1:5000', exp_id)}"
-            if not uri.startswith("http")
-            else f"\nLogged to MLflow at {uri} (experiment {experiment}); its runs: {runs_page(uri, exp_id)}"
+        served = uri.startswith("http")
+        ui = uri if served else "http://127.0.0.1:5000"
+        where = (
+            f"\nLogged to MLflow at {uri} (experiment {experiment})."
+            if served
+            else f"\nLogged to MLflow ({uri}, experiment {experiment}). Open the UI with:\n"
+            f"  mlflow ui --backend-store-uri {uri}"
         )
+        print(f"{where}\nIts runs: {runs_page(ui, exp_id)}\nThe transitions' energy shares: {shares_page(ui, exp_id)}")
     print(f"\nreport: {res.html} (one self-contained page: open it in a browser)")
     return 1 if not res.ok else (3 if res.tracking_missed else 0)
 

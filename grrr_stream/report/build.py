@@ -22,7 +22,7 @@ from ..sweep.kinds import TABLES, decompose
 from ..sweep.kinds import claims as claims_kind
 from ..sweep.rows import UNITS_TABLE, read_rows
 from ..tracking.mlflow_client import resolve_uri
-from ..tracking.mlflow_view import run_page, runs_page
+from ..tracking.mlflow_view import run_page, runs_page, shares_page
 from . import figures as figs
 from . import tables as tbl
 from .channels import channel_tables
@@ -249,6 +249,7 @@ def mlflow_links(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[
         "served": served,
         "run_id": run_id or "",
         "experiment_link": page,
+        "shares_link": shares_page(ui, exp) if exp else "",
         "run_link": link(run_id) if run_id else "",
         "runs": [{**r, "link": link(r["run_id"])} for r in runs],
         "start_ui": "" if served else f"mlflow ui --backend-store-uri {uri}",

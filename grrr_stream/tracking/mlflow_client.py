@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from ..errors import MissingDependencyError
 from ..locks import FileLock
-from .mlflow_view import VIEW_TAG, view_state
+from .mlflow_view import views
 
 KEY_TAG = "grrr.key"
 COMPLETE_TAG = "grrr.complete"
@@ -120,8 +120,9 @@ def _experiment_id(client, name: str, uri: str) -> str:
             client.restore_experiment(exp.experiment_id)
         if exp.tags.get(KIND_TAG, "") in _GUESSED_KINDS:  # created by an older grrr-stream, or by hand
             client.set_experiment_tag(exp.experiment_id, KIND_TAG, TRAINING_KIND)
-        if exp.tags.get(VIEW_TAG) != view_state():  # older grrr-stream, or other columns
-            client.set_experiment_tag(exp.experiment_id, VIEW_TAG, view_state())
+        for tag, state in views().items():
+            if exp.tags.get(tag) != state:  # older grrr-stream, or other columns
+                client.set_experiment_tag(exp.experiment_id, tag, state)
         return exp.experiment_id
     artifact_location = None
     if uri.startswith("sqlite:///"):
@@ -130,7 +131,7 @@ def _experiment_id(client, name: str, uri: str) -> str:
         artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
     try:
         return client.create_experiment(
-            name, artifact_location=artifact_location, tags={KIND_TAG: TRAINING_KIND, VIEW_TAG: view_state()}
+            name, artifact_location=artifact_location, tags={KIND_TAG: TRAINING_KIND, **views()}
         )
     except Exception:  # noqa: BLE001 - another process created it first: use theirs
         exp = client.get_experiment_by_name(name)

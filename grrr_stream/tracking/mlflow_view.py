@@ -1,6 +1,7 @@
-"""MLflow's UI as the addresses this tool prints open it: the experiment's shared view (:func:`view_state`, the
-headline metrics as columns, oldest run first; :mod:`.mlflow_client` sets it on the experiment) and the addresses
-of the runs table, a run and the Compare page (:func:`runs_page`, :func:`run_page`, :func:`compare_page`), each in
+"""MLflow's UI as the addresses this tool prints open it: the experiment's shared views (:data:`VIEWS`, which
+:mod:`.mlflow_client` sets on the experiment: the runs table with the headline metrics as columns, oldest run
+first, and the transitions' energy shares as charts) and the addresses of the runs table, the shares' charts, a
+run and the Compare page (:func:`runs_page`, :func:`shares_page`, :func:`run_page`, :func:`compare_page`), each in
 Model training mode: MLflow 3.17's UI shows GenAI pages unless the address says otherwise."""
 
 from __future__ import annotations
@@ -16,12 +17,9 @@ VIEW_TAG = "mlflow.sharedViewState." + VIEW_KEY
 
 # The runs table's columns in the view (VIEW_TAG): each kind of run's headline metrics (runs.py and model_runs.py log
 # them under these names), then the Dataset column (an evaluation's benchmarks). Ids as the UI builds them: TYPE.`NAME`.
+TRANSITION_HEADLINE = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos")  # a transition (means over its matrices)
 HEADLINE_COLUMNS = (
-    "f_diag",
-    "f_off",
-    "f_null",
-    "r_delta",
-    "sv_cos",  # a transition (means over its matrices)
+    *TRANSITION_HEADLINE,
     "fidelity",  # a variant
     "average",
     "retention",
@@ -57,6 +55,53 @@ def view_state() -> str:
     )
 
 
+# The transitions side by side, one bar chart per headline metric of a transition, the energy shares first. MLflow's
+# Compare page opens on a parallel-coordinates plot of params (a per-browser setting), with the metrics in a table
+# below it; its runs page in chart mode draws what this view says. The view lists the transitions flat (MLflow nests
+# children under their parent when the runs are sorted by time, so they are sorted by name) and shows them all.
+SHARES_KEY = "grrr-shares"
+SHARES_CHARTS = TRANSITION_HEADLINE
+TRANSITIONS_FILTER = "tags.`grrr.kind` = 'transition'"
+_SECTION = "grrr-model-metrics"  # the uuid of MLflow's own "Model metrics" section (metrics without a '/')
+
+
+def shares_view_state() -> str:
+    """The shared view of :func:`shares_page`: the transitions by name, their headline metrics' bar charts first
+    (in :data:`SHARES_CHARTS`' order, every run drawn) and MLflow's own charts of their other metrics after."""
+    charts = [
+        {
+            "uuid": f"grrr-{m}",
+            "type": "BAR",
+            "runsCountToCompare": 500,  # MLflow's default draws the first 10 runs only
+            "metricSectionId": _SECTION,
+            "deleted": False,
+            "isGenerated": True,
+            "metricKey": m,
+            "displayName": m,
+        }
+        for m in SHARES_CHARTS
+    ]
+    section = {"uuid": _SECTION, "name": "Model metrics", "display": True, "isReordered": True}
+    return json.dumps(
+        {
+            "searchFilter": TRANSITIONS_FILTER,
+            "orderByKey": "tags.`mlflow.runName`",
+            "orderByAsc": True,
+            "runsHiddenMode": "SHOW_ALL",
+            "compareRunCharts": charts,
+            "compareRunSections": [{**section, "deleted": False, "isGenerated": True}],
+            "isAccordionReordered": True,  # MLflow keeps these sections and charts in order and appends the others
+            "hideEmptyCharts": True,
+        },
+        separators=(",", ":"),
+    )
+
+
+def views() -> dict[str, str]:
+    """Every shared view by its experiment tag: what mlflow_client sets on the experiment."""
+    return {VIEW_TAG: view_state(), "mlflow.sharedViewState." + SHARES_KEY: shares_view_state()}
+
+
 # MLflow 3.17's UI picks its pages from its own GenAI / Model training switch (kept per browser in localStorage,
 # GenAI until changed), never from the experiment's kind (mlflow.experimentKind is read only while that switch is
 # off, and it is always on): GenAI opens an experiment on the traces overview. This parameter sets the switch
@@ -68,6 +113,13 @@ def runs_page(ui: str, experiment_id: str) -> str:
     """The address of the experiment in MLflow's UI at ``ui`` that opens on its runs table in Model training mode,
     with the tool's view (:func:`view_state`: headline columns, oldest run first)."""
     return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?{TRAINING}&viewStateShareKey={VIEW_KEY}"
+
+
+def shares_page(ui: str, experiment_id: str) -> str:
+    """The address of the transitions' headline metrics as bar charts, one bar per transition (the runs page in
+    chart mode with :func:`shares_view_state`)."""
+    runs = f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs"
+    return f"{runs}?{TRAINING}&viewStateShareKey={SHARES_KEY}&compareRunsMode=CHART"
 
 
 def run_page(ui: str, experiment_id: str, run_id: str) -> str:

@@ -641,6 +641,22 @@ READ_RUNS_TABLE = r"""
 """
 
 
+# JavaScript for the runs page's chart cards in chart mode: each card's title and what its plot draws (a bar chart's
+# trace: x the values, y the runs' ids, as Plotly holds them on the plot's element)
+READ_CHART_CARDS = r"""
+(() => [...document.querySelectorAll('[data-testid="experiment-view-compare-runs-card"]')].map((c) => {
+  const plot = c.querySelector('.js-plotly-plot');
+  const trace = plot && plot.data && plot.data[0];
+  return {title: c.innerText.split('\n')[0].trim(), x: trace ? [...trace.x] : [], y: trace ? [...trace.y] : []};
+}))()
+"""
+
+
+def chart_cards(browser: Chromium) -> list[tuple[str, dict[str, float]]]:
+    """The runs page's chart cards in order: (title, {run id: value drawn}) each."""
+    return [(c["title"], dict(zip(c["y"], c["x"]))) for c in browser.evaluate(READ_CHART_CARDS)]
+
+
 def search_runs(browser: Chromium, expression: str) -> None:
     """Type a search expression into the runs page's search box and press Enter, as a person would."""
     browser.evaluate("""(() => { const i = document.querySelector('[data-testid="search-box"]');

@@ -300,7 +300,7 @@ def test_provenance_links_open_mlflow_in_training_mode(tmp_path):
     and the sentence after the run id is separated from it (the demo's page read "…aa66f.The links")."""
     from grrr_stream.config import TrackingConfig
     from grrr_stream.report.build import _environment, mlflow_links
-    from grrr_stream.tracking.mlflow_view import runs_page
+    from grrr_stream.tracking.mlflow_view import runs_page, shares_page
 
     runs = [{"run_id": "abc123", "experiment_id": "7", "kind": "sweep", "name": "sweep demo", "status": "FINISHED"}]
     m = mlflow_links(TrackingConfig(uri=f"sqlite:///{tmp_path}/mlflow.db", experiment="e"), None, runs)
@@ -312,6 +312,9 @@ def test_provenance_links_open_mlflow_in_training_mode(tmp_path):
     html = _environment().get_template("mlflow_links.html.j2").render(p={"mlflow": m})
     assert "abc123</a>. The links open once the UI runs" in " ".join(html.split())
     assert f'href="{page}"' in html.replace("&amp;", "&")
+    # and the transitions side by side: the shares charts' address, linked by name
+    assert m["shares_link"] == shares_page("http://127.0.0.1:5000", "7") != page
+    assert f'href="{m["shares_link"]}">energy shares per transition</a>' in html.replace("&amp;", "&")
 
 
 def test_the_sft_rl_channel_table_counts_training_steps():

@@ -251,6 +251,17 @@ def test_runs_nest_as_the_work_nests_and_placeholders_are_filled(tmp_path, uri):
     view = json.loads(client.get_experiment(exp_id).tags[mlflow_view.VIEW_TAG])
     assert view["orderByKey"] == "attributes.start_time" and view["orderByAsc"] is True
     assert {"metrics.`f_diag`", "metrics.`average`", "metrics.`minus_full`"} <= set(view["selectedColumns"])
+    # and the view of the transitions' shares: flat (sorted by name), every run drawn, the headline charts first
+    shares = json.loads(client.get_experiment(exp_id).tags["mlflow.sharedViewState." + mlflow_view.SHARES_KEY])
+    assert (
+        shares["searchFilter"] == "tags.`grrr.kind` = 'transition'" and shares["orderByKey"] != "attributes.start_time"
+    )
+    assert [c["metricKey"] for c in shares["compareRunCharts"]] == ["f_diag", "f_off", "f_null", "r_delta", "sv_cos"]
+    assert shares["runsHiddenMode"] == "SHOW_ALL" and shares["isAccordionReordered"] is True
+    assert mlflow_view.shares_page("http://h:5000", exp_id) == (
+        f"http://h:5000/#/experiments/{exp_id}/runs?workflowType=machine_learning&viewStateShareKey=grrr-shares"
+        "&compareRunsMode=CHART"
+    )
     page = mlflow_view.runs_page("http://h:5000/", exp_id)
     assert page == f"http://h:5000/#/experiments/{exp_id}/runs?workflowType=machine_learning&viewStateShareKey=grrr"
     assert mlflow_view.run_page("http://h:5000", exp_id, ev_id).endswith(f"/runs/{ev_id}?workflowType=machine_learning")

@@ -1,8 +1,8 @@
 """The team tracking server end to end: tracking/serve.sh on a free loopback port, runs logged to it
 over HTTP by the CLI (tests/helpers/mlflow_ui.py: populate), read back through the REST API with plain HTTP,
-and the MLflow UI rendered by headless Chromium: the run-comparison page, and the experiment's page
-with its runs table (durations, datasets, the sweep's filter). Screenshots are kept in
-$GRRR_TEST_ARTIFACTS, else tests/artifacts/ (mlflow_compare_runs.png, mlflow_runs_table.png,
+and the MLflow UI rendered by headless Chromium: the run-comparison page, the transitions' shares page, and the
+experiment's page with its runs table (durations, datasets, the sweep's filter). Screenshots are kept in
+$GRRR_TEST_ARTIFACTS, else tests/artifacts/ (mlflow_compare_runs.png, mlflow_shares.png, mlflow_runs_table.png,
 mlflow_runs_of_the_sweep.png)."""
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import pytest
 from helpers.mlflow_ui import (
     DEMO_EXPERIMENT,
     READ_REPORT,
+    READ_RUNS_TABLE,
     Chromium,
     Rest,
     Run,
     artifacts_dir,
+    chart_cards,
     check_report_cells,
     evaluate,
     find_chromium,
@@ -39,7 +41,7 @@ from helpers.mlflow_ui import (
     show_metric_rows,
 )
 
-from grrr_stream.tracking.mlflow_view import compare_page, runs_page
+from grrr_stream.tracking.mlflow_view import SHARES_CHARTS, compare_page, runs_page, shares_page
 
 NO_CHROMIUM = (
     "Debian chromium not found at /usr/bin/chromium or on PATH; .ci/run installs it with apt-get install chromium"
@@ -251,6 +253,42 @@ def test_compare_page_shows_two_transitions_headline_metrics_side_by_side(server
         assert cells[0] == metric and len(cells) == 1 + len(shown), (metric, row)
         for run, cell in zip(shown, cells[1:]):
             assert float(cell) == pytest.approx(run.metrics[metric], rel=1e-2, abs=1e-3), (metric, run.name, row)
+
+
+@pytest.mark.skipif(find_chromium() is None, reason=NO_CHROMIUM)
+def test_shares_page_draws_every_transitions_headline_metrics_first(server, populated, tmp_path):
+    """The address a sweep prints and its report links for the transitions side by side (MLflow's runs page in chart
+    mode with the experiment's shares view): it lists the transitions alone, flat, and its first charts are the
+    headline metrics in order, each drawing every transition's value as the REST API returns it."""
+    rest = Rest(server.uri)
+    exp_id = rest.experiment(DEMO_EXPERIMENT)["experiment_id"]
+    transitions = _by_kind(rest.runs([exp_id]))["transition"]
+    assert SHARES_CHARTS == HEADLINE["transition"]
+    shot = artifacts_dir() / "mlflow_shares.png"
+    shot.unlink(missing_ok=True)
+    drawn = f"""(() => {{
+        const c = document.querySelector('[data-testid="experiment-view-compare-runs-card"] .js-plotly-plot');
+        return !!(c && c.data && c.data[0] && c.data[0].x.length === {len(transitions)});
+    }})()"""
+    with Chromium(find_chromium(), tmp_path / "chromium", width=1600, height=1000) as browser:
+        try:
+            browser.navigate(shares_page(server.uri, exp_id))
+            browser.wait_for(drawn, timeout=90)
+            cards, text, rows = chart_cards(browser), browser.text(), browser.evaluate(READ_RUNS_TABLE)
+        finally:
+            with contextlib.suppress(Exception):
+                browser.screenshot(shot)
+    assert shot.is_file() and shot.stat().st_size > 20_000, f"no screenshot at {shot}"
+    assert "Judges" not in text, text[:600]  # Model training's pages, not GenAI's
+    assert f"{len(transitions)} matching runs" in text, text[:3000]
+    # the run list beside the charts: a row per run, its id the row's, in the rows' order
+    assert set(rows) == {r.id for r in transitions}, rows
+    name = {r.id: r.name for r in transitions}
+    listed = [name[rid] for rid in sorted(rows, key=lambda rid: int(rows[rid]["row-index"]))]
+    assert listed == sorted(name.values()), rows  # flat (not under the sweep's row) and by name
+    assert [title for title, _ in cards[: len(SHARES_CHARTS)]] == list(SHARES_CHARTS), [t for t, _ in cards]
+    for metric, values in cards[: len(SHARES_CHARTS)]:
+        assert values == pytest.approx({r.id: r.metrics[metric] for r in transitions}, rel=1e-9), metric
 
 
 SWEEP_FILTER = "tags.`grrr.sweep` = 'server-test'"
