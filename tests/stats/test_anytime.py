@@ -146,24 +146,31 @@ def test_tuned_bets_reach_their_target_on_fewer_draws_than_the_plugin():
     assert tuned < plugin < N, (tuned, plugin)
 
 
-def test_tuned_betting_ends_are_where_the_capital_reaches_two_over_alpha():
+def _hand_log_capital(x, N, m, sign, bet, cap):
+    """log K^± at mean m after the draws x, term by term in plain floats (the definition, not the vectorised code):
+    the bet λ_i = bet(σ̂²_{i−1}, i), capped at ``cap`` of what keeps the capital positive."""
+    total, s, sq, mean = 0.0, 0.0, 0.0, 0.5
+    for i, xi in enumerate(x, start=1):
+        lam = bet((0.25 + sq) / i, i)
+        mu = (N * m - s) / (N - i + 1)
+        room = mu if sign > 0 else 1 - mu
+        total += math.log(1 + sign * min(lam, cap / room) * (xi - mu))
+        s += xi
+        mean = (0.5 + s) / (i + 1)
+        sq += (xi - mean) ** 2
+    return total
+
+
+@pytest.mark.parametrize("h", [0.03, 0.3])  # 0.3: a wide target, where the bets reach their cap
+def test_tuned_betting_ends_are_where_the_capital_reaches_two_over_alpha(h):
     """As the plug-in's check below, with the tuned bets λ_i = h/σ̂²_{i−1} written out in plain floats."""
     rng = np.random.default_rng(9)
-    N, n, alpha, h = 300, 90, 0.05, 0.03
+    N, n, alpha = 300, 90, 0.05
     x = rng.random(n) ** 2
     lo, hi = betting_wor_cs(x, N, alpha, looks=[n], target=h)
 
     def log_k(m, sign):
-        total, s, sq, mean = 0.0, 0.0, 0.0, 0.5
-        for i, xi in enumerate(x, start=1):
-            lam = h / ((0.25 + sq) / i)
-            mu = (N * m - s) / (N - i + 1)
-            room = mu if sign > 0 else 1 - mu
-            total += math.log(1 + sign * min(lam, 0.7 / room) * (xi - mu))
-            s += xi
-            mean = (0.5 + s) / (i + 1)
-            sq += (xi - mean) ** 2
-        return total
+        return _hand_log_capital(x, N, m, sign, lambda var, i: h / var, 0.7)
 
     step, target = 2.0**-15, math.log(2 / alpha)
     assert log_k(lo[0], +1) >= target > log_k(lo[0] + step, +1)
@@ -194,17 +201,10 @@ def test_betting_ends_are_where_the_capital_reaches_two_over_alpha():
     lo, hi = betting_wor_cs(x, N, alpha, looks=[n])  # one look: no intersection, the first look's bisection
 
     def log_k(m, sign):
-        total, s, sq, mean = 0.0, 0.0, 0.0, 0.5
-        for i, xi in enumerate(x, start=1):
-            var = (0.25 + sq) / i
-            lam = math.sqrt(2 * math.log(2 / alpha) / (var * i * math.log1p(i)))
-            mu = (N * m - s) / (N - i + 1)
-            room = mu if sign > 0 else 1 - mu
-            total += math.log(1 + sign * min(lam, 0.5 / room) * (xi - mu))
-            s += xi
-            mean = (0.5 + s) / (i + 1)
-            sq += (xi - mean) ** 2
-        return total
+        def plug_in(var, i):
+            return math.sqrt(2 * math.log(2 / alpha) / (var * i * math.log1p(i)))
+
+        return _hand_log_capital(x, N, m, sign, plug_in, 0.5)
 
     step = 2.0**-15  # twice the first look's resolution over a bracket at most 1 wide
     target = math.log(2 / alpha)
