@@ -3,6 +3,7 @@
 
     designs   the adaptive design against the fixed one: problems answered, interval coverage, claims' verdicts
     betting   a prototype hedged betting confidence sequence against the package's empirical-Bernstein one
+    allocation  the pooled benchmarks drawn in proportion to size against weighted draws (grrr_stream.stats.allocation)
 
 A study = the paper's 28 evaluated transitions (11 SFT, 17 RL) × 12 variants × 1,517 problems (math500 500,
 aime24 30, amc23 40, minerva_math 272, olympiadbench 675). The fixed design answers every problem; the
@@ -36,6 +37,7 @@ simulation". Run:
     python tools/simulate.py designs --quick                # 40 studies, a smoke run
     python tools/simulate.py designs --disagreement 0.046   # flip-rate scenario (or: measured), not the ρ model
     python tools/simulate.py betting --paths 112            # the prototype sequence on 112 near-equal pairs
+    python tools/simulate.py allocation --paths 400         # proportional against weighted draws, a close pair
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grrr_stream.config import ClaimSettings  # noqa: E402
 from grrr_stream.evaluation.settings import AdaptiveSettings  # noqa: E402
 from grrr_stream.report.paper_claims import CLAIMS  # noqa: E402
+from grrr_stream.stats.allocation import ALLOCATIONS as ALLOCATION_KINDS  # noqa: E402
+from grrr_stream.stats.allocation import draw_order, pooled_cs  # noqa: E402
 from grrr_stream.stats.anytime import Thresholds, bet_target, eb_wor_cs, ratio_sides, score_path  # noqa: E402
 from grrr_stream.stats.claims import TIE  # noqa: E402
 from grrr_stream.stats.order import Order, problem_order  # noqa: E402
@@ -977,6 +981,47 @@ def run_betting(args, ap: argparse.ArgumentParser) -> None:
         )
 
 
+def allocation_paths(paths: int, disagreement: float, precision: float, chunk: int, seed: int) -> dict:
+    """Close pairs (full at 0.3-0.8 per pooled benchmark, the variant its answers with ``disagreement`` flipped)
+    on the pooled benchmarks, after the census of aime24 and amc23: per allocation, the share of the 1,517
+    problems at the first look where the interval is within ±``precision`` points, and whether any look's
+    interval (every ``chunk`` draws, never stopping) missed the fixed design's value."""
+    pooled = [b for b in SIZES if b not in ("aime24", "amc23")]
+    sizes = [SIZES[b] for b in pooled]
+    weights = [1 / len(SIZES)] * len(pooled)  # each benchmark's share of the five-benchmark mean
+    census, n = sum(SIZES.values()) - sum(sizes), sum(sizes)
+    looks = np.arange(chunk, n + 1, chunk)
+    strata = np.repeat(np.arange(len(sizes)), sizes)
+    rng = np.random.default_rng(seed)
+    out = {a: {"share": [], "missed": []} for a in ALLOCATION_KINDS}
+    for _ in range(paths):
+        full = rng.random(n) < rng.uniform(0.3, 0.8, len(sizes))[strata]
+        diff = np.where(rng.random(n) < disagreement, ~full, full).astype(float) - full
+        truth = sum(w * diff[strata == k].mean() for k, w in enumerate(weights))
+        for a in ALLOCATION_KINDS:
+            draws = draw_order(sizes, weights, rng, a)
+            lo, hi = pooled_cs(diff[draws.items], draws, sizes, weights, looks=looks, target=precision / 100)
+            within = np.flatnonzero((hi - lo) / 2 <= precision / 100)
+            out[a]["share"].append((census + (looks[within[0]] if len(within) else n)) / (census + n))
+            out[a]["missed"].append(bool(((lo > truth + 1e-9) | (hi < truth - 1e-9)).any()))
+    return out
+
+
+def run_allocation(args, ap: argparse.ArgumentParser) -> None:
+    start = time.perf_counter()
+    out = allocation_paths(args.paths, args.disagreement, args.precision, args.chunk, args.seed)
+    print(
+        f"{args.paths} close pairs, {args.disagreement:.3f} of the answers flipped, ±{args.precision:g} points, "
+        f"looks every {args.chunk} pooled draws, α = 0.05, {time.perf_counter() - start:.0f} s"
+    )
+    for a, r in out.items():
+        x = np.array(r["share"])
+        print(
+            f"  {a:12s} share of the 1,517 problems: median {np.median(x):.3f}, p90 {np.percentile(x, 90):.3f}, "
+            f"≤ 1/3 in {np.mean(x <= 1 / 3 + 1e-12):.3f}; any look missed the truth: {np.mean(r['missed']):.4f}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = ap.add_subparsers(dest="command", required=True)
@@ -1024,6 +1069,14 @@ def main() -> None:
     b = commands.add_parser("betting", parents=[common], help=what, description=what)
     b.set_defaults(run=run_betting)
     b.add_argument("--paths", type=int, default=100, help="near-equal pairs (proj, full), 28 per study")
+    what = "the pooled benchmarks drawn in proportion to size against weighted draws, on close pairs"
+    a = commands.add_parser("allocation", parents=[common], help=what, description=what)
+    a.set_defaults(run=run_allocation)
+    a.add_argument("--paths", type=int, default=400)
+    a.add_argument("--disagreement", type=float, default=0.046, help="the share of full's answers flipped")
+    a.add_argument("--precision", type=float, default=2.0, help="the half-width in points the bets aim at")
+    a.add_argument("--chunk", type=int, default=64)
+    a.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     if not 0.0 <= args.coupling < 1.0:
         commands.choices[args.command].error("--coupling must be in [0, 1)")

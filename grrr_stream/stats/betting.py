@@ -80,19 +80,32 @@ def log_capital(
 
 
 def betting_wor_cs(
-    x: np.ndarray, population: int, alpha: float = 0.05, looks: Optional[Sequence[int]] = None, target=None
+    x: np.ndarray,
+    population: int,
+    alpha: float = 0.05,
+    looks: Optional[Sequence[int]] = None,
+    target=None,
+    removed: Optional[np.ndarray] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The running intersection, over ``looks`` (numbers of draws; None: every draw), of the betting sequence for
     the mean of ``population`` values in [0, 1] drawn without replacement, the draws ``x`` on the last axis
     (leading axes: independent paths): (lo, hi), each of shape x.shape[:-1] + (len(looks),). ``target``: the
-    half-width the bets are tuned to (x's units; None: the plug-in bets)."""
+    half-width the bets are tuned to (x's units; None: the plug-in bets).
+
+    ``removed``: the values the draws take out of the population, where they are not the draws themselves: draws
+    made with unequal, predictable probabilities p_i observe x_i = removed_i / ((N − i + 1) p_i), whose mean
+    given the past is still the mean of what is left (:mod:`grrr_stream.stats.allocation`). Both in [0, 1]."""
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[-1]
     if n > population:
         raise ValueError(f"{n} draws from a population of {population}")
     at = looks_of(looks, n)
-    lam, cum, cap = bets(x, alpha, target), np.cumsum(x, axis=-1), _cap(target)
-    before, target = cum - x, math.log(2 / alpha)
+    gone = x if removed is None else np.asarray(removed, dtype=np.float64)
+    if gone.shape != x.shape:
+        raise ValueError(f"removed has shape {gone.shape}, the draws {x.shape}")
+    lam, cap = bets(x, alpha, target), _cap(target)
+    cum = np.cumsum(gone, axis=-1)
+    before, target = cum - gone, math.log(2 / alpha)
     lo = np.empty(x.shape[:-1] + (len(at),))
     hi = np.empty_like(lo)
     low, high = np.zeros(x.shape[:-1]), np.ones(x.shape[:-1])  # the running intersection so far
