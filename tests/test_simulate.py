@@ -262,3 +262,16 @@ def test_the_disagreement_scenario_flips_near_the_target(sim):
     assert (ratio >= 0.2 - 1e-9).all() and (ratio <= 0.5 + 1e-9).all()
     close = np.abs(drawn[:, sim.VARIANTS.index("off")] - full)
     assert (close <= 0.05 + 1e-9).all()
+
+
+def test_the_allocation_run_counts_the_census_and_each_orders_first_look(sim):
+    """`simulate.py allocation`: every share counts the census (aime24, amc23) and whole looks of the pooled draws,
+    one per pair and allocation, and a look's miss is counted against the planted weighted mean."""
+    out = sim.allocation_paths(paths=4, disagreement=0.046, precision=2.0, chunk=64, seed=3)
+    census, total = sim.SIZES["aime24"] + sim.SIZES["amc23"], sum(sim.SIZES.values())
+    assert set(out) == {"proportional", "weighted"}
+    for r in out.values():
+        assert len(r["share"]) == len(r["missed"]) == 4
+        for s in r["share"]:
+            pooled = round(s * total) - census
+            assert 0 < pooled <= total - census and (pooled % 64 == 0 or pooled == total - census), s
