@@ -27,6 +27,7 @@ from helpers.mlflow_ui import (  # noqa: E402
     Chromium,
     Rest,
     chart_cards,
+    charts_drawn,
     find_chromium,
     runs_table,
     serve,
@@ -78,12 +79,8 @@ def mlflow_shots(demo: Path, runs_out: Path, shares_out: Path, scratch: Path, ch
             )
             runs_table(browser)  # every nested run shown: the transitions' rows carry the headline columns
             browser.screenshot(runs_out)
-        drawn = f"""(() => {{
-            const c = document.querySelector('[data-testid="experiment-view-compare-runs-card"] .js-plotly-plot');
-            return !!(c && c.data && c.data[0] && c.data[0].x.length === {n_transitions});
-        }})()"""
         with Chromium(chromium, scratch / "shares", width=1400, height=1000) as browser:
-            _settle(browser, shares_page(server.uri, exp_id), drawn)
+            _settle(browser, shares_page(server.uri, exp_id), charts_drawn(n_transitions))
             titles = [title for title, _ in chart_cards(browser)][: len(SHARES_CHARTS)]
             if titles != list(SHARES_CHARTS):
                 raise SystemExit(f"the shares page's first charts are {titles}, not {list(SHARES_CHARTS)}")

@@ -7,7 +7,7 @@ import argparse
 from ..errors import ConfigError
 from ..runtime.cluster import check_reachable, parse_scheduler
 from ..tracking.mlflow_client import limits, prepare, resolve_uri
-from ..tracking.mlflow_view import runs_page, shares_page
+from ..tracking.mlflow_view import runs_page, shares_page, ui_of
 from ..tracking.run_log import find_pending, flush, pending_files
 from .options import tracking_flags, tracking_from_args
 from .parsers import DEMO_CONFIG
@@ -64,8 +64,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         experiment = tracking.experiment
         with limits(tracking.timeout_s, 0):
             exp_id = prepare(uri, experiment)
-        served = uri.startswith("http")
-        ui = uri if served else "http://127.0.0.1:5000"
+        ui, served = ui_of(uri)
         where = (
             f"\nLogged to MLflow at {uri} (experiment {experiment})."
             if served

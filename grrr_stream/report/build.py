@@ -22,7 +22,7 @@ from ..sweep.kinds import TABLES, decompose
 from ..sweep.kinds import claims as claims_kind
 from ..sweep.rows import UNITS_TABLE, read_rows
 from ..tracking.mlflow_client import resolve_uri
-from ..tracking.mlflow_view import run_page, runs_page, shares_page
+from ..tracking.mlflow_view import run_page, runs_page, shares_page, ui_of
 from . import figures as figs
 from . import tables as tbl
 from .channels import channel_tables
@@ -235,8 +235,7 @@ def mlflow_links(tracking, run_id: Optional[str], runs: list[dict]) -> Optional[
         return None
 
     uri = resolve_uri(tracking.uri)
-    served = uri.startswith(("http://", "https://"))
-    ui = uri.rstrip("/") if served else "http://127.0.0.1:5000"
+    ui, served = ui_of(uri)
     exp = next((r["experiment_id"] for r in runs if r.get("experiment_id")), None)
     run_id = run_id or next((r["run_id"] for r in runs if r.get("kind") == "sweep"), None)
     # the tracking owner's addresses: they carry the query that opens MLflow's UI in its training mode

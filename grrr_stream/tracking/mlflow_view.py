@@ -1,4 +1,4 @@
-"""MLflow's UI as the addresses this tool prints open it: the experiment's shared views (:data:`VIEWS`, which
+"""MLflow's UI as the addresses this tool prints open it: the experiment's shared views (:func:`views`, which
 :mod:`.mlflow_client` sets on the experiment: the runs table with the headline metrics as columns, oldest run
 first, and the transitions' energy shares as charts) and the addresses of the runs table, the shares' charts, a
 run and the Compare page (:func:`runs_page`, :func:`shares_page`, :func:`run_page`, :func:`compare_page`), each in
@@ -60,6 +60,7 @@ def view_state() -> str:
 # below it; its runs page in chart mode draws what this view says. The view lists the transitions flat (MLflow nests
 # children under their parent when the runs are sorted by time, so they are sorted by name) and shows them all.
 SHARES_KEY = "grrr-shares"
+SHARES_TAG = "mlflow.sharedViewState." + SHARES_KEY
 SHARES_CHARTS = TRANSITION_HEADLINE
 TRANSITIONS_FILTER = "tags.`grrr.kind` = 'transition'"
 _SECTION = "grrr-model-metrics"  # the uuid of MLflow's own "Model metrics" section (metrics without a '/')
@@ -99,7 +100,7 @@ def shares_view_state() -> str:
 
 def views() -> dict[str, str]:
     """Every shared view by its experiment tag: what mlflow_client sets on the experiment."""
-    return {VIEW_TAG: view_state(), "mlflow.sharedViewState." + SHARES_KEY: shares_view_state()}
+    return {VIEW_TAG: view_state(), SHARES_TAG: shares_view_state()}
 
 
 # MLflow 3.17's UI picks its pages from its own GenAI / Model training switch (kept per browser in localStorage,
@@ -109,17 +110,30 @@ def views() -> dict[str, str]:
 TRAINING = "workflowType=machine_learning"
 
 
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+
+
+def ui_of(uri: str) -> tuple[str, bool]:
+    """The UI that shows tracking URI ``uri``, and whether a server serves it: the server itself for an http(s) URI,
+    else the local UI that `mlflow ui --backend-store-uri URI` starts."""
+    served = uri.startswith(("http://", "https://"))
+    return (uri.rstrip("/") if served else LOCAL_UI), served
+
+
+def _experiment_runs(ui: str, experiment_id: str, view_key: str) -> str:
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?{TRAINING}&viewStateShareKey={view_key}"
+
+
 def runs_page(ui: str, experiment_id: str) -> str:
     """The address of the experiment in MLflow's UI at ``ui`` that opens on its runs table in Model training mode,
     with the tool's view (:func:`view_state`: headline columns, oldest run first)."""
-    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?{TRAINING}&viewStateShareKey={VIEW_KEY}"
+    return _experiment_runs(ui, experiment_id, VIEW_KEY)
 
 
 def shares_page(ui: str, experiment_id: str) -> str:
     """The address of the transitions' headline metrics as bar charts, one bar per transition (the runs page in
     chart mode with :func:`shares_view_state`)."""
-    runs = f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs"
-    return f"{runs}?{TRAINING}&viewStateShareKey={SHARES_KEY}&compareRunsMode=CHART"
+    return _experiment_runs(ui, experiment_id, SHARES_KEY) + "&compareRunsMode=CHART"
 
 
 def run_page(ui: str, experiment_id: str, run_id: str) -> str:

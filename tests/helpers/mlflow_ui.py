@@ -652,6 +652,14 @@ READ_CHART_CARDS = r"""
 """
 
 
+def charts_drawn(runs: int) -> str:
+    """JavaScript, true once the runs page's first chart card draws ``runs`` runs."""
+    return f"""(() => {{
+        const c = document.querySelector('[data-testid="experiment-view-compare-runs-card"] .js-plotly-plot');
+        return !!(c && c.data && c.data[0] && c.data[0].x.length === {runs});
+    }})()"""
+
+
 def chart_cards(browser: Chromium) -> list[tuple[str, dict[str, float]]]:
     """The runs page's chart cards in order: (title, {run id: value drawn}) each."""
     return [(c["title"], dict(zip(c["y"], c["x"]))) for c in browser.evaluate(READ_CHART_CARDS)]

@@ -252,7 +252,7 @@ def test_runs_nest_as_the_work_nests_and_placeholders_are_filled(tmp_path, uri):
     assert view["orderByKey"] == "attributes.start_time" and view["orderByAsc"] is True
     assert {"metrics.`f_diag`", "metrics.`average`", "metrics.`minus_full`"} <= set(view["selectedColumns"])
     # and the view of the transitions' shares: flat (sorted by name), every run drawn, the headline charts first
-    shares = json.loads(client.get_experiment(exp_id).tags["mlflow.sharedViewState." + mlflow_view.SHARES_KEY])
+    shares = json.loads(client.get_experiment(exp_id).tags[mlflow_view.SHARES_TAG])
     assert (
         shares["searchFilter"] == "tags.`grrr.kind` = 'transition'" and shares["orderByKey"] != "attributes.start_time"
     )

@@ -29,6 +29,7 @@ from helpers.mlflow_ui import (
     Run,
     artifacts_dir,
     chart_cards,
+    charts_drawn,
     check_report_cells,
     evaluate,
     find_chromium,
@@ -266,14 +267,10 @@ def test_shares_page_draws_every_transitions_headline_metrics_first(server, popu
     assert SHARES_CHARTS == HEADLINE["transition"]
     shot = artifacts_dir() / "mlflow_shares.png"
     shot.unlink(missing_ok=True)
-    drawn = f"""(() => {{
-        const c = document.querySelector('[data-testid="experiment-view-compare-runs-card"] .js-plotly-plot');
-        return !!(c && c.data && c.data[0] && c.data[0].x.length === {len(transitions)});
-    }})()"""
     with Chromium(find_chromium(), tmp_path / "chromium", width=1600, height=1000) as browser:
         try:
             browser.navigate(shares_page(server.uri, exp_id))
-            browser.wait_for(drawn, timeout=90)
+            browser.wait_for(charts_drawn(len(transitions)), timeout=90)
             cards, text, rows = chart_cards(browser), browser.text(), browser.evaluate(READ_RUNS_TABLE)
         finally:
             with contextlib.suppress(Exception):
