@@ -60,7 +60,14 @@ from grrr_stream.evaluation.settings import AdaptiveSettings  # noqa: E402
 from grrr_stream.report.paper_claims import CLAIMS  # noqa: E402
 from grrr_stream.stats.allocation import ALLOCATIONS as ALLOCATION_KINDS  # noqa: E402
 from grrr_stream.stats.allocation import draw_order, pooled_cs  # noqa: E402
-from grrr_stream.stats.anytime import Thresholds, bet_target, eb_wor_cs, ratio_sides, score_path  # noqa: E402
+from grrr_stream.stats.anytime import (  # noqa: E402
+    Thresholds,
+    bet_target,
+    eb_wor_cs,
+    ratio_sides,
+    running_score,
+    score_path,
+)
 from grrr_stream.stats.claims import TIE  # noqa: E402
 from grrr_stream.stats.order import Order, problem_order  # noqa: E402
 
@@ -227,26 +234,6 @@ def _side(lo: np.ndarray, hi: np.ndarray, at: float) -> np.ndarray:
     return (lo > at).astype(np.int8) - (hi < at).astype(np.int8)
 
 
-def score_estimate(order: Order, values: np.ndarray) -> np.ndarray:
-    """score_path's estimate (the mean over benchmarks, census exact, the pooled part by its weighted running
-    mean) without its confidence sequence: paths × problems, NaN before the census is complete."""
-    values = np.asarray(values, dtype=np.float64)
-    n, end = values.shape[-1], order.census_end
-    est = np.full(values.shape, np.nan)
-    if n <= end:
-        return est
-    names = [b for b, _ in order.items[:n]]
-    census = (
-        sum(values[..., [i for i in range(end) if names[i] == b]].mean(axis=-1) for b in order.census)
-        if order.census
-        else 0.0
-    )
-    weight = np.array([order.weight[b] for b in names[end:]])
-    running = np.cumsum(weight * values[..., end:], axis=-1) / np.arange(1, n - end + 1)
-    est[..., end:] = (np.asarray(census)[..., None] + len(order.weight) * running) / len(order.sizes)
-    return est
-
-
 def decide_many(
     order: Order,
     variant,
@@ -293,7 +280,7 @@ def _decide_paths(order, variant, full, thresholds, chunk, precisions, alpha, se
     narrow = np.ones(half.shape, dtype=bool)
     if retention_points is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
-            narrow = half <= retention_points * score_estimate(order, full)[:, at]
+            narrow = half <= retention_points * running_score(order, full)[:, at]
     rows = np.arange(variant.shape[0])
     out = {}
     for p in precisions:
@@ -652,12 +639,12 @@ def run_batch(rng, studies: int, order, settings: dict, retention: bool) -> dict
         correct[:, :, cv].reshape(-1, n).astype(np.float32) @ bootstrap_weights(rng, order, settings["resamples"])
     ).reshape(s, t, len(cv), -1)
     full = correct[:, :, VARIANTS.index("full")].reshape(s * t, n).astype(np.float64)
-    full_est = score_estimate(order, full)
+    full_est = running_score(order, full)
     out = {"fixed": fixed, "boot": boot.astype(np.float64), "seq": {p: {} for p in settings["precisions"]}}
     out["flips"] = flips
     for v, th in settings["design"].items():
         x = correct[:, :, VARIANTS.index(v)].reshape(s * t, n).astype(np.float64)
-        x_est = score_estimate(order, x)
+        x_est = running_score(order, x)
         own = own_precisions(settings["adaptive"], v, settings["precisions"])
         targets, ret = list(dict.fromkeys(own.values())), settings["retention_precision"].get(v)
         bets = settings["adaptive"].bets
@@ -793,7 +780,8 @@ def print_report(out: dict, settings: dict) -> None:
     what = settings.get("disagreement")
     model = f"coupling ρ = {settings['coupling']}" if what is None else f"disagreement scenario, flip rates {what}"
     print(
-        f"{model}, chunk {settings['chunk']}, α = 0.05, "
+        f"{model}, {settings.get('allocation', 'proportional')} draws, {settings.get('bets')} bets, "
+        f"chunk {settings['chunk']}, α = 0.05, "
         f"{settings['resamples']} bootstrap resamples for the fixed design's report rule"
     )
     for p, r in out.items():
@@ -836,11 +824,12 @@ def make_settings(
     retention_precision: Optional[dict] = None,
     disagreement=None,
     bets: Optional[str] = None,
+    allocation: Optional[str] = None,
 ) -> dict:
     """What a batch runs under: the simulation's knobs, the product's adaptive settings ``seq`` (default: its
-    defaults; ``bets`` replaces its bets) with the design they give, and the claims' settings."""
+    defaults; ``bets`` and ``allocation`` replace its own) with the design they give, and the claims' settings."""
     seq = AdaptiveSettings() if seq is None else seq
-    seq = seq if bets is None else seq.model_copy(update={"bets": bets})
+    seq = seq.model_copy(update={k: v for k, v in (("bets", bets), ("allocation", allocation)) if v is not None})
     return {
         "coupling": coupling,
         "precisions": tuple(float(p) for p in precisions),
@@ -860,7 +849,8 @@ def simulate(studies: int, *, batch=25, retention_studies=250, seed=0, progress=
     :func:`make_settings`' keywords."""
     settings = make_settings(UNIFORM if uniform else None, **knobs)
     seq = settings["adaptive"]
-    order, start = problem_order(SIZES, seed=seed), time.perf_counter()
+    order = problem_order(SIZES, seed, seq.max_weight, seq.allocation)
+    start = time.perf_counter()
     rng = np.random.default_rng(seed)
     acc: dict = {}
     done = 0
@@ -876,6 +866,7 @@ def simulate(studies: int, *, batch=25, retention_studies=250, seed=0, progress=
             **{k: v for k, v in settings.items() if k not in ("design", "claim_settings", "adaptive")},
             "variant_precision_points": seq.variant_precision_points,
             "bets": seq.bets,
+            "allocation": seq.allocation,
         },
         "results": report(acc, settings),
     }
@@ -902,6 +893,7 @@ def run_designs(args, ap: argparse.ArgumentParser) -> None:
         uniform=args.uniform,
         disagreement=disagreement,
         bets=args.bets,
+        allocation=args.allocation,
     )
     out["seconds"] = round(time.perf_counter() - t, 1)
     print_report(out["results"], out["settings"])
@@ -1063,6 +1055,11 @@ def main() -> None:
         "--bets",
         choices=("tuned", "plugin"),
         help="the betting sequence's bets (default: the product's, evaluation.adaptive.bets)",
+    )
+    d.add_argument(
+        "--allocation",
+        choices=ALLOCATION_KINDS,
+        help="how the pooled benchmarks are drawn (default: the product's, evaluation.adaptive.allocation)",
     )
     d.add_argument("--json", type=Path, help="write the figures here")
     what = "a prototype hedged betting sequence against the empirical-Bernstein one, on near-equal pairs"

@@ -148,6 +148,11 @@ class AdaptiveSettings(StrictModel):
     min_batch: int = Field(1, ge=1)
     # a benchmark whose weight in the score over its share of the problems exceeds this is answered in full first
     max_weight: float = Field(2.0, ge=1.0)
+    # how the other benchmarks' problems are drawn (grrr_stream/stats/allocation.py): "weighted", each next one with
+    # probability ∝ its weight in the score per problem (at first as many from each benchmark: the narrowest interval
+    # for a given number of problems), or "proportional", in proportion to each benchmark's size (the only order
+    # before 2026-12-06, whose keys lack this field)
+    allocation: Literal["weighted", "proportional"] = "weighted"
     # variant (a glob) → the ± points at which it stops, where not ``precision_points``; null: its thresholds
     # alone stop it. The controls (proj, random removals, principal bands) only have to be seen near full, and
     # diag mostly stops on its thresholds; offnull keeps ``precision_points`` for the median-retention claim.

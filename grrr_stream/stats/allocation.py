@@ -17,7 +17,8 @@ Both x and z lie within ±B, B = N max_k (w_k / N_k) max|v| (c_t ≤ N max_l (w_
 
 Measured in ``python tools/simulate.py allocation`` (docs/evaluation.md, "Weighted draws"): at 4.6 % disagreement
 and ±2 points, a close pair's 90th percentile falls from 0.341 to 0.299 of the 1,517 problems (the median stays
-0.299), with the same anytime coverage. The adaptive design does not use it yet.
+0.299), with the same anytime coverage. The adaptive design draws its order so by default
+(:func:`grrr_stream.stats.order.problem_order`, ``evaluation.adaptive.allocation``).
 """
 
 from __future__ import annotations

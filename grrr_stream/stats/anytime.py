@@ -8,6 +8,8 @@ drawn without replacement, so an interval shrinks to the exact value as a benchm
 sequence decides early is the verdict the fixed design would reach, but for the sequence's error rate. The census
 benchmarks are answered in full first (their part of the score is exact); on the pooled part each per-problem value
 is weighted by its benchmark's ``c_b``, so one sample of a finite population estimates the mean over benchmarks.
+Under weighted draws (:mod:`grrr_stream.stats.allocation`) the sequences are fed each draw's observation and the
+value it removes from the population, and the running estimate is the mean of each benchmark's answered problems.
 
 The sequences. By default the hedged betting sequence of :mod:`grrr_stream.stats.betting`, looked at the decision
 boundaries (``sequence='betting'``); or (``sequence='eb'``) the predictable-plug-in empirical-Bernstein
@@ -39,20 +41,28 @@ SEQUENCES = ("betting", "eb")
 TRUNCATION = 0.5  # bets λ stay below this (the papers' 1/2): a bad early bet cannot dominate the sum
 
 
-def eb_wor_cs(x: np.ndarray, population: int, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def eb_wor_cs(
+    x: np.ndarray, population: int, alpha: float = 0.05, removed: Optional[np.ndarray] = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The running intersection of the empirical-Bernstein sequence for the mean of ``population`` values in [0, 1]
     drawn without replacement, after each of the draws ``x`` (last axis; leading axes are independent paths):
-    (lo, hi), each of x's shape."""
+    (lo, hi), each of x's shape. ``removed``: the values the draws take out of the population where they are not
+    the draws themselves, as :func:`~grrr_stream.stats.betting.betting_wor_cs`'s (the bound below needs only that
+    x_i lies in [0, 1] and has the mean of what is left given the past)."""
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[-1]
     if n > population:
         raise ValueError(f"{n} draws from a population of {population}")
+    gone = x if removed is None else np.asarray(removed, dtype=np.float64)
+    if gone.shape != x.shape:
+        raise ValueError(f"removed has shape {gone.shape}, the draws {x.shape}")
     t = np.arange(1, n + 1, dtype=np.float64)
     cum = np.cumsum(x, axis=-1)
-    before = cum - x  # S_{i−1}
-    mean_before = (0.5 + before) / t  # μ̂_{i−1}, shrunk to 1/2
+    mean_before = (0.5 + cum - x) / t  # μ̂_{i−1}, shrunk to 1/2
     sq = np.cumsum((x - (0.5 + cum) / (t + 1)) ** 2, axis=-1)
     var_before = (0.25 + sq - (x - (0.5 + cum) / (t + 1)) ** 2) / t  # σ̂²_{i−1}
+    cum = np.cumsum(gone, axis=-1)
+    before = cum - gone  # S_{i−1}: what the draws before i took out
     lam = np.minimum(np.sqrt(2 * math.log(2 / alpha) / (var_before * t * np.log1p(t))), TRUNCATION)
     left = population - t + 1  # N − i + 1
     centre = np.cumsum(lam * (x + before / left), axis=-1)
@@ -77,8 +87,9 @@ class Path:
 
 
 def _pooled(order: Order, values: np.ndarray, low: float, high: float):
-    """The census part of the score (exact), the pooled values mapped to [0, 1] and the affine map from their
-    mean back to the score."""
+    """The census part of the score (exact), the pooled draws' observations and the values they remove from the
+    pooled population (:mod:`grrr_stream.stats.allocation`; the same for proportional draws), both mapped to
+    [0, 1], and the affine map from the pooled population's mean back to the score."""
     n, end = values.shape[-1], order.census_end
     names = [b for b, _ in order.items[:n]]
     census = (
@@ -88,12 +99,45 @@ def _pooled(order: Order, values: np.ndarray, low: float, high: float):
     )
     cmax, pooled = order.max_weight, len(order.weight)
     weight = np.array([order.weight[b] for b in names[end:]])
-    z = (weight * values[..., end:] - cmax * low) / (cmax * (high - low))
+    scale = np.asarray(order.scale[: n - end]) if order.scale else weight
+
+    def unit(c):  # c v ∈ [cmax low, cmax high] for 0 ≤ c ≤ cmax (low ≤ 0 ≤ high)
+        return (c * values[..., end:] - cmax * low) / (cmax * (high - low))
 
     def to_score(m):
         return (np.asarray(census)[..., None] + pooled * (cmax * low + cmax * (high - low) * m)) / len(order.sizes)
 
-    return np.asarray(census), z, to_score
+    return np.asarray(census), unit(scale), unit(weight), to_score
+
+
+def running_score(order: Order, values: np.ndarray) -> np.ndarray:
+    """The estimate of the mean over benchmarks of ``values`` (last axis: the answered prefix of the order) after
+    each problem, NaN before the census is complete: the census part exact, the pooled part the running mean of
+    ``c_b u`` under proportional draws, the mean of each pooled benchmark's answered problems under weighted draws
+    (within a benchmark they are a uniform sample; NaN while one has none)."""
+    values = np.asarray(values, dtype=np.float64)
+    n, end = values.shape[-1], order.census_end
+    est = np.full(values.shape, np.nan)
+    if n <= end:
+        return est
+    names = [b for b, _ in order.items[:n]]
+    census = (
+        sum(values[..., [i for i in range(end) if names[i] == b]].mean(axis=-1) for b in order.census)
+        if order.census
+        else np.zeros(values.shape[:-1])
+    )
+    count = np.arange(1, n - end + 1)
+    if order.allocation == "proportional":
+        weight = np.array([order.weight[b] for b in names[end:]])
+        pooled = len(order.weight) * np.cumsum(weight * values[..., end:], axis=-1) / count
+    else:
+        pooled = 0.0
+        for b in order.weight:
+            mine = np.array([name == b for name in names[end:]])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                pooled = pooled + np.cumsum(values[..., end:] * mine, axis=-1) / np.cumsum(mine)
+    est[..., end:] = (np.asarray(census)[..., None] + pooled) / len(order.sizes)
+    return est
 
 
 def _pooled_target(order: Order, target: Optional[float], low, high):
@@ -126,21 +170,20 @@ def score_path(
     hi, est = lo.copy(), lo.copy()
     if n <= end:
         return Path(lo, hi, est)
-    _, z, to_score = _pooled(order, values, low, high)
+    _, x, z, to_score = _pooled(order, values, low, high)
     at = looks_of(None if looks is None else [k - end for k in looks if end < k <= n], n - end)
     if sequence == "eb":
-        zlo, zhi = (a[..., at - 1] for a in eb_wor_cs(z, order.total - end, alpha))
+        zlo, zhi = (a[..., at - 1] for a in eb_wor_cs(x, order.total - end, alpha, removed=z))
     elif sequence == "betting":
-        zlo, zhi = betting_wor_cs(z, order.total - end, alpha, at, _pooled_target(order, target, low, high))
+        h = _pooled_target(order, target, low, high)
+        zlo, zhi = betting_wor_cs(x, order.total - end, alpha, at, h, removed=z)
     else:
         raise ValueError(f"sequence {sequence!r}: choose one of {', '.join(SEQUENCES)}")
     last = np.searchsorted(at, np.arange(1, n - end + 1), side="right") - 1  # each prefix's last look
     seen = last >= 0
-    running = np.cumsum(z, axis=-1) / np.arange(1, n - end + 1)
     lo[..., end:][..., seen] = to_score(zlo)[..., last[seen]]
     hi[..., end:][..., seen] = to_score(zhi)[..., last[seen]]
-    est[..., end:] = to_score(running)
-    return Path(lo, hi, est)
+    return Path(lo, hi, running_score(order, values))
 
 
 @dataclass(frozen=True)
@@ -285,13 +328,14 @@ def ratio_sides(
     if sequence == "eb":
         path = score_path(order, values, -theta[..., None], 1.0, alpha, sequence="eb", looks=looks)
         return path.lo[..., -1] > 0.0, path.hi[..., -1] < 0.0
-    census, z, _ = _pooled(order, values, -theta[..., None], 1.0)
+    census, x, z, _ = _pooled(order, values, -theta[..., None], 1.0)
     cmax, pooled = order.max_weight, len(order.weight)
     # the pooled mean m at which the score is 0: census + pooled · (−cmax θ + cmax (1 + θ) m) = 0
     zero = (cmax * theta - census / pooled) / (cmax * (1 + theta))
     end = order.census_end
     pooled_target = _pooled_target(order, target, -theta[..., None], 1.0)
-    return betting_excludes(z, order.total - end, zero, alpha, [k - end for k in looks if end < k <= n], pooled_target)
+    at = [k - end for k in looks if end < k <= n]
+    return betting_excludes(x, order.total - end, zero, alpha, at, pooled_target, removed=z)
 
 
 def retention_interval(

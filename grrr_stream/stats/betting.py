@@ -138,16 +138,21 @@ def betting_excludes(
     alpha: float = 0.05,
     looks: Optional[Sequence[int]] = None,
     target=None,
+    removed: Optional[np.ndarray] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Whether the running intersection over ``looks`` has put the population's mean above ``m`` (every mean ≤ m
     excluded) and below it (every mean ≥ m excluded) by the last look: a point test, one pass over the draws
-    (``m``: x's leading shape; ``target``: as :func:`betting_wor_cs`'s). (above, below), booleans of that shape."""
+    (``m``: x's leading shape; ``target`` and ``removed``: as :func:`betting_wor_cs`'s). (above, below), booleans
+    of that shape."""
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[-1]
     at = looks_of(looks, n) - 1
     m = np.asarray(m, dtype=np.float64)
-    lam, cum, cap = bets(x, alpha, target), np.cumsum(x, axis=-1), _cap(target)
-    before, target = cum - x, math.log(2 / alpha)
+    gone = x if removed is None else np.asarray(removed, dtype=np.float64)
+    if gone.shape != x.shape:
+        raise ValueError(f"removed has shape {gone.shape}, the draws {x.shape}")
+    lam, cum, cap = bets(x, alpha, target), np.cumsum(gone, axis=-1), _cap(target)
+    before, target = cum - gone, math.log(2 / alpha)
     left = population - np.arange(n, dtype=np.float64)
     mu = (population * m[..., None] - before) / left
     d_lo, d_hi = cum[..., at] / population, (cum[..., at] + population - at - 1) / population

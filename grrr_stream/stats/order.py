@@ -7,6 +7,11 @@ the rest at most ``max_weight``), then the remaining benchmarks' problems in one
 interleaved. On that pooled part a per-problem value ``u`` (a paired difference, in [-1, 1]) is weighted by its
 benchmark's ``c_b = N'/(B' N_b)``: the mean of ``c_b u`` over the pooled problems is the mean over the pooled
 benchmarks of their means, so one sample of a finite population estimates it (:mod:`grrr_stream.stats.anytime`).
+
+How the pooled problems are drawn is the order's *allocation* (:mod:`grrr_stream.stats.allocation`):
+``proportional``, one uniform permutation (each benchmark in proportion to its size), or ``weighted``, each next
+problem with probability ∝ c_b among those left (at first equal numbers from each benchmark), observed as
+``scale_t · u`` with the draw's ``scale_t`` (for proportional draws ``scale_t = c_b``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .allocation import ALLOCATIONS, Allocation, draw_order
+
 
 @dataclass(frozen=True)
 class Order:
@@ -27,6 +34,9 @@ class Order:
     sizes: dict[str, int]
     census: tuple[str, ...]  # benchmarks answered in full first
     weight: dict[str, float]  # c_b of the pooled benchmarks
+    allocation: Allocation = "proportional"
+    # per pooled position (after the census): what its value is multiplied by to be observed (c_b when proportional)
+    scale: tuple[float, ...] = ()
 
     @property
     def census_end(self) -> int:
@@ -47,10 +57,16 @@ class Order:
         return sorted({*range(start + chunk, self.total, chunk), self.total} - {0})
 
 
-def problem_order(sizes: Mapping[str, int], seed: int = 0, max_weight: float = 2.0) -> Order:
-    """The seeded order of the problems of benchmarks of ``sizes`` (name → number of problems)."""
+def problem_order(
+    sizes: Mapping[str, int], seed: int = 0, max_weight: float = 2.0, allocation: Allocation = "proportional"
+) -> Order:
+    """The seeded order of the problems of benchmarks of ``sizes`` (name → number of problems), the pooled ones
+    drawn under ``allocation`` (proportional, whatever is asked, where the pooled benchmarks are of one size: the
+    order's ``allocation`` says which)."""
     if not sizes or min(sizes.values()) < 1:
         raise ValueError(f"every benchmark needs at least one problem, got {dict(sizes)}")
+    if allocation not in ALLOCATIONS:
+        raise ValueError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
     pooled, census = sorted(sizes), []
     while len(pooled) > 1:
         weights = _weights(sizes, pooled)
@@ -61,11 +77,22 @@ def problem_order(sizes: Mapping[str, int], seed: int = 0, max_weight: float = 2
         census.append(worst)
     # the salt keeps the adaptive design's old name: another salt would draw another order (and other results)
     rng = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(b"sequential-order")]))
-    items: list[tuple[str, int]] = []
-    for group in (sorted(census), pooled):
-        members = [(b, i) for b in group for i in range(sizes[b])]
-        items += [members[j] for j in rng.permutation(len(members))]
-    return Order(tuple(items), dict(sizes), tuple(sorted(census)), _weights(sizes, pooled))
+    members = [(b, i) for b in sorted(census) for i in range(sizes[b])]
+    items = [members[j] for j in rng.permutation(len(members))]
+    weight = _weights(sizes, pooled)
+    if len(set(weight.values())) == 1:  # every pooled problem weighs the same: weighted draws are proportional ones
+        allocation = "proportional"
+    if allocation == "proportional":
+        members = [(b, i) for b in pooled for i in range(sizes[b])]
+        drawn = [members[j] for j in rng.permutation(len(members))]
+        scale = [weight[b] for b, _ in drawn]
+    else:
+        counts = [sizes[b] for b in pooled]
+        draws = draw_order(counts, [1 / len(pooled)] * len(pooled), rng, allocation)  # c_b = N' w_b / N_b
+        offset = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        drawn = [(pooled[k], int(j - offset[k])) for j, k in zip(draws.items, draws.strata)]
+        scale = draws.scale.tolist()
+    return Order(tuple(items + drawn), dict(sizes), tuple(sorted(census)), weight, allocation, tuple(scale))
 
 
 def _weights(sizes: Mapping[str, int], pooled: Sequence[str]) -> dict[str, float]:

@@ -193,6 +193,59 @@ def test_the_command_line_shows_a_renamed_setting_once_in_one_line(capsys):
     assert capsys.readouterr().err == f"grrr-stream: warning: {said}\n"
 
 
+def test_weighted_draws_over_two_benchmarks_answer_a_prefix_and_resume_exactly(transition, tmp_path):
+    """Two pooled benchmarks of unequal size (400 and 150 problems): the order draws them about equally at first
+    (weighted draws, the default), each variant answers a prefix of that seeded order up to its stop, and a run
+    that lost the second half of every answers file (a crash) resumes to the same rows and answers."""
+    import shutil
+
+    _, _, store, bench = transition
+    two = tmp_path / "bench"
+    shutil.copytree(bench, two)
+    (two / "more").mkdir()
+    (two / "more" / "test.jsonl").write_text(
+        "".join(
+            json.dumps({"problem": f"{100 + a}+{b}", "answer": str(100 + a + b)}) + "\n"
+            for a in range(15)
+            for b in range(10)
+        )
+    )
+    opts = EvaluationOptions(engine=SETTINGS, design="adaptive", adaptive=SEQ)
+    assert opts.adaptive.allocation == "weighted"
+
+    def run(out):
+        req = EvaluationRequest(store, out, VARIANTS, ["sums", "more"], two, opts)
+        return run_evaluation(req, engine_factory=StandInEngine, log=lambda m: None)
+
+    whole = run(tmp_path / "w")
+    order = problem_order({"sums": 400, "more": 150}, seed=3, allocation="weighted")
+    assert order.allocation == "weighted" and order.census == ()
+    assert 28 <= [b for b, _ in order.items[:80]].count("more") <= 52  # in proportion to size it would be ~22
+    rows = {r["variant"]: r for r in whole.differences}
+    assert any(rows[v]["problems"] < 550 for v in VARIANTS if v != "full")
+    for v in VARIANTS:
+        answered = {(b, r["idx"]) for b in ("sums", "more") for r in _records_of(tmp_path / "w", v, b)}
+        prefix = {(b, i) for b, i in order.items[: rows[v]["problems"]]}
+        assert prefix <= answered and (v == "full" or answered == prefix), v
+    saved = json.loads((tmp_path / "w" / "sequential.json").read_text())
+    assert saved["settings"]["allocation"] == "weighted"
+    for v in VARIANTS:  # a crash that kept the first half of every answers file
+        for b in ("sums", "more"):
+            lines = (tmp_path / "w" / v / f"{b}.jsonl").read_text().splitlines(keepends=True)
+            (tmp_path / "r" / v).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "r" / v / f"{b}.jsonl").write_text("".join(lines[: len(lines) // 2]))
+    again = run(tmp_path / "r")
+    assert again.differences == whole.differences
+    for v in VARIANTS:
+        for b in ("sums", "more"):
+            assert _records_of(tmp_path / "r", v, b) == _records_of(tmp_path / "w", v, b)
+
+
+def _records_of(out: Path, variant: str, bench: str) -> list[dict]:
+    rows = [json.loads(x) for x in (out / variant / f"{bench}.jsonl").read_text().splitlines()]
+    return sorted(rows, key=lambda r: r["idx"])
+
+
 KILLER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {tests!r})

@@ -65,9 +65,8 @@ class AdaptiveRun:
         self.settings = options.adaptive
         self.options, self.instruction, self.load, self.log = options, instruction, load, log
         self.benches = {b.name: b for b in benches}
-        self.order = problem_order(
-            {b.name: len(b.problems) for b in benches}, self.settings.seed, self.settings.max_weight
-        )
+        s = self.settings
+        self.order = problem_order({b.name: len(b.problems) for b in benches}, s.seed, s.max_weight, s.allocation)
         self.names, self.keys_of, self.out = list(names), keys_of, Path(out)
         self.others = [n for n in self.names if n != REFERENCE]
         self.calls: list[dict] = []  # this process's engine calls (a resumed run times only what it generated)
