@@ -60,15 +60,9 @@ from grrr_stream.evaluation.settings import AdaptiveSettings  # noqa: E402
 from grrr_stream.report.paper_claims import CLAIMS  # noqa: E402
 from grrr_stream.stats.allocation import ALLOCATIONS as ALLOCATION_KINDS  # noqa: E402
 from grrr_stream.stats.allocation import draw_order, pooled_cs  # noqa: E402
-from grrr_stream.stats.anytime import (  # noqa: E402
-    Thresholds,
-    bet_target,
-    eb_wor_cs,
-    ratio_sides,
-    running_score,
-    score_path,
-)
+from grrr_stream.stats.anytime import Thresholds, bet_target, ratio_sides, running_score, score_path  # noqa: E402
 from grrr_stream.stats.claims import TIE  # noqa: E402
+from grrr_stream.stats.empirical_bernstein import eb_wor_cs  # noqa: E402
 from grrr_stream.stats.order import Order, problem_order  # noqa: E402
 
 # ---- the planted populations
@@ -905,8 +899,8 @@ def run_designs(args, ap: argparse.ArgumentParser) -> None:
 # ---- betting: a prototype, not used by the package: the hedged betting confidence sequence for sampling without
 # replacement (I. Waudby-Smith and A. Ramdas, "Confidence sequences for sampling without replacement", NeurIPS 2020,
 # §3.2; the hedged capital of "Estimating means of bounded random variables by betting", JRSS-B 2024, §4), against
-# the package's empirical-Bernstein one (grrr_stream.stats.anytime.eb_wor_cs), on the paired differences of the
-# studies' near-equal variants (proj against full). For a grid of candidate means m, the capital
+# the package's empirical-Bernstein one (grrr_stream.stats.empirical_bernstein.eb_wor_cs), on the paired
+# differences of the studies' near-equal variants (proj against full). For a grid of candidate means m, the capital
 # K±_t(m) = Π (1 ± λ±_i (x_i − μ_i(m))), μ_i(m) = (N m − S_{i−1}) / (N − i + 1) the mean of what is left were m the
 # population's mean; λ±_i the package's predictable plug-in bet, truncated at 1/2 of what keeps the capital
 # positive; m is excluded once (K⁺ + K⁻)/2 reaches 1/α (running intersection). The grid (step 1/2000 of the value

@@ -13,8 +13,8 @@ kinds:
 - *tuned* to a target half-width h: λ_i = h / σ̂²_{i−1}. Against a mean h away from the truth a constant bet λ
   grows the log capital by about λh − λ²σ²/2 a draw, most at λ = h/σ², so the interval reaches ±h after about
   the fewest draws; truncated at ``TUNED_CAP`` of what keeps the capital positive (over μ_i or 1 − μ_i);
-- the empirical-Bernstein *plug-in* of :func:`~grrr_stream.stats.anytime.eb_wor_cs` (no target: fair at every
-  width, best at none), truncated at ``CAP`` of that.
+- the empirical-Bernstein *plug-in* of :func:`~grrr_stream.stats.empirical_bernstein.eb_wor_cs` (no target: fair
+  at every width, best at none), truncated at ``CAP`` of that.
 
 Any predictable bet keeps the sequence valid; the kind only moves where it is narrow.
 

@@ -6,9 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from grrr_stream.stats.anytime import Thresholds, decide, eb_wor_cs, retention_interval, score_path
+from grrr_stream.stats.anytime import Thresholds, decide, retention_interval, score_path
 from grrr_stream.stats.betting import betting_wor_cs
 from grrr_stream.stats.bootstrap import interval
+from grrr_stream.stats.empirical_bernstein import eb_wor_cs
 from grrr_stream.stats.order import benchmark_mean, problem_order
 
 PAPER_SIZES = {"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675}
