@@ -42,17 +42,23 @@ class Path:
     estimate: np.ndarray
 
 
+def _census(order: Order, values: np.ndarray, names: list[str]) -> np.ndarray:
+    """The census benchmarks' part of the score, exact: the sum of their means (values' leading shape; 0 without
+    a census). ``names``: each answered problem's benchmark."""
+    end = order.census_end
+    total = np.zeros(values.shape[:-1])
+    for b in order.census:
+        total = total + values[..., [i for i in range(end) if names[i] == b]].mean(axis=-1)
+    return total
+
+
 def _pooled(order: Order, values: np.ndarray, low: float, high: float):
     """The census part of the score (exact), the pooled draws' observations and the values they remove from the
     pooled population (:mod:`grrr_stream.stats.allocation`; the same for proportional draws), both mapped to
     [0, 1], and the affine map from the pooled population's mean back to the score."""
     n, end = values.shape[-1], order.census_end
     names = [b for b, _ in order.items[:n]]
-    census = (
-        sum(values[..., [i for i in range(end) if names[i] == b]].mean(axis=-1) for b in order.census)
-        if order.census
-        else 0.0
-    )
+    census = _census(order, values, names)
     cmax, pooled = order.max_weight, len(order.weight)
     weight = np.array([order.weight[b] for b in names[end:]])
     scale = np.asarray(order.scale[: n - end]) if order.scale else weight
@@ -61,9 +67,9 @@ def _pooled(order: Order, values: np.ndarray, low: float, high: float):
         return (c * values[..., end:] - cmax * low) / (cmax * (high - low))
 
     def to_score(m):
-        return (np.asarray(census)[..., None] + pooled * (cmax * low + cmax * (high - low) * m)) / len(order.sizes)
+        return (census[..., None] + pooled * (cmax * low + cmax * (high - low) * m)) / len(order.sizes)
 
-    return np.asarray(census), unit(scale), unit(weight), to_score
+    return census, unit(scale), unit(weight), to_score
 
 
 def running_score(order: Order, values: np.ndarray) -> np.ndarray:
@@ -77,11 +83,7 @@ def running_score(order: Order, values: np.ndarray) -> np.ndarray:
     if n <= end:
         return est
     names = [b for b, _ in order.items[:n]]
-    census = (
-        sum(values[..., [i for i in range(end) if names[i] == b]].mean(axis=-1) for b in order.census)
-        if order.census
-        else np.zeros(values.shape[:-1])
-    )
+    census = _census(order, values, names)
     count = np.arange(1, n - end + 1)
     if order.allocation == "proportional":
         weight = np.array([order.weight[b] for b in names[end:]])
@@ -92,7 +94,7 @@ def running_score(order: Order, values: np.ndarray) -> np.ndarray:
             mine = np.array([name == b for name in names[end:]])
             with np.errstate(divide="ignore", invalid="ignore"):
                 pooled = pooled + np.cumsum(values[..., end:] * mine, axis=-1) / np.cumsum(mine)
-    est[..., end:] = (np.asarray(census)[..., None] + pooled) / len(order.sizes)
+    est[..., end:] = (census[..., None] + pooled) / len(order.sizes)
     return est
 
 

@@ -79,6 +79,15 @@ def log_capital(
         return np.log1p(sign * np.minimum(lam, cap / room) * (x - mu)).sum(axis=-1)
 
 
+def removed_values(x: np.ndarray, removed: Optional[np.ndarray]) -> np.ndarray:
+    """What the draws ``x`` take out of the population: ``removed`` where given (draws made with unequal
+    probabilities, :mod:`grrr_stream.stats.allocation`), else the draws themselves."""
+    gone = x if removed is None else np.asarray(removed, dtype=np.float64)
+    if gone.shape != x.shape:
+        raise ValueError(f"removed has shape {gone.shape}, the draws {x.shape}")
+    return gone
+
+
 def betting_wor_cs(
     x: np.ndarray,
     population: int,
@@ -100,9 +109,7 @@ def betting_wor_cs(
     if n > population:
         raise ValueError(f"{n} draws from a population of {population}")
     at = looks_of(looks, n)
-    gone = x if removed is None else np.asarray(removed, dtype=np.float64)
-    if gone.shape != x.shape:
-        raise ValueError(f"removed has shape {gone.shape}, the draws {x.shape}")
+    gone = removed_values(x, removed)
     lam, cap = bets(x, alpha, target), _cap(target)
     cum = np.cumsum(gone, axis=-1)
     before, target = cum - gone, math.log(2 / alpha)
@@ -148,9 +155,7 @@ def betting_excludes(
     n = x.shape[-1]
     at = looks_of(looks, n) - 1
     m = np.asarray(m, dtype=np.float64)
-    gone = x if removed is None else np.asarray(removed, dtype=np.float64)
-    if gone.shape != x.shape:
-        raise ValueError(f"removed has shape {gone.shape}, the draws {x.shape}")
+    gone = removed_values(x, removed)
     lam, cum, cap = bets(x, alpha, target), np.cumsum(gone, axis=-1), _cap(target)
     before, target = cum - gone, math.log(2 / alpha)
     left = population - np.arange(n, dtype=np.float64)

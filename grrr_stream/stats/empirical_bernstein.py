@@ -19,6 +19,8 @@ from typing import Optional
 
 import numpy as np
 
+from .betting import removed_values
+
 TRUNCATION = 0.5  # bets λ stay below this (the papers' 1/2): a bad early bet cannot dominate the sum
 
 
@@ -34,9 +36,7 @@ def eb_wor_cs(
     n = x.shape[-1]
     if n > population:
         raise ValueError(f"{n} draws from a population of {population}")
-    gone = x if removed is None else np.asarray(removed, dtype=np.float64)
-    if gone.shape != x.shape:
-        raise ValueError(f"removed has shape {gone.shape}, the draws {x.shape}")
+    gone = removed_values(x, removed)
     t = np.arange(1, n + 1, dtype=np.float64)
     cum = np.cumsum(x, axis=-1)
     mean_before = (0.5 + cum - x) / t  # μ̂_{i−1}, shrunk to 1/2
