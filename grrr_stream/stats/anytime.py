@@ -27,7 +27,7 @@ import numpy as np
 
 from .betting import betting_excludes, betting_wor_cs, looks_of
 from .empirical_bernstein import eb_wor_cs
-from .order import Order, benchmark_mean
+from .order import Order
 
 SEQUENCES = ("betting", "eb")
 
@@ -334,49 +334,3 @@ def retention_interval(
     lower = edge(lambda t: not sides(t)[0])  # below it, variant − θ full is surely positive
     upper = edge(lambda t: sides(t)[1])  # from it on, surely negative
     return 100 * lower, 100 * upper
-
-
-def batch_end(
-    order: Order,
-    decision: Decision,
-    variant: np.ndarray,
-    full: np.ndarray,
-    thresholds: Thresholds,
-    *,
-    chunk: int,
-    precision_points: Optional[float],
-    end: int,
-    slack: float = 0.5,
-    min_batch: int = 1,
-) -> int:
-    """How far a running variant answers in its next batch: the next decision boundary at least ``min_batch``
-    problems on (or ``end``), or further when its interval is still far from deciding. An interval's width shrinks
-    about as 1/√n, so its stop is not expected before the n at which the width would reach the precision target or
-    the farthest open threshold (all of them must be decided), whichever comes first; the batch goes ``slack`` of
-    the way there. Decisions are still taken
-    at every boundary, from the answers up to it: answering ahead changes no decision, only how many answers past
-    the stop are generated (and how large the engine's batches are)."""
-    have = min(len(variant), len(full))
-    marks = [k for k in order.boundaries(chunk) if have < k <= end]
-    if not marks:
-        return end
-    first = next((k for k in marks if k >= have + min_batch), marks[-1])
-    half = (decision.hi - decision.lo) / 2
-    if not (have > order.census_end and math.isfinite(half) and half > 0):
-        return first
-    v, f = benchmark_mean(order, variant[:have]), benchmark_mean(order, full[:have])
-    gaps = [
-        abs(decision.minus_full - d)
-        for d, side in zip(thresholds.difference_points, decision.sides.values())
-        if side == "open"
-    ]
-    gaps += [
-        100 * abs(v - r / 100 * f)
-        for r in thresholds.retention_pct
-        if decision.sides.get(f"retention {r:g}%") == "open"
-    ]
-    needed = lambda gap: have * (half / gap) ** 2 if gap > 0 else math.inf  # noqa: E731
-    on_precision = math.inf if precision_points is None else needed(precision_points)
-    earliest = min(on_precision, max(map(needed, gaps)) if gaps else math.inf)
-    target = have + max(chunk, slack * (earliest - have))
-    return max(first, next((k for k in marks if k >= target), marks[-1]) if slack > 0 else first)

@@ -329,12 +329,14 @@ def counting(calls: dict, key: str):
 
 
 def test_answering_ahead_changes_no_decision(transition, tmp_path):
-    """A chunk at a time or ahead in larger batches: the same rows; ahead asks the engine fewer, larger batches."""
+    """A chunk at a time, or ahead in larger batches (half-way and, the default, all the way to where the interval
+    is expected to decide): the same rows; ahead asks the engine fewer, larger batches."""
     _, _, store, bench = transition
-    calls: dict[str, list[int]] = {"0": [], "0.5": []}
+    aheads = {"0": 0.0, "0.5": 0.5, "1": 1.0}
+    calls: dict[str, list[int]] = {k: [] for k in aheads}
 
     rows = {}
-    for key, ahead in (("0", 0.0), ("0.5", 0.5)):
+    for key, ahead in aheads.items():
         opts = EvaluationOptions(
             engine=SETTINGS,
             design="adaptive",
@@ -346,10 +348,11 @@ def test_answering_ahead_changes_no_decision(transition, tmp_path):
             log=lambda m: None,
         )
         rows[key] = res.differences
-    assert rows["0"] == rows["0.5"]
-    assert len(calls["0.5"]) < len(calls["0"]) and sum(calls["0.5"]) >= sum(calls["0"])
-    # and the rounds follow what the intervals expect: fewer loads of each variant into the engine
-    assert len(calls["0.5"]) <= len(calls["0"]) / 2
+    assert rows["0"] == rows["0.5"] == rows["1"]
+    assert len(calls["1"]) <= len(calls["0.5"]) < len(calls["0"])
+    assert sum(calls["1"]) >= sum(calls["0.5"]) >= sum(calls["0"])
+    # and the rounds follow what the intervals expect: at the default each variant is streamed in about twice
+    assert len(calls["1"]) <= len(calls["0"]) / 2
 
 
 @pytest.mark.parametrize("min_batch", [150, 400])

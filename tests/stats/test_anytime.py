@@ -360,7 +360,7 @@ def test_rounds_and_batches_answer_at_least_min_batch_problems_where_as_many_are
     """The paper's benchmarks: with a chunk of 64 the rounds end at 134, 198, 326, ... (census of AIME and AMC, 70,
     then a chunk, doubling); at ``min_batch`` 256 each round is ≥ 256 problems past the last (the first too) except
     the last one, and a running variant's next batch reaches at least 256 past what it answered."""
-    from grrr_stream.stats.anytime import Decision, batch_end
+    from grrr_stream.stats.lookahead import batch_end
     from grrr_stream.stats.order import round_ends
 
     order = problem_order({"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675})
@@ -370,12 +370,10 @@ def test_rounds_and_batches_answer_at_least_min_batch_problems_where_as_many_are
     assert ends[-1] == order.total and (steps[:-1] >= 256).all() and ends[0] >= 256
     assert set(ends) <= set(order.boundaries(64)) | {order.total}
     assert round_ends(order, 64, 2.0, min_batch=10_000) == [order.total]
-    open_ = Decision(134, "", 0.0, -30.0, 30.0, {})
     ones = np.ones(134)
-    free = batch_end(order, open_, ones, ones, Thresholds(), chunk=64, precision_points=2.0, end=order.total, slack=0)
-    floored = batch_end(
-        order, open_, ones, ones, Thresholds(), chunk=64, precision_points=2.0, end=order.total, slack=0, min_batch=256
-    )
+    rule = dict(chunk=64, precision_points=2.0)
+    free = batch_end(order, ones, ones, Thresholds(), end=order.total, slack=0, **rule)
+    floored = batch_end(order, ones, ones, Thresholds(), end=order.total, slack=0, min_batch=256, **rule)
     assert free == 198 and floored == next(k for k in order.boundaries(64) if k >= 134 + 256)
-    near_end = batch_end(order, open_, ones, ones, Thresholds(), chunk=64, precision_points=2.0, end=400, min_batch=256)
+    near_end = batch_end(order, ones, ones, Thresholds(), end=400, slack=1.0, min_batch=256, **rule)
     assert near_end == 390  # the round's end caps it: the last boundary before 400

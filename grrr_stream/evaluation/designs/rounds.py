@@ -1,9 +1,8 @@
-"""The adaptive design of an evaluation (``design: adaptive``): the variants answer the problems in the seeded
-order of :func:`grrr_stream.stats.order.problem_order`, full first, in rounds whose answered prefix grows
-geometrically (so that each variant is loaded into the engine a few times, not once a chunk), each call at least
-``min_batch`` problems (a call costs its decode steps whatever its size until the batch fills the device). A
-variant's decisions are taken a chunk at a time, from the answers up to each boundary, and it stops as soon as
-:func:`grrr_stream.stats.anytime.decide` says so; full answers every problem that any variant still needs.
+"""The adaptive design of an evaluation (``design: adaptive``) on an engine: the variants answer the problems in
+the seeded order of :func:`grrr_stream.stats.order.problem_order`, in the rounds of :mod:`.schedule` (full first;
+each variant streamed in a few times, not once a chunk). A variant's decisions are taken a chunk at a time, from
+the answers up to each boundary, and it stops as soon as :func:`grrr_stream.stats.anytime.decide` says so; full
+answers every problem that any variant still needs.
 
 Every decision is a function of the seed and the stored answers: a rerun replays them from the JSONL records
 (the same records the fixed design keeps, under the same keys) and generates nothing already answered; a kill
@@ -16,24 +15,24 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ...files import atomic_write_text
-from ...stats.anytime import Decision, batch_end, bet_target, decide, retention_interval
+from ...stats.anytime import Decision, bet_target, retention_interval
 from ...stats.order import Order, benchmark_mean, problem_order, round_ends
 from ..answers import AnswersFile, summary_text
 from ..benchmarks import Benchmark
 from ..scoring import BenchmarkResult, answer_problems, problem_scores, summarise_records
 from ..settings import EvaluationOptions
+from .schedule import REFERENCE, Schedule
 
 # the design's files keep its old name (evaluation/settings.py, RECORDED_NAMES): a resume and the claims read them
 FILE = "sequential.json"  # the design, the order's census and weights, and each variant's decision
 # where this run's time went: one row per engine call (variant, problems, seconds streaming it in and generating);
 # apart from FILE, whose content a resume reproduces exactly
 TIMING = "sequential_timing.json"
-REFERENCE = "full"
 
 
 @dataclass
@@ -47,9 +46,10 @@ class AdaptiveOutcome:
     retention: dict[str, tuple[float, float]]
 
 
-class AdaptiveRun:
-    """One evaluation's variants under the adaptive design. ``load(name)`` returns an engine holding variant
-    ``name`` (the pipeline's engine slot, which swaps weights only when the variant changes)."""
+class AdaptiveRun(Schedule):
+    """One evaluation's variants under the adaptive design, answers in the fixed design's JSONL records.
+    ``load(name)`` returns an engine holding variant ``name`` (the pipeline's engine slot, which swaps weights only
+    when the variant changes)."""
 
     def __init__(
         self,
@@ -62,13 +62,12 @@ class AdaptiveRun:
         load: Callable[[str], Any],
         log=print,
     ):
-        self.settings = options.adaptive
-        self.options, self.instruction, self.load, self.log = options, instruction, load, log
+        s = options.adaptive
+        order = problem_order({b.name: len(b.problems) for b in benches}, s.seed, s.max_weight, s.allocation)
+        super().__init__(order, names, s, log)
+        self.options, self.instruction, self.load = options, instruction, load
         self.benches = {b.name: b for b in benches}
-        s = self.settings
-        self.order = problem_order({b.name: len(b.problems) for b in benches}, s.seed, s.max_weight, s.allocation)
-        self.names, self.keys_of, self.out = list(names), keys_of, Path(out)
-        self.others = [n for n in self.names if n != REFERENCE]
+        self.keys_of, self.out = keys_of, Path(out)
         self.calls: list[dict] = []  # this process's engine calls (a resumed run times only what it generated)
         self._records: dict[str, dict[str, dict[int, dict]]] = {
             n: {b: AnswersFile(self.out / n / f"{b}.jsonl", keys_of[n][b], log).done for b in self.benches}
@@ -85,21 +84,6 @@ class AdaptiveRun:
                 break
             out.append(problem_scores(rec, self.options.sampling)[self.options.metric])
         return np.asarray(out)
-
-    def decision(self, name: str) -> Decision:
-        s = self.settings
-        return decide(
-            self.order,
-            self.values(name),
-            self.values(REFERENCE),
-            s.thresholds(name),
-            chunk=s.chunk,
-            precision_points=s.precision(name),
-            alpha=1 - s.level,
-            sequence=s.sequence,
-            retention_points=s.retention_precision_pct.get(name),
-            bets=s.bets,
-        )
 
     def answer(self, name: str, end: int) -> None:
         """Variant ``name`` answers the order's problems up to ``end`` that it has not answered."""
@@ -135,30 +119,9 @@ class AdaptiveRun:
         )
 
     def run(self) -> AdaptiveOutcome:
-        """Rounds until every variant stopped. A round's end is the next of the geometric ends, or further: as far
-        as the running variants' intervals say they will need (:func:`~grrr_stream.stats.anytime.batch_end`
-        with no slack), so that most variants are streamed into the engine twice (the first chunk, then to their
-        stop), not once per doubling; and no call answers fewer than ``min_batch`` problems where more are left
-        (a smaller call costs about as much). The ends move with the answers, the decisions do not."""
-        s = self.settings
-        ends = round_ends(self.order, s.chunk, s.growth, s.min_batch)
-        end = ends[0]
-        while True:
-            running = [n for n in self.others if not self.decision(n).stopped]
-            if not running:
-                break
-            self.answer(REFERENCE, end)
-            for name in running:
-                while True:
-                    d, have = self.decision(name), len(self.values(name))
-                    if d.stopped or have >= end:
-                        break
-                    self.answer(name, self._batch_end(name, d, end))
-                self.log(f"{name}: {_said(self.decision(name), self.order.total)}")
-            if end >= self.order.total:
-                break
-            later = min(end + s.min_batch, self.order.total)
-            end = max(next(e for e in ends if e >= later), self._next_end(end))
+        """The rounds (:meth:`~.schedule.Schedule.rounds`), then where the time went (:data:`TIMING`) and the
+        outcome."""
+        self.rounds()
         if self.calls:
             load, gen = (sum(c[k] for c in self.calls) for k in ("load_s", "generate_s"))
             self.log(
@@ -167,32 +130,6 @@ class AdaptiveRun:
             )
             atomic_write_text(self.out / TIMING, json.dumps({"calls": self.calls}, indent=1) + "\n")
         return self.outcome()
-
-    def _batch_end(self, name: str, d: Decision, end: int, slack: Optional[float] = None) -> int:
-        s = self.settings
-        return batch_end(
-            self.order,
-            d,
-            self.values(name),
-            self.values(REFERENCE),
-            s.thresholds(name),
-            chunk=s.chunk,
-            precision_points=s.precision(name),
-            end=end,
-            slack=s.lookahead if slack is None else slack,
-            min_batch=s.min_batch,
-        )
-
-    def _next_end(self, end: int) -> int:
-        """How far the running variants are expected to need full's answers (0 when none could say)."""
-        if self.settings.lookahead <= 0:
-            return 0
-        needs = [
-            self._batch_end(n, d, self.order.total, slack=1.0)
-            for n in self.others
-            if not (d := self.decision(n)).stopped
-        ]
-        return max(needs, default=0)
 
     def outcome(self) -> AdaptiveOutcome:
         """The decisions and results from the answers stored (every variant run to its stop)."""
@@ -243,18 +180,6 @@ class AdaptiveRun:
         v, f = self.values(name)[:upto], self.values(REFERENCE)[:upto]
         full = benchmark_mean(self.order, f)
         return 100 * benchmark_mean(self.order, v) / full if full else float("nan")
-
-
-def _said(d: Decision, total: int) -> str:
-    why = {
-        "thresholds": "every threshold decided",
-        "precision": "difference within the precision target",
-        "exhausted": "every problem answered",
-    }.get(d.reason, "not decided yet")
-    return (
-        f"{'stopped' if d.stopped else 'running'} at {d.problems} of {total} problems ({why}); minus_full "
-        f"{d.minus_full:+.1f} points, anytime-valid [{d.lo:+.1f}, {d.hi:+.1f}]"
-    )
 
 
 def difference_rows(

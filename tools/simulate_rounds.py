@@ -1,0 +1,175 @@
+"""What the adaptive design answers and how many engine calls it makes, at the paper's size, without an engine.
+
+Runs the design's own schedule (grrr_stream/evaluation/designs/schedule.py, the rounds an evaluation runs) over
+planted answers: the studies of ``tools/simulate.py`` (28 transitions × 12 variants × 1,517 problems; the ρ model,
+or ``--disagreement`` for the flip scenario). Per variant it counts the problems its decision rests on
+("decided"), those it answered, including answers generated past its stop ("answered"), and its engine calls;
+per transition, full's answers (as many as its longest variant needs, and what it answered ahead). The forecast's
+shares (grrr_stream/forecast/adaptive_shares.py) are this tool's answered shares and calls.
+
+    python tools/simulate_rounds.py --studies 20                        # ρ = 0.9, ±2 points
+    python tools/simulate_rounds.py --studies 20 --disagreement 0.046 --precision 3
+    python tools/simulate_rounds.py --studies 20 --lookahead 0.5 --json rounds.json
+    python tools/simulate_rounds.py --studies 20 --table   # the forecast's entry (adaptive_shares.SIMULATED)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's package, whatever is installed
+from grrr_stream.evaluation.designs.schedule import REFERENCE, PlantedSchedule  # noqa: E402
+from grrr_stream.evaluation.settings import AdaptiveSettings  # noqa: E402
+from grrr_stream.stats.order import problem_order  # noqa: E402
+
+
+def _simulate_module():
+    spec = importlib.util.spec_from_file_location("simulate", ROOT / "tools" / "simulate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SIM = _simulate_module()
+
+
+def planted_study(rng, order, coupling: float, disagreement) -> np.ndarray:
+    """One study's correctness, transitions × VARIANTS × problems (the order's order)."""
+    if disagreement is None:
+        return SIM.draw_correct(rng, SIM.accuracies(rng)[None], order, coupling)[0]
+    return SIM.draw_flipped(rng, SIM.scenario_accuracies(rng)[None], order, disagreement)[0]
+
+
+def transition_rounds(order, correct: np.ndarray, settings: AdaptiveSettings) -> dict:
+    """The schedule over one transition's planted answers (VARIANTS × problems): per variant the problems decided
+    on, answered, and the calls' sizes."""
+    answers = {v: correct[i] for i, v in enumerate(SIM.VARIANTS)}
+    run = PlantedSchedule(order, answers, settings)
+    decisions = run.rounds()
+    decided = {n: d.problems for n, d in decisions.items()}
+    decided[REFERENCE] = max(decided.values())
+    return {"decided": decided, "answered": dict(run.answered), "calls": run.calls}
+
+
+def simulate(studies: int, settings: AdaptiveSettings, coupling=0.9, disagreement=None, seed=0, log=print) -> dict:
+    """Every transition of ``studies`` planted studies through the schedule; the per-transition rows."""
+    rng = np.random.default_rng(seed)
+    order = problem_order(SIM.SIZES, settings.seed, settings.max_weight, settings.allocation)
+    rows, began = [], time.time()
+    for s in range(studies):
+        correct = planted_study(rng, order, coupling, disagreement)
+        rows += [transition_rounds(order, correct[t], settings) for t in range(correct.shape[0])]
+        log(f"{s + 1} studies, {time.time() - began:.0f} s")
+    return {"total": order.total, "transitions": rows}
+
+
+def summary(res: dict) -> dict:
+    """Per variant: mean shares decided and answered, answered / decided, calls (mean, max); per transition:
+    full's answered share (median, 90th percentile) and the problems answered over all variants / decided."""
+    n, rows = res["total"], res["transitions"]
+    variants = list(rows[0]["decided"])
+    per = {}
+    for v in variants:
+        dec = np.array([r["decided"][v] for r in rows]) / n
+        ans = np.array([r["answered"][v] for r in rows]) / n
+        calls = np.array([len(r["calls"][v]) for r in rows])
+        most = max(len(r["calls"][v]) for r in rows)
+        by_index = []  # the k-th call: how often a variant makes one, and its mean share of the problems then
+        for k in range(most):
+            sizes = [r["calls"][v][k] / n for r in rows if len(r["calls"][v]) > k]
+            by_index.append([round(len(sizes) / len(rows), 3), round(float(np.mean(sizes)), 3)])
+        per[v] = {
+            "calls_by_index": by_index,
+            "decided": float(dec.mean()),
+            "answered": float(ans.mean()),
+            "ahead": float(ans.sum() / dec.sum()),
+            "calls": float(calls.mean()),
+            "calls_max": int(calls.max()),
+        }
+    full = np.array([r["answered"][REFERENCE] for r in rows]) / n
+    answered = sum(sum(r["answered"].values()) for r in rows)
+    decided = sum(sum(r["decided"].values()) for r in rows)
+    return {
+        "variants": per,
+        "transitions": len(rows),
+        "full_answered_median": float(np.median(full)),  # full answers ahead of its longest variant
+        "full_answered_p90": float(np.quantile(full, 0.9)),
+        "answered_share": answered / (n * len(rows) * len(variants)),
+        "decided_share": decided / (n * len(rows) * len(variants)),
+        "answered_over_decided": answered / decided,
+        "calls_per_variant": float(np.mean([len(c) for r in rows for c in r["calls"].values()])),
+    }
+
+
+def forecast_entry(out: dict) -> dict[str, tuple[float, tuple]]:
+    """The summary as one precision's entry of grrr_stream/forecast/adaptive_shares.py's SIMULATED: variant →
+    (decided share, its calls in turn as (how often, mean share)); the random removals as one, 'randrm' (means)."""
+    entry, removals = {}, []
+    for v, f in out["variants"].items():
+        item = (round(f["decided"], 3), tuple((k, s) for k, s in f["calls_by_index"]))
+        if v.startswith("randrm-"):
+            removals.append(item)
+        else:
+            entry[v] = item
+    if removals:
+        most = max(len(c) for _, c in removals)
+        rows = [[c[i] if i < len(c) else (0.0, 0.0) for i in range(most)] for _, c in removals]
+        calls = []
+        for i in range(most):
+            k = float(np.mean([r[i][0] for r in rows]))
+            s = sum(r[i][0] * r[i][1] for r in rows) / max(sum(r[i][0] for r in rows), 1e-12)
+            calls.append((round(k, 3), round(s, 3)))
+        entry["randrm"] = (round(float(np.mean([d for d, _ in removals])), 3), tuple(calls))
+    return entry
+
+
+def print_summary(out: dict, what: str) -> None:
+    print(f"{what}: {out['transitions']} transitions")
+    print(f"{'variant':22s} {'decided':>8s} {'answered':>9s} {'ahead':>6s} {'calls':>6s} {'max':>4s}")
+    for v, f in out["variants"].items():
+        print(
+            f"{v:22s} {f['decided']:8.3f} {f['answered']:9.3f} {f['ahead']:6.3f} {f['calls']:6.2f} {f['calls_max']:4d}"
+        )
+    print(
+        f"all variants: decided {out['decided_share']:.3f}, answered {out['answered_share']:.3f} of the problems "
+        f"(answered / decided {out['answered_over_decided']:.3f}), {out['calls_per_variant']:.2f} calls a variant; "
+        f"full answered median {out['full_answered_median']:.3f}, 90th percentile {out['full_answered_p90']:.3f}"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--studies", type=int, default=20)
+    p.add_argument("--precision", type=float, default=2.0, help="precision_points (the controls keep their ±4)")
+    p.add_argument("--lookahead", type=float, default=None, help="adaptive.lookahead (default: the product's)")
+    p.add_argument("--coupling", type=float, default=0.9, help="ρ of the planted studies")
+    p.add_argument("--disagreement", default=None, help="a flip rate or 'measured' (tools/simulate.py designs)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--table", action="store_true", help="also print the forecast's entry for this precision")
+    args = p.parse_args()
+    kw = {"precision_points": args.precision}
+    if args.lookahead is not None:
+        kw["lookahead"] = args.lookahead
+    settings = AdaptiveSettings(**kw)
+    disagreement = None if args.disagreement is None else SIM.parse_disagreement(args.disagreement)
+    res = simulate(args.studies, settings, args.coupling, disagreement, args.seed)
+    out = summary(res)
+    model = f"ρ = {args.coupling}" if disagreement is None else f"disagreement {args.disagreement}"
+    print_summary(out, f"{model}, ±{args.precision:g} points, lookahead {settings.lookahead:g}, seed {args.seed}")
+    if args.table:
+        print(f"{args.precision}: {forecast_entry(out)!r},")
+    if args.json:
+        args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)}, **out}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
