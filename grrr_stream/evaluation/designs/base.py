@@ -19,9 +19,9 @@ Score = Callable[[Any, list, Any, Any, Callable], None]
 # (the prepared evaluation, the scores, every BenchmarkResult, the accuracy rows, the info to update)
 #   → (the difference rows, the problems full solves and a variant loses, and the reverse)
 Differences = Callable[[Any, Any, list, list, dict], tuple[list[dict], list[dict]]]
-# (variant names, benchmark → problems, the design's settings) → (share of the problems each answers, engine
-# calls each, what that rests on in words)
-Forecast = Callable[[Sequence[str], dict, Any], tuple[list[float], list[float], str]]
+# (variant names, benchmark → problems, the design's settings) → (share of the problems each answers, its engine
+# calls as (how many, share of the problems each), what that rests on in words)
+Forecast = Callable[[Sequence[str], dict, Any], tuple[list[float], list[list[tuple[float, float]]], str]]
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class EvaluationDesign:
       console say per variant; ``note``: the console's line on what the intervals are;
     - ``check(options, variant names)``: what the design refuses, as messages;
     - ``write(evaluation, scores, difference rows)``: its own record, if any (its path);
-    - ``forecast``: each variant's expected share of the problems and engine calls, for the sweep's forecast.
+    - ``forecast``: each variant's expected share of the problems and its engine calls, for the sweep's forecast.
     """
 
     name: str

@@ -42,9 +42,9 @@ def differences(evaluation: Any, scores: Scores, flat: list, acc: list, info: di
     return claims.difference_rows(per_problem), solved_lost(flat, req.options.metric)
 
 
-def expected(variants: Sequence[str], sizes: dict, settings: Any) -> tuple[list[float], list[float], str]:
+def expected(variants: Sequence[str], sizes: dict, settings: Any) -> tuple[list[float], list[list], str]:
     n = len(variants)
-    return [1.0] * n, [1.0] * n, "every variant answers every problem, streamed in once"
+    return [1.0] * n, [[(1.0, 1.0)]] * n, "every variant answers every problem, streamed in once"
 
 
 DESIGN = EvaluationDesign("fixed", score=score, differences=differences, forecast=expected)

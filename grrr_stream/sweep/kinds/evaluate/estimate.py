@@ -130,15 +130,24 @@ def estimate(u: Unit, facts) -> UnitForecast:
 
 
 def _seconds(
-    p: EvaluateParams, base, rates, dtype: str, shares: list[float], loads: list[float], prompts: int, tokens: float
+    p: EvaluateParams,
+    base,
+    rates,
+    dtype: str,
+    shares: list[float],
+    calls: list[list[tuple[float, float]]],
+    prompts: int,
+    tokens: float,
 ) -> tuple[Optional[float], Any, float]:
     """(seconds, the modelled generation of the largest call, prompts per variant on average) of an evaluation in
-    which variant i answers ``shares[i]`` of the prompts, ``tokens`` each, in ``loads[i]`` engine calls of equal
-    size. Each call streams the variant in and is a batch of its own: one smaller than the batch the device holds
-    costs the decode steps of a full one (vLLM's batching in :mod:`grrr_stream.forecast.generation`)."""
+    which variant i answers ``shares[i]`` of the prompts, ``tokens`` each, in the engine calls ``calls[i]``
+    ((how many, share of the prompts each)). Each call streams the variant in and is a batch of its own: one
+    smaller than the batch the device holds costs the decode steps of a full one (vLLM's batching in
+    :mod:`grrr_stream.forecast.generation`)."""
     engine, samples, n = p.options.engine, p.options.sampling.n, len(shares)
     answered = sum(shares) / n * prompts
-    calls = [(load, max(1, round(share * prompts * samples / load))) for share, load in zip(shares, loads)]
+    sized = [(k, max(1, round(s * prompts * samples))) for mine in calls for k, s in mine]
+    loads = sum(k for k, _ in sized)
     parts = dict(
         params=base.params,
         kv_elems=base.kv_elems,
@@ -149,15 +158,15 @@ def _seconds(
         rates=rates,
         dtype=dtype,
     )
-    _, build = tgt.evaluate_parts(variants=sum(loads), sequences=1, **parts)
-    gens = {size: tgt.evaluate_parts(variants=0, sequences=size, **parts)[0] for _, size in calls}
+    _, build = tgt.evaluate_parts(variants=loads, sequences=1, **parts)
+    gens = {size: tgt.evaluate_parts(variants=0, sequences=size, **parts)[0] for _, size in sized}
     largest = gens[max(gens)]
     if any(g.seconds is None for g in gens.values()):
         return None, largest, answered
     per_token = 0.0 if tgt.on_gpu(rates) else CPU_TOKEN_S  # vLLM's per-token cost on a CPU (measured); GPU: in MFU
-    generating = sum(load * gens[size].seconds for load, size in calls)
+    generating = sum(k * gens[size].seconds for k, size in sized)
     return (
-        ENGINE_START_S + sum(loads) * ENGINE_SWAP_S + generating + build + n * answered * samples * tokens * per_token,
+        ENGINE_START_S + loads * ENGINE_SWAP_S + generating + build + n * answered * samples * tokens * per_token,
         largest,
         answered,
     )
