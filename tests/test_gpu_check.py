@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 
 import pytest
 import torch
-from helpers.common import ROOT, no_track_config
+from helpers.common import ROOT, no_track_config, tool
 
 from grrr_stream.decompose.run import run_transition
 
 
 @pytest.fixture(scope="module")
 def gc():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools" / "gpu_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return tool("gpu_check")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the check would run")

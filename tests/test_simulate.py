@@ -4,12 +4,11 @@ finite-population values, its table of the paper's rows is the paper's, and its 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import numpy as np
 import pytest
-from helpers.common import ROOT
+from helpers.common import ROOT, tool
 
 from grrr_stream.config import ClaimSettings
 from grrr_stream.evaluation.settings import AdaptiveSettings
@@ -21,10 +20,7 @@ FACTS = ROOT.parent / "shared" / "PAPER_FACTS.md"  # the team's copy beside the 
 
 @pytest.fixture(scope="module")
 def sim():
-    spec = importlib.util.spec_from_file_location("simulate", ROOT / "tools" / "simulate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return tool("simulate")
 
 
 def _pairs(sim, studies, seed=1, allocation="proportional"):

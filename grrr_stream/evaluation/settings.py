@@ -134,10 +134,10 @@ class AdaptiveSettings(StrictModel):
     # the engine takes the variants in rounds: each round's answered prefix this many times the last, so that a
     # variant is loaded a few times (log of the problems), not once a chunk
     growth: float = Field(2.0, ge=1.25)
-    # within a round a variant answers up to this share of the way to where its interval is expected to decide (at
-    # least a chunk): fewer, larger engine calls, no decision changed, a few answers past the stop (0: a chunk at a
-    # time). At the paper's size 1 answers 1.10-1.12 × the problems decided on in 2.0-2.1 calls a variant, 0.5
-    # 1.05 × in 2.9 (tools/simulate_rounds.py); one more call costs a GPU a batch's decode steps
+    # within a round a variant answers up to this share of the way to where its rule is expected to stop (at least
+    # a chunk; stats/lookahead.py): fewer, larger engine calls, no decision changed, a few answers past the stop (0:
+    # a chunk at a time). At the paper's size 1 answers 1.055 × the problems decided on in 2.14 calls a variant,
+    # 0.5 1.019 × in 2.94 (tools/simulate_rounds.py, ρ = 0.9, ±2); one more call costs a GPU a batch's decode steps
     lookahead: float = Field(1.0, ge=0.0, le=1.0)
     # the fewest problems a variant answers in one engine call (fewer only where fewer are left). Raise it to what
     # one more call costs in problems on your engine (`tools/bench_evaluate.py --batches` fits it: 56 quiet, 184

@@ -125,6 +125,7 @@ def expected(
     basis = (
         f"adaptive ±{settings.precision_points:g} points: {sum(shares) / n:.0%} of the problems answered on "
         f"average{f' in calls of ≥ {min(settings.min_batch, total)}' if settings.min_batch > 1 else ''}, "
-        f"{sum(k for c in calls for k, _ in c) / n:.1f} calls a variant ({SOURCE})"
+        f"{sum(k for c in calls for k, _ in c) / n:.1f} calls a variant"
+        f"{' (as at lookahead 1)' if 0 < settings.lookahead < 1 else ''} ({SOURCE})"
     )
     return shares, calls, basis

@@ -4,11 +4,9 @@ stretch of the order, and the answers generated past the stops stay few, in abou
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
-from helpers.common import ROOT
+from helpers.common import tool
 
 from grrr_stream.evaluation.designs.schedule import REFERENCE, PlantedSchedule
 from grrr_stream.evaluation.settings import AdaptiveSettings
@@ -17,10 +15,7 @@ from grrr_stream.stats.order import problem_order
 
 @pytest.fixture(scope="module")
 def sim():
-    spec = importlib.util.spec_from_file_location("simulate", ROOT / "tools" / "simulate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return tool("simulate")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +56,9 @@ def test_at_the_paper_size_the_schedule_answers_little_past_the_stops_in_about_t
     full = []
     for t in range(correct.shape[0]):
         run, decisions = _run(sim, order, correct[t], AdaptiveSettings())
-        needed = {n: d.problems for n, d in decisions.items()} | {REFERENCE: max(d.problems for d in decisions.values())}
+        needed = {n: d.problems for n, d in decisions.items()} | {
+            REFERENCE: max(d.problems for d in decisions.values())
+        }
         answered += sum(run.answered.values())
         decided += sum(needed.values())
         calls += sum(map(len, run.calls.values())) / len(run.calls)

@@ -1,13 +1,23 @@
-"""Helpers most test folders share: the repository root, a decomposition config without tracking or
-progress, and a snapshot of a store's arrays to compare two runs."""
+"""Helpers most test folders share: the repository root, a tool of tools/ imported as a module, a decomposition
+config without tracking or progress, and a snapshot of a store's arrays to compare two runs."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 from grrr_stream.config import build_config
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def tool(name: str) -> ModuleType:
+    """``tools/<name>.py`` imported as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def package_modules(pkg: Path) -> dict[str, Path]:
