@@ -11,6 +11,14 @@ shares (grrr_stream/forecast/adaptive_shares.py) are this tool's answered shares
     python tools/simulate_rounds.py --studies 20 --disagreement 0.046 --precision 3
     python tools/simulate_rounds.py --studies 20 --lookahead 0.5 --json rounds.json
     python tools/simulate_rounds.py --studies 20 --table   # the forecast's entry (adaptive_shares.SIMULATED)
+
+``--replay`` runs the schedule on the answers of evaluations made in the fixed design instead (their folders,
+e.g. WORKDIR/evaluations/*): what the adaptive design would have decided on, answered and called on them, with
+``--chunk``, ``--min-batch`` and ``--lookahead`` to try; ``--call-cost`` (what one engine call costs in problems,
+e.g. from tools/bench_evaluate.py and a variant's swap time) adds the modelled time against the fixed design:
+
+    python tools/simulate_rounds.py --replay $(ls -d grrr_demo/evaluations/* | grep -v sequential) \
+        --chunk 50 --min-batch 150 --call-cost 106
 """
 
 from __future__ import annotations
@@ -48,15 +56,15 @@ def planted_study(rng, order, coupling: float, disagreement) -> np.ndarray:
     return SIM.draw_flipped(rng, SIM.scenario_accuracies(rng)[None], order, disagreement)[0]
 
 
-def transition_rounds(order, correct: np.ndarray, settings: AdaptiveSettings) -> dict:
-    """The schedule over one transition's planted answers (VARIANTS × problems): per variant the problems decided
-    on, answered, and the calls' sizes."""
-    answers = {v: correct[i] for i, v in enumerate(SIM.VARIANTS)}
+def transition_rounds(order, correct: np.ndarray, settings: AdaptiveSettings, names=SIM.VARIANTS) -> dict:
+    """The schedule over one transition's answers (``names`` × problems, the order's order): per variant the
+    problems decided on, answered, and the calls' sizes."""
+    answers = {v: correct[i] for i, v in enumerate(names)}
     run = PlantedSchedule(order, answers, settings)
     decisions = run.rounds()
     decided = {n: d.problems for n, d in decisions.items()}
     decided[REFERENCE] = max(decided.values())
-    return {"decided": decided, "answered": dict(run.answered), "calls": run.calls}
+    return {"total": order.total, "decided": decided, "answered": dict(run.answered), "calls": run.calls}
 
 
 def simulate(studies: int, settings: AdaptiveSettings, coupling=0.9, disagreement=None, seed=0, log=print) -> dict:
@@ -68,14 +76,46 @@ def simulate(studies: int, settings: AdaptiveSettings, coupling=0.9, disagreemen
         correct = planted_study(rng, order, coupling, disagreement)
         rows += [transition_rounds(order, correct[t], settings) for t in range(correct.shape[0])]
         log(f"{s + 1} studies, {time.time() - began:.0f} s")
-    return {"total": order.total, "transitions": rows}
+    return {"transitions": rows}
+
+
+def replay(folders: list[Path], settings: AdaptiveSettings) -> dict:
+    """The schedule over the answers of evaluations made in the fixed design (their folders: evaluation.json and
+    ``<variant>/<benchmark>.jsonl``, every variant answering every problem): what the adaptive design under
+    ``settings`` would have decided on, answered and called, problem for problem. A benchmark's problems are
+    taken in the order of their indices."""
+    from grrr_stream.evaluation.scoring import problem_scores
+    from grrr_stream.evaluation.settings import SamplingSettings
+
+    rows = []
+    for folder in folders:
+        record = json.loads((folder / "evaluation.json").read_text())
+        sampling, metric = SamplingSettings(**record["sampling"]), record["metric"]
+        values: dict[str, dict[str, dict[int, float]]] = {}
+        for v in record["variants"]:
+            for b in record["benchmarks"]:
+                lines = (folder / v / f"{b}.jsonl").read_text().splitlines()
+                recs = [r for r in map(json.loads, filter(str.strip, lines)) if "idx" in r]
+                values.setdefault(v, {})[b] = {r["idx"]: problem_scores(r, sampling)[metric] for r in recs}
+        problems = {b: sorted(values[REFERENCE][b]) for b in record["benchmarks"]}
+        order = problem_order(
+            {b: len(p) for b, p in problems.items()}, settings.seed, settings.max_weight, settings.allocation
+        )
+        for v, per in values.items():
+            missing = [b for b in problems if set(per[b]) != set(problems[b])]
+            if missing:
+                raise SystemExit(f"{folder}: {v} did not answer every problem of {', '.join(missing)} (fixed design?)")
+        answers = np.array([[values[v][b][problems[b][pos]] for b, pos in order.items] for v in values])
+        rows.append(transition_rounds(order, answers, settings, names=list(values)))
+    return {"transitions": rows}
 
 
 def summary(res: dict) -> dict:
     """Per variant: mean shares decided and answered, answered / decided, calls (mean, max); per transition:
     full's answered share (median, 90th percentile) and the problems answered over all variants / decided."""
-    n, rows = res["total"], res["transitions"]
+    rows = res["transitions"]
     variants = list(rows[0]["decided"])
+    n = np.array([r["total"] for r in rows], dtype=float)
     per = {}
     for v in variants:
         dec = np.array([r["decided"][v] for r in rows]) / n
@@ -84,7 +124,7 @@ def summary(res: dict) -> dict:
         most = max(len(r["calls"][v]) for r in rows)
         by_index = []  # the k-th call: how often a variant makes one, and its mean share of the problems then
         for k in range(most):
-            sizes = [r["calls"][v][k] / n for r in rows if len(r["calls"][v]) > k]
+            sizes = [r["calls"][v][k] / r["total"] for r in rows if len(r["calls"][v]) > k]
             by_index.append([round(len(sizes) / len(rows), 3), round(float(np.mean(sizes)), 3)])
         per[v] = {
             "calls_by_index": by_index,
@@ -97,16 +137,27 @@ def summary(res: dict) -> dict:
     full = np.array([r["answered"][REFERENCE] for r in rows]) / n
     answered = sum(sum(r["answered"].values()) for r in rows)
     decided = sum(sum(r["decided"].values()) for r in rows)
+    everything = sum(r["total"] * len(r["answered"]) for r in rows)
     return {
         "variants": per,
         "transitions": len(rows),
         "full_answered_median": float(np.median(full)),  # full answers ahead of its longest variant
         "full_answered_p90": float(np.quantile(full, 0.9)),
-        "answered_share": answered / (n * len(rows) * len(variants)),
-        "decided_share": decided / (n * len(rows) * len(variants)),
+        "answered_share": answered / everything,
+        "decided_share": decided / everything,
         "answered_over_decided": answered / decided,
         "calls_per_variant": float(np.mean([len(c) for r in rows for c in r["calls"].values()])),
+        "calls": sum(len(c) for r in rows for c in r["calls"].values()),
+        "variant_evaluations": sum(len(r["calls"]) for r in rows),
+        "answered": answered,
+        "problems": everything,
     }
+
+
+def time_ratio(out: dict, call_cost: float) -> float:
+    """The adaptive design's time over the fixed design's (one call a variant, every problem), a call costing
+    what ``call_cost`` problems do."""
+    return (out["calls"] * call_cost + out["answered"]) / (out["variant_evaluations"] * call_cost + out["problems"])
 
 
 def forecast_entry(out: dict) -> dict[str, tuple[float, tuple]]:
@@ -155,16 +206,43 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--table", action="store_true", help="also print the forecast's entry for this precision")
+    p.add_argument("--chunk", type=int, default=None, help="adaptive.chunk (default: the product's)")
+    p.add_argument("--min-batch", type=int, default=None, help="adaptive.min_batch (default: the product's)")
+    p.add_argument(
+        "--replay",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="evaluation folders of the fixed design: replay their answers in place of planted studies",
+    )
+    p.add_argument(
+        "--call-cost",
+        type=float,
+        default=None,
+        help="what one engine call costs in problems (tools/bench_evaluate.py): print the modelled time ratio",
+    )
     args = p.parse_args()
     kw = {"precision_points": args.precision}
-    if args.lookahead is not None:
-        kw["lookahead"] = args.lookahead
+    for name in ("lookahead", "chunk", "min_batch"):
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
     settings = AdaptiveSettings(**kw)
     disagreement = None if args.disagreement is None else SIM.parse_disagreement(args.disagreement)
-    res = simulate(args.studies, settings, args.coupling, disagreement, args.seed)
+    if args.replay:
+        res, model = replay(args.replay, settings), f"replay of {len(args.replay)} fixed evaluation(s)"
+    else:
+        res = simulate(args.studies, settings, args.coupling, disagreement, args.seed)
+        model = f"ρ = {args.coupling}" if disagreement is None else f"disagreement {args.disagreement}"
     out = summary(res)
-    model = f"ρ = {args.coupling}" if disagreement is None else f"disagreement {args.disagreement}"
-    print_summary(out, f"{model}, ±{args.precision:g} points, lookahead {settings.lookahead:g}, seed {args.seed}")
+    what = f"{model}, ±{args.precision:g} points, lookahead {settings.lookahead:g}, chunk {settings.chunk}"
+    print_summary(out, f"{what}, min_batch {settings.min_batch}, seed {args.seed}")
+    if args.call_cost is not None:
+        ratio = time_ratio(out, args.call_cost)
+        print(
+            f"modelled time against the fixed design, a call costing {args.call_cost:g} problems: {ratio:.3f} "
+            f"({ratio / out['answered_share']:.2f} × the answered ratio, {ratio / out['decided_share']:.2f} × the "
+            f"decided ratio)"
+        )
     if args.table:
         print(f"{args.precision}: {forecast_entry(out)!r},")
     if args.json:
