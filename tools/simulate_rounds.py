@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's package, whatever is installed
 from grrr_stream.evaluation.designs.schedule import REFERENCE, PlantedSchedule  # noqa: E402
 from grrr_stream.evaluation.settings import AdaptiveSettings  # noqa: E402
+from grrr_stream.forecast.adaptive_shares import padded  # noqa: E402
 from grrr_stream.stats.order import problem_order  # noqa: E402
 
 
@@ -171,14 +172,11 @@ def forecast_entry(out: dict) -> dict[str, tuple[float, tuple]]:
         else:
             entry[v] = item
     if removals:
-        most = max(len(c) for _, c in removals)
-        rows = [[c[i] if i < len(c) else (0.0, 0.0) for i in range(most)] for _, c in removals]
-        calls = []
-        for i in range(most):
-            k = float(np.mean([r[i][0] for r in rows]))
-            s = sum(r[i][0] * r[i][1] for r in rows) / max(sum(r[i][0] for r in rows), 1e-12)
-            calls.append((round(k, 3), round(s, 3)))
-        entry["randrm"] = (round(float(np.mean([d for d, _ in removals])), 3), tuple(calls))
+        rows = np.stack(padded([c for _, c in removals]))  # removal × call × (how often, share)
+        often = rows[..., 0].mean(axis=0)
+        share = (rows[..., 0] * rows[..., 1]).sum(axis=0) / np.maximum(rows[..., 0].sum(axis=0), 1e-12)
+        calls = tuple((round(float(k), 3), round(float(s), 3)) for k, s in zip(often, share))
+        entry["randrm"] = (round(float(np.mean([d for d, _ in removals])), 3), calls)
     return entry
 
 

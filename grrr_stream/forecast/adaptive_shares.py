@@ -73,6 +73,13 @@ SOURCE = (
 LIKE = ("off", "null", "randrm", "proj")
 
 
+def padded(calls: Sequence) -> list[np.ndarray]:
+    """Lists of calls ((how often, share) rows) as arrays of one length: missing later calls made never."""
+    arrays = [np.asarray(c, dtype=float).reshape(-1, 2) for c in calls]
+    most = max(len(a) for a in arrays)
+    return [np.vstack([a, np.zeros((most - len(a), 2))]) for a in arrays]
+
+
 def _entry(variant: str, table: dict) -> tuple[float, np.ndarray]:
     """(decided share, calls as rows of (how often, share)) of ``variant`` in one precision's table."""
     name = "randrm" if variant.startswith("randrm-") else variant
@@ -80,9 +87,7 @@ def _entry(variant: str, table: dict) -> tuple[float, np.ndarray]:
         decided, calls = table[name]
         return decided, np.array(calls, dtype=float)
     parts = [_entry(k, table) for k in LIKE]
-    most = max(len(c) for _, c in parts)
-    padded = [np.vstack([c, np.zeros((most - len(c), 2))]) for _, c in parts]
-    return float(np.mean([d for d, _ in parts])), np.mean(padded, axis=0)
+    return float(np.mean([d for d, _ in parts])), np.mean(padded([c for _, c in parts]), axis=0)
 
 
 def at_precision(variant: str, precision_points: float) -> tuple[float, np.ndarray]:
@@ -93,8 +98,7 @@ def at_precision(variant: str, precision_points: float) -> tuple[float, np.ndarr
     lo, hi = max(q for q in points if q <= p), min(q for q in points if q >= p)
     (da, ca), (db, cb) = _entry(variant, SIMULATED[lo]), _entry(variant, SIMULATED[hi])
     t = 0.0 if hi == lo else (p - lo) / (hi - lo)
-    most = max(len(ca), len(cb))
-    ca, cb = (np.vstack([c, np.zeros((most - len(c), 2))]) for c in (ca, cb))
+    ca, cb = padded([ca, cb])
     return da + t * (db - da), ca + t * (cb - ca)
 
 

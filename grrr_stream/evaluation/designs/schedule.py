@@ -33,6 +33,9 @@ class Schedule:
         self.order, self.settings, self.log = order, settings, log
         self.names = list(names)
         self.others = [n for n in self.names if n != REFERENCE]
+        # (variant, its answers, full's) → its decision: a round asks for the same one several times (to loop, to
+        # log, for full's next end), and answers only grow
+        self._decided: dict[tuple[str, int, int], Decision] = {}
 
     def values(self, name: str) -> np.ndarray:
         """The per-problem metric of variant ``name`` along the order, as far as it answered without a gap."""
@@ -55,8 +58,12 @@ class Schedule:
         )
 
     def decision(self, name: str) -> Decision:
-        thresholds = self.settings.thresholds(name)
-        return decide(self.order, self.values(name), self.values(REFERENCE), thresholds, **self._rule(name))
+        mine, full = self.values(name), self.values(REFERENCE)
+        key = (name, len(mine), len(full))
+        if key not in self._decided:
+            thresholds = self.settings.thresholds(name)
+            self._decided[key] = decide(self.order, mine, full, thresholds, **self._rule(name))
+        return self._decided[key]
 
     def rounds(self) -> dict[str, Decision]:
         """Rounds until every variant stopped: full answers the round's prefix, then each running variant, a call
@@ -75,8 +82,7 @@ class Schedule:
             self.answer(REFERENCE, end)
             for name in running:
                 while True:
-                    d, have = self.decision(name), len(self.values(name))
-                    if d.stopped or have >= end:
+                    if self.decision(name).stopped or len(self.values(name)) >= end:
                         break
                     self.answer(name, self._batch_end(name, end))
                 self.log(f"{name}: {_said(self.decision(name), self.order.total)}")
