@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -93,10 +94,17 @@ def fsync_tree(root: Path, *, release: bool = False) -> None:
         fsync_path(Path(d))
 
 
+def temp_sibling(path: Path) -> Path:
+    """A hidden temporary name beside ``path``, unique to this process and thread: two units in one Dask worker
+    (a unit that secedes while its tasks run lets another start) may write the same file at the same moment."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to a temporary sibling, fsync it and rename it over ``path``."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temp_sibling(path)
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()

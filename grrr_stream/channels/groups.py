@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import temp_sibling
 from ..stats.bootstrap import block_rng, blocks, interval, joint_replicates
 
 COMPONENTS = ("diag", "off", "null", "total")
@@ -70,7 +71,7 @@ class Member:
         import os
 
         path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp = temp_sibling(path)
         with open(tmp, "wb") as f:
             np.savez(
                 f,

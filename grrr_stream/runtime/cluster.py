@@ -138,6 +138,7 @@ def connect_timeout() -> float:
     """Seconds to reach a scheduler and hear its answer: Dask's ``distributed.comm.timeouts.connect`` (30 s unless
     set; DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=10s in the environment)."""
     import dask
+    import distributed  # noqa: F401 - its config defaults are registered only when it is imported
     from dask.utils import parse_timedelta
 
     return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds"))

@@ -4,6 +4,7 @@ config without tracking or progress, and a snapshot of a store's arrays to compa
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -98,3 +99,32 @@ def seeded_sweep_yaml(pair: Path, tmp_path: Path, monkeypatch) -> Path:
     }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(cfg))
     return tmp_path / "s.yaml"
+
+
+def results_snapshot(workdir: Path) -> dict:
+    """Every result of a sweep, with the workdir path taken out so two workdirs compare equal."""
+    snap = {}
+    for store in sorted((workdir / "stores").iterdir()):
+        for k, v in store_snapshot(store).items():
+            snap[f"{store.name}/{k}"] = v
+    for folder in ("stats", "comparisons"):
+        for f in sorted((workdir / folder).rglob("*")):
+            # per_transition_*: tracking-only subsets of summary_long.csv, named by a path hash
+            if f.suffix in (".csv", ".json") and "per_transition_" not in str(f):
+                # some file names carry a hash of the store path, which differs between workdirs
+                name = re.sub(r"_[0-9a-f]{8}(?=[./_])", "_H", str(f.relative_to(workdir)))
+                snap[name] = f.read_text().replace(str(workdir), "WORKDIR")
+    for f in sorted((workdir / "variants").rglob("*.safetensors")):
+        snap[str(f.relative_to(workdir))] = f.read_bytes()
+    return snap
+
+
+def assert_same(a: dict, b: dict) -> None:
+    import numpy as np
+
+    assert sorted(a) == sorted(b)
+    for k in a:
+        if isinstance(a[k], np.ndarray):
+            assert np.array_equal(a[k], b[k]), k
+        else:
+            assert a[k] == b[k], k

@@ -16,10 +16,8 @@ import json
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -27,6 +25,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
+
+from .processes import console_script, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVE = ROOT / "tracking" / "serve.sh"
@@ -47,29 +47,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM the process group led by ``proc`` (started with start_new_session), then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if proc.poll() is not None and not _group_alive(proc.pid):
-                return
-            time.sleep(0.1)
-    proc.wait(timeout=5)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover
-        return True
-    return True
 
 
 @dataclass
@@ -131,16 +108,11 @@ def serve(workdir: Path, *, timeout: float = 120.0, tries: int = 3) -> Iterator[
             if "address already in use" not in last.lower():  # only a lost race for the port is retried
                 raise RuntimeError(f"tracking/serve.sh exited with {proc.returncode}:\n{last}")
         finally:
-            _stop_group(proc)
+            stop_group(proc)
     raise RuntimeError(f"tracking/serve.sh found no free port in {tries} tries:\n{last}")
 
 
 # ----------------------------------------------------------------------------- populating it
-
-
-def _grrr_stream() -> str:
-    beside = Path(sys.executable).with_name("grrr-stream")
-    return str(beside) if beside.is_file() else (shutil.which("grrr-stream") or "grrr-stream")
 
 
 def populate(tracking_uri: str, workdir: Path) -> None:
@@ -182,7 +154,7 @@ def populate(tracking_uri: str, workdir: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     args = ["sweep", str(workdir / "sweep.yaml"), "--tracking-uri", tracking_uri]
     p = subprocess.run(
-        [_grrr_stream(), *args],
+        [console_script(), *args],
         cwd=workdir,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -527,7 +499,7 @@ class Chromium:
         for fd in (self._w, self._r):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        _stop_group(self.proc, grace=5.0)
+        stop_group(self.proc, grace=5.0)
 
 
 # JavaScript for the compare page: scroll the virtualised Metrics table (only a few rows are in the

@@ -7,7 +7,9 @@ with a deadline, so a regression fails instead of hanging the suite."""
 from __future__ import annotations
 
 import http.server
+import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -15,6 +17,7 @@ import dask
 import distributed  # noqa: F401 (its config defaults loaded before the fixture sets one of them)
 import pytest
 import yaml
+from helpers.processes import console_script
 
 from grrr_stream.cli.entry import main
 from grrr_stream.errors import ConfigError
@@ -161,3 +164,19 @@ def test_a_scheduler_is_accepted_and_a_worker_refused():
         assert parse_scheduler(worker).kind == "address"
         with pytest.raises(ConfigError, match="is a Dask Worker, not a scheduler"):
             check_reachable(worker)
+
+
+@pytest.mark.timeout(120)
+def test_the_console_script_reads_dasks_connect_timeout_and_refuses_a_closed_port(tmp_path):
+    """In a fresh process, as a user runs it: Dask's ``distributed`` config exists only once ``distributed`` is
+    imported, which this test process has done and the console script, before connecting, had not."""
+    address = closed_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    cfg = tmp_path / "s.yaml"
+    chain = {"name": "a", "base": {"id": "a0", "source": "tinychain:base"}}
+    cfg.write_text(yaml.safe_dump({"name": "s", "workdir": "w", "chains": [chain]}))
+    for argv in (stats_argv(tmp_path, address), ["sweep", str(cfg), "--scheduler", address, "--no-track"]):
+        done = subprocess.run([console_script(), *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=100)  # fmt: skip
+        assert_one_line_refusal(done.returncode, done.stderr, address, "nothing answers there")
+    assert not (tmp_path / "w").exists()

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.mlflow_ui import ROOT, _stop_group, serve
+from helpers.mlflow_ui import ROOT, serve
+from helpers.processes import stop_group
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow  # several server starts and two sweeps: minutes
@@ -148,7 +149,7 @@ def test_server_killed_mid_sweep_and_restarted_gives_the_uninterrupted_runs(tmp_
         while not any(u.startswith("decompose/") for u in _done_units(work)) and p.poll() is None:
             assert time.monotonic() < deadline, "no unit finished in 300 s"
             time.sleep(0.2)
-        _stop_group(server.proc)  # the server dies after the first transition
+        stop_group(server.proc)  # the server dies after the first transition
         out = p.communicate(timeout=600)[0]
         seconds = time.monotonic() - t0
     assert p.returncode == 3, out[-3000:]  # all the work done, logging missed
