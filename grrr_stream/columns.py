@@ -105,6 +105,9 @@ VALUE = Aggregate(
 )
 
 DEFAULT_SHOWN = frozenset({SUMMARY, TRANSITIONS, REPORT})
+# a share of ‖ΔW‖² against what an isotropic update of the same shapes puts there (Column.isotropic)
+ISO, VS_ISO = "_iso", "_vs_iso"
+ISO_STATS = ((ISO, " (isotropic value at these shapes)"), (VS_ISO, " (× its isotropic value)"))
 _FIELD = re.compile(r"\{(\w+)\}")
 
 
@@ -123,6 +126,9 @@ class Column:
     fmt: str = ".3f"
     values: Mapping[str, Any] = field(default_factory=dict)  # a member's field values
     family: str = ""  # a member's family (the name with its fields)
+    # a share whose scale depends on the matrix's shape: (a metrics.csv row, the member's field values) → what an
+    # isotropic update puts there (geometry/isotropic.py); its mean is then read against the mean of these
+    isotropic: Optional[Callable[[Mapping, Mapping], float]] = None
 
     def __post_init__(self) -> None:
         unknown = set(self.shown) - PLACES
@@ -154,9 +160,27 @@ class Column:
         return self.stat(self.aggregate.headline)
 
     @property
+    def stats(self) -> tuple[tuple[str, str], ...]:
+        """(suffix, words) of each statistic it aggregates to: its aggregate's, and for a shape-dependent share
+        its isotropic value and its ratio to it."""
+        return self.aggregate.stats + (ISO_STATS if self.isotropic else ())
+
+    @property
     def transition_stats(self) -> tuple[str, ...]:
         """The names of the statistics' columns transitions.csv keeps of it."""
-        return tuple(self.stat(s) for s in self.aggregate.transitions)
+        return tuple(self.stat(s) for s in self.aggregate.transitions + ((ISO, VS_ISO) if self.isotropic else ()))
+
+    def against_isotropic(self, rows: Sequence[Mapping]) -> dict:
+        """Its isotropic value over a scope's matrices (the mean of each matrix's) and the headline's ratio to it:
+        {} for a column that has none, or for matrices without a shape."""
+        if self.isotropic is None:
+            return {}
+        have = [r for r in rows if _number(r.get(self.name)) and all(_number(r.get(k)) for k in ("rows", "cols"))]
+        if not have:
+            return {}
+        iso = float(np.mean([self.isotropic(r, self.values) for r in have]))
+        mean = float(np.mean([float(r[self.name]) for r in have]))
+        return {self.stat(ISO): iso, self.stat(VS_ISO): mean / iso if iso > 0 else None}
 
     @property
     def spread(self) -> str:
@@ -193,7 +217,7 @@ class Found:
 
     @property
     def label(self) -> str:
-        words = dict(self.column.aggregate.stats).get(self.suffix, "")
+        words = dict(self.column.stats).get(self.suffix, "")
         return self.column.label + words
 
 
@@ -242,7 +266,7 @@ class Schema:
         """A column of a table derived from this schema (``f_diag_mean``, ``frac_unchanged_pooled``,
         ``angle16_left_cos2``): its column and statistic, or None."""
         for c in self.columns:
-            for suffix in ("",) + tuple(s for s, _ in c.aggregate.stats if s):
+            for suffix in ("",) + tuple(s for s, _ in c.stats if s):
                 if suffix and not name.endswith(suffix):
                     continue
                 hit = c.member(name[: len(name) - len(suffix)] if suffix else name)
@@ -339,6 +363,7 @@ def aggregate(rows: Sequence[Mapping], schema: Schema, by: Sequence[str] = ("mod
         row: dict[str, Any] = {"scope": scope, "n": len(rs)}
         for c in ordered:
             row.update(c.aggregate.reduce(c.name, rs))
+            row.update(c.against_isotropic(rs))
         out.append(row)
     return out
 

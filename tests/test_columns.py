@@ -159,7 +159,12 @@ def test_every_column_of_a_decomposition_is_declared(tmp_path: Path):
     assert kinds["rows"] is NONE and kinds["band64_off_principal"] is MEAN
     with open(res.store / "summary.csv") as f:
         summary = next(csv.reader(f))
-    expected = {s for k in header for s in (MATRIX_COLUMNS.column(k).stat(x) for x, _ in kinds[k].stats)}
+    expected = {
+        s for k in header for s in (MATRIX_COLUMNS.column(k).stat(x) for x, _ in MATRIX_COLUMNS.column(k).stats)
+    }
     assert set(summary) - {"scope", "n"} == expected
+    # the shape-dependent shares carry their isotropic value and their ratio to it; a shape's own facts do not
+    assert {"f_diag_iso", "f_diag_vs_iso", "band64_off_principal_vs_iso"} <= set(summary)
+    assert not any(k.startswith(("sv_cos", "r_delta")) and k.endswith("iso") for k in summary)
     assert [r["scope"] for r in res.summary_rows][:2] == ["all", "module:q_proj"]
     assert {c.name for c in MATRIX_COLUMNS.present(header, CONSOLE)} >= {"f_diag", "frac_unchanged"}

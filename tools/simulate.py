@@ -38,6 +38,7 @@ simulation". Run:
     python tools/simulate.py designs --disagreement 0.046   # flip-rate scenario (or: measured), not the ρ model
     python tools/simulate.py betting --paths 112            # the prototype sequence on 112 near-equal pairs
     python tools/simulate.py allocation --paths 400         # proportional against weighted draws, a close pair
+    python tools/simulate.py verdicts --studies 1000        # the verdict box's error rates (simulate_verdicts.py)
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from scipy.special import ndtr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, whatever is installed
 from grrr_stream.config import ClaimSettings  # noqa: E402
 from grrr_stream.evaluation.settings import AdaptiveSettings  # noqa: E402
+from grrr_stream.report import paper_rows  # noqa: E402
 from grrr_stream.report.paper_claims import CLAIMS  # noqa: E402
 from grrr_stream.stats.allocation import ALLOCATIONS as ALLOCATION_KINDS  # noqa: E402
 from grrr_stream.stats.allocation import draw_order, pooled_cs  # noqa: E402
@@ -65,6 +67,9 @@ from grrr_stream.stats.claims import TIE  # noqa: E402
 from grrr_stream.stats.empirical_bernstein import eb_wor_cs  # noqa: E402
 from grrr_stream.stats.order import Order, problem_order  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the verdicts command lives beside this file
+import simulate_verdicts  # noqa: E402
+
 # ---- the planted populations
 
 SIZES = {"math500": 500, "aime24": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675}
@@ -72,22 +77,9 @@ DIFFICULTY = {"math500": -0.8, "minerva_math": 0.4, "olympiadbench": 0.6, "amc23
 VARIANTS = ("base", "full", "proj", "diag", "off", "null", "offnull", "randrm-0", "randrm-1", "randrm-2")
 VARIANTS += ("off-principal-64", "no-off-principal-64")
 TABULATED = ("base", "full", "diag", "off", "null", "offnull")
-# GRRR (J. Qi, H. Tang, Z. Zhu, cs.LG 2026), Tables 5 (SFT) and 6 (RL): accuracy in points averaged over the five
-# benchmarks, base / full / diag / off / null / offnull, as the team's PAPER_FACTS.md ("Rows visible") copies them
-PAPER_ROWS = (
-    ("SFT", "C1", (31.3, 49.2, 6.4, 31.3, 18.5, 28.9)),
-    ("SFT", "C2", (21.2, 60.4, 14.0, 9.5, 9.7, 56.1)),
-    ("SFT", "C3", (17.2, 49.1, 28.0, 54.3, 55.7, 45.8)),
-    ("SFT", "C5", (3.6, 5.7, 1.9, 5.8, 6.2, 5.7)),
-    ("SFT", "C6", (35.8, 43.5, 38.8, 49.7, 48.0, 42.1)),
-    ("SFT", "C7", (5.0, 8.6, 7.9, 9.0, 9.8, 7.5)),
-    ("RL", "C1 DeepScaleR (GRPO)", (49.2, 51.8, 41.0, 43.8, 51.7, 54.4)),
-    ("RL", "C1 Nemotron (GRPO)", (49.2, 61.3, 40.3, 57.6, 59.2, 62.7)),
-    ("RL", "C2 KlearReasoner (GPPO)", (60.4, 71.7, 58.6, 69.8, 69.0, 72.6)),
-    ("RL", "C3 UniReason (GRPO)", (49.1, 66.5, 75.1, 64.2, 65.9, 65.0)),
-    ("RL", "C5 zephyr-beta (DPO)", (5.7, 3.1, 5.2, 5.3, 4.7, 3.7)),
-    ("RL", "C6 DPO", (43.5, 49.7, 41.2, 45.0, 48.5, 49.8)),
-)
+# GRRR's visible rows of Tables 5 (SFT) and 6 (RL), as the package carries them (grrr_stream/report/paper_rows.py):
+# (group, row, accuracies in points base / full / diag / off / null / offnull)
+PAPER_ROWS = tuple((group, row, values) for group, _, row, values in paper_rows.ROWS)
 HIDDEN = {"SFT": 5, "RL": 11}  # the paper's 11 SFT and 17 RL rows less the shown ones
 GROUPS = tuple(["SFT"] * 11 + ["RL"] * 17)
 
@@ -1068,6 +1060,10 @@ def main() -> None:
     a.add_argument("--precision", type=float, default=2.0, help="the half-width in points the bets aim at")
     a.add_argument("--chunk", type=int, default=64)
     a.add_argument("--seed", type=int, default=0)
+    what = "the verdict box's family false-contradiction rate and power on planted studies (simulate_verdicts.py)"
+    v = commands.add_parser("verdicts", help=what, description=what)
+    simulate_verdicts.add_arguments(v)
+    v.set_defaults(run=simulate_verdicts.run_verdicts, coupling=0.0)
     args = ap.parse_args()
     if not 0.0 <= args.coupling < 1.0:
         commands.choices[args.command].error("--coupling must be in [0, 1)")

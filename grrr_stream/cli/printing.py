@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..columns import CONSOLE, at_one_edge
+from ..columns import CONSOLE, ISO, VS_ISO, at_one_edge
 from ..evaluation.designs import design_of
 from ..evaluation.tables import accuracy_columns
 from ..geometry.metrics import PAPER_COLUMNS
@@ -258,6 +258,15 @@ def _print_transitions(trs: list[dict], out) -> None:
     for r in trs:
         cells = " ".join(_number(r.get(c.headline), c.fmt, 9) for c in paper)
         out.write(f"{r['transition']:<28} {r['kind']:<12} {r['method']:<12} {cells}\n")
+    shaped = [c for c in paper if c.isotropic and any(isinstance(r.get(c.stat(VS_ISO)), float) for r in trs)]
+    if shaped:
+        out.write("\nagainst an isotropic update of the same shapes (its value here, and the ratio to it):\n")
+        for r in trs:
+            cells = "  ".join(
+                f"{c.label} {_number(r.get(c.stat(ISO)), '.3g', 0)} ({_number(r.get(c.stat(VS_ISO)), '.3g', 0)}×)"
+                for c in shaped
+            )
+            out.write(f"  {r['transition']:<26} {cells}\n")
     if beyond:
         out.write("\nbeyond the paper (pooled over the transition's entries, or means over its matrices):\n")
         for r in trs:

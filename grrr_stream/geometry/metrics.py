@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from ..columns import CONSOLE, HEADLINE, NONE, SUMMARY, TRANSITIONS, Column, Schema
+from .isotropic import of_row
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,9 @@ PAPER_COLUMNS = Schema(
         (c,)
         for c in (
             *IDENTITY_COLUMNS,
-            Column("f_diag", "f_diag", shown=_HEAD | {CONSOLE}, fmt=".4f"),
-            Column("f_off", "f_off", shown=_HEAD | {CONSOLE}, fmt=".4f"),
-            Column("f_null", "f_null", shown=_HEAD | {CONSOLE}, fmt=".4f"),
+            Column("f_diag", "f_diag", shown=_HEAD | {CONSOLE}, fmt=".4f", isotropic=of_row("diag")),
+            Column("f_off", "f_off", shown=_HEAD | {CONSOLE}, fmt=".4f", isotropic=of_row("off")),
+            Column("f_null", "f_null", shown=_HEAD | {CONSOLE}, fmt=".4f", isotropic=of_row("null")),
             Column("r_delta", "r_Δ", shown=_HEAD | {CONSOLE}, fmt=".2e"),
             Column("sv_cos", "SV cos", shown=_HEAD | {CONSOLE}, fmt=".6f"),
             Column("delta_max", "δ_max", shown=_PAPER | {HEADLINE}),

@@ -57,6 +57,7 @@ def write_html(
         "counts": _counts(report.units),
         "paper": PAPER,
         "verdicts": verdict_box(plan, report),
+        "verdict_how": {"paper_side": plan.config.claims.paper_side, "family": plan.config.claims.family},
         "paper_tables": tbl.paper_tables(report, method_of, sft) + tbl.comparison_table(report),
         "other_tables": channel_tables(report) + tbl.kind_tables(report) + tbl.other_tables(report, method_of, sft),
         "claims": _claims(report, plan),
@@ -99,6 +100,19 @@ def steps_of(plan) -> set[str]:
     return {tid for tid, tr in plan.transitions.items() if plan.models[tr.child].parent == tr.parent}
 
 
+def chains_of(plan) -> dict[str, str]:
+    """Transition id → its chain: the base model it descends from (two config chains whose bases are one checkpoint,
+    the same source and revision, are one chain). Transitions of one chain share that base's evaluation, frame and
+    much of their data; the verdict box counts each chain once."""
+    first: dict[tuple, str] = {}
+    out = {}
+    for tid, tr in plan.transitions.items():
+        base = plan.models[tr.child].base
+        m = plan.models[base]
+        out[tid] = first.setdefault((m.source, m.revision), base)
+    return out
+
+
 def methods_of(plan):
     """A report row → its transition's post-training method (a suite's row names it 'id [suite]')."""
 
@@ -125,7 +139,11 @@ def verdict_box(plan, report) -> list:
         level=plan.config.claims.level,
         differences=suite.get("differences", []),
         informative=suite.get("informative", []),
+        left_out=suite.get("left_out", []),
         names={tid: f"{tr.parent} → {tr.child}" for tid, tr in plan.transitions.items()},
+        chains=chains_of(plan),
+        paper_side=plan.config.claims.paper_side,
+        adjust=plan.config.claims.family,
     )
 
 

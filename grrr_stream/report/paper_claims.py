@@ -7,15 +7,18 @@ PAPER_FACTS.md (section "Headline claims and the sets they are over"). The numbe
 package never reads that file at run time; ``tests/report/test_verdict.py`` checks them against it when the
 file is present.
 
-A claim's ``test`` (how :mod:`.verdict` decides it):
-- ``at_least_fraction``: a rate (24 of 25 → ``target`` 0.96 over ``paper_n`` 25): this sweep's count against the
-  paper's, Fisher's exact test, one-sided (:mod:`.verdict_sets`);
-- ``contains``: a median (99 %): the sign test of this sweep's transitions above and below the paper's value;
-- ``at_most_all``: every member of the set at most ``bound`` ("all 17 RL transitions have f_diag ≤ 0.011"): the
-  count within it against the paper's 17 of 17, as a rate;
+A claim's ``test`` (how :mod:`.verdict` decides it; a claim over a set is tested on one value per chain, the
+transitions that share a base model, against the paper's count read the same way: :mod:`grrr_stream.stats.predictive`):
+- ``at_least_fraction``: a rate (24 of 25 → ``target`` 0.96): this sweep's chains that meet the claim against the
+  paper's rate seen in its ``paper_units`` independent units, one-sided (a lower rate contradicts);
+- ``contains``: a median (99 %): this sweep's chains above and below the paper's median, against half of the
+  paper's units above it, two-sided;
+- ``at_most_all``: every member at most ``bound`` ("all 17 RL transitions have f_diag ≤ 0.011") as a rate of 1;
+  f_diag is compared as its ratio to the isotropic value at each side's own shapes (:data:`RL_W0`);
 - ``within_all``: every pair's interval inside ``bound`` (a bound the paper states per pair, with no count);
-- ``above_other``: this claim's statistic exceeds another claim's (null-only above diag-only), per transition by
-  the sign test.
+- ``above_band``: every pair above the isotropic band, and within the paper's ``paper_range`` or said outside it;
+- ``above_other``: this claim's statistic exceeds another claim's (null-only above diag-only) per chain, on the
+  paired difference; "generally" has no count, so it is taken as a fixed rate of one half (``paper_units`` None).
 """
 
 from __future__ import annotations
@@ -44,7 +47,36 @@ class PaperClaim:
     target: float = float("nan")  # the paper's number the test compares with (fraction, percent, bound)
     bound: tuple = ()  # (lo, hi) for within_all; (hi,) for at_most_all
     other: str = ""  # for above_other: the claim id compared with
+    # the independent units (bases) the paper's set rests on; None: its value is taken as fixed (no count stated)
+    paper_units: Optional[int] = None
+    paper_range: tuple = ()  # (lo, hi) the paper reports for a claim decided per member (above_band)
 
+
+# The independent units of the paper's sets: configs/paper.yaml's 28 evaluated transitions come from 10 base
+# models (C6 and C10 share Qwen2.5-Math-7B), and its 11 SFT and its 17 RL transitions each span all 10
+# (tests/report/test_paper_sets.py checks it against the config's lineage); its 25 informative ones are taken to
+# span them too (which 3 are not informative the copies here do not say, beyond C5's DPO step, whose base keeps
+# its informative SFT step).
+PAPER_UNITS = 10
+
+# W0 of each of the paper's 17 RL rows (configs/paper.yaml's lineage): their shapes (forecast/shapes.py's table)
+# set the isotropic f_diag its bound of 0.011 is read against.
+RL_W0 = (
+    *("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",) * 2,
+    "Kwai-Klear/Klear-Reasoner-8B-SFT",
+    "ReasoningTransferability/UniReason-Qwen3-14B-think-SFT",
+    "HuggingFaceH4/mistral-7b-sft-beta",
+    "RLHFlow/Qwen2.5-7B-SFT",
+    *("Qwen/Qwen2.5-Math-7B",) * 3,
+    "PRIME-RL/Eurus-2-7B-SFT",
+    "allenai/OLMo-2-1124-7B-SFT",
+    "allenai/OLMo-2-1124-7B-DPO",
+    "OpenRLHF/Llama-3-8b-sft-mixture",
+    "allenai/Olmo-3-7B-Think-SFT",
+    "XiaomiMiMo/MiMo-7B-SFT",
+    "XiaomiMiMo/MiMo-7B-Base",
+    "deepseek-ai/deepseek-math-7b-instruct",
+)
 
 CLAIMS: tuple[PaperClaim, ...] = (
     PaperClaim(
@@ -58,6 +90,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "at_least_fraction",
         ("within_k", "offnull", "full", "informative", "all"),
         24 / 25,
+        paper_units=PAPER_UNITS,
     ),
     PaperClaim(
         "offnull-median",
@@ -70,6 +103,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "contains",
         ("retention_median_pct", "offnull", "full", "all evaluated", "all"),
         99.0,
+        paper_units=PAPER_UNITS,
     ),
     PaperClaim(
         "offnull-floor",
@@ -82,6 +116,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "at_least_fraction",
         ("at_floor", "offnull", "full", "all evaluated", "all"),
         22 / 28,
+        paper_units=PAPER_UNITS,
     ),
     PaperClaim(
         "diag-median-sft",
@@ -94,6 +129,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "contains",
         ("retention_median_pct", "diag", "full", "all evaluated", "SFT"),
         23.0,
+        paper_units=PAPER_UNITS,
     ),
     PaperClaim(
         "diag-median-rl",
@@ -106,6 +142,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "contains",
         ("retention_median_pct", "diag", "full", "all evaluated", "RL"),
         79.0,
+        paper_units=PAPER_UNITS,
     ),
     PaperClaim(
         "diag-ceiling-sft",
@@ -118,6 +155,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "at_least_fraction",
         ("at_most_ceiling", "diag", "full", "all evaluated", "SFT"),
         6 / 11,
+        paper_units=PAPER_UNITS,
     ),
     PaperClaim(
         "null-above-diag",
@@ -141,6 +179,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "energy",
         "at_most_all",
         bound=(0.011,),
+        paper_units=PAPER_UNITS,
     ),
     PaperClaim(
         "seq-cos",
@@ -162,6 +201,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "§ geometry (Fig. 5B)",
         "independent",
         "above_band",
+        paper_range=(0.003, 0.146),
     ),
     PaperClaim(
         "rl-step-size",

@@ -1,14 +1,17 @@
 """The report's verdict box: per headline claim of the paper (:mod:`.paper_claims`), this sweep's value with its
 interval and the set it is over, and whether the claim holds here.
 
-Verdicts of a claim over a set of transitions (a rate, a median, "generally above", f_diag on every RL step), by an
-exact test of this sweep's count or values against the paper's (:mod:`.verdict_sets`), with a row per transition:
-- **consistent** / **contradicts**: the test does not reject / rejects at α = 0.05, with its p;
-- **too few to tell**: no outcome at this set's size could reject (0 of 1 against 24 of 25);
-- **not resolved**: over the interval over problems, the test reaches both sides of α.
-Verdicts of a claim on each member (cosines, the step size):
-- **holds** / **does not hold**: the test of the claim (:mod:`.paper_claims`) passes / fails for the whole interval
-  (for a claim without interval, for the value);
+Claims over a set of transitions (a rate, a median, "generally above", f_diag on every RL step) are tested on one
+value per chain, the transitions that share a base model (:mod:`.verdict_sets`, :mod:`.verdict_energy`), against
+the paper's count read the same way, and the box's set claims are one family, adjusted by Holm
+(:mod:`.verdict_family`):
+- **consistent** / **contradicts**: the adjusted test does not reject / rejects at α = 0.05; "consistent" says what
+  its size could have detected, and is not "holds";
+- **too few to tell**: no outcome at this many chains could reject (3 chains against the paper's median);
+- **not resolved**: over the intervals over problems, the adjusted p reaches both sides of α.
+Claims on each member (cosines, the step size):
+- **holds** / **does not hold**: the test of the claim passes / fails for the whole interval (for a claim without
+  interval, for the value); **holds, outside the paper's range**: it passes, with values the paper never reports;
 - **not resolved**: the interval reaches both sides of the paper's number.
 Either may be **not comparable**: this sweep cannot speak to the claim, with the reason: no such transition, a
 value undefined here, or (for cosines) an isotropic band at this model size wider than the paper's bound.
@@ -20,25 +23,30 @@ Each value says what its interval rests on: claims statistics resample the probl
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence
+from dataclasses import replace
+from typing import Callable, Mapping, Optional, Sequence
 
 from ..plots import cosine_label
 from ..stats.claims_sets import MULTI_STEP
 from ..stats.comparisons import STEPWISE, kind_label
+from ..stats.predictive import FIXED
 from .paper_claims import CLAIMS, DIAG_MEDIAN_ALL, PaperClaim
+from .verdict_energy import energy_set, rl_rows
+from .verdict_family import decide
 from .verdict_rows import (
     CONSISTENT,
     CONTRADICTS,
     FAILS,
     HOLDS,
     NOT_COMPARABLE,
+    OUTSIDE,
     TOO_FEW,
     UNRESOLVED,
     Member,
     Verdict,
     plural,
 )
-from .verdict_sets import above_verdict, count_members, energy_verdict, median_verdict, members, rate_verdict
+from .verdict_sets import SetTest, above_set, median_set, members, rate_set
 
 __all__ = [
     "CONSISTENT",
@@ -46,6 +54,7 @@ __all__ = [
     "FAILS",
     "HOLDS",
     "NOT_COMPARABLE",
+    "OUTSIDE",
     "TOO_FEW",
     "UNRESOLVED",
     "Member",
@@ -68,31 +77,34 @@ PROBLEMS = "CI over problems"
 ANYTIME = "anytime-valid per transition (adaptive design)"
 
 
-def _from_claims(c: PaperClaim, rows: dict, level: float, mine: Sequence[dict]) -> Verdict:
-    """A count or a median over a set of transitions, tested exactly against the paper's (:mod:`.verdict_sets`)."""
+def _claims_set(
+    c: PaperClaim, rows: dict, level: float, mine: Sequence[dict], chains, side: str
+) -> "Verdict | SetTest":
+    """A count or a median over a set of transitions: the transitions' statistic as the claims table has it, and
+    its test on one value per chain."""
     stat, _, _, set_name, group = c.statistic
     r = rows.get(c.statistic)
     if r is None:
         return Verdict(c, "—", "—", "—", NOT_COMPARABLE, _missing(c, rows))
     n = int(r["transitions"])
     v, lo, hi = r["value"], r.get("ci_lo"), r.get("ci_hi")
+    if not _finite(v):
+        return Verdict(
+            c, "—", _group_set(group, set_name, n), "—", NOT_COMPARABLE, "undefined here (a reference scores 0)"
+        )
+    if c.test == "at_least_fraction":
+        shown = f"{v:.0f} of {n} transitions" + (f" [{lo:.0f}–{hi:.0f}]" if _finite(lo, hi) else "")
+        threshold = r.get("threshold")
+        t = rate_set(c, mine, chains, float(threshold) if _finite(threshold) else math.nan, side)
+    elif c.test == "contains":
+        shown = f"{v:.1f} % over transitions" + (f" [{lo:.1f}, {hi:.1f}]" if _finite(lo, hi) else "")
+        t = median_set(c, mine, chains, side)
+    else:
+        raise ValueError(f"claim {c.id}: test {c.test} does not take a claims statistic")
     basis = (
         f"{level:.0%} {ANYTIME}" if str(r.get("resampling", "")).startswith("anytime") else f"{level:.0%} {PROBLEMS}"
     )
-    where = _group_set(group, set_name, n)
-    if not _finite(v):
-        return Verdict(c, "—", where, basis, NOT_COMPARABLE, "undefined here (a reference scores 0)")
-    if c.test == "at_least_fraction":
-        text = f"{v:.0f} of {n}" + (f" [{lo:.0f}–{hi:.0f}]" if _finite(lo, hi) else "")
-        verdict, reason, test = rate_verdict(c, int(round(v)), n, lo, hi)
-        threshold = r.get("threshold")
-        mem = count_members(c, mine, float(threshold) if _finite(threshold) else math.nan)
-        return Verdict(c, text, where, basis, verdict, reason, mem, test)
-    if c.test == "contains":
-        text = f"{v:.1f} %" + (f" [{lo:.1f}, {hi:.1f}]" if _finite(lo, hi) else "")
-        verdict, reason, test, mem = median_verdict(c, r, mine)
-        return Verdict(c, text, where, basis, verdict, reason, mem, test)
-    raise ValueError(f"claim {c.id}: test {c.test} does not take a claims statistic")
+    return replace(t, value=f"{shown}; {t.value}", where=f"{t.where} · {basis}")
 
 
 def _missing(c: PaperClaim, rows: dict) -> str:
@@ -114,29 +126,30 @@ def _missing(c: PaperClaim, rows: dict) -> str:
     return reason
 
 
-def _above_other(c: PaperClaim, rows: dict, level: float, null_rows, diag_rows) -> Verdict:
-    a, b = rows.get(c.statistic), rows.get(DIAG_MEDIAN_ALL)
-    if a is None or b is None:
+def _above_other(c: PaperClaim, rows: dict, level: float, null_rows, diag_rows, chains) -> "Verdict | SetTest":
+    if rows.get(c.statistic) is None or rows.get(DIAG_MEDIAN_ALL) is None:
         return Verdict(c, "—", "—", "—", NOT_COMPARABLE, "not evaluated here (null or diag missing)")
-    n = int(a["transitions"])
-    text = (
-        f"null {a['value']:.1f} % [{a['ci_lo']:.1f}, {a['ci_hi']:.1f}] vs diag {b['value']:.1f} % "
-        f"[{b['ci_lo']:.1f}, {b['ci_hi']:.1f}]"
-    )
-    verdict, reason, test, mem = above_verdict(c, a, b, null_rows, diag_rows)
-    where = _group_set("all", "all evaluated", n)
-    return Verdict(c, text, where, f"{level:.0%} {PROBLEMS}", verdict, reason, mem, test)
+    t = above_set(c, null_rows, diag_rows, chains)
+    return replace(t, where=f"{t.where} · {level:.0%} {PROBLEMS}")
 
 
-def _energy(
-    c: PaperClaim, transitions: Sequence[dict], group_of: Callable[[dict], Optional[str]], steps: set, names: dict
-) -> Verdict:
-    mine = [
-        {**r, "name": names.get(r["transition"], r["transition"])}
-        for r in transitions
-        if r["transition"] in steps and group_of(r) == "RL" and _finite(r.get("f_diag_mean"))
-    ]
-    return energy_verdict(c, mine)
+def _energy(c: PaperClaim, transitions, group_of, steps: set, names: dict, chains, side: str) -> "Verdict | SetTest":
+    have, without = rl_rows(transitions, group_of, steps, names)
+    if not have:
+        reason = (
+            "no RL step decomposed here"
+            if not without
+            else (
+                f"{plural(without, 'RL step')} without an isotropic value (its store's summary predates it: "
+                "decompose it again into a new store)"
+            )
+        )
+        return Verdict(c, "—", "—", "—", NOT_COMPARABLE, reason)
+    t = energy_set(c, have, chains, side)
+    where = f"{t.where} · means over matrices against their isotropic value, no CI"
+    if without:
+        where += f" · left out: {plural(without, 'RL step')} without an isotropic value (decompose it again)"
+    return replace(t, where=where)
 
 
 def _cosines(c: PaperClaim, comparisons: Sequence[dict], level: float) -> Verdict:
@@ -173,12 +186,12 @@ def _cosines(c: PaperClaim, comparisons: Sequence[dict], level: float) -> Verdic
                 NOT_COMPARABLE,
                 f"the isotropic band at this model size (±{wide:.2g}) is wider than the paper's bound {c.bound[1]:g}",
             )
-        ok_lo = all(c.bound[0] < r["ci_lo"] and r["ci_hi"] < c.bound[1] for r in mine)
-        ok_hi = all(c.bound[0] < r["median_cos_off"] < c.bound[1] for r in mine)
-        verdict = HOLDS if ok_lo else UNRESOLVED if ok_hi else FAILS
+        inside = all(c.bound[0] < r["ci_lo"] and r["ci_hi"] < c.bound[1] for r in mine)
+        beyond = [r for r in mine if r["ci_lo"] >= c.bound[1] or r["ci_hi"] <= c.bound[0]]
+        verdict = HOLDS if inside else FAILS if beyond else UNRESOLVED
         reason = {
-            UNRESOLVED: f"the median is within ±{c.bound[1]:g}, its CI over matrices reaches beyond",
-            FAILS: f"a median beyond ±{c.bound[1]:g}",
+            UNRESOLVED: f"a CI over matrices reaches beyond ±{c.bound[1]:g}, none lies wholly beyond",
+            FAILS: f"{plural(len(beyond), 'pair')} with its whole CI over matrices beyond ±{c.bound[1]:g}",
         }.get(verdict, "")
         return Verdict(c, text, where, basis, verdict, reason)
     # above_band: the median above the null's upper 2σ edge, and its interval too
@@ -189,7 +202,20 @@ def _cosines(c: PaperClaim, comparisons: Sequence[dict], level: float) -> Verdic
     reason = "; ".join(
         f"{r.get('label') or r.get('comparison')}: {cosine_label(r)}" for r in mine if not r["ci_lo"] > r["null_hi"]
     )
+    if verdict == HOLDS and c.paper_range:
+        verdict, reason = _against_range(c, [r["median_cos_off"] for r in mine])
     return Verdict(c, text, where, basis, verdict, reason)
+
+
+def _against_range(c: PaperClaim, values: Sequence[float]) -> tuple[str, str]:
+    """A claim that holds as tested (above the band), with every value also inside the range the paper reports,
+    or said to be outside it, and how far."""
+    lo, hi = c.paper_range
+    low, high = min(values), max(values)
+    if lo <= low and high <= hi:
+        return HOLDS, f"within the paper's range {lo:g}–{hi:g}"
+    far = f"up to {high / hi:.1f}× the paper's largest {hi:g}" if high > hi else f"down to {low:.3g}, below {lo:g}"
+    return OUTSIDE, f"above the band as the paper's are, but {low:.3g}–{high:.3g}: {far} (the paper: {lo:g}–{hi:g})"
 
 
 def verdicts(
@@ -202,32 +228,68 @@ def verdicts(
     level: float = 0.95,
     differences: Sequence[dict] = (),
     informative: Sequence[dict] = (),
+    left_out: Sequence[dict] = (),
     names: Optional[dict] = None,
+    chains: Optional[Mapping[str, str]] = None,
+    paper_side: str = FIXED,
+    adjust: str = "holm",
 ) -> list[Verdict]:
     """One verdict per claim of :data:`.paper_claims.CLAIMS`, in that order. ``claim_rows``: the main suite's
     claims rows (:func:`grrr_stream.stats.claims_sets.claims_rows`); ``transitions``, ``comparisons``: the sweep
     report's rows; ``group_of``: a row with a 'transition' → 'SFT' / 'RL' / None; ``steps``: the ids of the
     transitions that are one training step (W0 the model the child was trained from); ``differences``,
-    ``informative``: the main suite's per-transition rows, the members of each claim's set (a median is tested on
-    them: without them it is not comparable); ``names``: transition id → its name on the page ('base → sft')."""
+    ``informative``: the main suite's per-transition rows, the members of each claim's set (a set claim is tested
+    on them: without them it is not comparable); ``names``: transition id → its name on the page ('base → sft');
+    ``chains``: transition id → its chain, the base model it shares with others (a transition missing from it is
+    a chain of its own); ``paper_side``: the paper's numbers taken as 'fixed' or as a 'sample' of its bases;
+    ``adjust``: the family's adjustment, 'holm' or 'bh'; ``left_out``: the evaluated transitions the claims could not
+    use, with why (each claim over evaluations names them)."""
     rows = {(r["statistic"], r["variant"], r["reference"], r["set"], r["group"]): r for r in claim_rows}
-    out = []
+    chains = chains or {}
+    found: dict[str, "Verdict | SetTest"] = {}
     for c in CLAIMS:
         if c.source == "claims" and c.test == "above_other":
             null_rows = members(c, differences, informative, group_of, steps, names)
             diag_rows = members(_diag_all(c), differences, informative, group_of, steps, names)
-            out.append(_above_other(c, rows, level, null_rows, diag_rows))
+            found[c.id] = _above_other(c, rows, level, null_rows, diag_rows, chains)
         elif c.source == "claims":
-            out.append(_from_claims(c, rows, level, members(c, differences, informative, group_of, steps, names)))
+            mine = members(c, differences, informative, group_of, steps, names)
+            found[c.id] = _claims_set(c, rows, level, mine, chains, paper_side)
         elif c.source == "energy":
-            out.append(_energy(c, transitions, group_of, steps, names or {}))
+            found[c.id] = _energy(c, transitions, group_of, steps, names or {}, chains, paper_side)
         else:
-            out.append(_cosines(c, comparisons, level))
+            found[c.id] = _cosines(c, comparisons, level)
+    _name_left_out(found, left_out, names or {})
+    for c in CLAIMS:  # a set with no chain to test is no test
+        t = found[c.id]
+        if isinstance(t, SetTest) and not t.members:
+            found[c.id] = Verdict(c, "—", "—", "—", NOT_COMPARABLE, t.reason)
+    tests = {i: t for i, t in found.items() if isinstance(t, SetTest)}
+    words = decide(tests, adjust)
+    out = []
+    for c in CLAIMS:
+        t = found[c.id]
+        if isinstance(t, SetTest):
+            word, p, detect = words[c.id]
+            t = Verdict(c, t.value, t.where, "", word, t.reason, t.members, t.test, p, detect)
+        out.append(t)
     return out
+
+
+def _name_left_out(found: dict, left_out: Sequence[dict], names: Mapping[str, str]) -> None:
+    """A claim over evaluations never silently covers fewer transitions than were evaluated: each names those the
+    claims could not use, and why."""
+    if not left_out:
+        return
+    said = "; ".join(f"{names.get(r['transition'], r['transition'])}: {r['why']}" for r in left_out)
+    for c in CLAIMS:
+        t = found[c.id]
+        if c.source == "claims" and isinstance(t, SetTest):
+            found[c.id] = replace(t, where=f"{t.where} · left out: {said}")
+        elif c.source == "claims":
+            found[c.id] = replace(t, set=f"{t.set} · left out: {said}")
 
 
 def _diag_all(c: PaperClaim) -> PaperClaim:
     """The comparand of null-above-diag: diag-only over the same set (not a claim of its own)."""
-    from dataclasses import replace
-
     return replace(c, id="diag-median-all", statistic=DIAG_MEDIAN_ALL)

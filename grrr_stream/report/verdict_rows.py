@@ -5,19 +5,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..stats.exact import finite
+from ..stats.sides import finite
 from .paper_claims import PaperClaim
 
 # a claim over each member (a bound per pair, an interval against the paper's number)
 HOLDS, FAILS, UNRESOLVED, NOT_COMPARABLE = "holds", "does not hold", "not resolved", "not comparable"
-# a claim over a set, decided by an exact test of this sweep's count or median against the paper's
+# it holds as the test asks (above the isotropic band), but the values lie outside the range the paper reports
+OUTSIDE = "holds, outside the paper's range"
+# a claim over a set, decided by a test of this sweep's chains against the paper's, one family for the box
 CONSISTENT, CONTRADICTS, TOO_FEW = "consistent", "contradicts", "too few to tell"
 
-WORDS = (CONSISTENT, HOLDS, CONTRADICTS, FAILS, UNRESOLVED, TOO_FEW, NOT_COMPARABLE)  # every verdict, in that order
+WORDS = (CONSISTENT, HOLDS, OUTSIDE, CONTRADICTS, FAILS, UNRESOLVED, TOO_FEW, NOT_COMPARABLE)  # every verdict
 
+# "consistent" is not "holds": a test that did not reject at a few chains may have seen nothing, so it has its
+# own colour, and its row says what it could have detected
 CSS = {
     HOLDS: "holds",
-    CONSISTENT: "holds",
+    OUTSIDE: "outside",
+    CONSISTENT: "consistent",
     FAILS: "fails",
     CONTRADICTS: "fails",
     UNRESOLVED: "unresolved",
@@ -47,8 +52,10 @@ class Verdict:
     basis: str  # what the interval rests on
     verdict: str
     reason: str = ""
-    members: list[Member] = field(default_factory=list)  # the set's transitions, each with its value
-    test: str = ""  # the exact test against the paper and its p ('' for a claim decided per member)
+    members: list[Member] = field(default_factory=list)  # the set's chains, each with its transitions and value
+    test: str = ""  # the test against the paper and its p ('' for a claim decided per member)
+    p: str = ""  # a set claim's p as tested, then adjusted over the box's family ('' for a claim on each member)
+    detect: str = ""  # for "consistent": the smallest departure from the paper this size would have detected
 
     @property
     def css(self) -> str:
@@ -70,8 +77,13 @@ def interval_text(v: float, lo, hi, fmt: str = ".1f", sign: bool = False, unit: 
     return f(v) + unit + (f" [{f(lo)}, {f(hi)}]" if finite(lo, hi) else "")
 
 
-def p_text(p: float) -> str:
-    return "p < 0.001" if p < 0.001 else f"p = {p:.2g}"
+def p_text(p: float, name: str = "p") -> str:
+    """'p < 0.001', 'p = 0.031', 'p = 0.998' (never rounded up to 1 unless it is 1)."""
+    if p < 0.001:
+        return f"{name} < 0.001"
+    if p >= 1.0:
+        return f"{name} = 1"
+    return f"{name} = {p:.3f}" if p >= 0.99 else f"{name} = {p:.2g}"
 
 
 def direction(value: float, paper: float, fmt: str = ".0f") -> str:

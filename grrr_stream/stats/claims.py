@@ -29,7 +29,8 @@ import numpy as np
 
 from .bootstrap import block_rng, blocks, interval, ratio
 
-REFERENCES = ("full", "base", "proj")
+# each variant's paired difference to these (points); diag: the paper's "null above diag" is a paired question
+REFERENCES = ("full", "base", "proj", "diag")
 # scores are means of finitely many problems: a tie with a threshold (C2's offnull is exactly 4.3 points
 # below full in the paper) must not hang on the rounding of 60.4 − 4.3; comparisons allow this much (points
 # or percent), far below the resolution of any benchmark
@@ -142,8 +143,22 @@ def difference_rows(ts: TransitionScores, *, level: float = 0.95) -> list[dict]:
         if ts.has("full"):  # named as the adaptive design names it (stats/claims_adaptive.py)
             reps = ratio(ts.replicates(v), ts.replicates("full"))
             row["retention_full_ci_lo"], row["retention_full_ci_hi"] = interval(reps[np.isfinite(reps)], level)
+        row.update(gain_retention(ts, v, level))
         rows.append(row)
     return rows
+
+
+def gain_retention(ts: TransitionScores, v: str, level: float) -> dict:
+    """100 · (v − base) / (full − base): the share of the gain a variant keeps, beside retention v / full, which
+    a variant that keeps only the base's skill already scores base / full on. Undefined (absent) where full does
+    not gain over base at the point estimate: there is no gain to share."""
+    if not (ts.has("full") and ts.has("base")) or ts.score("full") - ts.score("base") <= TIE:
+        return {}
+    b = ts.replicates("base")
+    reps = ratio(ts.replicates(v) - b, ts.replicates("full") - b)
+    lo, hi = interval(reps[np.isfinite(reps)], level)
+    point = ratio(ts.score(v) - ts.score("base"), ts.score("full") - ts.score("base"))
+    return {"gain_retention_pct": point, "gain_retention_ci_lo": lo, "gain_retention_ci_hi": hi}
 
 
 def is_informative(ts: TransitionScores, informative_points: float) -> bool:

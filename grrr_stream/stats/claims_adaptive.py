@@ -121,6 +121,16 @@ def claims_rows(evaluations: Sequence[AdaptiveEvaluation], cs: ClaimSettings, se
     return rows
 
 
+def _gain_retention(e: AdaptiveEvaluation, variant: str) -> dict:
+    """100 · (v − base) / (full − base) at the point estimates (each variant rests on its own problems: no paired
+    interval); absent where full does not gain over base."""
+    base = e.rows.get("base", {}).get("minus_full")
+    v = e.rows[variant].get("minus_full")
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (base, v)) or -base <= TIE:
+        return {}
+    return {"gain_retention_pct": 100.0 * (v - base) / -base}
+
+
 def informative_rows(evaluations: Sequence[AdaptiveEvaluation]) -> list[dict]:
     """Per transition: the gain full − base and full − proj with their anytime-valid intervals."""
     out = []
@@ -143,7 +153,11 @@ def summarise(
 ) -> dict:
     """The three tables (differences, informative, claims) and the counts, as ``claims_sets.summarise``."""
     cs = settings or ClaimSettings()
-    diffs = [{**r, "transition": e.transition, "kind": e.kind} for e in evaluations for r in e.rows.values()]
+    diffs = [
+        {**r, "transition": e.transition, "kind": e.kind, **_gain_retention(e, v)}
+        for e in evaluations
+        for v, r in e.rows.items()
+    ]
     info = informative_rows(evaluations)
     return {
         "differences": diffs,

@@ -77,7 +77,7 @@ def resampling_note(scores: Sequence[TransitionScores]) -> str:
     )
 
 
-# statistic → (set, function of (variant, reference) scores along the last axis → value, threshold setting)
+# statistic → (set, function of (variant, reference, base) scores along the last axis → value, threshold setting)
 def _statistics(cs: ClaimSettings) -> list[tuple[str, str, Optional[float], Callable]]:
     def count(mask):
         return np.sum(mask, axis=-1)
@@ -85,25 +85,29 @@ def _statistics(cs: ClaimSettings) -> list[tuple[str, str, Optional[float], Call
     def ret(v, r):
         return ratio(v, r)
 
-    def nanstat(f):
-        def g(v, r):
-            x = ret(v, r)
+    def nanstat(f, of=ret):
+        def g(v, r, b):
+            x = of(v, r) if of is ret else of(v, r, b)
             with np.errstate(all="ignore"), warnings.catch_warnings():  # all-NaN slices give NaN, quietly
                 warnings.simplefilter("ignore", RuntimeWarning)
                 return f(np.where(np.isfinite(x), x, np.nan), axis=-1)
 
         return g
 
+    def gain(v, r, b):  # the share of the gain kept: NaN where the reference does not gain over base
+        return np.where(r - b > TIE, ratio(v - b, r - b), np.nan)
+
     k, f1, f2, c = (cs.within_points, cs.retention_floor_pct, cs.retention_second_floor_pct, cs.retention_ceiling_pct)
     return [
-        ("within_k", "informative", k, lambda v, r: count(v - r >= -k - TIE)),
+        ("within_k", "informative", k, lambda v, r, b: count(v - r >= -k - TIE)),
         ("retention_median_pct", "all evaluated", None, nanstat(np.nanmedian)),
         ("retention_mean_pct", "all evaluated", None, nanstat(np.nanmean)),
         ("retention_min_pct", "all evaluated", None, nanstat(np.nanmin)),
         ("retention_max_pct", "all evaluated", None, nanstat(np.nanmax)),
-        ("at_floor", "all evaluated", f1, lambda v, r: count(ret(v, r) >= f1 - TIE)),
-        ("at_second_floor", "all evaluated", f2, lambda v, r: count(ret(v, r) >= f2 - TIE)),
-        ("at_most_ceiling", "all evaluated", c, lambda v, r: count(ret(v, r) <= c + TIE)),
+        ("at_floor", "all evaluated", f1, lambda v, r, b: count(ret(v, r) >= f1 - TIE)),
+        ("at_second_floor", "all evaluated", f2, lambda v, r, b: count(ret(v, r) >= f2 - TIE)),
+        ("at_most_ceiling", "all evaluated", c, lambda v, r, b: count(ret(v, r) <= c + TIE)),
+        ("gain_retention_median_pct", "informative", None, nanstat(np.nanmedian, of=gain)),
     ]
 
 
@@ -142,8 +146,11 @@ def claims_rows(
             if v == ref:
                 continue
             for stat, set_name, threshold, fn in _statistics(cs):
+                if stat.startswith("gain_") and ref != "full":
+                    continue
                 for group in groups:
-                    have = [i for i in members[(set_name, group)] if scores[i].has(v) and scores[i].has(ref)]
+                    needs = (v, ref, "base") if stat.startswith("gain_") else (v, ref)
+                    have = [i for i in members[(set_name, group)] if all(scores[i].has(x) for x in needs)]
                     if have:
                         rows.append(
                             _row(stat, set_name, group, v, ref, threshold, fn, scores, reps, have, cs, selector)
@@ -152,15 +159,14 @@ def claims_rows(
 
 
 def _row(stat, set_name, group, v, ref, threshold, fn, scores, reps, have, cs, selector) -> dict:
-    pt_v = np.array([scores[i].score(v) for i in have])
-    pt_r = np.array([scores[i].score(ref) for i in have])
-    rp_v = np.stack([reps[i][:, scores[i].variants.index(v)] for i in have], axis=1)  # R × T
-    rp_r = np.stack([reps[i][:, scores[i].variants.index(ref)] for i in have], axis=1)
-    value = fn(pt_v, pt_r)
+    b = "base" if all(scores[i].has("base") for i in have) else ref  # only the gain's statistic reads base
+    pt_v, pt_r, pt_b = (np.array([scores[i].score(x) for i in have]) for x in (v, ref, b))
+    rp_v, rp_r, rp_b = (np.stack([reps[i][:, scores[i].variants.index(x)] for i in have], axis=1) for x in (v, ref, b))
+    value = fn(pt_v, pt_r, pt_b)
     value = int(value) if stat in _COUNTS else float(value)
     lo = hi = math.nan
     if stat not in _NO_INTERVAL:
-        replicates = np.asarray(fn(rp_v, rp_r), dtype=np.float64)
+        replicates = np.asarray(fn(rp_v, rp_r, rp_b), dtype=np.float64)
         lo, hi = interval(replicates[np.isfinite(replicates)], cs.level)
     return {
         "selector": selector,
@@ -190,6 +196,12 @@ def sentences(rows: Sequence[dict], reference: str = "full") -> list[str]:
             out.append(
                 f"{v}: within {w['threshold']:g} points of {reference} in {w['value']:.0f} of "
                 f"{w['transitions']} informative transitions {_ci(w, '.0f', '–')}"
+            )
+        g = by.get((v, "informative", "all", "gain_retention_median_pct"))
+        if g and math.isfinite(g["value"]):
+            out.append(
+                f"{v}: keeps a median {g['value']:.1f} % {_ci(g, '.1f', ', ')} of the gain over base "
+                f"(({v} − base) / ({reference} − base)) over {g['transitions']} informative transitions"
             )
         for g in GROUPS:
             med = by.get((v, "all evaluated", g, "retention_median_pct"))

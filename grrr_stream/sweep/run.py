@@ -222,7 +222,7 @@ def write_pages(result: SweepResult, tracking: TrackingConfig, started: Optional
         from ..report.build import verdict_box
 
         box = [
-            (v.claim.id, v.verdict, "; ".join(x for x in (v.value, v.reason, v.test) if x))
+            (v.claim.id, v.verdict, "; ".join(x for x in (v.value, v.reason, v.p, v.detect, v.test) if x))
             for v in verdict_box(result.plan, result.report)
         ]
         result.run_id = log_sweep(result.plan, result, tracking, started, html=page, verdicts=box, words=WORDS)

@@ -17,7 +17,8 @@ VIEW_TAG = "mlflow.sharedViewState." + VIEW_KEY
 
 # The runs table's columns in the view (VIEW_TAG): each kind of run's headline metrics (runs.py and model_runs.py log
 # them under these names), then the Dataset column (an evaluation's benchmarks). Ids as the UI builds them: TYPE.`NAME`.
-TRANSITION_HEADLINE = ("f_diag", "f_off", "f_null", "r_delta", "sv_cos")  # a transition (means over its matrices)
+# a transition (means over its matrices; f_diag also against its isotropic value at the transition's shapes)
+TRANSITION_HEADLINE = ("f_diag", "f_diag_vs_iso", "f_off", "f_null", "r_delta", "sv_cos")
 HEADLINE_COLUMNS = (
     *TRANSITION_HEADLINE,
     "fidelity",  # a variant

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -21,6 +22,7 @@ from ..config import TrackingConfig, stable_hash
 from ..files import atomic_write_text, to_csv
 from ..store.manifest import transition_label
 from . import mlflow_client
+from .mlflow_view import HEADLINE_COLUMNS
 from .run_log import RunLog, deliver
 
 
@@ -271,13 +273,13 @@ def verdict_log(
     verdicts: Sequence[tuple[str, str, str]], words: Sequence[str] = ()
 ) -> tuple[list[tuple[str, float, int]], dict]:
     """The sweep run's verdict from the report's verdict box (``verdicts``: claim id, verdict, what it rests on):
-    per verdict the number of claims that have it (``claims_<verdict>``; every verdict in ``words``, the box's,
-    logged, 0 included, so that the runs table's columns are filled), a tag per claim (``grrr.verdict.<claim
-    id>``) and one summing them up (``grrr.verdict``)."""
+    per verdict the number of claims that have it (``claims_<verdict>``; the verdicts of ``words``, the ones the
+    runs table shows as columns, are logged with 0 included so that its columns are filled), a tag per claim
+    (``grrr.verdict.<claim id>``) and one summing them up (``grrr.verdict``)."""
     counts: dict[str, int] = {w: 0 for w in words}
     for _, word, _ in verdicts:
         counts[word] = counts.get(word, 0) + 1
-    metrics = [(verdict_metric(w), n, 0) for w, n in counts.items()]
+    metrics = [(verdict_metric(w), n, 0) for w, n in counts.items() if n or verdict_metric(w) in HEADLINE_COLUMNS]
     tags = {f"grrr.verdict.{cid}": f"{word}: {why}"[:5000] for cid, word, why in verdicts}
     if verdicts:
         tags["grrr.verdict"] = ", ".join(f"{n} {w}" for w, n in counts.items() if n)
@@ -285,8 +287,9 @@ def verdict_log(
 
 
 def verdict_metric(word: str) -> str:
-    """A verdict's count as a metric name: 'too few to tell' → claims_too_few_to_tell."""
-    return "claims_" + word.replace(" ", "_")
+    """A verdict's count as a metric name: 'too few to tell' → claims_too_few_to_tell, "holds, outside the paper's
+    range" → claims_holds_outside_the_paper_s_range (MLflow takes letters, digits and _ - . / in names)."""
+    return "claims_" + re.sub(r"[^A-Za-z0-9]+", "_", word).strip("_")
 
 
 def log_sweep(

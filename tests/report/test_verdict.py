@@ -11,15 +11,7 @@ import pytest
 
 from grrr_stream.plots import cosine_label, p_text
 from grrr_stream.report import cells
-from grrr_stream.report.paper_claims import CLAIMS
 from grrr_stream.report.verdict import (
-    CONSISTENT,
-    CONTRADICTS,
-    FAILS,
-    HOLDS,
-    NOT_COMPARABLE,
-    TOO_FEW,
-    UNRESOLVED,
     verdicts,
 )
 
@@ -110,116 +102,6 @@ def _box(rows, diffs=(), informative=(), trs=(), comps=(), steps=None, group="RL
             names=names,
         )
     )
-
-
-def _within(k, lo, hi, n):
-    return _rows("within_k", "offnull", "all", k, lo, hi, n, set_name="informative") | {"threshold": 4.3}
-
-
-def test_a_small_set_can_contradict_a_rate_and_says_how_strongly():
-    """1 of 3 within 4.3 points against the paper's 24 of 25: Fisher's exact p = 76/3276 (by hand: 25 successes
-    among 28, 3 drawn, at most 1 of them), below 0.05. Each transition is a row under the claim."""
-    ts = ["base → sft", "sft → rl", "base → sib"]
-    diffs = [
-        _diff(ts[0], "offnull", -0.5, -2.5, 1.0),
-        _diff(ts[1], "offnull", -9.0, -12.0, -6.0),
-        _diff(ts[2], "offnull", -8.0, -11.0, -5.0),
-    ]
-    info = [{"transition": t, "informative": True} for t in ts]
-    v = _box([_within(1, 1, 1, 3)], diffs, info)["offnull-within"]
-    assert v.verdict == CONTRADICTS and v.css == "fails"
-    assert f"p = {76 / 3276:.2g}" in v.test and "one-sided" in v.test
-    assert v.reason == f"33 % vs the paper's 96 %: 63 points lower, p = {76 / 3276:.2g}"
-    assert "Fisher's exact test of 1 of 3 against 24 of 25" in v.test
-    assert [m.outcome for m in v.members] == [HOLDS, FAILS, FAILS]
-    assert v.members[0].name == "OffNull vs Full on base → sft" and v.members[0].value == "−0.5 [−2.5, +1.0] points"
-    # 3 of 3: consistent, with the exact interval of the rate (its lower end 0.025^(1/3) = 29 %)
-    ok = _box([_within(3, 3, 3, 3)], diffs, info)["offnull-within"]
-    assert ok.verdict == CONSISTENT and "exact 95 % CI 29–100 %" in ok.test and "p = 1" in ok.test
-    # the count's interval over problems reaches 3: a p below and one above 0.05
-    assert _box([_within(1, 1, 3, 3)], diffs, info)["offnull-within"].verdict == UNRESOLVED
-    # one transition: even 0 of 1 gives p = 2/26 (24 + 0 successes among 26, the one drawn a failure)
-    one = _box([_within(0, 0, 0, 1)], diffs[:1], info[:1])["offnull-within"]
-    assert one.verdict == TOO_FEW and f"even 0 of 1 gives p = {2 / 26:.2g}" in one.reason
-    # transitions named as the page names them (the plan's parent → child), where a name is given
-    named = _box([_within(1, 1, 1, 3)], diffs, info, names={ts[0]: "B → S"})["offnull-within"]
-    assert [m.name for m in named.members] == ["OffNull vs Full on B → S"] + [m.name for m in v.members[1:]]
-    # a transition that is not informative is not in the set's rows
-    assert len(_box([_within(1, 1, 1, 3)], diffs, info[:2])["offnull-within"].members) == 2
-
-
-def _medians(values, half=1.0):
-    return [_diff(f"t{i}", "offnull", 0.0, 0.0, 0.0, x, x - half, x + half) for i, x in enumerate(values)]
-
-
-def test_a_median_is_tested_by_the_sign_test():
-    med = lambda xs: _rows("retention_median_pct", "offnull", "all", float(np.median(xs)), 0.0, 100.0, len(xs))  # noqa: E731
-    low = [80.0, 82.0, 85.0, 90.0, 91.0, 93.0]  # all 6 below 99: p = 2/64
-    v = _box([med(low)], _medians(low))["offnull-median"]
-    assert v.verdict == CONTRADICTS and f"p = {2 / 64:.2g}" in v.test and "0 above 99 %, 6 below" in v.test
-    assert "points lower" in v.reason and "distribution-free 95 % CI of the median" in v.test
-    assert [m.outcome for m in v.members] == ["below 99 %"] * 6
-    # five values: even all below gives 2/32 > 0.05
-    few = _box([med(low[:5])], _medians(low[:5]))["offnull-median"]
-    assert few.verdict == TOO_FEW and "no distribution-free 95 % CI" in few.test
-    assert f"even all 5 on one side give p = {2 / 32:.2g}" in few.reason
-    # one transition's interval over problems reaches 99: the test reaches p = 0.0625 as well
-    near = low[:5] + [98.0]
-    assert _box([med(near)], _medians(near))["offnull-median"].verdict == UNRESOLVED
-    balanced = [95.0, 96.0, 97.0, 101.0, 102.0, 103.0]
-    assert _box([med(balanced)], _medians(balanced, 0.2))["offnull-median"].verdict == CONSISTENT
-    # without per-transition values a median is not tested
-    assert _box([med(low)])["offnull-median"].verdict == NOT_COMPARABLE
-
-
-def test_null_above_diag_and_f_diag_by_their_counts():
-    rows = [
-        _rows("retention_median_pct", "null", "all", 40.0, 35.0, 45.0, 5),
-        _rows("retention_median_pct", "diag", "all", 80.0, 75.0, 85.0, 5),
-    ]
-    diffs = [_diff(f"t{i}", "null", 0, 0, 0, 40.0 + i, 38.0 + i, 42.0 + i) for i in range(5)]
-    diffs += [_diff(f"t{i}", "diag", 0, 0, 0, 80.0, 78.0, 82.0) for i in range(5)]
-    v = _box(rows, diffs)["null-above-diag"]
-    # null below diag on all 5: one-sided P(B ≤ 0), B ~ Bin(5, 1/2) = 1/32
-    assert v.verdict == CONTRADICTS and f"p = {1 / 32:.2g}" in v.test and all(m.outcome == FAILS for m in v.members)
-    # equal scores are a tie, left out of the sign test: 4 transitions below and one tie are too few
-    tied = diffs[:4] + [_diff("t4", "null", 0, 0, 0, 80.0, 80.0, 80.0), _diff("t4", "diag", 0, 0, 0, 80.0, 80.0, 80.0)]
-    tie = _box(rows, tied + diffs[5:9])["null-above-diag"]
-    assert tie.members[-1].outcome == "tie (left out)" and "below on 4" in tie.test and tie.verdict == TOO_FEW
-    four = [d for d in diffs if d["transition"] != "t4"]
-    assert _box(rows, four)["null-above-diag"].verdict == TOO_FEW
-    # f_diag ≤ 0.011 on every RL step: 1 of 2 against the paper's 17 of 17 (c is no step: left out)
-    trs = [
-        {"transition": "a", "method": "GRPO", "f_diag_mean": 0.0005},
-        {"transition": "b", "method": "GRPO", "f_diag_mean": 0.02},
-        {"transition": "c", "method": "GRPO", "f_diag_mean": 0.5},
-    ]
-    e = _box([], trs=trs, steps={"a", "b"})["rl-fdiag"]
-    assert e.value.startswith("1 of 2 ≤ 0.011") and [m.outcome for m in e.members] == [HOLDS, FAILS]
-    # 18 successes among 19, 2 drawn, at most 1 of them a success: 1 − C(18,2)/C(19,2) = 2/19
-    assert f"p = {2 / 19:.2g}" in e.test and e.verdict == CONSISTENT
-    assert e.reason.startswith("50 % vs the paper's 100 %: 50 points lower")
-
-
-def test_claims_on_each_pair_and_missing_rows():
-    rows = [_rows("retention_median_pct", "offnull", "all", 98.5, 97.0, 100.0, 28)]
-    comps = [_cmp(0.002, -0.001, 0.004, p=0.3, verdict="indistinguishable", band=(-0.003, 0.003))]
-    v = _box(rows, comps=comps)
-    assert [c.id for c in CLAIMS] == list(v)
-    assert v["offnull-median"].value == "98.5 % [97.0, 100.0]"
-    assert "28 evaluated steps" in v["offnull-median"].set and "problems" in v["offnull-median"].basis
-    assert v["diag-median-rl"].verdict == NOT_COMPARABLE and "not evaluated here" in v["diag-median-rl"].reason
-    # cosines inside a band narrower than 0.008, CI within ±0.008: holds; the step ratio 0.1 is in 0.004–0.17
-    assert v["seq-cos"].verdict == HOLDS and "CI over matrices" in v["seq-cos"].basis
-    assert v["rl-step-size"].verdict == HOLDS
-    assert v["indep-above"].verdict == NOT_COMPARABLE and "no independent" in v["indep-above"].reason
-    # a band wider than the paper's bound: not comparable, and said why
-    wide = _box([], comps=[_cmp(0.002, -0.001, 0.004, band=(-0.05, 0.05))])
-    assert wide["seq-cos"].verdict == NOT_COMPARABLE and "wider than the paper's bound 0.008" in wide["seq-cos"].reason
-    # a median inside ±0.008 whose CI over matrices reaches beyond (the demo's sequential pair): not resolved
-    loose = _box([], comps=[_cmp(-0.0024, -0.0467, 0.0355, band=(-0.001, 0.001))])
-    assert loose["seq-cos"].verdict == UNRESOLVED and "reaches beyond" in loose["seq-cos"].reason
-    assert wide["offnull-median"].value == "—" and wide["offnull-median"].verdict == NOT_COMPARABLE
 
 
 def test_a_multi_step_transition_is_never_pooled_with_the_steps():

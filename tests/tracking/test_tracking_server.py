@@ -49,7 +49,7 @@ NO_CHROMIUM = (
 )
 KINDS = {"transition": 2, "comparison": 1, "statistics": 1, "variant": 2, "sweep": 1}
 HEADLINE = {
-    "transition": ("f_diag", "f_off", "f_null", "r_delta", "sv_cos"),
+    "transition": ("f_diag", "f_diag_vs_iso", "f_off", "f_null", "r_delta", "sv_cos"),
     "variant": ("fidelity",),
     "evaluation": ("average", "retention", "minus_full", "minus_full_ci_lo", "minus_full_ci_hi"),
     "comparison": ("median_cos_off", "ci_lo", "ci_hi", "p_value"),
@@ -149,6 +149,11 @@ def test_runs_are_served_over_rest_with_params_metrics_artifacts(server, populat
         rows = list(csv.DictReader(io.StringIO(served.decode())))
         assert len(rows) == int(p["n_matrices"])
         for k in HEADLINE["transition"]:  # the headline is the mean of the per-matrix table it comes with
+            if k.endswith("_vs_iso"):  # over the mean of each matrix's isotropic value r / (m·n)
+                iso = math.fsum(float(r["rank"]) / (float(r["rows"]) * float(r["cols"])) for r in rows) / len(rows)
+                mean = math.fsum(float(r[k.removesuffix("_vs_iso")]) for r in rows) / len(rows)
+                assert m[k] == pytest.approx(mean / iso, rel=1e-5), (name, k)
+                continue
             assert m[k] == pytest.approx(math.fsum(float(r[k]) for r in rows) / len(rows), rel=1e-5), (name, k)
 
     # the comparison of the two transitions

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from pydantic import field_validator
 
 from ...columns import CONSOLE, DEFAULT_SHOWN, FIGURE, Column
+from ..isotropic import of_row
 from ..metrics import PAPER_COLUMNS, ratio_or_zero
 from .base import Analysis, AnalysisSettings, MatrixState, sorted_positive
 
@@ -60,6 +61,7 @@ OFF_PRINCIPAL = Column(
     "off share of ‖ΔW‖² in the top-{edge} block",
     short="top-{edge} block, off",
     shown=DEFAULT_SHOWN | {FIGURE, CONSOLE},
+    isotropic=of_row("off_principal"),
 )
 # band{k}_{part}: shares of ‖ΔW‖² (geometry.frame.band_energies), one family per part
 BAND_COLUMNS = (
@@ -68,11 +70,16 @@ BAND_COLUMNS = (
         "diag share of ‖ΔW‖² in the top-{edge} block",
         short="top-{edge} block, diag",
         shown=DEFAULT_SHOWN | {FIGURE},
+        isotropic=of_row("diag_principal"),
     ),
-    Column("band{edge}_diag_tail", "diag share of ‖ΔW‖² beyond the top {edge}"),
+    Column("band{edge}_diag_tail", "diag share of ‖ΔW‖² beyond the top {edge}", isotropic=of_row("diag_tail")),
     OFF_PRINCIPAL,
-    Column("band{edge}_off_mixed", "off share of ‖ΔW‖² between the top {edge} and the rest"),
-    Column("band{edge}_off_tail", "off share of ‖ΔW‖² beyond the top {edge}"),
+    Column(
+        "band{edge}_off_mixed",
+        "off share of ‖ΔW‖² between the top {edge} and the rest",
+        isotropic=of_row("off_mixed"),
+    ),
+    Column("band{edge}_off_tail", "off share of ‖ΔW‖² beyond the top {edge}", isotropic=of_row("off_tail")),
 )
 
 BAND_PARTS = ("diag_principal", "diag_tail", "off_principal", "off_mixed", "off_tail")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,6 +27,7 @@ from ...evaluation.scoring import result_path
 from ...files import atomic_write_text, to_csv, to_json
 from ...stats import claims, claims_adaptive, claims_sets
 from ...stats.claims_adaptive import AdaptiveEvaluation
+from ...stats.predictive import FIXED
 from ..context import PlanContext, Problems, RunContext
 from ..rows import Report, TableRows
 from ..sections import Section
@@ -71,7 +72,18 @@ class Evaluated(BaseModel):
 
 class SweepClaims(ClaimSettings):
     """The sweep's ``claims`` section: changing it reruns the ``claims`` units only (and, through
-    ``sft_methods``, the ``channel-groups`` unit when a step changes group), never an evaluation."""
+    ``sft_methods``, the ``channel-groups`` unit when a step changes group), never an evaluation. ``paper_side``
+    and ``family`` only say how the report's verdict box reads the claims: changing them rewrites the page and
+    reruns nothing."""
+
+    # the paper's numbers in the verdict box: 'fixed' (each stated value as the claim to test, the default) or
+    # 'sample' (each as seen in the 10 bases of its study: a two-sample reading, far more conservative)
+    paper_side: Literal["fixed", "sample"] = FIXED
+    # the box's set claims as one family: 'holm' (the family-wise error rate) or 'bh' (the false discovery rate)
+    family: Literal["holm", "bh"] = "holm"
+
+
+VERDICT_ONLY = {"paper_side", "family"}  # SweepClaims' fields that no claims statistic reads
 
 
 class ClaimsParams(UnitParams):
@@ -104,7 +116,7 @@ def plan(ctx: PlanContext) -> tuple[list[Unit], Problems]:
         return [], [
             f"extra_evaluations: the suite name {MAIN!r} is the main evaluation's in the claims; choose another"
         ]
-    settings = ClaimSettings.model_validate(ctx.cfg.claims.model_dump())
+    settings = ClaimSettings.model_validate(ctx.cfg.claims.model_dump(exclude=VERDICT_ONLY))
     units = []
     for suite, evaluations in by_suite.items():
         members = []
