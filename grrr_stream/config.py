@@ -18,7 +18,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Annotated, Any, Callable, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -28,15 +28,7 @@ from .errors import ConfigError
 from .geometry.analyses import AnalysisOptions, profile_values, result_parts
 from .geometry.analyses.base import sorted_positive  # noqa: F401 (the settings models' shared check)
 
-DEFAULT_MODULES: tuple[str, ...] = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)
+DEFAULT_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 # the dtype choices come from the one dtype table (Literal of a tuple: one choice per name)
 FloatDtype = Literal[COMPUTE_NAMES]
@@ -50,16 +42,24 @@ _DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")  # fullmatch: a trailing newlin
 
 
 class StrictModel(BaseModel):
-    """Settings refuse unknown keys (a misspelt option is an error, not a silent default) and are
-    frozen (a result's key is taken from them)."""
+    """Settings refuse unknown keys (a misspelt option is an error, not a silent default), infinities and NaN (every
+    number a setting takes is finite: ``.inf`` or ``.nan`` in YAML fail at the edge, not in a unit) and are frozen (a
+    result's key is taken from them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-DEFAULT_SFT_METHODS = ("SFT", "distillation", "distill")
+# Seeds go to numpy, torch, Python's random and vLLM: numpy's legacy seeding and vLLM take 0..2^32−1, and a seed
+# outside it (−1, 10^20) is refused with its key path instead of failing deep inside a unit
+SEED_MAX = 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+COUNT_MAX = 2**31 - 1  # the most of anything a setting counts (problems, tokens): int32, as the arrays holding them
 # The most bootstrap resamples, null draws or random sets any setting takes: 100 times the default 10 000, whose
 # intervals already move in the third digit. A count past it (10^12 typed for 10^4) would run for days in silence.
 MAX_DRAWS = 1_000_000
+
+
+DEFAULT_SFT_METHODS = ("SFT", "distillation", "distill")
 
 
 class ClaimSettings(StrictModel):
@@ -75,7 +75,7 @@ class ClaimSettings(StrictModel):
     # group RL (DPO, PPO, GRPO, GPPO, PRIME, ... as the paper counts them); no method: group 'all' only
     sft_methods: list[str] = Field(default_factory=lambda: list(DEFAULT_SFT_METHODS))
     resamples: int = Field(10_000, ge=100, le=MAX_DRAWS)
-    seed: int = 0
+    seed: Seed = 0
     level: float = Field(0.95, gt=0.0, lt=1.0)
 
 
@@ -166,7 +166,7 @@ class DecompositionSettings(StrictModel, AnalysisOptions):
     # torch's intra-op threads for the math on a CPU (None: automatic, see decompose.streaming.compute_layout;
     # setting it runs one matrix at a time).
     # Not a result setting: LAPACK's results do not depend on it beyond rounding.
-    cpu_threads: Optional[int] = Field(None, ge=1)
+    cpu_threads: Optional[int] = Field(None, ge=1, le=4096)
 
     @model_validator(mode="before")
     @classmethod

@@ -59,6 +59,11 @@ class TrackingUnavailableError(GrrrError, RuntimeError):
     """The tracking target cannot be reached and ``tracking.required`` is set."""
 
 
+class TrackingStoreError(GrrrError, RuntimeError):
+    """The tracking store answers, but cannot take this work as it is (a deleted experiment, a damaged tag): said
+    in one line with the remedy; the work goes on and what it would log is kept for ``grrr-stream track``."""
+
+
 class RenamedSettingWarning(DeprecationWarning):
     """A setting, value or flag spelled by its name before a rename (:func:`renamed`): it still works, under its
     new name. The command line shows each once, as one line (:func:`grrr_stream.cli.entry.main`)."""

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..channels.transition_stats import STATS_FILE, transition_channel_stats
+from .domains import DRAWS, SEED
 from .options import check_draws
 
 
@@ -25,8 +26,10 @@ def channel_stats_parser(sub) -> None:
         required=True,
         help='channels.json ({"channels": [...], "hidden_size": H}) or a comma-separated list',
     )
-    p.add_argument("--draws", type=int, default=2000, help="random channel sets and bootstrap resamples (default 2000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--draws", type=DRAWS, default=2000, help="random channel sets and bootstrap resamples (default 2000)"
+    )
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--out", type=Path, help="folder for channel_stats.csv (default: the store)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 

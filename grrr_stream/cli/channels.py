@@ -9,6 +9,7 @@ from ..channels.imports import lean_transformers
 from ..channels.preflight import channels_preflight
 from ..channels.rule import OutlierRule
 from ..progress import Progress, fmt_seconds
+from .domains import POSITIVE, Domain
 from .options import add_common
 
 
@@ -27,10 +28,18 @@ def channels_parser(sub) -> None:
         "--out", type=Path, default=Path("channels"), help="folder for channels.json and the CSVs (default ./channels)"
     )
     p.add_argument(
-        "--sequences", type=int, default=DEFAULT_SEQUENCES, help=f"calibration sequences (default {DEFAULT_SEQUENCES})"
+        "--sequences",
+        type=Domain(int, 1, 2**20),
+        default=DEFAULT_SEQUENCES,
+        help=f"calibration sequences (default {DEFAULT_SEQUENCES})",
     )
-    p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens each (default {DEFAULT_SEQ_LEN})")
-    p.add_argument("--threshold", type=float, default=2.5, help="robust z threshold (default 2.5)")
+    p.add_argument(
+        "--seq-len",
+        type=Domain(int, 2, 2**20),
+        default=DEFAULT_SEQ_LEN,
+        help=f"tokens each (default {DEFAULT_SEQ_LEN})",
+    )
+    p.add_argument("--threshold", type=POSITIVE, default=2.5, help="robust z threshold (default 2.5)")
     p.add_argument(
         "--aggregate",
         choices=["median", "max", "mean"],
@@ -38,7 +47,7 @@ def channels_parser(sub) -> None:
         help="how the per-layer z-scores are aggregated (default median)",
     )
     p.add_argument("--ablate", action="store_true", help="also measure perplexity with channels zeroed")
-    p.add_argument("--batch-size", type=int, default=1, help="sequences per forward (default 1)")
+    p.add_argument("--batch-size", type=Domain(int, 1, 2**16), default=1, help="sequences per forward (default 1)")
     p.add_argument(
         "--max-memory",
         default=DEFAULT_MAX_MEMORY,

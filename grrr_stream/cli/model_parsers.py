@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from ..dtypes import COMPUTE_NAMES, FLOAT_NAMES
-from .options import add_channels, add_common, add_progress, add_tracking, positive_float
+from .domains import COUNT, DRAWS, FRACTION, NON_NEGATIVE, POSITIVE, SEED, SHARE, Domain
+from .options import add_channels, add_common, add_progress, add_tracking
 
 
 def decompose_parser(sub) -> None:
@@ -62,7 +63,7 @@ def _add_compute_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--core-threshold",
-        type=float,
+        type=FRACTION,
         dest="core_rel_threshold",
         help="keep only singular values > T·σ1 in the pretrained core (default: full rank)",
     )
@@ -142,7 +143,7 @@ def variants_parser(sub) -> None:
         "base and full are always the two checkpoints bit for bit",
     )
     p.add_argument("--device", default="auto", help="device for the rank-r products (auto, cpu, cuda[:N])")
-    p.add_argument("--shard-gb", type=positive_float, default=2.0, help="maximum shard size in GiB (default 2)")
+    p.add_argument("--shard-gb", type=POSITIVE, default=2.0, help="maximum shard size in GiB (default 2)")
     p.add_argument("--overwrite", action="store_true", help="rebuild variants that exist with other settings")
     add_progress(p)
     add_tracking(p)
@@ -191,7 +192,7 @@ def _add_evaluation_inputs(p: argparse.ArgumentParser) -> None:
         "shipped with grrr_stream; 'hub' or 'hub:OWNER/REPO': download them",
     )
     p.add_argument("--out", type=Path, required=True, help="results folder (generations, scores, tables)")
-    p.add_argument("--limit", type=int, help="first N problems of each benchmark (quick subsets)")
+    p.add_argument("--limit", type=COUNT, help="first N problems of each benchmark (quick subsets)")
     p.add_argument(
         "--lenient-benchmarks",
         action="store_true",
@@ -218,13 +219,13 @@ def _add_difference_arguments(p: argparse.ArgumentParser) -> None:
     """The paired bootstrap of the differences between variants and the informative-transition threshold."""
     p.add_argument(
         "--resamples",
-        type=int,
+        type=DRAWS,
         default=10_000,
         help="paired bootstrap resamples for the differences between variants (default 10000)",
     )
     p.add_argument(
         "--informative-points",
-        type=float,
+        type=NON_NEGATIVE,
         default=1.0,
         help="the transition is informative when full − base ≥ this many points (default 1, the paper's)",
     )
@@ -240,19 +241,23 @@ def _add_design_arguments(p: argparse.ArgumentParser) -> None:
         "order until its anytime-valid intervals decide every claim threshold or reach --precision-points "
         "(docs/evaluation.md)",
     )
-    g.add_argument("--precision-points", type=float, help="adaptive: stop within ± this many points (default 2)")
-    g.add_argument("--chunk", type=int, help="adaptive: problems between two looks (default 64)")
-    g.add_argument("--order-seed", type=int, help="adaptive: seed of the order problems are answered in (default 0)")
+    g.add_argument("--precision-points", type=POSITIVE, help="adaptive: stop within ± this many points (default 2)")
+    g.add_argument("--chunk", type=COUNT, help="adaptive: problems between two looks (default 64)")
+    g.add_argument("--order-seed", type=SEED, help="adaptive: seed of the order problems are answered in (default 0)")
 
 
 def _add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     """The sampling group (:class:`~grrr_stream.evaluation.settings.SamplingSettings`) and the metric of
     the tables."""
     g = p.add_argument_group("sampling (default: greedy, one answer per problem, as the paper)")
-    g.add_argument("--samples", type=int, dest="n", help="answers per problem, drawn in one request each")
-    g.add_argument("--temperature", type=float, help="sampling temperature (needed > 0 with --samples > 1)")
-    g.add_argument("--top-p", type=float, help="nucleus sampling mass (default 1)")
-    g.add_argument("--sampling-seed", type=int, help="seed of the sampled answers (default 0)")
+    g.add_argument(
+        "--samples", type=Domain(int, 1, 1024), dest="n", help="answers per problem, drawn in one request each"
+    )
+    g.add_argument(
+        "--temperature", type=Domain(float, 0.0, 10.0), help="sampling temperature (needed > 0 with --samples > 1)"
+    )
+    g.add_argument("--top-p", type=SHARE, help="nucleus sampling mass (default 1)")
+    g.add_argument("--sampling-seed", type=SEED, help="seed of the sampled answers (default 0)")
     g.add_argument("--pass-k", help="comma-separated k of unbiased pass@k to report (k ≤ samples)")
     g.add_argument("--maj-k", help="comma-separated k of maj@k (majority vote over equivalent answers) to report")
     g.add_argument(
@@ -278,7 +283,7 @@ def _add_prompt_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
     """The vLLM engine's settings (:class:`~grrr_stream.evaluation.settings.EngineSettings`)."""
-    p.add_argument("--max-new-tokens", type=int, help="default 3000")
+    p.add_argument("--max-new-tokens", type=Domain(int, 1, 2**20), help="default 3000")
     p.add_argument(
         "--engine-dtype",
         help="float32 (default), bfloat16, float16, auto (bfloat16 where every evaluated "
@@ -286,7 +291,7 @@ def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--auto-min-energy",
-        type=float,
+        type=SHARE,
         help="with --engine-dtype auto: the share of each part's energy bf16 must keep (default 0.999)",
     )
     p.add_argument(
@@ -296,9 +301,9 @@ def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
         help="with --engine-dtype auto, for a POST trained from an intermediate model: the store of that "
         "last step (intermediate → POST), whose parts must keep the share too",
     )
-    p.add_argument("--seed", type=int)
-    p.add_argument("--tensor-parallel-size", type=int)
-    p.add_argument("--gpu-memory-utilization", type=float)
-    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--seed", type=SEED)
+    p.add_argument("--tensor-parallel-size", type=Domain(int, 1, 1024))
+    p.add_argument("--gpu-memory-utilization", type=SHARE)
+    p.add_argument("--max-model-len", type=Domain(int, 16, 2**24))
     p.add_argument("--enforce-eager", action="store_true", default=None)
-    p.add_argument("--cpu-kv-cache-gib", type=float, help="KV cache size on the CPU backend (default 1)")
+    p.add_argument("--cpu-kv-cache-gib", type=POSITIVE, help="KV cache size on the CPU backend (default 1)")

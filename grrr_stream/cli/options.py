@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from ..config import MAX_DRAWS, TrackingConfig
 from ..errors import ConfigError
+from .domains import DRAWS, SEED
 
 
 def add_tracking(
@@ -31,18 +32,6 @@ def add_tracking(
     )
 
 
-def positive_float(text: str) -> float:
-    import math
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
-    return v
-
-
 def check_draws(n: int, flag: str) -> int:
     """A count of resamples or random draws given on the command line, within the bounds every setting has."""
     if not 100 <= n <= MAX_DRAWS:
@@ -59,8 +48,8 @@ def add_progress(p: argparse.ArgumentParser) -> None:
 
 
 def add_stats_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resamples", type=DRAWS, default=10_000, help="bootstrap resamples (default 10000)")
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--scheduler", help="Dask scheduler: threads (default), processes, or ADDRESS of a cluster")
     add_progress(p)
     add_tracking(p)

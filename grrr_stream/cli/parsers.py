@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import renamed
 from ..geometry.analyses.bands import DEFAULT_BAND_EDGES
+from .domains import COUNT, DRAWS, FRACTION, Domain
 from .options import add_common, add_progress, add_stats_common, add_tracking
 
 EDGES = ",".join(map(str, DEFAULT_BAND_EDGES))  # the stats bands command's default, as typed
@@ -85,8 +86,8 @@ def compare_parser(sub) -> None:
         help="base→A and base→B compared as the cumulative updates, whatever they share (repeatable)",
     )
     p.add_argument("--out", type=Path, required=True, help="folder for tables and figures")
-    p.add_argument("--null-draws", type=int, default=10_000, help="Monte Carlo draws of the null (default 10000)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict (default 0.05)")
+    p.add_argument("--null-draws", type=DRAWS, default=10_000, help="Monte Carlo draws of the null (default 10000)")
+    p.add_argument("--alpha", type=FRACTION, default=0.05, help="significance level of the verdict (default 0.05)")
     add_stats_common(p)
 
 
@@ -130,7 +131,7 @@ def sweep_parser(sub, *, demo: bool = False) -> None:
     p.add_argument("--device", help="override decomposition/variant device (auto, cpu, cuda, cuda:N)")
     p.add_argument(
         "--math-subset",
-        type=int,
+        type=COUNT,
         metavar="N",
         help="also evaluate on the first N problems of each of the five math benchmarks",
     )
@@ -162,7 +163,7 @@ def report_parser(sub) -> None:
     )
     p.add_argument("target", type=Path, help="the sweep's WORKDIR or its config YAML")
     p.add_argument("--workdir", type=Path, help="with a config: override its workdir")
-    p.add_argument("--math-subset", type=int, metavar="N", help="with a config: as given to `sweep`")
+    p.add_argument("--math-subset", type=COUNT, metavar="N", help="with a config: as given to `sweep`")
     p.add_argument("--bench-dir", default="bundled", help="with a config: as given to `sweep`")
     add_tracking(p, experiment_default=None)
     add_common(p)
@@ -178,7 +179,7 @@ def status_parser(sub) -> None:
     )
     p.add_argument("config", type=Path)
     p.add_argument("--workdir", type=Path, help="override the config's workdir")
-    p.add_argument("--math-subset", type=int, metavar="N", help="as given to `sweep`")
+    p.add_argument("--math-subset", type=COUNT, metavar="N", help="as given to `sweep`")
     p.add_argument("--bench-dir", default="bundled", help="as given to `sweep`")
     p.add_argument("--all", action="store_true", help="list done units too (default: totals and the rest)")
     add_common(p)
@@ -196,5 +197,5 @@ def track_parser(sub) -> None:
     )
     p.add_argument("paths", nargs="+", type=Path, metavar="WORKDIR|STORE", help="a sweep workdir or result folder")
     p.add_argument("--tracking-uri", help="log there instead of the recorded tracking URI")
-    p.add_argument("--timeout", type=int, default=10, help="seconds per MLflow request (default 10)")
+    p.add_argument("--timeout", type=Domain(int, 1, 600), default=10, help="seconds per MLflow request (default 10)")
     add_common(p)

@@ -58,6 +58,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             f"\ntracking: {len(res.tracking_missed)} run(s) not logged to MLflow (units, and 'sweep' for its own; "
             f"recorded in "
             f"{plan.layout.tracking}); rerun the sweep or `grrr-stream track {plan.workdir}`"
+            + "".join(f"\n  why: {why}" for why in res.tracking_why)
         )
     if tracking.enabled and not res.tracking_missed:
         uri = resolve_uri(tracking.uri)

@@ -7,11 +7,11 @@ Like :mod:`..config`, imports neither torch nor vLLM, so that a config is valida
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from ..config import StrictModel, format_validation_error, sorted_positive
+from ..config import COUNT_MAX, Seed, StrictModel, format_validation_error, sorted_positive
 from ..errors import ConfigError, renamed
 from ..stats.anytime import Thresholds
 
@@ -24,11 +24,11 @@ class EngineSettings(StrictModel):
     # energy through bf16 rounding, float32 otherwise (evaluation/dtype_choice.py, docs/evaluation.md)
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     auto_min_energy: float = Field(0.999, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(3000, ge=1)
-    seed: int = 0
-    tensor_parallel_size: int = Field(1, ge=1)
+    max_new_tokens: int = Field(3000, ge=1, le=2**20)
+    seed: Seed = 0
+    tensor_parallel_size: int = Field(1, ge=1, le=1024)
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
-    max_model_len: Optional[int] = Field(None, ge=16)
+    max_model_len: Optional[int] = Field(None, ge=16, le=2**24)
     enforce_eager: bool = False
     # CPU backend only: KV cache size in GiB (vLLM's default sizing fails on small machines)
     cpu_kv_cache_gib: float = Field(1.0, gt=0.0)
@@ -62,7 +62,7 @@ class SamplingSettings(StrictModel):
     n: int = Field(1, ge=1, le=1024)
     temperature: float = Field(0.0, ge=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int = 0
+    seed: Seed = 0
     pass_k: tuple[int, ...] = ()
     maj_k: tuple[int, ...] = ()
 
@@ -103,6 +103,10 @@ class SamplingSettings(StrictModel):
 # (and null, which often carries little of the gain, disagrees with full on about a quarter of the problems:
 # ±2 would cost it the whole benchmark); diag stops on its thresholds or at ±4, whichever comes first (on its
 # thresholds alone a diag near 25 % of full ran on to the census). docs/evaluation.md, "Precision per variant".
+# a threshold on a difference of accuracies (points) and on a retention (percent of full)
+Points = Annotated[float, Field(ge=-100.0, le=100.0)]
+Percent = Annotated[float, Field(ge=0.0)]
+
 CONTROL_PRECISION: dict[str, Optional[float]] = {
     "diag": 4.0,
     "off": 4.0,
@@ -122,8 +126,8 @@ class AdaptiveSettings(StrictModel):
     (the claims' defaults in :class:`~grrr_stream.config.ClaimSettings`): offnull against "within 4.3 points" and
     retention ≥ 95 % / ≥ 92 %, diag against "within 4.3", ≥ 95 % and ≤ 25 %, base against "full gains ≥ 1 point"."""
 
-    seed: int = 0
-    chunk: int = Field(64, ge=1)  # problems between two looks at the sequences
+    seed: Seed = 0
+    chunk: int = Field(64, ge=1, le=COUNT_MAX)  # problems between two looks at the sequences
     level: float = Field(0.95, gt=0.5, lt=1.0)
     precision_points: float = Field(2.0, gt=0.0)
     # the confidence sequence: the hedged betting one (narrower), or the empirical-Bernstein closed form
@@ -146,7 +150,7 @@ class AdaptiveSettings(StrictModel):
     # than that save problems but not time. 1: no floor (a GPU call of a real model costs about its problems'
     # compute, as the forecast models it). Like the lookahead it changes no decision, only the answers generated
     # past the stops.
-    min_batch: int = Field(1, ge=1)
+    min_batch: int = Field(1, ge=1, le=COUNT_MAX)
     # a benchmark whose weight in the score over its share of the problems exceeds this is answered in full first
     max_weight: float = Field(2.0, ge=1.0)
     # how the other benchmarks' problems are drawn (grrr_stream/stats/allocation.py): "weighted", each next one with
@@ -158,15 +162,17 @@ class AdaptiveSettings(StrictModel):
     # alone stop it. The controls (proj, random removals, principal bands) only have to be seen near full, and
     # diag mostly stops on its thresholds; offnull keeps ``precision_points`` for the median-retention claim.
     variant_precision_points: dict[str, Optional[float]] = Field(default_factory=lambda: dict(CONTROL_PRECISION))
-    difference_points: dict[str, tuple[float, ...]] = Field(
+    # variant → its differences to full that a claim compares it with, in points of accuracy (−100 to 100)
+    difference_points: dict[str, tuple[Points, ...]] = Field(
         default_factory=lambda: {"offnull": (-4.3,), "diag": (-4.3,), "base": (-1.0,)}
     )
-    retention_pct: dict[str, tuple[float, ...]] = Field(
+    # variant → its retentions of full that a claim compares it with, in percent (≥ 0)
+    retention_pct: dict[str, tuple[Percent, ...]] = Field(
         default_factory=lambda: {"offnull": (95.0, 92.0), "diag": (95.0, 25.0)}
     )
     # variant → percent: the variant stops only once its retention is within about ±that (its difference's
     # half-width over full's score), for claims on medians of retention over transitions
-    retention_precision_pct: dict[str, float] = Field(default_factory=dict)
+    retention_precision_pct: dict[str, Annotated[float, Field(gt=0.0)]] = Field(default_factory=dict)
 
     def key_fields(self) -> dict:
         """The settings as result keys hold them: every one that can change a decision or a row, the sequence
@@ -239,7 +245,7 @@ class EvaluationOptions(StrictModel):
     metric: str = "avg"
     # 'engine': each variant streamed into a running engine; 'folder': written as a model folder first
     materialize: Literal["engine", "folder"] = "engine"
-    limit: Optional[int] = Field(None, ge=1)  # the first ``limit`` problems of each benchmark
+    limit: Optional[int] = Field(None, ge=1, le=COUNT_MAX)  # the first ``limit`` problems of each benchmark
     lenient: bool = False  # skip (and count) malformed benchmark lines instead of refusing the file
     template: str = "chat"
     instruction: Optional[str] = None  # None: prompts.DEFAULT_INSTRUCTION

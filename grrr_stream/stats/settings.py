@@ -7,7 +7,7 @@ from typing import TypeVar
 
 from pydantic import Field, ValidationError
 
-from ..config import MAX_DRAWS, StrictModel, format_validation_error
+from ..config import MAX_DRAWS, Seed, StrictModel, format_validation_error
 from ..errors import ConfigError
 
 MIN_DRAWS = 100  # fewer bootstrap resamples or null draws give intervals too coarse to read
@@ -17,7 +17,7 @@ class BootstrapSettings(StrictModel):
     """``run_stats``: the bootstrap of the per-transition summaries."""
 
     resamples: int = Field(10_000, ge=MIN_DRAWS, le=MAX_DRAWS)
-    seed: int = 0
+    seed: Seed = 0
 
 
 class ComparisonSettings(BootstrapSettings):

@@ -14,7 +14,7 @@ from ..config import TrackingConfig
 from ..files import ensure_folder
 from ..report.verdict_rows import WORDS
 from ..runtime.diskplan import check_space
-from ..tracking.run_log import preflight, say_missed
+from ..tracking.run_log import missed, preflight, say_missed
 from ..tracking.runs import log_sweep, sweep_runs
 from ..unit_log import console, unit_log
 from .context import RunContext
@@ -48,6 +48,7 @@ class SweepResult:
     # units (and "sweep", its own run) whose MLflow logging was missed in this call: recorded in the
     # workdir's pending tracking folder (Workdir.tracking) for a rerun or `grrr-stream track`
     tracking_missed: list[str] = field(default_factory=list)
+    tracking_why: list[str] = field(default_factory=list)  # why, each distinct reason once
 
     @property
     def report_files(self) -> list:
@@ -76,9 +77,10 @@ def _sweep_tracking(tracking: TrackingConfig, plan: Plan, layout: Workdir) -> Tr
 
 def _preflight(tracking: TrackingConfig, layout: Workdir, stream: TextIO, verbose: bool) -> TrackingConfig:
     """The tracking server checked once: MLflow's database migrations go to the sweep's log, what the check
-    says to the terminal."""
+    says to the terminal (told apart before the log takes descriptor 2, which ``sys.stderr`` writes to)."""
+    own = None if stream is sys.stderr else stream
     with unit_log(layout.log("sweep"), verbose=verbose):
-        return preflight(tracking, console() if stream is sys.stderr else stream)
+        return preflight(tracking, own or console())
 
 
 def run_sweep(
@@ -103,6 +105,7 @@ def run_sweep(
     stream = stream or sys.stderr
     layout = Workdir(plan.workdir)
     started = time.time()  # the sweep's MLflow run, opened at the end, starts here
+    missed_before = len(missed())
     tracking = _sweep_tracking(tracking or TrackingConfig(enabled=False), plan, layout)
 
     ensure_folder(plan.workdir, "workdir")
@@ -125,7 +128,20 @@ def run_sweep(
             write_pages(result, tracking, started)
         if tracking.enabled and result.run_id is None:
             result.tracking_missed.append("sweep")
+    result.tracking_why = _why(missed()[missed_before:], result, tracker)
     return result
+
+
+def _why(said: list[str], result: SweepResult, tracker: Optional[Tracker]) -> list[str]:
+    """Why the runs were not logged, each reason once: as this process said it ("name: why"), as a unit's record
+    keeps it (its worker's), and as the background logging last failed."""
+    found = [s.partition(": ")[2] or s for s in said]
+    for u in result.tracking_missed:
+        text = str((result.records.get(u) or {}).get("tracking") or "").removeprefix("not logged: ")
+        found += [part.partition(": ")[2] or part for part in text.split("; ") if part]
+    if tracker is not None and tracker.last.error:
+        found.append(tracker.last.error)
+    return list(dict.fromkeys(found))
 
 
 def _start_display(plan: Plan, todo: list[Unit], fc: Optional["Forecast"], progress: bool, stream: TextIO) -> Display:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from ..errors import MissingDependencyError
+from ..errors import MissingDependencyError, TrackingStoreError
 from ..locks import FileLock
 from .mlflow_view import views
 
@@ -50,6 +51,9 @@ def _mlflow():
         from mlflow.tracking import MlflowClient
     except ImportError:  # pragma: no cover - a core dependency
         raise MissingDependencyError("MLflow tracking needs mlflow: pip install mlflow (or pass --no-track)") from None
+    # its SQL layer logs every database error with a traceback before raising it; the error is caught where it is
+    # raised and said in one line with its remedy (run_log.reason), the traceback with --debug
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     return mlflow, MlflowClient
 
 
@@ -116,8 +120,11 @@ def client(uri: str):
 def _experiment_id(client, name: str, uri: str) -> str:
     exp = client.get_experiment_by_name(name)
     if exp is not None:
-        if exp.lifecycle_stage == "deleted":
-            client.restore_experiment(exp.experiment_id)
+        if exp.lifecycle_stage == "deleted":  # someone deleted it: not undone behind their back
+            raise TrackingStoreError(
+                f"the MLflow experiment {name!r} is deleted; restore it (MLflow's UI, or `mlflow experiments "
+                f"restore --experiment-id {exp.experiment_id}`) or pick another name with --experiment"
+            )
         if exp.tags.get(KIND_TAG, "") in _GUESSED_KINDS:  # created by an older grrr-stream, or by hand
             client.set_experiment_tag(exp.experiment_id, KIND_TAG, TRAINING_KIND)
         for tag, state in views().items():

@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence, TextIO
 
 from ..config import TrackingConfig, clip, stable_hash
-from ..errors import TrackingUnavailableError
+from ..errors import TrackingStoreError, TrackingUnavailableError
 from ..files import atomic_write_text, read_csv
 from ..locks import FileLock
 from . import mlflow_client
 
 PENDING = ".tracking"  # the folder, in a result's folder, of what could not be logged
 _MISSED: list[str] = []  # this process's misses: "run name: reason"
+_AT_START = ["tracking target unreachable at start"]  # why this process only records: what its preflight found
 _LOCK = threading.Lock()
 SHOW_TRACEBACKS = False  # --debug: print the traceback of a failed logging too
 
@@ -162,10 +163,21 @@ def apply(log: RunLog) -> str:
     return run.run_id
 
 
+UNDECODABLE = "Could not decode to UTF-8"  # SQLite's words for a text column holding other bytes
+
+
 def reason(e: BaseException) -> str:
-    """A failure of MLflow in a few words (its messages hold the whole retry history)."""
+    """A failure of MLflow in a few words, with the remedy where there is one (its messages hold the whole retry
+    history; ours are already one line)."""
     text = str(e)
+    if isinstance(e, TrackingStoreError):
+        return text
     for marker, say in (
+        (
+            UNDECODABLE,
+            "the tracking database holds text that is not UTF-8 (a tag or value written outside MLflow): drop or "
+            "repair it, or log to another experiment or database (--experiment, --tracking-uri)",
+        ),
         ("Connection refused", "connection refused"),
         ("Read timed out", "no answer in time"),
         ("ConnectTimeout", "no answer in time"),
@@ -224,7 +236,7 @@ def deliver(
         record(logs, pending)
         return None
     if tracking.record_only:
-        _miss(logs, "tracking target unreachable at start", pending, stream)
+        _miss(logs, _AT_START[-1], pending, stream)
         return None
     with mlflow_client.limits(tracking.timeout_s, tracking.retries):
         try:
@@ -324,6 +336,9 @@ def preflight(tracking: TrackingConfig, stream: Optional[TextIO] = None) -> Trac
         raise
     except Exception as e:  # noqa: BLE001 - whatever MLflow raises, the answer is "unreachable"
         why, uri = reason(e), mlflow_client.resolve_uri(tracking.uri)
+        answers = isinstance(e, TrackingStoreError) or UNDECODABLE in str(e)  # reached, but refusing this work
+        if answers:
+            _AT_START.append(why)
         if SHOW_TRACEBACKS:
             import traceback
 
@@ -334,8 +349,9 @@ def preflight(tracking: TrackingConfig, stream: Optional[TextIO] = None) -> Trac
             "server (tracking/serve.sh), point --tracking-uri elsewhere, or unset tracking.required to work "
             "without it and log later with `grrr-stream track`."
         )
+    verb = "cannot take this work" if answers else "cannot be reached"
     (stream or sys.stderr).write(
-        f"tracking: {uri} cannot be reached ({why}); working without it (what is not "
+        f"tracking: {uri} {verb} ({why}); working without it (what is not "
         "logged is recorded; `grrr-stream track` or the same command logs it later)\n"
     )
     return tracking.model_copy(update={"record_only": True})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -21,7 +22,7 @@ from typing import Optional, Sequence
 from ..config import TrackingConfig, stable_hash
 from ..files import atomic_write_text, to_csv
 from ..store.manifest import transition_label
-from . import mlflow_client
+from . import mlflow_client, run_log
 from .mlflow_view import HEADLINE_COLUMNS
 from .run_log import RunLog, deliver
 
@@ -354,7 +355,8 @@ def sweep_runs(tracking: TrackingConfig) -> list[dict]:
             exp_id, found = mlflow_client.find_runs(
                 tracking.uri, tracking.experiment, f"tags.`{mlflow_client.SWEEP_TAG}` = '{tracking.sweep}'"
             )
-    except Exception:  # noqa: BLE001 - provenance only: the page is written without the list
+    except Exception as e:  # noqa: BLE001 - provenance only: the page is written without the list, and says why
+        print(f"tracking: the report's links to MLflow runs are left out ({run_log.reason(e)})", file=sys.stderr)
         return []
     return sorted(
         ({"experiment_id": exp_id, **{k: r[k] for k in ("run_id", "name", "kind", "status", "parent")}} for r in found),

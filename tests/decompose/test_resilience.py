@@ -379,7 +379,7 @@ def test_file_for_a_folder_and_nan_sizes_are_refused(tmp_path, capsys, flag):
         needle = "is a file, not a folder"
     else:
         args += ["--out", str(tmp_path / "v"), "--shard-gb", "nan"]
-        needle = "must be a finite number above 0"
+        needle = "must be a finite number > 0 (got nan)"
     with pytest.raises(SystemExit) if flag == "--shard-gb" else _nullcontext():
         rc = main(args)
         assert rc == 2

@@ -6,6 +6,7 @@ numbers rest on its own problems, paired with full's answers to the same ones.""
 from __future__ import annotations
 
 import time
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,6 +28,26 @@ def check(options: Any, names: Sequence[str]) -> list[str]:
         problems.append(
             "design: adaptive swaps variants in and out of one engine a few times each: it needs materialize: engine"
         )
+    return problems + _unmatched(options.adaptive, [n.partition("=")[0].strip() for n in names])
+
+
+# the per-variant settings: a glob each (the first that matches wins), or a variant's name
+PER_VARIANT = {"variant_precision_points": True, "difference_points": False, "retention_pct": False,
+               "retention_precision_pct": False}  # fmt: skip
+
+
+def _unmatched(adaptive: Any, names: Sequence[str]) -> list[str]:
+    """A per-variant setting the user gave whose pattern or name matches no evaluated variant means nothing: refused
+    with the names it could have matched (the defaults name variants a sweep may not evaluate, and are left alone)."""
+    problems = []
+    for key, glob in PER_VARIANT.items():
+        if key not in adaptive.model_fields_set:
+            continue
+        for pattern in getattr(adaptive, key):
+            if not any(fnmatchcase(n, pattern) if glob else n == pattern for n in names):
+                problems.append(
+                    f"adaptive.{key}: {pattern!r} matches no evaluated variant (they are {', '.join(names)})"
+                )
     return problems
 
 

@@ -35,7 +35,7 @@ class AnalysisSettings(BaseModel):
     """An analysis's own settings: its fields join :class:`grrr_stream.config.DecompositionSettings` (so they
     are YAML keys of a decomposition and of a sweep's ``decomposition``), under the same rules."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 @dataclass

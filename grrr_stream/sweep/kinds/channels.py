@@ -18,7 +18,7 @@ from ...channels.analysis import CHANNELS_FILE, run_channels
 from ...channels.calibration import TEXT_SHA256
 from ...channels.rule import OutlierRule
 from ...checkpoints.reader import resolve_source
-from ...config import MAX_DRAWS, StrictModel
+from ...config import MAX_DRAWS, Seed, StrictModel
 from ...forecast import work
 from ..context import PlanContext, Problems, RunContext
 from ..estimate import UnitForecast
@@ -50,16 +50,16 @@ class SweepChannels(StrictModel):
     enabled: bool = False
     transitions: TransitionSelector = "all"  # whose channel statistics are computed (W0s analysed as needed)
     post_models: bool = False  # also analyse each selected transition's W1, for comparison (Jaccard with W0's set)
-    threshold: float = 2.5  # the rule (channels/rule.py): robust z of log-RMS, aggregated over layers
+    threshold: float = Field(2.5, gt=0.0)  # the rule (channels/rule.py): robust z of log-RMS, aggregated over layers
     aggregate: Literal["median", "max", "mean"] = "median"
-    sequences: int = Field(256, ge=1)  # calibration text: sequences of seq_len tokens
-    seq_len: int = Field(256, ge=2)
-    batch_size: int = Field(1, ge=1)  # sequences per forward (not in keys)
+    sequences: int = Field(256, ge=1, le=2**20)  # calibration text: sequences of seq_len tokens
+    seq_len: int = Field(256, ge=2, le=2**20)
+    batch_size: int = Field(1, ge=1, le=2**16)  # sequences per forward (not in keys)
     max_memory: str = "1GiB"  # resident weights; the rest offloaded layer by layer (not in keys)
     ablation: bool = False  # perplexity with the outliers zeroed against random sets
-    ablation_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    ablation_seeds: list[Seed] = Field(default_factory=lambda: [0, 1, 2])
     resamples: int = Field(2000, ge=100, le=MAX_DRAWS)  # random channel sets (null) and bootstrap resamples (interval)
-    seed: int = 0
+    seed: Seed = 0
 
     _transitions = field_validator("transitions", mode="before")(selector)
 

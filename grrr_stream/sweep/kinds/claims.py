@@ -103,6 +103,10 @@ class ClaimsParams(UnitParams):
         }
 
 
+# why an evaluated transition is in no claim of its suite (the verdict box names it beside each claim)
+LEFT_OUT = "no per-problem results (evaluated by an older version)"
+
+
 def unit_id(suite: Optional[str]) -> str:
     return f"{NAME}/{suite or MAIN}"
 
@@ -161,14 +165,22 @@ def selector_name(cfg, suite: Optional[str]) -> str:
 def run(u: Unit, ctx: RunContext) -> dict:
     """The suite's summary from its evaluations' per-problem results: the three tables, then claims.json."""
     p: ClaimsParams = u.params
-    scores, adaptive, rest = [], [], {}
+    scores, adaptive, rest, left_out = [], [], {}, []
     for e in p.evaluations:
         s = _adaptive(e) or _scores(e, p.settings)
-        if s is not None:  # results written before per-problem values were kept have no claims
-            (adaptive if isinstance(s, claims_adaptive.AdaptiveEvaluation) else scores).append(s)
-            rest[e.transition] = _rest_source(Path(e.evaluation_out))
+        if s is None:  # results written before per-problem values were kept have no claims: said, not dropped
+            left_out.append({"transition": e.transition, "why": LEFT_OUT})
+            continue
+        (adaptive if isinstance(s, claims_adaptive.AdaptiveEvaluation) else scores).append(s)
+        rest[e.transition] = _rest_source(Path(e.evaluation_out))
     if adaptive and scores:
         raise ValueError(f"{u.id}: the suite's evaluations mix the fixed and the adaptive design")
+    if p.evaluations and not (adaptive or scores):
+        raise GrrrError(
+            f"{u.id}: none of the suite's {len(p.evaluations)} evaluation(s) kept per-problem results (written by an "
+            "older version); delete their folders under the workdir's evaluations/ and rerun the sweep to answer them "
+            "again"
+        )
     summary = (
         claims_adaptive.summarise(adaptive, p.settings, selector=p.selector)
         if adaptive
@@ -176,6 +188,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
     )
     for r in summary["informative"]:
         r.update(rest.get(r["transition"], {}))
+    summary["left_out"] = left_out
     out = Path(u.out)
     out.mkdir(parents=True, exist_ok=True)
     for key, name in FILES.items():
@@ -201,16 +214,17 @@ def _adaptive(e: Evaluated):
 
 
 def _verified(path: Path):
-    """A summary the claims rest on: None when there is none; refused, naming it, when it does not match its digest
-    (the evaluation unit that wrote it reads as stale then, and the next run summarises it again)."""
-    if not path.is_file():
-        return None
+    """A summary the claims rest on, refused, naming it, when it is missing or does not match its digest (the
+    evaluation unit that wrote it reads as stale then, and the next run summarises it again): claims are never
+    computed from less than the evaluations they name."""
     found = verified_summary(path)
     if found is None:
-        raise GrrrError(
-            f"{path} does not match its digest (changed, or written before summaries carried one); "
-            "rerun the sweep: its evaluation summarises it again from the answers"
+        why = (
+            "does not match its digest (changed, or written before summaries carried one)"
+            if path.is_file()
+            else "is missing"
         )
+        raise GrrrError(f"{path} {why}; rerun the sweep: its evaluation summarises it again from the answers")
     return found
 
 

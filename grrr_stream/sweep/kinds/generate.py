@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ...config import StrictModel
+from ...config import Seed, StrictModel
 from ...errors import GrrrError
 from ...files import atomic_write_text
 from ...fixtures import tinychain
@@ -36,7 +36,7 @@ SECONDS, QUICK_SECONDS, SHIPPED_SECONDS = 200.0, 90.0, 1.0
 class TinyChainSpec(StrictModel):
     """The ``tinychain`` section: which tiny chain a config's ``tinychain:`` models and benchmark come from."""
 
-    seed: int = 0
+    seed: Seed = 0
     quick: bool = False
     retrain: bool = False  # train here even where the package ships the chain (seed 0, full)
 
@@ -143,16 +143,19 @@ def changed_files(u: Unit) -> Optional[list[str]]:
 
 
 def complete(u: Unit) -> bool:
-    """Its chain record is there and every file is as the unit wrote it (size and full SHA-256): a model changed in
-    place makes the unit damaged, and the next run writes the chain again. A chain finished by an earlier version,
-    which recorded no file list, is taken as it is."""
-    return (Path(u.out) / MARKER).is_file() and not changed_files(u)
+    """Its chain record and its file list are there and every file is as the unit wrote it (size and full SHA-256):
+    a model changed in place, or a file list deleted, makes the unit damaged, and the next run writes the chain
+    again (and refuses it when it differs from the files the results downstream rest on)."""
+    return (Path(u.out) / MARKER).is_file() and changed_files(u) == []
 
 
 def run(u: Unit, ctx: RunContext) -> dict:
     p: GenerateParams = u.params
     before = _recorded(u)
-    if changed_files(u):
+    listless = before is None and (Path(u.out) / MARKER).is_file() and not (Path(u.out) / FILES).exists()
+    if listless:
+        before = _digests(Path(u.out))  # a finished chain whose file list is gone: the files as they are now
+    if listless or changed_files(u):
         (Path(u.out) / MARKER).unlink(missing_ok=True)  # the chain is written again, not reused
     build_chain(Path(u.out), seed=p.seed, quick=p.quick, progress=ctx.progress, retrain=p.retrain)
     files = _digests(Path(u.out))

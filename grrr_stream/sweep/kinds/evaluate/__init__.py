@@ -173,16 +173,16 @@ def complete(u: Unit) -> bool:
 
 
 def _summaries_verify(u: Unit) -> bool:
-    """Every summary there that the claims read back (a benchmark's per variant, or the design's own record)
-    matches its digest; one that does not (changed, or written before summaries carried one) makes the unit stale:
-    summarised again from its verified answers, no generation."""
+    """Every summary that the claims read back (a benchmark's per variant, or the design's own record) is there and
+    matches its digest; one that is missing or does not (deleted, changed, or written before summaries carried one)
+    makes the unit stale: summarised again from its verified answers, generating only what they lack."""
     p: EvaluateParams = u.params
     summary = DESIGNS[p.options.design].summary
     if summary is not None:
         paths = [Path(u.out) / summary]
     else:
         paths = [result_path(Path(u.out), v.partition("=")[0].strip(), b) for v in p.variants for b in p.benchmarks]
-    return all(verified_summary(path) is not None for path in paths if path.exists())
+    return all(verified_summary(path) is not None for path in paths)
 
 
 def stale(u: Unit) -> bool:
