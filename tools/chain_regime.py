@@ -14,19 +14,37 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
+from tool_args import InputError, fail, folder, os_error, out_file
+
+from grrr_stream.fixtures.tinychain_recipe import MODELS
 from grrr_stream.fixtures.tinychain_regime import markdown, misses, regime
+
+# what regime() reads of a chain folder
+CHAIN_FILES = ("benchmarks/arith/test.jsonl",)
+CHAIN_FILES += tuple(f"{m}/{f}" for m in MODELS for f in ("config.json", "model.safetensors"))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("chains", type=Path, nargs="+", help="chain folders (as tools/train_tiny_chain.py writes them)")
+    ap.add_argument("chains", type=folder, nargs="+", help="chain folders (as tools/train_tiny_chain.py writes them)")
     ap.add_argument("--label", action="append", default=[], help="a label per chain (default: the folder name)")
-    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--json", type=out_file, help="also write the results here")
     args = ap.parse_args()
+    if len(args.label) > len(args.chains):
+        ap.error(f"--label: {len(args.label)} labels for {len(args.chains)} chain(s)")
+    for chain in args.chains:
+        if lacks := [f for f in CHAIN_FILES if not (chain / f).is_file()]:
+            ap.error(f"argument chains: {chain} is not a tiny chain's folder: no {', '.join(lacks[:3])}")
+    try:
+        run(args)
+    except InputError as e:
+        fail(ap, str(e))
 
+
+def run(args) -> None:
     import torch
+    from safetensors import SafetensorError
     from transformers.utils import logging as hf_logging
 
     torch.set_num_threads(1)
@@ -34,7 +52,14 @@ def main() -> None:
     labels = args.label + [c.name for c in args.chains[len(args.label) :]]
     results, tables, notes = {}, [], []
     for chain, label in zip(args.chains, labels):
-        res = regime(chain)
+        try:
+            res = regime(chain)
+        except OSError as e:  # an unreadable file of the chain (transformers says which in its own words)
+            raise InputError(f"{chain}: {os_error(e)}") from None
+        except json.JSONDecodeError as e:
+            raise InputError(f"{chain}/benchmarks/arith/test.jsonl: not JSON lines ({e})") from None
+        except SafetensorError as e:  # a damaged model.safetensors
+            raise InputError(f"{chain}: a model's weights do not load ({e})") from None
         results[label] = res
         table = markdown(res, label)
         tables.append(table if not tables else table.split("\n", 2)[2])
@@ -44,7 +69,10 @@ def main() -> None:
     print("".join(tables))
     print("\n".join(notes))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+        try:
+            args.json.write_text(json.dumps(results, indent=1) + "\n")
+        except OSError as e:
+            raise InputError(f"--json: {os_error(e, args.json)}") from None
 
 
 if __name__ == "__main__":

@@ -67,8 +67,9 @@ from grrr_stream.stats.claims import TIE  # noqa: E402
 from grrr_stream.stats.empirical_bernstein import eb_wor_cs  # noqa: E402
 from grrr_stream.stats.order import Order, problem_order  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the verdicts command lives beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the verdicts command and tool_args live beside this file
 import simulate_verdicts  # noqa: E402
+from tool_args import COUNT, PROBABILITY, SEED, InputError, Number, fail, numbers, os_error, out_file  # noqa: E402
 
 # ---- the planted populations
 
@@ -201,10 +202,39 @@ def parse_disagreement(text: str):
         return None
     if text == "measured":
         return dict(MEASURED_FLIPS)
-    rate = float(text)
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = math.nan
     if not 0.0 <= rate < 1.0:
-        raise ValueError("--disagreement must be in [0, 1) or 'measured'")
+        raise ValueError(f"--disagreement must be in [0, 1) or 'measured' (got {text!r})")
     return rate
+
+
+def disagreement_arg(text: str):
+    """--disagreement as an argparse type: :func:`parse_disagreement`, its refusal argparse's one line."""
+    try:
+        return parse_disagreement(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a rate in [0, 1) or 'measured' (got {text!r})") from None
+
+
+COUPLING = Number(float, 0.0, 1.0, open_hi=True)  # ρ: √(1 − ρ) scales each variant's own noise
+POINTS = Number(float, 0.0, 100.0, open_lo=True)  # a precision target, in points of a score in [0, 100]
+
+
+def retention_precision_arg(text: str) -> dict:
+    """--retention-precision: 'variant=percent,...' (a simulated variant other than full, a percent > 0)."""
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, eq, value = item.partition("=")
+        if not eq or name.strip() not in VARIANTS or name.strip() == "full":
+            raise argparse.ArgumentTypeError(
+                f"takes variant=percent,... with a variant of {', '.join(v for v in VARIANTS if v != 'full')} "
+                f"(got {item!r})"
+            )
+        out[name.strip()] = Number(float, 0.0, open_lo=True)(value)
+    return out
 
 
 # ---- the adaptive design's stopping rule and retention interval over many paths at once: the same arithmetic as
@@ -860,24 +890,18 @@ def simulate(studies: int, *, batch=25, retention_studies=250, seed=0, progress=
 
 def run_designs(args, ap: argparse.ArgumentParser) -> None:
     studies = 40 if args.quick else args.studies
-    if studies < 1:
-        ap.error("--studies must be ≥ 1")
-    try:
-        disagreement = parse_disagreement(args.disagreement)
-    except ValueError as e:
-        ap.error(str(e))
     t = time.perf_counter()
     out = simulate(
         studies,
         coupling=args.coupling,
-        precisions=[float(x) for x in args.precisions.split(",")],
+        precisions=args.precisions,
         chunk=args.chunk,
         retention_studies=studies if args.quick else args.retention_studies,
         seed=args.seed,
         progress=True,
-        retention_precision={k: float(v) for k, v in (x.split("=") for x in args.retention_precision.split(",") if x)},
+        retention_precision=args.retention_precision,
         uniform=args.uniform,
-        disagreement=disagreement,
+        disagreement=args.disagreement,
         bets=args.bets,
         allocation=args.allocation,
     )
@@ -885,7 +909,10 @@ def run_designs(args, ap: argparse.ArgumentParser) -> None:
     print_report(out["results"], out["settings"])
     print(f"\n{studies} studies in {out['seconds']} s")
     if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+        try:
+            args.json.write_text(json.dumps(out, indent=1))
+        except OSError as e:
+            raise InputError(f"--json: {os_error(e, args.json)}") from None
 
 
 # ---- betting: a prototype, not used by the package: the hedged betting confidence sequence for sampling without
@@ -924,6 +951,9 @@ def hedged_wor_cs(x: np.ndarray, population: int, alpha: float = 0.05, grid: int
     lo = np.where(alive.any(0), grid_m[np.argmax(alive, axis=0)] - step, np.nan)
     hi = np.where(alive.any(0), grid_m[grid - 1 - np.argmax(alive[::-1], axis=0)] + step, np.nan)
     return np.maximum(lo, 0.0), np.minimum(hi, 1.0)
+
+
+BETTING_PATHS_MAX = 10_000  # the betting run draws all its studies at once: about 0.1 MB a path
 
 
 def run_betting(args, ap: argparse.ArgumentParser) -> None:
@@ -1004,23 +1034,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = ap.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--coupling", type=float, default=0.9, help="ρ: the share of the latent shared by variants")
+    common.add_argument(
+        "--coupling", type=COUPLING, default=0.9, help="ρ: the share of the latent shared by variants, in [0, 1)"
+    )
     what = "the adaptive design against the fixed one: problems answered, coverage, claims' verdicts"
     d = commands.add_parser("designs", parents=[common], help=what, description=what)
     d.set_defaults(run=run_designs)
-    d.add_argument("--studies", type=int, default=1000)
+    d.add_argument("--studies", type=COUNT, default=1000)
     d.add_argument("--quick", action="store_true", help="40 studies, retention intervals on all of them")
-    d.add_argument("--precisions", default="2,3,4,5", help="precision targets in points; the first is the default")
-    d.add_argument("--chunk", type=int, default=64)
+    d.add_argument(
+        "--precisions",
+        type=numbers(POINTS),
+        default="2,3,4,5",
+        help="precision targets in points, in (0, 100]; the first is the default",
+    )
+    d.add_argument("--chunk", type=COUNT, default=64, help="problems between two looks (≥ 1)")
     d.add_argument(
         "--retention-studies",
-        type=int,
+        type=Number(int, 0),
         default=250,
         help="the first N studies get retention intervals (retention coverage, the median claims)",
     )
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=SEED, default=0)
     d.add_argument(
         "--retention-precision",
+        type=retention_precision_arg,
         default="",
         help="variant=percent,...: those variants stop only once their retention is within ±percent",
     )
@@ -1032,6 +1070,7 @@ def main() -> None:
     )
     d.add_argument(
         "--disagreement",
+        type=disagreement_arg,
         default="",
         help="the disagreement scenario in place of the ρ model: each variant's answers are full's with this share "
         "flipped (accuracy kept), full at 0.3-0.8 per benchmark (aime24 0.1-0.4), diag at 20-50 %% of full, the "
@@ -1047,27 +1086,38 @@ def main() -> None:
         choices=ALLOCATION_KINDS,
         help="how the pooled benchmarks are drawn (default: the product's, evaluation.adaptive.allocation)",
     )
-    d.add_argument("--json", type=Path, help="write the figures here")
+    d.add_argument("--json", type=out_file, help="write the figures here")
     what = "a prototype hedged betting sequence against the empirical-Bernstein one, on near-equal pairs"
     b = commands.add_parser("betting", parents=[common], help=what, description=what)
     b.set_defaults(run=run_betting)
-    b.add_argument("--paths", type=int, default=100, help="near-equal pairs (proj, full), 28 per study")
+    b.add_argument(
+        "--paths",
+        type=Number(int, 1, BETTING_PATHS_MAX),
+        default=100,
+        help=f"near-equal pairs (proj, full), 28 per study, drawn at once (at most {BETTING_PATHS_MAX})",
+    )
     what = "the pooled benchmarks drawn in proportion to size against weighted draws, on close pairs"
     a = commands.add_parser("allocation", parents=[common], help=what, description=what)
     a.set_defaults(run=run_allocation)
-    a.add_argument("--paths", type=int, default=400)
-    a.add_argument("--disagreement", type=float, default=0.046, help="the share of full's answers flipped")
-    a.add_argument("--precision", type=float, default=2.0, help="the half-width in points the bets aim at")
-    a.add_argument("--chunk", type=int, default=64)
-    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--paths", type=COUNT, default=400)
+    a.add_argument(
+        "--disagreement", type=PROBABILITY, default=0.046, help="the share of full's answers flipped, in [0, 1]"
+    )
+    a.add_argument(
+        "--precision", type=POINTS, default=2.0, help="the half-width in points the bets aim at, in (0, 100]"
+    )
+    a.add_argument("--chunk", type=COUNT, default=64, help="pooled draws between two looks (≥ 1)")
+    a.add_argument("--seed", type=SEED, default=0)
     what = "the verdict box's family false-contradiction rate and power on planted studies (simulate_verdicts.py)"
     v = commands.add_parser("verdicts", help=what, description=what)
     simulate_verdicts.add_arguments(v)
     v.set_defaults(run=simulate_verdicts.run_verdicts, coupling=0.0)
     args = ap.parse_args()
-    if not 0.0 <= args.coupling < 1.0:
-        commands.choices[args.command].error("--coupling must be in [0, 1)")
-    args.run(args, commands.choices[args.command])
+    parser = commands.choices[args.command]
+    try:
+        args.run(args, parser)
+    except InputError as e:
+        fail(parser, str(e))
 
 
 if __name__ == "__main__":

@@ -31,9 +31,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's package, whatever is installed
+sys.path.insert(0, str(ROOT / "tools"))  # tool_args beside this file
+from tool_args import COUNT, SEED, InputError, Number, fail, folder, os_error, out_file  # noqa: E402
+
 from grrr_stream.evaluation.designs.schedule import REFERENCE, PlantedSchedule  # noqa: E402
 from grrr_stream.evaluation.settings import AdaptiveSettings  # noqa: E402
 from grrr_stream.forecast.adaptive_shares import padded  # noqa: E402
@@ -89,26 +93,69 @@ def replay(folders: list[Path], settings: AdaptiveSettings) -> dict:
     from grrr_stream.evaluation.settings import SamplingSettings
 
     rows = []
-    for folder in folders:
-        record = json.loads((folder / "evaluation.json").read_text())
-        sampling, metric = SamplingSettings(**record["sampling"]), record["metric"]
+    for evaluation in folders:
+        record = _read_json(evaluation / "evaluation.json")
+        try:
+            sampling, metric = SamplingSettings(**record["sampling"]), record["metric"]
+            variants, benchmarks = list(record["variants"]), list(record["benchmarks"])
+        except (KeyError, TypeError, ValidationError) as e:
+            raise InputError(f"{evaluation / 'evaluation.json'}: not an evaluation's record ({_one_line(e)})") from None
+        if REFERENCE not in variants:
+            raise InputError(f"{evaluation / 'evaluation.json'}: no {REFERENCE} among its variants")
         values: dict[str, dict[str, dict[int, float]]] = {}
-        for v in record["variants"]:
-            for b in record["benchmarks"]:
-                lines = (folder / v / f"{b}.jsonl").read_text().splitlines()
-                recs = [r for r in map(json.loads, filter(str.strip, lines)) if "idx" in r]
-                values.setdefault(v, {})[b] = {r["idx"]: problem_scores(r, sampling)[metric] for r in recs}
-        problems = {b: sorted(values[REFERENCE][b]) for b in record["benchmarks"]}
+        for v in variants:
+            for b in benchmarks:
+                path = evaluation / v / f"{b}.jsonl"
+                recs = [r for r in _read_jsonl(path) if "idx" in r]
+                try:
+                    values.setdefault(v, {})[b] = {r["idx"]: problem_scores(r, sampling)[metric] for r in recs}
+                except (KeyError, TypeError, ValueError) as e:
+                    raise InputError(f"{path}: a record without its {metric} score ({_one_line(e)})") from None
+        problems = {b: sorted(values[REFERENCE][b]) for b in benchmarks}
+        if not problems or not all(problems.values()):
+            raise InputError(f"{evaluation}: {REFERENCE} answered no problem of a benchmark (or it lists none)")
         order = problem_order(
             {b: len(p) for b, p in problems.items()}, settings.seed, settings.max_weight, settings.allocation
         )
         for v, per in values.items():
             missing = [b for b in problems if set(per[b]) != set(problems[b])]
             if missing:
-                raise SystemExit(f"{folder}: {v} did not answer every problem of {', '.join(missing)} (fixed design?)")
+                said = ", ".join(missing)
+                raise InputError(f"{evaluation}: {v} did not answer every problem of {said} (fixed design?)")
         answers = np.array([[values[v][b][problems[b][pos]] for b, pos in order.items] for v in values])
         rows.append(transition_rounds(order, answers, settings, names=list(values)))
     return {"transitions": rows}
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split()) if not isinstance(e, KeyError) else f"no {e}"
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except OSError as e:
+        raise InputError(os_error(e, path)) from None
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise InputError(f"{path}: not JSON ({e})") from None
+
+
+def _read_jsonl(path: Path) -> list:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(os_error(e, path)) from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise InputError(f"{path}, line {n}: not JSON ({e})") from None
+            if not isinstance(rec, dict):
+                raise InputError(f"{path}, line {n}: not a record")
+            out.append(rec)
+    return out
 
 
 def summary(res: dict) -> dict:
@@ -196,41 +243,61 @@ def print_summary(out: dict, what: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--studies", type=int, default=20)
-    p.add_argument("--precision", type=float, default=2.0, help="precision_points (the controls keep their ±4)")
-    p.add_argument("--lookahead", type=float, default=None, help="adaptive.lookahead (default: the product's)")
-    p.add_argument("--coupling", type=float, default=0.9, help="ρ of the planted studies")
-    p.add_argument("--disagreement", default=None, help="a flip rate or 'measured' (tools/simulate.py designs)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--studies", type=COUNT, default=20)
+    p.add_argument(
+        "--precision", type=SIM.POINTS, default=2.0, help="precision_points, in (0, 100] (the controls keep their ±4)"
+    )
+    p.add_argument(
+        "--lookahead", type=SIM.PROBABILITY, default=None, help="adaptive.lookahead, in [0, 1] (default: the product's)"
+    )
+    p.add_argument("--coupling", type=SIM.COUPLING, default=0.9, help="ρ of the planted studies, in [0, 1)")
+    p.add_argument(
+        "--disagreement",
+        type=SIM.disagreement_arg,
+        default=None,
+        help="a flip rate or 'measured' (tools/simulate.py designs)",
+    )
+    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--json", type=out_file, default=None)
     p.add_argument("--table", action="store_true", help="also print the forecast's entry for this precision")
-    p.add_argument("--chunk", type=int, default=None, help="adaptive.chunk (default: the product's)")
-    p.add_argument("--min-batch", type=int, default=None, help="adaptive.min_batch (default: the product's)")
+    p.add_argument("--chunk", type=COUNT, default=None, help="adaptive.chunk (default: the product's)")
+    p.add_argument("--min-batch", type=COUNT, default=None, help="adaptive.min_batch (default: the product's)")
     p.add_argument(
         "--replay",
-        type=Path,
+        type=folder,
         nargs="+",
         default=None,
         help="evaluation folders of the fixed design: replay their answers in place of planted studies",
     )
     p.add_argument(
         "--call-cost",
-        type=float,
+        type=Number(float, 0.0),
         default=None,
         help="what one engine call costs in problems (tools/bench_evaluate.py): print the modelled time ratio",
     )
     args = p.parse_args()
+    try:
+        run(args, p)
+    except InputError as e:
+        fail(p, str(e))
+
+
+def run(args, p: argparse.ArgumentParser) -> None:
     kw = {"precision_points": args.precision}
     for name in ("lookahead", "chunk", "min_batch"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
-    settings = AdaptiveSettings(**kw)
-    disagreement = None if args.disagreement is None else SIM.parse_disagreement(args.disagreement)
+    try:
+        settings = AdaptiveSettings(**kw)
+    except ValidationError as e:  # the types above keep to the settings' domains: a combination they refuse
+        p.error("; ".join(f"--{'.'.join(map(str, x['loc'])).replace('_', '-')}: {x['msg']}" for x in e.errors()))
+    disagreement = args.disagreement
     if args.replay:
         res, model = replay(args.replay, settings), f"replay of {len(args.replay)} fixed evaluation(s)"
     else:
         res = simulate(args.studies, settings, args.coupling, disagreement, args.seed)
-        model = f"ρ = {args.coupling}" if disagreement is None else f"disagreement {args.disagreement}"
+        what = "measured" if isinstance(disagreement, dict) else disagreement
+        model = f"ρ = {args.coupling}" if disagreement is None else f"disagreement {what}"
     out = summary(res)
     what = f"{model}, ±{args.precision:g} points, lookahead {settings.lookahead:g}, chunk {settings.chunk}"
     print_summary(out, f"{what}, min_batch {settings.min_batch}, seed {args.seed}")
@@ -244,7 +311,11 @@ def main() -> None:
     if args.table:
         print(f"{args.precision}: {forecast_entry(out)!r},")
     if args.json:
-        args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)}, **out}, indent=1))
+        text = json.dumps({"settings": vars(args), **out}, indent=1, default=str)  # paths as text
+        try:
+            args.json.write_text(text)
+        except OSError as e:
+            raise InputError(f"--json: {os_error(e, args.json)}") from None
 
 
 if __name__ == "__main__":
