@@ -9,6 +9,7 @@ second line of defence.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
 import io
@@ -102,14 +103,22 @@ def temp_sibling(path: Path) -> Path:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary sibling, fsync it and rename it over ``path``."""
+    """Write ``text`` to a temporary sibling, fsync it and rename it over ``path``. A failure leaves no temporary
+    file behind and names ``path``, the file the caller asked for, not the temporary one."""
     path = Path(path)
     tmp = temp_sibling(path)
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(e, OSError) and e.filename in (str(tmp), tmp):
+            raise type(e)(e.errno, e.strerror, str(path)) from None
+        raise
     fsync_path(path.parent)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from grrr_stream.files import atomic_write_text
 
 
@@ -30,3 +32,14 @@ def test_threads_of_one_process_writing_one_file_at_once_all_succeed(tmp_path):
     lines = set(target.read_text().splitlines())
     assert len(lines) == 1 and lines.pop().startswith("writer ")  # one writer's text, whole
     assert [p.name for p in tmp_path.iterdir()] == ["zarr.json"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("where", ["missing parent", "a folder"])
+def test_a_failed_write_names_the_file_asked_for_and_leaves_no_temporary(tmp_path, where):
+    target = tmp_path / "missing" / "out.json" if where == "missing parent" else tmp_path / "out.json"
+    if where == "a folder":
+        target.mkdir()
+    with pytest.raises(OSError) as e:
+        atomic_write_text(target, "{}")
+    assert e.value.filename == str(target) and ".tmp-" not in str(e.value)
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
