@@ -110,6 +110,8 @@ def test_a_per_variant_pattern_that_matches_no_variant_is_refused_with_the_names
     cfg = load_sweep_config(ROOT / "configs" / "demo_adaptive.yaml", workdir=tmp_path / "w")
     assert plan_sweep(cfg).units  # the shipped settings plan
     data = cfg.model_dump(mode="json")
+    # and so does the config as a sweep saves it (report/config.json), which spells every default out
+    assert plan_sweep(SweepConfig.model_validate(data)).units
     data["extra_evaluations"][0]["adaptive"]["retention_pct"] = {"dig": [25.0]}
     data["extra_evaluations"][0]["adaptive"]["variant_precision_points"] = {
         "randrm-*": 4.0,

@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from grrr_stream.evaluation.shared_answers import REUSED
 from grrr_stream.report.verdict import verdicts
 from grrr_stream.sweep.rows import read_rows
 
@@ -29,13 +30,16 @@ def evaluation_box(claims: dict, plan=None) -> dict[str, tuple[str, str]]:
     """claim id → (verdict, value) for the claims the evaluations answer (energy and cosines do not depend on the
     design and are left out). ``plan``: the sweep's, which says each transition's group and whether it is one
     training step (a median is tested on its set's transitions; without the plan it is not comparable)."""
-    group_of, steps = (lambda r: None), set()
+    group_of, steps, how = (lambda r: None), set(), {}
     if plan is not None:
-        from grrr_stream.report.build import methods_of, steps_of
+        from grrr_stream.report.build import chains_of, methods_of, steps_of
         from grrr_stream.stats.claims_sets import method_group
 
         method_of, sft = methods_of(plan), list(plan.config.claims.sft_methods)
         group_of, steps = (lambda r: method_group(method_of(r), sft)), steps_of(plan)
+        # as the report's box reads them: a chain counted once, the paper's side and the family as configured
+        c = plan.config.claims
+        how = {"chains": chains_of(plan), "paper_side": c.paper_side, "adjust": c.family}
     box = verdicts(
         claims["claims"],
         [],
@@ -44,6 +48,8 @@ def evaluation_box(claims: dict, plan=None) -> dict[str, tuple[str, str]]:
         steps=steps,
         differences=claims.get("differences", []),
         informative=claims.get("informative", []),
+        left_out=claims.get("left_out", []),
+        **how,
     )
     return {v.claim.id: (v.verdict, v.value) for v in box if v.claim.source == "claims"}
 
@@ -60,10 +66,11 @@ def saved_plan(workdir: Path):
         return None
 
 
-def answered(units: list[dict], suite: str) -> tuple[int, int, int, float]:
-    """(problems the decisions rest on, problems answered, problems of the fixed design, seconds) of a suite's
-    evaluate units. The adaptive design answers past its stops (``lookahead``, ``min_batch``): those answers
-    are read from its records, one line a problem."""
+def answered(units: list[dict], suite: str) -> tuple[int, int, int, int, float]:
+    """(problems the decisions rest on, problems answered by a decode, answers taken from the same model evaluated
+    elsewhere in the sweep, problems of the fixed design, seconds) of a suite's evaluate units. The adaptive design
+    answers past its stops (``lookahead``, ``min_batch``): what was answered is read from the records, one line a
+    problem; a line that names ``reused_from`` was copied, not decoded (grrr_stream/evaluation/shared_answers.py)."""
     done = [
         u
         for u in units
@@ -71,7 +78,7 @@ def answered(units: list[dict], suite: str) -> tuple[int, int, int, float]:
         and (u["unit"].count("/") == 2) == (suite != "main")
         and (suite == "main" or u["unit"].endswith("/" + suite))
     ]
-    decided = got = fixed = 0
+    decided = got = reused = fixed = 0
     seconds = 0.0
     for u in done:
         out = Path(u["out"])
@@ -81,16 +88,19 @@ def answered(units: list[dict], suite: str) -> tuple[int, int, int, float]:
         seq = out / "sequential.json"  # the adaptive design's record keeps its old name
         if seq.is_file():
             decided += sum(v["problems"] for v in json.loads(seq.read_text())["variants"].values())
-            got += sum(
-                sum(1 for line in f.read_text().splitlines() if line.strip())
-                for v in record["variants"]
-                for f in (out / v).glob("*.jsonl")
-            )
         else:
             decided += n * len(record["variants"])
-            got += n * len(record["variants"])
+        lines = [
+            json.loads(line)
+            for v in record["variants"]
+            for f in (out / v).glob("*.jsonl")
+            for line in f.read_text().splitlines()
+            if line.strip()
+        ]
+        copied = sum(REUSED in r for r in lines)
+        got, reused = got + len(lines) - copied, reused + copied
         seconds += float(u["seconds"] or 0.0)
-    return decided, got, fixed, seconds
+    return decided, got, reused, fixed, seconds
 
 
 def main(argv=None) -> int:
@@ -107,10 +117,11 @@ def main(argv=None) -> int:
         (vf, xf), (vs, xs) = boxes[args.fixed][cid], boxes[args.adaptive].get(cid, ("—", "—"))
         print(f"{cid:<20} {vf + ': ' + xf:<36} {vs + ': ' + xs:<36}{'' if vf == vs else '  ← differs'}")
     units = read_rows(args.workdir / "report" / "units.csv")
-    _, got_f, all_f, sec_f = answered(units, args.fixed)
-    decided, got_s, _, sec_s = answered(units, args.adaptive)
+    _, got_f, reused_f, all_f, sec_f = answered(units, args.fixed)
+    decided, got_s, reused_s, _, sec_s = answered(units, args.adaptive)
     print(f"problems decided on: adaptive {decided} of {all_f}: ratio {decided / all_f:.3f}")
     print(f"problems answered: fixed {got_f}, adaptive {got_s} of {all_f}: ratio {got_s / all_f:.3f}")
+    print(f"answers reused from the same model elsewhere in the sweep: fixed {reused_f}, adaptive {reused_s}")
     if sec_f:
         time_ratio = sec_s / sec_f
         print(

@@ -5,10 +5,11 @@ benchmarks, variant builders and engine homes)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..files import remove_tree
 from ..progress import Progress, fmt_seconds
@@ -107,10 +108,31 @@ def _stream_variant(evaluation: Any, name: str, active: Any, scores: Scores, log
         log(warning)
 
 
+@contextlib.contextmanager
+def sharing(evaluation: Any, keys_of: dict[str, dict[str, str]]) -> Iterator[None]:
+    """Around scoring the variants of ``keys_of`` (variant → benchmark → key): what the sweep's shared answers hold
+    for those that are a checkpoint another transition evaluated is copied in first (it counts as answered), and
+    what they answered is shared after, a failure's included."""
+    shared = evaluation.shared
+    mine = [n for n in keys_of if shared is not None and shared.shares(evaluation, n)]
+    for n in mine:
+        shared.take(evaluation, n, keys_of[n])
+    try:
+        yield
+    finally:
+        for n in mine:
+            shared.give(evaluation, n, keys_of[n])
+
+
 def score_variant(evaluation: Any, name: str, slot: EngineSlot, scores: Scores, log) -> None:
-    req, builder = evaluation.request, evaluation.builders[name]
     keys = keys_for(evaluation, name)
     scores.keys_of[name] = keys
+    with sharing(evaluation, {name: keys}):
+        _score_variant(evaluation, name, slot, scores, keys, log)
+
+
+def _score_variant(evaluation: Any, name: str, slot: EngineSlot, scores: Scores, keys: dict, log) -> None:
+    req, builder = evaluation.request, evaluation.builders[name]
     have = {b.name: scored(evaluation.out, name, b, keys[b.name], req.options.sampling) for b in evaluation.benches}
     if all(have.values()):
         log(f"{name}: all {len(evaluation.benches)} benchmark(s) already scored")

@@ -31,6 +31,7 @@ from .engine_loop import EngineSlot, Scores
 from .prompts import DEFAULT_INSTRUCTION, prompt_format
 from .scoring import problem_rows
 from .settings import EvaluationOptions
+from .shared_answers import SharedAnswers
 from .tables import accuracy_table, diagnostics_table, retention_tables
 
 RECORD_FILE = "evaluation.json"  # written last: what was evaluated and its summary (a sweep unit's marker)
@@ -77,6 +78,9 @@ class EvaluationRequest:
     informative_points: float = 1.0  # informative: full − base ≥ this (the sweep's claims.informative_points)
     nest_sampled: bool = True
     progress: bool = False  # generation progress (prompts done / total, ETA) on the terminal; not in any key
+    # answers shared with the other evaluations of the same checkpoints (a sweep's WORKDIR/answers: each model is
+    # decoded once per setting, :mod:`.shared_answers`); None: this evaluation's own only
+    shared: Optional[Path] = None
 
 
 @dataclass
@@ -157,6 +161,7 @@ class _Evaluation:
     post_folder: Path
     prompt: dict
     homes: dict[str, Path]  # variant name → the model folder its engine runs on
+    shared: Optional[SharedAnswers] = None  # the sweep's shared answers of checkpoint variants
 
 
 def _prepare(request: EvaluationRequest, log) -> _Evaluation:
@@ -193,8 +198,9 @@ def _prepare(request: EvaluationRequest, log) -> _Evaluation:
         for s in specs
     }
     homes = {n: post_folder if builders[n].runs_in_post_engine() else Path(builders[n].home.folder) for n in names}
+    shared = SharedAnswers(request.shared, log) if request.shared is not None else None
     return _Evaluation(
-        request, resolved, choice, t, out, instruction, benches, names, builders, post_folder, prompt, homes
+        request, resolved, choice, t, out, instruction, benches, names, builders, post_folder, prompt, homes, shared
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ...forecast.adaptive_shares import expected
-from ..engine_loop import EngineSlot, Scores, keys_for
+from ..engine_loop import EngineSlot, Scores, keys_for, sharing
 from .base import EvaluationDesign
 from .rounds import FILE, REFERENCE, AdaptiveRun, difference_rows, write_record
 
@@ -38,12 +38,14 @@ PER_VARIANT = {"variant_precision_points": True, "difference_points": False, "re
 
 def _unmatched(adaptive: Any, names: Sequence[str]) -> list[str]:
     """A per-variant setting the user gave whose pattern or name matches no evaluated variant means nothing: refused
-    with the names it could have matched (the defaults name variants a sweep may not evaluate, and are left alone)."""
+    with the names it could have matched. The defaults' patterns name variants a sweep may not evaluate, and are
+    left alone wherever they appear (a saved config holds every default explicitly)."""
     problems = []
+    defaults = type(adaptive)()
     for key, glob in PER_VARIANT.items():
-        if key not in adaptive.model_fields_set:
-            continue
         for pattern in getattr(adaptive, key):
+            if pattern in getattr(defaults, key):
+                continue
             if not any(fnmatchcase(n, pattern) if glob else n == pattern for n in names):
                 problems.append(
                     f"adaptive.{key}: {pattern!r} matches no evaluated variant (they are {', '.join(names)})"
@@ -56,17 +58,18 @@ def score(evaluation: Any, order: list[str], slot: EngineSlot, scores: Scores, l
     names = [REFERENCE] + [n for n in order if n != REFERENCE]
     scores.keys_of = {n: keys_for(evaluation, n) for n in names}
     began = time.time()
-    run = AdaptiveRun(
-        evaluation.benches,
-        names,
-        scores.keys_of,
-        evaluation.out,
-        evaluation.options,
-        evaluation.instruction,
-        lambda name: slot.holding(name, scores, log),
-        log,
-    )
-    scores.outcome = (run, run.run())
+    with sharing(evaluation, scores.keys_of):
+        run = AdaptiveRun(
+            evaluation.benches,
+            names,
+            scores.keys_of,
+            evaluation.out,
+            evaluation.options,
+            evaluation.instruction,
+            lambda name: slot.holding(name, scores, log),
+            log,
+        )
+        scores.outcome = (run, run.run())
     scores.results = scores.outcome[1].results
     scores.spans = {n: (began, time.time()) for n in names}
 

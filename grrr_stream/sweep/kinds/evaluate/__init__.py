@@ -21,12 +21,14 @@ from ....evaluation.designs import DESIGNS
 from ....evaluation.pipeline import RECORD_FILE, EvaluationRequest
 from ....evaluation.scoring import result_path
 from ....evaluation.settings import EvaluationOptions
+from ....evaluation.shared_answers import FOLDER as SHARED
 from ....progress import Progress
 from ...context import PlanContext, Problems, RunContext
 from ...estimate import UnitForecast
 from ...resources import Needs, gpu_needs
 from ...sources import benchmarks
 from ...units import Unit
+from ...workdir import Workdir
 from ..base import Kind
 from ..decompose import keys as decompose_keys
 from ..decompose import store_of
@@ -147,6 +149,7 @@ def run(u: Unit, ctx: RunContext) -> dict:
         informative_points=p.informative_points,
         progress=ctx.progress,
         last_step=store_of(ctx, p.last_step) if p.last_step else None,
+        shared=Workdir(ctx.workdir).folder(SHARED),
     )
     res = pipeline.run_evaluation(request, tracking=ctx.tracking, log=log)
     return {"average": {r["variant"]: r["average"] for r in res.accuracy_rows}, "gain": res.info.get("gain")}
