@@ -8,7 +8,7 @@ import argparse
 import math
 from typing import Optional
 
-from ..config import COUNT_MAX, MAX_DRAWS, SEED_MAX
+from ..config import COUNT_MAX, SEED_MAX
 
 
 class Domain:
@@ -45,7 +45,10 @@ class Domain:
 
 SEED = Domain(int, 0, SEED_MAX)
 COUNT = Domain(int, 1, COUNT_MAX)  # problems, tokens, sequences
-DRAWS = Domain(int, 100, MAX_DRAWS)  # bootstrap resamples, null draws, random sets
+# bootstrap resamples, null draws, random sets, a significance level: parsed here, their ranges checked by the settings
+# models (stats/settings.py, cli/options.check_draws), which the API calls too: one message for both
+DRAWS = Domain(int)
+LEVEL = Domain(float)
 POSITIVE = Domain(float, 0.0, open_lo=True)
 NON_NEGATIVE = Domain(float, 0.0)
 SHARE = Domain(float, 0.0, 1.0, open_lo=True)  # a fraction in (0, 1]

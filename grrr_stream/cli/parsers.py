@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import renamed
 from ..geometry.analyses.bands import DEFAULT_BAND_EDGES
-from .domains import COUNT, DRAWS, FRACTION, Domain
+from .domains import COUNT, DRAWS, LEVEL, Domain
 from .options import add_common, add_progress, add_stats_common, add_tracking
 
 EDGES = ",".join(map(str, DEFAULT_BAND_EDGES))  # the stats bands command's default, as typed
@@ -87,7 +87,7 @@ def compare_parser(sub) -> None:
     )
     p.add_argument("--out", type=Path, required=True, help="folder for tables and figures")
     p.add_argument("--null-draws", type=DRAWS, default=10_000, help="Monte Carlo draws of the null (default 10000)")
-    p.add_argument("--alpha", type=FRACTION, default=0.05, help="significance level of the verdict (default 0.05)")
+    p.add_argument("--alpha", type=LEVEL, default=0.05, help="significance level of the verdict (default 0.05)")
     add_stats_common(p)
 
 

@@ -53,7 +53,7 @@ def test_a_domain_refuses_what_is_outside_it(domain, bad, good):
         (["evaluate", "--store", "s", "--out", "o", "--order-seed", "-1"], "--order-seed"),
         (["evaluate", "--store", "s", "--out", "o", "--temperature", "nan"], "--temperature"),
         (["channels", "m", "--threshold", "inf"], "--threshold"),
-        (["compare", "--cumulative", "a", "b", "--out", "o", "--null-draws", str(10**20)], "--null-draws"),
+        (["compare", "--cumulative", "a", "b", "--out", "o", "--alpha", "nan"], "--alpha"),
     ],
 )
 def test_the_console_script_refuses_a_number_outside_its_domain(tmp_path, argv, option):
