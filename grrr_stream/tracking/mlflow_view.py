@@ -48,7 +48,9 @@ def view_state() -> str:
             "orderByKey": "attributes.start_time",
             "orderByAsc": True,
             "selectedColumns": columns,
-            "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", "duration", *columns],
+            # the Dataset column beside the duration, not after every metric: past the screen's width the table
+            # does not draw it
+            "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", "duration", columns[-1], *columns[:-1]],
             "columnWidths": {"attributes.`Run Name`": 320},
             "runsHiddenMode": "SHOW_ALL",
         },
