@@ -19,12 +19,12 @@ from ..columns import ISO, VS_ISO
 from ..forecast.shapes import KNOWN
 from ..geometry import isotropic
 from ..geometry.metrics import PAPER_COLUMNS
-from ..stats.chains import per_chain, sizes
+from ..stats.chains import per_chain
 from ..stats.predictive import FIXED, count_test
 from ..stats.sides import finite
 from .paper_claims import RL_W0, PaperClaim
 from .verdict_rows import FAILS, HOLDS, UNRESOLVED, Member, p_text
-from .verdict_sets import SetTest, paper_reference, rate_detect
+from .verdict_sets import SetTest, count_set, paper_reference
 
 F_DIAG = PAPER_COLUMNS.column("f_diag")
 
@@ -82,18 +82,7 @@ def energy_set(c: PaperClaim, rows: Sequence[dict], chain_of: Mapping[str, str],
         f"{min(ch.value for ch in chains):.1f}–{largest:.1f}× its isotropic value; the paper's ≤ {c.bound[0]:g} "
         f"is ≤ {tight:.0f}–{loose:.0f}× at its shapes"
     )
-    return SetTest(
-        sizes(chains),
-        shown,
-        reason,
-        test,
-        mem,
-        at.p,
-        count_test(sure, n, ref).p,
-        count_test(reach, n, ref).p,
-        at.floor,
-        rate_detect(n, ref, "chains within the bound"),
-    )
+    return count_set(chains, shown, reason, test, mem, (point, sure, reach), ref, "chains within the bound")
 
 
 def rl_rows(transitions: Sequence[dict], group_of, steps: set, names: Mapping[str, str]) -> tuple[list[dict], int]:

@@ -143,18 +143,18 @@ def rate_set(
         f"{point} of {n} chains meet it; against {ref.describe()} ({c.paper_value} of the paper's transitions), "
         f"{_test_name(ref)}, one-sided (a lower rate contradicts): {p_text(at.p)}"
     )
-    return SetTest(
-        sizes(chains),
-        f"{point} of {n} chains" + (f" [{sure}–{reach}]" if (sure, reach) != (point, point) else ""),
-        where,
-        test,
-        mem,
-        at.p,
-        count_test(sure, n, ref).p,
-        count_test(reach, n, ref).p,
-        at.floor,
-        rate_detect(n, ref, "chains meeting it"),
-    )
+    shown = f"{point} of {n} chains" + (f" [{sure}–{reach}]" if (sure, reach) != (point, point) else "")
+    return count_set(chains, shown, where, test, mem, (point, sure, reach), ref, "chains meeting it")
+
+
+def count_set(chains, shown: str, reason: str, test: str, mem: list, counts: tuple, ref: Reference, what: str):
+    """A count claim's SetTest: ``counts`` the chains meeting it at the point estimates, surely and at most (the ends
+    of their intervals), each tested against ``ref``."""
+    point, sure, reach = counts
+    n = len(chains)
+    at = count_test(point, n, ref)
+    return SetTest(sizes(chains), shown, reason, test, mem, at.p, count_test(sure, n, ref).p,
+                   count_test(reach, n, ref).p, at.floor, rate_detect(n, ref, what))  # fmt: skip
 
 
 def _median_detect(n: int, ref: Reference, what: str, two_sided: bool) -> Callable[[float], str]:
